@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Steps run on the lent GPU machine (see bench/README.md). usage: bash bench/device_run.sh "STEP ..."
+# Steps: install doctor fixture gputests seed0 seed1 seed2 overhead stacks tui
+# Results go to $OUT/r and are packed into $OUT/results.tgz after every step.
+set -u
+export PYTHONUNBUFFERED=1
+R=$OUT/r; mkdir -p "$R"; LOG=$R/log.txt
+PH=${PHASE_S:-5}
+pack() { tar czf "$OUT/results.tgz" -C "$R" . ; }
+say() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
+
+for step in $1; do
+  say "step $step"
+  case $step in
+  install)
+    python3 -c "import textual, memtop" 2>/dev/null || {
+      python3 -m pip install -q --no-index --find-links .whl textual py-spy nvitop >>"$LOG" 2>&1
+      python3 -m pip install -q --no-index --no-deps --no-build-isolation . >>"$LOG" 2>&1
+    }
+    python3 -c "import textual, memtop; print('textual', textual.__version__)" >>"$LOG" 2>&1
+    nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv >>"$LOG" 2>&1
+    ;;
+  doctor)
+    memtop doctor >>"$LOG" 2>&1; memtop doctor --json > "$R/doctor.json" 2>&1 ;;
+  fixture)
+    python3 -c "
+import torch,time
+a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)
+end=time.time()+7
+while time.time()<end:
+    [a@a for _ in range(10)]; torch.cuda.synchronize()" &
+    sleep 2; python3 bench/nvml_fixture.py "$R/nvml_h100.json" >>"$LOG" 2>&1; wait ;;
+  gputests)
+    python3 -m pytest -q -m gpu -p no:cacheprovider tests >>"$LOG" 2>&1 ;;
+  seed*)
+    s=${step#seed}; M=$R/markers_s$s.jsonl; rm -f "$M"
+    memtop record -o "$R/labelled_s$s.memtop" --force --markers "$M" >>"$LOG" 2>&1 &
+    rec=$!
+    if [ "$s" = 0 ]; then
+      nvidia-smi dmon --gpm-metrics 1,2,3,5,10,20,21 -d 1 -o DT > "$R/dmon_s0.txt" 2>&1 & dm=$!
+      nvidia-smi --query-gpu=timestamp,memory.used,power.draw --format=csv,noheader -lms 1000 > "$R/smi_s0.csv" 2>&1 & sm=$!
+    fi
+    sleep 3
+    python3 bench/workload.py --markers "$M" --seed "$s" --phase-s "$PH" >>"$LOG" 2>&1
+    sleep 1; kill -INT $rec; wait $rec
+    [ "$s" = 0 ] && kill $dm $sm
+    python3 -c "import time; print('wall-monotonic', time.time()-time.monotonic())" >>"$LOG"
+    ;;
+  overhead)
+    python3 bench/collector_overhead.py 10 > "$R/collector_overhead.json" 2>>"$LOG" ;;
+  stacks)
+    python3 bench/stack_overhead.py 5 2 > "$R/stack_overhead.json" 2>>"$LOG" ;;
+  tui)
+    bash bench/tui_vs_nvitop.sh "$R" >>"$LOG" 2>&1 ;;
+  esac
+  pack
+done
+say done; pack

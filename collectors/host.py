@@ -1,0 +1,153 @@
+"""Host collector: per-core CPU, memory, NUMA, and the GPU processes with their children."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+
+from memtop.model import Capability, CapState, HostSample, ProcSample
+
+from . import numa
+
+WORKER_NAMES = ("pt_data_worker",)
+
+
+class HostCollector:
+    name = "host"
+
+    def __init__(self, interval: float = 0.5, root: Path = Path("/"), pids: tuple[int, ...] = ()):
+        self.interval = interval
+        self.root = root
+        self.user_pids = tuple(pids)  # --pid: watched whether or not NVML lists them
+        self.gpu_pids: dict[int, tuple[int, ...]] = {}  # from NVML via the sampler
+        self.gpu_bus_ids: tuple[str, ...] = ()
+        self._numa = numa.NumaReader(root)
+        self._procs: dict[int, psutil.Process] = {}
+        self._invisible: set[int] = set()
+        self._numa_t = -1e9
+        self._numa_nodes: tuple = ()
+        self._gpu_nodes: tuple[int, ...] = ()
+
+    def start(self) -> None:
+        psutil.cpu_percent(percpu=True)
+        psutil.cpu_times_percent()
+
+    def set_gpu_processes(self, pids: dict[int, tuple[int, ...]], bus_ids: tuple[str, ...]) -> None:
+        self.gpu_pids = pids
+        if bus_ids != self.gpu_bus_ids:
+            self.gpu_bus_ids = bus_ids
+            self._gpu_nodes = tuple(numa.gpu_node(self.root, b) for b in bus_ids)
+
+    def capabilities(self) -> tuple[Capability, ...]:
+        caps = []
+        nodes = self._numa_nodes
+        if len(nodes) < 2:
+            caps.append(Capability("numa", "layout", CapState.UNSUPPORTED,
+                                   f"{len(nodes)} NUMA node(s): placement checks do not apply"))
+        elif self._gpu_nodes and all(n < 0 for n in self._gpu_nodes):
+            caps.append(Capability("numa", "GPU node", CapState.UNSUPPORTED,
+                                   "sysfs numa_node of the GPU is -1 (unknown)",
+                                   "common on VMs; placement cannot be judged"))
+        else:
+            caps.append(Capability("numa", "layout", CapState.AVAILABLE, f"{len(nodes)} NUMA nodes"))
+        for pid in sorted(self._invisible):
+            caps.append(Capability("host", f"pid {pid}", CapState.UNSUPPORTED,
+                                   "NVML reports a process this PID namespace cannot see (container)",
+                                   "run memtop in the host PID namespace (docker --pid=host) to see it"))
+        return tuple(caps)
+
+    def _proc(self, pid: int) -> psutil.Process | None:
+        p = self._procs.get(pid)
+        if p is None:
+            try:
+                p = psutil.Process(pid)
+                p.cpu_percent(None)  # prime the delta
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                return None
+            self._procs[pid] = p
+        return p
+
+    def _targets(self) -> dict[int, int | None]:
+        """pid -> parent GPU pid (None for the GPU processes themselves)."""
+        roots = set(self.gpu_pids) | set(self.user_pids)
+        out: dict[int, int | None] = {}
+        if not roots:
+            return out
+        children: dict[int, list[int]] = {}
+        for p in psutil.process_iter(["ppid"]):  # one /proc scan per tick, not one per process
+            children.setdefault(p.info["ppid"] or 0, []).append(p.pid)
+        self._invisible = {pid for pid in self.gpu_pids if not psutil.pid_exists(pid)}
+        for r in sorted(roots - self._invisible):
+            out[r] = None
+            stack = list(children.get(r, ()))
+            while stack:
+                c = stack.pop()
+                if c not in out:
+                    out[c] = r
+                    stack.extend(children.get(c, ()))
+        return out
+
+    def _proc_sample(self, pid: int, parent: int | None, nodes: tuple) -> ProcSample | None:
+        p = self._proc(pid)
+        if p is None:
+            return None
+        try:
+            with p.oneshot():
+                cpu = p.cpu_percent(None)
+                name = p.name()
+                status = p.status()
+                threads = p.num_threads()
+                ppid = p.ppid()
+                try:
+                    user = p.username()
+                except (KeyError, psutil.Error):
+                    user = "?"
+            try:
+                cmd = " ".join(p.cmdline())
+            except psutil.AccessDenied:
+                cmd = name
+        except psutil.NoSuchProcess:
+            self._procs.pop(pid, None)
+            return None
+        except psutil.AccessDenied:
+            return None
+        cpus_allowed, mems_allowed = numa.proc_allowed(self.root, pid)
+        used = numa.last_cpus(self.root, pid)
+        gpus = self.gpu_pids.get(pid, ())
+        owner = gpus if gpus else self.gpu_pids.get(parent or -1, ())
+        gnode = self._gpu_nodes[owner[0]] if owner and owner[0] < len(self._gpu_nodes) else -1
+        return ProcSample(pid, ppid, name, cmd[:500], user, cpu, threads, _STATE.get(status, "?"),
+                          cpus_allowed, mems_allowed, used, gpus, parent,
+                          numa.placement(gnode, nodes, used))
+
+    def sample(self, now: float) -> list[object]:
+        percore = tuple(psutil.cpu_percent(percpu=True))
+        times = psutil.cpu_times_percent()
+        vm = psutil.virtual_memory()
+        sw = psutil.swap_memory()
+        if now - self._numa_t >= 3.0:  # NUMA placement every few seconds
+            self._numa_t = now
+            self._numa_nodes = self._numa.read(now)
+        targets = self._targets()
+        for gone in set(self._procs) - set(targets):
+            del self._procs[gone]
+        procs = tuple(ps for pid, parent in targets.items()
+                      if (ps := self._proc_sample(pid, parent, self._numa_nodes)) is not None)
+        return [HostSample(
+            t=now, cpu_pct=percore, iowait_pct=getattr(times, "iowait", 0.0),
+            load=os.getloadavg(), mem_used=vm.total - vm.available, mem_total=vm.total,
+            swap_used=sw.used, swap_total=sw.total, numa=self._numa_nodes,
+            gpu_nodes=self._gpu_nodes, procs=procs,
+        )]
+
+    def stop(self) -> None:
+        self._procs.clear()
+
+
+_STATE = {
+    psutil.STATUS_RUNNING: "R", psutil.STATUS_SLEEPING: "S", psutil.STATUS_DISK_SLEEP: "D",
+    psutil.STATUS_STOPPED: "T", psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_IDLE: "I",
+    psutil.STATUS_TRACING_STOP: "t", psutil.STATUS_DEAD: "X",
+}

@@ -1,0 +1,230 @@
+"""GPU collector: GPM (Hopper+) at 10 Hz, drained driver sample buffers, NVML-only fallback.
+
+One ``GpuReader`` per GPU; the sampler runs each in its own thread so a slow call on one
+GPU (nvmlDeviceGetPcieThroughput blocks ~21 ms) never delays another or the UI.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from memtop.model import Capability, CapState, GpuProcess, GpuSample, PcieLink, SeriesChunk
+
+from .nvml_calls import ERROR_GPU_LOST, NvmlCallError, NvmlUnavailable, RealNvml
+
+MIB = 1 << 20
+# Per-lane transfer rate (MT/s) by PCIe generation, for when nvmlDeviceGetPcieSpeed is missing.
+GEN_MTS = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
+
+
+def link_bytes_per_s(gen: int, width: int, speed_mts: int | None = None) -> float:
+    """One direction's capacity: MT/s per lane x encoding efficiency / 8 bits x lanes."""
+    mts = speed_mts or GEN_MTS.get(gen, 0)
+    enc = 8 / 10 if gen <= 2 else (242 / 256 if gen >= 6 else 128 / 130)
+    return mts * 1e6 * enc / 8 * width
+
+
+class SampleDrain:
+    """Drains one nvmlDeviceGetSamples buffer, remembering the newest timestamp seen.
+
+    The driver keeps ~14 s of util and ~2.4 s of power samples; asking each second for
+    those newer than the last one seen gives a gap-free history at the driver's own rate.
+    """
+
+    def __init__(self, metric: str, scale: float = 1.0):
+        self.metric = metric
+        self.scale = scale
+        self.last_us = 0
+
+    def take(self, rows: Sequence[tuple[int, float]], offset: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """New rows only, as (monotonic t, value); ``offset`` = wall - monotonic."""
+        fresh = sorted(r for r in rows if r[0] > self.last_us)
+        if not fresh:
+            return (), ()
+        self.last_us = fresh[-1][0]
+        return (
+            tuple(ts / 1e6 - offset for ts, _ in fresh),
+            tuple(v * self.scale for _, v in fresh),
+        )
+
+
+class GpuReader:
+    name = "nvml"
+
+    def __init__(self, nv: Any, index: int, info: dict, gpm: bool, gpm_reason: str,
+                 interval: float, offset: float):
+        self.nv = nv
+        self.index = index
+        self.info = info
+        self.gpm = gpm
+        self.gpm_reason = gpm_reason
+        self.interval = interval
+        self.offset = offset
+        self.lost = False
+        self.errors: dict[str, str] = {}  # metric -> last error, cleared when it works again
+        self._link: PcieLink | None = None
+        self._link_t = -1e9
+        self._procs: tuple[GpuProcess, ...] = ()
+        self._procs_t = -1e9
+        self._drain_t = -1e9
+        self._drains = [SampleDrain("util"), SampleDrain("mem_util"), SampleDrain("power_w", 1e-3)]
+
+    def start(self) -> None:
+        # Prime the drains so the first chunk holds only samples taken after start.
+        now_us = int((time.monotonic() + self.offset) * 1e6)
+        for d in self._drains:
+            d.last_us = now_us
+        if self.gpm:
+            self._try("gpm", self.nv.gpm_metrics, self.index)
+
+    def capabilities(self) -> tuple[Capability, ...]:
+        g = f"GPU {self.index}"
+        caps = [
+            Capability("gpm", g, CapState.AVAILABLE if self.gpm else CapState.UNSUPPORTED,
+                       "GPM metrics at 10 Hz" if self.gpm else self.gpm_reason,
+                       "" if self.gpm else "NVML-only mode: util is 'kernel or copy running', not SM activity"),
+        ]
+        if self.lost:
+            caps.append(Capability("nvml", g, CapState.ERROR, "GPU is lost (fell off the bus)",
+                                   "check dmesg for Xid errors; the GPU needs a reset by an administrator"))
+        for metric, err in sorted(self.errors.items()):
+            caps.append(Capability("nvml", f"{g} {metric}", CapState.ERROR, err))
+        return tuple(caps)
+
+    def _try(self, metric: str, fn: Any, *args: Any) -> Any:
+        try:
+            r = fn(*args)
+        except NvmlCallError as e:
+            if e.code == ERROR_GPU_LOST:
+                self.lost = True
+            self.errors[metric] = e.message
+            return None
+        self.errors.pop(metric, None)
+        return r
+
+    def sample(self, now: float) -> list[object]:
+        i = self.index
+        base = dict(t=now, index=i, uuid=self.info["uuid"], name=self.info["name"], mig=self.info["mig"])
+        if self.lost:
+            return [GpuSample(mode="lost", **base)]
+        nv = self.nv
+        f: dict[str, Any] = {}
+        util = self._try("util", nv.utilization, i)
+        if util:
+            f["util"], f["mem_util"] = float(util[0]), float(util[1])
+        if self.gpm:
+            m = self._try("gpm", nv.gpm_metrics, i) or {}
+            for k in ("graphics", "sm", "occupancy", "tensor", "dram"):
+                if k in m:
+                    f[k] = m[k]
+            for k in ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx"):
+                if k + "_mib" in m:
+                    f[k] = m[k + "_mib"] * MIB
+        else:
+            # Blocking ~21 ms each; this runs in this GPU's own thread. Never the 32-bit
+            # field counters: they wrap every ~70 ms at Gen5.
+            for d in ("rx", "tx"):
+                kbs = self._try("pcie", nv.pcie_throughput_kbs, i, d)
+                if kbs is not None:
+                    f["pcie_" + d] = kbs * 1024.0
+        p = self._try("power", nv.power_mw, i)
+        f["power_w"] = None if p is None else p / 1000.0
+        tc = self._try("temperature", nv.temperature, i)
+        f["temp_c"] = None if tc is None else float(tc)
+        clk = self._try("clocks", nv.clocks, i)
+        if clk:
+            f["sm_clock"], f["mem_clock"] = float(clk[0]), float(clk[1])
+        f["clock_events"] = self._try("clock events", nv.clock_events, i)
+        mem = self._try("memory", nv.memory, i)
+        if mem:
+            f["mem_used"], f["mem_total"] = mem
+        if now - self._link_t >= 10.0:
+            self._link_t = now
+            lk = self._try("pcie link", nv.link, i)
+            if lk:
+                self._link = PcieLink(lk["gen"], lk["width"], lk["max_gen"], lk["max_width"],
+                                      link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts")))
+        if now - self._procs_t >= 1.0:
+            self._procs_t = now
+            procs = self._try("processes", nv.processes, i)
+            if procs is not None:
+                self._procs = tuple(GpuProcess(pid, mem) for pid, mem in procs)
+        if self.lost:
+            return [GpuSample(mode="lost", **base)]
+        out: list[object] = [GpuSample(mode="gpm" if self.gpm else "nvml", link=self._link,
+                                       processes=self._procs, **base, **f)]
+        if now - self._drain_t >= 1.0:
+            self._drain_t = now
+            out.extend(self.drain())
+        return out
+
+    def drain(self) -> list[SeriesChunk]:
+        chunks = []
+        for d in self._drains:
+            rows = self._try("samples " + d.metric, self.nv.samples, self.index, d.metric, d.last_us)
+            if rows:
+                t, v = d.take(rows, self.offset)
+                if t:
+                    chunks.append(SeriesChunk(self.index, d.metric, t, v))
+        return chunks
+
+    def stop(self) -> None:
+        pass
+
+
+class NvmlCollector:
+    """Owns NVML for the process; hands out one GpuReader per GPU."""
+
+    def __init__(self, nv: Any | None = None, interval: float = 0.1, use_gpm: bool = True,
+                 offset: float | None = None):
+        self.nv = nv if nv is not None else RealNvml()
+        self.interval = interval
+        self.use_gpm = use_gpm
+        self.offset = offset if offset is not None else time.time() - time.monotonic()
+        self.system: dict = {}
+        self.readers: list[GpuReader] = []
+        self.caps: list[Capability] = []
+
+    def start(self) -> None:
+        if self.caps:  # already started (record starts it early to name the GPUs)
+            return
+        try:
+            self.system = self.nv.init()
+        except NvmlUnavailable as e:
+            self.caps = [Capability("nvml", "driver", CapState.UNSUPPORTED, str(e),
+                                    "install the NVIDIA driver, or run `memtop --demo` to see a recording")]
+            return
+        self.caps = [Capability("nvml", "driver", CapState.AVAILABLE,
+                                f"driver {self.system['driver']}, NVML {self.system['nvml_version']}")]
+        for i in range(self.system["count"]):
+            try:
+                info = self.nv.device(i)
+            except NvmlCallError as e:
+                self.caps.append(Capability("nvml", f"GPU {i}", CapState.ERROR, e.message))
+                continue
+            gpm, reason = self._gpm(i, info)
+            interval = self.interval if gpm else max(self.interval, 0.2)
+            self.readers.append(GpuReader(self.nv, i, info, gpm, reason, interval, self.offset))
+        if not self.readers and self.system["count"] == 0:
+            self.caps.append(Capability("nvml", "GPUs", CapState.UNSUPPORTED, "the driver reports no GPUs"))
+        for r in self.readers:
+            r.start()
+
+    def _gpm(self, i: int, info: dict) -> tuple[bool, str]:
+        if not self.use_gpm:
+            return False, "GPM disabled (--no-gpm)"
+        if info["mig"]:
+            return False, "MIG is enabled: GPM per GPU instance is not read by memtop"
+        try:
+            ok = self.nv.gpm_supported(i)
+        except NvmlCallError as e:
+            return False, f"GPM query failed: {e.message}"
+        return (True, "") if ok else (False, "GPM not supported on this GPU (needs Hopper or newer)")
+
+    def capabilities(self) -> tuple[Capability, ...]:
+        return tuple(self.caps) + tuple(c for r in self.readers for c in r.capabilities())
+
+    def stop(self) -> None:
+        self.nv.shutdown()

@@ -1,0 +1,174 @@
+"""Python stacks of the training processes through ``py-spy dump --json --nonblocking``.
+
+Non-blocking: py-spy reads the target's memory without pausing it. Each dump runs with a
+timeout (a hung py-spy is killed, never waited on). Failures become capabilities with a fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from memtop.model import Capability, CapState, StackFrame, StackSample, ThreadStack
+from memtop.stackclass import classify
+
+TIMEOUT_S = 2.0
+
+
+def find_pyspy() -> str | None:
+    """The py-spy installed with memtop (same bin dir as this Python), else PATH."""
+    cand = Path(sys.executable).parent / "py-spy"
+    if cand.exists():
+        return str(cand)
+    return shutil.which("py-spy")
+
+
+def ptrace_scope() -> int | None:
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def explain_error(stderr: str, pid: int) -> tuple[CapState, str, str]:
+    """Turn py-spy's stderr into (state, reason, fix)."""
+    s = stderr.lower()
+    if "permission denied" in s or "operation not permitted" in s:
+        scope = ptrace_scope()
+        fix = "run memtop as the process's owner"
+        if scope and scope >= 1:
+            fix += f"; kernel.yama.ptrace_scope={scope} (sysctl kernel.yama.ptrace_scope=0 allows same-user attach)"
+        fix += "; in a container add --cap-add SYS_PTRACE"
+        return CapState.DENIED, "ptrace denied", fix
+    if "no such file" in s or "check that the process is running" in s or "no such process" in s:
+        return CapState.ERROR, "process gone", ""
+    if "failed to find python version" in s or "doesn't appear to be a python" in s:
+        return CapState.UNSUPPORTED, "not a Python process", ""
+    if "unsupported" in s and "version" in s:
+        return CapState.UNSUPPORTED, "unsupported Python version", "upgrade py-spy (pip install -U py-spy)"
+    line = stderr.strip().splitlines()[0] if stderr.strip() else "py-spy failed"
+    return CapState.ERROR, line[:200], ""
+
+
+class SourceLines:
+    """Source text of frames, read through /proc/PID/root so containers' files resolve."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, str], list[str] | None] = {}
+
+    def get(self, pid: int, file: str, line: int) -> str:
+        if line <= 0 or file.startswith("<"):
+            return ""
+        key = (pid, file)
+        if key not in self._cache:
+            if len(self._cache) > 2000:
+                self._cache.clear()
+            lines = None
+            for p in (f"/proc/{pid}/root{file}", file):
+                try:
+                    with open(p, encoding="utf-8", errors="replace") as fh:
+                        lines = fh.read().splitlines()
+                    break
+                except OSError:
+                    continue
+            self._cache[key] = lines
+        lines = self._cache[key]
+        return lines[line - 1].strip() if lines and line <= len(lines) else ""
+
+
+def parse_dump(text: str, pid: int, t: float, src: SourceLines | None = None) -> StackSample:
+    """py-spy's JSON (a list of threads) -> StackSample with each thread classified."""
+    threads = []
+    for th in json.loads(text):
+        frames = tuple(
+            StackFrame(f.get("name") or "?", f.get("filename") or "?", int(f.get("line") or 0),
+                       src.get(pid, f.get("filename") or "", int(f.get("line") or 0)) if src else "")
+            for f in th.get("frames") or ()
+        )
+        active = bool(th.get("active"))
+        tid = int(th.get("os_thread_id") or th.get("thread_id") or 0)
+        threads.append(ThreadStack(tid, th.get("thread_name") or ("MainThread" if tid == pid else "thread"),
+                                   active, bool(th.get("owns_gil")), frames, classify(frames, active)))
+    return StackSample(t, pid, tuple(threads))
+
+
+class StacksCollector:
+    name = "stacks"
+
+    def __init__(self, interval: float = 1.0, worker_every: int = 5, pids: tuple[int, ...] = ()):
+        self.interval = interval
+        self.worker_every = worker_every  # DataLoader workers are dumped every Nth cycle
+        self.pyspy = find_pyspy()
+        self.targets: dict[int, int | None] = {p: None for p in pids}  # pid -> parent (workers)
+        self.status: dict[int, Capability] = {}
+        self._src = SourceLines()
+        self._cycle = 0
+
+    def start(self) -> None:
+        pass
+
+    def set_targets(self, targets: dict[int, int | None]) -> None:
+        self.targets = targets
+        for gone in set(self.status) - set(targets):
+            del self.status[gone]
+
+    def capabilities(self) -> tuple[Capability, ...]:
+        if self.pyspy is None:
+            return (Capability("stacks", "py-spy", CapState.UNSUPPORTED, "py-spy not found",
+                               "pip install py-spy (it is a memtop dependency)"),)
+        return tuple(self.status[p] for p in sorted(self.status))
+
+    def _spawn(self, pid: int, native: bool = False) -> subprocess.Popen:
+        args = [self.pyspy or "py-spy", "dump", "--json", "--pid", str(pid)]
+        args += ["--native"] if native else ["--nonblocking"]
+        env = {"PATH": os.environ.get("PATH", ""), "RUST_BACKTRACE": "0"}
+        return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def sample(self, now: float) -> list[object]:
+        if self.pyspy is None:
+            return []
+        self._cycle += 1
+        pids = [p for p, parent in self.targets.items()
+                if parent is None or self._cycle % self.worker_every == 0]
+        running = []
+        for pid in pids:  # start all dumps, then collect: one slow target delays none other
+            try:
+                running.append((pid, self._spawn(pid), time.monotonic()))
+            except OSError as e:
+                self.status[pid] = Capability("stacks", f"pid {pid}", CapState.ERROR, f"py-spy: {e}")
+        return [s for s in (self._collect(pid, proc, t0) for pid, proc, t0 in running) if s]
+
+    def _collect(self, pid: int, proc: subprocess.Popen, t0: float) -> StackSample | None:
+        try:
+            out, err = proc.communicate(timeout=max(0.1, TIMEOUT_S - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            self.status[pid] = Capability("stacks", f"pid {pid}", CapState.ERROR,
+                                          f"py-spy hung (> {TIMEOUT_S:.0f} s) and was killed")
+            return None
+        t = time.monotonic()
+        if proc.returncode != 0:
+            state, reason, fix = explain_error(err, pid)
+            self.status[pid] = Capability("stacks", f"pid {pid}", state, reason, fix)
+            return StackSample(t, pid, (), reason)
+        try:
+            sample = parse_dump(out, pid, t, self._src)
+        except (ValueError, TypeError, AttributeError) as e:
+            self.status[pid] = Capability("stacks", f"pid {pid}", CapState.ERROR, f"unreadable py-spy output: {e}")
+            return None
+        self.status[pid] = Capability("stacks", f"pid {pid}", CapState.AVAILABLE, "py-spy --nonblocking")
+        return sample
+
+    def native_dump(self, pid: int) -> StackSample:
+        """One-off dump with native frames (on request only: it briefly pauses the target)."""
+        proc = self._spawn(pid, native=True)
+        return self._collect(pid, proc, time.monotonic()) or StackSample(time.monotonic(), pid, (), "failed")
+
+    def stop(self) -> None:
+        pass

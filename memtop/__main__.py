@@ -1,0 +1,5 @@
+import sys
+
+from memtop.cli import main
+
+sys.exit(main())

@@ -1,0 +1,147 @@
+"""`memtop doctor`: what this machine can give, and for each "no" the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from memtop import __version__
+from memtop.collectors import numa, perf, stacks
+from memtop.collectors.nvml import NvmlCollector, link_bytes_per_s
+from memtop.collectors.nvml_calls import NvmlCallError
+
+Row = dict  # {"check", "ok", "detail", "fix"}
+
+
+def _row(check: str, ok: bool | None, detail: str, fix: str = "") -> Row:
+    return {"check": check, "ok": ok, "detail": detail, "fix": fix}
+
+
+def gpu_rows(nv=None) -> list[Row]:
+    col = NvmlCollector(nv)
+    col.start()
+    rows = []
+    drv = col.caps[0] if col.caps else None
+    if drv is None or not drv.ok:
+        return [_row("NVIDIA driver", False, drv.detail if drv else "unknown",
+                     drv.fix if drv else "")]
+    rows.append(_row("NVIDIA driver", True, drv.detail))
+    rows.append(_row("GPUs", bool(col.readers), f"{len(col.readers)}: " + ", ".join(
+        sorted({r.info["name"] for r in col.readers})) if col.readers else "none"))
+    for r in col.readers:
+        g = f"GPU {r.index}"
+        rows.append(_row(f"{g} GPM", r.gpm, "supported (10 Hz SM/tensor/DRAM/PCIe)" if r.gpm else r.gpm_reason,
+                         "" if r.gpm else "memtop falls back to NVML util + PCIe throughput (lower confidence)"))
+        try:
+            n = len(col.nv.samples(r.index, "power_w", 0))
+            rows.append(_row(f"{g} sample buffers", n > 0, f"{n} power samples buffered by the driver"))
+        except NvmlCallError as e:
+            rows.append(_row(f"{g} sample buffers", False, e.message, "util/power history falls back to polling"))
+        try:
+            lk = col.nv.link(r.index)
+            cap = link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts")) / 1e9
+            down = lk["gen"] < lk["max_gen"] or lk["width"] < lk["max_width"]
+            rows.append(_row(f"{g} PCIe link", not down,
+                             f"Gen{lk['gen']} x{lk['width']} (max Gen{lk['max_gen']} x{lk['max_width']}), "
+                             f"{cap:.1f} GB/s per direction" + (" — DOWN-TRAINED" if down else ""),
+                             "reseat the card or check the slot/riser; idle GPUs may drop the link gen to save power"
+                             if down else ""))
+        except NvmlCallError as e:
+            rows.append(_row(f"{g} PCIe link", None, e.message))
+    col.stop()
+    return rows
+
+
+def pyspy_rows() -> list[Row]:
+    exe = stacks.find_pyspy()
+    if exe is None:
+        return [_row("py-spy", False, "not found", "pip install py-spy")]
+    rows = [_row("py-spy", True, exe)]
+    scope = stacks.ptrace_scope()
+    rows.append(_row("ptrace scope", scope in (None, 0, 1),
+                     "no Yama LSM" if scope is None else f"kernel.yama.ptrace_scope={scope}",
+                     "" if scope in (None, 0, 1) else "sysctl kernel.yama.ptrace_scope=1 (or run as root)"))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
+    try:
+        time.sleep(0.3)
+        p = subprocess.run([exe, "dump", "--json", "--nonblocking", "--pid", str(child.pid)],
+                           capture_output=True, text=True, timeout=10, env={"RUST_BACKTRACE": "0",
+                                                                           "PATH": os.environ.get("PATH", "")})
+        if p.returncode == 0:
+            rows.append(_row("py-spy attach", True, "can read a same-user Python process"))
+        else:
+            _, reason, fix = stacks.explain_error(p.stderr, child.pid)
+            rows.append(_row("py-spy attach", False, reason, fix))
+    except subprocess.TimeoutExpired:
+        rows.append(_row("py-spy attach", False, "py-spy hung"))
+    finally:
+        child.kill()
+        child.wait()
+    return rows
+
+
+def perf_rows() -> list[Row]:
+    level = perf.paranoid()
+    rows = [_row("perf_event_paranoid", level is not None and level <= 2, str(level),
+                 "" if level is not None and level <= 2 else "sysctl kernel.perf_event_paranoid=2")]
+    try:
+        libc = perf._Libc()
+    except OSError as e:
+        return rows + [_row("perf_event_open", False, str(e))]
+    for label, events in (("software counters", perf.SOFTWARE), ("hardware counters (PMU)", perf.HARDWARE)):
+        try:
+            g = perf._Group(libc, 0, events[:1])
+            g.close()
+            rows.append(_row(label, True, "readable for own processes"))
+        except OSError as e:
+            _, reason, fix = perf.explain(e, events is perf.HARDWARE)
+            rows.append(_row(label, False, reason, fix))
+    return rows
+
+
+def host_rows(root: Path = Path("/")) -> list[Row]:
+    ids = numa.node_ids(root)
+    rows = [_row("NUMA layout", None, f"{len(ids)} node(s)" + (": placement checks do not apply" if len(ids) < 2 else ""))]
+    container = any(Path(p).exists() for p in ("/.dockerenv", "/run/.containerenv"))
+    try:
+        cg = Path("/proc/1/cgroup").read_text()
+        container = container or any(k in cg for k in ("docker", "kubepods", "containerd", "libpod"))
+    except OSError:
+        pass
+    nspid = ""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                nspid = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    nested = len(nspid) > 1
+    rows.append(_row("container / PID namespace", not nested,
+                     ("in a container; " if container else "not in a container; ")
+                     + ("own PID namespace: NVML may report host PIDs memtop cannot see" if nested else "host PID namespace"),
+                     "run with --pid=host (docker) or hostPID: true (Kubernetes) to see training processes"
+                     if nested else ""))
+    return rows
+
+
+def collect(nv=None) -> list[Row]:
+    return [_row("memtop", True, f"{__version__} on Python {sys.version.split()[0]}"),
+            *gpu_rows(nv), *pyspy_rows(), *perf_rows(), *host_rows()]
+
+
+def doctor(as_json: bool = False) -> int:
+    rows = collect()
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    w = max(len(r["check"]) for r in rows)
+    for r in rows:
+        mark = {True: "yes", False: "NO ", None: " - "}[r["ok"]]
+        print(f"{mark}  {r['check']:<{w}}  {r['detail']}")
+        if r["fix"] and r["ok"] is False:
+            print(f"{'':5}{'':<{w}}  fix: {r['fix']}")
+    return 0

@@ -1,0 +1,253 @@
+"""The Frame model: immutable snapshots of everything memtop knows at one instant.
+
+Every part carries its own timestamp ``t`` on one clock (``time.monotonic()``, which is
+system-wide on Linux, so workloads can write markers on it too). A Frame holds the newest
+part from each source; a part repeats across Frames until its source samples again, and
+the store writes a part only when its ``t`` changes. This module imports neither textual
+nor pynvml (a test enforces it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+
+now = time.monotonic
+
+
+def wall_offset() -> float:
+    """Seconds to add to a monotonic timestamp to get Unix time (recorded once per run)."""
+    return time.time() - time.monotonic()
+
+
+class CapState(str, Enum):
+    AVAILABLE = "available"
+    UNSUPPORTED = "unsupported"
+    DENIED = "denied"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """What one source can give; unavailable is data the UI shows, never an exception."""
+
+    source: str  # "nvml", "gpm", "stacks", "perf", "numa", ...
+    name: str  # what it is about, e.g. "GPU 0" or "pid 1234"
+    state: CapState
+    detail: str = ""
+    fix: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state is CapState.AVAILABLE
+
+
+@dataclass(frozen=True, slots=True)
+class PcieLink:
+    gen: int
+    width: int
+    max_gen: int
+    max_width: int
+    bytes_per_s: float  # capacity of the negotiated link, one direction
+
+    @property
+    def downtrained(self) -> bool:
+        return self.gen < self.max_gen or self.width < self.max_width
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    pid: int
+    used_memory: int | None  # bytes; None when the driver does not say
+
+
+# Clock-event (throttle) reason bits, as NVML defines them.
+CLOCK_EVENT_NAMES: dict[int, str] = {
+    0x1: "gpu idle",
+    0x2: "app clocks",
+    0x4: "sw power cap",
+    0x8: "hw slowdown",
+    0x10: "sync boost",
+    0x20: "sw thermal",
+    0x40: "hw thermal",
+    0x80: "hw power brake",
+    0x100: "display clocks",
+}
+# Reasons that mean the GPU is being held back (idle and app-clock settings are not).
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    t: float
+    index: int
+    uuid: str
+    name: str
+    mode: str  # "gpm", "nvml" (no GPM) or "lost"
+    util: float | None = None  # NVML: time a kernel *or copy* ran, %
+    mem_util: float | None = None
+    graphics: float | None = None  # GPM, %
+    sm: float | None = None
+    occupancy: float | None = None
+    tensor: float | None = None
+    dram: float | None = None
+    pcie_rx: float | None = None  # bytes/s into the GPU
+    pcie_tx: float | None = None
+    nvlink_rx: float | None = None
+    nvlink_tx: float | None = None
+    link: PcieLink | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    sm_clock: float | None = None  # MHz
+    mem_clock: float | None = None
+    clock_events: int | None = None  # bitmask, see CLOCK_EVENT_NAMES
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    mig: bool = False
+
+    @property
+    def throttled(self) -> bool:
+        return bool(self.clock_events and self.clock_events & THROTTLE_MASK)
+
+    @property
+    def throttle_reasons(self) -> tuple[str, ...]:
+        ev = self.clock_events or 0
+        return tuple(n for bit, n in CLOCK_EVENT_NAMES.items() if ev & bit & THROTTLE_MASK)
+
+    def pcie_fraction(self) -> float | None:
+        """Larger direction's throughput as a fraction of the link (0..1)."""
+        if self.link is None or not self.link.bytes_per_s:
+            return None
+        rates = [r for r in (self.pcie_rx, self.pcie_tx) if r is not None]
+        return max(rates) / self.link.bytes_per_s if rates else None
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesChunk:
+    """Driver-buffered samples (nvmlDeviceGetSamples) drained since the previous chunk."""
+
+    gpu: int
+    metric: str  # "util", "mem_util", "power_w"
+    t: tuple[float, ...]
+    v: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NumaNode:
+    node: int
+    cpus: str  # cpulist, e.g. "0-15"
+    mem_total: int
+    mem_free: int
+    # numastat deltas per second since the previous sample (page allocations, not traffic)
+    hit_rate: float = 0.0
+    miss_rate: float = 0.0
+    foreign_rate: float = 0.0
+    other_node_rate: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProcSample:
+    pid: int
+    ppid: int
+    name: str
+    cmdline: str
+    user: str
+    cpu_pct: float
+    threads: int
+    state: str  # one-letter /proc state of the main thread: R, S, D, ...
+    cpus_allowed: str
+    mems_allowed: str
+    last_cpus: tuple[int, ...]  # CPUs its threads last ran on
+    gpus: tuple[int, ...]  # GPU indices it has a context on (empty for workers)
+    worker_of: int | None = None  # parent GPU process pid, for DataLoader workers
+    placement: str = "n/a"  # local / remote / split / n/a
+
+
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    t: float
+    cpu_pct: tuple[float, ...]  # per core
+    iowait_pct: float
+    load: tuple[float, float, float]
+    mem_used: int
+    mem_total: int
+    swap_used: int
+    swap_total: int
+    numa: tuple[NumaNode, ...] = ()
+    gpu_nodes: tuple[int, ...] = ()  # NUMA node of each GPU by index; -1 unknown
+    procs: tuple[ProcSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StackFrame:
+    name: str
+    file: str
+    line: int
+    code: str = ""  # the source line's text when readable
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    tid: int
+    name: str
+    active: bool
+    owns_gil: bool
+    frames: tuple[StackFrame, ...]  # leaf first
+    klass: str = "other"  # sync / copy / data / other / idle (see memtop.stackclass)
+
+
+@dataclass(frozen=True, slots=True)
+class StackSample:
+    t: float
+    pid: int
+    threads: tuple[ThreadStack, ...] = ()
+    error: str | None = None
+
+    @property
+    def main(self) -> ThreadStack | None:
+        for th in self.threads:
+            if th.tid == self.pid:
+                return th
+        return self.threads[0] if self.threads else None
+
+
+@dataclass(frozen=True, slots=True)
+class PerfSample:
+    t: float
+    pid: int
+    # per-second rates by event name (task-clock in CPU-seconds/s); hardware ones absent without a PMU
+    rates: tuple[tuple[str, float], ...]
+
+    def get(self, name: str) -> float | None:
+        return dict(self.rates).get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """Ground truth from a labelled workload: a phase of known bottleneck."""
+
+    t0: float
+    t1: float
+    label: str
+    name: str
+    facts: str = ""  # JSON text of the measured facts
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    t: float
+    gpus: tuple[GpuSample, ...] = ()
+    host: HostSample | None = None
+    stacks: tuple[StackSample, ...] = ()
+    perf: tuple[PerfSample, ...] = ()
+    series: tuple[SeriesChunk, ...] = ()  # only the chunks new in this Frame
+    caps: tuple[Capability, ...] = ()
+    notes: tuple[str, ...] = field(default=())  # faults during the run, shown in the UI
+
+    def gpu(self, index: int) -> GpuSample | None:
+        for g in self.gpus:
+            if g.index == index:
+                return g
+        return None

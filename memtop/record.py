@@ -1,0 +1,100 @@
+"""`memtop record`: headless recording with a one-line progress display on a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from memtop.errors import UserError
+from memtop.sampler import Sampler, SamplerConfig
+from memtop.store import Writer, read_markers
+
+
+def sampler_config(args: argparse.Namespace) -> SamplerConfig:
+    for pid in args.pid:
+        if not Path(f"/proc/{pid}").exists():
+            raise UserError(f"no process with PID {pid}")
+    return SamplerConfig(gpu_interval=args.interval, use_gpm=not args.no_gpm, stacks=not args.no_stacks,
+                         perf=not args.no_perf, pids=tuple(args.pid))
+
+
+def run_meta(sampler: Sampler) -> dict:
+    """What a recording says about where it came from (never environment variables)."""
+    nv = sampler.nvml
+    return {
+        "host": platform.node(),
+        "started_wall": time.time(),
+        "wall_offset": sampler.offset,
+        "command": ["memtop", *sys.argv[1:]],
+        "driver": nv.system.get("driver"),
+        "nvml_version": nv.system.get("nvml_version"),
+        "gpus": [{"index": r.index, "name": r.info["name"], "uuid": r.info["uuid"],
+                  "pci_bus_id": r.info.get("pci_bus_id"), "mode": "gpm" if r.gpm else "nvml"}
+                 for r in nv.readers],
+        "cadence": {"gpu_s": sampler.cfg.gpu_interval, "host_s": sampler.cfg.host_interval,
+                    "stacks_s": sampler.cfg.stack_interval if sampler.cfg.stacks else None,
+                    "perf_s": sampler.cfg.perf_interval if sampler.cfg.perf else None},
+        "cpus": os.cpu_count(),
+    }
+
+
+def _size(path: Path) -> int:
+    return sum(os.path.getsize(str(path) + s) for s in ("", "-wal") if os.path.exists(str(path) + s))
+
+
+def record(args: argparse.Namespace) -> int:
+    out = Path(args.output)
+    if args.markers and not Path(args.markers).parent.exists():
+        raise UserError(f"cannot write markers next to {args.markers}: no such directory")
+    if not out.parent.exists():
+        raise UserError(f"cannot create {out}: directory {out.parent} does not exist")
+    sampler = Sampler(sampler_config(args), on_frame=lambda f: None)
+    done = threading.Event()
+
+    def _stop(*_: object) -> None:
+        done.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
+    sampler.nvml.start()  # before meta: it names the GPUs
+    writer = Writer(out, {}, force=args.force)
+    sampler.on_frame = writer.add
+    for k, v in run_meta(sampler).items():
+        writer.set_meta(k, v)
+    sampler.start()
+    t0 = time.monotonic()
+    tty = sys.stderr.isatty()
+    try:
+        while not done.wait(0.5):
+            elapsed = time.monotonic() - t0
+            if writer.error:
+                print(f"memtop: {writer.error}", file=sys.stderr)
+                return 2
+            if tty:
+                missing = sorted({c.source for c in sampler.capabilities() if not c.ok})
+                line = (f"\rrecording {out.name}: {elapsed:6.1f} s, {writer.frames} frames, "
+                        f"{_size(out) / 1e6:.1f} MB" + (f", unavailable: {', '.join(missing)}" if missing else ""))
+                print(line[:200].ljust(80), end="", file=sys.stderr, flush=True)
+            if args.duration and elapsed >= args.duration:
+                break
+    finally:
+        sampler.stop()
+        if args.markers:
+            try:
+                writer.add_markers(read_markers(args.markers))
+            except (OSError, ValueError, KeyError) as e:
+                print(f"\nmemtop: markers not attached: {e}", file=sys.stderr)
+        writer.set_meta("ended_wall", time.time())
+        writer.set_meta("missed_ticks", sampler.missed)
+        writer.close()
+    if tty:
+        print(file=sys.stderr)
+    print(f"recorded {writer.frames} frames in {time.monotonic() - t0:.1f} s to {out} "
+          f"({_size(out) / 1e6:.2f} MB)", file=sys.stderr)
+    return 0

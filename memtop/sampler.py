@@ -1,0 +1,235 @@
+"""Runs the collectors on one clock and emits immutable Frames.
+
+An asyncio loop in its own thread; each collector's blocking ``sample`` runs in that
+collector's own single-thread executor, so a slow GPU or a hung py-spy never delays the
+others. Frames go to ``on_frame`` (store writer, classifier, UI) at the base tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memtop.collectors.host import HostCollector
+from memtop.collectors.nvml import NvmlCollector
+from memtop.collectors.perf import PerfCollector
+from memtop.collectors.stacks import StacksCollector
+from memtop.model import (
+    Capability,
+    Frame,
+    GpuSample,
+    HostSample,
+    PerfSample,
+    SeriesChunk,
+    StackSample,
+    now,
+    wall_offset,
+)
+
+
+@dataclass
+class SamplerConfig:
+    gpu_interval: float = 0.1
+    host_interval: float = 0.5
+    stack_interval: float = 1.0
+    perf_interval: float = 1.0
+    use_gpm: bool = True
+    stacks: bool = True
+    perf: bool = True
+    pids: tuple[int, ...] = ()
+    nvml: object | None = None  # a backend (ReplayNvml in tests); None = the real driver
+    root: Path = field(default_factory=lambda: Path("/"))
+
+
+def is_python(pid: int) -> bool:
+    try:
+        exe = Path(f"/proc/{pid}/exe").resolve().name
+    except OSError:
+        exe = ""
+    if "python" in exe:
+        return True
+    try:
+        return b"python" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+
+
+class Sampler:
+    def __init__(self, cfg: SamplerConfig, on_frame: Callable[[Frame], None]):
+        self.cfg = cfg
+        self.on_frame = on_frame
+        self.offset = wall_offset()
+        self.nvml = NvmlCollector(cfg.nvml, cfg.gpu_interval, cfg.use_gpm, self.offset)
+        self.host = HostCollector(cfg.host_interval, cfg.root, cfg.pids)
+        self.stacks = StacksCollector(cfg.stack_interval, pids=cfg.pids) if cfg.stacks else None
+        self.perf = PerfCollector(cfg.perf_interval, cfg.pids) if cfg.perf else None
+        self.missed = 0
+        self.frames = 0
+        self._gpus: dict[int, GpuSample] = {}
+        self._host: HostSample | None = None
+        self._stacks: dict[int, StackSample] = {}
+        self._perf: dict[int, PerfSample] = {}
+        self._series: list[SeriesChunk] = []
+        self._notes: deque[str] = deque(maxlen=20)
+        self._caps: tuple[Capability, ...] = ()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        self.nvml.start()
+        self._thread = threading.Thread(target=self._thread_main, name="memtop-sampler", daemon=True)
+        self._thread.start()
+        self._started.wait(5)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.nvml.stop()
+
+    def _collectors(self) -> list:
+        cs: list = [*self.nvml.readers, self.host]
+        cs += [c for c in (self.stacks, self.perf) if c is not None]
+        return cs
+
+    def capabilities(self) -> tuple[Capability, ...]:
+        caps = list(self.nvml.capabilities()) + list(self.host.capabilities())
+        for c in (self.stacks, self.perf):
+            if c is not None:
+                caps.extend(c.capabilities())
+        return tuple(caps)
+
+    def note(self, text: str) -> None:
+        with self._lock:
+            if not self._notes or self._notes[-1] != text:
+                self._notes.append(text)
+
+    def _thread_main(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        collectors = self._collectors()
+        for c in collectors[len(self.nvml.readers):]:
+            c.start()
+        tasks = [asyncio.create_task(self._run(c)) for c in collectors]
+        tasks.append(asyncio.create_task(self._frames()))
+        self._started.set()
+        await self._stop.wait()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for c in collectors:
+            c.stop()
+
+    async def _sleep_until(self, t: float) -> bool:
+        """Sleep until monotonic time t; True if asked to stop."""
+        assert self._stop is not None
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, t - now()))
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def _run(self, c) -> None:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"memtop-{c.name}") as ex:
+            due = now()
+            while True:
+                try:
+                    parts = await loop.run_in_executor(ex, c.sample, now())
+                except Exception as e:  # a collector bug must not end the run
+                    self.note(f"{c.name} collector failed: {type(e).__name__}: {e}")
+                    parts = []
+                self._absorb(parts)
+                due += c.interval
+                if due < now():
+                    self.missed += int((now() - due) / c.interval) + 1
+                    due = now()
+                if await self._sleep_until(due):
+                    return
+
+    def _absorb(self, parts) -> None:
+        with self._lock:
+            for p in parts:
+                if isinstance(p, GpuSample):
+                    self._gpus[p.index] = p
+                elif isinstance(p, SeriesChunk):
+                    self._series.append(p)
+                elif isinstance(p, HostSample):
+                    self._host = p
+                elif isinstance(p, StackSample):
+                    self._stacks[p.pid] = p
+                elif isinstance(p, PerfSample):
+                    self._perf[p.pid] = p
+
+    def _retarget(self) -> None:
+        """Feed who to watch (from NVML and host data) back to the host, stack and perf collectors."""
+        gpu_pids: dict[int, tuple[int, ...]] = {}
+        for g in self._gpus.values():
+            for p in g.processes:
+                gpu_pids[p.pid] = (*gpu_pids.get(p.pid, ()), g.index)
+        self.host.set_gpu_processes(gpu_pids, tuple(r.info.get("pci_bus_id", "") for r in self.nvml.readers))
+        roots = tuple(self.cfg.pids) or tuple(p for p in gpu_pids if is_python(p))
+        targets: dict[int, int | None] = dict.fromkeys(roots)
+        if self._host is not None:
+            for ps in self._host.procs:
+                if ps.worker_of in targets and ps.pid not in targets and is_python(ps.pid):
+                    targets[ps.pid] = ps.worker_of
+        if self.stacks is not None:
+            self.stacks.set_targets(targets)
+        if self.perf is not None:
+            self.perf.set_targets(roots)
+        live = set(targets)
+        for pid in [p for p in self._stacks if p not in live]:
+            del self._stacks[pid]
+        for pid in [p for p in self._perf if p not in live]:
+            del self._perf[pid]
+
+    def snapshot(self, t: float) -> Frame:
+        with self._lock:
+            series, self._series = tuple(self._series), []
+            return Frame(
+                t=t,
+                gpus=tuple(self._gpus[i] for i in sorted(self._gpus)),
+                host=self._host,
+                stacks=tuple(self._stacks[p] for p in sorted(self._stacks)),
+                perf=tuple(self._perf[p] for p in sorted(self._perf)),
+                series=series,
+                caps=self._caps,
+                notes=tuple(self._notes),
+            )
+
+    async def _frames(self) -> None:
+        base = min([r.interval for r in self.nvml.readers] or [self.cfg.host_interval])
+        due = now()
+        caps_due = due
+        while True:
+            t = now()
+            if t >= caps_due:
+                with self._lock:
+                    self._retarget()
+                self._caps = self.capabilities()
+                caps_due = t + 1.0
+            frame = self.snapshot(t)
+            self.frames += 1
+            try:
+                self.on_frame(frame)
+            except Exception as e:
+                self.note(f"frame consumer failed: {type(e).__name__}: {e}")
+            due += base
+            if due < now():
+                due = now()
+            if await self._sleep_until(due):
+                return

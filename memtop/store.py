@@ -1,0 +1,491 @@
+"""Recordings: a SQLite file (schema in docs/RECORDING.md) written by its own thread, read back as Frames.
+
+A part is written only when its timestamp changes (Frames repeat parts until their source
+samples again), numbers are stored as small integers (per-mille, KiB/s, MiB, deci-watts),
+and stacks are deduplicated into a table of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import os
+import queue
+import sqlite3
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from memtop import __version__
+from memtop.errors import UserError
+from memtop.model import (
+    Capability,
+    CapState,
+    Frame,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    Marker,
+    NumaNode,
+    PcieLink,
+    PerfSample,
+    ProcSample,
+    SeriesChunk,
+    StackFrame,
+    StackSample,
+    ThreadStack,
+)
+
+SCHEMA_VERSION = 1
+MAGIC = "memtop-recording"
+
+# GPU columns and their integer scale: stored = round(value * scale).
+GPU_COLS: tuple[tuple[str, float], ...] = (
+    ("util", 10), ("mem_util", 10), ("graphics", 10), ("sm", 10), ("occupancy", 10), ("tensor", 10),
+    ("dram", 10), ("pcie_rx", 1 / 1024), ("pcie_tx", 1 / 1024), ("nvlink_rx", 1 / 1024),
+    ("nvlink_tx", 1 / 1024), ("power_w", 10), ("temp_c", 1), ("sm_clock", 1), ("mem_clock", 1),
+    ("clock_events", 1), ("mem_used", 1 / (1 << 20)), ("mem_total", 1 / (1 << 20)),
+)
+_INT_COLS = {"clock_events", "mem_used", "mem_total"}
+
+SCHEMA = f"""
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE frame(t REAL PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE gpu(t REAL NOT NULL, gpu INTEGER NOT NULL, mode TEXT NOT NULL, {", ".join(c for c, _ in GPU_COLS)});
+CREATE INDEX gpu_t ON gpu(t);
+CREATE INDEX gpu_gt ON gpu(gpu, t);
+CREATE TABLE gpu_state(t REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name TEXT, mig INTEGER, link TEXT, processes TEXT);
+CREATE TABLE series(t REAL NOT NULL, gpu INTEGER NOT NULL, metric TEXT NOT NULL, data BLOB NOT NULL);
+CREATE INDEX series_t ON series(t);
+CREATE TABLE host(t REAL PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE stack(id INTEGER PRIMARY KEY, frames TEXT NOT NULL UNIQUE);
+CREATE TABLE stack_sample(t REAL NOT NULL, pid INTEGER NOT NULL, tid INTEGER, name TEXT, active INTEGER,
+                          gil INTEGER, klass TEXT, stack INTEGER REFERENCES stack(id), error TEXT);
+CREATE INDEX stack_sample_t ON stack_sample(t);
+CREATE TABLE perf(t REAL NOT NULL, pid INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE TABLE caps(t REAL NOT NULL, data TEXT NOT NULL);
+CREATE TABLE note(t REAL NOT NULL, text TEXT NOT NULL);
+CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, name TEXT, facts TEXT);
+"""
+
+
+# -- encoding ---------------------------------------------------------------------------
+def _enc(v: float | None, scale: float, as_int: bool) -> int | None:
+    if v is None:
+        return None
+    return int(v * scale) if as_int else round(v * scale)
+
+
+def _dec(v: int | None, scale: float) -> float | None:
+    return None if v is None else v / scale
+
+
+def gpu_row(g: GpuSample) -> tuple:
+    return (g.t, g.index, g.mode, *(_enc(getattr(g, c), s, c in _INT_COLS) for c, s in GPU_COLS))
+
+
+def gpu_state_key(g: GpuSample) -> tuple:
+    return (g.uuid, g.name, g.mig, g.link, g.processes)
+
+
+def _host_blob(h: HostSample) -> bytes:
+    d = asdict(h)
+    d["cpu_pct"] = [round(c, 1) for c in h.cpu_pct]
+    return zlib.compress(json.dumps(d, separators=(",", ":")).encode(), 6)
+
+
+def _host_from_blob(blob: bytes) -> HostSample:
+    d = json.loads(zlib.decompress(blob))
+    d["cpu_pct"] = tuple(d["cpu_pct"])
+    d["load"] = tuple(d["load"])
+    d["numa"] = tuple(NumaNode(**n) for n in d["numa"])
+    d["gpu_nodes"] = tuple(d["gpu_nodes"])
+    d["procs"] = tuple(ProcSample(**{**p, "last_cpus": tuple(p["last_cpus"]), "gpus": tuple(p["gpus"])})
+                       for p in d["procs"])
+    return HostSample(**d)
+
+
+def _caps_json(caps: tuple[Capability, ...]) -> str:
+    return json.dumps([[c.source, c.name, c.state.value, c.detail, c.fix] for c in caps])
+
+
+def _caps_from_json(text: str) -> tuple[Capability, ...]:
+    return tuple(Capability(s, n, CapState(st), d, f) for s, n, st, d, f in json.loads(text))
+
+
+def create_private(path: Path, force: bool) -> None:
+    """Create the file 0600 (recordings hold stacks and command lines)."""
+    if force:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(path) + suffix)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        raise UserError(f"{path} exists (use --force to overwrite)") from None
+    except OSError as e:
+        raise UserError(f"cannot create {path}: {e.strerror}") from None
+    os.close(fd)
+
+
+# -- writing ----------------------------------------------------------------------------
+class Writer:
+    """Appends Frames from any thread; its own thread writes and commits about once a second."""
+
+    def __init__(self, path: str | Path, meta: dict, force: bool = False, commit_every: float = 1.0):
+        self.path = Path(path)
+        create_private(self.path, force)
+        self.commit_every = commit_every
+        self.error: str | None = None
+        self.frames = 0
+        self._q: queue.Queue = queue.Queue(maxsize=10000)
+        self._last: dict[tuple, object] = {}
+        self._stack_ids: dict[str, int] = {}
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+            meta = {"magic": MAGIC, "schema": SCHEMA_VERSION, "memtop_version": __version__, **meta}
+            self._db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
+            self._db.commit()
+        except sqlite3.Error as e:
+            raise UserError(f"cannot write {self.path}: {e}") from None
+        self._thread = threading.Thread(target=self._loop, name="memtop-writer", daemon=True)
+        self._thread.start()
+
+    def add(self, frame: Frame) -> None:
+        if self.error is None:
+            try:
+                self._q.put_nowait(frame)
+            except queue.Full:
+                self.error = "recording fell behind (disk too slow); recording stopped"
+
+    def add_markers(self, markers: list[Marker]) -> None:
+        self._q.put(("markers", markers))
+
+    def set_meta(self, key: str, value: object) -> None:
+        self._q.put(("meta", key, value))
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        import time
+
+        last_commit = time.monotonic()
+        while True:
+            try:
+                item = self._q.get(timeout=self.commit_every)
+            except queue.Empty:
+                item = ...
+            try:
+                if item is None:
+                    self._db.commit()
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    self._db.close()
+                    return
+                if isinstance(item, Frame):
+                    self._write(item)
+                    self.frames += 1
+                elif isinstance(item, tuple) and item[0] == "markers":
+                    self._db.executemany("INSERT INTO marker VALUES (?,?,?,?,?)",
+                                         [(m.t0, m.t1, m.label, m.name, m.facts) for m in item[1]])
+                elif isinstance(item, tuple) and item[0] == "meta":
+                    self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (item[1], json.dumps(item[2])))
+                if time.monotonic() - last_commit >= self.commit_every:
+                    self._db.commit()
+                    last_commit = time.monotonic()
+            except sqlite3.Error as e:
+                self.error = f"recording stopped: {e}"  # e.g. disk full; the run goes on
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.close()
+                while self._q.get() is not None:  # drain until close()
+                    pass
+                return
+
+    def _changed(self, key: tuple, value: object) -> bool:
+        if self._last.get(key) == value:
+            return False
+        self._last[key] = value
+        return True
+
+    def _stack_id(self, frames: tuple[StackFrame, ...]) -> int:
+        text = json.dumps([[f.name, f.file, f.line, f.code] for f in frames], separators=(",", ":"))
+        sid = self._stack_ids.get(text)
+        if sid is None:
+            sid = self._db.execute("INSERT INTO stack(frames) VALUES (?)", (text,)).lastrowid
+            self._stack_ids[text] = sid
+        return sid
+
+    def _write(self, f: Frame) -> None:
+        db = self._db
+        db.execute("INSERT OR IGNORE INTO frame VALUES (?)", (f.t,))
+        rows = [gpu_row(g) for g in f.gpus if self._changed(("gpu", g.index), g.t)]
+        if rows:
+            db.executemany(f"INSERT INTO gpu VALUES ({','.join('?' * (3 + len(GPU_COLS)))})", rows)
+        for g in f.gpus:
+            if self._changed(("gpu_state", g.index), gpu_state_key(g)):
+                db.execute("INSERT INTO gpu_state VALUES (?,?,?,?,?,?,?)", (
+                    g.t, g.index, g.uuid, g.name, int(g.mig),
+                    json.dumps(asdict(g.link)) if g.link else None,
+                    json.dumps([[p.pid, p.used_memory] for p in g.processes])))
+        for c in f.series:
+            t0 = c.t[0]
+            data = np.column_stack([np.asarray(c.t) - t0, np.asarray(c.v)]).astype(np.float32).tobytes()
+            db.execute("INSERT INTO series VALUES (?,?,?,?)", (t0, c.gpu, c.metric, data))
+        if f.host is not None and self._changed(("host",), f.host.t):
+            db.execute("INSERT OR IGNORE INTO host VALUES (?, ?)", (f.host.t, _host_blob(f.host)))
+        for s in f.stacks:
+            if not self._changed(("stack", s.pid), s.t):
+                continue
+            if s.error is not None and not s.threads:
+                db.execute("INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)",
+                           (s.t, s.pid, None, None, None, None, None, None, s.error))
+            for th in s.threads:
+                db.execute("INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)", (
+                    s.t, s.pid, th.tid, th.name, int(th.active), int(th.owns_gil), th.klass,
+                    self._stack_id(th.frames), None))
+        for p in f.perf:
+            if self._changed(("perf", p.pid), p.t):
+                db.execute("INSERT INTO perf VALUES (?,?,?)", (p.t, p.pid, json.dumps(p.rates)))
+        if f.caps and self._changed(("caps",), f.caps):
+            db.execute("INSERT INTO caps VALUES (?, ?)", (f.t, _caps_json(f.caps)))
+        for n in f.notes:
+            if self._changed(("note", n), True):
+                db.execute("INSERT INTO note VALUES (?, ?)", (f.t, n))
+
+
+# -- reading ----------------------------------------------------------------------------
+def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    if path.is_dir():
+        raise UserError(f"{path} is a directory, not a recording")
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except sqlite3.DatabaseError as e:
+        msg = str(e)
+        if "not a database" in msg or "file is encrypted" in msg:
+            raise UserError(f"{path} is not a memtop recording (not an SQLite file)") from None
+        if "no such table" in msg:
+            raise UserError(f"{path} is an SQLite file but not a memtop recording") from None
+        raise UserError(f"{path} is damaged or truncated ({msg})") from None
+    try:
+        meta = {k: json.loads(v) for k, v in rows.items()}
+    except (TypeError, ValueError):
+        raise UserError(f"{path} is damaged (unreadable metadata)") from None
+    if meta.get("magic") != MAGIC:
+        raise UserError(f"{path} is an SQLite file but not a memtop recording")
+    if not isinstance(meta.get("schema"), int) or meta["schema"] > SCHEMA_VERSION:
+        raise UserError(f"{path} was written by a newer memtop (schema {meta.get('schema')}); upgrade memtop to read it")
+    return db, meta
+
+
+class Recording:
+    """A recording opened read-only. Iterate Frames, seek, read markers and metadata."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.db, self.meta = _open_ro(self.path)
+        try:
+            self._stacks: dict[int, tuple[StackFrame, ...]] = {}
+            r = self.db.execute("SELECT min(t), max(t), count(*) FROM frame").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+        self.t0, self.t1, self.n_frames = r[0], r[1], r[2]
+        if not self.n_frames:
+            raise UserError(f"{self.path} holds no samples (the recording was stopped before its first second)")
+
+    def close(self) -> None:
+        self.db.close()
+
+    @property
+    def duration(self) -> float:
+        return (self.t1 or 0) - (self.t0 or 0)
+
+    def _q(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        try:
+            return self.db.execute(sql, args)
+        except sqlite3.DatabaseError as e:
+            raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+
+    def markers(self) -> list[Marker]:
+        return [Marker(*r) for r in self._q("SELECT t0, t1, label, name, facts FROM marker ORDER BY t0")]
+
+    def notes(self) -> list[tuple[float, str]]:
+        return list(self._q("SELECT t, text FROM note ORDER BY t"))
+
+    def frame_times(self) -> list[float]:
+        return [r[0] for r in self._q("SELECT t FROM frame ORDER BY t")]
+
+    def _frames_of(self, sid: int) -> tuple[StackFrame, ...]:
+        fr = self._stacks.get(sid)
+        if fr is None:
+            (text,) = self._q("SELECT frames FROM stack WHERE id=?", (sid,)).fetchone()
+            fr = tuple(StackFrame(*x) for x in json.loads(text))
+            self._stacks[sid] = fr
+        return fr
+
+    # rows -> parts
+    @staticmethod
+    def _gpu(row: tuple, state: tuple | None) -> GpuSample:
+        t, idx, mode, *vals = row
+        kw: dict = {}
+        for (c, scale), v in zip(GPU_COLS, vals):
+            if v is None or c == "clock_events":
+                kw[c] = v
+            elif c in _INT_COLS:
+                kw[c] = int(v) << 20  # MiB -> bytes
+            else:
+                kw[c] = v / scale
+        uuid, name, mig, link, procs = state or ("", "GPU", 0, None, "[]")
+        return GpuSample(t=t, index=idx, mode=mode, uuid=uuid or "", name=name or "GPU", mig=bool(mig),
+                         link=PcieLink(**json.loads(link)) if link else None,
+                         processes=tuple(GpuProcess(p, m) for p, m in json.loads(procs or "[]")), **kw)
+
+    def frames(self, start: float | None = None, end: float | None = None) -> Iterator[Frame]:
+        """Frames in time order from ``start`` (seeking there first) to ``end``."""
+        lo = self.t0 if start is None else start
+        hi = self.t1 if end is None else end
+        st = _State()
+        if start is not None:
+            self._seed(st, lo)
+        streams = [
+            ((r[0], 0, "gpu_state", r) for r in self._q(
+                "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state WHERE t>? AND t<=? ORDER BY t",
+                (lo - 1e-9 if start is None else lo, hi))),
+            ((r[0], 1, "gpu", r) for r in self._q("SELECT * FROM gpu WHERE t>? AND t<=? ORDER BY t",
+                                                   (lo - 1e-9 if start is None else lo, hi))),
+            ((r[0], 1, "series", r) for r in self._q("SELECT * FROM series WHERE t>? AND t<=? ORDER BY t",
+                                                      (lo, hi))),
+            ((r[0], 1, "host", r) for r in self._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t",
+                                                    (lo - 1e-9 if start is None else lo, hi))),
+            ((r[0], 1, "stack", r) for r in self._q(
+                "SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t", (lo - 1e-9 if start is None else lo, hi))),
+            ((r[0], 1, "perf", r) for r in self._q("SELECT t, pid, data FROM perf WHERE t>? AND t<=? ORDER BY t",
+                                                    (lo - 1e-9 if start is None else lo, hi))),
+            ((r[0], 1, "caps", r) for r in self._q("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t",
+                                                    (lo - 1e-9 if start is None else lo, hi))),
+            ((r[0], 1, "note", r) for r in self._q("SELECT t, text FROM note WHERE t>? AND t<=? ORDER BY t",
+                                                    (lo - 1e-9 if start is None else lo, hi))),
+            ((r[0], 2, "frame", r) for r in self._q("SELECT t FROM frame WHERE t>=? AND t<=? ORDER BY t",
+                                                     (lo, hi))),
+        ]
+        try:
+            for _t, _o, kind, row in heapq.merge(*streams, key=lambda x: (x[0], x[1])):
+                if kind == "frame":
+                    yield st.frame(row[0])
+                else:
+                    st.apply(self, kind, row)
+        except sqlite3.DatabaseError as e:
+            raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+
+    def _seed(self, st: _State, t: float) -> None:
+        """State as it stood at time t: the last part of each source at or before t."""
+        gpus = [r[0] for r in self._q("SELECT DISTINCT gpu FROM gpu_state")]
+        for g in gpus:
+            r = self._q("SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state "
+                        "WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
+            if r:
+                st.apply(self, "gpu_state", r)
+            r = self._q("SELECT * FROM gpu WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
+            if r:
+                st.apply(self, "gpu", r)
+        r = self._q("SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
+        if r:
+            st.apply(self, "host", r)
+        r = self._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
+        if r:
+            st.apply(self, "caps", r)
+        for r in self._q("SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
+            st.apply(self, "stack", r)
+        for r in self._q("SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
+            st.apply(self, "perf", r)
+
+    def seek(self, t: float) -> Frame:
+        """The Frame at (or just before) time t."""
+        r = self._q("SELECT t FROM frame WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
+        ft = r[0] if r else self.t0
+        return next(self.frames(start=ft, end=ft))
+
+    def summary(self) -> dict:
+        m = self.meta
+        counts = {tbl: self._q(f"SELECT count(*) FROM {tbl}").fetchone()[0]
+                  for tbl in ("frame", "gpu", "series", "host", "stack_sample", "stack", "perf", "marker", "note")}
+        return {"path": str(self.path), "duration_s": round(self.duration, 1), "host": m.get("host"),
+                "gpus": m.get("gpus"), "driver": m.get("driver"), "memtop_version": m.get("memtop_version"),
+                "command": m.get("command"), "rows": counts, "size_bytes": self.path.stat().st_size}
+
+
+class _State:
+    """Newest part of each source while reading; becomes a Frame at each frame time."""
+
+    def __init__(self) -> None:
+        self.gpus: dict[int, GpuSample] = {}
+        self.gstate: dict[int, tuple] = {}
+        self.host: HostSample | None = None
+        self.stacks: dict[int, StackSample] = {}
+        self.pending: dict[tuple[int, float], list] = {}
+        self.perf: dict[int, PerfSample] = {}
+        self.series: list[SeriesChunk] = []
+        self.caps: tuple[Capability, ...] = ()
+        self.notes: list[str] = []
+
+    def apply(self, rec: Recording, kind: str, r: tuple) -> None:
+        if kind == "gpu_state":
+            self.gstate[r[1]] = r[2:]
+            g = self.gpus.get(r[1])
+            if g is not None:  # re-derive the sample with the new slow fields
+                self.gpus[r[1]] = rec._gpu(gpu_row(g), r[2:])
+        elif kind == "gpu":
+            self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]))
+        elif kind == "series":
+            a = np.frombuffer(r[3], dtype=np.float32).reshape(-1, 2)
+            self.series.append(SeriesChunk(r[1], r[2], tuple((a[:, 0] + r[0]).tolist()), tuple(a[:, 1].tolist())))
+        elif kind == "host":
+            self.host = _host_from_blob(r[1])
+        elif kind == "stack":
+            t, pid, tid, name, active, gil, klass, sid, error = r
+            lst = self.pending.setdefault((pid, t), [])
+            if error is None:
+                lst.append(ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), klass))
+            else:
+                self.stacks[pid] = StackSample(t, pid, (), error)
+        elif kind == "perf":
+            self.perf[r[1]] = PerfSample(r[0], r[1], tuple((k, v) for k, v in json.loads(r[2])))
+        elif kind == "caps":
+            self.caps = _caps_from_json(r[1])
+        elif kind == "note":
+            self.notes = (self.notes + [r[1]])[-20:]
+
+    def frame(self, t: float) -> Frame:
+        for (pid, st), threads in self.pending.items():
+            if threads:
+                self.stacks[pid] = StackSample(st, pid, tuple(threads))
+        self.pending.clear()
+        # a process whose stacks stopped coming (exited) leaves the Frame after 5 s
+        for pid in [p for p, s in self.stacks.items() if t - s.t > 5.0]:
+            del self.stacks[pid]
+        series, self.series = tuple(self.series), []
+        return Frame(t=t, gpus=tuple(self.gpus[i] for i in sorted(self.gpus)), host=self.host,
+                     stacks=tuple(self.stacks[p] for p in sorted(self.stacks)),
+                     perf=tuple(self.perf[p] for p in sorted(self.perf)), series=series,
+                     caps=self.caps, notes=tuple(self.notes))
+
+
+def read_markers(path: str | Path) -> list[Marker]:
+    """Markers a labelled workload wrote: JSON lines {t0, t1, label, name, facts}."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            out.append(Marker(d["t0"], d["t1"], d["label"], d.get("name", d["label"]), json.dumps(d.get("facts", {}))))
+    return out
