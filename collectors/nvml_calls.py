@@ -172,8 +172,8 @@ class RealNvml:
             procs = self._call("nvmlDeviceGetComputeRunningProcesses_v3", h)
         except (NvmlCallError, AttributeError):
             procs = self._call("nvmlDeviceGetComputeRunningProcesses", h)
-        na = getattr(self._nv, "NVML_VALUE_NOT_AVAILABLE_ulonglong", None)
-        return [(p.pid, None if p.usedGpuMemory in (None, na) else int(p.usedGpuMemory)) for p in procs]
+        # pynvml already maps "not available" to None
+        return [(p.pid, None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
 
     def shutdown(self) -> None:
         if self._nv is not None:
