@@ -31,7 +31,7 @@ while time.time()<end:
     [a@a for _ in range(10)]; torch.cuda.synchronize()" &
     sleep 2; python3 bench/nvml_fixture.py "$R/nvml_h100.json" >>"$LOG" 2>&1; wait ;;
   gputests)
-    python3 -m pytest -q -m gpu -p no:cacheprovider tests >>"$LOG" 2>&1 ;;
+    python3 -P -m pytest -q -m gpu -p no:cacheprovider tests >>"$LOG" 2>&1 ;;
   seed*)
     s=${step#seed}; M=$R/markers_s$s.jsonl; rm -f "$M"
     memtop record -o "$R/labelled_s$s.memtop" --force --markers "$M" >>"$LOG" 2>&1 &
