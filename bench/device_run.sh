@@ -35,14 +35,17 @@ while time.time()<end:
   seed*)
     s=${step#seed}; M=$R/markers_s$s.jsonl; rm -f "$M"
     memtop record -o "$R/labelled_s$s.memtop" --force --markers "$M" >>"$LOG" 2>&1 &
-    rec=$!
+    rec=$!; rec2=
+    if [ "$s" = 2 ]; then  # the same run seen in NVML-only mode, for the no-GPM accuracy figure
+      memtop record -o "$R/labelled_s2_nogpm.memtop" --no-gpm --force --markers "$M" >>"$LOG" 2>&1 & rec2=$!
+    fi
     if [ "$s" = 0 ]; then
       nvidia-smi dmon --gpm-metrics 1,2,3,5,10,20,21 -d 1 -o DT > "$R/dmon_s0.txt" 2>&1 & dm=$!
       nvidia-smi --query-gpu=timestamp,memory.used,power.draw --format=csv,noheader -lms 1000 > "$R/smi_s0.csv" 2>&1 & sm=$!
     fi
     sleep 3
     python3 bench/workload.py --markers "$M" --seed "$s" --phase-s "$PH" >>"$LOG" 2>&1
-    sleep 1; kill -INT $rec; wait $rec
+    sleep 1; kill -INT $rec $rec2; wait $rec $rec2
     [ "$s" = 0 ] && kill $dm $sm
     python3 -c "import time; print('wall-monotonic', time.time()-time.monotonic())" >>"$LOG"
     ;;

@@ -30,6 +30,8 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
                    help="watch these processes (default: the Python processes using a GPU)")
     p.add_argument("--interval", type=_positive, default=0.1, metavar="S",
                    help="GPU sampling interval in seconds (default 0.1: GPM at 10 Hz)")
+    p.add_argument("--stack-interval", type=_positive, default=0.5, metavar="S",
+                   help="seconds between py-spy dumps of each training process (default 0.5)")
     p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
     p.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
     p.add_argument("--no-perf", action="store_true", help="do not open perf counters")

@@ -36,7 +36,7 @@ from memtop.model import (
 class SamplerConfig:
     gpu_interval: float = 0.1
     host_interval: float = 0.5
-    stack_interval: float = 1.0
+    stack_interval: float = 0.5
     perf_interval: float = 1.0
     use_gpm: bool = True
     stacks: bool = True

@@ -1,0 +1,289 @@
+"""Phase classifier: per 1 s bin and GPU, a label with confidence and evidence.
+
+Features come from Frames only (GPM or NVML-only, PCIe as a fraction of the link, process
+and DataLoader-worker CPU, stack-class shares over a sliding window), so live and replayed
+runs are classified identically. Rules are a table, first match wins; then hysteresis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from memtop.model import Frame, StackSample
+from memtop.stackclass import where
+
+LABELS = ("idle", "transfer", "memory", "compute", "sync", "input", "cpu", "other")
+TITLES = {
+    "idle": "idle", "transfer": "transfer-bound", "memory": "memory-bound", "compute": "compute-bound",
+    "sync": "sync-stall", "input": "CPU-bound: input pipeline", "cpu": "CPU-bound: launch/Python",
+    "other": "unclassified",
+}
+HEALTHY = {"compute"}
+STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
+STACK_TAU_S = 2.5  # ...weighted by recency, so a finished phase fades out quickly
+
+
+@dataclass(frozen=True)
+class Features:
+    t: float  # bin start
+    gpu: int
+    gpm: bool
+    graphics: float  # GPM graphics %, or NVML util % without GPM
+    sm: float | None
+    tensor: float | None
+    dram: float | None  # GPM DRAM-bandwidth %, or NVML memory util % without GPM
+    pcie_bps: float
+    pcie_frac: float
+    proc_cpu: float  # main GPU process CPU %
+    workers: int
+    worker_cpu: float  # mean CPU % per DataLoader worker
+    worker_sleeping: float  # share of workers in S/D state
+    iowait: float
+    shares: dict[str, float]  # stack-class shares of the main threads over the window
+    gil: float  # share of samples where the main thread held the GIL
+    stack_n: int  # samples in the window (0: no stacks)
+    top: tuple[str, str, str] | None  # (class, file:line, code) of the most common main-thread leaf
+
+
+@dataclass(frozen=True)
+class Label:
+    t: float
+    gpu: int
+    raw: str  # this bin's rule result
+    label: str  # after hysteresis
+    confidence: float
+    rule: str
+    evidence: dict = field(default_factory=dict)
+    sub: str = ""  # input: prep / fetch / main; cpu: launch / python; transfer: dma / pageable
+
+
+# Each rule: (label, description, predicate, sub-tag function or None). First match wins.
+def _under(f: Features) -> bool:
+    return f.graphics < 80
+
+
+def _input_sub(f: Features) -> str:
+    if f.workers == 0:
+        return "main"  # num_workers=0: __getitem__ runs in the training process
+    return "prep" if f.worker_cpu >= 60 else "fetch"
+
+
+RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], str] | None], ...] = (
+    ("idle", "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no input-pipeline stacks",
+     lambda f: f.graphics < 5 and f.pcie_frac < 0.02 and f.proc_cpu < 20 and f.shares.get("data", 0) < 0.2, None),
+    ("transfer", "PCIe >= 50 % of link with SM < 30 % (DMA)",
+     lambda f: f.pcie_frac >= 0.5 and (f.sm if f.sm is not None else 0) < 30, lambda f: "dma"),
+    ("transfer", "PCIe >= 1 GB/s with SM < 30 % and copy stacks >= 20 % (pageable/staged)",
+     lambda f: f.pcie_bps >= 1e9 and (f.sm if f.sm is not None else 0) < 30 and f.shares.get("copy", 0) >= 0.2,
+     lambda f: "pageable"),
+    ("memory", "DRAM >= 60 % with graphics >= 80 %", lambda f: (f.dram or 0) >= 60 and f.graphics >= 80, None),
+    ("compute", "graphics >= 80 % and SM >= 70 %",
+     lambda f: f.graphics >= 80 and (f.sm is None or f.sm >= 70), None),
+    ("input", "GPU under-used and input-pipeline stacks >= 20 %",
+     lambda f: _under(f) and f.shares.get("data", 0) >= 0.2, _input_sub),
+    ("sync", "graphics 15-80 % with real kernels (SM >= 0.4 x graphics) and sync stacks >= 10 %",
+     lambda f: 15 <= f.graphics < 80 and (f.sm is None or f.sm >= 0.4 * f.graphics)
+     and f.shares.get("sync", 0) >= 0.1, None),
+    ("cpu", "GPU under-used, main thread busy (CPU >= 50 %)",
+     lambda f: _under(f) and f.proc_cpu >= 50,
+     lambda f: "launch" if f.sm is not None and f.graphics >= 10 and f.graphics >= 2 * f.sm + 10 else "python"),
+)
+
+
+def evaluate(f: Features) -> tuple[str, str, str]:
+    """(label, rule text, sub-tag) for one bin's features."""
+    for label, text, pred, sub in RULES:
+        if pred(f):
+            return label, text, sub(f) if sub else ""
+    return "other", "no rule matched", ""
+
+
+@dataclass
+class _Bin:
+    t: float
+    gpu_vals: dict[int, list] = field(default_factory=dict)
+
+
+class Classifier:
+    """Feed Frames in time order; read ``labels`` (per GPU) and ``gaps``.
+
+    ``confirm``: bins a new label must win in a row before it replaces the current one.
+    """
+
+    def __init__(self, bin_s: float = 1.0, confirm: int = 2, warmup_bins: int = 2, use_stacks: bool = True):
+        self.bin_s = bin_s
+        self.confirm = confirm
+        self.warmup_bins = warmup_bins
+        self.use_stacks = use_stacks
+        self.labels: dict[int, list[Label]] = {}
+        self.features: dict[int, list[Features]] = {}
+        self.gaps: list[dict] = []
+        self._bin: _Bin | None = None
+        self._last: Frame | None = None
+        self._stacks: deque[StackSample] = deque()
+        self._seen_stack: set[tuple[int, float]] = set()
+        self._state: dict[int, tuple[str, str, int]] = {}  # gpu -> (stable, candidate, run)
+        self._nbins: dict[int, int] = {}
+        self._gap: dict[int, tuple[float, float] | None] = {}
+        self.listeners: list[Callable[[Label], None]] = []
+
+    def feed_all(self, frames: Iterable[Frame]) -> Classifier:
+        for f in frames:
+            self.feed(f)
+        self.flush()
+        return self
+
+    def feed(self, frame: Frame) -> None:
+        b = self.bin_s
+        start = (frame.t // b) * b
+        if self._bin is not None and start > self._bin.t:
+            self._close()
+            self._bin = None
+        if self._bin is None:
+            self._bin = _Bin(start)
+        for s in frame.stacks:
+            key = (s.pid, s.t)
+            if key not in self._seen_stack and s.threads:
+                self._seen_stack.add(key)
+                self._stacks.append(s)
+        while self._stacks and self._stacks[0].t < frame.t - STACK_WINDOW_S:
+            old = self._stacks.popleft()
+            self._seen_stack.discard((old.pid, old.t))
+        for g in frame.gpus:
+            if g.mode == "lost":
+                continue
+            vals = self._bin.gpu_vals.setdefault(g.index, [])
+            if not vals or vals[-1].t != g.t:
+                vals.append(g)
+            self._track_gap(g.index, g.t, (g.graphics if g.mode == "gpm" else g.util), frame)
+        self._last = frame
+
+    def flush(self) -> None:
+        if self._bin is not None:
+            self._close()
+            self._bin = None
+
+    # -- gaps ----------------------------------------------------------------------------
+    def _track_gap(self, gpu: int, t: float, busy: float | None, frame: Frame) -> None:
+        alive = any(g.index == gpu and g.processes for g in frame.gpus)
+        cur = self._gap.get(gpu)
+        if busy is not None and busy < 5 and alive:
+            if cur is None:
+                self._gap[gpu] = (t, t)
+            else:
+                self._gap[gpu] = (cur[0], t)
+            return
+        if cur is not None and cur[1] - cur[0] >= 0.5:
+            self.gaps.append(self._gap_event(gpu, cur))
+        self._gap[gpu] = None
+
+    def _gap_event(self, gpu: int, span: tuple[float, float]) -> dict:
+        inside = [s for s in self._stacks if span[0] <= s.t <= span[1] + 0.5 and s.main is not None]
+        top = None
+        if inside:
+            m = inside[len(inside) // 2].main
+            assert m is not None
+            top = {"class": m.klass, "where": where(m.frames), "code": m.frames[0].code if m.frames else ""}
+        return {"gpu": gpu, "t0": span[0], "t1": span[1], "duration_s": round(span[1] - span[0], 2), "stack": top}
+
+    # -- bins ----------------------------------------------------------------------------
+    def _close(self) -> None:
+        assert self._bin is not None and self._last is not None
+        for gpu, vals in self._bin.gpu_vals.items():
+            f = self._features(gpu, self._bin.t, vals, self._last)
+            if f is None:
+                continue
+            self.features.setdefault(gpu, []).append(f)
+            self._label(f)
+
+    def _features(self, gpu: int, t: float, vals: list, frame: Frame) -> Features | None:
+        def mean(attr: str) -> float | None:
+            xs = [getattr(v, attr) for v in vals if getattr(v, attr) is not None]
+            return sum(xs) / len(xs) if xs else None
+
+        gpm = all(v.mode == "gpm" for v in vals)
+        graphics = mean("graphics") if gpm else mean("util")
+        if graphics is None:
+            return None
+        rx, tx = mean("pcie_rx") or 0.0, mean("pcie_tx") or 0.0
+        link = vals[-1].link
+        pcie = max(rx, tx)
+        pids = {p.pid for v in vals[-1:] for p in v.processes}
+        host = frame.host
+        proc_cpu, wk = 0.0, []
+        iowait = 0.0
+        if host is not None:
+            iowait = host.iowait_pct
+            mains = [p for p in host.procs if p.pid in pids]
+            proc_cpu = max((p.cpu_pct for p in mains), default=0.0)
+            wk = [p for p in host.procs if p.worker_of in pids]
+        shares, gil, n, top = self._stack_shares(pids)
+        return Features(
+            t=t, gpu=gpu, gpm=gpm, graphics=graphics, sm=mean("sm") if gpm else None,
+            tensor=mean("tensor") if gpm else None, dram=mean("dram") if gpm else mean("mem_util"),
+            pcie_bps=pcie, pcie_frac=pcie / link.bytes_per_s if link and link.bytes_per_s else 0.0,
+            proc_cpu=proc_cpu, workers=len(wk),
+            worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,
+            worker_sleeping=sum(p.state in "SD" for p in wk) / len(wk) if wk else 0.0,
+            iowait=iowait, shares=shares, gil=gil, stack_n=n, top=top,
+        )
+
+    def _stack_shares(self, pids: set[int]) -> tuple[dict[str, float], float, int, tuple[str, str, str] | None]:
+        if not self.use_stacks:
+            return {}, 0.0, 0, None
+        now = self._last.t if self._last is not None else 0.0
+        mains = [(s.main, math.exp(-(now - s.t) / STACK_TAU_S))
+                 for s in self._stacks if s.pid in pids and s.main is not None]
+        if not mains:
+            return {}, 0.0, 0, None
+        total = sum(w for _, w in mains)
+        c: Counter[str] = Counter()
+        leaves: Counter[tuple[str, str, str]] = Counter()
+        for m, w in mains:
+            c[m.klass] += w
+            leaves[(m.klass, where(m.frames), m.frames[0].code if m.frames else "")] += w
+        # the top stack is the most common non-idle one: it explains the band
+        busy = [(k, v) for k, v in leaves.most_common() if k[0] != "idle"] or leaves.most_common()
+        gil = sum(w for m, w in mains if m.owns_gil) / total
+        return {k: v / total for k, v in c.items()}, gil, len(mains), busy[0][0]
+
+    def _label(self, f: Features) -> None:
+        raw, rule, sub = evaluate(f)
+        nb = self._nbins.get(f.gpu, 0) + 1
+        self._nbins[f.gpu] = nb
+        stable, cand, run = self._state.get(f.gpu, ("", "", 0))
+        if nb <= self.warmup_bins:
+            stable, cand, run = "", raw, 1
+        else:
+            run = run + 1 if raw == cand else 1
+            cand = raw
+            if not stable or (raw != stable and run >= self.confirm):
+                stable = raw
+        self._state[f.gpu] = (stable, cand, run)
+        conf = 0.9 if f.gpm else 0.65
+        if f.stack_n == 0:
+            conf *= 0.8
+        if raw != stable:
+            conf *= 0.6
+        ev = {"graphics": round(f.graphics, 1), "sm": _r(f.sm), "tensor": _r(f.tensor), "dram": _r(f.dram),
+              "pcie_gbps": round(f.pcie_bps / 1e9, 2), "pcie_pct_link": round(100 * f.pcie_frac, 1),
+              "proc_cpu": round(f.proc_cpu), "workers": f.workers, "worker_cpu": round(f.worker_cpu),
+              "stack_shares": {k: round(v, 2) for k, v in sorted(f.shares.items())}, "gil": round(f.gil, 2),
+              "stack_samples": f.stack_n}
+        if f.top:
+            ev["top_stack"] = {"class": f.top[0], "where": f.top[1], "code": f.top[2]}
+        lab = Label(f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, ev, sub if stable == raw else "")
+        self.labels.setdefault(f.gpu, []).append(lab)
+        for cb in self.listeners:
+            cb(lab)
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def classify(frames: Iterable[Frame], **kw) -> Classifier:
+    return Classifier(**kw).feed_all(frames)
