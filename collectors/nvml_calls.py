@@ -163,7 +163,11 @@ class RealNvml:
             return self._call("nvmlDeviceGetCurrentClocksThrottleReasons", h)
 
     def memory(self, i: int) -> tuple[int, int]:
-        m = self._call("nvmlDeviceGetMemoryInfo", self._handles[i])
+        # v2 leaves the driver-reserved memory out of "used", as nvidia-smi does
+        try:
+            m = self._call("nvmlDeviceGetMemoryInfo", self._handles[i], self._nv.nvmlMemory_v2)
+        except (NvmlCallError, AttributeError):
+            m = self._call("nvmlDeviceGetMemoryInfo", self._handles[i])
         return m.used, m.total
 
     def processes(self, i: int) -> list[tuple[int, int | None]]:

@@ -23,7 +23,7 @@ TITLES = {
 }
 HEALTHY = {"compute"}
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
-STACK_TAU_S = 2.5  # ...weighted by recency, so a finished phase fades out quickly
+STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
     ("memory", "DRAM >= 60 % with graphics >= 80 %", lambda f: (f.dram or 0) >= 60 and f.graphics >= 80, None),
     ("compute", "graphics >= 80 % and SM >= 70 %",
      lambda f: f.graphics >= 80 and (f.sm is None or f.sm >= 70), None),
-    ("input", "GPU under-used and input-pipeline stacks >= 20 %",
-     lambda f: _under(f) and f.shares.get("data", 0) >= 0.2, _input_sub),
+    ("input", "GPU under-used, input-pipeline stacks >= 20 %, and workers alive or loading in-process",
+     lambda f: _under(f) and f.shares.get("data", 0) >= 0.2 and (f.workers > 0 or f.proc_cpu >= 50), _input_sub),
     ("sync", "graphics 15-80 % with real kernels (SM >= 0.4 x graphics) and sync stacks >= 10 %",
      lambda f: 15 <= f.graphics < 80 and (f.sm is None or f.sm >= 0.4 * f.graphics)
      and f.shares.get("sync", 0) >= 0.1, None),
@@ -113,7 +113,7 @@ class Classifier:
     ``confirm``: bins a new label must win in a row before it replaces the current one.
     """
 
-    def __init__(self, bin_s: float = 1.0, confirm: int = 2, warmup_bins: int = 2, use_stacks: bool = True):
+    def __init__(self, bin_s: float = 0.5, confirm: int = 2, warmup_bins: int = 2, use_stacks: bool = True):
         self.bin_s = bin_s
         self.confirm = confirm
         self.warmup_bins = warmup_bins
