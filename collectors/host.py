@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import psutil
@@ -29,6 +30,7 @@ class HostCollector:
         self._numa_t = -1e9
         self._numa_nodes: tuple = ()
         self._gpu_nodes: tuple[int, ...] = ()
+        self._offset = time.time() - time.monotonic()
 
     def start(self) -> None:
         psutil.cpu_percent(percpu=True)
@@ -100,6 +102,7 @@ class HostCollector:
                 status = p.status()
                 threads = p.num_threads()
                 ppid = p.ppid()
+                started = p.create_time() - self._offset
                 try:
                     user = p.username()
                 except (KeyError, psutil.Error):
@@ -120,7 +123,7 @@ class HostCollector:
         gnode = self._gpu_nodes[owner[0]] if owner and owner[0] < len(self._gpu_nodes) else -1
         return ProcSample(pid, ppid, name, cmd[:500], user, cpu, threads, _STATE.get(status, "?"),
                           cpus_allowed, mems_allowed, used, gpus, parent,
-                          numa.placement(gnode, nodes, used))
+                          numa.placement(gnode, nodes, used), started)
 
     def sample(self, now: float) -> list[object]:
         percore = tuple(psutil.cpu_percent(percpu=True))

@@ -163,6 +163,7 @@ class ProcSample:
     gpus: tuple[int, ...]  # GPU indices it has a context on (empty for workers)
     worker_of: int | None = None  # parent GPU process pid, for DataLoader workers
     placement: str = "n/a"  # local / remote / split / n/a
+    started: float = 0.0  # process start on the monotonic clock (for nsys --delay)
 
 
 @dataclass(frozen=True, slots=True)

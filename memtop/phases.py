@@ -158,7 +158,8 @@ class Classifier:
             vals = self._bin.gpu_vals.setdefault(g.index, [])
             if not vals or vals[-1].t != g.t:
                 vals.append(g)
-            self._track_gap(g.index, g.t, (g.graphics if g.mode == "gpm" else g.util), frame)
+            # NVML util counts copies too: a gap is neither kernels nor copies running
+            self._track_gap(g.index, g.t, g.util if g.util is not None else g.graphics, frame)
         self._last = frame
 
     def flush(self) -> None:

@@ -1,0 +1,138 @@
+"""The verdict over a window of labels: dominant problem, its evidence, advice, next command.
+
+One wording for the TUI and the report.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+from dataclasses import dataclass, field
+
+from memtop.model import Frame
+from memtop.phases import HEALTHY, TITLES, Label
+
+PROBLEM_SHARE = 0.2  # a problem phase must hold this share of the window to be the verdict
+
+
+@dataclass(frozen=True)
+class Verdict:
+    gpu: int
+    label: str  # dominant problem label, or the dominant healthy one
+    share: float
+    window_s: float
+    headline: str
+    evidence: str
+    advice: tuple[str, ...] = ()
+    command: str = ""
+    shares: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        return self.label in HEALTHY or self.label in ("idle", "gathering")
+
+
+def _evidence(lab: Label) -> str:
+    e = lab.evidence
+    parts = [f"graphics {e['graphics']:.0f} %"]
+    if e.get("sm") is not None:
+        parts.append(f"SM {e['sm']:.0f} %")
+    if lab.label == "memory" and e.get("dram") is not None:
+        parts.append(f"DRAM {e['dram']:.0f} %")
+    if lab.label == "transfer" or e.get("pcie_gbps", 0) >= 1:
+        parts.append(f"PCIe {e['pcie_gbps']:.1f} GB/s ({e['pcie_pct_link']:.0f} % of link)")
+    if lab.label in ("cpu", "input", "sync"):
+        parts.append(f"main thread CPU {e['proc_cpu']} %")
+    if e.get("workers"):
+        parts.append(f"{e['workers']} workers at {e['worker_cpu']} % CPU")
+    top = e.get("top_stack")
+    if top:
+        share = e.get("stack_shares", {}).get(top["class"], 0)
+        parts.append(f"main thread {top['class']} at {top['where']}" + (f" `{top['code']}`" if top["code"] else "")
+                     + f" ({100 * share:.0f} % of samples)")
+    return ", ".join(parts)
+
+
+def _advice(lab: Label) -> tuple[str, ...]:
+    e = lab.evidence
+    top = e.get("top_stack") or {}
+    at = f" at {top['where']}" if top.get("where") else ""
+    if lab.label == "transfer":
+        if lab.sub == "pageable":
+            return ("host->device copies from pageable memory: use pin_memory=True in the DataLoader "
+                    "and .to(device, non_blocking=True)",
+                    "overlap copies with compute on a side stream (torch.cuda.Stream)")
+        return (f"the PCIe link is saturated ({e['pcie_pct_link']:.0f} % of link): move less data per step — "
+                "keep tensors on the GPU, send lower precision, or overlap copies with compute on a side stream",)
+    if lab.label == "sync":
+        return (f"CPU and GPU take turns: the main thread waits in a CUDA sync{at}"
+                + (f" (`{top['code']}`)" if top.get("code") else "")
+                + " — move it off the step (log every N steps, keep metrics on the GPU)",
+                "look for .item() / .cpu() / .tolist() / print(tensor) inside the training step")
+    if lab.label == "input":
+        if lab.sub == "main":
+            return ("data is loaded in the training process (num_workers=0): set DataLoader(num_workers>0)",)
+        if lab.sub == "prep":
+            return (f"DataLoader workers are saturated ({e['workers']} at {e['worker_cpu']} % CPU): raise "
+                    "num_workers or make __getitem__/transforms cheaper (move augmentation to the GPU)",)
+        return ("DataLoader workers wait on I/O: cache or prefetch the data set, use faster storage, "
+                "raise prefetch_factor/num_workers",)
+    if lab.label == "cpu":
+        if lab.sub == "launch":
+            return ("launch-bound: many tiny kernels — capture the step in CUDA graphs "
+                    "(torch.compile(mode='reduce-overhead')), use larger batches, fuse small ops",)
+        return (f"Python overhead on the main thread{at} holds the GIL {100 * e.get('gil', 0):.0f} % of the time: "
+                "profile it with `py-spy record`, move work out of the step, or torch.compile it",)
+    if lab.label == "memory":
+        return ("memory-bound kernels: fuse elementwise ops (torch.compile), use lower precision, "
+                "and profile the top kernel with Nsight Compute",)
+    if lab.label == "idle":
+        return ("the GPU is idle while the process lives: see the stack over the gap",)
+    return ()
+
+
+def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
+    procs = [] if frame is None or frame.host is None else [
+        p for p in frame.host.procs if gpu in p.gpus]
+    cmd = procs[0].cmdline if procs else "python train.py"
+    delay = max(0, int(t0 - procs[0].started)) if procs and procs[0].started else 0
+    try:
+        shlex.split(cmd)
+    except ValueError:
+        cmd = "python train.py"
+    if label == "memory":
+        return f"ncu --set full --launch-skip 200 --launch-count 20 -o memtop-memory {cmd}"
+    if label in HEALTHY or label in ("idle", "gathering"):
+        return f"nsys profile -t cuda,nvtx --delay {delay} --duration 20 -o memtop-{label} {cmd}"
+    return (f"nsys profile -t cuda,nvtx,osrt --python-sampling=true --cudabacktrace=sync "
+            f"--delay {delay} --duration 20 -o memtop-{label} {cmd}")
+
+
+def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 60.0, gpu: int = 0) -> Verdict:
+    """Verdict over the last ``window_s`` seconds of one GPU's labels."""
+    if not labels:
+        return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "waiting for the first seconds of data")
+    end = labels[-1].t
+    win = [lab for lab in labels if lab.t > end - window_s and lab.label != "warmup"]
+    if not win:
+        return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "warming up")
+    n = len(win)
+    counts = Counter(lab.label for lab in win)
+    shares = {k: v / n for k, v in counts.most_common()}
+    problems = [(k, s) for k, s in shares.items() if k not in HEALTHY and k not in ("idle", "other")]
+    span = min(window_s, end - win[0].t + (win[1].t - win[0].t if n > 1 else 0.5))
+    if problems and problems[0][1] >= PROBLEM_SHARE:
+        label, share = problems[0]
+    else:
+        label, share = counts.most_common(1)[0][0], shares[counts.most_common(1)[0][0]]
+    last = next(lab for lab in reversed(win) if lab.label == label)
+    first = next(lab for lab in win if lab.label == label)
+    title = TITLES[label] + (f" ({last.sub})" if last.sub else "")
+    if label in HEALTHY:
+        head = f"GPU {gpu} busy: {title} {100 * share:.0f} % of the last {span:.0f} s"
+    elif label == "idle":
+        head = f"GPU {gpu} idle {100 * share:.0f} % of the last {span:.0f} s"
+    else:
+        head = f"GPU {gpu} {title} {100 * share:.0f} % of the last {span:.0f} s"
+    return Verdict(gpu, label, share, span, head, _evidence(last), _advice(last),
+                   _command(label, frame, gpu, first.t), shares)
