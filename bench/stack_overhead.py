@@ -15,7 +15,6 @@ import threading
 import time
 
 import torch
-
 from memtop.collectors.stacks import find_pyspy
 
 

@@ -113,11 +113,13 @@ class Classifier:
     ``confirm``: bins a new label must win in a row before it replaces the current one.
     """
 
-    def __init__(self, bin_s: float = 0.5, confirm: int = 2, warmup_bins: int = 2, use_stacks: bool = True):
+    def __init__(self, bin_s: float = 0.5, confirm: int = 2, warmup_bins: int = 2, use_stacks: bool = True,
+                 max_bins: int | None = None):
         self.bin_s = bin_s
         self.confirm = confirm
         self.warmup_bins = warmup_bins
         self.use_stacks = use_stacks
+        self.max_bins = max_bins  # live runs keep a bounded history; reports keep all
         self.labels: dict[int, list[Label]] = {}
         self.features: dict[int, list[Features]] = {}
         self.gaps: list[dict] = []
@@ -197,8 +199,13 @@ class Classifier:
             f = self._features(gpu, self._bin.t, vals, self._last)
             if f is None:
                 continue
-            self.features.setdefault(gpu, []).append(f)
+            feats = self.features.setdefault(gpu, [])
+            feats.append(f)
             self._label(f)
+            if self.max_bins and len(feats) > self.max_bins:
+                del feats[: len(feats) - self.max_bins]
+                labs = self.labels[gpu]
+                del labs[: len(labs) - self.max_bins]
 
     def _features(self, gpu: int, t: float, vals: list, frame: Frame) -> Features | None:
         def mean(attr: str) -> float | None:

@@ -358,24 +358,26 @@ class Recording:
         st = _State()
         if start is not None:
             self._seed(st, lo)
+        # parts sampled just before the first frame belong to it
+        plo = float("-inf") if start is None else lo
         streams = [
             ((r[0], 0, "gpu_state", r) for r in self._q(
                 "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state WHERE t>? AND t<=? ORDER BY t",
-                (lo - 1e-9 if start is None else lo, hi))),
+                (plo, hi))),
             ((r[0], 1, "gpu", r) for r in self._q("SELECT * FROM gpu WHERE t>? AND t<=? ORDER BY t",
-                                                   (lo - 1e-9 if start is None else lo, hi))),
+                                                   (plo, hi))),
             ((r[0], 1, "series", r) for r in self._q("SELECT * FROM series WHERE t>? AND t<=? ORDER BY t",
                                                       (lo, hi))),
             ((r[0], 1, "host", r) for r in self._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t",
-                                                    (lo - 1e-9 if start is None else lo, hi))),
+                                                    (plo, hi))),
             ((r[0], 1, "stack", r) for r in self._q(
-                "SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t", (lo - 1e-9 if start is None else lo, hi))),
+                "SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t", (plo, hi))),
             ((r[0], 1, "perf", r) for r in self._q("SELECT t, pid, data FROM perf WHERE t>? AND t<=? ORDER BY t",
-                                                    (lo - 1e-9 if start is None else lo, hi))),
+                                                    (plo, hi))),
             ((r[0], 1, "caps", r) for r in self._q("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t",
-                                                    (lo - 1e-9 if start is None else lo, hi))),
+                                                    (plo, hi))),
             ((r[0], 1, "note", r) for r in self._q("SELECT t, text FROM note WHERE t>? AND t<=? ORDER BY t",
-                                                    (lo - 1e-9 if start is None else lo, hi))),
+                                                    (plo, hi))),
             ((r[0], 2, "frame", r) for r in self._q("SELECT t FROM frame WHERE t>=? AND t<=? ORDER BY t",
                                                      (lo, hi))),
         ]

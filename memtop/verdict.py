@@ -108,6 +108,13 @@ def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
             f"--delay {delay} --duration 20 -o memtop-{label} {cmd}")
 
 
+def _tail_run(win: list[Label]):
+    for lab in reversed(win):
+        if lab.label != win[-1].label:
+            return
+        yield lab
+
+
 def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 60.0, gpu: int = 0) -> Verdict:
     """Verdict over the last ``window_s`` seconds of one GPU's labels."""
     if not labels:
@@ -121,12 +128,18 @@ def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 6
     shares = {k: v / n for k, v in counts.most_common()}
     problems = [(k, s) for k, s in shares.items() if k not in HEALTHY and k not in ("idle", "other")]
     span = min(window_s, end - win[0].t + (win[1].t - win[0].t if n > 1 else 0.5))
-    if problems and problems[0][1] >= PROBLEM_SHARE:
+    current = win[-1].label
+    run = sum(1 for _ in _tail_run(win))
+    if current not in HEALTHY and current not in ("idle", "other") and run * 0.5 >= 3:
+        label, share = current, shares[current]  # what is happening now wins over the window's past
+    elif problems and problems[0][1] >= PROBLEM_SHARE:
         label, share = problems[0]
     else:
         label, share = counts.most_common(1)[0][0], shares[counts.most_common(1)[0][0]]
-    last = next(lab for lab in reversed(win) if lab.label == label)
-    first = next(lab for lab in win if lab.label == label)
+    of_kind = [lab for lab in win if lab.label == label and lab.raw == label] or [
+        lab for lab in win if lab.label == label]
+    last = of_kind[len(of_kind) // 2] if label != current else of_kind[-1]  # a typical bin, not an edge
+    first = of_kind[0]
     title = TITLES[label] + (f" ({last.sub})" if last.sub else "")
     if label in HEALTHY:
         head = f"GPU {gpu} busy: {title} {100 * share:.0f} % of the last {span:.0f} s"

@@ -6,8 +6,8 @@ import subprocess
 import time
 
 import pytest
-
 from memtop.collectors.nvml import NvmlCollector
+
 from memtop.model import GpuSample
 
 pytestmark = pytest.mark.gpu

@@ -1,0 +1,101 @@
+"""The TUI commands (live, replay, demo) and report/export entry points."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+from memtop.errors import UserError
+from memtop.pipeline import Pipeline, ReplaySource, Status
+from memtop.store import Recording
+
+DEMO = "demo.memtop"
+
+
+def demo_path() -> Path:
+    return Path(str(resources.files("memtop") / "data" / DEMO))
+
+
+def _need_tty() -> None:
+    if not (sys.stderr.isatty() and sys.stdin.isatty()):  # Textual paints on stderr
+        raise UserError("the TUI needs a terminal; use `memtop record` or `memtop report` when piping")
+
+
+class LiveController:
+    def __init__(self, sampler) -> None:
+        self.sampler = sampler
+
+    def start(self) -> None:
+        self.sampler.start()
+
+    def stop(self) -> None:
+        self.sampler.stop()
+
+
+def _run_app(pipeline: Pipeline, controller, args: argparse.Namespace) -> int:
+    _need_tty()
+    from memtop.tui.app import MemtopApp
+
+    app = MemtopApp(pipeline, controller, paint_rate=args.paint_rate, ascii_only=args.ascii, theme=args.theme)
+    app.run(mouse=not args.no_mouse)
+    return 0
+
+
+def replay_app(path: Path, args: argparse.Namespace, mode: str, loop: bool, speed: float = 1.0,
+               start_at: float = 0.0) -> int:
+    rec = Recording(path)
+    pipeline = Pipeline(Status(mode, duration=rec.duration, speed=speed, source=str(path)), meta=rec.meta)
+    return _run_app(pipeline, ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at), args)
+
+
+def live(args: argparse.Namespace) -> int:
+    if args.demo:
+        # start a minute in, so the first screen already shows a timeline of phases
+        return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)
+    _need_tty()
+    from memtop.record import run_meta, sampler_config
+    from memtop.sampler import Sampler
+    from memtop.store import Writer
+
+    sampler = Sampler(sampler_config(args), on_frame=lambda f: None)
+    sampler.nvml.start()
+    meta = run_meta(sampler)
+    writer = None
+    if args.record:
+        writer = Writer(args.record, meta, force=args.force)
+    pipeline = Pipeline(Status("live", recording=args.record), meta=meta, writer=writer)
+    sampler.on_frame = pipeline.on_frame
+    try:
+        return _run_app(pipeline, LiveController(sampler), args)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def replay(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    if args.summary:
+        rec = Recording(path)
+        print(json.dumps(rec.summary(), indent=2))
+        return 0
+    return replay_app(path, args, "replay", loop=False, speed=args.speed)
+
+
+def report(args: argparse.Namespace) -> int:
+    from memtop.report import build_report, render
+
+    rec = Recording(args.file)
+    print(render(build_report(rec, gpu=args.gpu, t_from=args.t_from, t_to=args.t_to), args.format))
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    from memtop.export import export_perfetto
+
+    rec = Recording(args.file)
+    n = export_perfetto(rec, Path(args.perfetto), force=args.force, progress=sys.stderr.isatty())
+    print(f"wrote {n} trace events to {args.perfetto} (open it in https://ui.perfetto.dev)", file=sys.stderr)
+    return 0

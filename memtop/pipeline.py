@@ -1,0 +1,232 @@
+"""Frames -> (store, classifier, rolling history) -> immutable Views for the UI.
+
+Frame sources are live (the Sampler) or a recording replayed at its own pace; everything
+downstream is the same. Heavy work happens on the source's thread; the UI takes a View at
+its own paint rate. No textual here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from memtop.model import Frame
+from memtop.phases import Classifier, Label
+from memtop.store import Recording, Writer
+from memtop.verdict import Verdict, verdict
+
+HISTORY_S = 600.0  # the timeline can zoom out to 10 minutes
+
+
+@dataclass(frozen=True)
+class Point:
+    t: float
+    sm: float | None  # GPM SM %, or NVML util without GPM
+    dram: float | None
+    pcie: float | None  # % of link, larger direction
+    cpu: float | None  # host CPU %, mean over cores
+
+
+@dataclass(frozen=True)
+class Status:
+    mode: str  # live / replay / demo
+    position: float = 0.0  # seconds into the recording
+    duration: float = 0.0
+    paused: bool = False
+    speed: float = 1.0
+    recording: str | None = None  # file being written
+    record_error: str | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class View:
+    frame: Frame | None
+    history: dict[int, tuple[Point, ...]]
+    labels: dict[int, tuple[Label, ...]]
+    verdicts: dict[int, Verdict]
+    gaps: tuple[dict, ...]
+    status: Status
+    meta: dict = field(default_factory=dict)
+    version: int = 0
+
+
+class Pipeline:
+    def __init__(self, status: Status, meta: dict | None = None, writer: Writer | None = None,
+                 verdict_window: float = 60.0):
+        self.status = status
+        self.meta = meta or {}
+        self.writer = writer
+        self.verdict_window = verdict_window
+        self.on_tick: Callable[[], None] = lambda: None
+        self.paint_interval = 1.0
+        self._lock = threading.Lock()
+        self._last_tick = 0.0
+        self._version = 0
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.classifier = Classifier(max_bins=int(2 * HISTORY_S / 0.5))
+            self.history: dict[int, deque[Point]] = {}
+            self.frame: Frame | None = None
+
+    def on_frame(self, frame: Frame, tick: bool = True) -> None:
+        if self.writer is not None:
+            self.writer.add(frame)
+            if self.writer.error and self.status.record_error is None:
+                self.status = _replace(self.status, record_error=self.writer.error)
+        with self._lock:
+            self.frame = frame
+            self.classifier.feed(frame)
+            cpu = None
+            if frame.host is not None and frame.host.cpu_pct:
+                cpu = sum(frame.host.cpu_pct) / len(frame.host.cpu_pct)
+            for g in frame.gpus:
+                h = self.history.setdefault(g.index, deque())
+                if h and h[-1].t == g.t:
+                    continue
+                frac = g.pcie_fraction()
+                h.append(Point(g.t, g.sm if g.mode == "gpm" else g.util,
+                               g.dram if g.mode == "gpm" else g.mem_util,
+                               None if frac is None else 100 * frac, cpu))
+                while h and h[0].t < g.t - HISTORY_S:
+                    h.popleft()
+            self._version += 1
+        now = time.monotonic()
+        if tick and now - self._last_tick >= self.paint_interval:
+            self._last_tick = now
+            self.on_tick()
+
+    def view(self) -> View:
+        with self._lock:
+            labels = {g: tuple(v) for g, v in self.classifier.labels.items()}
+            hist = {g: tuple(h) for g, h in self.history.items()}
+            frame, version, gaps = self.frame, self._version, tuple(self.classifier.gaps[-50:])
+        verdicts = {g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1:]), frame, self.verdict_window, g)
+                    for g, ls in labels.items()}
+        return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version)
+
+    def set_status(self, **kw: object) -> None:
+        self.status = _replace(self.status, **kw)
+
+
+def _replace(s: Status, **kw: object) -> Status:
+    from dataclasses import replace
+
+    return replace(s, **kw)
+
+
+class ReplaySource:
+    """Plays a recording into a pipeline at its original pace x speed; pause, seek, loop."""
+
+    def __init__(self, rec: Recording, pipeline: Pipeline, speed: float = 1.0, loop: bool = False,
+                 prefill_s: float = 120.0, start_at: float = 0.0):
+        self.rec = rec
+        self.pipeline = pipeline
+        self.speed = speed
+        self.loop = loop
+        self.prefill_s = prefill_s
+        self.paused = False
+        # a start point later than 0 is a seek: the timeline is prefilled with what came before
+        self._seek: float | None = min(start_at, rec.duration) if start_at > 0 else None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memtop-replay", daemon=True)
+        self.position = 0.0
+        self.changes: list[float] = []  # times where the phase label changes, for "next phase"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self._wake.set()
+        self._status()
+
+    def set_speed(self, speed: float) -> None:
+        self.speed = min(64.0, max(0.25, speed))
+        self._wake.set()
+        self._status()
+
+    def seek(self, offset: float) -> None:
+        """Jump to ``offset`` seconds into the recording."""
+        self._seek = min(max(0.0, offset), self.rec.duration)
+        self._wake.set()
+
+    def next_change(self) -> float | None:
+        """Offset of the next phase-label change after the current position."""
+        labels = self.pipeline.view().labels
+        cur = self.position + self.rec.t0
+        for ls in labels.values():
+            for a, b in zip(ls, ls[1:]):
+                if b.t > cur + 0.5 and a.label != b.label and b.label != "warmup":
+                    return b.t - self.rec.t0
+        return None
+
+    def _status(self) -> None:
+        self.pipeline.set_status(position=self.position, duration=self.rec.duration,
+                                 paused=self.paused, speed=self.speed)
+
+    def _prefill(self, start: float) -> None:
+        """Fill the timeline with what came before ``start`` (no pacing) so a seek shows context."""
+        self.pipeline.reset()
+        lo = max(self.rec.t0, start - self.prefill_s)
+        for f in self.rec.frames(lo, start):
+            self.pipeline.on_frame(f, tick=False)
+
+    def _run(self) -> None:
+        start = self.rec.t0
+        if self._seek is not None:
+            start, self._seek = self.rec.t0 + self._seek, None
+        while not self._stop.is_set():
+            if start > self.rec.t0:
+                self._prefill(start)
+            else:
+                self.pipeline.reset()
+            prev_t: float | None = None
+            prev_wall = time.monotonic()
+            for f in self.rec.frames(start=start if start > self.rec.t0 else None):
+                if self._stop.is_set():
+                    return
+                while self.paused and self._seek is None and not self._stop.is_set():
+                    self._wake.wait(0.2)
+                    self._wake.clear()
+                    prev_wall = time.monotonic()
+                if self._seek is not None:
+                    break
+                if prev_t is not None:
+                    due = prev_wall + (f.t - prev_t) / self.speed
+                    while (delay := due - time.monotonic()) > 0 and self._seek is None and not self._stop.is_set():
+                        self._wake.wait(delay)
+                        self._wake.clear()
+                    if self._seek is not None:
+                        break
+                prev_t, prev_wall = f.t, time.monotonic()
+                self.position = f.t - self.rec.t0
+                self._status()
+                self.pipeline.on_frame(f)
+            if self._seek is not None:
+                start = self.rec.t0 + self._seek
+                self._seek = None
+                continue
+            if not self.loop:
+                self.paused = True
+                self._status()
+                while self._seek is None and not self._stop.is_set():
+                    self._wake.wait(0.5)
+                    self._wake.clear()
+                if self._seek is not None:
+                    start = self.rec.t0 + self._seek
+                    self._seek = None
+                    self.paused = False
+                continue
+            start = self.rec.t0
