@@ -12,7 +12,7 @@ from typing import Any
 
 from memtop.model import Capability, CapState, GpuProcess, GpuSample, PcieLink, SeriesChunk
 
-from .nvml_calls import ERROR_GPU_LOST, NvmlCallError, NvmlUnavailable, RealNvml
+from .nvml_calls import ERROR_GPU_LOST, ERROR_NOT_FOUND, NvmlCallError, NvmlUnavailable, RealNvml
 
 MIB = 1 << 20
 # Per-lane transfer rate (MT/s) by PCIe generation, for when nvmlDeviceGetPcieSpeed is missing.
@@ -24,6 +24,10 @@ def link_bytes_per_s(gen: int, width: int, speed_mts: int | None = None) -> floa
     mts = speed_mts or GEN_MTS.get(gen, 0)
     enc = 8 / 10 if gen <= 2 else (242 / 256 if gen >= 6 else 128 / 130)
     return mts * 1e6 * enc / 8 * width
+
+
+def _raise(e: Exception) -> None:
+    raise e
 
 
 class SampleDrain:
@@ -163,7 +167,12 @@ class GpuReader:
     def drain(self) -> list[SeriesChunk]:
         chunks = []
         for d in self._drains:
-            rows = self._try("samples " + d.metric, self.nv.samples, self.index, d.metric, d.last_us)
+            try:
+                rows = self.nv.samples(self.index, d.metric, d.last_us)
+            except NvmlCallError as e:
+                if e.code != ERROR_NOT_FOUND:  # NotFound = nothing new since last_us
+                    self._try("samples " + d.metric, _raise, e)
+                continue
             if rows:
                 t, v = d.take(rows, self.offset)
                 if t:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from memtop.model import Frame, StackSample
-from memtop.stackclass import where
+from memtop.stackclass import site
 
 LABELS = ("idle", "transfer", "memory", "compute", "sync", "input", "cpu", "other")
 TITLES = {
@@ -189,7 +189,8 @@ class Classifier:
         if inside:
             m = inside[len(inside) // 2].main
             assert m is not None
-            top = {"class": m.klass, "where": where(m.frames), "code": m.frames[0].code if m.frames else ""}
+            w, code = site(m.frames)
+            top = {"class": m.klass, "where": w, "code": code}
         return {"gpu": gpu, "t0": span[0], "t1": span[1], "duration_s": round(span[1] - span[0], 2), "stack": top}
 
     # -- bins ----------------------------------------------------------------------------
@@ -252,7 +253,7 @@ class Classifier:
         leaves: Counter[tuple[str, str, str]] = Counter()
         for m, w in mains:
             c[m.klass] += w
-            leaves[(m.klass, where(m.frames), m.frames[0].code if m.frames else "")] += w
+            leaves[(m.klass, *site(m.frames))] += w
         # the top stack is the most common non-idle one: it explains the band
         busy = [(k, v) for k, v in leaves.most_common() if k[0] != "idle"] or leaves.most_common()
         gil = sum(w for m, w in mains if m.owns_gil) / total
