@@ -26,10 +26,11 @@ for step in $1; do
     python3 -c "
 import torch,time
 a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)
-end=time.time()+7
+end=time.time()+25
 while time.time()<end:
     [a@a for _ in range(10)]; torch.cuda.synchronize()" &
-    sleep 2; python3 bench/nvml_fixture.py "$R/nvml_h100.json" >>"$LOG" 2>&1; wait ;;
+    until [ "$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits)" -gt 50 ] 2>/dev/null; do sleep 0.5; done
+    python3 bench/nvml_fixture.py "$R/nvml_h100.json" >>"$LOG" 2>&1; wait ;;
   gputests)
     python3 -P -m pytest -q -m gpu -p no:cacheprovider tests >>"$LOG" 2>&1 ;;
   seed*)

@@ -32,3 +32,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+REC = {
+    0: DATA / "labelled_s0.memtop",
+    1: Path(__file__).parent.parent / "memtop" / "data" / "demo.memtop",  # seed 1 ships as the demo
+    2: DATA / "labelled_s2.memtop",
+}
+REC_NOGPM = DATA / "labelled_s2_nogpm.memtop"
+
+
+@pytest.fixture(scope="session")
+def frames_s0():
+    from memtop.store import Recording
+
+    return list(Recording(REC[0]).frames())

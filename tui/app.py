@@ -133,6 +133,8 @@ class MemtopApp(App[int]):
         self.selected_pid: int | None = None
         self._gpu_rows: dict[str, tuple] = {}
         self._proc_rows: dict[str, tuple] = {}
+        self._texts: dict[str, object] = {}
+        self._paints = 0
 
     def compose(self) -> ComposeResult:
         yield Static(id="header")
@@ -153,8 +155,10 @@ class MemtopApp(App[int]):
             self.theme = self._theme_name
         except Exception:
             self.theme = "ansi-dark"
-        self.query_one("#gpus", DataTable).add_columns(*fmt.GPU_COLUMNS)
-        self.query_one("#procs", DataTable).add_columns(*fmt.PROC_COLUMNS)
+        for table, cols in (("#gpus", fmt.GPU_COLUMNS), ("#procs", fmt.PROC_COLUMNS)):
+            dt = self.query_one(table, DataTable)
+            for name, width in cols:
+                dt.add_column(name, width=width)
         self.pipeline.paint_interval = 1.0 / self.paint_rate
         self.pipeline.on_tick = lambda: self.post_message(Refresh())
         if self.controller is not None:
@@ -187,27 +191,38 @@ class MemtopApp(App[int]):
     def _on_refresh(self) -> None:
         self._paint()
 
+    def _set(self, selector: str, content) -> None:
+        """Update a Static only when its text changed: an unchanged panel costs no bytes."""
+        if self._texts.get(selector) != content:
+            self._texts[selector] = content
+            self.query_one(selector, Static).update(content)
+
     def _paint(self) -> None:
         v = self.pipeline.view()
         if self.view is not None and v.version == self.view.version and v.status == self.view.status:
             return
+        full = self.view is None  # forced (GPU switch, first paint): everything now
         self.view = v
+        self._paints += 1
+        # Verdict, header and GPU rows follow every paint; the wide, slow-moving panels every
+        # second paint. Textual re-sends whole widget lines, so this halves their bytes.
+        slow = full or self._paints % 2 == 0
         gpus = sorted(v.history) or [0]
         if self.gpu not in gpus:
             self.gpu = gpus[0]
         with self.batch_update():
-            self.query_one("#header", Static).update(fmt.header(v))
-            self.query_one("#verdict", Static).update(fmt.verdict_text(v, self.gpu))
+            self._set("#header", fmt.header(v))
+            self._set("#verdict", fmt.verdict_text(v, self.gpu))
             self._update_gpus(v)
-            tl = self.query_one(Timeline)
-            tl.cursor = None
-            tl.show(v, self.gpu)
+            if not slow:
+                return
+            self.query_one(Timeline).show(v, self.gpu)
             f = v.frame
-            self.query_one("#host", Static).update(
-                fmt.host_text(f.host if f else None, f.caps if f else (), f.perf if f else (), self.ascii_only))
+            self._set("#host", fmt.host_text(f.host if f else None, f.caps if f else (), f.perf if f else (),
+                                             self.ascii_only))
             self._update_procs(v)
             self._update_stacks(v)
-            self.query_one("#caps", Static).update(fmt.caps_text(f.caps if f else ()))
+            self._set("#caps", fmt.caps_text(f.caps if f else ()))
 
     def _diff_rows(self, table: DataTable, rows: list[tuple[str, tuple]], cache: dict[str, tuple]) -> None:
         """Update only changed cells; add and remove rows by key (never clear per tick)."""
@@ -243,7 +258,7 @@ class MemtopApp(App[int]):
     def _update_stacks(self, v: View) -> None:
         f = v.frame
         s = next((s for s in f.stacks if s.pid == self.selected_pid), None) if f else None
-        self.query_one("#stacks", Static).update(fmt.stacks_text(s, f.caps if f else (), self.selected_pid))
+        self._set("#stacks", fmt.stacks_text(s, f.caps if f else (), self.selected_pid))
 
     @on(DataTable.RowHighlighted, "#procs")
     def _proc_selected(self, ev: DataTable.RowHighlighted) -> None:

@@ -46,8 +46,11 @@ def gpu_row(g: GpuSample, phase: str) -> tuple:
     )
 
 
-GPU_COLUMNS = ("GPU", "phase", "SM%", "TC%", "DRAM%", "PCIe RX", "PCIe TX", "link%", "mem", "power", "temp", "throttle")
-PROC_COLUMNS = ("PID", "user", "GPU", "GPU mem", "CPU%", "thr", "st", "role", "NUMA", "top frame")
+# (title, width): fixed widths, so a value never resizes (and repaints) a whole table
+GPU_COLUMNS = (("GPU", 3), ("phase", 8), ("SM%", 4), ("TC%", 4), ("DRAM%", 5), ("PCIe RX", 7), ("PCIe TX", 7),
+               ("link%", 5), ("mem", 11), ("power", 5), ("temp", 4), ("throttle", 14))
+PROC_COLUMNS = (("PID", 7), ("user", 8), ("GPU", 3), ("GPU mem", 7), ("CPU%", 4), ("thr", 4), ("st", 2),
+                ("role", 6), ("NUMA", 6), ("top frame", 48))
 
 
 def header(v: View) -> Text:

@@ -1,13 +1,18 @@
 """Rolling timeline: SM / DRAM / PCIe / CPU rows with the phase band and a time axis.
 
 A Line-API widget: each row is one Strip, built once per data version and width and then
-served from the cache; equal-style runs are merged so a repaint sends little.
+served from the cache, with equal-style runs merged. The time window moves in quarter-span
+jumps; between jumps only the newest columns are refreshed, so a repaint sends a few cells
+instead of the whole timeline (bytes matter over SSH).
 """
 
 from __future__ import annotations
 
+import time
+
 from rich.segment import Segment
 from rich.style import Style
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -37,17 +42,37 @@ class Timeline(Widget):
         self._view: View | None = None
         self._cache: dict[int, Strip] = {}
         self._key: tuple | None = None
+        self._layout: tuple | None = None
+        self._end: float | None = None  # time at the right edge (moves in quarter-span jumps)
+        self._latest: float | None = None
 
     def show(self, view: View, gpu: int) -> None:
-        self._view = view
-        self.gpu = gpu
-        key = (view.version, gpu, self.span_s, self.size.width)
-        if key != self._key:
-            self._cache.clear()
+        pts = view.history.get(gpu)
+        latest = pts[-1].t if pts else None
+        prev, self._view = self._latest, view
+        self._latest = latest
+        layout = (gpu, self.span_s, self.size.width)
+        self._cache.clear()
+        if (latest is None or prev is None or self._end is None or layout != self._layout
+                or latest > self._end or latest < prev):
+            self._layout = layout
+            self.gpu = gpu
+            if latest is not None:
+                self._end = latest + self.span_s / 4
             self.refresh()
+            return
+        # only the newest columns (labels lag a bin or two) and the current values at the left
+        cols = max(1, self.size.width - LABEL_W)
+        dt = self.span_s / cols
+        start = self._end - self.span_s
+        c0 = max(0, int((prev - 2.0 - start) / dt))
+        c1 = min(cols, int((latest - start) / dt) + 1)
+        rows = len(ROWS) + 1
+        self.refresh(Region(0, 0, LABEL_W, rows), Region(LABEL_W + c0, 0, max(1, c1 - c0), rows))
 
     def zoom(self, factor: float) -> None:
         self.span_s = min(600.0, max(15.0, self.span_s * factor))
+        self._end = None
         self._cache.clear()
         self.refresh()
 
@@ -57,10 +82,6 @@ class Timeline(Widget):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        key = (self._view.version if self._view else -1, self.gpu, self.span_s, width)
-        if key != self._key:
-            self._cache.clear()
-            self._key = key
         strip = self._cache.get(y)
         if strip is None:
             strip = self._build(y, width).adjust_cell_length(width)
@@ -73,7 +94,7 @@ class Timeline(Widget):
         if v is None or not v.history.get(self.gpu):
             return Strip([Segment("waiting for data…" if y == 0 else "")])
         pts = v.history[self.gpu]
-        end = pts[-1].t
+        end = self._end if self._end is not None else pts[-1].t
         start = end - self.span_s
         dt = self.span_s / cols
         label_style = Style(bold=True)
@@ -83,7 +104,7 @@ class Timeline(Widget):
         if y == len(ROWS):
             return self._band(v, start, dt, cols, label_style)
         if y == len(ROWS) + 1:
-            return self._axis(cols)
+            return self._axis(cols, start, end, v.meta.get("wall_offset"))
         if y == len(ROWS) + 2:
             return self._legend()
         return Strip([])
@@ -125,16 +146,18 @@ class Timeline(Widget):
         segs.append(Segment(run_text, Style(color=PHASE_COLORS.get(run_kind, "white"))))
         return Strip(segs)
 
-    def _axis(self, cols: int) -> Strip:
-        step = max(10, int(self.span_s / 6 / 10) * 10)
+    def _axis(self, cols: int, start: float, end: float, offset: float | None) -> Strip:
+        """Clock times (of the recording, or now) at fixed columns: they move only with a jump."""
+        step = max(5, int(self.span_s / 6 / 5) * 5)
         axis = [" "] * cols
-        for sec in range(0, int(self.span_s) + 1, step):
-            i = cols - 1 - int(sec / self.span_s * (cols - 1))
-            lab = "now" if sec == 0 else f"-{sec}s"
-            j = max(0, i - len(lab) + 1)
+        first = (int(start // step) + 1) * step
+        for sec in range(int(first), int(end), step):
+            i = int((sec - start) / self.span_s * cols)
+            lab = time.strftime("%H:%M:%S", time.gmtime(sec + offset)) if offset else f"{sec - start:.0f}s"
+            lab = "|" + lab
             for k, ch in enumerate(lab):
-                if j + k < cols:
-                    axis[j + k] = ch
+                if i + k < cols:
+                    axis[i + k] = ch
         return Strip([Segment(" " * LABEL_W), Segment("".join(axis), Style(dim=True))])
 
     def _legend(self) -> Strip:

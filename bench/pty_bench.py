@@ -1,0 +1,78 @@
+"""Run a TUI in a pseudo-terminal and measure what it costs: CPU % of one core (itself and
+its reaped children, e.g. py-spy), bytes/s written to the terminal, time to first frame.
+
+usage: python bench/pty_bench.py SECONDS COLSxROWS -- COMMAND ...   (prints one JSON line)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import signal
+import struct
+import sys
+import termios
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in f[11:15]) / TICK  # utime stime cutime cstime
+
+
+def main() -> None:
+    secs = float(sys.argv[1])
+    cols, rows = (int(x) for x in sys.argv[2].split("x"))
+    cmd = sys.argv[sys.argv.index("--") + 1:]
+    t0 = time.monotonic()
+    pid, fd = pty.fork()
+    if pid == 0:
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        os.environ["TERM"] = "xterm-256color"
+        os.execvp(cmd[0], cmd)
+    first = None
+    total = 0
+    warm = 3.0  # skip start-up before measuring steady state
+    c0 = b0 = w0 = None
+    buf = b""
+    while time.monotonic() - t0 < secs + warm:
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                break
+            total += len(data)
+            if first is None:
+                buf = (buf + data)[-4096:]
+                if b"memtop" in buf or b"nvitop" in buf or b"NVITOP" in buf or b"GPU" in buf:
+                    first = time.monotonic() - t0
+        if c0 is None and time.monotonic() - t0 >= warm:
+            c0, b0, w0 = cpu_s(pid), total, time.monotonic()
+    c1, b1, w1 = cpu_s(pid), total, time.monotonic()
+    os.write(fd, b"q")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        try:
+            os.read(fd, 65536)
+        except OSError:
+            pass
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    print(json.dumps({"cmd": " ".join(cmd), "size": f"{cols}x{rows}", "seconds": round(w1 - w0, 1),
+                      "cpu_pct_one_core": round(100 * (c1 - c0) / (w1 - w0), 2),
+                      "kib_per_s": round((b1 - b0) / 1024 / (w1 - w0), 2),
+                      "first_output_s": None if first is None else round(first, 3)}))
+
+
+if __name__ == "__main__":
+    main()
