@@ -6,6 +6,7 @@ usage: python bench/pty_bench.py SECONDS COLSxROWS -- COMMAND ...   (prints one 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -21,7 +22,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_s(pid: int) -> float:
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    with open(f"/proc/{pid}/stat") as fh:
+        f = fh.read().rsplit(")", 1)[1].split()
     return sum(int(x) for x in f[11:15]) / TICK  # utime stime cutime cstime
 
 
@@ -61,10 +63,8 @@ def main() -> None:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done:
             break
-        try:
+        with contextlib.suppress(OSError):
             os.read(fd, 65536)
-        except OSError:
-            pass
         time.sleep(0.05)
     else:
         os.kill(pid, signal.SIGKILL)
