@@ -73,6 +73,8 @@ class GpuReader:
         self._procs: tuple[GpuProcess, ...] = ()
         self._procs_t = -1e9
         self._drain_t = -1e9
+        self._slow_t = -1e9
+        self._slow: dict[str, Any] = {}
         self._drains = [SampleDrain("util"), SampleDrain("mem_util"), SampleDrain("power_w", 1e-3)]
 
     def start(self) -> None:
@@ -135,15 +137,18 @@ class GpuReader:
                     f["pcie_" + d] = kbs * 1024.0
         p = self._try("power", nv.power_mw, i)
         f["power_w"] = None if p is None else p / 1000.0
-        tc = self._try("temperature", nv.temperature, i)
-        f["temp_c"] = None if tc is None else float(tc)
-        clk = self._try("clocks", nv.clocks, i)
-        if clk:
-            f["sm_clock"], f["mem_clock"] = float(clk[0]), float(clk[1])
-        f["clock_events"] = self._try("clock events", nv.clock_events, i)
-        mem = self._try("memory", nv.memory, i)
-        if mem:
-            f["mem_used"], f["mem_total"] = mem
+        if now - self._slow_t >= 1.0:  # temperature, clocks, throttle, memory: 1 Hz is plenty
+            self._slow_t = now
+            tc = self._try("temperature", nv.temperature, i)
+            clk = self._try("clocks", nv.clocks, i)
+            mem = self._try("memory", nv.memory, i)
+            self._slow = {
+                "temp_c": None if tc is None else float(tc),
+                "sm_clock": float(clk[0]) if clk else None, "mem_clock": float(clk[1]) if clk else None,
+                "clock_events": self._try("clock events", nv.clock_events, i),
+                "mem_used": mem[0] if mem else None, "mem_total": mem[1] if mem else None,
+            }
+        f.update(self._slow)
         if now - self._link_t >= 10.0:
             self._link_t = now
             lk = self._try("pcie link", nv.link, i)

@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
 from memtop import __version__
 from memtop.errors import UserError
 from memtop.model import (
@@ -237,6 +235,8 @@ class Writer:
                     json.dumps(asdict(g.link)) if g.link else None,
                     json.dumps([[p.pid, p.used_memory] for p in g.processes])))
         for c in f.series:
+            import numpy as np  # lazily: numpy costs ~0.2 s of start-up
+
             t0 = c.t[0]
             data = np.column_stack([np.asarray(c.t) - t0, np.asarray(c.v)]).astype(np.float32).tobytes()
             db.execute("INSERT INTO series VALUES (?,?,?,?)", (t0, c.gpu, c.metric, data))
@@ -450,6 +450,8 @@ class _State:
         elif kind == "gpu":
             self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]))
         elif kind == "series":
+            import numpy as np
+
             a = np.frombuffer(r[3], dtype=np.float32).reshape(-1, 2)
             self.series.append(SeriesChunk(r[1], r[2], tuple((a[:, 0] + r[0]).tolist()), tuple(a[:, 1].tolist())))
         elif kind == "host":

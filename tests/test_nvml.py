@@ -82,7 +82,7 @@ def test_drained_h100_buffers_are_gap_free_series():
                 vs += c.v
     steps = [b - a for a, b in zip(ts, ts[1:])]
     assert len(ts) > 20 and min(steps) > 0 and max(steps) < 0.05  # 50 Hz buffer, ordered, no holes
-    assert all(50 < w < 800 for w in vs)
+    assert all(50 < w < 1000 for w in vs)  # H100 SXM peaks near 780 W under matmul
 
 
 class _Failing(ReplayNvml):

@@ -161,8 +161,8 @@ class MemtopApp(App[int]):
                 dt.add_column(name, width=width)
         self.pipeline.paint_interval = 1.0 / self.paint_rate
         self.pipeline.on_tick = lambda: self.post_message(Refresh())
-        if self.controller is not None:
-            self.controller.start()
+        if self.controller is not None:  # after the first paint: the first frame shows at once
+            self.call_after_refresh(self.controller.start)
         self.set_interval(1.0 / self.paint_rate, self._paint)  # also paints when no frames come
         if self.hangup_guard:
             self.set_interval(2.0, self._check_terminal)

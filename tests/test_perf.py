@@ -1,0 +1,73 @@
+"""perf_event_open: software counters for real; the PMU path on recorded read buffers."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from memtop.collectors import perf
+from memtop.model import CapState
+
+
+def test_group_read_parsing_and_multiplex_scaling():
+    # A hardware group read as the kernel returns it (nr, time_enabled, time_running, values...):
+    # 5 counters, counted 60 % of the time (multiplexed).
+    buf = struct.pack("=8Q", 5, 1_000_000, 600_000, 3_000_000, 6_000_000, 90_000, 9_000, 1_200)
+    values, enabled, running = perf.parse_group_read(buf)
+    assert values == [3_000_000, 6_000_000, 90_000, 9_000, 1_200]
+    scaled = perf.scaled(values, enabled, running)
+    assert scaled[0] == pytest.approx(5_000_000) and scaled[1] == pytest.approx(10_000_000)
+    d = perf.derived(dict(zip(["cycles", "instructions", "cache-references", "cache-misses"], scaled)))
+    assert d["ipc"] == pytest.approx(2.0) and d["cache-miss-rate"] == pytest.approx(0.1)
+
+
+def test_attr_layout():
+    a = perf.pack_attr(1, 1)
+    assert len(a) == perf.ATTR_SIZE
+    type_, size, config = struct.unpack_from("=IIQ", a)
+    assert (type_, size, config) == (1, 136, 1)
+
+
+def test_software_counters_for_real_on_a_busy_child():
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        col = perf.PerfCollector(pids=(child.pid,))
+        col.start()
+        col.sample(time.monotonic())
+        time.sleep(1.0)
+        (s,) = col.sample(time.monotonic())
+        assert s.get("task-clock") == pytest.approx(1.0, abs=0.35)  # one busy thread
+        assert s.get("context-switches") is not None
+        assert any(c.ok for c in col.capabilities())
+        col.stop()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_no_pmu_path_for_real_or_hardware_counts():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        col = perf.PerfCollector(pids=(child.pid,))
+        col.start()
+        col.sample(time.monotonic())
+        if col.hw_ok:
+            pytest.skip("this machine has a CPU PMU: the hardware path is live here")
+        hw = [c for c in col.capabilities() if c.name == "hardware counters"]
+        assert hw and hw[0].state is CapState.UNSUPPORTED and "PMU" in hw[0].detail
+        col.stop()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_explain_messages():
+    import errno
+
+    st, reason, fix = perf.explain(OSError(errno.EACCES, "denied"), False)
+    assert st is CapState.DENIED and "perf_event_paranoid" in reason and "sysctl" in fix
+    assert perf.explain(OSError(errno.ESRCH, "gone"), False)[1] == "process gone"
