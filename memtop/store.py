@@ -387,8 +387,8 @@ class Recording:
                     yield st.frame(row[0])
                 else:
                     st.apply(self, kind, row)
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+        except (sqlite3.DatabaseError, zlib.error, ValueError, TypeError, KeyError, IndexError) as e:
+            raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__}: {e})") from None
 
     def _seed(self, st: _State, t: float) -> None:
         """State as it stood at time t: the last part of each source at or before t."""

@@ -1,0 +1,147 @@
+"""SQLite recordings: round trip, seek, crash safety, file mode, and bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REC
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memtop.errors import UserError
+from memtop.model import Marker
+from memtop.store import Recording, Writer, read_markers
+
+
+def _copy(frames, path: Path, markers=()) -> Recording:
+    w = Writer(path, {"host": "test", "gpus": [{"index": 0, "name": "H100", "uuid": "u", "mode": "gpm"}]})
+    for f in frames:
+        w.add(f)
+    if markers:
+        w.add_markers(list(markers))
+    w.close()
+    assert w.error is None
+    return Recording(path)
+
+
+def test_round_trip_equal_frames(frames_s0, tmp_path):
+    src = frames_s0[:400]
+    back = list(_copy(src, tmp_path / "a.memtop").frames())
+    assert len(back) == len(src)
+    for a, b in zip(src, back):
+        assert a.t == b.t
+        assert [g.t for g in a.gpus] == [g.t for g in b.gpus]
+        assert a.gpus == b.gpus  # values were stored scaled; the recording's own values round-trip exactly
+        assert a.host == b.host
+        assert a.caps == b.caps
+        assert {(s.pid, s.t): s.threads for s in a.stacks} == {(s.pid, s.t): s.threads for s in b.stacks}
+        assert a.perf == b.perf
+    n_series = sum(len(f.series) for f in src)
+    assert n_series and n_series == sum(len(f.series) for f in back)
+
+
+def test_markers_round_trip(frames_s0, tmp_path):
+    ms = [Marker(frames_s0[0].t, frames_s0[50].t, "compute", "compute", '{"tflop": 1}')]
+    rec = _copy(frames_s0[:100], tmp_path / "m.memtop", ms)
+    assert rec.markers() == ms
+
+
+def test_seek_lands_on_the_right_frame(frames_s0):
+    rec = Recording(REC[0])
+    for k in (0, 137, 700, len(frames_s0) - 1):
+        f = rec.seek(frames_s0[k].t)
+        assert f.t == frames_s0[k].t
+        assert f.gpus == frames_s0[k].gpus and f.host == frames_s0[k].host
+    mid = (frames_s0[10].t + frames_s0[11].t) / 2
+    assert rec.seek(mid).t == frames_s0[10].t
+
+
+def test_file_is_private(frames_s0, tmp_path):
+    _copy(frames_s0[:5], tmp_path / "p.memtop")
+    assert stat.S_IMODE(os.stat(tmp_path / "p.memtop").st_mode) == 0o600
+
+
+def test_refuses_to_overwrite(tmp_path):
+    p = tmp_path / "x.memtop"
+    p.write_text("keep me")
+    with pytest.raises(UserError, match="exists"):
+        Writer(p, {})
+    assert p.read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_sigkill_loses_at_most_about_a_second(tmp_path):
+    out = tmp_path / "k.memtop"
+    p = subprocess.Popen([sys.executable, "-m", "memtop", "record", "-o", str(out), "--no-stacks"],
+                         stderr=subprocess.DEVNULL)
+    time.sleep(4.0)
+    killed_at = time.monotonic()
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    rec = Recording(out)  # still opens
+    assert rec.n_frames > 0
+    assert killed_at - rec.t1 <= 1.6, f"last frame {killed_at - rec.t1:.2f} s before the kill"
+
+
+def _bad(path: Path, match: str) -> None:
+    with pytest.raises(UserError, match=match) as e:
+        Recording(path)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_inputs_each_get_one_line(tmp_path):
+    _bad(tmp_path / "missing.memtop", "no such file")
+    _bad(tmp_path, "directory")
+    (tmp_path / "text.memtop").write_text("hello, not a database" * 100)
+    _bad(tmp_path / "text.memtop", "not an SQLite file")
+    db = sqlite3.connect(tmp_path / "other.db")
+    db.execute("CREATE TABLE t(x)")
+    db.commit()
+    db.close()
+    _bad(tmp_path / "other.db", "not a memtop recording")
+    newer = tmp_path / "newer.memtop"
+    newer.write_bytes(REC[0].read_bytes())
+    db = sqlite3.connect(newer)
+    db.execute("UPDATE meta SET value='99' WHERE key='schema'")
+    db.commit()
+    db.close()
+    _bad(newer, "newer memtop")
+    trunc = tmp_path / "trunc.memtop"
+    trunc.write_bytes(REC[0].read_bytes()[:100_000])
+    with pytest.raises(UserError, match="damaged|truncated|not a"):
+        rec = Recording(trunc)
+        list(rec.frames())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 700_000), flips=st.lists(st.tuples(st.integers(0, 700_000), st.integers(0, 255)),
+                                                   max_size=8))
+def test_fuzzed_files_never_raise_anything_but_the_one_line_error(tmp_path, cut, flips):
+    data = bytearray(REC[0].read_bytes()[:cut])
+    for pos, val in flips:
+        if pos < len(data):
+            data[pos] = val
+    p = tmp_path / "fuzz.memtop"
+    p.write_bytes(bytes(data))
+    try:
+        rec = Recording(p)
+        for _ in rec.frames():
+            pass
+        rec.markers()
+    except UserError as e:
+        assert "\n" not in str(e)
+
+
+def test_markers_file(tmp_path):
+    p = tmp_path / "m.jsonl"
+    p.write_text('{"t0": 1.0, "t1": 2.0, "label": "sync", "name": "sync_even", "facts": {"steps": 3}}\n')
+    (m,) = read_markers(p)
+    assert (m.t0, m.label, m.name) == (1.0, "sync", "sync_even") and '"steps": 3' in m.facts
