@@ -141,6 +141,18 @@ class ReplaySource:
 
     def start(self) -> None:
         self._thread.start()
+        threading.Thread(target=self._find_changes, name="memtop-phases", daemon=True).start()
+
+    def _find_changes(self) -> None:
+        """Classify the whole recording once, in the background, to know where phases change."""
+        try:
+            rec = Recording(self.rec.path)  # its own connection: SQLite objects stay in one thread
+            labels = Classifier().feed_all(rec.frames()).labels
+            rec.close()
+        except Exception:  # a damaged tail: "next phase" then falls back to what was played
+            return
+        self.changes = sorted({b.t - self.rec.t0 for ls in labels.values() for a, b in zip(ls, ls[1:])
+                               if a.label != b.label and b.label != "warmup"})
 
     def stop(self) -> None:
         self._stop.set()
@@ -164,6 +176,8 @@ class ReplaySource:
 
     def next_change(self) -> float | None:
         """Offset of the next phase-label change after the current position."""
+        if self.changes:
+            return next((c for c in self.changes if c > self.position + 0.5), None)
         labels = self.pipeline.view().labels
         cur = self.position + self.rec.t0
         for ls in labels.values():
@@ -192,6 +206,9 @@ class ReplaySource:
                 self._prefill(start)
             else:
                 self.pipeline.reset()
+            self.position = start - self.rec.t0  # a seek while paused shows where it landed
+            self._status()
+            self.pipeline.on_tick()
             prev_t: float | None = None
             prev_wall = time.monotonic()
             for f in self.rec.frames(start=start if start > self.rec.t0 else None):

@@ -110,13 +110,13 @@ class MemtopApp(App[int]):
         Binding("G", "gpu(-1)", "prev GPU", show=False),
         Binding("z", "zoom(0.5)", "zoom in"),
         Binding("Z", "zoom(2)", "zoom out", show=False),
-        Binding("space", "pause", "pause", show=False),
-        Binding("left", "seek(-10)", "-10s", show=False),
-        Binding("right", "seek(10)", "+10s", show=False),
+        Binding("space", "pause", "pause", show=False, priority=True),
+        Binding("left", "seek(-10)", "-10s", show=False, priority=True),
+        Binding("right", "seek(10)", "+10s", show=False, priority=True),
         Binding("n", "next_phase", "next phase", show=False),
         Binding("plus,equals_sign", "speed(2)", "faster", show=False),
         Binding("minus", "speed(0.5)", "slower", show=False),
-        Binding("home", "restart", "start", show=False),
+        Binding("home", "restart", "start", show=False, priority=True),
     ]
 
     def __init__(self, pipeline: Pipeline, controller: Any = None, paint_rate: float = 1.0,

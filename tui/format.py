@@ -63,7 +63,9 @@ def header(v: View) -> Text:
     t = Text()
     t.append(" memtop ", style="bold reverse")
     t.append(f" {meta.get('host') or ''} ")
-    if gpus:
+    if f is None:
+        t.append("starting… ", style="dim")
+    elif gpus:
         t.append(f"{len(gpus)}× {', '.join(names)} ")
         t.append(f"driver {meta.get('driver') or '?'} ", style="dim")
         t.append(" ".join(mode.get(m, m) for m in modes), style="bold")

@@ -1,0 +1,101 @@
+"""The real CLI: bad input gets one line and exit 2; doctor; record; and one tmux session."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from conftest import REC
+
+from memtop.cli import main
+
+
+def run(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memtop", *args], capture_output=True, text=True, timeout=60, **kw)
+
+
+@pytest.mark.parametrize("args", [
+    ["--bogus"], ["record"], ["record", "-o", "/nonexistent/dir/x.memtop", "--duration", "1"],
+    ["record", "-o", "x.memtop", "--pid", "999999999"], ["--interval", "-1"], ["replay", "/nonexistent"],
+    ["replay", "--summary", "/etc/hostname"], ["report", "/dev/null"], ["export", "/nonexistent", "--perfetto", "x"],
+])
+def test_bad_input_is_one_line_exit_2_no_traceback(args, tmp_path):
+    r = run(*args, cwd=tmp_path)
+    assert r.returncode == 2, r
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_tui_refuses_without_a_terminal():
+    r = run("--demo", stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "terminal" in r.stderr
+
+
+def test_doctor_runs_and_says_what_is_missing():
+    r = run("doctor")
+    assert r.returncode == 0
+    assert "py-spy" in r.stdout and "perf_event_paranoid" in r.stdout and "NUMA" in r.stdout
+    rows = json.loads(run("doctor", "--json").stdout)
+    assert {"check", "ok", "detail", "fix"} <= set(rows[0])
+    for row in rows:
+        if row["ok"] is False:
+            assert row["detail"]
+
+
+def test_replay_summary(capsys):
+    assert main(["replay", "--summary", str(REC[0])]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3" and s["rows"]["marker"] == 19
+
+
+@pytest.mark.slow
+def test_record_headless_with_duration(tmp_path):
+    out = tmp_path / "r.memtop"
+    r = run("record", "-o", str(out), "--duration", "2")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(run("replay", "--summary", str(out)).stdout)
+    assert s["rows"]["host"] >= 3 and s["duration_s"] >= 1.5
+    assert "env" not in json.dumps(s["command"]).lower()
+    assert run("record", "-o", str(out), "--duration", "1").returncode == 2  # exists, no --force
+
+
+def _tmux(sock: str, *args: str) -> str:
+    return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
+
+
+def _wait_for(sock: str, text: str, timeout: float = 20.0) -> str:
+    end = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < end:
+        screen = _tmux(sock, "capture-pane", "-p")
+        if text in screen:
+            return screen
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared:\n{screen}")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_real_cli_in_tmux_replay_resize_quit():
+    sock = f"memtop-test-{uuid.uuid4().hex[:8]}"
+    cmd = f"{sys.executable} -m memtop replay {REC[0]} --speed 4; echo EXIT=$?; sleep 30"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", "120", "-y", "40", cmd], check=True, env=env)
+    try:
+        first = _wait_for(sock, "NVIDIA H100")
+        assert "REPLAY" in first
+        time.sleep(2.5)
+        second = _tmux(sock, "capture-pane", "-p")
+        assert second != first  # data changes
+        _tmux(sock, "resize-window", "-x", "80", "-y", "24")
+        small = _wait_for(sock, "REPLAY")
+        assert len(small.splitlines()) <= 24
+        _tmux(sock, "send-keys", "q")
+        _wait_for(sock, "EXIT=0")
+    finally:
+        _tmux(sock, "kill-server")

@@ -1,0 +1,144 @@
+"""The Textual app: Pilot tests and snapshots, on real H100 recordings."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import REC
+from multigpu import multi_gpu
+
+from memtop.pipeline import Pipeline, ReplaySource, Status
+from memtop.store import Recording
+from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp
+from memtop.tui.timeline import Timeline
+
+_FRAMES: dict = {}
+
+
+def _frames(seed: int = 0):
+    if seed not in _FRAMES:
+        _FRAMES[seed] = list(Recording(REC[seed]).frames())
+    return _FRAMES[seed]
+
+
+def _pipeline(n_gpus: int = 1, upto: int = 900) -> Pipeline:
+    rec = Recording(REC[0])
+    frames = _frames()
+    if n_gpus > 1:
+        frames = multi_gpu(frames, n_gpus)
+    p = Pipeline(Status("replay", position=frames[upto].t - rec.t0, duration=rec.duration, paused=True),
+                 meta=rec.meta)
+    for f in frames[:upto]:
+        p.on_frame(f, tick=False)
+    return p
+
+
+def _app(n_gpus: int = 1, **kw) -> MemtopApp:
+    return MemtopApp(_pipeline(n_gpus), hangup_guard=False, **kw)
+
+
+@pytest.mark.parametrize(("size", "gpus"), [((80, 24), 1), ((200, 50), 1), ((80, 24), 8), ((200, 50), 8)])
+def test_snapshot(snap_compare, size, gpus):
+    assert snap_compare(_app(gpus), terminal_size=size)
+
+
+def test_snapshot_ascii(snap_compare):
+    assert snap_compare(_app(1, ascii_only=True), terminal_size=(120, 30))
+
+
+async def test_help_gpu_switch_zoom_and_quit():
+    app = _app(8)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("x")
+        assert not isinstance(app.screen, HelpScreen)
+        assert app.gpu == 0
+        await pilot.press("g", "g")
+        assert app.gpu == 2
+        await pilot.press("G")
+        assert app.gpu == 1
+        tl = app.query_one(Timeline)
+        await pilot.press("z")
+        assert tl.span_s == 60
+        await pilot.press("Z", "Z")
+        assert tl.span_s == 240
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+async def test_gpu_detail_screen():
+    app = _app(8)
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.query_one("#gpus").focus()
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, GpuDetail) and app.screen.gpu == 1
+        await pilot.press("escape")
+        assert not isinstance(app.screen, GpuDetail)
+
+
+async def test_process_selection_drives_the_stacks_panel():
+    app = _app(1)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        pid = app.selected_pid
+        assert pid is not None
+        stacks = str(app.query_one("#stacks").render())
+        assert "MainThread" in stacks
+
+
+async def test_resize_degrades_without_crashing():
+    app = _app(8)
+    async with app.run_test(size=(200, 50)) as pilot:
+        for w, h in ((80, 24), (40, 12), (300, 80), (120, 40)):
+            await pilot.resize_terminal(w, h)
+            await pilot.pause()
+            app._paint()
+        assert app.is_running
+
+
+async def test_replay_controls_pause_seek_speed_next_phase():
+    rec = Recording(REC[0])
+    pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
+    src = ReplaySource(rec, pipe, speed=16.0)
+    app = MemtopApp(pipe, src, hangup_guard=False, paint_rate=4)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause(1.0)
+        assert pipe.status.position > 5  # 16x
+        await pilot.press("space")
+        await pilot.pause(0.3)
+        assert pipe.status.paused
+        p0 = src.position
+        await pilot.pause(0.5)
+        assert src.position == p0  # paused really stops
+        await pilot.press("right")  # seek while paused
+        await pilot.pause(0.8)
+        assert src.position >= p0 + 9
+        before = src.position
+        await pilot.press("n")
+        await pilot.pause(0.8)
+        assert src.position > before
+        await pilot.press("home")
+        await pilot.pause(0.8)
+        assert src.position < before
+        await pilot.press("plus")
+        assert src.speed == 32
+        await pilot.press("minus", "minus")
+        assert src.speed == 8
+        await pilot.press("space")
+        assert not pipe.status.paused
+        await pilot.press("q")
+
+
+async def test_no_gpu_live_view_says_so():
+    from memtop.model import Capability, CapState, Frame
+
+    p = Pipeline(Status("live"), meta={"host": "test"})
+    cap = Capability("nvml", "driver", CapState.UNSUPPORTED, "NVIDIA driver not found (libnvidia-ml.so.1)")
+    host = _frames()[100].host
+    p.on_frame(Frame(t=1.0, host=host, caps=(cap,)), tick=False)
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        text = str(app.query_one("#verdict").render()) + str(app.query_one("#header").render())
+        assert "no GPU found" in text and "--demo" in text
