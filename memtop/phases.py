@@ -22,6 +22,7 @@ TITLES = {
     "other": "unclassified",
 }
 HEALTHY = {"compute"}
+EXPLAINED_BY = {"sync": "sync", "transfer": "copy", "input": "data", "cpu": "other"}  # label -> stack class
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
 STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
 
@@ -45,7 +46,8 @@ class Features:
     shares: dict[str, float]  # stack-class shares of the main threads over the window
     gil: float  # share of samples where the main thread held the GIL
     stack_n: int  # samples in the window (0: no stacks)
-    top: tuple[str, str, str] | None  # (class, file:line, code) of the most common main-thread leaf
+    top: tuple[str, str, str] | None  # (class, file:line, code) of the most common busy main-thread stack
+    tops: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # the most common one per class
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ class Classifier:
             mains = [p for p in host.procs if p.pid in pids]
             proc_cpu = max((p.cpu_pct for p in mains), default=0.0)
             wk = [p for p in host.procs if p.worker_of in pids]
-        shares, gil, n, top = self._stack_shares(pids)
+        shares, gil, n, top, tops = self._stack_shares(pids)
         return Features(
             t=t, gpu=gpu, gpm=gpm, graphics=graphics, sm=mean("sm") if gpm else None,
             tensor=mean("tensor") if gpm else None, dram=mean("dram") if gpm else mean("mem_util"),
@@ -237,27 +239,30 @@ class Classifier:
             proc_cpu=proc_cpu, workers=len(wk),
             worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,
             worker_sleeping=sum(p.state in "SD" for p in wk) / len(wk) if wk else 0.0,
-            iowait=iowait, shares=shares, gil=gil, stack_n=n, top=top,
+            iowait=iowait, shares=shares, gil=gil, stack_n=n, top=top, tops=tops,
         )
 
-    def _stack_shares(self, pids: set[int]) -> tuple[dict[str, float], float, int, tuple[str, str, str] | None]:
+    def _stack_shares(self, pids: set[int]) -> tuple:
         if not self.use_stacks:
-            return {}, 0.0, 0, None
+            return {}, 0.0, 0, None, {}
         now = self._last.t if self._last is not None else 0.0
         mains = [(s.main, math.exp(-(now - s.t) / STACK_TAU_S))
                  for s in self._stacks if s.pid in pids and s.main is not None]
         if not mains:
-            return {}, 0.0, 0, None
+            return {}, 0.0, 0, None, {}
         total = sum(w for _, w in mains)
         c: Counter[str] = Counter()
         leaves: Counter[tuple[str, str, str]] = Counter()
         for m, w in mains:
             c[m.klass] += w
             leaves[(m.klass, *site(m.frames))] += w
-        # the top stack is the most common non-idle one: it explains the band
-        busy = [(k, v) for k, v in leaves.most_common() if k[0] != "idle"] or leaves.most_common()
+        # the top stack of each class; the label picks the one that explains it
+        tops: dict[str, tuple[str, str, str]] = {}
+        for k, _ in leaves.most_common():
+            tops.setdefault(k[0], k)
+        busy = next((k for k, _ in leaves.most_common() if k[0] != "idle"), leaves.most_common(1)[0][0])
         gil = sum(w for m, w in mains if m.owns_gil) / total
-        return {k: v / total for k, v in c.items()}, gil, len(mains), busy[0][0]
+        return {k: v / total for k, v in c.items()}, gil, len(mains), busy, tops
 
     def _label(self, f: Features) -> None:
         raw, rule, sub = evaluate(f)
@@ -282,8 +287,9 @@ class Classifier:
               "proc_cpu": round(f.proc_cpu), "workers": f.workers, "worker_cpu": round(f.worker_cpu),
               "stack_shares": {k: round(v, 2) for k, v in sorted(f.shares.items())}, "gil": round(f.gil, 2),
               "stack_samples": f.stack_n}
-        if f.top:
-            ev["top_stack"] = {"class": f.top[0], "where": f.top[1], "code": f.top[2]}
+        top = f.tops.get(EXPLAINED_BY.get(raw, ""), f.top)
+        if top:
+            ev["top_stack"] = {"class": top[0], "where": top[1], "code": top[2]}
         lab = Label(f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, ev, sub if stable == raw else "")
         self.labels.setdefault(f.gpu, []).append(lab)
         for cb in self.listeners:

@@ -67,4 +67,5 @@ def site(frames: Sequence[StackFrame]) -> tuple[str, str]:
     f = user_frame(frames) or (frames[0] if frames else None)
     if f is None:
         return "?", ""
-    return f"{f.file.rsplit('/', 1)[-1]}:{f.line}", f.code
+    code = re.sub(r"\s+#[^'\"]*$", "", f.code)[:80]  # a trailing comment explains nothing here
+    return f"{f.file.rsplit('/', 1)[-1]}:{f.line}", code

@@ -22,12 +22,12 @@ BLOCKS = " ▁▂▃▄▅▆▇█"
 ASCII_BLOCKS = " .:-=+*#@"
 PHASE_COLORS = {
     "compute": "green", "memory": "cyan", "transfer": "magenta", "sync": "red", "input": "yellow",
-    "cpu": "bright_red", "idle": "bright_black", "other": "white", "warmup": "bright_black",
+    "cpu": "blue", "idle": "bright_black", "other": "white", "warmup": "bright_black",
 }
 PHASE_CHARS = {"compute": "C", "memory": "M", "transfer": "T", "sync": "S", "input": "I", "cpu": "P",
                "idle": ".", "other": "?", "warmup": " "}
 ROWS = (("SM", "sm", "green"), ("DRAM", "dram", "cyan"), ("PCIe", "pcie", "magenta"), ("CPU", "cpu", "yellow"))
-LABEL_W = 6
+LABEL_W = 9
 
 
 class Timeline(Widget):
@@ -120,7 +120,7 @@ class Timeline(Widget):
                 buckets[i].append(val)
         text = "".join(chars[min(8, max(0, round(max(b) / 12.5)))] if b else " " for b in buckets)
         last = next((getattr(p, attr) for p in reversed(pts) if getattr(p, attr) is not None), None)
-        head = f"{name:<4}{'' if last is None else f'{last:3.0f}'[-2:] if last < 100 else '**'}"
+        head = f"{name:<5}{'' if last is None else f'{min(last, 999):3.0f}'}"
         return Strip([Segment(f"{head:<{LABEL_W}}", label_style), Segment(text, Style(color=color))])
 
     def _band(self, v: View, start: float, dt: float, cols: int, label_style: Style) -> Strip:
