@@ -23,6 +23,7 @@ TITLES = {
 }
 HEALTHY = {"compute"}
 EXPLAINED_BY = {"sync": "sync", "transfer": "copy", "input": "data", "cpu": "other"}  # label -> stack class
+RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample this recent
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
 STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
 
@@ -48,6 +49,7 @@ class Features:
     stack_n: int  # samples in the window (0: no stacks)
     top: tuple[str, str, str] | None  # (class, file:line, code) of the most common busy main-thread stack
     tops: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # the most common one per class
+    recent: frozenset[str] = frozenset()  # classes of the main-thread samples of the last second
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,9 @@ def _input_sub(f: Features) -> str:
 
 
 RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], str] | None], ...] = (
-    ("idle", "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no input-pipeline stacks",
-     lambda f: f.graphics < 5 and f.pcie_frac < 0.02 and f.proc_cpu < 20 and f.shares.get("data", 0) < 0.2, None),
+    ("idle", "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on",
+     lambda f: f.graphics < 5 and f.pcie_frac < 0.02 and f.proc_cpu < 20
+     and not (f.workers > 0 and f.shares.get("data", 0) >= 0.2), None),
     ("transfer", "PCIe >= 50 % of link with SM < 30 % (DMA)",
      lambda f: f.pcie_frac >= 0.5 and (f.sm if f.sm is not None else 0) < 30, lambda f: "dma"),
     ("transfer", "PCIe >= 1 GB/s with SM < 30 % and copy stacks >= 20 % (pageable/staged)",
@@ -85,7 +88,8 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
     ("compute", "graphics >= 80 % and SM >= 70 %",
      lambda f: f.graphics >= 80 and (f.sm is None or f.sm >= 70), None),
     ("input", "GPU under-used, input-pipeline stacks >= 20 %, and workers alive or loading in-process",
-     lambda f: _under(f) and f.shares.get("data", 0) >= 0.2 and (f.workers > 0 or f.proc_cpu >= 50), _input_sub),
+     lambda f: _under(f) and f.shares.get("data", 0) >= 0.2 and "data" in f.recent
+     and (f.workers > 0 or f.proc_cpu >= 50), _input_sub),
     ("sync", "graphics 15-80 % with real kernels (SM >= 0.4 x graphics) and sync stacks >= 10 %",
      lambda f: 15 <= f.graphics < 80 and (f.sm is None or f.sm >= 0.4 * f.graphics)
      and f.shares.get("sync", 0) >= 0.1, None),
@@ -231,7 +235,7 @@ class Classifier:
             mains = [p for p in host.procs if p.pid in pids]
             proc_cpu = max((p.cpu_pct for p in mains), default=0.0)
             wk = [p for p in host.procs if p.worker_of in pids]
-        shares, gil, n, top, tops = self._stack_shares(pids)
+        shares, gil, n, top, tops, recent = self._stack_shares(pids)
         return Features(
             t=t, gpu=gpu, gpm=gpm, graphics=graphics, sm=mean("sm") if gpm else None,
             tensor=mean("tensor") if gpm else None, dram=mean("dram") if gpm else mean("mem_util"),
@@ -239,17 +243,17 @@ class Classifier:
             proc_cpu=proc_cpu, workers=len(wk),
             worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,
             worker_sleeping=sum(p.state in "SD" for p in wk) / len(wk) if wk else 0.0,
-            iowait=iowait, shares=shares, gil=gil, stack_n=n, top=top, tops=tops,
+            iowait=iowait, shares=shares, gil=gil, stack_n=n, top=top, tops=tops, recent=recent,
         )
 
     def _stack_shares(self, pids: set[int]) -> tuple:
         if not self.use_stacks:
-            return {}, 0.0, 0, None, {}
+            return {}, 0.0, 0, None, {}, frozenset()
         now = self._last.t if self._last is not None else 0.0
         mains = [(s.main, math.exp(-(now - s.t) / STACK_TAU_S))
                  for s in self._stacks if s.pid in pids and s.main is not None]
         if not mains:
-            return {}, 0.0, 0, None, {}
+            return {}, 0.0, 0, None, {}, frozenset()
         total = sum(w for _, w in mains)
         c: Counter[str] = Counter()
         leaves: Counter[tuple[str, str, str]] = Counter()
@@ -262,7 +266,9 @@ class Classifier:
             tops.setdefault(k[0], k)
         busy = next((k for k, _ in leaves.most_common() if k[0] != "idle"), leaves.most_common(1)[0][0])
         gil = sum(w for m, w in mains if m.owns_gil) / total
-        return {k: v / total for k, v in c.items()}, gil, len(mains), busy, tops
+        recent = frozenset(s.main.klass for s in self._stacks
+                           if s.pid in pids and s.main is not None and s.t >= now - RECENT_S)
+        return {k: v / total for k, v in c.items()}, gil, len(mains), busy, tops, recent
 
     def _label(self, f: Features) -> None:
         raw, rule, sub = evaluate(f)
