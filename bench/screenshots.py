@@ -14,11 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from memtop.tui.app import MemtopApp  # noqa: E402
 from multigpu import multi_gpu  # noqa: E402
 
 from memtop.pipeline import Pipeline, Status  # noqa: E402
 from memtop.store import Recording  # noqa: E402
-from memtop.tui.app import MemtopApp  # noqa: E402
 
 REC = ROOT / "tests" / "data" / "labelled_s0.memtop"
 

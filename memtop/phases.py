@@ -131,7 +131,8 @@ class Classifier:
         self.gaps: list[dict] = []
         self._bin: _Bin | None = None
         self._last: Frame | None = None
-        self._stacks: deque[StackSample] = deque()
+        # (sample, (class, file:line, code, owns_gil) of its main thread), computed once per sample
+        self._stacks: deque[tuple[StackSample, tuple[str, str, str, bool] | None]] = deque()
         self._seen_stack: set[tuple[int, float]] = set()
         self._state: dict[int, tuple[str, str, int]] = {}  # gpu -> (stable, candidate, run)
         self._nbins: dict[int, int] = {}
@@ -156,9 +157,10 @@ class Classifier:
             key = (s.pid, s.t)
             if key not in self._seen_stack and s.threads:
                 self._seen_stack.add(key)
-                self._stacks.append(s)
-        while self._stacks and self._stacks[0].t < frame.t - STACK_WINDOW_S:
-            old = self._stacks.popleft()
+                m = s.main
+                self._stacks.append((s, None if m is None else (m.klass, *site(m.frames), m.owns_gil)))
+        while self._stacks and self._stacks[0][0].t < frame.t - STACK_WINDOW_S:
+            old, _ = self._stacks.popleft()
             self._seen_stack.discard((old.pid, old.t))
         for g in frame.gpus:
             if g.mode == "lost":
@@ -190,13 +192,11 @@ class Classifier:
         self._gap[gpu] = None
 
     def _gap_event(self, gpu: int, span: tuple[float, float]) -> dict:
-        inside = [s for s in self._stacks if span[0] <= s.t <= span[1] + 0.5 and s.main is not None]
+        inside = [info for s, info in self._stacks if span[0] <= s.t <= span[1] + 0.5 and info is not None]
         top = None
         if inside:
-            m = inside[len(inside) // 2].main
-            assert m is not None
-            w, code = site(m.frames)
-            top = {"class": m.klass, "where": w, "code": code}
+            klass, w, code, _ = inside[len(inside) // 2]
+            top = {"class": klass, "where": w, "code": code}
         return {"gpu": gpu, "t0": span[0], "t1": span[1], "duration_s": round(span[1] - span[0], 2), "stack": top}
 
     # -- bins ----------------------------------------------------------------------------
@@ -250,25 +250,25 @@ class Classifier:
         if not self.use_stacks:
             return {}, 0.0, 0, None, {}, frozenset()
         now = self._last.t if self._last is not None else 0.0
-        mains = [(s.main, math.exp(-(now - s.t) / STACK_TAU_S))
-                 for s in self._stacks if s.pid in pids and s.main is not None]
+        mains = [(info, math.exp(-(now - s.t) / STACK_TAU_S), s.t)
+                 for s, info in self._stacks if s.pid in pids and info is not None]
         if not mains:
             return {}, 0.0, 0, None, {}, frozenset()
-        total = sum(w for _, w in mains)
+        total = sum(w for _, w, _ in mains)
         c: Counter[str] = Counter()
         leaves: Counter[tuple[str, str, str]] = Counter()
-        for m, w in mains:
-            c[m.klass] += w
-            leaves[(m.klass, *site(m.frames))] += w
+        gil = 0.0
+        for (klass, where_, code, owns_gil), w, _ in mains:
+            c[klass] += w
+            leaves[(klass, where_, code)] += w
+            gil += w * owns_gil
         # the top stack of each class; the label picks the one that explains it
         tops: dict[str, tuple[str, str, str]] = {}
         for k, _ in leaves.most_common():
             tops.setdefault(k[0], k)
         busy = next((k for k, _ in leaves.most_common() if k[0] != "idle"), leaves.most_common(1)[0][0])
-        gil = sum(w for m, w in mains if m.owns_gil) / total
-        recent = frozenset(s.main.klass for s in self._stacks
-                           if s.pid in pids and s.main is not None and s.t >= now - RECENT_S)
-        return {k: v / total for k, v in c.items()}, gil, len(mains), busy, tops, recent
+        recent = frozenset(info[0] for info, _, t in mains if t >= now - RECENT_S)
+        return {k: v / total for k, v in c.items()}, gil / total, len(mains), busy, tops, recent
 
     def _label(self, f: Features) -> None:
         raw, rule, sub = evaluate(f)

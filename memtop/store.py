@@ -346,10 +346,16 @@ class Recording:
                 kw[c] = int(v) << 20  # MiB -> bytes
             else:
                 kw[c] = v / scale
-        uuid, name, mig, link, procs = state or ("", "GPU", 0, None, "[]")
-        return GpuSample(t=t, index=idx, mode=mode, uuid=uuid or "", name=name or "GPU", mig=bool(mig),
-                         link=PcieLink(**json.loads(link)) if link else None,
-                         processes=tuple(GpuProcess(p, m) for p, m in json.loads(procs or "[]")), **kw)
+        uuid, name, mig, link, procs = state or ("", "GPU", False, None, ())
+        return GpuSample(t=t, index=idx, mode=mode, uuid=uuid, name=name, mig=mig, link=link,
+                         processes=procs, **kw)
+
+    @staticmethod
+    def _gpu_state(r: tuple) -> tuple:
+        """A gpu_state row, parsed once (not once per GPU row)."""
+        _t, _g, uuid, name, mig, link, procs = r
+        return (uuid or "", name or "GPU", bool(mig), PcieLink(**json.loads(link)) if link else None,
+                tuple(GpuProcess(p, m) for p, m in json.loads(procs or "[]")))
 
     def frames(self, start: float | None = None, end: float | None = None) -> Iterator[Frame]:
         """Frames in time order from ``start`` (seeking there first) to ``end``."""
@@ -443,10 +449,10 @@ class _State:
 
     def apply(self, rec: Recording, kind: str, r: tuple) -> None:
         if kind == "gpu_state":
-            self.gstate[r[1]] = r[2:]
+            self.gstate[r[1]] = rec._gpu_state(r)
             g = self.gpus.get(r[1])
             if g is not None:  # re-derive the sample with the new slow fields
-                self.gpus[r[1]] = rec._gpu(gpu_row(g), r[2:])
+                self.gpus[r[1]] = rec._gpu(gpu_row(g), self.gstate[r[1]])
         elif kind == "gpu":
             self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]))
         elif kind == "series":

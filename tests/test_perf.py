@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-
 from memtop.collectors import perf
+
 from memtop.model import CapState
 
 

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 from conftest import REC
-
 from memtop.collectors.stacks import StacksCollector, find_pyspy
+
 from memtop.model import CapState, StackFrame
 from memtop.stackclass import classify, site
 from memtop.store import Recording
@@ -117,8 +117,8 @@ def test_rules_on_hand_written_leaves():
                      f("_next_data", "/x/site-packages/torch/utils/data/dataloader.py", 1, ""),
                      f("step", "/w/train.py", 3, "for x in loader:")], False) == "data"
     assert classify([f("run", "/w/a.py", 1, "time.sleep(1)")], False) == "idle"
-    assert site([f("_next_data", "/x/site-packages/torch/utils/data/dataloader.py", 1, "a"),
-                 f("step", "/w/train.py", 3, "for x in loader:")]) == ("train.py:3", "for x in loader:")
+    assert site((f("_next_data", "/x/site-packages/torch/utils/data/dataloader.py", 1, "a"),
+                 f("step", "/w/train.py", 3, "for x in loader:"))) == ("train.py:3", "for x in loader:")
 
 
 @pytest.mark.parametrize(("phase", "klass", "share"), [

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from conftest import REC
+from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp
+from memtop.tui.timeline import Timeline
 from multigpu import multi_gpu
 
 from memtop.pipeline import Pipeline, ReplaySource, Status
 from memtop.store import Recording
-from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp
-from memtop.tui.timeline import Timeline
 
 _FRAMES: dict = {}
 
