@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Steps run on the lent GPU machine (see bench/README.md). usage: bash bench/device_run.sh "STEP ..."
-# Steps: install doctor fixture gputests seed0 seed1 seed2 overhead stacks tui
+# Steps: install doctor fixture gputests seed0..seed3 overhead stacks storebench scale tui
 # Results go to $OUT/r and are packed into $OUT/results.tgz after every step.
 set -u
 export PYTHONUNBUFFERED=1
@@ -53,7 +53,11 @@ while time.time()<end:
   overhead)
     python3 bench/collector_overhead.py 10 > "$R/collector_overhead.json" 2>>"$LOG" ;;
   stacks)
-    python3 bench/stack_overhead.py 5 2 > "$R/stack_overhead.json" 2>>"$LOG" ;;
+    python3 bench/stack_overhead.py ${STACK_WINDOW:-5} ${STACK_ROUNDS:-2} > "$R/stack_overhead.json" 2>>"$LOG" ;;
+  storebench)
+    python3 bench/store_bench.py 3600 /tmp/hour.memtop > "$R/store_bench.json" 2>>"$LOG" ;;
+  scale)
+    python3 bench/scale_bench.py 10 > "$R/scale_bench.jsonl" 2>>"$LOG" ;;
   tui)
     bash bench/tui_vs_nvitop.sh "$R" >>"$LOG" 2>&1 ;;
   esac

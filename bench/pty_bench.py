@@ -50,12 +50,14 @@ def main() -> None:
             except OSError:
                 break
             total += len(data)
+            buf = (buf + data)[-4096:]
             if first is None:
-                buf = (buf + data)[-4096:]
                 if b"memtop" in buf or b"nvitop" in buf or b"NVITOP" in buf or b"GPU" in buf:
                     first = time.monotonic() - t0
         if c0 is None and time.monotonic() - t0 >= warm:
             c0, b0, w0 = cpu_s(pid), total, time.monotonic()
+    if c0 is None:
+        sys.exit(f"{' '.join(cmd)} ended during start-up; last output: {buf[-300:]!r}")
     c1, b1, w1 = cpu_s(pid), total, time.monotonic()
     os.write(fd, b"q")
     deadline = time.monotonic() + 5

@@ -4,7 +4,7 @@ R=$1; S=${2:-20}
 python3 -c "
 import torch,time
 a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)
-end=time.time()+6*$S+60
+end=time.time()+8*$S+80
 while time.time()<end:
     [a@a for _ in range(10)]; torch.cuda.synchronize()" &
 load=$!
@@ -12,6 +12,7 @@ until [ "$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits)
 for run in 1 2; do
   python3 bench/pty_bench.py $S 200x50 -- memtop --no-mouse >> "$R/tui_bench.jsonl"
   python3 bench/pty_bench.py $S 200x50 -- memtop --no-mouse --no-stacks >> "$R/tui_bench.jsonl"
+  python3 bench/pty_bench.py $S 200x50 -- memtop --no-mouse --no-stacks --interval 1 >> "$R/tui_bench.jsonl"
   python3 bench/pty_bench.py $S 200x50 -- nvitop -m full --interval 1 >> "$R/tui_bench.jsonl"
 done
 kill $load
