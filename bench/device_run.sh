@@ -59,7 +59,7 @@ while time.time()<end:
   scale)
     python3 bench/scale_bench.py 10 > "$R/scale_bench.jsonl" 2>>"$LOG" ;;
   tui)
-    bash bench/tui_vs_nvitop.sh "$R" >>"$LOG" 2>&1 ;;
+    bash bench/tui_vs_nvitop.sh "$R" ${TUI_S:-20} >>"$LOG" 2>&1 ;;
   esac
   pack
 done
