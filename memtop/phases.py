@@ -99,12 +99,23 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
 )
 
 
-def evaluate(f: Features) -> tuple[str, str, str]:
-    """(label, rule text, sub-tag) for one bin's features."""
+# Exit thresholds: once compute-bound, a bin stays compute down to graphics 70 % / SM 60 %, so
+# a dip just under the 80 % entry threshold (seen on the H100 under a CPU hog) flips nothing.
+UNDER_USED = {"sync", "cpu", "input", "other"}  # labels a sticky label may overrule
+STICKY = {"compute": lambda f: f.graphics >= 70 and (f.sm is None or f.sm >= 60)}
+
+
+def evaluate(f: Features, current: str = "") -> tuple[str, str, str]:
+    """(label, rule text, sub-tag) for one bin's features, given the current stable label."""
     for label, text, pred, sub in RULES:
         if pred(f):
-            return label, text, sub(f) if sub else ""
-    return "other", "no rule matched", ""
+            break
+    else:
+        label, text, sub = "other", "no rule matched", None
+    keep = STICKY.get(current)
+    if label in UNDER_USED and keep is not None and keep(f):
+        return current, f"{current} exit threshold (graphics >= 70 %, SM >= 60 %)", ""
+    return label, text, sub(f) if sub else ""
 
 
 @dataclass
@@ -271,10 +282,10 @@ class Classifier:
         return {k: v / total for k, v in c.items()}, gil / total, len(mains), busy, tops, recent
 
     def _label(self, f: Features) -> None:
-        raw, rule, sub = evaluate(f)
+        stable, cand, run = self._state.get(f.gpu, ("", "", 0))
+        raw, rule, sub = evaluate(f, stable)
         nb = self._nbins.get(f.gpu, 0) + 1
         self._nbins[f.gpu] = nb
-        stable, cand, run = self._state.get(f.gpu, ("", "", 0))
         if nb <= self.warmup_bins:
             stable, cand, run = "", raw, 1
         else:

@@ -38,6 +38,7 @@ REC = {
     0: DATA / "labelled_s0.memtop",
     1: Path(__file__).parent.parent / "memtop" / "data" / "demo.memtop",  # seed 1 ships as the demo
     2: DATA / "labelled_s2.memtop",
+    3: DATA / "labelled_s3.memtop",  # recorded after the rules were first tuned on seeds 0-2
 }
 REC_NOGPM = DATA / "labelled_s2_nogpm.memtop"
 

@@ -20,7 +20,7 @@ def _score(path, **kw):
     return c, score(c.labels[0], rec.markers(), bin_s=c.bin_s)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_gpm_and_stacks_accuracy(seed):
     _, s = _score(REC[seed])
     assert s["macro_f1"] >= 0.95, s
@@ -30,7 +30,7 @@ def test_gpm_and_stacks_accuracy(seed):
 
 
 def test_negative_controls_are_not_flagged():
-    for seed in (0, 1, 2):
+    for seed in (0, 1, 2, 3):
         _, s = _score(REC[seed])
         assert s["neg_false_any_s"] <= 1.0, s["confusion"]
 
@@ -75,6 +75,13 @@ def _f(**kw) -> Features:
 def test_rule_table(kw, label, sub):
     got, _, got_sub = evaluate(_f(**kw))
     assert (got, got_sub) == (label, sub)
+
+
+def test_compute_exit_threshold_ignores_a_dip_but_not_memory():
+    dip = _f(graphics=79.5, sm=76.8, proc_cpu=100, shares={"sync": 0.9})
+    assert evaluate(dip)[0] == "sync"  # entering from elsewhere: sync-stall
+    assert evaluate(dip, "compute")[0] == "compute"  # staying compute-bound through a dip
+    assert evaluate(_f(graphics=99, sm=98, dram=90, proc_cpu=100), "compute")[0] == "memory"
 
 
 def test_hysteresis_needs_two_bins_to_switch():
