@@ -59,7 +59,7 @@ def test_record_headless_with_duration(tmp_path):
     r = run("record", "-o", str(out), "--duration", "2")
     assert r.returncode == 0, r.stderr
     s = json.loads(run("replay", "--summary", str(out)).stdout)
-    assert s["rows"]["host"] >= 3 and s["duration_s"] >= 1.5
+    assert s["rows"]["host"] >= 2 and s["rows"]["frame"] >= 3 and s["duration_s"] >= 1.0
     assert "env" not in json.dumps(s["command"]).lower()
     assert run("record", "-o", str(out), "--duration", "1").returncode == 2  # exists, no --force
 
