@@ -51,9 +51,8 @@ def main() -> None:
                 break
             total += len(data)
             buf = (buf + data)[-4096:]
-            if first is None:
-                if b"memtop" in buf or b"nvitop" in buf or b"NVITOP" in buf or b"GPU" in buf:
-                    first = time.monotonic() - t0
+            if first is None and any(k in buf for k in (b"memtop", b"nvitop", b"NVITOP", b"GPU")):
+                first = time.monotonic() - t0
         if c0 is None and time.monotonic() - t0 >= warm:
             c0, b0, w0 = cpu_s(pid), total, time.monotonic()
     if c0 is None:

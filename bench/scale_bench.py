@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from memtop.collectors.nvml_calls import ReplayNvml
+
 from memtop.sampler import Sampler, SamplerConfig
 
 FIXTURE = Path(__file__).parent.parent / "tests/data/nvml_h100.json"

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from memtop.model import Capability, CapState, StackFrame, StackSample, ThreadStack
@@ -108,6 +109,11 @@ class StacksCollector:
         self.status: dict[int, Capability] = {}
         self._src = SourceLines()
         self._cycle = 0
+        self._native: set[int] = set()  # pids asked for a one-off --native dump
+
+    def request_native(self, pid: int) -> None:
+        """Ask for one --native dump of pid at the next cycle (it pauses the target ~45 ms)."""
+        self._native.add(pid)
 
     def start(self) -> None:
         pass
@@ -133,15 +139,19 @@ class StacksCollector:
         if self.pyspy is None:
             return []
         self._cycle += 1
+        natives = []
+        while self._native:
+            pid = self._native.pop()
+            natives.append(self.native_dump(pid))
         pids = [p for p, parent in self.targets.items()
-                if parent is None or self._cycle % self.worker_every == 0]
+                if (parent is None or self._cycle % self.worker_every == 0) and p not in {n.pid for n in natives}]
         running = []
         for pid in pids:  # start all dumps, then collect: one slow target delays none other
             try:
                 running.append((pid, self._spawn(pid), time.monotonic()))
             except OSError as e:
                 self.status[pid] = Capability("stacks", f"pid {pid}", CapState.ERROR, f"py-spy: {e}")
-        return [s for s in (self._collect(pid, proc, t0) for pid, proc, t0 in running) if s]
+        return natives + [s for s in (self._collect(pid, proc, t0) for pid, proc, t0 in running) if s]
 
     def _collect(self, pid: int, proc: subprocess.Popen, t0: float) -> StackSample | None:
         try:
@@ -168,7 +178,8 @@ class StacksCollector:
     def native_dump(self, pid: int) -> StackSample:
         """One-off dump with native frames (on request only: it briefly pauses the target)."""
         proc = self._spawn(pid, native=True)
-        return self._collect(pid, proc, time.monotonic()) or StackSample(time.monotonic(), pid, (), "failed")
+        s = self._collect(pid, proc, time.monotonic()) or StackSample(time.monotonic(), pid, (), "native dump failed")
+        return replace(s, native=True)
 
     def stop(self) -> None:
         pass

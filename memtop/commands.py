@@ -34,6 +34,12 @@ class LiveController:
     def stop(self) -> None:
         self.sampler.stop()
 
+    def request_native(self, pid: int) -> bool:
+        if self.sampler.stacks is None:
+            return False
+        self.sampler.stacks.request_native(pid)
+        return True
+
 
 def _run_app(pipeline: Pipeline, controller, args: argparse.Namespace) -> int:
     _need_tty()

@@ -205,6 +205,7 @@ class StackSample:
     pid: int
     threads: tuple[ThreadStack, ...] = ()
     error: str | None = None
+    native: bool = False  # a one-off --native dump taken on request
 
     @property
     def main(self) -> ThreadStack | None:

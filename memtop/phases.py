@@ -107,11 +107,8 @@ STICKY = {"compute": lambda f: f.graphics >= 70 and (f.sm is None or f.sm >= 60)
 
 def evaluate(f: Features, current: str = "") -> tuple[str, str, str]:
     """(label, rule text, sub-tag) for one bin's features, given the current stable label."""
-    for label, text, pred, sub in RULES:
-        if pred(f):
-            break
-    else:
-        label, text, sub = "other", "no rule matched", None
+    label, text, sub = next(((lab, txt, sb) for lab, txt, pred, sb in RULES if pred(f)),
+                            ("other", "no rule matched", None))
     keep = STICKY.get(current)
     if label in UNDER_USED and keep is not None and keep(f):
         return current, f"{current} exit threshold (graphics >= 70 %, SM >= 60 %)", ""

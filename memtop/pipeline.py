@@ -43,6 +43,14 @@ class Status:
 
 
 @dataclass(frozen=True)
+class Event:
+    t: float
+    gpu: int
+    kind: str  # gap / throttle / start / exit
+    text: str
+
+
+@dataclass(frozen=True)
 class View:
     frame: Frame | None
     history: dict[int, tuple[Point, ...]]
@@ -52,6 +60,7 @@ class View:
     status: Status
     meta: dict = field(default_factory=dict)
     version: int = 0
+    events: tuple[Event, ...] = ()
 
 
 class Pipeline:
@@ -73,6 +82,9 @@ class Pipeline:
             self.classifier = Classifier(max_bins=int(2 * HISTORY_S / 0.5))
             self.history: dict[int, deque[Point]] = {}
             self.frame: Frame | None = None
+            self.events: deque[Event] = deque(maxlen=500)
+            self._pids: dict[int, set[int]] = {}
+            self._throttled: dict[int, bool] = {}
 
     def on_frame(self, frame: Frame, tick: bool = True) -> None:
         if self.writer is not None:
@@ -86,6 +98,7 @@ class Pipeline:
             if frame.host is not None and frame.host.cpu_pct:
                 cpu = sum(frame.host.cpu_pct) / len(frame.host.cpu_pct)
             for g in frame.gpus:
+                self._note_events(g)
                 h = self.history.setdefault(g.index, deque())
                 if h and h[-1].t == g.t:
                     continue
@@ -101,14 +114,30 @@ class Pipeline:
             self._last_tick = now
             self.on_tick()
 
+    def _note_events(self, g) -> None:
+        """Process start/exit and throttling onsets, for the timeline's event row."""
+        pids = {p.pid for p in g.processes}
+        old = self._pids.get(g.index)
+        if old is not None:
+            for pid in pids - old:
+                self.events.append(Event(g.t, g.index, "start", f"process {pid} started"))
+            for pid in old - pids:
+                self.events.append(Event(g.t, g.index, "exit", f"process {pid} exited"))
+        self._pids[g.index] = pids
+        if g.throttled and not self._throttled.get(g.index):
+            self.events.append(Event(g.t, g.index, "throttle", "throttled: " + ", ".join(g.throttle_reasons)))
+        self._throttled[g.index] = g.throttled
+
     def view(self) -> View:
         with self._lock:
             labels = {g: tuple(v) for g, v in self.classifier.labels.items()}
             hist = {g: tuple(h) for g, h in self.history.items()}
             frame, version, gaps = self.frame, self._version, tuple(self.classifier.gaps[-50:])
+            events = tuple(self.events) + tuple(Event(g["t0"], g["gpu"], "gap", f"GPU idle {g['duration_s']} s")
+                                                for g in gaps)
         verdicts = {g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1:]), frame, self.verdict_window, g)
                     for g, ls in labels.items()}
-        return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version)
+        return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events)
 
     def set_status(self, **kw: object) -> None:
         self.status = _replace(self.status, **kw)

@@ -99,3 +99,31 @@ def test_real_cli_in_tmux_replay_resize_quit():
         _wait_for(sock, "EXIT=0")
     finally:
         _tmux(sock, "kill-server")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_hangup_ends_memtop_within_5_s():
+    import psutil
+
+    sock = f"memtop-hup-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", "100", "-y", "30",
+                    f"exec {sys.executable} -m memtop --demo"], check=True, env=env)
+    try:
+        _wait_for(sock, "NVIDIA H100")
+        pid = int(_tmux(sock, "display-message", "-p", "#{pane_pid}").strip())
+        proc = psutil.Process(pid)
+    finally:
+        _tmux(sock, "kill-server")  # the terminal goes away: SIGHUP, then a dead pty
+    t0 = time.monotonic()
+    gone = False
+    while time.monotonic() - t0 < 5.0:
+        if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+            gone = True
+            break
+        time.sleep(0.1)
+    if not gone:
+        cpu = proc.cpu_percent(0.5)
+        proc.kill()
+        raise AssertionError(f"memtop still running 5 s after the hang-up (CPU {cpu:.0f} %)")

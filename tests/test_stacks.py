@@ -145,3 +145,14 @@ def test_dataloader_workers_were_sampled_in_the_recording():
     m = next(m for m in rec.markers() if m.name == "dl_saturated")
     pids = {s.pid for f in rec.frames(m.t0, m.t1) for s in f.stacks}
     assert len(pids) >= 2  # the training process and at least one pt_data_worker
+
+
+def test_native_dump_on_request(spawn):
+    p = spawn(SLEEPER)
+    col = StacksCollector(pids=(p.pid,))
+    col.request_native(p.pid)
+    out = col.sample(time.monotonic())
+    assert len(out) == 1 and out[0].native and out[0].pid == p.pid
+    assert out[0].threads or out[0].error  # py-spy --native may be unsupported on some builds
+    (plain,) = col.sample(time.monotonic())
+    assert not plain.native

@@ -29,6 +29,7 @@ HELP = """\
   z / Z      zoom timeline in / out    tab      move focus (GPUs, processes)
   ctrl+p     command palette (themes)
 [b]Replay[/b]
+  N          one native (C/C++) stack dump of the selected process (live; pauses it ~45 ms)
   space      pause / resume            ← / →    seek 10 s back / forward
   n          next phase change         + / -    faster / slower
   home       back to the start
@@ -117,6 +118,7 @@ class MemtopApp(App[int]):
         Binding("plus,equals_sign", "speed(2)", "faster", show=False),
         Binding("minus", "speed(0.5)", "slower", show=False),
         Binding("home", "restart", "start", show=False, priority=True),
+        Binding("N", "native", "native stack", show=False),
     ]
 
     def __init__(self, pipeline: Pipeline, controller: Any = None, paint_rate: float = 1.0,
@@ -258,7 +260,12 @@ class MemtopApp(App[int]):
     def _update_stacks(self, v: View) -> None:
         f = v.frame
         s = next((s for s in f.stacks if s.pid == self.selected_pid), None) if f else None
-        self._set("#stacks", fmt.stacks_text(s, f.caps if f else (), self.selected_pid))
+        labs = None
+        if f is not None and f.host is not None:
+            gpus = next((p.gpus or () for p in f.host.procs if p.pid == self.selected_pid), ())
+            labs = v.labels.get(gpus[0]) if gpus else None
+        window = labs[-1].evidence if labs else None
+        self._set("#stacks", fmt.stacks_text(s, f.caps if f else (), self.selected_pid, window))
 
     @on(DataTable.RowHighlighted, "#procs")
     def _proc_selected(self, ev: DataTable.RowHighlighted) -> None:
@@ -311,6 +318,14 @@ class MemtopApp(App[int]):
                 self.controller.seek(t)
             else:
                 self.notify("no later phase change in what has been read")
+
+    def action_native(self) -> None:
+        """A one-off py-spy --native dump of the selected process (live only; done by the sampler)."""
+        ask = getattr(self.controller, "request_native", None)
+        if self.selected_pid is None or ask is None or not ask(self.selected_pid):
+            self.notify("native stacks: live runs with stack sampling only")
+        else:
+            self.notify(f"native dump of {self.selected_pid} requested (pauses it ~45 ms)")
 
     def action_speed(self, factor: float) -> None:
         if self.controller is not None:

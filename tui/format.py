@@ -50,7 +50,7 @@ def gpu_row(g: GpuSample, phase: str) -> tuple:
 GPU_COLUMNS = (("GPU", 3), ("phase", 8), ("SM%", 4), ("TC%", 4), ("DRAM%", 5), ("PCIe RX", 7), ("PCIe TX", 7),
                ("link%", 5), ("mem", 11), ("power", 5), ("temp", 4), ("throttle", 14))
 PROC_COLUMNS = (("PID", 7), ("user", 8), ("GPU", 3), ("GPU mem", 7), ("CPU%", 4), ("thr", 4), ("st", 2),
-                ("role", 6), ("NUMA", 6), ("top frame", 48))
+                ("role", 6), ("phase", 8), ("NUMA", 6), ("top frame", 48))
 
 
 def header(v: View) -> Text:
@@ -152,14 +152,29 @@ def proc_rows(v: View) -> list[tuple[str, tuple]]:
         elif s is not None and s.error:
             top = f"stacks: {s.error}"
         mem = gpu_mem.get(p.pid)
+        labs = v.labels.get(p.gpus[0]) if p.gpus else None
+        phase = labs[-1].label if labs else "-"
         rows.append((str(p.pid), (
             str(p.pid), p.user[:8], ",".join(map(str, p.gpus)) or "-", "-" if mem is None else f"{mem / 2**30:.1f}G",
-            f"{p.cpu_pct:.0f}", str(p.threads), p.state, "worker" if p.worker_of else "main", p.placement,
-            top[:60])))
+            f"{p.cpu_pct:.0f}", str(p.threads), p.state, "worker" if p.worker_of else "main",
+            Text(phase, style=PHASE_COLORS.get(phase, "")), p.placement, top[:60])))
     return rows
 
 
-def stacks_text(s: StackSample | None, caps: tuple[Capability, ...], pid: int | None) -> Text:
+def window_text(ev: dict | None) -> Text:
+    """The classifier's sliding-window view of the main thread: class shares, GIL share."""
+    t = Text()
+    if not ev or not ev.get("stack_shares"):
+        return t
+    t.append(f"last {ev['stack_samples']} samples: ", style="dim")
+    for k, share in sorted(ev["stack_shares"].items(), key=lambda kv: -kv[1]):
+        t.append(f"{k} {100 * share:.0f}% ", style=CLASS_COLORS.get(k, ""))
+    t.append(f"· GIL held {100 * ev.get('gil', 0):.0f}%\n", style="dim")
+    return t
+
+
+def stacks_text(s: StackSample | None, caps: tuple[Capability, ...], pid: int | None,
+                window: dict | None = None) -> Text:
     if pid is None:
         return Text("select a process to see its Python stacks", style="dim")
     if s is None or not s.threads:
@@ -168,7 +183,9 @@ def stacks_text(s: StackSample | None, caps: tuple[Capability, ...], pid: int | 
             return Text(f"stacks of {pid} unavailable: {cap.detail}" + (f"\nfix: {cap.fix}" if cap.fix else ""),
                         style="yellow")
         return Text(f"no stack sample for {pid} yet", style="dim")
-    t = Text()
+    t = window_text(window)
+    if s.native:
+        t.append("native dump (on request)\n", style="bold")
     for th in sorted(s.threads, key=lambda th: (th.tid != s.pid, not th.active)):
         color = CLASS_COLORS.get(th.klass, "white")
         t.append(f"{th.name} ({th.tid}) ", style="bold")

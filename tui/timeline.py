@@ -24,6 +24,8 @@ PHASE_COLORS = {
     "compute": "green", "memory": "cyan", "transfer": "magenta", "sync": "red", "input": "yellow",
     "cpu": "blue", "idle": "bright_black", "other": "white", "warmup": "bright_black",
 }
+EVENT_MARKS = {"gap": ("▼", "v", "bright_white"), "throttle": ("T", "T", "bold red"), "start": ("+", "+", "green"),
+               "exit": ("x", "x", "yellow")}
 PHASE_CHARS = {"compute": "C", "memory": "M", "transfer": "T", "sync": "S", "input": "I", "cpu": "P",
                "idle": ".", "other": "?", "warmup": " "}
 ROWS = (("SM", "sm", "green"), ("DRAM", "dram", "cyan"), ("PCIe", "pcie", "magenta"), ("CPU", "cpu", "yellow"))
@@ -31,14 +33,13 @@ LABEL_W = 9
 
 
 class Timeline(Widget):
-    DEFAULT_CSS = "Timeline { height: 8; }"
+    DEFAULT_CSS = "Timeline { height: 8; }"  # 4 series, phase band, events, axis, legend
 
     def __init__(self, ascii_only: bool = False, **kw) -> None:
         super().__init__(**kw)
         self.ascii_only = ascii_only
         self.span_s = 120.0
         self.gpu = 0
-        self.cursor: float | None = None  # replay position (recording time)
         self._view: View | None = None
         self._cache: dict[int, Strip] = {}
         self._key: tuple | None = None
@@ -104,8 +105,10 @@ class Timeline(Widget):
         if y == len(ROWS):
             return self._band(v, start, dt, cols, label_style)
         if y == len(ROWS) + 1:
-            return self._axis(cols, start, end, v.meta.get("wall_offset"))
+            return self._events(v, start, dt, cols, label_style)
         if y == len(ROWS) + 2:
+            return self._axis(cols, start, end, v.meta.get("wall_offset"))
+        if y == len(ROWS) + 3:
             return self._legend()
         return Strip([])
 
@@ -133,18 +136,30 @@ class Timeline(Widget):
             for i in range(max(0, i0), min(cols, max(i0 + 1, i1))):
                 kinds[i] = lab.label
                 cells[i] = PHASE_CHARS.get(lab.label, "?") if self.ascii_only else "█"
-        cur = None if self.cursor is None else int((self.cursor - start) / dt)
+        latest = v.history[self.gpu][-1].t if v.history.get(self.gpu) else None
+        cur = None if latest is None or v.status.mode == "live" else int((latest - start) / dt)
         segs = [Segment(f"{'phase':<{LABEL_W}}", label_style)]
         run_kind, run_text = kinds[0], ""
         for i, (k, c) in enumerate(zip(kinds, cells)):
             if cur is not None and i == cur:
-                c = "|"
+                c = "▏" if not self.ascii_only else "|"  # the replay position
             if k != run_kind:
                 segs.append(Segment(run_text, Style(color=PHASE_COLORS.get(run_kind, "white"))))
                 run_kind, run_text = k, ""
             run_text += c
         segs.append(Segment(run_text, Style(color=PHASE_COLORS.get(run_kind, "white"))))
         return Strip(segs)
+
+    def _events(self, v: View, start: float, dt: float, cols: int, label_style: Style) -> Strip:
+        cells: list[tuple[str, str]] = [(" ", "")] * cols
+        for ev in v.events:
+            i = int((ev.t - start) / dt)
+            if ev.gpu == self.gpu and 0 <= i < cols:
+                uni, asc, style = EVENT_MARKS[ev.kind]
+                cells[i] = (asc if self.ascii_only else uni, style)
+        segs = [Segment(f"{'events':<{LABEL_W}}", label_style)]
+        segs += [Segment(ch, Style.parse(st) if st else Style()) for ch, st in cells]
+        return Strip(Segment.simplify(segs))
 
     def _axis(self, cols: int, start: float, end: float, offset: float | None) -> Strip:
         """Clock times (of the recording, or now) at fixed columns: they move only with a jump."""
@@ -165,4 +180,6 @@ class Timeline(Widget):
         for k in ("compute", "memory", "transfer", "sync", "input", "cpu", "idle"):
             mark = PHASE_CHARS[k] if self.ascii_only else "█"
             segs += [Segment(mark, Style(color=PHASE_COLORS[k])), Segment(f" {k}  ", Style(dim=True))]
+        for kind, (uni, asc, st) in EVENT_MARKS.items():
+            segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind}  ", Style(dim=True))]
         return Strip(segs)
