@@ -38,8 +38,9 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
     peaks: dict[int, dict] = defaultdict(lambda: {"rx": 0.0, "tx": 0.0})
     links: dict[int, object] = {}
     procs: dict[int, object] = {}
-    perf: dict[int, list] = defaultdict(list)
+    perf: dict[int, list[tuple[float, dict]]] = defaultdict(list)
     caps: dict[tuple, object] = {}
+    last_host = last_caps = None
     for f in rec.frames(lo if t_from else None, hi):
         clf.feed(f)
         last = f
@@ -58,13 +59,18 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
                     tl[-1][1] = g.t
                 else:
                     tl.append([g.t, g.t, g.throttle_reasons])
-        if f.host is not None:
+        # parts repeat across Frames until their source samples again: take each once
+        if f.host is not None and f.host is not last_host:
+            last_host = f.host
             for p in f.host.procs:
                 procs[p.pid] = p
         for p in f.perf:
-            perf[p.pid].append(p)
-        for c in f.caps:
-            caps[(c.source, c.name)] = c
+            if not perf[p.pid] or perf[p.pid][-1][0] != p.t:
+                perf[p.pid].append((p.t, dict(p.rates)))
+        if f.caps is not last_caps:
+            last_caps = f.caps
+            for c in f.caps:
+                caps[(c.source, c.name)] = c
     clf.flush()
     if last is None:
         raise UserError("empty time range: no samples in it")
@@ -115,8 +121,8 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
              "mems_allowed": p.mems_allowed} for p in procs.values() if p.worker_of is None]
     perf_summary = {}
     for pid, ps in perf.items():
-        keys = {k for p in ps for k, _ in p.rates}
-        perf_summary[str(pid)] = {k: round(sum(p.get(k) or 0 for p in ps) / len(ps), 3) for k in sorted(keys)}
+        keys = {k for _, rates in ps for k in rates}
+        perf_summary[str(pid)] = {k: round(sum(r.get(k, 0.0) for _, r in ps) / len(ps), 3) for k in sorted(keys)}
     started = rec.meta.get("started_wall")
     return {
         "schema": SCHEMA,

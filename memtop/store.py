@@ -482,8 +482,9 @@ class _State:
                 self.stacks[pid] = StackSample(st, pid, tuple(threads))
         self.pending.clear()
         # a process whose stacks stopped coming (exited) leaves the Frame after 5 s
-        for pid in [p for p, s in self.stacks.items() if t - s.t > 5.0]:
-            del self.stacks[pid]
+        if self.stacks and t - min(s.t for s in self.stacks.values()) > 5.0:
+            for pid in [p for p, s in self.stacks.items() if t - s.t > 5.0]:
+                del self.stacks[pid]
         series, self.series = tuple(self.series), []
         return Frame(t=t, gpus=tuple(self.gpus[i] for i in sorted(self.gpus)), host=self.host,
                      stacks=tuple(self.stacks[p] for p in sorted(self.stacks)),
