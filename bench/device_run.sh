@@ -53,7 +53,7 @@ while time.time()<end:
   overhead)
     python3 bench/collector_overhead.py 10 > "$R/collector_overhead.json" 2>>"$LOG" ;;
   stacks)
-    python3 bench/stack_overhead.py ${STACK_WINDOW:-5} ${STACK_ROUNDS:-2} > "$R/stack_overhead.json" 2>>"$LOG" ;;
+    python3 bench/stack_overhead.py ${STACK_WINDOW:-5} ${STACK_ROUNDS:-2} ${STACK_MATMULS:-6} > "$R/stack_overhead.json" 2>>"$LOG" ;;
   storebench)
     python3 bench/store_bench.py 3600 /tmp/hour.memtop > "$R/store_bench.json" 2>>"$LOG" ;;
   scale)

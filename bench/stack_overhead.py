@@ -2,7 +2,7 @@
 
 A matmul+Python training step runs continuously; py-spy dump --nonblocking is run against it
 at 0 (off), 1 and 5 Hz in alternating windows. Prints JSON with the mean step time per rate and
-the slowdown vs off. usage: python bench/stack_overhead.py [WINDOW_S] [ROUNDS]
+the slowdown vs off. usage: python bench/stack_overhead.py [WINDOW_S] [ROUNDS] [MATMULS_PER_STEP]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from memtop.collectors.stacks import find_pyspy
 def main() -> None:
     window = float(sys.argv[1]) if len(sys.argv) > 1 else 8
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    matmuls = int(sys.argv[3]) if len(sys.argv) > 3 else 6  # per step: 6 ~ 1.4 ms, 40 ~ 8 ms on the H100
     pyspy = find_pyspy()
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     rate = {"hz": 0.0}
@@ -42,7 +43,7 @@ def main() -> None:
 
     def step() -> None:
         x = a
-        for _ in range(6):
+        for _ in range(matmuls):
             x = x @ a
         s = 0
         for i in range(20000):  # some Python work per step
@@ -68,6 +69,7 @@ def main() -> None:
         "slowdown_pct_1hz": round(100 * (statistics.mean(times[1.0]) / off - 1), 3),
         "slowdown_pct_5hz": round(100 * (statistics.mean(times[5.0]) / off - 1), 3),
         "windows": {str(k): [round(x, 4) for x in v] for k, v in times.items()},
+        "matmuls_per_step": matmuls, "window_s": window, "rounds": rounds,
     }))
 
 
