@@ -32,7 +32,7 @@ while time.time()<end:
     until [ "$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits)" -gt 50 ] 2>/dev/null; do sleep 0.5; done
     python3 bench/nvml_fixture.py "$R/nvml_h100.json" >>"$LOG" 2>&1; wait ;;
   gputests)
-    python3 -P -m pytest -q -m gpu -p no:cacheprovider tests >>"$LOG" 2>&1 ;;
+    python3 -P -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py >>"$LOG" 2>&1 ;;
   seed*)
     s=${step#seed}; M=$R/markers_s$s.jsonl; rm -f "$M"
     memtop record -o "$R/labelled_s$s.memtop" --force --markers "$M" >>"$LOG" 2>&1 &
