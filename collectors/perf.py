@@ -148,7 +148,6 @@ class PerfCollector:
         self._libc: _Libc | None = None
         self._groups: dict[tuple[int, int, bool], _Group] = {}  # (pid, tid, hw) -> group
         self._totals: dict[int, tuple[float, dict[str, float]]] = {}
-        self._closed: dict[int, dict[str, float]] = {}  # counts of threads that exited
         self.status: dict[str, Capability] = {}
         self.hw_ok: bool | None = None
 

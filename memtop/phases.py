@@ -72,7 +72,8 @@ def _under(f: Features) -> bool:
 def _input_sub(f: Features) -> str:
     if f.workers == 0:
         return "main"  # num_workers=0: __getitem__ runs in the training process
-    return "prep" if f.worker_cpu >= 60 else "fetch"
+    # saturated workers prepare data; sleeping ones (S/D state, iowait) wait on storage
+    return "prep" if f.worker_cpu >= 60 and f.worker_sleeping < 0.5 else "fetch"
 
 
 RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], str] | None], ...] = (
@@ -299,6 +300,7 @@ class Classifier:
         ev = {"graphics": round(f.graphics, 1), "sm": _r(f.sm), "tensor": _r(f.tensor), "dram": _r(f.dram),
               "pcie_gbps": round(f.pcie_bps / 1e9, 2), "pcie_pct_link": round(100 * f.pcie_frac, 1),
               "proc_cpu": round(f.proc_cpu), "workers": f.workers, "worker_cpu": round(f.worker_cpu),
+              "workers_sleeping": round(f.worker_sleeping, 2), "iowait": round(f.iowait, 1),
               "stack_shares": {k: round(v, 2) for k, v in sorted(f.shares.items())}, "gil": round(f.gil, 2),
               "stack_samples": f.stack_n}
         top = f.tops.get(EXPLAINED_BY.get(raw, ""), f.top)

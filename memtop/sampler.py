@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memtop.collectors.base import Collector
 from memtop.collectors.host import HostCollector
 from memtop.collectors.nvml import NvmlCollector
 from memtop.collectors.perf import PerfCollector
@@ -97,8 +98,8 @@ class Sampler:
             self._thread.join(timeout=5)
         self.nvml.stop()
 
-    def _collectors(self) -> list:
-        cs: list = [*self.nvml.readers, self.host]
+    def _collectors(self) -> list[Collector]:
+        cs: list[Collector] = [*self.nvml.readers, self.host]
         cs += [c for c in (self.stacks, self.perf) if c is not None]
         return cs
 
@@ -142,7 +143,7 @@ class Sampler:
         except asyncio.TimeoutError:
             return False
 
-    async def _run(self, c) -> None:
+    async def _run(self, c: Collector) -> None:
         loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"memtop-{c.name}") as ex:
             due = now()

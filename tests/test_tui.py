@@ -142,3 +142,16 @@ async def test_no_gpu_live_view_says_so():
         await pilot.pause()
         text = str(app.query_one("#verdict").render()) + str(app.query_one("#header").render())
         assert "no GPU found" in text and "--demo" in text
+
+
+async def test_faults_during_a_run_show_and_the_app_goes_on():
+    from dataclasses import replace
+
+    p = _pipeline(1, upto=300)
+    f = _frames()[300]
+    p.on_frame(replace(f, notes=("host collector failed: OSError: boom",)), tick=False)
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        assert "boom" in str(app.query_one("#caps").render())
+        assert app.is_running

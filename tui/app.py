@@ -224,7 +224,7 @@ class MemtopApp(App[int]):
                                              self.ascii_only))
             self._update_procs(v)
             self._update_stacks(v)
-            self._set("#caps", fmt.caps_text(f.caps if f else ()))
+            self._set("#caps", fmt.caps_text(f.caps if f else (), f.notes if f else ()))
 
     def _diff_rows(self, table: DataTable, rows: list[tuple[str, tuple]], cache: dict[str, tuple]) -> None:
         """Update only changed cells; add and remove rows by key (never clear per tick)."""

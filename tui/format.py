@@ -199,8 +199,11 @@ def stacks_text(s: StackSample | None, caps: tuple[Capability, ...], pid: int | 
     return t
 
 
-def caps_text(caps: tuple[Capability, ...]) -> Text:
+def caps_text(caps: tuple[Capability, ...], notes: tuple[str, ...] = ()) -> Text:
+    """What is unavailable (with the fix), then faults seen during the run."""
     t = Text()
+    for n in notes[-5:]:
+        t.append(f"fault: {n}\n", style="bold red")
     for c in caps:
         if c.ok:
             continue
