@@ -1,0 +1,44 @@
+"""The sampler on recorded H100 NVML answers: Frames at the GPU cadence, faults become notes."""
+
+from __future__ import annotations
+
+import threading
+
+from conftest import DATA
+
+from memtop.collectors.nvml_calls import ReplayNvml
+from memtop.sampler import Sampler, SamplerConfig
+
+
+def _run(secs: float, breaker=None):
+    frames = []
+    s = Sampler(SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=False, perf=False),
+                on_frame=frames.append)
+    if breaker:
+        breaker(s)
+    s.start()
+    threading.Event().wait(secs)
+    s.stop()
+    return s, frames
+
+
+def test_frames_at_ten_hertz_with_gpu_and_host_parts():
+    s, frames = _run(1.5)
+    assert 12 <= len(frames) <= 17
+    assert all(f.gpus and f.gpus[0].name == "NVIDIA H100 80GB HBM3" for f in frames[2:])
+    assert any(f.host is not None for f in frames)
+    ts = [f.t for f in frames]
+    assert ts == sorted(ts)
+    assert any(c.source == "gpm" and c.ok for c in frames[-1].caps)
+    assert s.missed == 0
+
+
+def test_a_failing_collector_becomes_a_note_and_the_run_goes_on():
+    def breaker(s):
+        def boom(now):
+            raise OSError("disk on fire")
+        s.host.sample = boom
+
+    _, frames = _run(1.5, breaker)
+    assert len(frames) >= 12 and frames[-1].gpus  # GPU sampling carried on
+    assert any("host collector failed: OSError: disk on fire" in n for n in frames[-1].notes)
