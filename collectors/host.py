@@ -77,19 +77,33 @@ class HostCollector:
         out: dict[int, int | None] = {}
         if not roots:
             return out
-        children: dict[int, list[int]] = {}
-        for p in psutil.process_iter(["ppid"]):  # one /proc scan per tick, not one per process
-            children.setdefault(p.info["ppid"] or 0, []).append(p.pid)
         self._invisible = {pid for pid in self.gpu_pids if not psutil.pid_exists(pid)}
         for r in sorted(roots - self._invisible):
             out[r] = None
-            stack = list(children.get(r, ()))
+            stack = self._children(r)
             while stack:
                 c = stack.pop()
                 if c not in out:
                     out[c] = r
-                    stack.extend(children.get(c, ()))
+                    stack.extend(self._children(c))
         return out
+
+    def _children(self, pid: int) -> list[int]:
+        """Child pids from /proc/PID/task/*/children (cheap: no scan of all of /proc)."""
+        base = self.root / f"proc/{pid}/task"
+        try:
+            tasks = list(base.iterdir())
+        except OSError:
+            return []
+        kids: list[int] = []
+        for t in tasks:
+            try:
+                kids += [int(x) for x in (t / "children").read_text().split()]
+            except FileNotFoundError:  # kernel without CONFIG_PROC_CHILDREN: one full scan
+                return [p.pid for p in psutil.process_iter(["ppid"]) if p.info["ppid"] == pid]
+            except (OSError, ValueError):
+                continue
+        return kids
 
     def _proc_sample(self, pid: int, parent: int | None, nodes: tuple) -> ProcSample | None:
         p = self._proc(pid)

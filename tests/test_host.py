@@ -1,0 +1,47 @@
+"""Host collector for real: psutil and /proc on processes the test starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from memtop.collectors.host import HostCollector
+from memtop.model import HostSample
+
+PARENT = ("import subprocess, sys, time\n"
+          "kids = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(2)]\n"
+          "time.sleep(60)\n")
+
+
+def test_gpu_process_and_its_children_as_workers():
+    p = subprocess.Popen([sys.executable, "-c", PARENT])
+    try:
+        time.sleep(1.0)
+        h = HostCollector()
+        h.start()
+        h.set_gpu_processes({p.pid: (0,)}, ("00000000:00:06.0",))
+        h.sample(time.monotonic())
+        time.sleep(0.5)
+        (s,) = h.sample(time.monotonic())
+        assert isinstance(s, HostSample) and len(s.cpu_pct) >= 1 and s.mem_total > 0
+        main = next(x for x in s.procs if x.pid == p.pid)
+        workers = [x for x in s.procs if x.worker_of == p.pid]
+        assert main.gpus == (0,) and main.worker_of is None and main.cmdline.startswith(sys.executable)
+        assert len(workers) == 2 and all(w.cpu_pct > 50 and w.state == "R" for w in workers)
+        assert main.cpus_allowed and main.placement == "n/a"  # one NUMA node here
+    finally:
+        p.kill()
+        p.wait()
+    time.sleep(0.2)
+    (s,) = h.sample(time.monotonic())
+    assert all(x.pid != p.pid for x in s.procs)  # a process that exits leaves the list
+
+
+def test_pid_from_another_namespace_is_a_capability():
+    h = HostCollector()
+    h.start()
+    h.set_gpu_processes({999_999_99: (0,)}, ())
+    h.sample(time.monotonic())
+    cap = next(c for c in h.capabilities() if c.name == "pid 99999999")
+    assert "PID namespace" in cap.detail and "--pid=host" in cap.fix
