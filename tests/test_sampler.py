@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 from conftest import DATA
-
 from memtop.collectors.nvml_calls import ReplayNvml
+
 from memtop.sampler import Sampler, SamplerConfig
 
 
