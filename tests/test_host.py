@@ -10,10 +10,12 @@ from memtop.collectors.host import HostCollector
 
 from memtop.model import HostSample
 
+# children end by themselves after 20 s even if the test dies before it kills them
 PARENT = ("import subprocess, sys, time\n"
-          "kids = [subprocess.Popen([sys.executable, '-c', c]) for c in ('while True: pass', "
-          "'import time; time.sleep(60)')]\n"
-          "time.sleep(60)\n")
+          "kids = [subprocess.Popen([sys.executable, '-c', c]) for c in ("
+          "'import time\\nend = time.time() + 20\\nwhile time.time() < end: pass', "
+          "'import time; time.sleep(20)')]\n"
+          "time.sleep(20)\n")
 
 
 def test_gpu_process_and_its_children_as_workers():
@@ -35,6 +37,10 @@ def test_gpu_process_and_its_children_as_workers():
         assert busy.cpu_pct > 10 and busy.cpu_pct > idle.cpu_pct and idle.state == "S"
         assert main.cpus_allowed and main.placement == "n/a"  # one NUMA node here
     finally:
+        import psutil
+
+        for k in psutil.Process(p.pid).children(recursive=True):
+            k.kill()
         p.kill()
         p.wait()
     time.sleep(0.2)
