@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from memtop.model import Capability, GpuSample, HostSample, StackSample
+from memtop.phases import STACK_WINDOW_S
 from memtop.pipeline import View
 from memtop.stackclass import where
 
@@ -50,7 +51,7 @@ def gpu_row(g: GpuSample, phase: str) -> tuple:
 GPU_COLUMNS = (("GPU", 3), ("phase", 8), ("SM%", 4), ("TC%", 4), ("DRAM%", 5), ("PCIe RX", 7), ("PCIe TX", 7),
                ("link%", 5), ("mem", 11), ("power", 5), ("temp", 4), ("throttle", 14))
 PROC_COLUMNS = (("PID", 7), ("user", 8), ("GPU", 3), ("GPU mem", 7), ("CPU%", 4), ("thr", 4), ("st", 2),
-                ("role", 6), ("phase", 8), ("NUMA", 6), ("top frame", 48))
+                ("role", 6), ("phase", 8), ("NUMA", 5), ("top frame", 34))  # fits 3/5 of 200 columns
 
 
 def header(v: View) -> Text:
@@ -157,7 +158,7 @@ def proc_rows(v: View) -> list[tuple[str, tuple]]:
         rows.append((str(p.pid), (
             str(p.pid), p.user[:8], ",".join(map(str, p.gpus)) or "-", "-" if mem is None else f"{mem / 2**30:.1f}G",
             f"{p.cpu_pct:.0f}", str(p.threads), p.state, "worker" if p.worker_of else "main",
-            Text(phase, style=PHASE_COLORS.get(phase, "")), p.placement, top[:60])))
+            Text(phase, style=PHASE_COLORS.get(phase, "")), p.placement, top[:34])))
     return rows
 
 
@@ -166,10 +167,12 @@ def window_text(ev: dict | None) -> Text:
     t = Text()
     if not ev or not ev.get("stack_shares"):
         return t
-    t.append(f"last {ev['stack_samples']} samples: ", style="dim")
+    # shares in steps of 10 %: a steadier line repaints (and costs bytes) less often
+    t.append(f"last {STACK_WINDOW_S:.0f} s: ", style="dim")
     for k, share in sorted(ev["stack_shares"].items(), key=lambda kv: -kv[1]):
-        t.append(f"{k} {100 * share:.0f}% ", style=CLASS_COLORS.get(k, ""))
-    t.append(f"· GIL held {100 * ev.get('gil', 0):.0f}%\n", style="dim")
+        if share >= 0.05:
+            t.append(f"{k} {10 * round(10 * share)}% ", style=CLASS_COLORS.get(k, ""))
+    t.append(f"· GIL held {10 * round(10 * ev.get('gil', 0))}%\n", style="dim")
     return t
 
 
