@@ -146,7 +146,6 @@ class Classifier:
         self._state: dict[int, tuple[str, str, int]] = {}  # gpu -> (stable, candidate, run)
         self._nbins: dict[int, int] = {}
         self._gap: dict[int, tuple[float, float] | None] = {}
-        self.listeners: list[Callable[[Label], None]] = []
 
     def feed_all(self, frames: Iterable[Frame]) -> Classifier:
         for f in frames:
@@ -308,8 +307,6 @@ class Classifier:
             ev["top_stack"] = {"class": top[0], "where": top[1], "code": top[2]}
         lab = Label(f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, ev, sub if stable == raw else "")
         self.labels.setdefault(f.gpu, []).append(lab)
-        for cb in self.listeners:
-            cb(lab)
 
 
 def _r(v: float | None) -> float | None:

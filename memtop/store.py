@@ -320,12 +320,6 @@ class Recording:
     def markers(self) -> list[Marker]:
         return [Marker(*r) for r in self._q("SELECT t0, t1, label, name, facts FROM marker ORDER BY t0")]
 
-    def notes(self) -> list[tuple[float, str]]:
-        return list(self._q("SELECT t, text FROM note ORDER BY t"))
-
-    def frame_times(self) -> list[float]:
-        return [r[0] for r in self._q("SELECT t FROM frame ORDER BY t")]
-
     def _frames_of(self, sid: int) -> tuple[StackFrame, ...]:
         fr = self._stacks.get(sid)
         if fr is None:
