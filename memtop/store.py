@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
+import operator
 import json
 import os
 import queue
@@ -40,6 +42,7 @@ from memtop.model import (
 )
 
 SCHEMA_VERSION = 1
+_SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
 MAGIC = "memtop-recording"
 
 # GPU columns and their integer scale: stored = round(value * scale).
@@ -370,8 +373,8 @@ class Recording:
                                                       (lo, hi))),
             ((r[0], 1, "host", r) for r in self._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t",
                                                     (plo, hi))),
-            ((r[0], 1, "stack", r) for r in self._q(
-                "SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t", (plo, hi))),
+            ((k[0], 1, "stack", list(rows)) for k, rows in itertools.groupby(self._q(
+                "SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)), key=_SAMPLE)),
             ((r[0], 1, "perf", r) for r in self._q("SELECT t, pid, data FROM perf WHERE t>? AND t<=? ORDER BY t",
                                                     (plo, hi))),
             ((r[0], 1, "caps", r) for r in self._q("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t",
@@ -407,8 +410,9 @@ class Recording:
         r = self._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
         if r:
             st.apply(self, "caps", r)
-        for r in self._q("SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
-            st.apply(self, "stack", r)
+        for _, rows in itertools.groupby(self._q("SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid",
+                                                 (t, t - 3.0)), key=_SAMPLE):
+            st.apply(self, "stack", list(rows))
         for r in self._q("SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
             st.apply(self, "perf", r)
 
@@ -435,7 +439,6 @@ class _State:
         self.gstate: dict[int, tuple] = {}
         self.host: HostSample | None = None
         self.stacks: dict[int, StackSample] = {}
-        self.pending: dict[tuple[int, float], list] = {}
         self.perf: dict[int, PerfSample] = {}
         self.series: list[SeriesChunk] = []
         self.caps: tuple[Capability, ...] = ()
@@ -456,13 +459,14 @@ class _State:
             self.series.append(SeriesChunk(r[1], r[2], tuple((a[:, 0] + r[0]).tolist()), tuple(a[:, 1].tolist())))
         elif kind == "host":
             self.host = _host_from_blob(r[1])
-        elif kind == "stack":
-            t, pid, tid, name, active, gil, klass, sid, error = r
-            lst = self.pending.setdefault((pid, t), [])
-            if error is None:
-                lst.append(ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), klass))
+        elif kind == "stack":  # all thread rows of one py-spy dump
+            t, pid = r[0][0], r[0][1]
+            if r[0][8] is not None:
+                self.stacks[pid] = StackSample(t, pid, (), r[0][8])
             else:
-                self.stacks[pid] = StackSample(t, pid, (), error)
+                self.stacks[pid] = StackSample(t, pid, tuple(
+                    ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), klass)
+                    for _, _, tid, name, active, gil, klass, sid, _ in r))
         elif kind == "perf":
             self.perf[r[1]] = PerfSample(r[0], r[1], tuple((k, v) for k, v in json.loads(r[2])))
         elif kind == "caps":
@@ -471,10 +475,6 @@ class _State:
             self.notes = (self.notes + [r[1]])[-20:]
 
     def frame(self, t: float) -> Frame:
-        for (pid, st), threads in self.pending.items():
-            if threads:
-                self.stacks[pid] = StackSample(st, pid, tuple(threads))
-        self.pending.clear()
         # a process whose stacks stopped coming (exited) leaves the Frame after 5 s
         if self.stacks and t - min(s.t for s in self.stacks.values()) > 5.0:
             for pid in [p for p, s in self.stacks.items() if t - s.t > 5.0]:
