@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-import operator
 import json
+import operator
 import os
 import queue
 import sqlite3
