@@ -176,7 +176,13 @@ class ReplaySource:
         """Classify the whole recording once, in the background, to know where phases change."""
         try:
             rec = Recording(self.rec.path)  # its own connection: SQLite objects stay in one thread
-            labels = Classifier().feed_all(rec.frames()).labels
+            clf = Classifier()
+            for f in rec.frames():
+                if self._stop.is_set():  # quitting must not wait for this
+                    return
+                clf.feed(f)
+            clf.flush()
+            labels = clf.labels
             rec.close()
         except Exception:  # a damaged tail: "next phase" then falls back to what was played
             return
@@ -224,6 +230,8 @@ class ReplaySource:
         self.pipeline.reset()
         lo = max(self.rec.t0, start - self.prefill_s)
         for f in self.rec.frames(lo, start):
+            if self._stop.is_set() or self._seek is not None:
+                return
             self.pipeline.on_frame(f, tick=False)
 
     def _run(self) -> None:
