@@ -145,6 +145,8 @@ def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 6
         head = f"GPU {gpu} busy: {title} {100 * share:.0f} % of the last {span:.0f} s"
     elif label == "idle":
         head = f"GPU {gpu} idle {100 * share:.0f} % of the last {span:.0f} s"
+    elif label == current:
+        head = f"GPU {gpu} {title} for the last {run * 0.5:.0f} s ({100 * share:.0f} % of the last {span:.0f} s)"
     else:
         head = f"GPU {gpu} {title} {100 * share:.0f} % of the last {span:.0f} s"
     return Verdict(gpu, label, share, span, head, _evidence(last), _advice(last),
