@@ -37,6 +37,18 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-perf", action="store_true", help="do not open perf counters")
 
 
+def _add_display(p: argparse.ArgumentParser, default: object = None) -> None:
+    """TUI options; on `replay` they may also follow the subcommand (SUPPRESS keeps the top-level value)."""
+    def d(value: object) -> object:
+        return value if default is None else default
+
+    p.add_argument("--paint-rate", type=_positive, default=d(1.0), metavar="HZ",
+                   help="UI repaints per second (default 1)")
+    p.add_argument("--no-mouse", action="store_true", default=d(False), help="no mouse tracking (kinder over SSH)")
+    p.add_argument("--ascii", action="store_true", default=d(False), help="ASCII only: no Unicode block characters")
+    p.add_argument("--theme", default=d(None), help="Textual theme (default: the terminal's own palette)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="memtop", description="Live triage monitor for GPU training nodes: is the GPU busy, "
                                            "and if not, what is it waiting for?")
@@ -44,10 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demo", action="store_true", help="replay a real H100 recording shipped with memtop")
     p.add_argument("--record", metavar="FILE", help="record what the live view shows")
     p.add_argument("--force", action="store_true", help="overwrite the --record file")
-    p.add_argument("--paint-rate", type=_positive, default=1.0, metavar="HZ", help="UI repaints per second (default 1)")
-    p.add_argument("--no-mouse", action="store_true", help="no mouse tracking (kinder over SSH)")
-    p.add_argument("--ascii", action="store_true", help="ASCII only: no Unicode block characters")
-    p.add_argument("--theme", default=None, help="Textual theme (default: the terminal's own palette)")
+    _add_display(p)
     _add_sampling(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -62,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("file", metavar="RUN.memtop")
     rp.add_argument("--summary", action="store_true", help="print what the file holds instead")
     rp.add_argument("--speed", type=_positive, default=1.0, help="replay speed (default 1)")
+    _add_display(rp, default=argparse.SUPPRESS)
 
     rep = sub.add_parser("report", help="triage report of a recording")
     rep.add_argument("file", metavar="RUN.memtop")

@@ -127,3 +127,13 @@ def test_hangup_ends_memtop_within_5_s():
         cpu = proc.cpu_percent(0.5)
         proc.kill()
         raise AssertionError(f"memtop still running 5 s after the hang-up (CPU {cpu:.0f} %)")
+
+
+def test_display_options_work_before_or_after_replay():
+    from memtop.cli import build_parser
+
+    p = build_parser()
+    a = p.parse_args(["--ascii", "replay", "f.memtop"])
+    assert a.ascii and not a.no_mouse and a.paint_rate == 1.0
+    b = p.parse_args(["replay", "f.memtop", "--no-mouse", "--paint-rate", "2"])
+    assert b.no_mouse and b.paint_rate == 2.0 and not b.ascii
