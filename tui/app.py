@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 from textual import on
@@ -171,7 +172,7 @@ class MemtopApp(App[int]):
             try:
                 import asyncio
 
-                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.exit)
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hangup)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
         self._paint()
@@ -187,7 +188,16 @@ class MemtopApp(App[int]):
         except (ValueError, OSError, AttributeError):
             alive = False
         if not alive:
-            self.exit(0)
+            self._hangup()
+
+    def _hangup(self) -> None:
+        """The terminal is gone: leave cleanly, but never later than 3 s (restoring a dead
+        terminal or joining busy threads must not keep memtop alive; a recording loses at
+        most its last second, as after a kill)."""
+        timer = threading.Timer(3.0, os._exit, args=(0,))
+        timer.daemon = True
+        timer.start()
+        self.exit(0)
 
     @on(Refresh)
     def _on_refresh(self) -> None:
