@@ -26,10 +26,6 @@ def link_bytes_per_s(gen: int, width: int, speed_mts: int | None = None) -> floa
     return mts * 1e6 * enc / 8 * width
 
 
-def _raise(e: Exception) -> None:
-    raise e
-
-
 class SampleDrain:
     """Drains one nvmlDeviceGetSamples buffer, remembering the newest timestamp seen.
 
@@ -99,13 +95,16 @@ class GpuReader:
             caps.append(Capability("nvml", f"{g} {metric}", CapState.ERROR, err))
         return tuple(caps)
 
+    def _fail(self, metric: str, e: NvmlCallError) -> None:
+        if e.code == ERROR_GPU_LOST:
+            self.lost = True
+        self.errors[metric] = e.message
+
     def _try(self, metric: str, fn: Any, *args: Any) -> Any:
         try:
             r = fn(*args)
         except NvmlCallError as e:
-            if e.code == ERROR_GPU_LOST:
-                self.lost = True
-            self.errors[metric] = e.message
+            self._fail(metric, e)
             return None
         self.errors.pop(metric, None)
         return r
@@ -176,8 +175,9 @@ class GpuReader:
                 rows = self.nv.samples(self.index, d.metric, d.last_us)
             except NvmlCallError as e:
                 if e.code != ERROR_NOT_FOUND:  # NotFound = nothing new since last_us
-                    self._try("samples " + d.metric, _raise, e)
+                    self._fail("samples " + d.metric, e)
                 continue
+            self.errors.pop("samples " + d.metric, None)
             if rows:
                 t, v = d.take(rows, self.offset)
                 if t:

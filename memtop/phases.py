@@ -21,6 +21,9 @@ TITLES = {
     "sync": "sync-stall", "input": "CPU-bound: input pipeline", "cpu": "CPU-bound: launch/Python",
     "other": "unclassified",
 }
+# one-letter marks for text timelines (report, --ascii TUI)
+CHARS = {"compute": "C", "memory": "M", "transfer": "T", "sync": "S", "input": "I", "cpu": "P",
+         "idle": ".", "other": "?", "warmup": " "}
 HEALTHY = {"compute"}
 EXPLAINED_BY = {"sync": "sync", "transfer": "copy", "input": "data", "cpu": "other"}  # label -> stack class
 RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample this recent

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memtop.model import Frame
 from memtop.phases import Classifier, Label
@@ -90,7 +90,7 @@ class Pipeline:
         if self.writer is not None:
             self.writer.add(frame)
             if self.writer.error and self.status.record_error is None:
-                self.status = _replace(self.status, record_error=self.writer.error)
+                self.status = replace(self.status, record_error=self.writer.error)
         with self._lock:
             self.frame = frame
             self.classifier.feed(frame)
@@ -140,13 +140,7 @@ class Pipeline:
         return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events)
 
     def set_status(self, **kw: object) -> None:
-        self.status = _replace(self.status, **kw)
-
-
-def _replace(s: Status, **kw: object) -> Status:
-    from dataclasses import replace
-
-    return replace(s, **kw)
+        self.status = replace(self.status, **kw)
 
 
 class ReplaySource:

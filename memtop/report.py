@@ -11,14 +11,12 @@ import time
 from collections import Counter, defaultdict
 
 from memtop.errors import UserError
-from memtop.phases import TITLES, Classifier
+from memtop.phases import CHARS, TITLES, Classifier
 from memtop.stackclass import site
 from memtop.store import Recording
 from memtop.verdict import verdict
 
 SCHEMA = "memtop-report/1"
-PHASE_CHARS = {"compute": "C", "memory": "M", "transfer": "T", "sync": "S", "input": "I", "cpu": "P",
-               "idle": ".", "other": "?", "warmup": " "}
 
 
 def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = None,
@@ -152,7 +150,7 @@ def _timeline(labels: list, lo: float, hi: float, bin_s: float, width: int = 60)
     t = lo
     while t < hi and len(cells) < width:
         inside = Counter(lab.label for lab in labels if t <= lab.t < t + step)
-        cells.append(PHASE_CHARS.get(inside.most_common(1)[0][0], "?") if inside else " ")
+        cells.append(CHARS.get(inside.most_common(1)[0][0], "?") if inside else " ")
         t += step
     return "".join(cells)
 

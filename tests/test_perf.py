@@ -32,37 +32,41 @@ def test_attr_layout():
     assert (type_, size, config) == (1, 136, 1)
 
 
-def test_software_counters_for_real_on_a_busy_child():
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
+@pytest.fixture
+def watched():
+    """A PerfCollector started on a child process running ``code`` (killed afterwards)."""
+    started = []
+
+    def start(code: str) -> perf.PerfCollector:
+        child = subprocess.Popen([sys.executable, "-c", code])
         col = perf.PerfCollector(pids=(child.pid,))
+        started.append((child, col))
         col.start()
         col.sample(time.monotonic())
-        time.sleep(1.0)
-        (s,) = col.sample(time.monotonic())
-        assert 0.1 < s.get("task-clock") < 1.3  # one busy thread (sharing 2 cores with the test run)
-        assert s.get("context-switches") is not None
-        assert any(c.ok for c in col.capabilities())
+        return col
+
+    yield start
+    for child, col in started:
         col.stop()
-    finally:
         child.kill()
         child.wait()
 
 
-def test_no_pmu_path_for_real_or_hardware_counts():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        col = perf.PerfCollector(pids=(child.pid,))
-        col.start()
-        col.sample(time.monotonic())
-        if col.hw_ok:
-            pytest.skip("this machine has a CPU PMU: the hardware path is live here")
-        hw = [c for c in col.capabilities() if c.name == "hardware counters"]
-        assert hw and hw[0].state is CapState.UNSUPPORTED and "PMU" in hw[0].detail
-        col.stop()
-    finally:
-        child.kill()
-        child.wait()
+def test_software_counters_for_real_on_a_busy_child(watched):
+    col = watched("while True: pass")
+    time.sleep(1.0)
+    (s,) = col.sample(time.monotonic())
+    assert 0.1 < s.get("task-clock") < 1.3  # one busy thread (sharing 2 cores with the test run)
+    assert s.get("context-switches") is not None
+    assert any(c.ok for c in col.capabilities())
+
+
+def test_no_pmu_path_for_real_or_hardware_counts(watched):
+    col = watched("import time; time.sleep(30)")
+    if col.hw_ok:
+        pytest.skip("this machine has a CPU PMU: the hardware path is live here")
+    hw = [c for c in col.capabilities() if c.name == "hardware counters"]
+    assert hw and hw[0].state is CapState.UNSUPPORTED and "PMU" in hw[0].detail
 
 
 def test_explain_messages():

@@ -16,6 +16,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from memtop.phases import CHARS
 from memtop.pipeline import Point, View
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -26,8 +27,6 @@ PHASE_COLORS = {
 }
 EVENT_MARKS = {"gap": ("▼", "v", "bright_white"), "throttle": ("T", "T", "bold red"), "start": ("+", "+", "green"),
                "exit": ("x", "x", "yellow")}
-PHASE_CHARS = {"compute": "C", "memory": "M", "transfer": "T", "sync": "S", "input": "I", "cpu": "P",
-               "idle": ".", "other": "?", "warmup": " "}
 ROWS = (("SM", "sm", "green"), ("DRAM", "dram", "cyan"), ("PCIe", "pcie", "magenta"), ("CPU", "cpu", "yellow"))
 LABEL_W = 9
 
@@ -135,7 +134,7 @@ class Timeline(Widget):
             i1 = int((lab.t + 0.5 - start) / dt)
             for i in range(max(0, i0), min(cols, max(i0 + 1, i1))):
                 kinds[i] = lab.label
-                cells[i] = PHASE_CHARS.get(lab.label, "?") if self.ascii_only else "█"
+                cells[i] = CHARS.get(lab.label, "?") if self.ascii_only else "█"
         latest = v.history[self.gpu][-1].t if v.history.get(self.gpu) else None
         cur = None if latest is None or v.status.mode == "live" else int((latest - start) / dt)
         segs = [Segment(f"{'phase':<{LABEL_W}}", label_style)]
@@ -178,7 +177,7 @@ class Timeline(Widget):
     def _legend(self) -> Strip:
         segs = [Segment(" " * LABEL_W)]
         for k in ("compute", "memory", "transfer", "sync", "input", "cpu", "idle"):
-            mark = PHASE_CHARS[k] if self.ascii_only else "█"
+            mark = CHARS[k] if self.ascii_only else "█"
             segs += [Segment(mark, Style(color=PHASE_COLORS[k])), Segment(f" {k}  ", Style(dim=True))]
         for kind, (uni, asc, st) in EVENT_MARKS.items():
             segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind}  ", Style(dim=True))]
