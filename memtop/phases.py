@@ -11,6 +11,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from memtop.model import Frame, StackSample
 from memtop.stackclass import site
@@ -63,8 +64,24 @@ class Label:
     label: str  # after hysteresis
     confidence: float
     rule: str
-    evidence: dict = field(default_factory=dict)
+    features: Features
     sub: str = ""  # input: prep / fetch / main; cpu: launch / python; transfer: dma / pageable
+
+    @cached_property
+    def evidence(self) -> dict:
+        """The numbers that fired the rule and the stack that explains the label (built when read:
+        an hour has 7,200 labels per GPU and a report reads a handful)."""
+        f = self.features
+        ev = {"graphics": round(f.graphics, 1), "sm": _r(f.sm), "tensor": _r(f.tensor), "dram": _r(f.dram),
+              "pcie_gbps": round(f.pcie_bps / 1e9, 2), "pcie_pct_link": round(100 * f.pcie_frac, 1),
+              "proc_cpu": round(f.proc_cpu), "workers": f.workers, "worker_cpu": round(f.worker_cpu),
+              "workers_sleeping": round(f.worker_sleeping, 2), "iowait": round(f.iowait, 1),
+              "stack_shares": {k: round(v, 2) for k, v in sorted(f.shares.items())}, "gil": round(f.gil, 2),
+              "stack_samples": f.stack_n}
+        top = f.tops.get(EXPLAINED_BY.get(self.raw, ""), f.top)
+        if top:
+            ev["top_stack"] = {"class": top[0], "where": top[1], "code": top[2]}
+        return ev
 
 
 # Each rule: (label, description, predicate, sub-tag function or None). First match wins.
@@ -164,7 +181,9 @@ class Classifier:
             self._bin = None
         if self._bin is None:
             self._bin = _Bin(start)
-        for s in frame.stacks:
+        # readers hand on the same tuple until a new sample arrives
+        new_stacks = () if self._last is not None and frame.stacks is self._last.stacks else frame.stacks
+        for s in new_stacks:
             key = (s.pid, s.t)
             if key not in self._seen_stack and s.threads:
                 self._seen_stack.add(key)
@@ -274,10 +293,11 @@ class Classifier:
             leaves[(klass, where_, code)] += w
             gil += w * owns_gil
         # the top stack of each class; the label picks the one that explains it
+        ranked = [k for k, _ in leaves.most_common()]
         tops: dict[str, tuple[str, str, str]] = {}
-        for k, _ in leaves.most_common():
+        for k in ranked:
             tops.setdefault(k[0], k)
-        busy = next((k for k, _ in leaves.most_common() if k[0] != "idle"), leaves.most_common(1)[0][0])
+        busy = next((k for k in ranked if k[0] != "idle"), ranked[0])
         recent = frozenset(info[0] for info, _, t in mains if t >= now - RECENT_S)
         return {k: v / total for k, v in c.items()}, gil / total, len(mains), busy, tops, recent
 
@@ -299,16 +319,7 @@ class Classifier:
             conf *= 0.8
         if raw != stable:
             conf *= 0.6
-        ev = {"graphics": round(f.graphics, 1), "sm": _r(f.sm), "tensor": _r(f.tensor), "dram": _r(f.dram),
-              "pcie_gbps": round(f.pcie_bps / 1e9, 2), "pcie_pct_link": round(100 * f.pcie_frac, 1),
-              "proc_cpu": round(f.proc_cpu), "workers": f.workers, "worker_cpu": round(f.worker_cpu),
-              "workers_sleeping": round(f.worker_sleeping, 2), "iowait": round(f.iowait, 1),
-              "stack_shares": {k: round(v, 2) for k, v in sorted(f.shares.items())}, "gil": round(f.gil, 2),
-              "stack_samples": f.stack_n}
-        top = f.tops.get(EXPLAINED_BY.get(raw, ""), f.top)
-        if top:
-            ev["top_stack"] = {"class": top[0], "where": top[1], "code": top[2]}
-        lab = Label(f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, ev, sub if stable == raw else "")
+        lab = Label(f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, f, sub if stable == raw else "")
         self.labels.setdefault(f.gpu, []).append(lab)
 
 

@@ -7,6 +7,7 @@ are rendered from it, so all three say the same thing.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter, defaultdict
 
@@ -38,13 +39,13 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
     procs: dict[int, object] = {}
     perf: dict[int, list[tuple[float, dict]]] = defaultdict(list)
     caps: dict[tuple, object] = {}
-    last_host = last_caps = None
-    for f in rec.frames(lo if t_from else None, hi):
+    last_host = last_caps = last_stacks = last_perf = None
+    for f in rec.frames(lo if t_from else None, hi, skip=frozenset({"series", "note"})):
         clf.feed(f)
         last = f
-        for s in f.stacks:
-            if s.threads:
-                stacks[(s.pid, s.t)] = s
+        if f.stacks is not last_stacks:
+            last_stacks = f.stacks
+            stacks.update(((s.pid, s.t), s) for s in f.stacks if s.threads)
         for g in f.gpus:
             pk = peaks[g.index]
             pk["rx"] = max(pk["rx"], g.pcie_rx or 0.0)
@@ -62,9 +63,11 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
             last_host = f.host
             for p in f.host.procs:
                 procs[p.pid] = p
-        for p in f.perf:
-            if not perf[p.pid] or perf[p.pid][-1][0] != p.t:
-                perf[p.pid].append((p.t, dict(p.rates)))
+        if f.perf is not last_perf:
+            last_perf = f.perf
+            for p in f.perf:
+                if not perf[p.pid] or perf[p.pid][-1][0] != p.t:
+                    perf[p.pid].append((p.t, dict(p.rates)))
         if f.caps is not last_caps:
             last_caps = f.caps
             for c in f.caps:
@@ -143,16 +146,17 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
 
 
 def _timeline(labels: list, lo: float, hi: float, bin_s: float, width: int = 60) -> str:
+    """One character per cell: the cell's most common phase."""
     if not labels:
         return ""
     step = max(bin_s, (hi - lo) / width)
-    cells = []
-    t = lo
-    while t < hi and len(cells) < width:
-        inside = Counter(lab.label for lab in labels if t <= lab.t < t + step)
-        cells.append(CHARS.get(inside.most_common(1)[0][0], "?") if inside else " ")
-        t += step
-    return "".join(cells)
+    n = min(width, math.ceil((hi - lo) / step - 1e-9))
+    cells: list[Counter] = [Counter() for _ in range(n)]
+    for lab in labels:
+        k = math.floor((lab.t - lo) / step)
+        if 0 <= k < n:
+            cells[k][lab.label] += 1
+    return "".join(CHARS.get(c.most_common(1)[0][0], "?") if c else " " for c in cells)
 
 
 def render(rep: dict, fmt: str) -> str:

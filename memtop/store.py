@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import zlib
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from memtop import __version__
@@ -54,6 +54,21 @@ GPU_COLS: tuple[tuple[str, float], ...] = (
 )
 _INT_COLS = {"clock_events", "mem_used", "mem_total"}
 
+
+
+def _decode_sql(col: str, scale: float) -> str:
+    """SQL that turns a stored column back into its value (SQLite scales in C, and NULL stays NULL)."""
+    if col == "clock_events":
+        return col
+    if col in _INT_COLS:
+        return f"{col} << 20"  # MiB -> bytes
+    return f"{col} / {float(scale)!r}" if scale >= 1 else f"{col} * {1 / scale!r}"
+
+
+# GpuSample's fields in order: the stored columns, with ``link`` after nvlink_tx
+_GPU_SELECT = "SELECT t, gpu, mode, " + ", ".join(_decode_sql(c, s) for c, s in GPU_COLS) + " FROM gpu"
+_LINK_AT = [c for c, _ in GPU_COLS].index("nvlink_tx") + 1
+
 SCHEMA = f"""
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE frame(t REAL PRIMARY KEY) WITHOUT ROWID;
@@ -80,10 +95,6 @@ def _enc(v: float | None, scale: float, as_int: bool) -> int | None:
     if v is None:
         return None
     return int(v * scale) if as_int else round(v * scale)
-
-
-def _dec(v: int | None, scale: float) -> float | None:
-    return None if v is None else v / scale
 
 
 def gpu_row(g: GpuSample) -> tuple:
@@ -334,18 +345,10 @@ class Recording:
     # rows -> parts
     @staticmethod
     def _gpu(row: tuple, state: tuple | None) -> GpuSample:
+        """A GpuSample from a row of _GPU_SELECT and its GPU's slow state."""
         t, idx, mode, *vals = row
-        kw: dict = {}
-        for (c, scale), v in zip(GPU_COLS, vals):
-            if v is None or c == "clock_events":
-                kw[c] = v
-            elif c in _INT_COLS:
-                kw[c] = int(v) << 20  # MiB -> bytes
-            else:
-                kw[c] = v / scale
         uuid, name, mig, link, procs = state or ("", "GPU", False, None, ())
-        return GpuSample(t=t, index=idx, mode=mode, uuid=uuid, name=name, mig=mig, link=link,
-                         processes=procs, **kw)
+        return GpuSample(t, idx, uuid, name, mode, *vals[:_LINK_AT], link, *vals[_LINK_AT:], procs, mig)
 
     @staticmethod
     def _gpu_state(r: tuple) -> tuple:
@@ -354,8 +357,12 @@ class Recording:
         return (uuid or "", name or "GPU", bool(mig), PcieLink(**json.loads(link)) if link else None,
                 tuple(GpuProcess(p, m) for p, m in json.loads(procs or "[]")))
 
-    def frames(self, start: float | None = None, end: float | None = None) -> Iterator[Frame]:
-        """Frames in time order from ``start`` (seeking there first) to ``end``."""
+    def frames(self, start: float | None = None, end: float | None = None,
+               skip: frozenset[str] = frozenset()) -> Iterator[Frame]:
+        """Frames in time order from ``start`` (seeking there first) to ``end``.
+
+        ``skip``: part kinds a reader does not need (e.g. {"series", "note"}), left out of the Frames.
+        """
         lo = self.t0 if start is None else start
         hi = self.t1 if end is None else end
         st = _State()
@@ -363,29 +370,28 @@ class Recording:
             self._seed(st, lo)
         # parts sampled just before the first frame belong to it
         plo = float("-inf") if start is None else lo
-        streams = [
-            ((r[0], 0, "gpu_state", r) for r in self._q(
-                "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state WHERE t>? AND t<=? ORDER BY t",
-                (plo, hi))),
-            ((r[0], 1, "gpu", r) for r in self._q("SELECT * FROM gpu WHERE t>? AND t<=? ORDER BY t",
-                                                   (plo, hi))),
-            ((r[0], 1, "series", r) for r in self._q("SELECT * FROM series WHERE t>? AND t<=? ORDER BY t",
-                                                      (lo, hi))),
-            ((r[0], 1, "host", r) for r in self._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t",
-                                                    (plo, hi))),
-            ((k[0], 1, "stack", list(rows)) for k, rows in itertools.groupby(self._q(
-                "SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)), key=_SAMPLE)),
-            ((r[0], 1, "perf", r) for r in self._q("SELECT t, pid, data FROM perf WHERE t>? AND t<=? ORDER BY t",
-                                                    (plo, hi))),
-            ((r[0], 1, "caps", r) for r in self._q("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t",
-                                                    (plo, hi))),
-            ((r[0], 1, "note", r) for r in self._q("SELECT t, text FROM note WHERE t>? AND t<=? ORDER BY t",
-                                                    (plo, hi))),
-            ((r[0], 2, "frame", r) for r in self._q("SELECT t FROM frame WHERE t>=? AND t<=? ORDER BY t",
-                                                     (lo, hi))),
-        ]
+        queries = {
+            "gpu_state": ("SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state", plo, 0),
+            "gpu": (_GPU_SELECT, plo, 1),
+            "series": ("SELECT * FROM series", lo, 1),
+            "host": ("SELECT t, data FROM host", plo, 1),
+            "perf": ("SELECT t, pid, data FROM perf", plo, 1),
+            "caps": ("SELECT t, data FROM caps", plo, 1),
+            "note": ("SELECT t, text FROM note", plo, 1),
+        }
+        # (t, order, stream, kind, row): the stream number breaks ties before rows are compared
+        def stream(i: int, kind: str, sql: str, tlo: float, o: int) -> Iterator[tuple]:
+            for r in self._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (tlo, hi)):
+                yield r[0], o, i, kind, r
+
+        streams = [stream(i, kind, *q) for i, (kind, q) in enumerate(queries.items()) if kind not in skip]
+        if "stack" not in skip:
+            streams.append(((k[0], 1, 8, "stack", list(rows)) for k, rows in itertools.groupby(self._q(
+                "SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)), key=_SAMPLE)))
+        streams.append((r[0], 2, 9, "frame", r) for r in self._q(
+            "SELECT t FROM frame WHERE t>=? AND t<=? ORDER BY t", (lo, hi)))
         try:
-            for _t, _o, kind, row in heapq.merge(*streams, key=lambda x: (x[0], x[1])):
+            for _t, _o, _i, kind, row in heapq.merge(*streams):
                 if kind == "frame":
                     yield st.frame(row[0])
                 else:
@@ -401,7 +407,7 @@ class Recording:
                         "WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
             if r:
                 st.apply(self, "gpu_state", r)
-            r = self._q("SELECT * FROM gpu WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
+            r = self._q(f"{_GPU_SELECT} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
             if r:
                 st.apply(self, "gpu", r)
         r = self._q("SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
@@ -442,14 +448,19 @@ class _State:
         self.perf: dict[int, PerfSample] = {}
         self.series: list[SeriesChunk] = []
         self.caps: tuple[Capability, ...] = ()
-        self.notes: list[str] = []
+        self.notes: tuple[str, ...] = ()
+        # the tuples a Frame holds, rebuilt only when their source changed (most Frames only move a GPU)
+        self._stacks_t: tuple[StackSample, ...] | None = ()
+        self._perf_t: tuple[PerfSample, ...] | None = ()
+        self._oldest_stack = float("inf")
 
     def apply(self, rec: Recording, kind: str, r: tuple) -> None:
         if kind == "gpu_state":
             self.gstate[r[1]] = rec._gpu_state(r)
             g = self.gpus.get(r[1])
-            if g is not None:  # re-derive the sample with the new slow fields
-                self.gpus[r[1]] = rec._gpu(gpu_row(g), self.gstate[r[1]])
+            if g is not None:  # the current sample with the new slow fields
+                uuid, name, mig, link, procs = self.gstate[r[1]]
+                self.gpus[r[1]] = replace(g, uuid=uuid, name=name, mig=mig, link=link, processes=procs)
         elif kind == "gpu":
             self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]))
         elif kind == "series":
@@ -467,23 +478,30 @@ class _State:
                 self.stacks[pid] = StackSample(t, pid, tuple(
                     ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), klass)
                     for _, _, tid, name, active, gil, klass, sid, _ in r))
+            self._stacks_t = None
+            self._oldest_stack = min(s.t for s in self.stacks.values())
         elif kind == "perf":
             self.perf[r[1]] = PerfSample(r[0], r[1], tuple((k, v) for k, v in json.loads(r[2])))
+            self._perf_t = None
         elif kind == "caps":
             self.caps = _caps_from_json(r[1])
         elif kind == "note":
-            self.notes = (self.notes + [r[1]])[-20:]
+            self.notes = (*self.notes, r[1])[-20:]
 
     def frame(self, t: float) -> Frame:
         # a process whose stacks stopped coming (exited) leaves the Frame after 5 s
-        if self.stacks and t - min(s.t for s in self.stacks.values()) > 5.0:
+        if t - self._oldest_stack > 5.0:
             for pid in [p for p, s in self.stacks.items() if t - s.t > 5.0]:
                 del self.stacks[pid]
+            self._oldest_stack = min((s.t for s in self.stacks.values()), default=float("inf"))
+            self._stacks_t = None
+        if self._stacks_t is None:
+            self._stacks_t = tuple(self.stacks[p] for p in sorted(self.stacks))
+        if self._perf_t is None:
+            self._perf_t = tuple(self.perf[p] for p in sorted(self.perf))
         series, self.series = tuple(self.series), []
         return Frame(t=t, gpus=tuple(self.gpus[i] for i in sorted(self.gpus)), host=self.host,
-                     stacks=tuple(self.stacks[p] for p in sorted(self.stacks)),
-                     perf=tuple(self.perf[p] for p in sorted(self.perf)), series=series,
-                     caps=self.caps, notes=tuple(self.notes))
+                     stacks=self._stacks_t, perf=self._perf_t, series=series, caps=self.caps, notes=self.notes)
 
 
 def read_markers(path: str | Path) -> list[Marker]:
