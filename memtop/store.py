@@ -453,6 +453,7 @@ class _State:
         self._stacks_t: tuple[StackSample, ...] | None = ()
         self._perf_t: tuple[PerfSample, ...] | None = ()
         self._oldest_stack = float("inf")
+        self._gpu_order: list[int] = []
 
     def apply(self, rec: Recording, kind: str, r: tuple) -> None:
         if kind == "gpu_state":
@@ -500,7 +501,9 @@ class _State:
         if self._perf_t is None:
             self._perf_t = tuple(self.perf[p] for p in sorted(self.perf))
         series, self.series = tuple(self.series), []
-        return Frame(t=t, gpus=tuple(self.gpus[i] for i in sorted(self.gpus)), host=self.host,
+        if len(self._gpu_order) != len(self.gpus):
+            self._gpu_order = sorted(self.gpus)
+        return Frame(t=t, gpus=tuple(map(self.gpus.__getitem__, self._gpu_order)), host=self.host,
                      stacks=self._stacks_t, perf=self._perf_t, series=series, caps=self.caps, notes=self.notes)
 
 

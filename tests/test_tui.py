@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import REC
 from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp
+from memtop.tui.tiles import TextPanel
 from memtop.tui.timeline import Timeline
 from multigpu import multi_gpu
 
@@ -83,7 +84,7 @@ async def test_process_selection_drives_the_stacks_panel():
         await pilot.pause()
         pid = app.selected_pid
         assert pid is not None
-        stacks = str(app.query_one("#stacks").render())
+        stacks = app.query_one("#stacks", TextPanel).text.plain
         assert "MainThread" in stacks
 
 
@@ -140,7 +141,7 @@ async def test_no_gpu_live_view_says_so():
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        text = str(app.query_one("#verdict").render()) + str(app.query_one("#header").render())
+        text = app.query_one("#verdict", TextPanel).text.plain + app.query_one("#header", TextPanel).text.plain
         assert "no GPU found" in text and "--demo" in text
 
 
@@ -153,5 +154,5 @@ async def test_faults_during_a_run_show_and_the_app_goes_on():
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
-        assert "boom" in str(app.query_one("#caps").render())
+        assert "boom" in app.query_one("#caps", TextPanel).text.plain
         assert app.is_running

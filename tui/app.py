@@ -14,11 +14,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import Footer, Static
 
 from memtop.pipeline import Pipeline, View
 
 from . import format as fmt
+from .table import RowTable
+from .tiles import TextPanel
 from .timeline import Timeline
 
 HELP = """\
@@ -134,23 +136,21 @@ class MemtopApp(App[int]):
         self.gpu = 0
         self.view: View | None = None
         self.selected_pid: int | None = None
-        self._gpu_rows: dict[str, tuple] = {}
-        self._proc_rows: dict[str, tuple] = {}
-        self._texts: dict[str, object] = {}
         self._paints = 0
 
     def compose(self) -> ComposeResult:
-        yield Static(id="header")
-        yield Static(id="verdict")
-        yield DataTable(id="gpus", cursor_type="row", zebra_stripes=False)
+        # tiles where values change every second; a panel that rarely changes needs one
+        yield TextPanel(id="header")
+        yield TextPanel(id="verdict")
+        yield RowTable(fmt.GPU_COLUMNS, id="gpus")
         yield Timeline(self.ascii_only, id="timeline")
         with Horizontal(id="bottom"):
             with Vertical(id="left"):
-                yield Static(id="host")
-                yield DataTable(id="procs", cursor_type="row")
+                yield TextPanel(tiles=8, id="host")
+                yield RowTable(fmt.PROC_COLUMNS, id="procs")
             with VerticalScroll(id="right"):
-                yield Static(id="stacks")
-                yield Static(id="caps")
+                yield TextPanel(tiles=3, id="stacks")
+                yield TextPanel(tiles=1, id="caps")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -158,10 +158,6 @@ class MemtopApp(App[int]):
             self.theme = self._theme_name
         except Exception:
             self.theme = "ansi-dark"
-        for table, cols in (("#gpus", fmt.GPU_COLUMNS), ("#procs", fmt.PROC_COLUMNS)):
-            dt = self.query_one(table, DataTable)
-            for name, width in cols:
-                dt.add_column(name, width=width)
         self.pipeline.paint_interval = 1.0 / self.paint_rate
         self.pipeline.on_tick = lambda: self.post_message(Refresh())
         if self.controller is not None:  # after the first paint: the first frame shows at once
@@ -204,10 +200,8 @@ class MemtopApp(App[int]):
         self._paint()
 
     def _set(self, selector: str, content) -> None:
-        """Update a Static only when its text changed: an unchanged panel costs no bytes."""
-        if self._texts.get(selector) != content:
-            self._texts[selector] = content
-            self.query_one(selector, Static).update(content)
+        """A panel re-sends only the tiles of its lines whose cells changed (tiles.py)."""
+        self.query_one(selector, TextPanel).update(content)
 
     def _paint(self) -> None:
         v = self.pipeline.view()
@@ -236,34 +230,17 @@ class MemtopApp(App[int]):
             self._update_stacks(v)
             self._set("#caps", fmt.caps_text(f.caps if f else (), f.notes if f else ()))
 
-    def _diff_rows(self, table: DataTable, rows: list[tuple[str, tuple]], cache: dict[str, tuple]) -> None:
-        """Update only changed cells; add and remove rows by key (never clear per tick)."""
-        keys = {k for k, _ in rows}
-        for k in [k for k in cache if k not in keys]:
-            table.remove_row(k)
-            del cache[k]
-        for k, row in rows:
-            old = cache.get(k)
-            if old is None:
-                table.add_row(*row, key=k)
-            elif old != row:
-                for col, (a, b) in enumerate(zip(old, row)):
-                    if a != b:
-                        table.update_cell_at((table.get_row_index(k), col), b)
-            cache[k] = row
-
     def _update_gpus(self, v: View) -> None:
         f = v.frame
         rows = []
         for g in (f.gpus if f else ()):
             labs = v.labels.get(g.index)
             rows.append((str(g.index), fmt.gpu_row(g, labs[-1].label if labs else "warmup")))
-        self._diff_rows(self.query_one("#gpus", DataTable), rows, self._gpu_rows)
+        self.query_one("#gpus", RowTable).set_rows(rows)
 
     def _update_procs(self, v: View) -> None:
         rows = fmt.proc_rows(v)
-        table = self.query_one("#procs", DataTable)
-        self._diff_rows(table, rows, self._proc_rows)
+        self.query_one("#procs", RowTable).set_rows(rows)
         if self.selected_pid is None and rows:
             self.selected_pid = int(rows[0][0])
 
@@ -277,22 +254,21 @@ class MemtopApp(App[int]):
         window = labs[-1].evidence if labs else None
         self._set("#stacks", fmt.stacks_text(s, f.caps if f else (), self.selected_pid, window))
 
-    @on(DataTable.RowHighlighted, "#procs")
-    def _proc_selected(self, ev: DataTable.RowHighlighted) -> None:
-        if ev.row_key is not None and ev.row_key.value is not None:
-            self.selected_pid = int(ev.row_key.value)
-            if self.view is not None:
-                self._update_stacks(self.view)
+    @on(RowTable.Highlighted, "#procs")
+    def _proc_selected(self, ev: RowTable.Highlighted) -> None:
+        self.selected_pid = int(ev.key)
+        if self.view is not None:
+            self._update_stacks(self.view)
 
-    @on(DataTable.RowHighlighted, "#gpus")
-    def _gpu_highlighted(self, ev: DataTable.RowHighlighted) -> None:
-        if ev.row_key is not None and ev.row_key.value is not None and int(ev.row_key.value) != self.gpu:
-            self.gpu = int(ev.row_key.value)
+    @on(RowTable.Highlighted, "#gpus")
+    def _gpu_highlighted(self, ev: RowTable.Highlighted) -> None:
+        if int(ev.key) != self.gpu:
+            self.gpu = int(ev.key)
             self.view = None
             self._paint()
 
-    @on(DataTable.RowSelected, "#gpus")
-    def _gpu_selected(self, ev: DataTable.RowSelected) -> None:
+    @on(RowTable.Selected, "#gpus")
+    def _gpu_selected(self, ev: RowTable.Selected) -> None:
         if self.view is not None:
             self.push_screen(GpuDetail(self.view, self.gpu, self.ascii_only))
 
@@ -303,6 +279,9 @@ class MemtopApp(App[int]):
         gpus = sorted(self.view.history) if self.view else []
         if gpus:
             self.gpu = gpus[(gpus.index(self.gpu) + step) % len(gpus)] if self.gpu in gpus else gpus[0]
+            table = self.query_one("#gpus", RowTable)
+            if str(self.gpu) in table.keys:
+                table.move_cursor(table.keys.index(str(self.gpu)))
             self.view = None
             self._paint()
 

@@ -1,9 +1,9 @@
 """Rolling timeline: SM / DRAM / PCIe / CPU rows with the phase band and a time axis.
 
-A Line-API widget: each row is one Strip, built once per data version and width and then
-served from the cache, with equal-style runs merged. The time window moves in quarter-span
-jumps; between jumps only the newest columns are refreshed, so a repaint sends a few cells
-instead of the whole timeline (bytes matter over SSH).
+Line-API tiles (tiles.py): each row is one Strip with equal-style runs merged, built once per
+update. The time window moves in quarter-span jumps; between jumps only the tiles holding the
+newest columns and the current values change, so a repaint sends a few cells instead of the
+whole timeline (bytes matter over SSH).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import time
 
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Region
 from textual.strip import Strip
-from textual.widget import Widget
 
 from memtop.phases import CHARS
 from memtop.pipeline import Point, View
+
+from .tiles import TiledLines
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 ASCII_BLOCKS = " .:-=+*#@"
@@ -31,7 +31,7 @@ ROWS = (("SM", "sm", "green"), ("DRAM", "dram", "cyan"), ("PCIe", "pcie", "magen
 LABEL_W = 9
 
 
-class Timeline(Widget):
+class Timeline(TiledLines):
     DEFAULT_CSS = "Timeline { height: 8; }"  # 4 series, phase band, events, axis, legend
 
     def __init__(self, ascii_only: bool = False, **kw) -> None:
@@ -40,53 +40,35 @@ class Timeline(Widget):
         self.span_s = 120.0
         self.gpu = 0
         self._view: View | None = None
-        self._cache: dict[int, Strip] = {}
-        self._key: tuple | None = None
-        self._layout: tuple | None = None
         self._end: float | None = None  # time at the right edge (moves in quarter-span jumps)
-        self._latest: float | None = None
 
     def show(self, view: View, gpu: int) -> None:
         pts = view.history.get(gpu)
         latest = pts[-1].t if pts else None
-        prev, self._view = self._latest, view
-        self._latest = latest
-        layout = (gpu, self.span_s, self.size.width)
-        self._cache.clear()
-        if (latest is None or prev is None or self._end is None or layout != self._layout
-                or latest > self._end or latest < prev):
-            self._layout = layout
-            self.gpu = gpu
-            if latest is not None:
-                self._end = latest + self.span_s / 4
-            self.refresh()
-            return
-        # only the newest columns (labels lag a bin or two) and the current values at the left
-        cols = max(1, self.size.width - LABEL_W)
-        dt = self.span_s / cols
-        start = self._end - self.span_s
-        c0 = max(0, int((prev - 2.0 - start) / dt))
-        c1 = min(cols, int((latest - start) / dt) + 1)
-        rows = len(ROWS) + 1
-        self.refresh(Region(0, 0, LABEL_W, rows), Region(LABEL_W + c0, 0, max(1, c1 - c0), rows))
+        self._view = view
+        if latest is not None and (gpu != self.gpu or self._end is None or latest > self._end
+                                   or latest < self._end - self.span_s):
+            self._end = latest + self.span_s / 4
+        self.gpu = gpu
+        self._redraw()
 
     def zoom(self, factor: float) -> None:
         self.span_s = min(600.0, max(15.0, self.span_s * factor))
         self._end = None
-        self._cache.clear()
-        self.refresh()
+        if self._view is not None:
+            self.show(self._view, self.gpu)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
-        self._cache.clear()
+        self._redraw()
 
-    def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        strip = self._cache.get(y)
-        if strip is None:
-            strip = self._build(y, width).adjust_cell_length(width)
-            self._cache[y] = strip
-        return strip
+    def on_resize(self) -> None:
+        self._redraw()
+
+    def _redraw(self) -> None:
+        width = self.content_region.width
+        if width > 0:
+            self.set_lines([self._build(y, width).adjust_cell_length(width) for y in range(len(ROWS) + 4)])
 
     def _build(self, y: int, width: int) -> Strip:
         v = self._view

@@ -1,0 +1,118 @@
+"""Panels drawn as vertical tiles, so an update re-sends only the cells that changed.
+
+Textual sends every cell of a dirty line from the *left edge of its widget* to the end of the
+refreshed region (it crops a partial refresh at the right only: Textualize/textual#5625).
+One wide widget therefore re-sends most of a line for a one-digit change. Here a panel is a
+row of narrow tile widgets that each show a slice of the panel's lines: after an update only
+the tiles whose slice changed are refreshed, which is close to the cell diff curses does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.text import Text
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
+
+TILE_CELLS = 16  # default tile width: smaller sends fewer bytes, larger costs fewer widgets
+
+
+class _Tile(Widget):
+    DEFAULT_CSS = "_Tile { height: auto; }"
+
+    def __init__(self, panel: TiledLines, width: int | None) -> None:
+        super().__init__()
+        self.panel = panel
+        if width is not None:
+            self.styles.width = width
+        else:
+            self.styles.width = "1fr"
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return self.panel.line_count
+
+    @property
+    def x0(self) -> int:
+        return self.region.x - self.panel.content_region.x
+
+    def render_line(self, y: int) -> Strip:
+        x0 = self.x0
+        return self.panel.line(y).crop(x0, x0 + self.size.width).adjust_cell_length(self.size.width)
+
+
+class TiledLines(Widget):
+    """Lines (Strips) shown through tiles. Subclasses build lines and call ``set_lines``.
+
+    ``widths``: fixed tile widths (e.g. one per table column); otherwise equal tiles of about
+    TILE_CELLS cells across the panel's width.
+    """
+
+    DEFAULT_CSS = "TiledLines { layout: horizontal; height: auto; }"
+
+    def __init__(self, widths: Sequence[int] | None = None, tiles: int = 200 // TILE_CELLS, **kw) -> None:
+        super().__init__(**kw)
+        self._tiles = [_Tile(self, w) for w in widths] if widths else [_Tile(self, None) for _ in range(tiles)]
+        self._lines: list[Strip] = []
+
+    def compose(self):
+        yield from self._tiles
+
+    @property
+    def line_count(self) -> int:
+        return len(self._lines)
+
+    def line(self, y: int) -> Strip:
+        return self._lines[y] if y < len(self._lines) else Strip.blank(0)
+
+    def set_lines(self, lines: list[Strip], changed: list[tuple[int, int]] | None = None) -> None:
+        """Show ``lines``; ``changed`` (line, tile) pairs, when the caller knows them, spare the diff."""
+        old, self._lines = self._lines, lines
+        if len(old) != len(lines):
+            for t in self._tiles:
+                t.refresh(layout=True)
+            return
+        if changed is not None:
+            for y, k in changed:
+                self._tiles[k].refresh(Region(0, y, self._tiles[k].size.width, 1))
+            return
+        for y, (a, b) in enumerate(zip(old, lines)):
+            if a == b:
+                continue
+            for t in self._tiles:
+                x0, w = t.x0, t.size.width
+                if a.crop(x0, x0 + w) != b.crop(x0, x0 + w):
+                    t.refresh(Region(0, y, w, 1))
+
+
+class TextPanel(TiledLines):
+    """A Rich Text shown as tiled lines, wrapped to the panel's width."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self._src: Text | None = None  # as given, to compare with the next update
+        self._text: Text | None = None
+
+    @property
+    def text(self) -> Text:
+        return self._text or Text()
+
+    def update(self, text: Text) -> None:
+        if text == self._src:
+            return
+        self._src = text
+        self._text = text.copy()
+        self._text.rstrip()  # a trailing newline is not a blank line
+        self._render_text()
+
+    def on_resize(self) -> None:
+        if self._text is not None:
+            self._render_text()
+
+    def _render_text(self) -> None:
+        console: Console = self.app.console
+        width = max(1, self.content_region.width)
+        lines = self._text.wrap(console, width, overflow="crop") if self._text is not None else []
+        self.set_lines([Strip(line.render(console)).adjust_cell_length(width) for line in lines])
