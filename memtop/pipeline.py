@@ -186,7 +186,8 @@ class ReplaySource:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:  # a quit before the first paint never started it
+            self._thread.join(timeout=5)
 
     def toggle_pause(self) -> None:
         self.paused = not self.paused

@@ -140,13 +140,13 @@ class MemtopApp(App[int]):
 
     def compose(self) -> ComposeResult:
         # tiles where values change every second; a panel that rarely changes needs one
-        yield TextPanel(id="header")
-        yield TextPanel(id="verdict")
+        yield TextPanel(tiles=4, id="header")
+        yield TextPanel(tiles=6, id="verdict")
         yield RowTable(fmt.GPU_COLUMNS, id="gpus")
         yield Timeline(self.ascii_only, id="timeline")
         with Horizontal(id="bottom"):
             with Vertical(id="left"):
-                yield TextPanel(tiles=8, id="host")
+                yield TextPanel(tiles=4, id="host")
                 yield RowTable(fmt.PROC_COLUMNS, id="procs")
             with VerticalScroll(id="right"):
                 yield TextPanel(tiles=3, id="stacks")

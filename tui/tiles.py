@@ -54,11 +54,22 @@ class TiledLines(Widget):
 
     def __init__(self, widths: Sequence[int] | None = None, tiles: int = 200 // TILE_CELLS, **kw) -> None:
         super().__init__(**kw)
-        self._tiles = [_Tile(self, w) for w in widths] if widths else [_Tile(self, None) for _ in range(tiles)]
+        self._plan: list[int | None] = list(widths) if widths else [None] * tiles
+        # one tile draws the first frame; the others are mounted after it (each widget costs start-up time)
+        self._tiles = [_Tile(self, sum(widths) if widths else None)]
         self._lines: list[Strip] = []
 
     def compose(self):
         yield from self._tiles
+
+    def on_mount(self) -> None:
+        if len(self._plan) > 1:
+            self.call_after_refresh(self._split)
+
+    def _split(self) -> None:
+        first, self._tiles = self._tiles[0], [_Tile(self, w) for w in self._plan]
+        self.mount_all(self._tiles)
+        first.remove()
 
     @property
     def line_count(self) -> int:
