@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Steps run on the lent GPU machine (see bench/README.md). usage: bash bench/device_run.sh "STEP ..."
-# Steps: install doctor fixture gputests seed0..seed3 overhead stacks storebench scale tui
+# Steps: install doctor fixture gputests seed0..seed5 overhead stacks storebench reportab scale replay8 tui
 # Results go to $OUT/r and are packed into $OUT/results.tgz after every step.
 set -u
 export PYTHONUNBUFFERED=1
@@ -58,6 +58,17 @@ while time.time()<end:
     python3 bench/store_bench.py 3600 /tmp/hour.memtop > "$R/store_bench.json" 2>>"$LOG" ;;
   scale)
     python3 bench/scale_bench.py 10 > "$R/scale_bench.jsonl" 2>>"$LOG" ;;
+  reportab)  # report time on the hour from storebench: this tree vs the tree in .old (git archive)
+    for k in 1 2 3; do for tree in new old; do
+      pp=; [ $tree = old ] && pp=.old
+      PYTHONPATH=$pp python3 -c "
+import time; from memtop.store import Recording; from memtop.report import build_report
+r = Recording('/tmp/hour.memtop'); a = time.perf_counter(); build_report(r)
+print('{\"tree\": \"$tree\", \"report_s\": %.3f}' % (time.perf_counter() - a))" >> "$R/report_ab.jsonl" 2>>"$LOG"
+    done; done ;;
+  replay8)  # the issue's figure: an 8-GPU recording replayed at defaults, 200x50
+    python3 bench/multi_gpu_recording.py /tmp/g8.memtop 8 >>"$LOG" 2>&1
+    for k in 1 2; do python3 bench/pty_bench.py ${TUI_S:-20} 200x50 -- memtop --no-mouse replay /tmp/g8.memtop >> "$R/replay8.jsonl"; done ;;
   tui)
     bash bench/tui_vs_nvitop.sh "$R" ${TUI_S:-20} >>"$LOG" 2>&1 ;;
   esac

@@ -17,7 +17,8 @@ class Collector(Protocol):
     """
 
     name: str
-    interval: float  # seconds between samples
+    interval: float  # seconds between samples (the mean, when jittered)
+    jitter: float  # each interval is drawn from interval x (1 ± jitter); 0 for fixed rates
 
     def start(self) -> None: ...
 

@@ -17,6 +17,7 @@ WORKER_NAMES = ("pt_data_worker",)
 
 class HostCollector:
     name = "host"
+    jitter = 0.0
 
     def __init__(self, interval: float = 0.5, root: Path = Path("/"), pids: tuple[int, ...] = ()):
         self.interval = interval

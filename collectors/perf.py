@@ -141,6 +141,7 @@ def ctx_switches(pid: int) -> int:
 
 class PerfCollector:
     name = "perf"
+    jitter = 0.0
 
     def __init__(self, interval: float = 1.0, pids: tuple[int, ...] = ()):
         self.interval = interval

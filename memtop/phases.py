@@ -54,6 +54,7 @@ class Features:
     top: tuple[str, str, str] | None  # (class, file:line, code) of the most common busy main-thread stack
     tops: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # the most common one per class
     recent: frozenset[str] = frozenset()  # classes of the main-thread samples of the last second
+    sync_age: float = math.inf  # seconds since the newest main-thread sample waiting in a sync
 
 
 @dataclass(frozen=True)
@@ -120,19 +121,30 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
 )
 
 
-# Exit thresholds: once compute-bound, a bin stays compute down to graphics 70 % / SM 60 %, so
-# a dip just under the 80 % entry threshold (seen on the H100 under a CPU hog) flips nothing.
-UNDER_USED = {"sync", "cpu", "input", "other"}  # labels a sticky label may overrule
-STICKY = {"compute": lambda f: f.graphics >= 70 and (f.sm is None or f.sm >= 60)}
+# Exit thresholds (hysteresis): the current label holds against the labels listed while its exit
+# condition holds, though its entry rule no longer fires. Compute stays down to graphics 70 % /
+# SM 60 %, so a dip under the 80 % entry (seen on the H100 under a CPU hog) flips nothing. A sync
+# stall with a short wait is caught by few stack samples: between them it looks CPU-bound, so it
+# stays sync while a sync wait was seen in the last SYNC_HOLD_S with the same GPU pattern.
+UNDER_USED = {"sync", "cpu", "input", "other"}
+SYNC_HOLD_S = STACK_WINDOW_S
+STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
+    "compute": (UNDER_USED, "graphics >= 70 %, SM >= 60 %",
+                lambda f: f.graphics >= 70 and (f.sm is None or f.sm >= 60)),
+    "sync": ({"cpu"}, f"a sync wait within {SYNC_HOLD_S:.0f} s, graphics 15-80 % with real kernels",
+             lambda f: 15 <= f.graphics < 80 and (f.sm is None or f.sm >= 0.4 * f.graphics)
+             and f.sync_age <= SYNC_HOLD_S),
+}
 
 
 def evaluate(f: Features, current: str = "") -> tuple[str, str, str]:
     """(label, rule text, sub-tag) for one bin's features, given the current stable label."""
     label, text, sub = next(((lab, txt, sb) for lab, txt, pred, sb in RULES if pred(f)),
                             ("other", "no rule matched", None))
-    keep = STICKY.get(current)
-    if label in UNDER_USED and keep is not None and keep(f):
-        return current, f"{current} exit threshold (graphics >= 70 %, SM >= 60 %)", ""
+    if current in STICKY:
+        overrules, why, keep = STICKY[current]
+        if label in overrules and keep(f):
+            return current, f"{current} exit threshold ({why})", ""
     return label, text, sub(f) if sub else ""
 
 
@@ -265,7 +277,7 @@ class Classifier:
             mains = [p for p in host.procs if p.pid in pids]
             proc_cpu = max((p.cpu_pct for p in mains), default=0.0)
             wk = [p for p in host.procs if p.worker_of in pids]
-        shares, gil, n, top, tops, recent = self._stack_shares(pids)
+        shares, gil, n, top, tops, recent, sync_age = self._stack_shares(pids)
         return Features(
             t=t, gpu=gpu, gpm=gpm, graphics=graphics, sm=mean("sm") if gpm else None,
             tensor=mean("tensor") if gpm else None, dram=mean("dram") if gpm else mean("mem_util"),
@@ -274,16 +286,17 @@ class Classifier:
             worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,
             worker_sleeping=sum(p.state in "SD" for p in wk) / len(wk) if wk else 0.0,
             iowait=iowait, shares=shares, gil=gil, stack_n=n, top=top, tops=tops, recent=recent,
+            sync_age=sync_age,
         )
 
     def _stack_shares(self, pids: set[int]) -> tuple:
         if not self.use_stacks:
-            return {}, 0.0, 0, None, {}, frozenset()
+            return {}, 0.0, 0, None, {}, frozenset(), math.inf
         now = self._last.t if self._last is not None else 0.0
         mains = [(info, math.exp(-(now - s.t) / STACK_TAU_S), s.t)
                  for s, info in self._stacks if s.pid in pids and info is not None]
         if not mains:
-            return {}, 0.0, 0, None, {}, frozenset()
+            return {}, 0.0, 0, None, {}, frozenset(), math.inf
         total = sum(w for _, w, _ in mains)
         c: Counter[str] = Counter()
         leaves: Counter[tuple[str, str, str]] = Counter()
@@ -299,7 +312,8 @@ class Classifier:
             tops.setdefault(k[0], k)
         busy = next((k for k in ranked if k[0] != "idle"), ranked[0])
         recent = frozenset(info[0] for info, _, t in mains if t >= now - RECENT_S)
-        return {k: v / total for k, v in c.items()}, gil / total, len(mains), busy, tops, recent
+        sync_age = min((now - t for info, _, t in mains if info[0] == "sync"), default=math.inf)
+        return {k: v / total for k, v in c.items()}, gil / total, len(mains), busy, tops, recent, sync_age
 
     def _label(self, f: Features) -> None:
         stable, cand, run = self._state.get(f.gpu, ("", "", 0))

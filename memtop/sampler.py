@@ -8,6 +8,7 @@ others. Frames go to ``on_frame`` (store writer, classifier, UI) at the base tic
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -70,6 +71,7 @@ class Sampler:
         self.stacks = StacksCollector(cfg.stack_interval, pids=cfg.pids) if cfg.stacks else None
         self.perf = PerfCollector(cfg.perf_interval, cfg.pids) if cfg.perf else None
         self.missed = 0
+        self._rng = random.Random()
         self.frames = 0
         self._gpus: dict[int, GpuSample] = {}
         self._host: HostSample | None = None
@@ -154,7 +156,7 @@ class Sampler:
                     self.note(f"{c.name} collector failed: {type(e).__name__}: {e}")
                     parts = []
                 self._absorb(parts)
-                due += c.interval
+                due += c.interval * (1 + c.jitter * self._rng.uniform(-1, 1)) if c.jitter else c.interval
                 if due < now():
                     self.missed += int((now() - due) / c.interval) + 1
                     due = now()
