@@ -52,6 +52,7 @@ class SampleDrain:
 
 class GpuReader:
     name = "nvml"
+    jitter = 0.0  # GPM pairs and drains keep a fixed rate
 
     def __init__(self, nv: Any, index: int, info: dict, gpm: bool, gpm_reason: str,
                  interval: float, offset: float):

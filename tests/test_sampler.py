@@ -26,6 +26,7 @@ def test_frames_at_ten_hertz_with_gpu_and_host_parts():
     s, frames = _run(1.5)
     assert 12 <= len(frames) <= 17
     assert all(f.gpus and f.gpus[0].name == "NVIDIA H100 80GB HBM3" for f in frames[2:])
+    assert len({f.gpus[0].t for f in frames if f.gpus}) >= 10  # GPU samples keep coming, not one repeated
     assert any(f.host is not None for f in frames)
     ts = [f.t for f in frames]
     assert ts == sorted(ts)
@@ -42,3 +43,22 @@ def test_a_failing_collector_becomes_a_note_and_the_run_goes_on():
     _, frames = _run(1.5, breaker)
     assert len(frames) >= 12 and frames[-1].gpus  # GPU sampling carried on
     assert any("host collector failed: OSError: disk on fire" in n for n in frames[-1].notes)
+
+
+def test_jittered_collector_samples_at_random_intervals_around_its_rate():
+    calls = []
+
+    def breaker(s):
+        real = s.host.sample
+        s.host.interval, s.host.jitter = 0.05, 0.3
+
+        def timed(now):
+            calls.append(now)
+            return real(now)
+        s.host.sample = timed
+
+    _run(1.5, breaker)
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert len(gaps) >= 15
+    assert 0.04 <= sum(gaps) / len(gaps) <= 0.065  # the mean rate is kept
+    assert max(gaps) - min(gaps) > 0.01  # but not a fixed period
