@@ -59,7 +59,7 @@ while time.time()<end:
   scale)
     python3 bench/scale_bench.py 10 > "$R/scale_bench.jsonl" 2>>"$LOG" ;;
   reportab)  # report time on the hour from storebench: this tree vs the tree in .old (git archive)
-    for k in 1 2 3; do for tree in new old; do
+    for k in 1 2 3 4; do order="new old"; [ $((k % 2)) = 0 ] && order="old new"; for tree in $order; do
       pp=; [ $tree = old ] && pp=.old
       PYTHONPATH=$pp python3 -c "
 import time; from memtop.store import Recording; from memtop.report import build_report
