@@ -39,7 +39,8 @@ REC = {
     1: Path(__file__).parent.parent / "memtop" / "data" / "demo.memtop",  # seed 1 ships as the demo
     2: DATA / "labelled_s2.memtop",
     3: DATA / "labelled_s3.memtop",  # recorded after the rules were first tuned on seeds 0-2
-    4: DATA / "labelled_s4.memtop",  # 10 s phases, recorded after all tuning: held out
+    4: DATA / "labelled_s4.memtop",  # 10 s phases, recorded after the first session's tuning
+    5: DATA / "labelled_s5.memtop",  # jittered stacks, recorded after the sync exit threshold: held out
 }
 REC_NOGPM = DATA / "labelled_s2_nogpm.memtop"
 
