@@ -13,6 +13,7 @@ from memtop.model import Capability, CapState, HostSample, ProcSample
 from . import numa
 
 WORKER_NAMES = ("pt_data_worker",)
+NUMA_EVERY_S = 3.0  # NUMA counters and process placement: slow-moving, and costly per thread
 
 
 class HostCollector:
@@ -27,6 +28,11 @@ class HostCollector:
         self.gpu_bus_ids: tuple[str, ...] = ()
         self._numa = numa.NumaReader(root)
         self._procs: dict[int, psutil.Process] = {}
+        # per pid: what does not change while it lives (name, cmdline, user, start time), and its
+        # placement (allowed CPUs/memory, CPUs its threads last ran on: one /proc read per thread),
+        # refreshed with the NUMA counters rather than on every sample
+        self._static: dict[int, tuple[str, str, str, float]] = {}
+        self._placed: dict[int, tuple[str, str, tuple[int, ...], float]] = {}
         self._invisible: set[int] = set()
         self._numa_t = -1e9
         self._numa_nodes: tuple = ()
@@ -106,53 +112,64 @@ class HostCollector:
                 continue
         return kids
 
-    def _proc_sample(self, pid: int, parent: int | None, nodes: tuple) -> ProcSample | None:
+    def _proc_sample(self, pid: int, parent: int | None, nodes: tuple, now: float) -> ProcSample | None:
         p = self._proc(pid)
         if p is None:
             return None
         try:
             with p.oneshot():
                 cpu = p.cpu_percent(None)
-                name = p.name()
                 status = p.status()
                 threads = p.num_threads()
                 ppid = p.ppid()
-                started = p.create_time() - self._offset
-                try:
-                    user = p.username()
-                except (KeyError, psutil.Error):
-                    user = "?"
-            try:
-                cmd = " ".join(p.cmdline())
-            except psutil.AccessDenied:
-                cmd = name
+                static = self._static.get(pid) or self._static_of(p)
         except psutil.NoSuchProcess:
             self._procs.pop(pid, None)
             return None
         except psutil.AccessDenied:
             return None
-        cpus_allowed, mems_allowed = numa.proc_allowed(self.root, pid)
-        used = numa.last_cpus(self.root, pid)
+        self._static[pid] = static
+        name, cmd, user, started = static
+        placed = self._placed.get(pid)
+        if placed is None or now - placed[3] >= NUMA_EVERY_S:
+            placed = (*numa.proc_allowed(self.root, pid), numa.last_cpus(self.root, pid), now)
+            self._placed[pid] = placed
+        cpus_allowed, mems_allowed, used, _ = placed
         gpus = self.gpu_pids.get(pid, ())
         owner = gpus if gpus else self.gpu_pids.get(parent or -1, ())
         gnode = self._gpu_nodes[owner[0]] if owner and owner[0] < len(self._gpu_nodes) else -1
-        return ProcSample(pid, ppid, name, cmd[:500], user, cpu, threads, _STATE.get(status, "?"),
+        return ProcSample(pid, ppid, name, cmd, user, cpu, threads, _STATE.get(status, "?"),
                           cpus_allowed, mems_allowed, used, gpus, parent,
                           numa.placement(gnode, nodes, used), started)
+
+    def _static_of(self, p: psutil.Process) -> tuple[str, str, str, float]:
+        name = p.name()
+        try:
+            user = p.username()
+        except (KeyError, psutil.Error):
+            user = "?"
+        try:
+            cmd = " ".join(p.cmdline())
+        except psutil.AccessDenied:
+            cmd = name
+        return name, cmd[:500], user, p.create_time() - self._offset
 
     def sample(self, now: float) -> list[object]:
         percore = tuple(psutil.cpu_percent(percpu=True))
         times = psutil.cpu_times_percent()
         vm = psutil.virtual_memory()
         sw = psutil.swap_memory()
-        if now - self._numa_t >= 3.0:  # NUMA placement every few seconds
+        if now - self._numa_t >= NUMA_EVERY_S:
             self._numa_t = now
             self._numa_nodes = self._numa.read(now)
         targets = self._targets()
         for gone in set(self._procs) - set(targets):
             del self._procs[gone]
+        for cache in (self._static, self._placed):
+            for gone in set(cache) - set(targets):
+                del cache[gone]
         procs = tuple(ps for pid, parent in targets.items()
-                      if (ps := self._proc_sample(pid, parent, self._numa_nodes)) is not None)
+                      if (ps := self._proc_sample(pid, parent, self._numa_nodes, now)) is not None)
         return [HostSample(
             t=now, cpu_pct=percore, iowait_pct=getattr(times, "iowait", 0.0),
             load=os.getloadavg(), mem_used=vm.total - vm.available, mem_total=vm.total,

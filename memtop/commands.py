@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -25,13 +27,27 @@ def _need_tty() -> None:
 
 
 class LiveController:
-    def __init__(self, sampler) -> None:
+    """Starts sampling after the first paint, off the UI thread (NVML start-up takes a while);
+    the pipeline's metadata (driver, GPUs) follows once NVML is up."""
+
+    def __init__(self, sampler, pipeline: Pipeline | None = None) -> None:
         self.sampler = sampler
+        self.pipeline = pipeline
+        self._thread = threading.Thread(target=self._start, name="memtop-start", daemon=True)
 
     def start(self) -> None:
+        self._thread.start()
+
+    def _start(self) -> None:
+        from memtop.record import run_meta
+
         self.sampler.start()
+        if self.pipeline is not None and not self.pipeline.meta.get("gpus"):
+            self.pipeline.meta = {**self.pipeline.meta, **run_meta(self.sampler)}
 
     def stop(self) -> None:
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
         self.sampler.stop()
 
     def request_native(self, pid: int) -> bool:
@@ -67,15 +83,16 @@ def live(args: argparse.Namespace) -> int:
     from memtop.store import Writer
 
     sampler = Sampler(sampler_config(args), on_frame=lambda f: None)
-    sampler.nvml.start()
-    meta = run_meta(sampler)
     writer = None
-    if args.record:
+    meta = {"host": platform.node()}  # the rest once NVML is up (LiveController)
+    if args.record:  # a recording names its GPUs in its metadata: NVML first
+        sampler.nvml.start()
+        meta = run_meta(sampler)
         writer = Writer(args.record, meta, force=args.force)
     pipeline = Pipeline(Status("live", recording=args.record), meta=meta, writer=writer)
     sampler.on_frame = pipeline.on_frame
     try:
-        return _run_app(pipeline, LiveController(sampler), args)
+        return _run_app(pipeline, LiveController(sampler, pipeline), args)
     finally:
         if writer is not None:
             writer.close()

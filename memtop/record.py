@@ -20,7 +20,9 @@ def sampler_config(args: argparse.Namespace) -> SamplerConfig:
     for pid in args.pid:
         if not Path(f"/proc/{pid}").exists():
             raise UserError(f"no process with PID {pid}")
-    return SamplerConfig(gpu_interval=args.interval, stack_interval=args.stack_interval, use_gpm=not args.no_gpm, stacks=not args.no_stacks,
+    # the host follows a slower GPU cadence (--interval 1 asks for a 1 Hz monitor), never above 2 Hz
+    return SamplerConfig(gpu_interval=args.interval, host_interval=max(0.5, args.interval),
+                         stack_interval=args.stack_interval, use_gpm=not args.no_gpm, stacks=not args.no_stacks,
                          perf=not args.no_perf, pids=tuple(args.pid))
 
 
