@@ -106,7 +106,7 @@ class StacksCollector:
     jitter = 0.3
 
     def __init__(self, interval: float = 1.0, worker_every: int = 5, pids: tuple[int, ...] = ()):
-        self.interval = interval
+        self.interval = self.base_interval = interval
         self.worker_every = worker_every  # DataLoader workers are dumped every Nth cycle
         self.pyspy = find_pyspy()
         self.targets: dict[int, int | None] = {p: None for p in pids}  # pid -> parent (workers)
@@ -121,6 +121,10 @@ class StacksCollector:
 
     def start(self) -> None:
         pass
+
+    def set_fast(self, fast: bool) -> None:
+        """Dump twice as often while the stacks decide the label (see Sampler._retarget)."""
+        self.interval = self.base_interval / 2 if fast else self.base_interval
 
     def set_targets(self, targets: dict[int, int | None]) -> None:
         self.targets = targets

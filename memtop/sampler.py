@@ -192,6 +192,7 @@ class Sampler:
                     targets[ps.pid] = ps.worker_of
         if self.stacks is not None:
             self.stacks.set_targets(targets)
+            self.stacks.set_fast(self._stacks_decide(roots, gpu_pids))
         if self.perf is not None:
             self.perf.set_targets(roots)
         live = set(targets)
@@ -199,6 +200,20 @@ class Sampler:
             del self._stacks[pid]
         for pid in [p for p in self._perf if p not in live]:
             del self._perf[pid]
+
+    def _stacks_decide(self, roots: tuple[int, ...], gpu_pids: dict[int, tuple[int, ...]]) -> bool:
+        """A GPU partly busy while its process burns a core: sync-stall and CPU-bound look alike
+        here and only a stack in a sync wait tells them apart, so those samples should come sooner."""
+        if self._host is None:
+            return False
+        busy_cpu = {p.pid for p in self._host.procs if p.pid in roots and p.cpu_pct >= 50}
+        for pid in busy_cpu:
+            for i in gpu_pids.get(pid, ()):
+                g = self._gpus.get(i)
+                use = None if g is None else g.graphics if g.graphics is not None else g.util
+                if use is not None and 10 <= use < 80:
+                    return True
+        return False
 
     def snapshot(self, t: float) -> Frame:
         with self._lock:

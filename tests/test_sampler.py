@@ -62,3 +62,21 @@ def test_jittered_collector_samples_at_random_intervals_around_its_rate():
     assert len(gaps) >= 15
     assert 0.04 <= sum(gaps) / len(gaps) <= 0.065  # the mean rate is kept
     assert max(gaps) - min(gaps) > 0.01  # but not a fixed period
+
+
+def test_stacks_come_faster_while_only_they_can_tell_sync_from_cpu_bound():
+    from conftest import REC
+
+    from memtop.store import Recording
+
+    rec = Recording(REC[0])
+    marks = {m.name: m for m in rec.markers()}
+    pid = next(p.pid for g in rec.seek(marks["compute"].t0).gpus for p in g.processes)
+    s = Sampler(SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=True, perf=False,
+                              stack_interval=0.5, pids=(pid,)), on_frame=lambda f: None)
+    for phase, fast in (("sync_cpu_heavy", True), ("compute", False), ("idle", False), ("memory", False)):
+        f = rec.seek(marks[phase].t0 + 3.0)  # a real Frame from the middle of the phase
+        s._host = f.host
+        s._gpus = {g.index: g for g in f.gpus}
+        s._retarget()
+        assert s.stacks.interval == (0.25 if fast else 0.5), phase
