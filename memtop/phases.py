@@ -215,6 +215,15 @@ class Classifier:
             self._track_gap(g.index, g.t, g.util if g.util is not None else g.graphics, frame)
         self._last = frame
 
+    def state_key(self) -> tuple:
+        """Everything that decides the labels still to come (memtop.scan compares it to stitch
+        scans made in parallel)."""
+        b = self._bin
+        return (sorted(self._state.items()), sorted(self._gap.items()),
+                None if b is None else (b.t, sorted((g, tuple(v)) for g, v in b.gpu_vals.items())),
+                tuple((s.pid, s.t, info) for s, info in self._stacks),
+                sorted((g, min(n, self.warmup_bins + 1)) for g, n in self._nbins.items()), self._last)
+
     def flush(self) -> None:
         if self._bin is not None:
             self._close()

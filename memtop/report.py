@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 
 from memtop.errors import UserError
 from memtop.phases import CHARS, TITLES, Classifier
+from memtop.scan import scan
 from memtop.stackclass import site
 from memtop.store import Recording
 from memtop.verdict import verdict
@@ -30,59 +31,20 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
     known = {g["index"] for g in gpus_meta}
     if gpu is not None and gpu not in known:
         raise UserError(f"no GPU {gpu} in this recording (it has: {', '.join(map(str, sorted(known))) or 'none'})")
-    clf = Classifier()
-    last = None
-    stacks: dict[tuple[int, float], object] = {}
-    throttle: dict[int, list[list]] = defaultdict(list)
-    peaks: dict[int, dict] = defaultdict(lambda: {"rx": 0.0, "tx": 0.0})
-    links: dict[int, object] = {}
-    procs: dict[int, object] = {}
-    perf: dict[int, list[tuple[float, dict]]] = defaultdict(list)
-    caps: dict[tuple, object] = {}
-    last_host = last_caps = last_stacks = last_perf = None
-    for f in rec.frames(lo if t_from else None, hi, skip=frozenset({"series", "note"})):
-        clf.feed(f)
-        last = f
-        if f.stacks is not last_stacks:
-            last_stacks = f.stacks
-            stacks.update(((s.pid, s.t), s) for s in f.stacks if s.threads)
-        for g in f.gpus:
-            pk = peaks[g.index]
-            pk["rx"] = max(pk["rx"], g.pcie_rx or 0.0)
-            pk["tx"] = max(pk["tx"], g.pcie_tx or 0.0)
-            if g.link is not None:
-                links[g.index] = g.link
-            tl = throttle[g.index]
-            if g.throttled:
-                if tl and tl[-1][1] >= g.t - 0.5 and tl[-1][2] == g.throttle_reasons:
-                    tl[-1][1] = g.t
-                else:
-                    tl.append([g.t, g.t, g.throttle_reasons])
-        # parts repeat across Frames until their source samples again: take each once
-        if f.host is not None and f.host is not last_host:
-            last_host = f.host
-            for p in f.host.procs:
-                procs[p.pid] = p
-        if f.perf is not last_perf:
-            last_perf = f.perf
-            for p in f.perf:
-                if not perf[p.pid] or perf[p.pid][-1][0] != p.t:
-                    perf[p.pid].append((p.t, dict(p.rates)))
-        if f.caps is not last_caps:
-            last_caps = f.caps
-            for c in f.caps:
-                caps[(c.source, c.name)] = c
-    clf.flush()
+    labels_by_gpu, all_gaps, agg = scan(rec, lo, hi, fresh_at_lo=bool(t_from))
+    last = agg.last
     if last is None:
         raise UserError("empty time range: no samples in it")
+    stacks, throttle, peaks, links, procs, perf, caps = (agg.stacks, agg.throttle, agg.peaks, agg.links,
+                                                        agg.procs, agg.perf, agg.caps)
+    bin_s = Classifier().bin_s
 
     out_gpus = []
-    for idx in sorted(clf.labels):
+    for idx in sorted(labels_by_gpu):
         if gpu is not None and idx != gpu:
             continue
-        labels = clf.labels[idx]
+        labels = labels_by_gpu[idx]
         counted = [lab for lab in labels if lab.label != "warmup"]
-        bin_s = clf.bin_s
         phase_s = Counter(lab.label for lab in counted)
         total = sum(phase_s.values()) or 1
         by_label: dict[str, Counter] = defaultdict(Counter)
@@ -109,7 +71,7 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
             "phase_stacks": {k: [{"class": c, "where": w, "code": code, "samples": n}
                                  for (c, w, code), n in cnt.most_common(3)] for k, cnt in by_label.items()},
             "gaps": [{"at_s": round(g_["t0"] - rec.t0, 1), "duration_s": g_["duration_s"], "stack": g_["stack"]}
-                     for g_ in clf.gaps if g_["gpu"] == idx],
+                     for g_ in all_gaps if g_["gpu"] == idx],
             "throttle": [{"at_s": round(a - rec.t0, 1), "duration_s": round(b - a + 0.1, 1), "reasons": list(r)}
                          for a, b, r in throttle[idx]],
             "pcie": None if link is None else {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import REC
+from conftest import REC, REC_NOGPM
 
 from memtop.cli import main
 from memtop.export import GPU_PID_BASE, events, export_perfetto
@@ -105,3 +105,40 @@ def test_events_are_time_ordered_per_counter_track():
     ev = events(Recording(REC[2]))
     ts = [e["ts"] for e in ev if e["ph"] == "C" and e["name"] == "SM %"]
     assert ts == sorted(ts)
+
+
+def _labels(labels: dict) -> dict:
+    return {g: [(lab.t, lab.label, lab.raw, lab.rule, lab.confidence, lab.sub) for lab in ls] for g, ls in labels.items()}
+
+
+@pytest.mark.parametrize("path", [REC[0], REC_NOGPM])
+def test_report_scanned_in_parallel_chunks_equals_one_serial_pass(path, monkeypatch):
+    from memtop import scan
+
+    rec = Recording(path)
+    serial = scan.scan(rec, rec.t0, rec.t1, False, workers=1)
+    resumed = []
+    real = scan._resume
+    monkeypatch.setattr(scan, "_resume", lambda *a: resumed.append(1) or real(*a))
+    for warm in (scan.WARM_S, 1.0):  # 1 s is too short to catch up: chunks must resume from the real state
+        monkeypatch.setattr(scan, "WARM_S", warm)
+        par = scan.scan(rec, rec.t0, rec.t1, False, workers=3, chunk_s=20)
+        assert _labels(par[0]) == _labels(serial[0])
+        assert par[1] == serial[1]
+        a, b = par[2], serial[2]
+        assert (dict(a.throttle), dict(a.perf), a.procs, a.caps, a.links) == \
+               (dict(b.throttle), dict(b.perf), b.procs, b.caps, b.links)
+        assert a.stacks.keys() == b.stacks.keys() and dict(a.peaks) == dict(b.peaks) and a.last == b.last
+    assert any(resumed)  # the resume path ran (in this process) and still matched
+
+
+def test_whole_report_same_serial_or_parallel(monkeypatch):
+    from memtop import scan
+
+    rec = Recording(REC[1])
+    monkeypatch.setattr(scan, "CHUNK_MIN_S", 1e9)
+    serial = [build_report(rec), build_report(rec, t_from=20.0)]
+    monkeypatch.setattr(scan, "CHUNK_MIN_S", 25.0)
+    monkeypatch.setattr(scan, "os", type("os", (), {"cpu_count": staticmethod(lambda: 4)}))  # 4 chunks here too
+    assert [build_report(rec), build_report(rec, t_from=20.0)] == serial
+    assert render(serial[0], "text") == render(build_report(rec), "text")
