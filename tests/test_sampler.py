@@ -26,7 +26,7 @@ def test_frames_at_ten_hertz_with_gpu_and_host_parts():
     s, frames = _run(1.5)
     assert 12 <= len(frames) <= 17
     assert all(f.gpus and f.gpus[0].name == "NVIDIA H100 80GB HBM3" for f in frames[2:])
-    assert len({f.gpus[0].t for f in frames if f.gpus}) >= 10  # GPU samples keep coming, not one repeated
+    assert len({f.gpus[0].t for f in frames if f.gpus}) >= 5  # GPU samples keep coming, not one repeated
     assert any(f.host is not None for f in frames)
     ts = [f.t for f in frames]
     assert ts == sorted(ts)
