@@ -58,13 +58,16 @@ while time.time()<end:
     python3 bench/store_bench.py 3600 /tmp/hour.memtop > "$R/store_bench.json" 2>>"$LOG" ;;
   scale)
     python3 bench/scale_bench.py 10 > "$R/scale_bench.jsonl" 2>>"$LOG" ;;
-  reportab)  # report time on the hour from storebench: this tree vs the tree in .old (git archive)
-    for k in 1 2 3 4; do order="new old"; [ $((k % 2)) = 0 ] && order="old new"; for tree in $order; do
-      pp=; [ $tree = old ] && pp=.old
-      PYTHONPATH=$pp python3 -c "
-import time; from memtop.store import Recording; from memtop.report import build_report
+  reportab)  # report time on the hour from storebench: the tree in .old (git archive) vs this one, serial and parallel
+    for k in 1 2 3; do for tree in old serial parallel; do
+      dir=.; [ $tree = old ] && dir=.old  # run from the tree's own directory: sys.path[0] is the cwd
+      (cd $dir && python3 -c "
+import time, os; from memtop.store import Recording; from memtop.report import build_report
+if '$tree' == 'serial':
+    import memtop.scan; memtop.scan.CHUNK_MIN_S = 1e9
+import memtop; assert os.path.dirname(memtop.__file__).startswith(os.getcwd()), memtop.__file__
 r = Recording('/tmp/hour.memtop'); a = time.perf_counter(); build_report(r)
-print('{\"tree\": \"$tree\", \"report_s\": %.3f}' % (time.perf_counter() - a))" >> "$R/report_ab.jsonl" 2>>"$LOG"
+print('{\"tree\": \"$tree\", \"report_s\": %.3f}' % (time.perf_counter() - a))") >> "$R/report_ab.jsonl" 2>>"$LOG"
     done; done ;;
   replay8)  # the issue's figure: an 8-GPU recording replayed at defaults, 200x50
     python3 bench/multi_gpu_recording.py /tmp/g8.memtop 8 >>"$LOG" 2>&1
