@@ -201,6 +201,9 @@ class Writer:
                 if item is None:
                     self._db.commit()
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    # a finished recording is one plain file: readable where its reader cannot
+                    # write (WAL needs a -shm file beside it: a shared or installed recording)
+                    self._db.execute("PRAGMA journal_mode=DELETE")
                     self._db.close()
                     return
                 if isinstance(item, Frame):
@@ -283,8 +286,22 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
     if path.is_dir():
         raise UserError(f"{path} is a directory, not a recording")
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        try:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.OperationalError as e:
+            if "readonly" not in str(e) and "unable to open" not in str(e):
+                raise
+            # in WAL mode (an older memtop, still recording, or killed) where this user cannot
+            # create the lock files: read the file as it is, if nothing is left in its WAL
+            wal = Path(f"{path}-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise UserError(f"{path} was not closed cleanly and its last part is in {wal.name}, which this "
+                                f"user cannot open here: copy both files to a directory you can write") from None
+            db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+            rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except UnicodeDecodeError:  # a damaged byte inside a text value
+        raise UserError(f"{path} is damaged (unreadable metadata)") from None
     except sqlite3.DatabaseError as e:
         msg = str(e)
         if "not a database" in msg or "file is encrypted" in msg:
@@ -332,7 +349,10 @@ class Recording:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
 
     def markers(self) -> list[Marker]:
-        return [Marker(*r) for r in self._q("SELECT t0, t1, label, name, facts FROM marker ORDER BY t0")]
+        try:
+            return [Marker(*r) for r in self._q("SELECT t0, t1, label, name, facts FROM marker ORDER BY t0")]
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+            raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__})") from None
 
     def _frames_of(self, sid: int) -> tuple[StackFrame, ...]:
         fr = self._stacks.get(sid)

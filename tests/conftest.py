@@ -42,8 +42,9 @@ REC = {
     4: DATA / "labelled_s4.memtop",  # 10 s phases, recorded after the first session's tuning
     5: DATA / "labelled_s5.memtop",  # jittered stacks, recorded after the sync exit threshold: held out
     6: DATA / "labelled_s6.memtop",  # stacks at 4 Hz while they decide sync vs CPU-bound: held out
-    7: DATA / "labelled_s7.memtop",  # as s6: held out
+    7: DATA / "labelled_s7.memtop",  # as s6; led to the 75 % compute exit threshold (in-sample)
     8: DATA / "labelled_s8.memtop",  # as s6, 10 s phases; led to the 10 % sync exit floor (in-sample)
+    9: DATA / "labelled_s9.memtop",  # recorded after every change of session 2: held out
 }
 REC_NOGPM = DATA / "labelled_s2_nogpm.memtop"
 

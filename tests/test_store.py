@@ -145,3 +145,44 @@ def test_markers_file(tmp_path):
     p.write_text('{"t0": 1.0, "t1": 2.0, "label": "sync", "name": "sync_even", "facts": {"steps": 3}}\n')
     (m,) = read_markers(p)
     assert (m.t0, m.label, m.name) == (1.0, "sync", "sync_even") and '"steps": 3' in m.facts
+
+
+def test_finished_recording_is_one_plain_file(frames_s0, tmp_path):
+    _copy(frames_s0[:50], tmp_path / "a.memtop")
+    db = sqlite3.connect(tmp_path / "a.memtop")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # no -wal/-shm needed to read it
+
+
+def _as_nobody(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/setpriv").exists(),
+                    reason="needs root and setpriv to read as another user (root ignores file modes)")
+def test_recording_in_a_directory_the_reader_cannot_write():
+    """A recording still in WAL mode (as an older memtop left them) in a directory the reader
+    cannot write, e.g. the demo installed by root: readable without its lock files."""
+    if _as_nobody("import memtop.store").returncode != 0:
+        pytest.skip("this Python or checkout is not reachable by another user")
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp())
+    try:
+        rec = d / "s0.memtop"
+        shutil.copy(REC[0], rec)
+        db = sqlite3.connect(rec)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.close()
+        os.chmod(rec, 0o444)
+        os.chmod(d, 0o555)
+        code = ("import sys; from memtop.store import Recording; r = Recording(sys.argv[1]); "
+                "print(sum(1 for _ in r.frames()))")
+        r = _as_nobody(code, str(rec))
+        assert r.returncode == 0, r.stderr[-500:]
+        assert int(r.stdout) == Recording(REC[0]).n_frames
+    finally:
+        os.chmod(d, 0o755)
+        shutil.rmtree(d)
