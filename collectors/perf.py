@@ -26,6 +26,7 @@ READ_FORMAT = FMT_GROUP | FMT_ENABLED | FMT_RUNNING
 EXCLUDE_KERNEL, EXCLUDE_HV = 1 << 5, 1 << 6
 FLAG_FD_CLOEXEC = 8
 
+CTX_EVERY_S = 3.0  # /proc/PID/task/*/status is one read per thread: slow-moving, so not every sample
 SOFTWARE = (("task-clock", 1, 1), ("page-faults", 1, 2), ("cpu-migrations", 1, 4))
 HARDWARE = (
     ("cycles", 0, 0),
@@ -151,6 +152,18 @@ class PerfCollector:
         self._totals: dict[int, tuple[float, dict[str, float]]] = {}
         self.status: dict[str, Capability] = {}
         self.hw_ok: bool | None = None
+        self._ctx: dict[int, tuple[float, float, float]] = {}  # pid -> (read at, total, rate since the read before)
+
+    def _ctx_switches(self, pid: int, now: float) -> float:
+        """Context switches so far, read from /proc (one file per thread) every CTX_EVERY_S and
+        extrapolated at the measured rate in between."""
+        at, total, rate = self._ctx.get(pid, (-1e9, 0.0, 0.0))
+        if now - at >= CTX_EVERY_S:
+            fresh = float(ctx_switches(pid))
+            rate = (fresh - total) / (now - at) if at > 0 else 0.0
+            self._ctx[pid] = (now, fresh, max(0.0, rate))
+            return fresh
+        return total + rate * (now - at)
 
     def start(self) -> None:
         try:
@@ -209,7 +222,7 @@ class PerfCollector:
                     continue
                 for (name, _, _), v in zip(HARDWARE if hw else SOFTWARE, vals):
                     counts[name] = counts.get(name, 0.0) + v
-            counts["context-switches"] = float(ctx_switches(pid))
+            counts["context-switches"] = self._ctx_switches(pid, now)
             prev = self._totals.get(pid)
             self._totals[pid] = (now, counts)
             if any(k[0] == pid and not k[2] for k in self._groups):
@@ -226,6 +239,8 @@ class PerfCollector:
             out.append(PerfSample(now, pid, tuple(sorted(rates.items()))))
         for pid in set(self._totals) - set(self.pids):
             del self._totals[pid]
+        for pid in set(self._ctx) - set(self.pids):
+            del self._ctx[pid]
         for key in [k for k in self._groups if k[0] not in self.pids]:
             self._groups.pop(key).close()
         return out
