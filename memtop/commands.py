@@ -12,7 +12,7 @@ from pathlib import Path
 
 from memtop.errors import UserError
 from memtop.pipeline import Pipeline, ReplaySource, Status
-from memtop.store import Recording
+from memtop.store import Recording, Writer
 
 DEMO = "demo.memtop"
 
@@ -27,31 +27,36 @@ def _need_tty() -> None:
 
 
 class LiveController:
-    """Starts sampling after the first paint, off the UI thread (NVML start-up takes a while);
-    the pipeline's metadata (driver, GPUs) follows once NVML is up."""
+    """Builds and starts the sampler after the first paint, off the UI thread (importing the
+    collectors and starting NVML take a while); the pipeline's metadata (driver, GPUs) follows."""
 
-    def __init__(self, sampler, pipeline: Pipeline | None = None) -> None:
-        self.sampler = sampler
+    def __init__(self, args: argparse.Namespace, pipeline: Pipeline, sampler=None) -> None:
+        self.args = args
         self.pipeline = pipeline
+        self.sampler = sampler  # built already when recording (the file's metadata names the GPUs)
         self._thread = threading.Thread(target=self._start, name="memtop-start", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def _start(self) -> None:
-        from memtop.record import run_meta
+        from memtop.record import run_meta, sampler_config
+        from memtop.sampler import Sampler
 
+        if self.sampler is None:
+            self.sampler = Sampler(sampler_config(self.args), on_frame=self.pipeline.on_frame)
         self.sampler.start()
-        if self.pipeline is not None and not self.pipeline.meta.get("gpus"):
+        if not self.pipeline.meta.get("gpus"):
             self.pipeline.meta = {**self.pipeline.meta, **run_meta(self.sampler)}
 
     def stop(self) -> None:
         if self._thread.ident is not None:
             self._thread.join(timeout=5)
-        self.sampler.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
 
     def request_native(self, pid: int) -> bool:
-        if self.sampler.stacks is None:
+        if self.sampler is None or self.sampler.stacks is None:
             return False
         self.sampler.stacks.request_native(pid)
         return True
@@ -78,21 +83,24 @@ def live(args: argparse.Namespace) -> int:
         # start a minute in, so the first screen already shows a timeline of phases
         return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)
     _need_tty()
-    from memtop.record import run_meta, sampler_config
-    from memtop.sampler import Sampler
-    from memtop.store import Writer
+    from memtop.record import check_pids
 
-    sampler = Sampler(sampler_config(args), on_frame=lambda f: None)
-    writer = None
+    check_pids(args)
+    writer = sampler = None
     meta = {"host": platform.node()}  # the rest once NVML is up (LiveController)
     if args.record:  # a recording names its GPUs in its metadata: NVML first
+        from memtop.record import run_meta, sampler_config
+        from memtop.sampler import Sampler
+
+        sampler = Sampler(sampler_config(args), on_frame=lambda f: None)
         sampler.nvml.start()
         meta = run_meta(sampler)
         writer = Writer(args.record, meta, force=args.force)
     pipeline = Pipeline(Status("live", recording=args.record), meta=meta, writer=writer)
-    sampler.on_frame = pipeline.on_frame
+    if sampler is not None:
+        sampler.on_frame = pipeline.on_frame
     try:
-        return _run_app(pipeline, LiveController(sampler, pipeline), args)
+        return _run_app(pipeline, LiveController(args, pipeline, sampler), args)
     finally:
         if writer is not None:
             writer.close()

@@ -10,16 +10,25 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memtop.errors import UserError
-from memtop.sampler import Sampler, SamplerConfig
 from memtop.store import Writer, read_markers
 
+if TYPE_CHECKING:  # the collectors load when sampling starts, not before the TUI's first frame
+    from memtop.sampler import Sampler, SamplerConfig
 
-def sampler_config(args: argparse.Namespace) -> SamplerConfig:
+
+def check_pids(args: argparse.Namespace) -> None:
     for pid in args.pid:
         if not Path(f"/proc/{pid}").exists():
             raise UserError(f"no process with PID {pid}")
+
+
+def sampler_config(args: argparse.Namespace) -> SamplerConfig:
+    from memtop.sampler import SamplerConfig
+
+    check_pids(args)
     # the host follows a slower GPU cadence (--interval 1 asks for a 1 Hz monitor), never above 2 Hz
     return SamplerConfig(gpu_interval=args.interval, host_interval=max(0.5, args.interval),
                          stack_interval=args.stack_interval, use_gpm=not args.no_gpm, stacks=not args.no_stacks,
@@ -56,6 +65,8 @@ def record(args: argparse.Namespace) -> int:
         raise UserError(f"cannot write markers next to {args.markers}: no such directory")
     if not out.parent.exists():
         raise UserError(f"cannot create {out}: directory {out.parent} does not exist")
+    from memtop.sampler import Sampler
+
     sampler = Sampler(sampler_config(args), on_frame=lambda f: None)
     done = threading.Event()
 
