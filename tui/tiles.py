@@ -34,13 +34,12 @@ class _Tile(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return self.panel.line_count
 
-    @property
-    def x0(self) -> int:
-        return self.region.x - self.panel.content_region.x
+    def on_resize(self) -> None:
+        self.panel.forget_geometry()  # a tile's width moves the tiles right of it
 
     def render_line(self, y: int) -> Strip:
-        x0 = self.x0
-        return self.panel.line(y).crop(x0, x0 + self.size.width).adjust_cell_length(self.size.width)
+        x0, w = self.panel.geometry(self)
+        return self.panel.line(y).crop(x0, x0 + w).adjust_cell_length(w)
 
 
 class TiledLines(Widget):
@@ -58,6 +57,9 @@ class TiledLines(Widget):
         # one tile draws the first frame; the others are mounted after it (each widget costs start-up time)
         self._tiles = [_Tile(self, sum(widths) if widths else None)]
         self._lines: list[Strip] = []
+        # each tile's (x offset in the panel, width): Widget.region is a compositor lookup per
+        # call, too slow for every rendered line; a tile's resize clears it
+        self._geom: dict[_Tile, tuple[int, int]] = {}
 
     def compose(self):
         yield from self._tiles
@@ -70,6 +72,16 @@ class TiledLines(Widget):
         first, self._tiles = self._tiles[0], [_Tile(self, w) for w in self._plan]
         self.mount_all(self._tiles)
         first.remove()
+        self.forget_geometry()
+
+    def forget_geometry(self) -> None:
+        self._geom = {}
+
+    def geometry(self, tile: _Tile) -> tuple[int, int]:
+        if not self._geom:
+            x = self.content_region.x
+            self._geom = {t: (t.region.x - x, t.size.width) for t in self._tiles}
+        return self._geom.get(tile) or (tile.region.x - self.content_region.x, tile.size.width)
 
     @property
     def line_count(self) -> int:
@@ -87,13 +99,13 @@ class TiledLines(Widget):
             return
         if changed is not None:
             for y, k in changed:
-                self._tiles[k].refresh(Region(0, y, self._tiles[k].size.width, 1))
+                self._tiles[k].refresh(Region(0, y, self.geometry(self._tiles[k])[1], 1))
             return
         for y, (a, b) in enumerate(zip(old, lines)):
             if a == b:
                 continue
             for t in self._tiles:
-                x0, w = t.x0, t.size.width
+                x0, w = self.geometry(t)
                 if a.crop(x0, x0 + w) != b.crop(x0, x0 + w):
                     t.refresh(Region(0, y, w, 1))
 
