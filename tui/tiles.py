@@ -38,8 +38,7 @@ class _Tile(Widget):
         self.panel.forget_geometry()  # a tile's width moves the tiles right of it
 
     def render_line(self, y: int) -> Strip:
-        x0, w = self.panel.geometry(self)
-        return self.panel.line(y).crop(x0, x0 + w).adjust_cell_length(w)
+        return self.panel.piece(y, self)
 
 
 class TiledLines(Widget):
@@ -60,6 +59,7 @@ class TiledLines(Widget):
         # each tile's (x offset in the panel, width): Widget.region is a compositor lookup per
         # call, too slow for every rendered line; a tile's resize clears it
         self._geom: dict[_Tile, tuple[int, int]] = {}
+        self._pieces: dict[int, dict[int, Strip]] = {}  # line -> tile offset -> that tile's cells
 
     def compose(self):
         yield from self._tiles
@@ -76,23 +76,38 @@ class TiledLines(Widget):
 
     def forget_geometry(self) -> None:
         self._geom = {}
+        self._pieces = {}
 
     def geometry(self, tile: _Tile) -> tuple[int, int]:
-        if not self._geom:
+        if tile not in self._geom:
             x = self.content_region.x
-            self._geom = {t: (t.region.x - x, t.size.width) for t in self._tiles}
-        return self._geom.get(tile) or (tile.region.x - self.content_region.x, tile.size.width)
+            self._geom = {t: (t.region.x - x, t.size.width) for t in (*self._tiles, tile)}
+        return self._geom[tile]
+
+    def _cut(self, line: Strip) -> dict[int, Strip]:
+        """One pass over a line gives every tile its cells (cheaper than a crop per tile)."""
+        if not self._geom:
+            self.geometry(self._tiles[0])
+        edges = sorted({e for x0, w in self._geom.values() for e in (x0, x0 + w) if e > 0})
+        return dict(zip([0, *edges], line.divide(edges)))
+
+    def piece(self, y: int, tile: _Tile) -> Strip:
+        x0, w = self.geometry(tile)
+        if y >= len(self._lines):
+            return Strip.blank(w)
+        if y not in self._pieces:
+            self._pieces[y] = self._cut(self._lines[y])
+        got = self._pieces[y].get(x0)
+        return (got if got is not None else self._lines[y].crop(x0, x0 + w)).adjust_cell_length(w)
 
     @property
     def line_count(self) -> int:
         return len(self._lines)
 
-    def line(self, y: int) -> Strip:
-        return self._lines[y] if y < len(self._lines) else Strip.blank(0)
-
     def set_lines(self, lines: list[Strip], changed: list[tuple[int, int]] | None = None) -> None:
         """Show ``lines``; ``changed`` (line, tile) pairs, when the caller knows them, spare the diff."""
         old, self._lines = self._lines, lines
+        old_pieces, self._pieces = self._pieces, {}
         if len(old) != len(lines):
             for t in self._tiles:
                 t.refresh(layout=True)
@@ -103,10 +118,16 @@ class TiledLines(Widget):
             return
         for y, (a, b) in enumerate(zip(old, lines)):
             if a == b:
+                if y in old_pieces:
+                    self._pieces[y] = old_pieces[y]
                 continue
+            before = old_pieces.get(y)
+            if before is None:
+                before = old_pieces[y] = self._cut(a)
+            after = self._pieces[y] = self._cut(b)
             for t in self._tiles:
                 x0, w = self.geometry(t)
-                if a.crop(x0, x0 + w) != b.crop(x0, x0 + w):
+                if before.get(x0) != after.get(x0):
                     t.refresh(Region(0, y, w, 1))
 
 
