@@ -132,14 +132,19 @@ class Timeline(TiledLines):
         return Strip(segs)
 
     def _events(self, v: View, start: float, dt: float, cols: int, label_style: Style) -> Strip:
-        cells: list[tuple[str, str]] = [(" ", "")] * cols
+        marks: dict[int, tuple[str, str]] = {}
         for ev in v.events:
             i = int((ev.t - start) / dt)
             if ev.gpu == self.gpu and 0 <= i < cols:
                 uni, asc, style = EVENT_MARKS[ev.kind]
-                cells[i] = (asc if self.ascii_only else uni, style)
+                marks[i] = (asc if self.ascii_only else uni, style)
         segs = [Segment(f"{'events':<{LABEL_W}}", label_style)]
-        segs += [Segment(ch, Style.parse(st) if st else Style()) for ch, st in cells]
+        at = 0
+        for i in sorted(marks):
+            ch, style = marks[i]
+            segs += [Segment(" " * (i - at)), Segment(ch, Style.parse(style))]
+            at = i + 1
+        segs.append(Segment(" " * (cols - at)))
         return Strip(Segment.simplify(segs))
 
     def _axis(self, cols: int, start: float, end: float, offset: float | None) -> Strip:
