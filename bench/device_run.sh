@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Steps run on the lent GPU machine (see bench/README.md). usage: bash bench/device_run.sh "STEP ..."
-# Steps: install doctor fixture gputests seed0..seed5 overhead stacks storebench reportab scale replay8 tui
+# Steps: install doctor fixture gputests seed0..seed9 overhead stacks storebench reportab scale replay8 tui profile
 # Results go to $OUT/r and are packed into $OUT/results.tgz after every step.
 set -u
 export PYTHONUNBUFFERED=1
@@ -73,7 +73,9 @@ print('{\"tree\": \"$tree\", \"report_s\": %.3f}' % (time.perf_counter() - a))")
     python3 bench/multi_gpu_recording.py /tmp/g8.memtop 8 >>"$LOG" 2>&1
     for k in 1 2; do python3 bench/pty_bench.py ${TUI_S:-20} 200x50 -- memtop --no-mouse replay /tmp/g8.memtop >> "$R/replay8.jsonl"; done ;;
   tui)
-    bash bench/tui_vs_nvitop.sh "$R" ${TUI_S:-20} >>"$LOG" 2>&1 ;;
+    bash bench/tui_vs_nvitop.sh "$R" ${TUI_S:-20} ${TUI_WARM:-8} >>"$LOG" 2>&1 ;;
+  profile)  # where memtop's CPU goes, live at 1 Hz under a compute load, in steady state (py-spy, per thread)
+    bash bench/profile_live.sh "$R" >>"$LOG" 2>&1 ;;
   esac
   pack
 done
