@@ -55,7 +55,7 @@ class GpuReader:
     jitter = 0.0  # GPM pairs and drains keep a fixed rate
 
     def __init__(self, nv: Any, index: int, info: dict, gpm: bool, gpm_reason: str,
-                 interval: float, offset: float):
+                 interval: float, offset: float, series: bool = True):
         self.nv = nv
         self.index = index
         self.info = info
@@ -63,6 +63,7 @@ class GpuReader:
         self.gpm_reason = gpm_reason
         self.interval = interval
         self.offset = offset
+        self.series = series  # drain the driver's sample buffers (only a recording keeps them)
         self.lost = False
         self.errors: dict[str, str] = {}  # metric -> last error, cleared when it works again
         self._link: PcieLink | None = None
@@ -164,7 +165,7 @@ class GpuReader:
             return [GpuSample(mode="lost", **base)]
         out: list[object] = [GpuSample(mode="gpm" if self.gpm else "nvml", link=self._link,
                                        processes=self._procs, **base, **f)]
-        if now - self._drain_t >= 1.0:
+        if self.series and now - self._drain_t >= 1.0:
             self._drain_t = now
             out.extend(self.drain())
         return out
@@ -193,10 +194,13 @@ class NvmlCollector:
     """Owns NVML for the process; hands out one GpuReader per GPU."""
 
     def __init__(self, nv: Any | None = None, interval: float = 0.1, use_gpm: bool = True,
-                 offset: float | None = None):
+                 offset: float | None = None, series: bool = True):
         self.nv = nv if nv is not None else RealNvml()
         self.interval = interval
         self.use_gpm = use_gpm
+        # nvmlDeviceGetSamples copies the driver's whole buffer: a quarter of a 1 Hz live view's
+        # CPU on the H100 (bench/RESULTS.md), and only a recording stores what it returns
+        self.series = series
         self.offset = offset if offset is not None else time.time() - time.monotonic()
         self.system: dict = {}
         self.readers: list[GpuReader] = []
@@ -221,7 +225,7 @@ class NvmlCollector:
                 continue
             gpm, reason = self._gpm(i, info)
             interval = self.interval if gpm else max(self.interval, 0.2)
-            self.readers.append(GpuReader(self.nv, i, info, gpm, reason, interval, self.offset))
+            self.readers.append(GpuReader(self.nv, i, info, gpm, reason, interval, self.offset, self.series))
         if not self.readers and self.system["count"] == 0:
             self.caps.append(Capability("nvml", "GPUs", CapState.UNSUPPORTED, "the driver reports no GPUs"))
         for r in self.readers:

@@ -44,7 +44,7 @@ class LiveController:
         from memtop.sampler import Sampler
 
         if self.sampler is None:
-            self.sampler = Sampler(sampler_config(self.args), on_frame=self.pipeline.on_frame)
+            self.sampler = Sampler(sampler_config(self.args, recording=False), on_frame=self.pipeline.on_frame)
         self.sampler.start()
         if not self.pipeline.meta.get("gpus"):
             self.pipeline.meta = {**self.pipeline.meta, **run_meta(self.sampler)}
@@ -92,7 +92,7 @@ def live(args: argparse.Namespace) -> int:
         from memtop.record import run_meta, sampler_config
         from memtop.sampler import Sampler
 
-        sampler = Sampler(sampler_config(args), on_frame=lambda f: None)
+        sampler = Sampler(sampler_config(args, recording=True), on_frame=lambda f: None)
         sampler.nvml.start()
         meta = run_meta(sampler)
         writer = Writer(args.record, meta, force=args.force)

@@ -25,14 +25,14 @@ def check_pids(args: argparse.Namespace) -> None:
             raise UserError(f"no process with PID {pid}")
 
 
-def sampler_config(args: argparse.Namespace) -> SamplerConfig:
+def sampler_config(args: argparse.Namespace, recording: bool) -> SamplerConfig:
     from memtop.sampler import SamplerConfig
 
     check_pids(args)
     # the host follows a slower GPU cadence (--interval 1 asks for a 1 Hz monitor), never above 2 Hz
     return SamplerConfig(gpu_interval=args.interval, host_interval=max(0.5, args.interval),
                          stack_interval=args.stack_interval, use_gpm=not args.no_gpm, stacks=not args.no_stacks,
-                         perf=not args.no_perf, pids=tuple(args.pid))
+                         perf=not args.no_perf, pids=tuple(args.pid), series=recording)
 
 
 def run_meta(sampler: Sampler) -> dict:
@@ -67,7 +67,7 @@ def record(args: argparse.Namespace) -> int:
         raise UserError(f"cannot create {out}: directory {out.parent} does not exist")
     from memtop.sampler import Sampler
 
-    sampler = Sampler(sampler_config(args), on_frame=lambda f: None)
+    sampler = Sampler(sampler_config(args, recording=True), on_frame=lambda f: None)
     done = threading.Event()
 
     def _stop(*_: object) -> None:

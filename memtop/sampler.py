@@ -41,6 +41,7 @@ class SamplerConfig:
     stack_interval: float = 0.5
     perf_interval: float = 1.0
     use_gpm: bool = True
+    series: bool = True  # the driver's util/power sample buffers, drained each second (for recordings)
     stacks: bool = True
     perf: bool = True
     pids: tuple[int, ...] = ()
@@ -66,7 +67,7 @@ class Sampler:
         self.cfg = cfg
         self.on_frame = on_frame
         self.offset = wall_offset()
-        self.nvml = NvmlCollector(cfg.nvml, cfg.gpu_interval, cfg.use_gpm, self.offset)
+        self.nvml = NvmlCollector(cfg.nvml, cfg.gpu_interval, cfg.use_gpm, self.offset, cfg.series)
         self.host = HostCollector(cfg.host_interval, cfg.root, cfg.pids)
         self.stacks = StacksCollector(cfg.stack_interval, pids=cfg.pids) if cfg.stacks else None
         self.perf = PerfCollector(cfg.perf_interval, cfg.pids) if cfg.perf else None

@@ -85,6 +85,29 @@ def test_drained_h100_buffers_are_gap_free_series():
     assert all(50 < w < 1000 for w in vs)  # H100 SXM peaks near 780 W under matmul
 
 
+class _Counting(ReplayNvml):
+    def __init__(self) -> None:
+        super().__init__(json.loads(FIXTURE.read_text())["calls"])
+        self.drains = 0
+
+    def __getattr__(self, name: str):
+        if name == "samples":
+            self.drains += 1
+        return super().__getattr__(name)
+
+
+@pytest.mark.parametrize("series", [True, False])
+def test_sample_buffers_are_drained_only_for_a_recording(series):
+    nv = _Counting()
+    col = NvmlCollector(nv, 0.1, offset=0.0, series=series)
+    col.start()
+    (r,) = col.readers
+    parts = [p for k in range(30) for p in r.sample(1000.0 + 0.1 * k)]  # 3 s at 10 Hz
+    assert (nv.drains > 0) is series
+    assert any(isinstance(p, SeriesChunk) for p in parts) is series
+    assert sum(isinstance(p, GpuSample) for p in parts) == 30
+
+
 class _Failing(ReplayNvml):
     def __init__(self, code: int, method: str):
         super().__init__(json.loads(FIXTURE.read_text())["calls"])
