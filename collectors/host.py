@@ -13,7 +13,8 @@ from memtop.model import Capability, CapState, HostSample, ProcSample
 from . import numa
 
 WORKER_NAMES = ("pt_data_worker",)
-NUMA_EVERY_S = 3.0  # NUMA counters and process placement: slow-moving, and costly per thread
+# NUMA counters, process placement, swap, children of non-main threads: slow-moving, and costly
+NUMA_EVERY_S = 3.0
 
 
 class HostCollector:
@@ -36,6 +37,8 @@ class HostCollector:
         self._invisible: set[int] = set()
         self._numa_t = -1e9
         self._numa_nodes: tuple = ()
+        self._swap = psutil.swap_memory()
+        self._tree: dict[int, int | None] = {}  # the process tree at the last walk of every thread
         self._gpu_nodes: tuple[int, ...] = ()
         self._offset = time.time() - time.monotonic()
 
@@ -78,8 +81,9 @@ class HostCollector:
             self._procs[pid] = p
         return p
 
-    def _targets(self) -> dict[int, int | None]:
-        """pid -> parent GPU pid (None for the GPU processes themselves)."""
+    def _targets(self, all_threads: bool) -> dict[int, int | None]:
+        """pid -> parent GPU pid (None for the GPU processes themselves). Children of the main
+        thread each time (DataLoader workers are forked there); of every thread when asked."""
         roots = set(self.gpu_pids) | set(self.user_pids)
         out: dict[int, int | None] = {}
         if not roots:
@@ -87,19 +91,23 @@ class HostCollector:
         self._invisible = {pid for pid in self.gpu_pids if not psutil.pid_exists(pid)}
         for r in sorted(roots - self._invisible):
             out[r] = None
-            stack = self._children(r)
+            stack = self._children(r, all_threads)
             while stack:
                 c = stack.pop()
                 if c not in out:
                     out[c] = r
-                    stack.extend(self._children(c))
+                    stack.extend(self._children(c, all_threads))
+        if all_threads:
+            self._tree = dict(out)
+        else:  # those found through other threads at the last full walk stay until the next
+            out.update((c, r) for c, r in self._tree.items() if c not in out and r in out)
         return out
 
-    def _children(self, pid: int) -> list[int]:
+    def _children(self, pid: int, all_threads: bool = True) -> list[int]:
         """Child pids from /proc/PID/task/*/children (cheap: no scan of all of /proc)."""
         base = self.root / f"proc/{pid}/task"
         try:
-            tasks = list(base.iterdir())
+            tasks = list(base.iterdir()) if all_threads else [base / str(pid)]
         except OSError:
             return []
         kids: list[int] = []
@@ -158,11 +166,13 @@ class HostCollector:
         percore = tuple(psutil.cpu_percent(percpu=True))
         times = psutil.cpu_times_percent()
         vm = psutil.virtual_memory()
-        sw = psutil.swap_memory()
-        if now - self._numa_t >= NUMA_EVERY_S:
+        slow = now - self._numa_t >= NUMA_EVERY_S
+        if slow:
             self._numa_t = now
             self._numa_nodes = self._numa.read(now)
-        targets = self._targets()
+            self._swap = psutil.swap_memory()  # parses /proc/vmstat too: slow-moving, not each sample
+        sw = self._swap
+        targets = self._targets(all_threads=slow)
         for gone in set(self._procs) - set(targets):
             del self._procs[gone]
         for cache in (self._static, self._placed):

@@ -48,6 +48,38 @@ def test_gpu_process_and_its_children_as_workers():
     assert all(x.pid != p.pid for x in s.procs)  # a process that exits leaves the list
 
 
+THREAD_PARENT = ("import subprocess, sys, threading, time\n"
+                 "threading.Thread(target=lambda: subprocess.Popen([sys.executable, '-c', "
+                 "'import time; time.sleep(20)'])).start()\n"
+                 "time.sleep(20)\n")
+
+
+def test_child_of_another_thread_is_found_and_kept():
+    """Only the main thread's children are read every sample; other threads' every NUMA_EVERY_S."""
+    import psutil
+
+    p = subprocess.Popen([sys.executable, "-c", THREAD_PARENT])
+    try:
+        time.sleep(1.0)
+        (kid,) = psutil.Process(p.pid).children()
+        h = HostCollector()
+        h.start()
+        h.set_gpu_processes({p.pid: (0,)}, ())
+        t = time.monotonic()
+        for k in range(4):  # one full walk, then three between walks
+            (s,) = h.sample(t + 0.5 * k)
+            assert [x.pid for x in s.procs if x.worker_of == p.pid] == [kid.pid]
+        kid.kill()
+        kid.wait()
+        (s,) = h.sample(t + 2.5)
+        assert all(x.pid != kid.pid for x in s.procs)
+    finally:
+        for k in psutil.Process(p.pid).children(recursive=True):
+            k.kill()
+        p.kill()
+        p.wait()
+
+
 def test_pid_from_another_namespace_is_a_capability():
     h = HostCollector()
     h.start()
