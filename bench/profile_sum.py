@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from pathlib import Path
 
 IDLE = ("select (selectors", "Condition.wait", "Queue.get", "Event.wait", "sleep", "wait (threading",
         "_worker (concurrent/futures/thread.py:81)", "run_forever (asyncio", "_run_once (asyncio")
@@ -20,7 +21,7 @@ def main(path: str) -> None:
     threads: Counter = Counter()
     parts: Counter = Counter()
     total = 0
-    for line in open(path):
+    for line in Path(path).read_text().splitlines():
         stack, n = line.rstrip().rsplit(" ", 1)
         frames = stack.split(";")
         if any(i in frames[-1] for i in IDLE):

@@ -81,6 +81,8 @@ class Sampler:
         self._series: list[SeriesChunk] = []
         self._notes: deque[str] = deque(maxlen=20)
         self._caps: tuple[Capability, ...] = ()
+        self._roots: tuple[int, ...] = ()  # who is watched, from the last _retarget
+        self._gpu_pids: dict[int, tuple[int, ...]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -191,9 +193,9 @@ class Sampler:
             for ps in self._host.procs:
                 if ps.worker_of in targets and ps.pid not in targets and is_python(ps.pid):
                     targets[ps.pid] = ps.worker_of
+        self._roots, self._gpu_pids = roots, gpu_pids
         if self.stacks is not None:
             self.stacks.set_targets(targets)
-            self.stacks.set_fast(self._stacks_decide(roots, gpu_pids))
         if self.perf is not None:
             self.perf.set_targets(roots)
         live = set(targets)
@@ -201,6 +203,12 @@ class Sampler:
             del self._stacks[pid]
         for pid in [p for p in self._perf if p not in live]:
             del self._perf[pid]
+
+    def _pace_stacks(self) -> None:
+        """Every tick, not with the 1 s retarget: a sync stall starting should speed stacks up at once."""
+        if self.stacks is not None:
+            with self._lock:
+                self.stacks.set_fast(self._stacks_decide(self._roots, self._gpu_pids))
 
     def _stacks_decide(self, roots: tuple[int, ...], gpu_pids: dict[int, tuple[int, ...]]) -> bool:
         """A GPU partly busy while its process burns a core: sync-stall and CPU-bound look alike
@@ -241,6 +249,7 @@ class Sampler:
                     self._retarget()
                 self._caps = self.capabilities()
                 caps_due = t + 1.0
+            self._pace_stacks()
             frame = self.snapshot(t)
             self.frames += 1
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 
@@ -35,16 +36,24 @@ def score(labels: list[Label], markers: list[Marker], guard: float = 1.0, bin_s:
         per[c] = {"precision": round(p, 3), "recall": round(r, 3),
                   "f1": round(2 * p * r / (p + r), 3) if p + r else 0.0, "support": tp + fn}
     lat = []
-    for m in markers:
+    detected: dict[int, float] = {}  # marker -> when its label first showed
+    for k, m in enumerate(markers):
         hit = next((lab for lab in labels if lab.t >= m.t0 and lab.t + bin_s <= m.t1 + bin_s
                     and lab.label == m.label), None)
-        if hit is not None and m.name != "idle":
-            lat.append(hit.t + bin_s - m.t0)
-    flips = steady_s = 0.0
-    for m in markers:
-        inside = [lab.label for lab in labels if m.t0 + guard <= lab.t and lab.t + bin_s <= m.t1 - guard]
-        flips += sum(a != b for a, b in zip(inside, inside[1:]))
+        if hit is not None:
+            detected[k] = hit.t
+            if m.name != "idle":
+                lat.append(hit.t + bin_s - m.t0)
+    # flips inside each phase past the guard band; and, apart from detection latency (a late first
+    # correct label is one change inside the band), only after the phase's label first showed
+    flips = steady_s = flips_after = after_s = 0.0
+    for k, m in enumerate(markers):
+        inside = [(lab.t, lab.label) for lab in labels if m.t0 + guard <= lab.t and lab.t + bin_s <= m.t1 - guard]
+        flips += sum(a[1] != b[1] for a, b in zip(inside, inside[1:]))
         steady_s += len(inside) * bin_s
+        after = [x for x in inside if x[0] >= detected.get(k, -math.inf)]
+        flips_after += sum(a[1] != b[1] for a, b in zip(after, after[1:]))
+        after_s += len(after) * bin_s
     neg = [(a, b, m) for a, b, m in pairs if m.name.startswith("neg_")]
     return {
         "bins": len(pairs),
@@ -57,6 +66,7 @@ def score(labels: list[Label], markers: list[Marker], guard: float = 1.0, bin_s:
         "latency_p90_s": round(sorted(lat)[max(0, int(0.9 * len(lat)) - 1)], 2) if lat else None,
         "missed_phases": sum(1 for m in markers if m.name != "idle") - len(lat),
         "flips_per_min": round(60 * flips / steady_s, 2) if steady_s else 0.0,
+        "flips_after_detection_per_min": round(60 * flips_after / after_s, 2) if after_s else 0.0,
         "neg_false_sync_s": sum(bin_s for _, b, _ in neg if b == "sync"),
         "neg_false_any_s": sum(bin_s for a, b, _ in neg if a != b),
     }

@@ -27,6 +27,22 @@ def test_gpm_and_stacks_accuracy(seed):
     assert s["neg_false_sync_s"] == 0, s["confusion"]
     assert s["latency_median_s"] <= 2.0
     assert s["missed_phases"] == 0
+    assert s["flips_after_detection_per_min"] < 0.2, s["flips_per_min"]
+
+
+def test_flips_are_counted_inside_phases_and_apart_from_a_late_detection():
+    from types import SimpleNamespace
+
+    from memtop.model import Marker
+
+    def labs(seq: str) -> list:  # one label per 0.5 s bin: c = compute, s = sync
+        return [SimpleNamespace(t=0.5 * i, label={"c": "compute", "s": "sync"}[ch]) for i, ch in enumerate(seq)]
+
+    m = [Marker(0.0, 10.0, "sync", "sync_even")]
+    late = score(labs("cccccssssssssssssssss"), m, bin_s=0.5)  # correct from 2.5 s on, then steady
+    assert late["flips_per_min"] > 0 and late["flips_after_detection_per_min"] == 0
+    wobbly = score(labs("sssssscsssssssssssss"), m, bin_s=0.5)  # detected, then one bin off and back
+    assert wobbly["flips_after_detection_per_min"] == wobbly["flips_per_min"] > 0
 
 
 def test_negative_controls_are_not_flagged():
