@@ -18,7 +18,7 @@ from memtop.store import Recording
 ROOT = Path(__file__).parent.parent
 RECS = {0: ROOT / "tests/data/labelled_s0.memtop", 1: ROOT / "memtop/data/demo.memtop",
         2: ROOT / "tests/data/labelled_s2.memtop", 3: ROOT / "tests/data/labelled_s3.memtop",
-        **{i: ROOT / f"tests/data/labelled_s{i}.memtop" for i in (4, 5, 6, 7, 8, 9)}}
+        **{i: ROOT / f"tests/data/labelled_s{i}.memtop" for i in (4, 5, 6, 7, 8, 9, 10, 11, 12)}}
 NOGPM = ROOT / "tests/data/labelled_s2_nogpm.memtop"
 
 

@@ -45,6 +45,10 @@ REC = {
     7: DATA / "labelled_s7.memtop",  # as s6; led to the 75 % compute exit threshold (in-sample)
     8: DATA / "labelled_s8.memtop",  # as s6, 10 s phases; led to the 10 % sync exit floor (in-sample)
     9: DATA / "labelled_s9.memtop",  # recorded after every change of session 2: held out
+    # session 3: stacks paced every tick, live view without sample-buffer drains: held out
+    10: DATA / "labelled_s10.memtop",
+    11: DATA / "labelled_s11.memtop",
+    12: DATA / "labelled_s12.memtop",
 }
 REC_NOGPM = DATA / "labelled_s2_nogpm.memtop"
 
