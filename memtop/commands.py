@@ -43,9 +43,13 @@ class LiveController:
         from memtop.record import run_meta, sampler_config
         from memtop.sampler import Sampler
 
-        if self.sampler is None:
-            self.sampler = Sampler(sampler_config(self.args, recording=False), on_frame=self.pipeline.on_frame)
-        self.sampler.start()
+        try:
+            if self.sampler is None:
+                self.sampler = Sampler(sampler_config(self.args, recording=False), on_frame=self.pipeline.on_frame)
+            self.sampler.start()
+        except Exception as e:  # the app stays up to say so (and to be quit) rather than going blank
+            self.pipeline.set_status(fault=f"sampling could not start: {type(e).__name__}: {e}")
+            return
         if not self.pipeline.meta.get("gpus"):
             self.pipeline.meta = {**self.pipeline.meta, **run_meta(self.sampler)}
 

@@ -38,7 +38,7 @@ class Status:
     paused: bool = False
     speed: float = 1.0
     recording: str | None = None  # file being written
-    record_error: str | None = None
+    fault: str | None = None  # a failure that stops part of the run (recording, sampling); shown in the header
     source: str = ""
 
 
@@ -89,8 +89,8 @@ class Pipeline:
     def on_frame(self, frame: Frame, tick: bool = True) -> None:
         if self.writer is not None:
             self.writer.add(frame)
-            if self.writer.error and self.status.record_error is None:
-                self.status = replace(self.status, record_error=self.writer.error)
+            if self.writer.error and self.status.fault is None:
+                self.status = replace(self.status, fault=self.writer.error)
         with self._lock:
             self.frame = frame
             self.classifier.feed(frame)
@@ -127,6 +127,11 @@ class Pipeline:
         if g.throttled and not self._throttled.get(g.index):
             self.events.append(Event(g.t, g.index, "throttle", "throttled: " + ", ".join(g.throttle_reasons)))
         self._throttled[g.index] = g.throttled
+
+    @property
+    def version(self) -> int:
+        """Bumped by every frame: a painter compares it before building a View."""
+        return self._version
 
     def view(self) -> View:
         with self._lock:

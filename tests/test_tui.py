@@ -160,3 +160,19 @@ async def test_faults_during_a_run_show_and_the_app_goes_on():
         await pilot.pause()
         assert "boom" in app.query_one("#caps", TextPanel).text.plain
         assert app.is_running
+
+
+async def test_sampling_that_cannot_start_shows_in_the_header():
+    import argparse
+
+    from memtop.commands import LiveController
+
+    p = Pipeline(Status("live"), meta={"host": "test"})
+    app = MemtopApp(p, LiveController(argparse.Namespace(), p), hangup_guard=False)  # no options: it fails
+    async with app.run_test(size=(160, 45)) as pilot:
+        for _ in range(40):
+            await pilot.pause(0.05)
+            if "sampling could not start" in app.query_one("#header", TextPanel).text.plain:
+                break
+        assert "sampling could not start: AttributeError" in app.query_one("#header", TextPanel).text.plain
+        assert app.is_running

@@ -204,9 +204,12 @@ class MemtopApp(App[int]):
         self.query_one(selector, TextPanel).update(content)
 
     def _paint(self) -> None:
-        v = self.pipeline.view()
-        if self.view is not None and v.version == self.view.version and v.status == self.view.status:
+        p = self.pipeline
+        # the paint timer and a frame's Refresh often both come in one interval: building a View
+        # (copies of the history, a verdict per GPU) only to find it unchanged was half the UI's cost
+        if self.view is not None and p.version == self.view.version and p.status == self.view.status:
             return
+        v = p.view()
         full = self.view is None  # forced (GPU switch, first paint): everything now
         self.view = v
         self._paints += 1

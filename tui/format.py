@@ -80,8 +80,8 @@ def header(v: View) -> Text:
                  style="bold cyan")
     if s.recording:
         t.append(f"  ● REC {s.recording}", style="bold red")
-    if s.record_error:
-        t.append(f"  {s.record_error}", style="bold red")
+    if s.fault:
+        t.append(f"  {s.fault}", style="bold red")
     return t
 
 
