@@ -83,6 +83,7 @@ class Sampler:
         self._caps: tuple[Capability, ...] = ()
         self._roots: tuple[int, ...] = ()  # who is watched, from the last _retarget
         self._gpu_pids: dict[int, tuple[int, ...]] = {}
+        self._python: dict[int, bool] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -187,11 +188,11 @@ class Sampler:
             for p in g.processes:
                 gpu_pids[p.pid] = (*gpu_pids.get(p.pid, ()), g.index)
         self.host.set_gpu_processes(gpu_pids, tuple(r.info.get("pci_bus_id", "") for r in self.nvml.readers))
-        roots = tuple(self.cfg.pids) or tuple(p for p in gpu_pids if is_python(p))
+        roots = tuple(self.cfg.pids) or tuple(p for p in gpu_pids if self._is_python(p))
         targets: dict[int, int | None] = dict.fromkeys(roots)
         if self._host is not None:
             for ps in self._host.procs:
-                if ps.worker_of in targets and ps.pid not in targets and is_python(ps.pid):
+                if ps.worker_of in targets and ps.pid not in targets and self._is_python(ps.pid):
                     targets[ps.pid] = ps.worker_of
         self._roots, self._gpu_pids = roots, gpu_pids
         if self.stacks is not None:
@@ -199,10 +200,19 @@ class Sampler:
         if self.perf is not None:
             self.perf.set_targets(roots)
         live = set(targets)
+        for pid in [p for p in self._python if p not in live and p not in gpu_pids]:
+            del self._python[pid]
         for pid in [p for p in self._stacks if p not in live]:
             del self._stacks[pid]
         for pid in [p for p in self._perf if p not in live]:
             del self._perf[pid]
+
+    def _is_python(self, pid: int) -> bool:
+        """is_python, remembered while the pid is watched (resolving /proc/PID/exe each second cost
+        more than the rest of the retarget)."""
+        if pid not in self._python:
+            self._python[pid] = is_python(pid)
+        return self._python[pid]
 
     def _pace_stacks(self) -> None:
         """Every tick, not with the 1 s retarget: a sync stall starting should speed stacks up at once."""
