@@ -27,7 +27,7 @@ def main(path: str) -> None:
         if any(i in frames[-1] for i in IDLE):
             continue
         total += int(n)
-        threads[frames[0].split(" (")[0]] += int(n)
+        threads[frames[0].split(": ", 1)[-1]] += int(n)
         parts[next((name for name, key in PARTS if any(key in f for f in frames)), "other")] += int(n)
     print(f"busy samples: {total}")
     for title, c in (("thread", threads), ("part (first match: collectors before UI)", parts)):
