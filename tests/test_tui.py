@@ -176,3 +176,11 @@ async def test_sampling_that_cannot_start_shows_in_the_header():
                 break
         assert "sampling could not start: AttributeError" in app.query_one("#header", TextPanel).text.plain
         assert app.is_running
+
+
+def test_an_unknown_theme_is_a_one_line_error_naming_the_themes():
+    from memtop.errors import UserError
+
+    with pytest.raises(UserError, match="unknown theme 'nope'; themes: .*nord"):
+        MemtopApp(_pipeline(), theme="nope")
+    assert MemtopApp(_pipeline(), theme="nord").theme == "nord"
