@@ -103,7 +103,7 @@ class HostCollector:
             out.update((c, r) for c, r in self._tree.items() if c not in out and r in out)
         return out
 
-    def _children(self, pid: int, all_threads: bool = True) -> list[int]:
+    def _children(self, pid: int, all_threads: bool) -> list[int]:
         """Child pids from /proc/PID/task/*/children (cheap: no scan of all of /proc)."""
         base = self.root / f"proc/{pid}/task"
         try:

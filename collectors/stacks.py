@@ -123,7 +123,7 @@ class StacksCollector:
         pass
 
     def set_fast(self, fast: bool) -> None:
-        """Dump twice as often while the stacks decide the label (see Sampler._retarget)."""
+        """Dump twice as often while the stacks decide the label (see Sampler._pace_stacks)."""
         self.interval = self.base_interval / 2 if fast else self.base_interval
 
     def set_targets(self, targets: dict[int, int | None]) -> None:

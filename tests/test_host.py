@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
 
+import psutil
 from memtop.collectors.host import HostCollector
 
 from memtop.model import HostSample
@@ -18,13 +20,31 @@ PARENT = ("import subprocess, sys, time\n"
           "time.sleep(20)\n")
 
 
-def test_gpu_process_and_its_children_as_workers():
-    p = subprocess.Popen([sys.executable, "-c", PARENT])
+@contextlib.contextmanager
+def _process_tree(code: str):
+    """A Python process running ``code`` (given a second to start its children); the whole tree
+    is killed on the way out."""
+    p = subprocess.Popen([sys.executable, "-c", code])
     try:
         time.sleep(1.0)
-        h = HostCollector()
-        h.start()
-        h.set_gpu_processes({p.pid: (0,)}, ("00000000:00:06.0",))
+        yield p
+    finally:
+        for k in psutil.Process(p.pid).children(recursive=True):
+            k.kill()
+        p.kill()
+        p.wait()
+
+
+def _collector(gpu_pids: dict[int, tuple[int, ...]], bus_ids: tuple[str, ...] = ()) -> HostCollector:
+    h = HostCollector()
+    h.start()
+    h.set_gpu_processes(gpu_pids, bus_ids)
+    return h
+
+
+def test_gpu_process_and_its_children_as_workers():
+    with _process_tree(PARENT) as p:
+        h = _collector({p.pid: (0,)}, ("00000000:00:06.0",))
         h.sample(time.monotonic())
         time.sleep(0.5)
         (s,) = h.sample(time.monotonic())
@@ -36,13 +56,6 @@ def test_gpu_process_and_its_children_as_workers():
         busy, idle = sorted(workers, key=lambda w: -w.cpu_pct)
         assert busy.cpu_pct > 10 and busy.cpu_pct > idle.cpu_pct and idle.state == "S"
         assert main.cpus_allowed and main.placement == "n/a"  # one NUMA node here
-    finally:
-        import psutil
-
-        for k in psutil.Process(p.pid).children(recursive=True):
-            k.kill()
-        p.kill()
-        p.wait()
     time.sleep(0.2)
     (s,) = h.sample(time.monotonic())
     assert all(x.pid != p.pid for x in s.procs)  # a process that exits leaves the list
@@ -56,15 +69,9 @@ THREAD_PARENT = ("import subprocess, sys, threading, time\n"
 
 def test_child_of_another_thread_is_found_and_kept():
     """Only the main thread's children are read every sample; other threads' every NUMA_EVERY_S."""
-    import psutil
-
-    p = subprocess.Popen([sys.executable, "-c", THREAD_PARENT])
-    try:
-        time.sleep(1.0)
+    with _process_tree(THREAD_PARENT) as p:
         (kid,) = psutil.Process(p.pid).children()
-        h = HostCollector()
-        h.start()
-        h.set_gpu_processes({p.pid: (0,)}, ())
+        h = _collector({p.pid: (0,)})
         t = time.monotonic()
         for k in range(4):  # one full walk, then three between walks
             (s,) = h.sample(t + 0.5 * k)
@@ -73,17 +80,10 @@ def test_child_of_another_thread_is_found_and_kept():
         kid.wait()
         (s,) = h.sample(t + 2.5)
         assert all(x.pid != kid.pid for x in s.procs)
-    finally:
-        for k in psutil.Process(p.pid).children(recursive=True):
-            k.kill()
-        p.kill()
-        p.wait()
 
 
 def test_pid_from_another_namespace_is_a_capability():
-    h = HostCollector()
-    h.start()
-    h.set_gpu_processes({999_999_99: (0,)}, ())
+    h = _collector({999_999_99: (0,)})
     h.sample(time.monotonic())
     cap = next(c for c in h.capabilities() if c.name == "pid 99999999")
     assert "PID namespace" in cap.detail and "--pid=host" in cap.fix
