@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Steps run on the lent GPU machine (see bench/README.md). usage: bash bench/device_run.sh "STEP ..."
-# Steps: install doctor fixture gputests seed0..seed9 overhead stacks storebench reportab scale replay8 tui profile
+# Steps: install doctor fixture gputests seed0..seed9 overhead stacks storebench reportab scale replay8 tui profile nvmlcost
 # Results go to $OUT/r and are packed into $OUT/results.tgz after every step.
 set -u
 export PYTHONUNBUFFERED=1
@@ -74,6 +74,14 @@ print('{\"tree\": \"$tree\", \"report_s\": %.3f}' % (time.perf_counter() - a))")
     for k in 1 2; do python3 bench/pty_bench.py ${TUI_S:-20} 200x50 -- memtop --no-mouse replay /tmp/g8.memtop >> "$R/replay8.jsonl"; done ;;
   tui)
     bash bench/tui_vs_nvitop.sh "$R" ${TUI_S:-20} ${TUI_WARM:-8} >>"$LOG" 2>&1 ;;
+  nvmlcost)  # CPU time per NVML call, and of nvmlGpmMetricsGet by metric count, under a compute load
+    python3 -c "
+import torch,time
+a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)
+end=time.time()+40
+while time.time()<end:
+    [a@a for _ in range(10)]; torch.cuda.synchronize()" &
+    sleep 8; python3 bench/nvml_cost.py 200 > "$R/nvml_cost.jsonl" 2>>"$LOG"; wait ;;
   profile)  # where memtop's CPU goes, live at 1 Hz under a compute load, in steady state (py-spy, per thread)
     bash bench/profile_live.sh "$R" >>"$LOG" 2>&1 ;;
   esac

@@ -13,7 +13,8 @@ until [ "$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits)
 python3 bench/pty_bench.py 40 200x50 8 -- memtop --no-mouse --no-stacks --interval 1 > "$R/profile_bench.json" &
 b=$!
 sleep 10
+echo "load threads: $(ls /proc/$load/task | wc -l)" > "$R/profile_threads.txt"
 P=$(pgrep -f "bin/memtop --no-mouse" | head -1)
-py-spy record -p "$P" -d 30 -r 250 -f raw -o "$R/profile_i1.txt" --threads --nonblocking > "$R/profile_pyspy.log" 2>&1
+py-spy record -p "$P" -d 30 -r 1000 -f raw -o "$R/profile_i1.txt" --threads --nonblocking > "$R/profile_pyspy.log" 2>&1
 wait $b
 kill $load

@@ -10,7 +10,7 @@ import psutil
 
 from memtop.model import Capability, CapState, HostSample, ProcSample
 
-from . import numa
+from . import numa, procfs
 
 WORKER_NAMES = ("pt_data_worker",)
 # NUMA counters, process placement, swap, children of non-main threads: slow-moving, and costly
@@ -28,7 +28,8 @@ class HostCollector:
         self.gpu_pids: dict[int, tuple[int, ...]] = {}  # from NVML via the sampler
         self.gpu_bus_ids: tuple[str, ...] = ()
         self._numa = numa.NumaReader(root)
-        self._procs: dict[int, psutil.Process] = {}
+        self._cpu = procfs.CpuTimes(root)
+        self._cpu_used: dict[int, tuple[int, float, float]] = {}  # pid -> (start ticks, at, CPU s used)
         # per pid: what does not change while it lives (name, cmdline, user, start time), and its
         # placement (allowed CPUs/memory, CPUs its threads last ran on: one /proc read per thread),
         # refreshed with the NUMA counters rather than on every sample
@@ -43,8 +44,7 @@ class HostCollector:
         self._offset = time.time() - time.monotonic()
 
     def start(self) -> None:
-        psutil.cpu_percent(percpu=True)
-        psutil.cpu_times_percent()
+        self._cpu.sample()
 
     def set_gpu_processes(self, pids: dict[int, tuple[int, ...]], bus_ids: tuple[str, ...]) -> None:
         self.gpu_pids = pids
@@ -70,17 +70,6 @@ class HostCollector:
                                    "run memtop in the host PID namespace (docker --pid=host) to see it"))
         return tuple(caps)
 
-    def _proc(self, pid: int) -> psutil.Process | None:
-        p = self._procs.get(pid)
-        if p is None:
-            try:
-                p = psutil.Process(pid)
-                p.cpu_percent(None)  # prime the delta
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                return None
-            self._procs[pid] = p
-        return p
-
     def _targets(self, all_threads: bool) -> dict[int, int | None]:
         """pid -> parent GPU pid (None for the GPU processes themselves). Children of the main
         thread each time (DataLoader workers are forked there); of every thread when asked."""
@@ -88,7 +77,8 @@ class HostCollector:
         out: dict[int, int | None] = {}
         if not roots:
             return out
-        self._invisible = {pid for pid in self.gpu_pids if not psutil.pid_exists(pid)}
+        if all_threads:  # NVML's pids change rarely; a container hides the host's (/proc lacks them)
+            self._invisible = {pid for pid in self.gpu_pids if not os.path.exists(f"{self.root}/proc/{pid}")}
         for r in sorted(roots - self._invisible):
             out[r] = None
             stack = self._children(r, all_threads)
@@ -105,38 +95,37 @@ class HostCollector:
 
     def _children(self, pid: int, all_threads: bool) -> list[int]:
         """Child pids from /proc/PID/task/*/children (cheap: no scan of all of /proc)."""
-        base = self.root / f"proc/{pid}/task"
-        try:
-            tasks = list(base.iterdir()) if all_threads else [base / str(pid)]
-        except OSError:
-            return []
+        base = f"{self.root}/proc/{pid}/task"
+        tasks = procfs.tasks(self.root, pid) if all_threads else [str(pid)]
         kids: list[int] = []
         for t in tasks:
-            try:
-                kids += [int(x) for x in (t / "children").read_text().split()]
-            except FileNotFoundError:  # kernel without CONFIG_PROC_CHILDREN: one full scan
+            text = procfs.read(f"{base}/{t}/children")
+            if text is None:
+                if not os.path.exists(f"{base}/{t}"):
+                    continue  # the thread (or process) has just exited
+                # kernel without CONFIG_PROC_CHILDREN: one full scan
                 return [p.pid for p in psutil.process_iter(["ppid"]) if p.info["ppid"] == pid]
-            except (OSError, ValueError):
-                continue
+            kids += [int(x) for x in text.split()]
         return kids
 
     def _proc_sample(self, pid: int, parent: int | None, nodes: tuple, now: float) -> ProcSample | None:
-        p = self._proc(pid)
-        if p is None:
+        st = procfs.proc_stat(self.root, pid)
+        if st is None:
             return None
-        try:
-            with p.oneshot():
-                cpu = p.cpu_percent(None)
-                status = p.status()
-                threads = p.num_threads()
-                ppid = p.ppid()
-                static = self._static.get(pid) or self._static_of(p)
-        except psutil.NoSuchProcess:
-            self._procs.pop(pid, None)
-            return None
-        except psutil.AccessDenied:
-            return None
-        self._static[pid] = static
+        state, ppid, used_s, threads, start = st
+        prev = self._cpu_used.get(pid)
+        if prev is None or prev[0] != start:  # new, or the pid was reused: forget what was known
+            self._static.pop(pid, None)
+            self._placed.pop(pid, None)
+            prev = (start, now, used_s)
+        cpu = 100.0 * (used_s - prev[2]) / (now - prev[1]) if now > prev[1] else 0.0
+        self._cpu_used[pid] = (start, now, used_s)
+        static = self._static.get(pid)
+        if static is None:
+            try:
+                static = self._static[pid] = self._static_of(psutil.Process(pid))
+            except psutil.Error:
+                return None
         name, cmd, user, started = static
         placed = self._placed.get(pid)
         if placed is None or now - placed[3] >= NUMA_EVERY_S:
@@ -146,7 +135,7 @@ class HostCollector:
         gpus = self.gpu_pids.get(pid, ())
         owner = gpus if gpus else self.gpu_pids.get(parent or -1, ())
         gnode = self._gpu_nodes[owner[0]] if owner and owner[0] < len(self._gpu_nodes) else -1
-        return ProcSample(pid, ppid, name, cmd, user, cpu, threads, _STATE.get(status, "?"),
+        return ProcSample(pid, ppid, name, cmd, user, max(0.0, cpu), threads, state,
                           cpus_allowed, mems_allowed, used, gpus, parent,
                           numa.placement(gnode, nodes, used), started)
 
@@ -163,9 +152,8 @@ class HostCollector:
         return name, cmd[:500], user, p.create_time() - self._offset
 
     def sample(self, now: float) -> list[object]:
-        percore = tuple(psutil.cpu_percent(percpu=True))
-        times = psutil.cpu_times_percent()
-        vm = psutil.virtual_memory()
+        percore, iowait = self._cpu.sample()
+        mem_total, mem_avail = procfs.meminfo(self.root)
         slow = now - self._numa_t >= NUMA_EVERY_S
         if slow:
             self._numa_t = now
@@ -173,26 +161,18 @@ class HostCollector:
             self._swap = psutil.swap_memory()  # parses /proc/vmstat too: slow-moving, not each sample
         sw = self._swap
         targets = self._targets(all_threads=slow)
-        for gone in set(self._procs) - set(targets):
-            del self._procs[gone]
-        for cache in (self._static, self._placed):
+        for cache in (self._cpu_used, self._static, self._placed):
             for gone in set(cache) - set(targets):
                 del cache[gone]
         procs = tuple(ps for pid, parent in targets.items()
                       if (ps := self._proc_sample(pid, parent, self._numa_nodes, now)) is not None)
         return [HostSample(
-            t=now, cpu_pct=percore, iowait_pct=getattr(times, "iowait", 0.0),
-            load=os.getloadavg(), mem_used=vm.total - vm.available, mem_total=vm.total,
+            t=now, cpu_pct=percore, iowait_pct=iowait,
+            load=os.getloadavg(), mem_used=mem_total - mem_avail, mem_total=mem_total,
             swap_used=sw.used, swap_total=sw.total, numa=self._numa_nodes,
             gpu_nodes=self._gpu_nodes, procs=procs,
         )]
 
     def stop(self) -> None:
-        self._procs.clear()
+        self._cpu_used.clear()
 
-
-_STATE = {
-    psutil.STATUS_RUNNING: "R", psutil.STATUS_SLEEPING: "S", psutil.STATUS_DISK_SLEEP: "D",
-    psutil.STATUS_STOPPED: "T", psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_IDLE: "I",
-    psutil.STATUS_TRACING_STOP: "t", psutil.STATUS_DEAD: "X",
-}

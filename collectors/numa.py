@@ -11,6 +11,8 @@ from pathlib import Path
 
 from memtop.model import NumaNode
 
+from .procfs import read, tasks
+
 NUMASTAT_KEYS = ("numa_hit", "numa_miss", "numa_foreign", "other_node")
 
 
@@ -27,13 +29,6 @@ def parse_cpulist(text: str) -> set[int]:
     return cpus
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
 def node_ids(root: Path) -> list[int]:
     base = root / "sys/devices/system/node"
     try:
@@ -46,9 +41,9 @@ def node_ids(root: Path) -> list[int]:
 def read_node(root: Path, n: int) -> tuple[str, int, int, dict[str, int]]:
     """cpulist, MemTotal and MemFree in bytes, raw numastat counters."""
     d = root / f"sys/devices/system/node/node{n}"
-    cpus = (_read(d / "cpulist") or "").strip()
+    cpus = (read(d / "cpulist") or "").strip()
     total = free = 0
-    for line in (_read(d / "meminfo") or "").splitlines():
+    for line in (read(d / "meminfo") or "").splitlines():
         m = re.match(r"Node \d+ (MemTotal|MemFree):\s+(\d+) kB", line)
         if m:
             if m.group(1) == "MemTotal":
@@ -56,7 +51,7 @@ def read_node(root: Path, n: int) -> tuple[str, int, int, dict[str, int]]:
             else:
                 free = int(m.group(2)) * 1024
     stat = {}
-    for line in (_read(d / "numastat") or "").splitlines():
+    for line in (read(d / "numastat") or "").splitlines():
         k, _, v = line.partition(" ")
         if k in NUMASTAT_KEYS:
             stat[k] = int(v)
@@ -93,7 +88,7 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
 
 def gpu_node(root: Path, nvml_bus_id: str) -> int:
     """The GPU's NUMA node from sysfs; -1 when unknown (as on VMs)."""
-    text = _read(root / "sys/bus/pci/devices" / sysfs_bus_id(nvml_bus_id) / "numa_node")
+    text = read(root / "sys/bus/pci/devices" / sysfs_bus_id(nvml_bus_id) / "numa_node")
     try:
         return int(text) if text is not None else -1
     except ValueError:
@@ -103,7 +98,7 @@ def gpu_node(root: Path, nvml_bus_id: str) -> int:
 def proc_allowed(root: Path, pid: int) -> tuple[str, str]:
     """Cpus_allowed_list and Mems_allowed_list from /proc/PID/status."""
     cpus = mems = ""
-    for line in (_read(root / f"proc/{pid}/status") or "").splitlines():
+    for line in (read(root / f"proc/{pid}/status") or "").splitlines():
         if line.startswith("Cpus_allowed_list:"):
             cpus = line.split(":", 1)[1].strip()
         elif line.startswith("Mems_allowed_list:"):
@@ -114,12 +109,8 @@ def proc_allowed(root: Path, pid: int) -> tuple[str, str]:
 def last_cpus(root: Path, pid: int) -> tuple[int, ...]:
     """CPUs the process's threads last ran on (field 39 of each task's stat)."""
     out = set()
-    try:
-        tasks = list((root / f"proc/{pid}/task").iterdir())
-    except OSError:
-        return ()
-    for t in tasks:
-        text = _read(t / "stat")
+    for t in tasks(root, pid):
+        text = read(f"{root}/proc/{pid}/task/{t}/stat")
         if not text:
             continue
         # comm may hold spaces and parentheses: split after the last ')'

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from memtop.model import Capability, CapState, PerfSample
 
+from .procfs import read, tasks
+
 SYSCALL_NR = {"x86_64": 298, "aarch64": 241}
 ATTR_SIZE = 136
 FMT_ENABLED, FMT_RUNNING, FMT_GROUP = 1, 2, 8
@@ -84,8 +86,8 @@ class _Libc:
 
 def paranoid() -> int | None:
     try:
-        return int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
-    except (OSError, ValueError):
+        return int(read("/proc/sys/kernel/perf_event_paranoid") or "")
+    except ValueError:
         return None
 
 
@@ -125,18 +127,12 @@ class _Group:
 
 
 def ctx_switches(pid: int) -> int:
+    """Voluntary and involuntary switches of all the process's threads so far."""
     total = 0
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return 0
-    for t in tasks:
-        try:
-            for line in (t / "status").read_text().splitlines():
-                if line.endswith("ctxt_switches:") or "ctxt_switches:" in line:
-                    total += int(line.split(":")[1])
-        except (OSError, ValueError):
-            pass
+    for t in tasks(Path("/"), pid):
+        for line in (read(f"/proc/{pid}/task/{t}/status") or "").splitlines():
+            if "ctxt_switches:" in line:
+                total += int(line.split(":")[1])
     return total
 
 
@@ -179,9 +175,8 @@ class PerfCollector:
 
     def _ensure(self, pid: int) -> bool:
         """Open groups for new threads; drop those of exited threads. False if the pid is gone."""
-        try:
-            tids = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
-        except OSError:
+        tids = {int(t) for t in tasks(Path("/"), pid)}
+        if not tids:
             return False
         assert self._libc is not None
         for key in [k for k in self._groups if k[0] == pid and k[1] not in tids]:

@@ -1,0 +1,104 @@
+"""Small, fast /proc and /sys reads shared by the host, NUMA and perf collectors.
+
+A 1 Hz monitor reads a few dozen such files a second (one per thread of the training process
+for placement and context switches); ``os.read`` on a raw descriptor costs a third of
+``Path.read_text`` (bench/RESULTS.md), and one pass over /proc/stat replaces psutil's two.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def read(path: str | Path) -> str | None:
+    """The whole file (procfs files fit one read), or None if it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def tasks(root: Path, pid: int) -> list[str]:
+    """Thread ids of a process (as names under /proc/PID/task); empty if it is gone."""
+    try:
+        return os.listdir(f"{root}/proc/{pid}/task")
+    except OSError:
+        return []
+
+
+class CpuTimes:
+    """Per-core busy % and overall iowait % from /proc/stat, as deltas between calls.
+
+    Busy is everything but idle and iowait, as psutil counts it; guest time is already inside
+    user and nice, so it is left out of the total.
+    """
+
+    def __init__(self, root: Path = Path("/")):
+        self.path = f"{root}/proc/stat"
+        self._prev: dict[str, tuple[int, int, int]] = {}  # cpu name -> (total, idle, iowait)
+
+    def _read(self) -> dict[str, tuple[int, int, int]]:
+        out = {}
+        for line in (read(self.path) or "").splitlines():
+            if not line.startswith("cpu"):
+                break  # the cpu lines come first
+            name, *vals = line.split()
+            v = [int(x) for x in vals]
+            total = sum(v[:8])  # user nice system idle iowait irq softirq steal
+            out[name] = (total, v[3], v[4] if len(v) > 4 else 0)
+        return out
+
+    def sample(self) -> tuple[tuple[float, ...], float]:
+        """(busy % per core, iowait % of all cores) since the previous call; zeros on the first."""
+        cur = self._read()
+        prev, self._prev = self._prev, cur
+
+        def pct(name: str) -> tuple[float, float]:
+            t1, i1, w1 = cur[name]
+            t0, i0, w0 = prev.get(name, cur[name])
+            dt = t1 - t0
+            if dt <= 0:
+                return 0.0, 0.0
+            busy = dt - (i1 - i0) - (w1 - w0)
+            return min(100.0, max(0.0, 100.0 * busy / dt)), max(0.0, 100.0 * (w1 - w0) / dt)
+
+        cores = sorted((k for k in cur if k != "cpu"), key=lambda k: int(k[3:]))
+        iowait = pct("cpu")[1] if "cpu" in cur else 0.0
+        return tuple(pct(k)[0] for k in cores), iowait
+
+
+def meminfo(root: Path = Path("/")) -> tuple[int, int]:
+    """(MemTotal, MemAvailable) in bytes; zeros if /proc/meminfo cannot be read."""
+    found = {}
+    for line in (read(f"{root}/proc/meminfo") or "").splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable"):
+            found[key] = int(rest.split()[0]) * 1024
+            if len(found) == 2:
+                break
+    return found.get("MemTotal", 0), found.get("MemAvailable", 0)
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(root: Path, pid: int) -> tuple[str, int, float, int, int] | None:
+    """From /proc/PID/stat: (state, ppid, CPU seconds used, threads, start time in ticks)."""
+    text = read(f"{root}/proc/{pid}/stat")
+    if not text:
+        return None
+    f = text.rsplit(")", 1)[-1].split()  # comm may hold spaces and parentheses
+    if len(f) < 20:
+        return None
+    # fields 3, 4, 14, 15, 20, 22 of proc(5); two precede this slice
+    return f[0], int(f[1]), (int(f[11]) + int(f[12])) / TICK, int(f[17]), int(f[19])

@@ -1,0 +1,68 @@
+"""procfs reads: the real /proc of this machine, and synthetic files for the cases it cannot
+show (a busy second core, a comm with parentheses)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import psutil
+from memtop.collectors import procfs
+
+STAT = ("cpu  {a} 0 {a} {i} {w} 0 0 0 0 0\n"
+        "cpu0 {a} 0 {a} {i} {w} 0 0 0 0 0\n"
+        "cpu1 {b} 0 0 {j} 0 0 0 0 0 0\n"
+        "intr 12345\nctxt 999\n")
+
+
+def test_cpu_times_from_a_synthetic_stat(tmp_path: Path):
+    (tmp_path / "proc").mkdir()
+    stat = tmp_path / "proc/stat"
+    stat.write_text(STAT.format(a=100, i=1000, w=10, b=0, j=2000))
+    ct = procfs.CpuTimes(tmp_path)
+    assert ct.sample() == ((0.0, 0.0), 0.0)  # no delta yet
+    # cpu0: 50 user + 50 system + 50 idle + 50 iowait -> 50 % busy, 25 % iowait
+    # cpu1: 90 user + 10 idle -> 90 % busy
+    stat.write_text(STAT.format(a=150, i=1050, w=60, b=90, j=2010))
+    cores, iowait = ct.sample()
+    assert cores == (50.0, 90.0)
+    assert iowait == 25.0  # the "cpu" line: 50 of 200
+
+
+def test_cpu_times_on_this_machine_match_psutil():
+    ct = procfs.CpuTimes()
+    ct.sample()
+    psutil.cpu_percent(percpu=True)
+    end = psutil.cpu_times().user + 0.05
+    while psutil.cpu_times().user < end:  # keep a core busy for a moment
+        pass
+    cores, iowait = ct.sample()
+    ref = psutil.cpu_percent(percpu=True)
+    assert len(cores) == len(ref) == psutil.cpu_count()
+    assert all(0.0 <= c <= 100.0 for c in cores) and 0.0 <= iowait <= 100.0
+    assert max(cores) > 20 and abs(sum(cores) - sum(ref)) < 25 * len(ref)
+
+
+def test_meminfo_matches_psutil():
+    total, avail = procfs.meminfo()
+    vm = psutil.virtual_memory()
+    assert total == vm.total and abs(avail - vm.available) < 0.05 * vm.total
+
+
+def test_proc_stat_of_this_process():
+    state, ppid, cpu_s, threads, start = procfs.proc_stat(Path("/"), os.getpid())
+    assert state == "R" and ppid == os.getppid() and threads == len(os.listdir(f"/proc/{os.getpid()}/task"))
+    assert abs(cpu_s - sum(psutil.Process().cpu_times()[:2])) < 0.1 and start > 0
+    assert str(threading.get_native_id()) in procfs.tasks(Path("/"), os.getpid())
+
+
+def test_proc_stat_with_parentheses_in_the_name_and_a_gone_pid(tmp_path: Path):
+    (tmp_path / "proc/42").mkdir(parents=True)
+    fields = ["S", "7"] + ["0"] * 9 + ["250", "150"] + ["0"] * 4 + ["3", "0", "888"] + ["0"] * 20
+    (tmp_path / "proc/42/stat").write_text("42 (a) (b c) " + " ".join(fields) + "\n")
+    state, ppid, cpu_s, threads, start = procfs.proc_stat(tmp_path, 42)
+    assert (state, ppid, threads, start) == ("S", 7, 3, 888)
+    assert cpu_s == 400 / procfs.TICK
+    assert procfs.proc_stat(tmp_path, 43) is None and procfs.tasks(tmp_path, 43) == []
+    assert procfs.read(tmp_path / "nothing") is None
