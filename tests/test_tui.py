@@ -184,3 +184,30 @@ def test_an_unknown_theme_is_a_one_line_error_naming_the_themes():
     with pytest.raises(UserError, match="unknown theme 'nope'; themes: .*nord"):
         MemtopApp(_pipeline(), theme="nope")
     assert MemtopApp(_pipeline(), theme="nord").theme == "nord"
+
+
+async def test_kept_renders_follow_updates_and_theme_changes():
+    """Tiles keep their last render (tiles.KeepsRender): what changes must still reach the screen."""
+    from rich.text import Text
+    from textual.app import App
+
+    class One(App):
+        def compose(self):
+            yield TextPanel(tiles=3, id="p")
+
+    app = One()
+    async with app.run_test(size=(60, 6)) as pilot:
+        panel = app.query_one(TextPanel)
+        panel.update(Text("alpha " * 8))
+        await pilot.pause(0.2)
+        assert "alpha" in app.export_screenshot()
+        panel.update(Text("beta " * 8))
+        await pilot.pause(0.2)
+        shot = app.export_screenshot()
+        assert "beta" in shot and "alpha" not in shot
+        app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
+        await pilot.pause(0.2)
+        fresh = App.export_screenshot(app)
+        assert fresh != shot  # the theme's colours reached every tile
+        styled = panel._tiles[-1]._drawn
+        assert styled is not None  # and the tiles went back to keeping their render

@@ -10,6 +10,7 @@ the tiles whose slice changed are refreshed, which is close to the cell diff cur
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
@@ -17,10 +18,35 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 TILE_CELLS = 16  # default tile width: smaller sends fewer bytes, larger costs fewer widgets
 
 
-class _Tile(Widget):
+class KeepsRender(Widget):
+    """Keeps what it last rendered until it is refreshed (Textual refreshes on restyle and resize).
+
+    Textual renders every widget under the bounding box of all of a frame's dirty regions: with
+    the verdict and the timeline both changing, that is the whole screen, and styling the lines
+    of widgets that did not change (Textual's line cache sits under that pass) was a third of
+    the UI's CPU.
+    """
+
+    _drawn: tuple[tuple[Region, Size], list[Strip]] | None = None
+
+    def refresh(self, *regions: Region, **kw) -> Self:
+        self._drawn = None
+        return super().refresh(*regions, **kw)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        key = (crop, self.size)
+        if self._drawn is None or self._drawn[0] != key:
+            self._drawn = (key, super().render_lines(crop))
+        return self._drawn[1]
+
+
+class _Tile(KeepsRender):
     DEFAULT_CSS = "_Tile { height: auto; }"
 
     def __init__(self, panel: TiledLines, width: int | None) -> None:
@@ -41,7 +67,7 @@ class _Tile(Widget):
         return self.panel.piece(y, self)
 
 
-class TiledLines(Widget):
+class TiledLines(KeepsRender):
     """Lines (Strips) shown through tiles. Subclasses build lines and call ``set_lines``.
 
     ``widths``: fixed tile widths (e.g. one per table column); otherwise equal tiles of about

@@ -9,12 +9,13 @@ whole timeline (bytes matter over SSH).
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 
 from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from memtop.phases import CHARS
+from memtop.phases import CHARS, Label
 from memtop.pipeline import Point, View
 
 from .tiles import TiledLines
@@ -78,6 +79,8 @@ class Timeline(TiledLines):
         pts = v.history[self.gpu]
         end = self._end if self._end is not None else pts[-1].t
         start = end - self.span_s
+        # history holds 10 minutes at the GPU rate; only the window's points are drawn
+        pts = pts[bisect_left(pts, start, key=_t):]
         dt = self.span_s / cols
         label_style = Style(bold=True)
         if y < len(ROWS):
@@ -109,6 +112,7 @@ class Timeline(TiledLines):
 
     def _band(self, v: View, start: float, dt: float, cols: int, label_style: Style) -> Strip:
         labels = v.labels.get(self.gpu, ())
+        labels = labels[bisect_left(labels, start - 0.5, key=_t):]
         cells = [" "] * cols
         kinds = ["warmup"] * cols
         for lab in labels:
@@ -169,3 +173,7 @@ class Timeline(TiledLines):
         for kind, (uni, asc, st) in EVENT_MARKS.items():
             segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind}  ", Style(dim=True))]
         return Strip(segs)
+
+
+def _t(x: Point | Label) -> float:
+    return x.t
