@@ -211,3 +211,28 @@ async def test_kept_renders_follow_updates_and_theme_changes():
         assert fresh != shot  # the theme's colours reached every tile
         styled = panel._tiles[-1]._drawn
         assert styled is not None  # and the tiles went back to keeping their render
+
+
+async def test_a_panel_keeps_its_height_until_its_width_changes():
+    """Fewer lines leave blank ones (no re-layout of the screen); a resize lets it shrink."""
+    from rich.text import Text
+    from textual.app import App
+
+    class One(App):
+        def compose(self):
+            yield TextPanel(tiles=2, id="p")
+
+    app = One()
+    async with app.run_test(size=(60, 10)) as pilot:
+        panel = app.query_one(TextPanel)
+        panel.update(Text("one\ntwo\nthree"))
+        await pilot.pause(0.2)
+        panel.update(Text("four"))
+        await pilot.pause(0.2)
+        assert panel.line_count == 3 and panel.size.height == 3
+        assert "four" in app.export_screenshot() and "three" not in app.export_screenshot()
+        await pilot.resize_terminal(50, 10)
+        await pilot.pause(0.2)
+        panel.update(Text("five"))
+        await pilot.pause(0.2)
+        assert panel.line_count == 1 and panel.size.height == 1

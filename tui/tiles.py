@@ -82,6 +82,7 @@ class TiledLines(KeepsRender):
         # one tile draws the first frame; the others are mounted after it (each widget costs start-up time)
         self._tiles = [_Tile(self, sum(widths) if widths else None)]
         self._lines: list[Strip] = []
+        self._floor = (0, 0)  # (width, line count) under which the panel does not shrink
         # each tile's (x offset in the panel, width): Widget.region is a compositor lookup per
         # call, too slow for every rendered line; a tile's resize clears it
         self._geom: dict[_Tile, tuple[int, int]] = {}
@@ -131,7 +132,15 @@ class TiledLines(KeepsRender):
         return len(self._lines)
 
     def set_lines(self, lines: list[Strip], changed: list[tuple[int, int]] | None = None) -> None:
-        """Show ``lines``; ``changed`` (line, tile) pairs, when the caller knows them, spare the diff."""
+        """Show ``lines``; ``changed`` (line, tile) pairs, when the caller knows them, spare the diff.
+
+        A panel keeps its height (blank lines at the end) until its width changes: a shorter one
+        re-lays out and repaints the whole screen (~20 ms on the VM), and the rows below stay put.
+        """
+        width, floor = self._floor
+        if width == self.size.width and len(lines) < floor:
+            lines = lines + [Strip([])] * (floor - len(lines))
+        self._floor = (self.size.width, len(lines))
         old, self._lines = self._lines, lines
         old_pieces, self._pieces = self._pieces, {}
         if len(old) != len(lines):
