@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Steps run on the lent GPU machine (see bench/README.md). usage: bash bench/device_run.sh "STEP ..."
-# Steps: install doctor fixture gputests seed0..seed9 overhead stacks storebench reportab scale replay8 tui profile nvmlcost
+# Steps: install doctor fixture gputests seed0..seed9 overhead stacks storebench reportab scale replay8 tui profile nvmlcost ab
 # Results go to $OUT/r and are packed into $OUT/results.tgz after every step.
 set -u
 export PYTHONUNBUFFERED=1
@@ -72,6 +72,8 @@ print('{\"tree\": \"$tree\", \"report_s\": %.3f}' % (time.perf_counter() - a))")
   replay8)  # the issue's figure: an 8-GPU recording replayed at defaults, 200x50
     python3 bench/multi_gpu_recording.py /tmp/g8.memtop 8 >>"$LOG" 2>&1
     for k in 1 2; do python3 bench/pty_bench.py ${TUI_S:-20} 200x50 -- memtop --no-mouse replay /tmp/g8.memtop >> "$R/replay8.jsonl"; done ;;
+  ab)  # this build vs the tree in .old vs nvitop, 1 s refresh, interleaved
+    bash bench/tui_ab.sh "$R" ${TUI_S:-20} ${TUI_WARM:-8} ${AB_ROUNDS:-3} >>"$LOG" 2>&1 ;;
   tui)
     bash bench/tui_vs_nvitop.sh "$R" ${TUI_S:-20} ${TUI_WARM:-8} >>"$LOG" 2>&1 ;;
   nvmlcost)  # CPU time per NVML call, and of nvmlGpmMetricsGet by metric count, under a compute load
