@@ -28,7 +28,9 @@ READ_FORMAT = FMT_GROUP | FMT_ENABLED | FMT_RUNNING
 EXCLUDE_KERNEL, EXCLUDE_HV = 1 << 5, 1 << 6
 FLAG_FD_CLOEXEC = 8
 
-CTX_EVERY_S = 3.0  # /proc/PID/task/*/status is one read per thread: slow-moving, so not every sample
+# Threads are listed (and their context switches read, one /proc file each) every SCAN_EVERY_S:
+# a thread list changes rarely, and between scans the counters of known threads are read
+SCAN_EVERY_S = 3.0
 SOFTWARE = (("task-clock", 1, 1), ("page-faults", 1, 2), ("cpu-migrations", 1, 4))
 HARDWARE = (
     ("cycles", 0, 0),
@@ -126,10 +128,10 @@ class _Group:
         self.fds = []
 
 
-def ctx_switches(pid: int) -> int:
-    """Voluntary and involuntary switches of all the process's threads so far."""
+def ctx_switches(pid: int, tids: list[str]) -> int:
+    """Voluntary and involuntary switches of the process's threads so far."""
     total = 0
-    for t in tasks(Path("/"), pid):
+    for t in tids:
         for line in (read(f"/proc/{pid}/task/{t}/status") or "").splitlines():
             if "ctxt_switches:" in line:
                 total += int(line.split(":")[1])
@@ -149,13 +151,14 @@ class PerfCollector:
         self.status: dict[str, Capability] = {}
         self.hw_ok: bool | None = None
         self._ctx: dict[int, tuple[float, float, float]] = {}  # pid -> (read at, total, rate since the read before)
+        self._scanned: dict[int, float] = {}  # pid -> when its threads were last listed
 
-    def _ctx_switches(self, pid: int, now: float) -> float:
-        """Context switches so far, read from /proc (one file per thread) every CTX_EVERY_S and
-        extrapolated at the measured rate in between."""
+    def _ctx_switches(self, pid: int, now: float, tids: list[str] | None) -> float:
+        """Context switches so far: read at each thread scan (``tids``), extrapolated at the
+        measured rate in between."""
         at, total, rate = self._ctx.get(pid, (-1e9, 0.0, 0.0))
-        if now - at >= CTX_EVERY_S:
-            fresh = float(ctx_switches(pid))
+        if tids is not None:
+            fresh = float(ctx_switches(pid, tids))
             rate = (fresh - total) / (now - at) if at > 0 else 0.0
             self._ctx[pid] = (now, fresh, max(0.0, rate))
             return fresh
@@ -173,11 +176,16 @@ class PerfCollector:
     def capabilities(self) -> tuple[Capability, ...]:
         return tuple(self.status.values())
 
-    def _ensure(self, pid: int) -> bool:
-        """Open groups for new threads; drop those of exited threads. False if the pid is gone."""
-        tids = {int(t) for t in tasks(Path("/"), pid)}
+    def _scan(self, pid: int, now: float) -> list[str] | None:
+        """Every SCAN_EVERY_S: list the threads, open groups for new ones, drop those of exited
+        ones; the thread ids, or None between scans. An empty list: the pid is gone."""
+        if now - self._scanned.get(pid, -1e9) < SCAN_EVERY_S:
+            return None
+        self._scanned[pid] = now
+        listed = tasks(Path("/"), pid)
+        tids = {int(t) for t in listed}
         if not tids:
-            return False
+            return []
         assert self._libc is not None
         for key in [k for k in self._groups if k[0] == pid and k[1] not in tids]:
             g = self._groups.pop(key)
@@ -198,14 +206,15 @@ class PerfCollector:
                         "perf", "hardware counters" if hw else f"pid {pid}", state, reason, fix)
                     if hw and e.errno in (errno.ENOENT, errno.EOPNOTSUPP):
                         self.hw_ok = False
-        return True
+        return listed
 
     def sample(self, now: float) -> list[object]:
         if self._libc is None:
             return []
         out: list[object] = []
         for pid in self.pids:
-            if not self._ensure(pid):
+            tids = self._scan(pid, now)
+            if tids == []:
                 continue
             counts: dict[str, float] = {}
             for (p, _tid, hw), g in list(self._groups.items()):
@@ -217,7 +226,7 @@ class PerfCollector:
                     continue
                 for (name, _, _), v in zip(HARDWARE if hw else SOFTWARE, vals):
                     counts[name] = counts.get(name, 0.0) + v
-            counts["context-switches"] = self._ctx_switches(pid, now)
+            counts["context-switches"] = self._ctx_switches(pid, now, tids)
             prev = self._totals.get(pid)
             self._totals[pid] = (now, counts)
             if any(k[0] == pid and not k[2] for k in self._groups):
@@ -234,8 +243,9 @@ class PerfCollector:
             out.append(PerfSample(now, pid, tuple(sorted(rates.items()))))
         for pid in set(self._totals) - set(self.pids):
             del self._totals[pid]
-        for pid in set(self._ctx) - set(self.pids):
-            del self._ctx[pid]
+        for cache in (self._ctx, self._scanned):
+            for pid in set(cache) - set(self.pids):
+                del cache[pid]
         for key in [k for k in self._groups if k[0] not in self.pids]:
             self._groups.pop(key).close()
         return out

@@ -61,6 +61,22 @@ def test_software_counters_for_real_on_a_busy_child(watched):
     assert any(c.ok for c in col.capabilities())
 
 
+def test_threads_are_listed_every_scan_interval(watched):
+    """A thread started after a scan is counted from the next scan on (SCAN_EVERY_S), not before."""
+    col = watched("import threading, time\ntime.sleep(1.5)\n"
+                  "threading.Thread(target=lambda: [0 for _ in iter(int, 1)]).start()\ntime.sleep(30)")
+    time.sleep(0.6)  # the child's start-up is done
+    t0 = time.monotonic()
+    col.sample(t0)
+    time.sleep(1.4)  # the busy thread has been running for about half a second
+    (s,) = col.sample(t0 + 1.4)
+    assert s.get("task-clock") < 0.05  # between scans: only the sleeping main thread is counted
+    col.sample(t0 + perf.SCAN_EVERY_S)  # the scan opens the busy thread's counters
+    time.sleep(0.5)
+    (s,) = col.sample(t0 + perf.SCAN_EVERY_S + 0.5)
+    assert s.get("task-clock") > 0.3
+
+
 def test_no_pmu_path_for_real_or_hardware_counts(watched):
     col = watched("import time; time.sleep(30)")
     if col.hw_ok:
