@@ -15,7 +15,7 @@ load=$!
 until [ "$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits)" -gt 50 ] 2>/dev/null; do sleep 0.5; done
 for k in $(seq "$N"); do
   python3 bench/pty_bench.py "$S" 200x50 "$W" -- memtop --no-mouse --no-stacks --interval 1 >> "$R/tui_ab.jsonl"
-  python3 bench/pty_bench.py "$S" 200x50 "$W" -- env PYTHONPATH=/tmp/oldsite python3 -m memtop --no-mouse --no-stacks --interval 1 >> "$R/tui_ab.jsonl"
+  python3 bench/pty_bench.py "$S" 200x50 "$W" -- env PYTHONPATH=/tmp/oldsite python3 -P -m memtop --no-mouse --no-stacks --interval 1 >> "$R/tui_ab.jsonl"
   python3 bench/pty_bench.py "$S" 200x50 "$W" -- nvitop -m full --interval 1 >> "$R/tui_ab.jsonl"
 done
 kill $load

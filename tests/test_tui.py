@@ -236,3 +236,42 @@ async def test_a_panel_keeps_its_height_until_its_width_changes():
         panel.update(Text("five"))
         await pilot.pause(0.2)
         assert panel.line_count == 1 and panel.size.height == 1
+
+
+async def test_timeline_updated_second_by_second_matches_a_fresh_one():
+    """The timeline refreshes only the tiles whose columns changed (signatures, timeline.py):
+    after many small updates the screen must equal a timeline drawn once from the same view."""
+    from textual.app import App
+
+    class One(App):
+        def compose(self):
+            yield Timeline(id="t")
+
+    rec = Recording(REC[0])
+    frames = _frames()
+    pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
+    fed = 0
+
+    def feed(upto: int) -> None:
+        nonlocal fed
+        for f in frames[fed:upto]:
+            pipe.on_frame(f, tick=False)
+        fed = upto
+
+    grown = One()
+    async with grown.run_test(size=(120, 10)) as pilot:
+        timeline = grown.query_one(Timeline)
+        for upto in range(300, 700, 10):  # one second at a time
+            feed(upto)
+            timeline.show(pipe.view(), 0)
+            await pilot.pause(0.01)
+        await pilot.pause(0.2)
+        shot = grown.export_screenshot()
+        end = timeline._end
+    fresh = One()
+    async with fresh.run_test(size=(120, 10)) as pilot:
+        once = fresh.query_one(Timeline)
+        once._end = end  # the same window (it moves in jumps)
+        once.show(pipe.view(), 0)
+        await pilot.pause(0.2)
+        assert fresh.export_screenshot() == shot

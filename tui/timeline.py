@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from itertools import groupby
 
 from rich.segment import Segment
 from rich.style import Style
@@ -30,6 +31,8 @@ EVENT_MARKS = {"gap": ("▼", "v", "bright_white"), "throttle": ("T", "T", "bold
                "exit": ("x", "x", "yellow")}
 ROWS = (("SM", "sm", "green"), ("DRAM", "dram", "cyan"), ("PCIe", "pcie", "magenta"), ("CPU", "cpu", "yellow"))
 LABEL_W = 9
+LABEL, DIM = Style.parse("bold"), Style.parse("dim")
+_CODE = {k: chr(ord("A") + i) for i, k in enumerate(PHASE_COLORS)}  # a phase as one character
 
 
 class Timeline(TiledLines):
@@ -42,6 +45,7 @@ class Timeline(TiledLines):
         self.gpu = 0
         self._view: View | None = None
         self._end: float | None = None  # time at the right edge (moves in quarter-span jumps)
+        self._sigs: tuple[int, list[str]] | None = None  # (width, one signature per row) last drawn
 
     def show(self, view: View, gpu: int) -> None:
         pts = view.history.get(gpu)
@@ -61,6 +65,7 @@ class Timeline(TiledLines):
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
+        self._sigs = None  # colours changed where the signatures did not
         self._redraw()
 
     def on_resize(self) -> None:
@@ -68,90 +73,110 @@ class Timeline(TiledLines):
 
     def _redraw(self) -> None:
         width = self.content_region.width
-        if width > 0:
-            self.set_lines([self._build(y, width).adjust_cell_length(width) for y in range(len(ROWS) + 4)])
+        if width <= 0:
+            return
+        rows = [self._build(y, width) for y in range(len(ROWS) + 4)]
+        sigs = [sig for sig, _ in rows]
+        old, self._sigs = self._sigs, (width, sigs)
+        lines = [strip.adjust_cell_length(width) for _, strip in rows]
+        spans = [self.geometry(t) for t in self._tiles]
+        if old is None or old[0] != width or any(w <= 0 for _, w in spans):
+            self.set_lines(lines)
+            return
+        # Each row's signature has one character per cell (its text, or its phase for the band), so
+        # the tiles that changed come from comparing slices of two strings, instead of cutting every
+        # changed row into tiles twice.
+        changed = [(y, k) for y, (a, b) in enumerate(zip(old[1], sigs)) if a != b
+                   for k, (x0, w) in enumerate(spans) if a[x0:x0 + w] != b[x0:x0 + w]]
+        self.set_lines(lines, changed)
 
-    def _build(self, y: int, width: int) -> Strip:
+    def _build(self, y: int, width: int) -> tuple[str, Strip]:
         v = self._view
         cols = max(1, width - LABEL_W)
         if v is None or not v.history.get(self.gpu):
-            return Strip([Segment("waiting for data…" if y == 0 else "")])
+            text = "waiting for data…" if y == 0 else ""
+            return text, Strip([Segment(text)])
         pts = v.history[self.gpu]
         end = self._end if self._end is not None else pts[-1].t
         start = end - self.span_s
         # history holds 10 minutes at the GPU rate; only the window's points are drawn
         pts = pts[bisect_left(pts, start, key=_t):]
         dt = self.span_s / cols
-        label_style = Style(bold=True)
         if y < len(ROWS):
             name, attr, color = ROWS[y]
-            return self._series(name, attr, color, pts, start, dt, cols, label_style)
+            return self._series(name, attr, color, pts, start, dt, cols)
         if y == len(ROWS):
-            return self._band(v, start, dt, cols, label_style)
+            return self._band(v, start, dt, cols)
         if y == len(ROWS) + 1:
-            return self._events(v, start, dt, cols, label_style)
+            return self._events(v, start, dt, cols)
         if y == len(ROWS) + 2:
             return self._axis(cols, start, end, v.meta.get("wall_offset"))
-        if y == len(ROWS) + 3:
-            return self._legend()
-        return Strip([])
+        return self._legend()
 
     def _series(self, name: str, attr: str, color: str, pts: tuple[Point, ...], start: float, dt: float,
-                cols: int, label_style: Style) -> Strip:
+                cols: int) -> tuple[str, Strip]:
         chars = ASCII_BLOCKS if self.ascii_only else BLOCKS
-        buckets: list[list[float]] = [[] for _ in range(cols)]
+        top = [-1.0] * cols  # the highest value in each column; -1: none
         for p in pts:
             i = int((p.t - start) / dt)
             val = getattr(p, attr)
-            if 0 <= i < cols and val is not None:
-                buckets[i].append(val)
-        text = "".join(chars[min(8, max(0, round(max(b) / 12.5)))] if b else " " for b in buckets)
+            if 0 <= i < cols and val is not None and val > top[i]:
+                top[i] = val
+        text = "".join(" " if v < 0 else chars[min(8, max(0, round(v / 12.5)))] for v in top)
         last = next((getattr(p, attr) for p in reversed(pts) if getattr(p, attr) is not None), None)
         head = f"{name:<5}{'' if last is None else f'{min(last, 999):3.0f}'}"
-        return Strip([Segment(f"{head:<{LABEL_W}}", label_style), Segment(text, Style(color=color))])
+        head = f"{head:<{LABEL_W}}"
+        return head + text, Strip([Segment(head, LABEL), Segment(text, Style.parse(color))])
 
-    def _band(self, v: View, start: float, dt: float, cols: int, label_style: Style) -> Strip:
+    def _band(self, v: View, start: float, dt: float, cols: int) -> tuple[str, Strip]:
         labels = v.labels.get(self.gpu, ())
         labels = labels[bisect_left(labels, start - 0.5, key=_t):]
-        cells = [" "] * cols
-        kinds = ["warmup"] * cols
+        kinds: list[str | None] = [None] * cols  # None: no label (drawn blank, in the warm-up colour)
         for lab in labels:
             i0 = int((lab.t - start) / dt)
             i1 = int((lab.t + 0.5 - start) / dt)
             for i in range(max(0, i0), min(cols, max(i0 + 1, i1))):
                 kinds[i] = lab.label
-                cells[i] = CHARS.get(lab.label, "?") if self.ascii_only else "█"
         latest = v.history[self.gpu][-1].t if v.history.get(self.gpu) else None
         cur = None if latest is None or v.status.mode == "live" else int((latest - start) / dt)
-        segs = [Segment(f"{'phase':<{LABEL_W}}", label_style)]
-        run_kind, run_text = kinds[0], ""
-        for i, (k, c) in enumerate(zip(kinds, cells)):
-            if cur is not None and i == cur:
-                c = "▏" if not self.ascii_only else "|"  # the replay position
-            if k != run_kind:
-                segs.append(Segment(run_text, Style(color=PHASE_COLORS.get(run_kind, "white"))))
-                run_kind, run_text = k, ""
-            run_text += c
-        segs.append(Segment(run_text, Style(color=PHASE_COLORS.get(run_kind, "white"))))
-        return Strip(segs)
+        head = f"{'phase':<{LABEL_W}}"
+        segs = [Segment(head, LABEL)]
+        sig = [head]
+        at = 0
+        for k, run in groupby(kinds):
+            n = len(list(run))
+            text = (" " if k is None else (CHARS.get(k, "?") if self.ascii_only else "█")) * n
+            if cur is not None and at <= cur < at + n:  # the replay position
+                text = text[:cur - at] + ("|" if self.ascii_only else "▏") + text[cur - at + 1:]
+            segs.append(Segment(text, Style.parse(PHASE_COLORS.get(k or "warmup", "white"))))
+            sig.append(_CODE.get(k, " ") * n)
+            at += n
+        sig_text = "".join(sig)
+        if cur is not None and 0 <= cur < cols:
+            sig_text = sig_text[:LABEL_W + cur] + "|" + sig_text[LABEL_W + cur + 1:]
+        return sig_text, Strip(segs)
 
-    def _events(self, v: View, start: float, dt: float, cols: int, label_style: Style) -> Strip:
+    def _events(self, v: View, start: float, dt: float, cols: int) -> tuple[str, Strip]:
         marks: dict[int, tuple[str, str]] = {}
         for ev in v.events:
             i = int((ev.t - start) / dt)
             if ev.gpu == self.gpu and 0 <= i < cols:
                 uni, asc, style = EVENT_MARKS[ev.kind]
                 marks[i] = (asc if self.ascii_only else uni, style)
-        segs = [Segment(f"{'events':<{LABEL_W}}", label_style)]
+        head = f"{'events':<{LABEL_W}}"
+        segs = [Segment(head, LABEL)]
+        sig = [head]
         at = 0
         for i in sorted(marks):
             ch, style = marks[i]
             segs += [Segment(" " * (i - at)), Segment(ch, Style.parse(style))]
+            sig += [" " * (i - at), ch]
             at = i + 1
         segs.append(Segment(" " * (cols - at)))
-        return Strip(Segment.simplify(segs))
+        sig.append(" " * (cols - at))
+        return "".join(sig), Strip(Segment.simplify(segs))
 
-    def _axis(self, cols: int, start: float, end: float, offset: float | None) -> Strip:
+    def _axis(self, cols: int, start: float, end: float, offset: float | None) -> tuple[str, Strip]:
         """Clock times (of the recording, or now) at fixed columns: they move only with a jump."""
         step = max(5, int(self.span_s / 6 / 5) * 5)
         axis = [" "] * cols
@@ -163,16 +188,17 @@ class Timeline(TiledLines):
             for k, ch in enumerate(lab):
                 if i + k < cols:
                     axis[i + k] = ch
-        return Strip([Segment(" " * LABEL_W), Segment("".join(axis), Style(dim=True))])
+        text = "".join(axis)
+        return " " * LABEL_W + text, Strip([Segment(" " * LABEL_W), Segment(text, DIM)])
 
-    def _legend(self) -> Strip:
+    def _legend(self) -> tuple[str, Strip]:
         segs = [Segment(" " * LABEL_W)]
         for k in ("compute", "memory", "transfer", "sync", "input", "cpu", "idle"):
             mark = CHARS[k] if self.ascii_only else "█"
-            segs += [Segment(mark, Style(color=PHASE_COLORS[k])), Segment(f" {k}  ", Style(dim=True))]
+            segs += [Segment(mark, Style.parse(PHASE_COLORS[k])), Segment(f" {k}  ", DIM)]
         for kind, (uni, asc, st) in EVENT_MARKS.items():
-            segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind}  ", Style(dim=True))]
-        return Strip(segs)
+            segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind}  ", DIM)]
+        return "".join(seg.text for seg in segs), Strip(segs)
 
 
 def _t(x: Point | Label) -> float:
