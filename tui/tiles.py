@@ -21,7 +21,7 @@ from textual.widget import Widget
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-TILE_CELLS = 16  # default tile width: smaller sends fewer bytes, larger costs fewer widgets
+TILE_CELLS = 32  # default tile width: smaller sends fewer bytes, larger costs less CPU (fewer widgets)
 
 
 class KeepsRender(Widget):
