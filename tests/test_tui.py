@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 from conftest import REC
@@ -10,6 +11,9 @@ from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp
 from memtop.tui.tiles import TextPanel
 from memtop.tui.timeline import Timeline
 from multigpu import multi_gpu
+from rich.text import Text
+from textual.app import App
+from textual.widget import Widget
 
 from memtop.pipeline import Pipeline, ReplaySource, Status
 from memtop.store import Recording
@@ -186,16 +190,19 @@ def test_an_unknown_theme_is_a_one_line_error_naming_the_themes():
     assert MemtopApp(_pipeline(), theme="nord").theme == "nord"
 
 
-async def test_kept_renders_follow_updates_and_theme_changes():
-    """Tiles keep their last render (tiles.KeepsRender): what changes must still reach the screen."""
-    from rich.text import Text
-    from textual.app import App
+def _app_of(make: Callable[[], Widget]) -> App:
+    """An app that shows one widget, made by ``make``."""
 
     class One(App):
         def compose(self):
-            yield TextPanel(tiles=3, id="p")
+            yield make()
 
-    app = One()
+    return One()
+
+
+async def test_kept_renders_follow_updates_and_theme_changes():
+    """Tiles keep their last render (tiles.KeepsRender): what changes must still reach the screen."""
+    app = _app_of(lambda: TextPanel(tiles=3))
     async with app.run_test(size=(60, 6)) as pilot:
         panel = app.query_one(TextPanel)
         panel.update(Text("alpha " * 8))
@@ -215,14 +222,7 @@ async def test_kept_renders_follow_updates_and_theme_changes():
 
 async def test_a_panel_keeps_its_height_until_its_width_changes():
     """Fewer lines leave blank ones (no re-layout of the screen); a resize lets it shrink."""
-    from rich.text import Text
-    from textual.app import App
-
-    class One(App):
-        def compose(self):
-            yield TextPanel(tiles=2, id="p")
-
-    app = One()
+    app = _app_of(lambda: TextPanel(tiles=2))
     async with app.run_test(size=(60, 10)) as pilot:
         panel = app.query_one(TextPanel)
         panel.update(Text("one\ntwo\nthree"))
@@ -241,12 +241,6 @@ async def test_a_panel_keeps_its_height_until_its_width_changes():
 async def test_timeline_updated_second_by_second_matches_a_fresh_one():
     """The timeline refreshes only the tiles whose columns changed (signatures, timeline.py):
     after many small updates the screen must equal a timeline drawn once from the same view."""
-    from textual.app import App
-
-    class One(App):
-        def compose(self):
-            yield Timeline(id="t")
-
     rec = Recording(REC[0])
     frames = _frames()
     pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
@@ -258,7 +252,7 @@ async def test_timeline_updated_second_by_second_matches_a_fresh_one():
             pipe.on_frame(f, tick=False)
         fed = upto
 
-    grown = One()
+    grown = _app_of(Timeline)
     async with grown.run_test(size=(120, 10)) as pilot:
         timeline = grown.query_one(Timeline)
         for upto in range(300, 700, 10):  # one second at a time
@@ -268,7 +262,7 @@ async def test_timeline_updated_second_by_second_matches_a_fresh_one():
         await pilot.pause(0.2)
         shot = grown.export_screenshot()
         end = timeline._end
-    fresh = One()
+    fresh = _app_of(Timeline)
     async with fresh.run_test(size=(120, 10)) as pilot:
         once = fresh.query_one(Timeline)
         once._end = end  # the same window (it moves in jumps)

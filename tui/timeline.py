@@ -142,19 +142,17 @@ class Timeline(TiledLines):
         head = f"{'phase':<{LABEL_W}}"
         segs = [Segment(head, LABEL)]
         sig = [head]
-        at = 0
-        for k, run in groupby(kinds):
+        # runs of (phase, is the replay position): the position is one cell in its phase's colour
+        for (k, here), run in groupby((k, i == cur) for i, k in enumerate(kinds)):
             n = len(list(run))
-            text = (" " if k is None else (CHARS.get(k, "?") if self.ascii_only else "█")) * n
-            if cur is not None and at <= cur < at + n:  # the replay position
-                text = text[:cur - at] + ("|" if self.ascii_only else "▏") + text[cur - at + 1:]
+            if here:
+                text, code = ("|" if self.ascii_only else "▏"), "|"
+            else:
+                text = (" " if k is None else (CHARS.get(k, "?") if self.ascii_only else "█")) * n
+                code = _CODE.get(k, " ") * n
             segs.append(Segment(text, Style.parse(PHASE_COLORS.get(k or "warmup", "white"))))
-            sig.append(_CODE.get(k, " ") * n)
-            at += n
-        sig_text = "".join(sig)
-        if cur is not None and 0 <= cur < cols:
-            sig_text = sig_text[:LABEL_W + cur] + "|" + sig_text[LABEL_W + cur + 1:]
-        return sig_text, Strip(segs)
+            sig.append(code)
+        return "".join(sig), Strip(segs)
 
     def _events(self, v: View, start: float, dt: float, cols: int) -> tuple[str, Strip]:
         marks: dict[int, tuple[str, str]] = {}
