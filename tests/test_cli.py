@@ -79,6 +79,14 @@ def _wait_for(sock: str, text: str, timeout: float = 20.0) -> str:
     raise AssertionError(f"{text!r} never appeared:\n{screen}")
 
 
+def _wait_until_gone(sock: str, text: str, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while text in (screen := _tmux(sock, "capture-pane", "-p")):
+        if time.monotonic() > end:
+            raise AssertionError(f"{text!r} still on screen:\n{screen}")
+        time.sleep(0.2)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 def test_real_cli_in_tmux_replay_resize_quit():
@@ -92,6 +100,10 @@ def test_real_cli_in_tmux_replay_resize_quit():
         time.sleep(2.5)
         second = _tmux(sock, "capture-pane", "-p")
         assert second != first  # data changes
+        _tmux(sock, "send-keys", "Enter")  # the GPU detail screen
+        _wait_for(sock, "uuid")
+        _tmux(sock, "send-keys", "Escape")  # a lone Escape: only the input parser's timeout makes it a key
+        _wait_until_gone(sock, "uuid")
         _tmux(sock, "resize-window", "-x", "80", "-y", "24")
         small = _wait_for(sock, "REPLAY")
         assert len(small.splitlines()) <= 24

@@ -12,6 +12,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.driver import Driver
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
@@ -142,6 +143,15 @@ class MemtopApp(App[int]):
         self.view: View | None = None
         self.selected_pid: int | None = None
         self._paints = 0
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's terminal driver, but with an input thread that sleeps until a key comes."""
+        cls = super().get_driver_class()
+        if cls.__name__ != "LinuxDriver":  # TEXTUAL_DRIVER set, or Windows
+            return cls
+        from .driver import QuietLinuxDriver
+
+        return QuietLinuxDriver
 
     def compose(self) -> ComposeResult:
         # tiles where values change every second; a panel that rarely changes needs one
