@@ -1,18 +1,17 @@
 """Runs the collectors on one clock and emits immutable Frames.
 
-An asyncio loop in its own thread; each collector's blocking ``sample`` runs in that
-collector's own single-thread executor, so a slow GPU or a hung py-spy never delays the
-others. Frames go to ``on_frame`` (store writer, classifier, UI) at the base tick.
+Each collector's blocking ``sample`` runs in that collector's own thread, so a slow GPU or a
+hung py-spy never delays the others; one more thread snapshots their latest parts into a Frame
+at the base tick for ``on_frame`` (store writer, classifier, UI). Plain threads sleeping on one
+stop Event: an asyncio loop handing work to executors cost a tenth of a 1 Hz monitor's CPU.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,23 +84,33 @@ class Sampler:
         self._gpu_pids: dict[int, tuple[int, ...]] = {}
         self._python: dict[int, bool] = {}
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._started: list[Collector] = []
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
         self.nvml.start()
-        self._thread = threading.Thread(target=self._thread_main, name="memtop-sampler", daemon=True)
-        self._thread.start()
-        self._started.wait(5)
+        collectors = self._collectors()
+        for c in collectors[len(self.nvml.readers):]:
+            c.start()
+        self._started = collectors
+        names = [f"memtop-gpu{r.index}" for r in self.nvml.readers]
+        names += [f"memtop-{c.name}" for c in collectors[len(names):]]
+        self._threads = [threading.Thread(target=self._run, args=(c,), name=n, daemon=True)
+                         for c, n in zip(collectors, names)]
+        self._threads.append(threading.Thread(target=self._frames, name="memtop-sampler", daemon=True))
+        for t in self._threads:
+            t.start()
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        """Ends the threads; one stuck in a collector (a hung py-spy) is left behind after 5 s."""
+        self._stop.set()
+        end = now() + 5.0
+        for t in self._threads:
+            t.join(timeout=max(0.0, end - now()))
+        for c in self._started:
+            c.stop()
         self.nvml.stop()
 
     def _collectors(self) -> list[Collector]:
@@ -121,51 +130,22 @@ class Sampler:
             if not self._notes or self._notes[-1] != text:
                 self._notes.append(text)
 
-    def _thread_main(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        collectors = self._collectors()
-        for c in collectors[len(self.nvml.readers):]:
-            c.start()
-        tasks = [asyncio.create_task(self._run(c)) for c in collectors]
-        tasks.append(asyncio.create_task(self._frames()))
-        self._started.set()
-        await self._stop.wait()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for c in collectors:
-            c.stop()
-
-    async def _sleep_until(self, t: float) -> bool:
-        """Sleep until monotonic time t; True if asked to stop."""
-        assert self._stop is not None
-        try:
-            await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, t - now()))
-            return True
-        except asyncio.TimeoutError:
-            return False
-
-    async def _run(self, c: Collector) -> None:
-        loop = asyncio.get_running_loop()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"memtop-{c.name}") as ex:
-            due = now()
-            while True:
-                try:
-                    parts = await loop.run_in_executor(ex, c.sample, now())
-                except Exception as e:  # a collector bug must not end the run
-                    self.note(f"{c.name} collector failed: {type(e).__name__}: {e}")
-                    parts = []
-                self._absorb(parts)
-                due += c.interval * (1 + c.jitter * self._rng.uniform(-1, 1)) if c.jitter else c.interval
-                if due < now():
+    def _run(self, c: Collector) -> None:
+        due = now()
+        while True:
+            try:
+                parts = c.sample(now())
+            except Exception as e:  # a collector bug must not end the run
+                self.note(f"{c.name} collector failed: {type(e).__name__}: {e}")
+                parts = []
+            self._absorb(parts)
+            due += c.interval * (1 + c.jitter * self._rng.uniform(-1, 1)) if c.jitter else c.interval
+            if due < now():
+                with self._lock:
                     self.missed += int((now() - due) / c.interval) + 1
-                    due = now()
-                if await self._sleep_until(due):
-                    return
+                due = now()
+            if self._stop.wait(max(0.0, due - now())):
+                return
 
     def _absorb(self, parts) -> None:
         with self._lock:
@@ -248,7 +228,7 @@ class Sampler:
                 notes=tuple(self._notes),
             )
 
-    async def _frames(self) -> None:
+    def _frames(self) -> None:
         base = min([r.interval for r in self.nvml.readers] or [self.cfg.host_interval])
         due = now()
         caps_due = due
@@ -269,5 +249,5 @@ class Sampler:
             due += base
             if due < now():
                 due = now()
-            if await self._sleep_until(due):
+            if self._stop.wait(max(0.0, due - now())):
                 return
