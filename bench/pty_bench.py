@@ -1,9 +1,11 @@
 """Run a TUI in a pseudo-terminal and measure what it costs: CPU % of one core (itself and
 its reaped children, e.g. py-spy), bytes/s written to the terminal, time to first frame.
 
-usage: python bench/pty_bench.py SECONDS COLSxROWS [WARM] -- COMMAND ...   (prints one JSON line)
+usage: python bench/pty_bench.py SECONDS COLSxROWS [WARM] [--threads] -- COMMAND ...   (one JSON line)
 WARM (default 3 s) is left out of the CPU and byte figures: start-up is measured by first_output_s,
 and memtop's first frames (the sampler starts after the first paint) redraw the whole screen.
+--threads: also the CPU % of each thread of a Python command, named by a py-spy dump taken after
+the measured window (Python does not name its threads for the OS).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
 import signal
 import struct
+import subprocess
 import sys
 import termios
 import time
@@ -29,12 +33,34 @@ def cpu_s(pid: int) -> float:
     return sum(int(x) for x in f[11:15]) / TICK  # utime stime cutime cstime
 
 
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds used so far by each thread of pid."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/stat") as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = (int(f[11]) + int(f[12])) / TICK
+    return out
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Python thread names by OS thread id, from a py-spy dump (empty if py-spy cannot attach)."""
+    try:
+        dump = subprocess.run(["py-spy", "dump", "--nonblocking", "--pid", str(pid)],
+                              capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {int(m[1]): m[2] for m in re.finditer(r'^Thread (\d+) \(\w+\): "([^"]+)"', dump, re.M)}
+
+
 def main() -> None:
-    secs = float(sys.argv[1])
-    cols, rows = (int(x) for x in sys.argv[2].split("x"))
-    sep = sys.argv.index("--")
-    cmd = sys.argv[sep + 1:]
-    warm = float(sys.argv[3]) if sep > 3 else 3.0  # skip start-up before measuring steady state
+    args = sys.argv[1:sys.argv.index("--")]
+    per_thread = "--threads" in args
+    args = [a for a in args if a != "--threads"]
+    secs = float(args[0])
+    cols, rows = (int(x) for x in args[1].split("x"))
+    cmd = sys.argv[sys.argv.index("--") + 1:]
+    warm = float(args[2]) if len(args) > 2 else 3.0  # skip start-up before measuring steady state
     t0 = time.monotonic()
     pid, fd = pty.fork()
     if pid == 0:
@@ -58,9 +84,16 @@ def main() -> None:
                 first = time.monotonic() - t0
         if c0 is None and time.monotonic() - t0 >= warm:
             c0, b0, w0 = cpu_s(pid), total, time.monotonic()
+            t0s = thread_cpu_s(pid) if per_thread else {}
     if c0 is None:
         sys.exit(f"{' '.join(cmd)} ended during start-up; last output: {buf[-300:]!r}")
     c1, b1, w1 = cpu_s(pid), total, time.monotonic()
+    threads = {}
+    if per_thread:
+        names = thread_names(pid)
+        for tid, used in thread_cpu_s(pid).items():
+            if used > t0s.get(tid, 0.0):
+                threads[names.get(tid, str(tid))] = round(100 * (used - t0s.get(tid, 0.0)) / (w1 - w0), 3)
     os.write(fd, b"q")
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -75,7 +108,8 @@ def main() -> None:
     print(json.dumps({"cmd": " ".join(cmd), "size": f"{cols}x{rows}", "warm_s": warm, "seconds": round(w1 - w0, 1),
                       "cpu_pct_one_core": round(100 * (c1 - c0) / (w1 - w0), 2),
                       "kib_per_s": round((b1 - b0) / 1024 / (w1 - w0), 2),
-                      "first_output_s": None if first is None else round(first, 3)}))
+                      "first_output_s": None if first is None else round(first, 3),
+                      **({"threads": threads} if per_thread else {})}))
 
 
 if __name__ == "__main__":

@@ -149,8 +149,10 @@ class MemtopApp(App[int]):
         cls = super().get_driver_class()
         if cls.__name__ != "LinuxDriver":  # TEXTUAL_DRIVER set, or Windows
             return cls
-        from .driver import QuietLinuxDriver
-
+        try:
+            from .driver import QuietLinuxDriver
+        except ImportError:  # it uses private Textual names; a Textual without them gets its own driver
+            return cls
         return QuietLinuxDriver
 
     def compose(self) -> ComposeResult:

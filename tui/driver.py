@@ -47,6 +47,10 @@ class _WakingEvent(threading.Event):
         self._r = self._w = -1
 
 
+if not hasattr(XTermParser(), "_timeout_time"):  # a Textual whose parser changed: use its own driver
+    raise ImportError("textual's input parser has no _timeout_time")
+
+
 def escape_deadline(parser: XTermParser) -> float | None:
     """When the parser must be ticked to turn a pending Escape into a key (Textual's clock)."""
     return parser._timeout_time
