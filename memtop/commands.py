@@ -7,17 +7,28 @@ import json
 import platform
 import sys
 import threading
-from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memtop.errors import UserError
 from memtop.pipeline import Pipeline, ReplaySource, Status
-from memtop.store import Recording, Writer
+
+if TYPE_CHECKING:
+    from memtop.store import Recording
 
 DEMO = "demo.memtop"
 
 
+def open_recording(path: str | Path) -> Recording:
+    """The store (and SQLite) load here: a live view without --record never needs them."""
+    from memtop.store import Recording
+
+    return Recording(path)
+
+
 def demo_path() -> Path:
+    from importlib import resources  # ~10 ms: only the demo needs it
+
     return Path(str(resources.files("memtop") / "data" / DEMO))
 
 
@@ -77,7 +88,7 @@ def _run_app(pipeline: Pipeline, controller, args: argparse.Namespace) -> int:
 
 def replay_app(path: Path, args: argparse.Namespace, mode: str, loop: bool, speed: float = 1.0,
                start_at: float = 0.0) -> int:
-    rec = Recording(path)
+    rec = open_recording(path)
     pipeline = Pipeline(Status(mode, duration=rec.duration, speed=speed, source=str(path)), meta=rec.meta)
     return _run_app(pipeline, ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at), args)
 
@@ -95,6 +106,7 @@ def live(args: argparse.Namespace) -> int:
     if args.record:  # a recording names its GPUs in its metadata: NVML first
         from memtop.record import run_meta, sampler_config
         from memtop.sampler import Sampler
+        from memtop.store import Writer
 
         sampler = Sampler(sampler_config(args, recording=True), on_frame=lambda f: None)
         sampler.nvml.start()
@@ -113,7 +125,7 @@ def live(args: argparse.Namespace) -> int:
 def replay(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if args.summary:
-        rec = Recording(path)
+        rec = open_recording(path)
         print(json.dumps(rec.summary(), indent=2))
         return 0
     return replay_app(path, args, "replay", loop=False, speed=args.speed)
@@ -122,7 +134,7 @@ def replay(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     from memtop.report import build_report, render
 
-    rec = Recording(args.file)
+    rec = open_recording(args.file)
     print(render(build_report(rec, gpu=args.gpu, t_from=args.t_from, t_to=args.t_to), args.format))
     return 0
 
@@ -130,7 +142,7 @@ def report(args: argparse.Namespace) -> int:
 def export(args: argparse.Namespace) -> int:
     from memtop.export import export_perfetto
 
-    rec = Recording(args.file)
+    rec = open_recording(args.file)
     n = export_perfetto(rec, Path(args.perfetto), force=args.force, progress=sys.stderr.isatty())
     print(f"wrote {n} trace events to {args.perfetto} (open it in https://ui.perfetto.dev)", file=sys.stderr)
     return 0

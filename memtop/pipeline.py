@@ -12,11 +12,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from memtop.model import Frame
 from memtop.phases import Classifier, Label
-from memtop.store import Recording, Writer
 from memtop.verdict import Verdict, verdict
+
+if TYPE_CHECKING:  # SQLite and the store load when a recording is opened, not before a live first frame
+    from memtop.store import Recording, Writer
 
 HISTORY_S = 600.0  # the timeline can zoom out to 10 minutes
 
@@ -174,7 +177,7 @@ class ReplaySource:
     def _find_changes(self) -> None:
         """Classify the whole recording once, in the background, to know where phases change."""
         try:
-            rec = Recording(self.rec.path)  # its own connection: SQLite objects stay in one thread
+            rec = type(self.rec)(self.rec.path)  # its own connection: SQLite objects stay in one thread
             clf = Classifier()
             for f in rec.frames():
                 if self._stop.is_set():  # quitting must not wait for this
