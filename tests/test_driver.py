@@ -69,3 +69,15 @@ async def test_input_thread_sleeps_until_a_key_and_still_times_out_a_lone_escape
     assert not thread.is_alive() and time.monotonic() - t < 0.5
     their_thread.join(2)
     driver.close()
+
+
+def test_a_textual_without_the_private_parser_names_gets_its_own_driver(monkeypatch):
+    import sys
+
+    from memtop.tui.app import MemtopApp
+
+    from memtop.pipeline import Pipeline, Status
+
+    assert MemtopApp(Pipeline(Status("live")), hangup_guard=False).driver_class is QuietLinuxDriver
+    monkeypatch.setitem(sys.modules, "memtop.tui.driver", None)  # importing it now raises ImportError
+    assert MemtopApp(Pipeline(Status("live")), hangup_guard=False).driver_class is LinuxDriver
