@@ -27,18 +27,22 @@ import time
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def _stat(path: str) -> list[str]:
+    """The fields of a /proc stat file after the command name (which may hold spaces)."""
+    with open(path) as fh:
+        return fh.read().rsplit(")", 1)[1].split()
+
+
 def cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        f = fh.read().rsplit(")", 1)[1].split()
-    return sum(int(x) for x in f[11:15]) / TICK  # utime stime cutime cstime
+    return sum(int(x) for x in _stat(f"/proc/{pid}/stat")[11:15]) / TICK  # utime stime cutime cstime
 
 
 def thread_cpu_s(pid: int) -> dict[int, float]:
     """CPU seconds used so far by each thread of pid."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/stat") as fh:
-            f = fh.read().rsplit(")", 1)[1].split()
+        with contextlib.suppress(OSError):
+            f = _stat(f"/proc/{pid}/task/{tid}/stat")
             out[int(tid)] = (int(f[11]) + int(f[12])) / TICK
     return out
 

@@ -68,23 +68,16 @@ def _tmux(sock: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
 
 
-def _wait_for(sock: str, text: str, timeout: float = 20.0) -> str:
+def _wait_for(sock: str, text: str, timeout: float = 20.0, gone: bool = False) -> str:
+    """The screen once ``text`` is on it (or, with ``gone``, once it has left)."""
     end = time.monotonic() + timeout
     screen = ""
     while time.monotonic() < end:
         screen = _tmux(sock, "capture-pane", "-p")
-        if text in screen:
+        if (text in screen) != gone:
             return screen
         time.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared:\n{screen}")
-
-
-def _wait_until_gone(sock: str, text: str, timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while text in (screen := _tmux(sock, "capture-pane", "-p")):
-        if time.monotonic() > end:
-            raise AssertionError(f"{text!r} still on screen:\n{screen}")
-        time.sleep(0.2)
+    raise AssertionError(f"{text!r} {'still on screen' if gone else 'never appeared'}:\n{screen}")
 
 
 @pytest.mark.slow
@@ -103,7 +96,7 @@ def test_real_cli_in_tmux_replay_resize_quit():
         _tmux(sock, "send-keys", "Enter")  # the GPU detail screen
         _wait_for(sock, "uuid")
         _tmux(sock, "send-keys", "Escape")  # a lone Escape: only the input parser's timeout makes it a key
-        _wait_until_gone(sock, "uuid")
+        _wait_for(sock, "uuid", 5.0, gone=True)
         _tmux(sock, "resize-window", "-x", "80", "-y", "24")
         small = _wait_for(sock, "REPLAY")
         assert len(small.splitlines()) <= 24

@@ -32,18 +32,29 @@ def _switches(tid: int) -> int:
         return sum(int(line.split(":")[1]) for line in fh if "ctxt_switches" in line)
 
 
-async def _wakeups_in_a_second(cls: type[LinuxDriver]) -> tuple[int, _App, LinuxDriver, threading.Thread, int]:
-    app = _App()
-    master, slave = pty.openpty()
-    tty.setraw(slave)  # as the app sets it: keys arrive one by one
-    driver = cls(app)  # type: ignore[arg-type]
-    driver.fileno = slave
-    thread = threading.Thread(target=driver.run_input_thread, daemon=True)
-    thread.start()
-    await asyncio.sleep(0.2)
-    before = _switches(thread.native_id)
-    await asyncio.sleep(1.0)
-    return _switches(thread.native_id) - before, app, driver, thread, master
+class _Running:
+    """A driver's input thread reading a fresh raw pty."""
+
+    def __init__(self, cls: type[LinuxDriver]) -> None:
+        self.app = _App()
+        self.master, self.slave = pty.openpty()
+        tty.setraw(self.slave)  # as the app sets it: keys arrive one by one
+        self.driver = cls(self.app)  # type: ignore[arg-type]
+        self.driver.fileno = self.slave
+        self.thread = threading.Thread(target=self.driver.run_input_thread, daemon=True)
+        self.thread.start()
+
+    async def wakeups_in_a_second(self) -> int:
+        await asyncio.sleep(0.2)
+        before = _switches(self.thread.native_id)
+        await asyncio.sleep(1.0)
+        return _switches(self.thread.native_id) - before
+
+    def close(self) -> None:
+        self.driver.exit_event.set()
+        self.thread.join(2)
+        for fd in (self.master, self.slave):
+            os.close(fd)
 
 
 async def _key(app: _App, key: str, timeout: float = 2.0) -> None:
@@ -54,21 +65,23 @@ async def _key(app: _App, key: str, timeout: float = 2.0) -> None:
 
 
 async def test_input_thread_sleeps_until_a_key_and_still_times_out_a_lone_escape():
-    theirs, *_, their_driver, their_thread, _ = await _wakeups_in_a_second(LinuxDriver)
-    their_driver.exit_event.set()
-    ours, app, driver, thread, master = await _wakeups_in_a_second(QuietLinuxDriver)
+    textual = _Running(LinuxDriver)
+    theirs = await textual.wakeups_in_a_second()
+    textual.close()
+    quiet = _Running(QuietLinuxDriver)
+    ours = await quiet.wakeups_in_a_second()
     # Textual's own polls 10 times a second; if it stops doing so, this driver can go
     assert theirs >= 5 and ours <= 1, (theirs, ours)
-    os.write(master, b"q")
-    await _key(app, "q")
-    os.write(master, b"\x1b")  # no bytes follow: a key only once the parser's timeout passes
-    await _key(app, "escape")
+    os.write(quiet.master, b"q")
+    await _key(quiet.app, "q")
+    os.write(quiet.master, b"\x1b")  # no bytes follow: a key only once the parser's timeout passes
+    await _key(quiet.app, "escape")
     t = time.monotonic()
-    driver.exit_event.set()
-    thread.join(2)
-    assert not thread.is_alive() and time.monotonic() - t < 0.5
-    their_thread.join(2)
-    driver.close()
+    quiet.driver.exit_event.set()
+    quiet.thread.join(2)
+    assert not quiet.thread.is_alive() and time.monotonic() - t < 0.5
+    quiet.close()
+    quiet.driver.close()
 
 
 def test_a_textual_without_the_private_parser_names_gets_its_own_driver(monkeypatch):
