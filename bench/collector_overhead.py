@@ -80,8 +80,12 @@ def memtop_full(secs: float) -> None:
 if __name__ == "__main__":
     secs = float(sys.argv[1]) if len(sys.argv) > 1 else 15
     res = {}
-    for name, fn in (("bare_nvml_loop", bare), ("memtop_gpu_collectors", memtop_gpu),
-                     ("bare_nvml_loop_2", bare), ("memtop_all_collectors", memtop_full)):
+    for name, fn in (
+        ("bare_nvml_loop", bare),
+        ("memtop_gpu_collectors", memtop_gpu),
+        ("bare_nvml_loop_2", bare),
+        ("memtop_all_collectors", memtop_full),
+    ):
         res[name] = round(cpu_of(fn, secs), 2)
     bare_avg = (res["bare_nvml_loop"] + res["bare_nvml_loop_2"]) / 2
     res["ratio_gpu_collectors_vs_bare"] = round(res["memtop_gpu_collectors"] / bare_avg, 2)

@@ -30,8 +30,16 @@ def dmon_rows() -> list[dict]:
         f = line.split()
         if len(f) < 21 or "-" in f[14:21]:
             continue
-        rows.append({"t": _wall(f[0], f[1]), "smutil": float(f[15]), "dram": float(f[18]),
-                     "pcitx": float(f[19]) * 2**20, "pcirx": float(f[20]) * 2**20, "gract": float(f[14])})
+        rows.append(
+            {
+                "t": _wall(f[0], f[1]),
+                "smutil": float(f[15]),
+                "dram": float(f[18]),
+                "pcitx": float(f[19]) * 2**20,
+                "pcirx": float(f[20]) * 2**20,
+                "gract": float(f[14]),
+            }
+        )
     return rows
 
 
@@ -39,7 +47,9 @@ def smi_rows() -> list[dict]:
     rows = []
     for line in (ROOT / "bench/data/smi_s0.csv").read_text().splitlines():
         ts, mem, pw = (x.strip() for x in line.split(","))
-        t = calendar.timegm(time.strptime(ts.split(".")[0], "%Y/%m/%d %H:%M:%S")) + float("0." + ts.split(".")[1])
+        t = calendar.timegm(time.strptime(ts.split(".")[0], "%Y/%m/%d %H:%M:%S")) + float(
+            "0." + ts.split(".")[1]
+        )
         rows.append({"t": t, "mem_mib": float(mem.split()[0]), "power": float(pw.split()[0])})
     return rows
 
@@ -48,8 +58,10 @@ def main() -> None:
     rec = Recording(ROOT / "tests/data/labelled_s0.memtop")
     off = rec.meta["wall_offset"]
     dm, sm = dmon_rows(), smi_rows()
-    print("| phase | SM % memtop / dmon | DRAM % memtop / dmon | PCIe RX GB/s memtop / dmon | PCIe TX GB/s memtop / dmon "
-          "| power W memtop / smi | memory MiB memtop / smi |")
+    print(
+        "| phase | SM % memtop / dmon | DRAM % memtop / dmon | PCIe RX GB/s memtop / dmon | PCIe TX GB/s memtop / dmon "
+        "| power W memtop / smi | memory MiB memtop / smi |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name in PHASES:
         m = next(m for m in rec.markers() if m.name == name)
@@ -64,12 +76,14 @@ def main() -> None:
             xs = [x for x in xs if x is not None]
             return statistics.mean(xs) if xs else float("nan")
 
-        print(f"| {name} | {mean(g.sm for g in seen):.1f} / {mean(r['smutil'] for r in d):.1f} "
-              f"| {mean(g.dram for g in seen):.1f} / {mean(r['dram'] for r in d):.1f} "
-              f"| {mean(g.pcie_rx for g in seen) / 1e9:.2f} / {mean(r['pcirx'] for r in d) / 1e9:.2f} "
-              f"| {mean(g.pcie_tx for g in seen) / 1e9:.2f} / {mean(r['pcitx'] for r in d) / 1e9:.2f} "
-              f"| {mean(g.power_w for g in seen):.0f} / {mean(r['power'] for r in s):.0f} "
-              f"| {mean(g.mem_used for g in seen) / 2**20:.0f} / {mean(r['mem_mib'] for r in s):.0f} |")
+        print(
+            f"| {name} | {mean(g.sm for g in seen):.1f} / {mean(r['smutil'] for r in d):.1f} "
+            f"| {mean(g.dram for g in seen):.1f} / {mean(r['dram'] for r in d):.1f} "
+            f"| {mean(g.pcie_rx for g in seen) / 1e9:.2f} / {mean(r['pcirx'] for r in d) / 1e9:.2f} "
+            f"| {mean(g.pcie_tx for g in seen) / 1e9:.2f} / {mean(r['pcitx'] for r in d) / 1e9:.2f} "
+            f"| {mean(g.power_w for g in seen):.0f} / {mean(r['power'] for r in s):.0f} "
+            f"| {mean(g.mem_used for g in seen) / 2**20:.0f} / {mean(r['mem_mib'] for r in s):.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ if __name__ == "__main__":
     out, n = Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 8
     src = Recording(ROOT / "tests/data/labelled_s0.memtop")
     g0 = (src.meta.get("gpus") or [{}])[0]
-    meta = {**src.meta, "gpus": [{**g0, "index": i, "uuid": f"{g0.get('uuid', 'GPU')}-{i}"} for i in range(n)]}
+    meta = {
+        **src.meta,
+        "gpus": [{**g0, "index": i, "uuid": f"{g0.get('uuid', 'GPU')}-{i}"} for i in range(n)],
+    }
     for k in ("magic", "schema", "memtop_version"):
         meta.pop(k, None)
     w = Writer(out, meta, force=True)

@@ -66,8 +66,16 @@ def main() -> None:
     names = list(GPM_METRICS)
     for subset in (names[:1], names[:5], names[:7], names):
         sub = {k: GPM_METRICS[k] for k in subset}
-        print(json.dumps({"call": "gpm_metrics_get", "metrics": len(sub),
-                          "cpu_us": round(gpm_cost(nv, i, sub, max(10, n // 10)), 1)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "call": "gpm_metrics_get",
+                    "metrics": len(sub),
+                    "cpu_us": round(gpm_cost(nv, i, sub, max(10, n // 10)), 1),
+                }
+            ),
+            flush=True,
+        )
     nv.shutdown()
 
 

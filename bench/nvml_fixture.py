@@ -28,8 +28,10 @@ def main() -> None:
     rec = RecordingNvml(RealNvml())
     n_gpm = run(NvmlCollector(rec, 0.1, use_gpm=True), 3.0)
     n_nvml = run(NvmlCollector(rec, 0.2, use_gpm=False), 1.5)
-    rec.save(sys.argv[1], {"recorded": time.strftime("%Y-%m-%d %H:%M:%S"), "samples_gpm": n_gpm,
-                           "samples_nvml": n_nvml})
+    rec.save(
+        sys.argv[1],
+        {"recorded": time.strftime("%Y-%m-%d %H:%M:%S"), "samples_gpm": n_gpm, "samples_nvml": n_nvml},
+    )
     print(f"recorded {len(rec.log)} calls ({n_gpm} GPM samples, {n_nvml} NVML-only samples)")
 
 

@@ -10,11 +10,28 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-IDLE = ("select (selectors", "Condition.wait", "Queue.get", "Event.wait", "sleep", "wait (threading",
-        "_worker (concurrent/futures/thread.py:81)", "run_forever (asyncio", "_run_once (asyncio")
-PARTS = (("nvml", "collectors/nvml"), ("perf", "collectors/perf"), ("host", "collectors/host"),
-         ("stacks", "collectors/stacks"), ("sampler", "memtop/sampler"), ("classifier", "memtop/phases"),
-         ("pipeline", "memtop/pipeline"), ("ui (memtop)", "tui/"), ("ui (textual)", "textual/"))
+IDLE = (
+    "select (selectors",
+    "Condition.wait",
+    "Queue.get",
+    "Event.wait",
+    "sleep",
+    "wait (threading",
+    "_worker (concurrent/futures/thread.py:81)",
+    "run_forever (asyncio",
+    "_run_once (asyncio",
+)
+PARTS = (
+    ("nvml", "collectors/nvml"),
+    ("perf", "collectors/perf"),
+    ("host", "collectors/host"),
+    ("stacks", "collectors/stacks"),
+    ("sampler", "memtop/sampler"),
+    ("classifier", "memtop/phases"),
+    ("pipeline", "memtop/pipeline"),
+    ("ui (memtop)", "tui/"),
+    ("ui (textual)", "textual/"),
+)
 
 
 def main(path: str) -> None:

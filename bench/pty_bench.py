@@ -50,20 +50,21 @@ def thread_cpu_s(pid: int) -> dict[int, float]:
 def thread_names(pid: int) -> dict[int, str]:
     """Python thread names by OS thread id, from a py-spy dump (empty if py-spy cannot attach)."""
     try:
-        dump = subprocess.run(["py-spy", "dump", "--nonblocking", "--pid", str(pid)],
-                              capture_output=True, text=True, timeout=20).stdout
+        dump = subprocess.run(
+            ["py-spy", "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True, timeout=20
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return {int(m[1]): m[2] for m in re.finditer(r'^Thread (\d+) \(\w+\): "([^"]+)"', dump, re.M)}
 
 
 def main() -> None:
-    args = sys.argv[1:sys.argv.index("--")]
+    args = sys.argv[1 : sys.argv.index("--")]
     per_thread = "--threads" in args
     args = [a for a in args if a != "--threads"]
     secs = float(args[0])
     cols, rows = (int(x) for x in args[1].split("x"))
-    cmd = sys.argv[sys.argv.index("--") + 1:]
+    cmd = sys.argv[sys.argv.index("--") + 1 :]
     warm = float(args[2]) if len(args) > 2 else 3.0  # skip start-up before measuring steady state
     t0 = time.monotonic()
     pid, fd = pty.fork()
@@ -109,11 +110,20 @@ def main() -> None:
         time.sleep(0.05)
     else:
         os.kill(pid, signal.SIGKILL)
-    print(json.dumps({"cmd": " ".join(cmd), "size": f"{cols}x{rows}", "warm_s": warm, "seconds": round(w1 - w0, 1),
-                      "cpu_pct_one_core": round(100 * (c1 - c0) / (w1 - w0), 2),
-                      "kib_per_s": round((b1 - b0) / 1024 / (w1 - w0), 2),
-                      "first_output_s": None if first is None else round(first, 3),
-                      **({"threads": threads} if per_thread else {})}))
+    print(
+        json.dumps(
+            {
+                "cmd": " ".join(cmd),
+                "size": f"{cols}x{rows}",
+                "warm_s": warm,
+                "seconds": round(w1 - w0, 1),
+                "cpu_pct_one_core": round(100 * (c1 - c0) / (w1 - w0), 2),
+                "kib_per_s": round((b1 - b0) / 1024 / (w1 - w0), 2),
+                "first_output_s": None if first is None else round(first, 3),
+                **({"threads": threads} if per_thread else {}),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ class ManyGpus:
             if name == "device":
                 r = {**r, "uuid": f"{r['uuid'][:-2]}{i:02d}"}
             return r
+
         return call
 
     def shutdown(self) -> None:
@@ -51,9 +52,16 @@ def run(n: int, secs: float) -> dict:
     s.stop()
     wall = time.monotonic() - w0
     per_gpu = [sum(1 for f in frames for g in f.gpus if g.index == i) for i in range(n)]
-    return {"gpus": n, "seconds": round(wall, 1), "frames": len(frames), "frames_per_s": round(len(frames) / wall, 1),
-            "missed_ticks": s.missed, "cpu_pct_one_core": round(100 * (time.process_time() - c0) / wall, 1),
-            "gpus_in_last_frame": len(frames[-1].gpus) if frames else 0, "min_samples_per_gpu": min(per_gpu)}
+    return {
+        "gpus": n,
+        "seconds": round(wall, 1),
+        "frames": len(frames),
+        "frames_per_s": round(len(frames) / wall, 1),
+        "missed_ticks": s.missed,
+        "cpu_pct_one_core": round(100 * (time.process_time() - c0) / wall, 1),
+        "gpus_in_last_frame": len(frames[-1].gpus) if frames else 0,
+        "min_samples_per_gpu": min(per_gpu),
+    }
 
 
 if __name__ == "__main__":

@@ -27,8 +27,10 @@ REC = ROOT / "tests" / "data" / "labelled_s0.memtop"
 # Two <text> runs of one style that touch (the app draws panels as tiles, and the SVG export keeps
 # each tile's run apart): rsvg-convert stretches each run to its textLength and shifts a leading
 # non-breaking space, which opens gaps at tile edges in the PNG. Joined runs render as one.
-_RUN = re.compile(r'<text class="([^"]+)" x="([0-9.]+)" y="([0-9.]+)" textLength="([0-9.]+)" clip-path="([^"]+)">'
-                  r'([^<]*)</text><text class="\1" x="([0-9.]+)" y="\3" textLength="([0-9.]+)" clip-path="\5">')
+_RUN = re.compile(
+    r'<text class="([^"]+)" x="([0-9.]+)" y="([0-9.]+)" textLength="([0-9.]+)" clip-path="([^"]+)">'
+    r'([^<]*)</text><text class="\1" x="([0-9.]+)" y="\3" textLength="([0-9.]+)" clip-path="\5">'
+)
 
 
 def _join_runs(svg: str) -> str:
@@ -36,8 +38,11 @@ def _join_runs(svg: str) -> str:
         cls, x, y, length, clip, text, x2, length2 = m.groups()
         if abs(float(x) + float(length) - float(x2)) > 0.05:
             return m.group(0)
-        return (f'<text class="{cls}" x="{x}" y="{y}" textLength="{float(length) + float(length2):g}" '
-                f'clip-path="{clip}">{text}')
+        return (
+            f'<text class="{cls}" x="{x}" y="{y}" textLength="{float(length) + float(length2):g}" '
+            f'clip-path="{clip}">{text}'
+        )
+
     while True:
         joined = _RUN.sub(join, svg)
         if joined == svg:
@@ -51,7 +56,9 @@ async def shot(name: str, size: tuple[int, int], upto_phase: str, gpus: int = 1)
     frames = list(rec.frames(end=m.t1 - 1.0))
     if gpus > 1:
         frames = multi_gpu(frames, gpus)
-    p = Pipeline(Status("replay", position=frames[-1].t - rec.t0, duration=rec.duration, paused=True), meta=rec.meta)
+    p = Pipeline(
+        Status("replay", position=frames[-1].t - rec.t0, duration=rec.duration, paused=True), meta=rec.meta
+    )
     for f in frames:
         p.on_frame(f, tick=False)
     app = MemtopApp(p, hangup_guard=False)
@@ -59,8 +66,11 @@ async def shot(name: str, size: tuple[int, int], upto_phase: str, gpus: int = 1)
         await pilot.pause()
         path = app.save_screenshot(f"{name}.svg", str(ROOT / "screenshots"))
     if shutil.which("rsvg-convert"):
-        subprocess.run(["rsvg-convert", "-o", str(Path(path).with_suffix(".png"))],
-                       input=_join_runs(Path(path).read_text()).encode(), check=True)
+        subprocess.run(
+            ["rsvg-convert", "-o", str(Path(path).with_suffix(".png"))],
+            input=_join_runs(Path(path).read_text()).encode(),
+            check=True,
+        )
     print(path)
 
 

@@ -33,8 +33,11 @@ def main() -> None:
         while not stop.is_set():
             hz = rate["hz"]
             if hz:
-                subprocess.run([pyspy, "dump", "--json", "--nonblocking", "--pid", str(os.getpid())],
-                               capture_output=True, env={"RUST_BACKTRACE": "0"})
+                subprocess.run(
+                    [pyspy, "dump", "--json", "--nonblocking", "--pid", str(os.getpid())],
+                    capture_output=True,
+                    env={"RUST_BACKTRACE": "0"},
+                )
                 time.sleep(max(0.0, 1 / hz))
             else:
                 time.sleep(0.05)
@@ -64,13 +67,19 @@ def main() -> None:
             times[hz].append((time.perf_counter() - t0) / n * 1e3)
     stop.set()
     off = statistics.mean(times[0.0])
-    print(json.dumps({
-        "step_ms": {str(k): round(statistics.mean(v), 4) for k, v in times.items()},
-        "slowdown_pct_1hz": round(100 * (statistics.mean(times[1.0]) / off - 1), 3),
-        "slowdown_pct_5hz": round(100 * (statistics.mean(times[5.0]) / off - 1), 3),
-        "windows": {str(k): [round(x, 4) for x in v] for k, v in times.items()},
-        "matmuls_per_step": matmuls, "window_s": window, "rounds": rounds,
-    }))
+    print(
+        json.dumps(
+            {
+                "step_ms": {str(k): round(statistics.mean(v), 4) for k, v in times.items()},
+                "slowdown_pct_1hz": round(100 * (statistics.mean(times[1.0]) / off - 1), 3),
+                "slowdown_pct_5hz": round(100 * (statistics.mean(times[5.0]) / off - 1), 3),
+                "windows": {str(k): [round(x, 4) for x in v] for k, v in times.items()},
+                "matmuls_per_step": matmuls,
+                "window_s": window,
+                "rounds": rounds,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

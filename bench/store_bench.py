@@ -27,7 +27,8 @@ SRC = ROOT / "tests/data/labelled_s0.memtop"
 def shifted(frames, dt: float):
     for f in frames:
         yield replace(
-            f, t=f.t + dt,
+            f,
+            t=f.t + dt,
             gpus=tuple(replace(g, t=g.t + dt) for g in f.gpus),
             host=replace(f.host, t=f.host.t + dt) if f.host else None,
             stacks=tuple(replace(s, t=s.t + dt) for s in f.stacks),
@@ -70,13 +71,22 @@ def main() -> None:
     a = time.perf_counter()
     m = sum(1 for _ in rec.frames())
     read_s = time.perf_counter() - a
-    print(json.dumps({
-        "duration_s": round(rec.duration), "frames": n, "size_mb": round(size / 1e6, 2),
-        "mb_per_gpu_hour": round(size / 1e6 / hours / max(1, len(src.meta.get("gpus") or [1])), 2),
-        "write_s": round(write_s, 1), "seek_ms_median": round(1e3 * statistics.median(seeks), 1),
-        "seek_ms_max": round(1e3 * max(seeks), 1), "report_s": round(report_s, 2),
-        "read_all_frames_s": round(read_s, 1), "frames_read": m,
-    }))
+    print(
+        json.dumps(
+            {
+                "duration_s": round(rec.duration),
+                "frames": n,
+                "size_mb": round(size / 1e6, 2),
+                "mb_per_gpu_hour": round(size / 1e6 / hours / max(1, len(src.meta.get("gpus") or [1])), 2),
+                "write_s": round(write_s, 1),
+                "seek_ms_median": round(1e3 * statistics.median(seeks), 1),
+                "seek_ms_max": round(1e3 * max(seeks), 1),
+                "report_s": round(report_s, 2),
+                "read_all_frames_s": round(read_s, 1),
+                "frames_read": m,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -58,13 +58,22 @@ async def run(path: str, paints: int, size: tuple[int, int], gpus: int, hz: floa
             t_next += 1.0
             c1 = time.thread_time()
             app._paint()
-            await asyncio.sleep(0.05)  # the screen's update timer composes (Pilot.pause messages every widget)
+            await asyncio.sleep(
+                0.05
+            )  # the screen's update timer composes (Pilot.pause messages every widget)
             c2 = time.thread_time()
             feed += c1 - c0
             ui += c2 - c1
             done += 1
-    return {"recording": Path(path).name, "size": f"{size[0]}x{size[1]}", "gpus": gpus, "hz": hz, "paints": done,
-            "ui_ms_per_paint": round(ui / done * 1e3, 3), "feed_ms_per_s": round(feed / done * 1e3, 3)}
+    return {
+        "recording": Path(path).name,
+        "size": f"{size[0]}x{size[1]}",
+        "gpus": gpus,
+        "hz": hz,
+        "paints": done,
+        "ui_ms_per_paint": round(ui / done * 1e3, 3),
+        "feed_ms_per_s": round(feed / done * 1e3, 3),
+    }
 
 
 def main() -> None:

@@ -163,9 +163,14 @@ class Phases:
         return {"steps": n}
 
     def _loader(self, end: float, workers: int, item_ms: float, sleep_ms: float, gpu_k: int, bs: int) -> dict:
-        dl = DataLoader(HeavyItems(item_ms, sleep_ms), batch_size=bs, num_workers=workers,
-                        pin_memory=workers > 0, prefetch_factor=2 if workers else None,
-                        persistent_workers=False)
+        dl = DataLoader(
+            HeavyItems(item_ms, sleep_ms),
+            batch_size=bs,
+            num_workers=workers,
+            pin_memory=workers > 0,
+            prefetch_factor=2 if workers else None,
+            persistent_workers=False,
+        )
         n = 0
         for batch in dl:
             xb = batch.to(dev, non_blocking=True)
@@ -230,12 +235,23 @@ def _hog(end: float) -> None:
 
 
 LABELS = {
-    "idle": "idle", "compute": "compute", "memory": "memory",
-    "h2d_pinned": "transfer", "d2h_pinned": "transfer", "h2d_pageable": "transfer",
-    "sync_even": "sync", "sync_cpu_heavy": "sync", "sync_gpu_heavy": "sync",
-    "launch": "cpu", "python": "cpu",
-    "dl_workers0": "input", "dl_saturated": "input", "dl_io": "input",
-    "neg_compute_item": "compute", "neg_overlap_copy": "compute", "neg_busy_workers": "compute",
+    "idle": "idle",
+    "compute": "compute",
+    "memory": "memory",
+    "h2d_pinned": "transfer",
+    "d2h_pinned": "transfer",
+    "h2d_pageable": "transfer",
+    "sync_even": "sync",
+    "sync_cpu_heavy": "sync",
+    "sync_gpu_heavy": "sync",
+    "launch": "cpu",
+    "python": "cpu",
+    "dl_workers0": "input",
+    "dl_saturated": "input",
+    "dl_io": "input",
+    "neg_compute_item": "compute",
+    "neg_overlap_copy": "compute",
+    "neg_busy_workers": "compute",
     "neg_cpu_hog": "compute",
 }
 
@@ -258,7 +274,9 @@ def main() -> None:
             t0 = time.monotonic()
             facts = ph.run(name)
             t1 = time.monotonic()
-            fh.write(json.dumps({"t0": t0, "t1": t1, "label": LABELS[name], "name": name, "facts": facts}) + "\n")
+            fh.write(
+                json.dumps({"t0": t0, "t1": t1, "label": LABELS[name], "name": name, "facts": facts}) + "\n"
+            )
             fh.flush()
             print(f"{name:18s} {LABELS[name]:9s} {t1 - t0:5.1f}s {facts}", flush=True)
 

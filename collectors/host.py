@@ -56,18 +56,36 @@ class HostCollector:
         caps = []
         nodes = self._numa_nodes
         if len(nodes) < 2:
-            caps.append(Capability("numa", "layout", CapState.UNSUPPORTED,
-                                   f"{len(nodes)} NUMA node(s): placement checks do not apply"))
+            caps.append(
+                Capability(
+                    "numa",
+                    "layout",
+                    CapState.UNSUPPORTED,
+                    f"{len(nodes)} NUMA node(s): placement checks do not apply",
+                )
+            )
         elif self._gpu_nodes and all(n < 0 for n in self._gpu_nodes):
-            caps.append(Capability("numa", "GPU node", CapState.UNSUPPORTED,
-                                   "sysfs numa_node of the GPU is -1 (unknown)",
-                                   "common on VMs; placement cannot be judged"))
+            caps.append(
+                Capability(
+                    "numa",
+                    "GPU node",
+                    CapState.UNSUPPORTED,
+                    "sysfs numa_node of the GPU is -1 (unknown)",
+                    "common on VMs; placement cannot be judged",
+                )
+            )
         else:
             caps.append(Capability("numa", "layout", CapState.AVAILABLE, f"{len(nodes)} NUMA nodes"))
         for pid in sorted(self._invisible):
-            caps.append(Capability("host", f"pid {pid}", CapState.UNSUPPORTED,
-                                   "NVML reports a process this PID namespace cannot see (container)",
-                                   "run memtop in the host PID namespace (docker --pid=host) to see it"))
+            caps.append(
+                Capability(
+                    "host",
+                    f"pid {pid}",
+                    CapState.UNSUPPORTED,
+                    "NVML reports a process this PID namespace cannot see (container)",
+                    "run memtop in the host PID namespace (docker --pid=host) to see it",
+                )
+            )
         return tuple(caps)
 
     def _targets(self, all_threads: bool) -> dict[int, int | None]:
@@ -135,9 +153,23 @@ class HostCollector:
         gpus = self.gpu_pids.get(pid, ())
         owner = gpus if gpus else self.gpu_pids.get(parent or -1, ())
         gnode = self._gpu_nodes[owner[0]] if owner and owner[0] < len(self._gpu_nodes) else -1
-        return ProcSample(pid, ppid, name, cmd, user, max(0.0, cpu), threads, state,
-                          cpus_allowed, mems_allowed, used, gpus, parent,
-                          numa.placement(gnode, nodes, used), started)
+        return ProcSample(
+            pid,
+            ppid,
+            name,
+            cmd,
+            user,
+            max(0.0, cpu),
+            threads,
+            state,
+            cpus_allowed,
+            mems_allowed,
+            used,
+            gpus,
+            parent,
+            numa.placement(gnode, nodes, used),
+            started,
+        )
 
     def _static_of(self, p: psutil.Process) -> tuple[str, str, str, float]:
         name = p.name()
@@ -164,15 +196,26 @@ class HostCollector:
         for cache in (self._cpu_used, self._static, self._placed):
             for gone in set(cache) - set(targets):
                 del cache[gone]
-        procs = tuple(ps for pid, parent in targets.items()
-                      if (ps := self._proc_sample(pid, parent, self._numa_nodes, now)) is not None)
-        return [HostSample(
-            t=now, cpu_pct=percore, iowait_pct=iowait,
-            load=os.getloadavg(), mem_used=mem_total - mem_avail, mem_total=mem_total,
-            swap_used=sw.used, swap_total=sw.total, numa=self._numa_nodes,
-            gpu_nodes=self._gpu_nodes, procs=procs,
-        )]
+        procs = tuple(
+            ps
+            for pid, parent in targets.items()
+            if (ps := self._proc_sample(pid, parent, self._numa_nodes, now)) is not None
+        )
+        return [
+            HostSample(
+                t=now,
+                cpu_pct=percore,
+                iowait_pct=iowait,
+                load=os.getloadavg(),
+                mem_used=mem_total - mem_avail,
+                mem_total=mem_total,
+                swap_used=sw.used,
+                swap_total=sw.total,
+                numa=self._numa_nodes,
+                gpu_nodes=self._gpu_nodes,
+                procs=procs,
+            )
+        ]
 
     def stop(self) -> None:
         self._cpu_used.clear()
-

@@ -75,8 +75,18 @@ class NumaReader:
                 dt = now - prev[0]
                 rates = {k: max(0, stat.get(k, 0) - prev[1].get(k, 0)) / dt for k in NUMASTAT_KEYS}
             self._prev[n] = (now, stat)
-            nodes.append(NumaNode(n, cpus, total, free, rates["numa_hit"], rates["numa_miss"],
-                                  rates["numa_foreign"], rates["other_node"]))
+            nodes.append(
+                NumaNode(
+                    n,
+                    cpus,
+                    total,
+                    free,
+                    rates["numa_hit"],
+                    rates["numa_miss"],
+                    rates["numa_foreign"],
+                    rates["other_node"],
+                )
+            )
         return tuple(nodes)
 
 

@@ -38,7 +38,9 @@ class SampleDrain:
         self.scale = scale
         self.last_us = 0
 
-    def take(self, rows: Sequence[tuple[int, float]], offset: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    def take(
+        self, rows: Sequence[tuple[int, float]], offset: float
+    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """New rows only, as (monotonic t, value); ``offset`` = wall - monotonic."""
         fresh = sorted(r for r in rows if r[0] > self.last_us)
         if not fresh:
@@ -54,8 +56,17 @@ class GpuReader:
     name = "nvml"
     jitter = 0.0  # GPM pairs and drains keep a fixed rate
 
-    def __init__(self, nv: Any, index: int, info: dict, gpm: bool, gpm_reason: str,
-                 interval: float, offset: float, series: bool = True):
+    def __init__(
+        self,
+        nv: Any,
+        index: int,
+        info: dict,
+        gpm: bool,
+        gpm_reason: str,
+        interval: float,
+        offset: float,
+        series: bool = True,
+    ):
         self.nv = nv
         self.index = index
         self.info = info
@@ -86,13 +97,24 @@ class GpuReader:
     def capabilities(self) -> tuple[Capability, ...]:
         g = f"GPU {self.index}"
         caps = [
-            Capability("gpm", g, CapState.AVAILABLE if self.gpm else CapState.UNSUPPORTED,
-                       "GPM metrics at 10 Hz" if self.gpm else self.gpm_reason,
-                       "" if self.gpm else "NVML-only mode: util is 'kernel or copy running', not SM activity"),
+            Capability(
+                "gpm",
+                g,
+                CapState.AVAILABLE if self.gpm else CapState.UNSUPPORTED,
+                "GPM metrics at 10 Hz" if self.gpm else self.gpm_reason,
+                "" if self.gpm else "NVML-only mode: util is 'kernel or copy running', not SM activity",
+            ),
         ]
         if self.lost:
-            caps.append(Capability("nvml", g, CapState.ERROR, "GPU is lost (fell off the bus)",
-                                   "check dmesg for Xid errors; the GPU needs a reset by an administrator"))
+            caps.append(
+                Capability(
+                    "nvml",
+                    g,
+                    CapState.ERROR,
+                    "GPU is lost (fell off the bus)",
+                    "check dmesg for Xid errors; the GPU needs a reset by an administrator",
+                )
+            )
         for metric, err in sorted(self.errors.items()):
             caps.append(Capability("nvml", f"{g} {metric}", CapState.ERROR, err))
         return tuple(caps)
@@ -145,17 +167,24 @@ class GpuReader:
             mem = self._try("memory", nv.memory, i)
             self._slow = {
                 "temp_c": None if tc is None else float(tc),
-                "sm_clock": float(clk[0]) if clk else None, "mem_clock": float(clk[1]) if clk else None,
+                "sm_clock": float(clk[0]) if clk else None,
+                "mem_clock": float(clk[1]) if clk else None,
                 "clock_events": self._try("clock events", nv.clock_events, i),
-                "mem_used": mem[0] if mem else None, "mem_total": mem[1] if mem else None,
+                "mem_used": mem[0] if mem else None,
+                "mem_total": mem[1] if mem else None,
             }
         f.update(self._slow)
         if now - self._link_t >= 10.0:
             self._link_t = now
             lk = self._try("pcie link", nv.link, i)
             if lk:
-                self._link = PcieLink(lk["gen"], lk["width"], lk["max_gen"], lk["max_width"],
-                                      link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts")))
+                self._link = PcieLink(
+                    lk["gen"],
+                    lk["width"],
+                    lk["max_gen"],
+                    lk["max_width"],
+                    link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts")),
+                )
         if now - self._procs_t >= 1.0:
             self._procs_t = now
             procs = self._try("processes", nv.processes, i)
@@ -163,8 +192,9 @@ class GpuReader:
                 self._procs = tuple(GpuProcess(pid, mem) for pid, mem in procs)
         if self.lost:
             return [GpuSample(mode="lost", **base)]
-        out: list[object] = [GpuSample(mode="gpm" if self.gpm else "nvml", link=self._link,
-                                       processes=self._procs, **base, **f)]
+        out: list[object] = [
+            GpuSample(mode="gpm" if self.gpm else "nvml", link=self._link, processes=self._procs, **base, **f)
+        ]
         if self.series and now - self._drain_t >= 1.0:
             self._drain_t = now
             out.extend(self.drain())
@@ -193,8 +223,14 @@ class GpuReader:
 class NvmlCollector:
     """Owns NVML for the process; hands out one GpuReader per GPU."""
 
-    def __init__(self, nv: Any | None = None, interval: float = 0.1, use_gpm: bool = True,
-                 offset: float | None = None, series: bool = True):
+    def __init__(
+        self,
+        nv: Any | None = None,
+        interval: float = 0.1,
+        use_gpm: bool = True,
+        offset: float | None = None,
+        series: bool = True,
+    ):
         self.nv = nv if nv is not None else RealNvml()
         self.interval = interval
         self.use_gpm = use_gpm
@@ -212,11 +248,24 @@ class NvmlCollector:
         try:
             self.system = self.nv.init()
         except NvmlUnavailable as e:
-            self.caps = [Capability("nvml", "driver", CapState.UNSUPPORTED, str(e),
-                                    "install the NVIDIA driver, or run `memtop --demo` to see a recording")]
+            self.caps = [
+                Capability(
+                    "nvml",
+                    "driver",
+                    CapState.UNSUPPORTED,
+                    str(e),
+                    "install the NVIDIA driver, or run `memtop --demo` to see a recording",
+                )
+            ]
             return
-        self.caps = [Capability("nvml", "driver", CapState.AVAILABLE,
-                                f"driver {self.system['driver']}, NVML {self.system['nvml_version']}")]
+        self.caps = [
+            Capability(
+                "nvml",
+                "driver",
+                CapState.AVAILABLE,
+                f"driver {self.system['driver']}, NVML {self.system['nvml_version']}",
+            )
+        ]
         for i in range(self.system["count"]):
             try:
                 info = self.nv.device(i)

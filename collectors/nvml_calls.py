@@ -193,7 +193,22 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-_METHODS = ["init", "device", "gpm_supported", "gpm_metrics", "utilization", "samples", "pcie_throughput_kbs", "link", "power_mw", "temperature", "clocks", "clock_events", "memory", "processes"]
+_METHODS = [
+    "init",
+    "device",
+    "gpm_supported",
+    "gpm_metrics",
+    "utilization",
+    "samples",
+    "pcie_throughput_kbs",
+    "link",
+    "power_mw",
+    "temperature",
+    "clocks",
+    "clock_events",
+    "memory",
+    "processes",
+]
 
 
 class RecordingNvml:

@@ -96,11 +96,17 @@ def paranoid() -> int | None:
 def explain(err: OSError, hardware: bool) -> tuple[CapState, str, str]:
     level = paranoid()
     if err.errno == errno.ENOENT and hardware:
-        return (CapState.UNSUPPORTED, "no CPU PMU (virtual machine?): hardware counters unavailable",
-                "run on bare metal, or ask the hypervisor to expose the PMU")
+        return (
+            CapState.UNSUPPORTED,
+            "no CPU PMU (virtual machine?): hardware counters unavailable",
+            "run on bare metal, or ask the hypervisor to expose the PMU",
+        )
     if err.errno in (errno.EACCES, errno.EPERM):
-        return (CapState.DENIED, f"perf_event_paranoid={level} forbids it (or another user's process)",
-                "run as the process owner, or sysctl kernel.perf_event_paranoid=2 (or lower)")
+        return (
+            CapState.DENIED,
+            f"perf_event_paranoid={level} forbids it (or another user's process)",
+            "run as the process owner, or sysctl kernel.perf_event_paranoid=2 (or lower)",
+        )
     if err.errno == errno.ESRCH:
         return CapState.ERROR, "process gone", ""
     return CapState.ERROR, f"perf_event_open: {err.strerror}", ""
@@ -150,7 +156,9 @@ class PerfCollector:
         self._totals: dict[int, tuple[float, dict[str, float]]] = {}
         self.status: dict[str, Capability] = {}
         self.hw_ok: bool | None = None
-        self._ctx: dict[int, tuple[float, float, float]] = {}  # pid -> (read at, total, rate since the read before)
+        self._ctx: dict[
+            int, tuple[float, float, float]
+        ] = {}  # pid -> (read at, total, rate since the read before)
         self._scanned: dict[int, float] = {}  # pid -> when its threads were last listed
 
     def _ctx_switches(self, pid: int, now: float, tids: list[str] | None) -> float:
@@ -203,7 +211,8 @@ class PerfCollector:
                         continue
                     state, reason, fix = explain(e, hw)
                     self.status["hw" if hw else f"pid {pid}"] = Capability(
-                        "perf", "hardware counters" if hw else f"pid {pid}", state, reason, fix)
+                        "perf", "hardware counters" if hw else f"pid {pid}", state, reason, fix
+                    )
                     if hw and e.errno in (errno.ENOENT, errno.EOPNOTSUPP):
                         self.hw_ok = False
         return listed
@@ -231,8 +240,11 @@ class PerfCollector:
             self._totals[pid] = (now, counts)
             if any(k[0] == pid and not k[2] for k in self._groups):
                 self.status[f"pid {pid}"] = Capability(
-                    "perf", f"pid {pid}", CapState.AVAILABLE,
-                    "software + hardware counters" if self.hw_ok else "software counters")
+                    "perf",
+                    f"pid {pid}",
+                    CapState.AVAILABLE,
+                    "software + hardware counters" if self.hw_ok else "software counters",
+                )
             if prev is None or now <= prev[0]:
                 continue
             dt = now - prev[0]

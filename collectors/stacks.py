@@ -87,14 +87,26 @@ def parse_dump(text: str, pid: int, t: float, src: SourceLines | None = None) ->
     threads = []
     for th in json.loads(text):
         frames = tuple(
-            StackFrame(f.get("name") or "?", f.get("filename") or "?", int(f.get("line") or 0),
-                       src.get(pid, f.get("filename") or "", int(f.get("line") or 0)) if src else "")
+            StackFrame(
+                f.get("name") or "?",
+                f.get("filename") or "?",
+                int(f.get("line") or 0),
+                src.get(pid, f.get("filename") or "", int(f.get("line") or 0)) if src else "",
+            )
             for f in th.get("frames") or ()
         )
         active = bool(th.get("active"))
         tid = int(th.get("os_thread_id") or th.get("thread_id") or 0)
-        threads.append(ThreadStack(tid, th.get("thread_name") or ("MainThread" if tid == pid else "thread"),
-                                   active, bool(th.get("owns_gil")), frames, classify(frames, active)))
+        threads.append(
+            ThreadStack(
+                tid,
+                th.get("thread_name") or ("MainThread" if tid == pid else "thread"),
+                active,
+                bool(th.get("owns_gil")),
+                frames,
+                classify(frames, active),
+            )
+        )
     return StackSample(t, pid, tuple(threads))
 
 
@@ -133,8 +145,15 @@ class StacksCollector:
 
     def capabilities(self) -> tuple[Capability, ...]:
         if self.pyspy is None:
-            return (Capability("stacks", "py-spy", CapState.UNSUPPORTED, "py-spy not found",
-                               "pip install py-spy (it is a memtop dependency)"),)
+            return (
+                Capability(
+                    "stacks",
+                    "py-spy",
+                    CapState.UNSUPPORTED,
+                    "py-spy not found",
+                    "pip install py-spy (it is a memtop dependency)",
+                ),
+            )
         return tuple(self.status[p] for p in sorted(self.status))
 
     def _spawn(self, pid: int, native: bool = False) -> subprocess.Popen:
@@ -151,8 +170,11 @@ class StacksCollector:
         while self._native:
             pid = self._native.pop()
             natives.append(self.native_dump(pid))
-        pids = [p for p, parent in self.targets.items()
-                if (parent is None or self._cycle % self.worker_every == 0) and p not in {n.pid for n in natives}]
+        pids = [
+            p
+            for p, parent in self.targets.items()
+            if (parent is None or self._cycle % self.worker_every == 0) and p not in {n.pid for n in natives}
+        ]
         running = []
         for pid in pids:  # start all dumps, then collect: one slow target delays none other
             try:
@@ -167,8 +189,9 @@ class StacksCollector:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            self.status[pid] = Capability("stacks", f"pid {pid}", CapState.ERROR,
-                                          f"py-spy hung (> {TIMEOUT_S:.0f} s) and was killed")
+            self.status[pid] = Capability(
+                "stacks", f"pid {pid}", CapState.ERROR, f"py-spy hung (> {TIMEOUT_S:.0f} s) and was killed"
+            )
             return None
         t = time.monotonic()
         if proc.returncode != 0:
@@ -178,7 +201,9 @@ class StacksCollector:
         try:
             sample = parse_dump(out, pid, t, self._src)
         except (ValueError, TypeError, AttributeError) as e:
-            self.status[pid] = Capability("stacks", f"pid {pid}", CapState.ERROR, f"unreadable py-spy output: {e}")
+            self.status[pid] = Capability(
+                "stacks", f"pid {pid}", CapState.ERROR, f"unreadable py-spy output: {e}"
+            )
             return None
         self.status[pid] = Capability("stacks", f"pid {pid}", CapState.AVAILABLE, "py-spy --nonblocking")
         return sample
@@ -186,7 +211,9 @@ class StacksCollector:
     def native_dump(self, pid: int) -> StackSample:
         """One-off dump with native frames (on request only: it briefly pauses the target)."""
         proc = self._spawn(pid, native=True)
-        s = self._collect(pid, proc, time.monotonic()) or StackSample(time.monotonic(), pid, (), "native dump failed")
+        s = self._collect(pid, proc, time.monotonic()) or StackSample(
+            time.monotonic(), pid, (), "native dump failed"
+        )
         return replace(s, native=True)
 
     def stop(self) -> None:

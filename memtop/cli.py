@@ -26,12 +26,28 @@ def _positive(text: str) -> float:
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pid", type=int, nargs="+", default=[], metavar="PID",
-                   help="watch these processes (default: the Python processes using a GPU)")
-    p.add_argument("--interval", type=_positive, default=0.1, metavar="S",
-                   help="GPU sampling interval in seconds (default 0.1: GPM at 10 Hz)")
-    p.add_argument("--stack-interval", type=_positive, default=0.5, metavar="S",
-                   help="seconds between py-spy dumps of each training process (default 0.5)")
+    p.add_argument(
+        "--pid",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="PID",
+        help="watch these processes (default: the Python processes using a GPU)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_positive,
+        default=0.1,
+        metavar="S",
+        help="GPU sampling interval in seconds (default 0.1: GPM at 10 Hz)",
+    )
+    p.add_argument(
+        "--stack-interval",
+        type=_positive,
+        default=0.5,
+        metavar="S",
+        help="seconds between py-spy dumps of each training process (default 0.5)",
+    )
     p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
     p.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
     p.add_argument("--no-perf", action="store_true", help="do not open perf counters")
@@ -39,19 +55,32 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
 
 def _add_display(p: argparse.ArgumentParser, default: object = None) -> None:
     """TUI options; on `replay` they may also follow the subcommand (SUPPRESS keeps the top-level value)."""
+
     def d(value: object) -> object:
         return value if default is None else default
 
-    p.add_argument("--paint-rate", type=_positive, default=d(1.0), metavar="HZ",
-                   help="UI repaints per second (default 1)")
-    p.add_argument("--no-mouse", action="store_true", default=d(False), help="no mouse tracking (kinder over SSH)")
-    p.add_argument("--ascii", action="store_true", default=d(False), help="ASCII only: no Unicode block characters")
+    p.add_argument(
+        "--paint-rate",
+        type=_positive,
+        default=d(1.0),
+        metavar="HZ",
+        help="UI repaints per second (default 1)",
+    )
+    p.add_argument(
+        "--no-mouse", action="store_true", default=d(False), help="no mouse tracking (kinder over SSH)"
+    )
+    p.add_argument(
+        "--ascii", action="store_true", default=d(False), help="ASCII only: no Unicode block characters"
+    )
     p.add_argument("--theme", default=d(None), help="Textual theme (default: the terminal's own palette)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="memtop", description="Live triage monitor for GPU training nodes: is the GPU busy, "
-                                           "and if not, what is it waiting for?")
+    p = _Parser(
+        prog="memtop",
+        description="Live triage monitor for GPU training nodes: is the GPU busy, "
+        "and if not, what is it waiting for?",
+    )
     p.add_argument("--version", action="version", version=f"memtop {__version__}")
     p.add_argument("--demo", action="store_true", help="replay a real H100 recording shipped with memtop")
     p.add_argument("--record", metavar="FILE", help="record what the live view shows")
@@ -64,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", required=True, metavar="RUN.memtop")
     r.add_argument("--duration", type=_positive, metavar="S", help="stop after S seconds (default: Ctrl-C)")
     r.add_argument("--force", action="store_true", help="overwrite an existing file")
-    r.add_argument("--markers", metavar="FILE", help="attach ground-truth phase markers (JSON lines) at the end")
+    r.add_argument(
+        "--markers", metavar="FILE", help="attach ground-truth phase markers (JSON lines) at the end"
+    )
     _add_sampling(r)
 
     rp = sub.add_parser("replay", help="open a recording in the TUI")

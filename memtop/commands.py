@@ -56,7 +56,9 @@ class LiveController:
 
         try:
             if self.sampler is None:
-                self.sampler = Sampler(sampler_config(self.args, recording=False), on_frame=self.pipeline.on_frame)
+                self.sampler = Sampler(
+                    sampler_config(self.args, recording=False), on_frame=self.pipeline.on_frame
+                )
             self.sampler.start()
         except Exception as e:  # the app stays up to say so (and to be quit) rather than going blank
             self.pipeline.set_status(fault=f"sampling could not start: {type(e).__name__}: {e}")
@@ -86,8 +88,9 @@ def _run_app(pipeline: Pipeline, controller, args: argparse.Namespace) -> int:
     return 0
 
 
-def replay_app(path: Path, args: argparse.Namespace, mode: str, loop: bool, speed: float = 1.0,
-               start_at: float = 0.0) -> int:
+def replay_app(
+    path: Path, args: argparse.Namespace, mode: str, loop: bool, speed: float = 1.0, start_at: float = 0.0
+) -> int:
     rec = open_recording(path)
     pipeline = Pipeline(Status(mode, duration=rec.duration, speed=speed, source=str(path)), meta=rec.meta)
     return _run_app(pipeline, ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at), args)

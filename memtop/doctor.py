@@ -27,29 +27,49 @@ def gpu_rows(nv=None) -> list[Row]:
     rows = []
     drv = col.caps[0] if col.caps else None
     if drv is None or not drv.ok:
-        return [_row("NVIDIA driver", False, drv.detail if drv else "unknown",
-                     drv.fix if drv else "")]
+        return [_row("NVIDIA driver", False, drv.detail if drv else "unknown", drv.fix if drv else "")]
     rows.append(_row("NVIDIA driver", True, drv.detail))
-    rows.append(_row("GPUs", bool(col.readers), f"{len(col.readers)}: " + ", ".join(
-        sorted({r.info["name"] for r in col.readers})) if col.readers else "none"))
+    rows.append(
+        _row(
+            "GPUs",
+            bool(col.readers),
+            f"{len(col.readers)}: " + ", ".join(sorted({r.info["name"] for r in col.readers}))
+            if col.readers
+            else "none",
+        )
+    )
     for r in col.readers:
         g = f"GPU {r.index}"
-        rows.append(_row(f"{g} GPM", r.gpm, "supported (10 Hz SM/tensor/DRAM/PCIe)" if r.gpm else r.gpm_reason,
-                         "" if r.gpm else "memtop falls back to NVML util + PCIe throughput (lower confidence)"))
+        rows.append(
+            _row(
+                f"{g} GPM",
+                r.gpm,
+                "supported (10 Hz SM/tensor/DRAM/PCIe)" if r.gpm else r.gpm_reason,
+                "" if r.gpm else "memtop falls back to NVML util + PCIe throughput (lower confidence)",
+            )
+        )
         try:
             n = len(col.nv.samples(r.index, "power_w", 0))
             rows.append(_row(f"{g} sample buffers", n > 0, f"{n} power samples buffered by the driver"))
         except NvmlCallError as e:
-            rows.append(_row(f"{g} sample buffers", False, e.message, "util/power history falls back to polling"))
+            rows.append(
+                _row(f"{g} sample buffers", False, e.message, "util/power history falls back to polling")
+            )
         try:
             lk = col.nv.link(r.index)
             cap = link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts")) / 1e9
             down = lk["gen"] < lk["max_gen"] or lk["width"] < lk["max_width"]
-            rows.append(_row(f"{g} PCIe link", not down,
-                             f"Gen{lk['gen']} x{lk['width']} (max Gen{lk['max_gen']} x{lk['max_width']}), "
-                             f"{cap:.1f} GB/s per direction" + (" — DOWN-TRAINED" if down else ""),
-                             "reseat the card or check the slot/riser; idle GPUs may drop the link gen to save power"
-                             if down else ""))
+            rows.append(
+                _row(
+                    f"{g} PCIe link",
+                    not down,
+                    f"Gen{lk['gen']} x{lk['width']} (max Gen{lk['max_gen']} x{lk['max_width']}), "
+                    f"{cap:.1f} GB/s per direction" + (" — DOWN-TRAINED" if down else ""),
+                    "reseat the card or check the slot/riser; idle GPUs may drop the link gen to save power"
+                    if down
+                    else "",
+                )
+            )
         except NvmlCallError as e:
             rows.append(_row(f"{g} PCIe link", None, e.message))
     col.stop()
@@ -62,15 +82,24 @@ def pyspy_rows() -> list[Row]:
         return [_row("py-spy", False, "not found", "pip install py-spy")]
     rows = [_row("py-spy", True, exe)]
     scope = stacks.ptrace_scope()
-    rows.append(_row("ptrace scope", scope in (None, 0, 1),
-                     "no Yama LSM" if scope is None else f"kernel.yama.ptrace_scope={scope}",
-                     "" if scope in (None, 0, 1) else "sysctl kernel.yama.ptrace_scope=1 (or run as root)"))
+    rows.append(
+        _row(
+            "ptrace scope",
+            scope in (None, 0, 1),
+            "no Yama LSM" if scope is None else f"kernel.yama.ptrace_scope={scope}",
+            "" if scope in (None, 0, 1) else "sysctl kernel.yama.ptrace_scope=1 (or run as root)",
+        )
+    )
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10)"])
     try:
         time.sleep(0.3)
-        p = subprocess.run([exe, "dump", "--json", "--nonblocking", "--pid", str(child.pid)],
-                           capture_output=True, text=True, timeout=10, env={"RUST_BACKTRACE": "0",
-                                                                           "PATH": os.environ.get("PATH", "")})
+        p = subprocess.run(
+            [exe, "dump", "--json", "--nonblocking", "--pid", str(child.pid)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env={"RUST_BACKTRACE": "0", "PATH": os.environ.get("PATH", "")},
+        )
         if p.returncode == 0:
             rows.append(_row("py-spy attach", True, "can read a same-user Python process"))
         else:
@@ -86,8 +115,14 @@ def pyspy_rows() -> list[Row]:
 
 def perf_rows() -> list[Row]:
     level = perf.paranoid()
-    rows = [_row("perf_event_paranoid", level is not None and level <= 2, str(level),
-                 "" if level is not None and level <= 2 else "sysctl kernel.perf_event_paranoid=2")]
+    rows = [
+        _row(
+            "perf_event_paranoid",
+            level is not None and level <= 2,
+            str(level),
+            "" if level is not None and level <= 2 else "sysctl kernel.perf_event_paranoid=2",
+        )
+    ]
     try:
         libc = perf._Libc()
     except OSError as e:
@@ -105,7 +140,13 @@ def perf_rows() -> list[Row]:
 
 def host_rows(root: Path = Path("/")) -> list[Row]:
     ids = numa.node_ids(root)
-    rows = [_row("NUMA layout", None, f"{len(ids)} node(s)" + (": placement checks do not apply" if len(ids) < 2 else ""))]
+    rows = [
+        _row(
+            "NUMA layout",
+            None,
+            f"{len(ids)} node(s)" + (": placement checks do not apply" if len(ids) < 2 else ""),
+        )
+    ]
     container = any(Path(p).exists() for p in ("/.dockerenv", "/run/.containerenv"))
     try:
         cg = Path("/proc/1/cgroup").read_text()
@@ -120,17 +161,32 @@ def host_rows(root: Path = Path("/")) -> list[Row]:
     except OSError:
         pass
     nested = len(nspid) > 1
-    rows.append(_row("container / PID namespace", not nested,
-                     ("in a container; " if container else "not in a container; ")
-                     + ("own PID namespace: NVML may report host PIDs memtop cannot see" if nested else "host PID namespace"),
-                     "run with --pid=host (docker) or hostPID: true (Kubernetes) to see training processes"
-                     if nested else ""))
+    rows.append(
+        _row(
+            "container / PID namespace",
+            not nested,
+            ("in a container; " if container else "not in a container; ")
+            + (
+                "own PID namespace: NVML may report host PIDs memtop cannot see"
+                if nested
+                else "host PID namespace"
+            ),
+            "run with --pid=host (docker) or hostPID: true (Kubernetes) to see training processes"
+            if nested
+            else "",
+        )
+    )
     return rows
 
 
 def collect(nv=None) -> list[Row]:
-    return [_row("memtop", True, f"{__version__} on Python {sys.version.split()[0]}"),
-            *gpu_rows(nv), *pyspy_rows(), *perf_rows(), *host_rows()]
+    return [
+        _row("memtop", True, f"{__version__} on Python {sys.version.split()[0]}"),
+        *gpu_rows(nv),
+        *pyspy_rows(),
+        *perf_rows(),
+        *host_rows(),
+    ]
 
 
 def doctor(as_json: bool = False) -> int:

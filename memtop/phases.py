@@ -18,13 +18,27 @@ from memtop.stackclass import site
 
 LABELS = ("idle", "transfer", "memory", "compute", "sync", "input", "cpu", "other")
 TITLES = {
-    "idle": "idle", "transfer": "transfer-bound", "memory": "memory-bound", "compute": "compute-bound",
-    "sync": "sync-stall", "input": "CPU-bound: input pipeline", "cpu": "CPU-bound: launch/Python",
+    "idle": "idle",
+    "transfer": "transfer-bound",
+    "memory": "memory-bound",
+    "compute": "compute-bound",
+    "sync": "sync-stall",
+    "input": "CPU-bound: input pipeline",
+    "cpu": "CPU-bound: launch/Python",
     "other": "unclassified",
 }
 # one-letter marks for text timelines (report, --ascii TUI)
-CHARS = {"compute": "C", "memory": "M", "transfer": "T", "sync": "S", "input": "I", "cpu": "P",
-         "idle": ".", "other": "?", "warmup": " "}
+CHARS = {
+    "compute": "C",
+    "memory": "M",
+    "transfer": "T",
+    "sync": "S",
+    "input": "I",
+    "cpu": "P",
+    "idle": ".",
+    "other": "?",
+    "warmup": " ",
+}
 HEALTHY = {"compute"}
 EXPLAINED_BY = {"sync": "sync", "transfer": "copy", "input": "data", "cpu": "other"}  # label -> stack class
 RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample this recent
@@ -73,12 +87,22 @@ class Label:
         """The numbers that fired the rule and the stack that explains the label (built when read:
         an hour has 7,200 labels per GPU and a report reads a handful)."""
         f = self.features
-        ev = {"graphics": round(f.graphics, 1), "sm": _r(f.sm), "tensor": _r(f.tensor), "dram": _r(f.dram),
-              "pcie_gbps": round(f.pcie_bps / 1e9, 2), "pcie_pct_link": round(100 * f.pcie_frac, 1),
-              "proc_cpu": round(f.proc_cpu), "workers": f.workers, "worker_cpu": round(f.worker_cpu),
-              "workers_sleeping": round(f.worker_sleeping, 2), "iowait": round(f.iowait, 1),
-              "stack_shares": {k: round(v, 2) for k, v in sorted(f.shares.items())}, "gil": round(f.gil, 2),
-              "stack_samples": f.stack_n}
+        ev = {
+            "graphics": round(f.graphics, 1),
+            "sm": _r(f.sm),
+            "tensor": _r(f.tensor),
+            "dram": _r(f.dram),
+            "pcie_gbps": round(f.pcie_bps / 1e9, 2),
+            "pcie_pct_link": round(100 * f.pcie_frac, 1),
+            "proc_cpu": round(f.proc_cpu),
+            "workers": f.workers,
+            "worker_cpu": round(f.worker_cpu),
+            "workers_sleeping": round(f.worker_sleeping, 2),
+            "iowait": round(f.iowait, 1),
+            "stack_shares": {k: round(v, 2) for k, v in sorted(f.shares.items())},
+            "gil": round(f.gil, 2),
+            "stack_samples": f.stack_n,
+        }
         top = f.tops.get(EXPLAINED_BY.get(self.raw, ""), f.top)
         if top:
             ev["top_stack"] = {"class": top[0], "where": top[1], "code": top[2]}
@@ -98,26 +122,72 @@ def _input_sub(f: Features) -> str:
 
 
 RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], str] | None], ...] = (
-    ("idle", "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on",
-     lambda f: f.graphics < 5 and f.pcie_frac < 0.02 and f.proc_cpu < 20
-     and not (f.workers > 0 and f.shares.get("data", 0) >= 0.2), None),
-    ("transfer", "PCIe >= 50 % of link with SM < 30 % (DMA)",
-     lambda f: f.pcie_frac >= 0.5 and (f.sm if f.sm is not None else 0) < 30, lambda f: "dma"),
-    ("transfer", "PCIe >= 1 GB/s with SM < 30 % and copy stacks >= 20 % (pageable/staged)",
-     lambda f: f.pcie_bps >= 1e9 and (f.sm if f.sm is not None else 0) < 30 and f.shares.get("copy", 0) >= 0.2,
-     lambda f: "pageable"),
-    ("memory", "DRAM >= 60 % with graphics >= 80 %", lambda f: (f.dram or 0) >= 60 and f.graphics >= 80, None),
-    ("compute", "graphics >= 80 % and SM >= 70 %",
-     lambda f: f.graphics >= 80 and (f.sm is None or f.sm >= 70), None),
-    ("input", "GPU under-used, input-pipeline stacks >= 20 %, and workers alive or loading in-process",
-     lambda f: _under(f) and f.shares.get("data", 0) >= 0.2 and "data" in f.recent
-     and (f.workers > 0 or f.proc_cpu >= 50), _input_sub),
-    ("sync", "graphics 15-80 % with real kernels (SM >= 0.4 x graphics) and sync stacks >= 10 %",
-     lambda f: 15 <= f.graphics < 80 and (f.sm is None or f.sm >= 0.4 * f.graphics)
-     and f.shares.get("sync", 0) >= 0.1, None),
-    ("cpu", "GPU under-used, main thread busy (CPU >= 50 %)",
-     lambda f: _under(f) and f.proc_cpu >= 50,
-     lambda f: "launch" if f.sm is not None and f.graphics >= 10 and f.graphics >= 2 * f.sm + 10 else "python"),
+    (
+        "idle",
+        "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on",
+        lambda f: (
+            f.graphics < 5
+            and f.pcie_frac < 0.02
+            and f.proc_cpu < 20
+            and not (f.workers > 0 and f.shares.get("data", 0) >= 0.2)
+        ),
+        None,
+    ),
+    (
+        "transfer",
+        "PCIe >= 50 % of link with SM < 30 % (DMA)",
+        lambda f: f.pcie_frac >= 0.5 and (f.sm if f.sm is not None else 0) < 30,
+        lambda f: "dma",
+    ),
+    (
+        "transfer",
+        "PCIe >= 1 GB/s with SM < 30 % and copy stacks >= 20 % (pageable/staged)",
+        lambda f: (
+            f.pcie_bps >= 1e9 and (f.sm if f.sm is not None else 0) < 30 and f.shares.get("copy", 0) >= 0.2
+        ),
+        lambda f: "pageable",
+    ),
+    (
+        "memory",
+        "DRAM >= 60 % with graphics >= 80 %",
+        lambda f: (f.dram or 0) >= 60 and f.graphics >= 80,
+        None,
+    ),
+    (
+        "compute",
+        "graphics >= 80 % and SM >= 70 %",
+        lambda f: f.graphics >= 80 and (f.sm is None or f.sm >= 70),
+        None,
+    ),
+    (
+        "input",
+        "GPU under-used, input-pipeline stacks >= 20 %, and workers alive or loading in-process",
+        lambda f: (
+            _under(f)
+            and f.shares.get("data", 0) >= 0.2
+            and "data" in f.recent
+            and (f.workers > 0 or f.proc_cpu >= 50)
+        ),
+        _input_sub,
+    ),
+    (
+        "sync",
+        "graphics 15-80 % with real kernels (SM >= 0.4 x graphics) and sync stacks >= 10 %",
+        lambda f: (
+            15 <= f.graphics < 80
+            and (f.sm is None or f.sm >= 0.4 * f.graphics)
+            and f.shares.get("sync", 0) >= 0.1
+        ),
+        None,
+    ),
+    (
+        "cpu",
+        "GPU under-used, main thread busy (CPU >= 50 %)",
+        lambda f: _under(f) and f.proc_cpu >= 50,
+        lambda f: (
+            "launch" if f.sm is not None and f.graphics >= 10 and f.graphics >= 2 * f.sm + 10 else "python"
+        ),
+    ),
 )
 
 
@@ -131,18 +201,26 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
 UNDER_USED = {"sync", "cpu", "input", "other"}
 SYNC_HOLD_S = STACK_WINDOW_S
 STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
-    "compute": (UNDER_USED, "graphics >= 75 %, SM >= 60 %",
-                lambda f: f.graphics >= 75 and (f.sm is None or f.sm >= 60)),
-    "sync": ({"cpu"}, f"a sync wait within {SYNC_HOLD_S:.0f} s, graphics 10-80 % with real kernels",
-             lambda f: 10 <= f.graphics < 80 and (f.sm is None or f.sm >= 0.4 * f.graphics)
-             and f.sync_age <= SYNC_HOLD_S),
+    "compute": (
+        UNDER_USED,
+        "graphics >= 75 %, SM >= 60 %",
+        lambda f: f.graphics >= 75 and (f.sm is None or f.sm >= 60),
+    ),
+    "sync": (
+        {"cpu"},
+        f"a sync wait within {SYNC_HOLD_S:.0f} s, graphics 10-80 % with real kernels",
+        lambda f: (
+            10 <= f.graphics < 80 and (f.sm is None or f.sm >= 0.4 * f.graphics) and f.sync_age <= SYNC_HOLD_S
+        ),
+    ),
 }
 
 
 def evaluate(f: Features, current: str = "") -> tuple[str, str, str]:
     """(label, rule text, sub-tag) for one bin's features, given the current stable label."""
-    label, text, sub = next(((lab, txt, sb) for lab, txt, pred, sb in RULES if pred(f)),
-                            ("other", "no rule matched", None))
+    label, text, sub = next(
+        ((lab, txt, sb) for lab, txt, pred, sb in RULES if pred(f)), ("other", "no rule matched", None)
+    )
     if current in STICKY:
         overrules, why, keep = STICKY[current]
         if label in overrules and keep(f):
@@ -162,8 +240,14 @@ class Classifier:
     ``confirm``: bins a new label must win in a row before it replaces the current one.
     """
 
-    def __init__(self, bin_s: float = 0.5, confirm: int = 2, warmup_bins: int = 2, use_stacks: bool = True,
-                 max_bins: int | None = None):
+    def __init__(
+        self,
+        bin_s: float = 0.5,
+        confirm: int = 2,
+        warmup_bins: int = 2,
+        use_stacks: bool = True,
+        max_bins: int | None = None,
+    ):
         self.bin_s = bin_s
         self.confirm = confirm
         self.warmup_bins = warmup_bins
@@ -220,10 +304,14 @@ class Classifier:
         """Everything that decides the labels still to come (memtop.scan compares it to stitch
         scans made in parallel)."""
         b = self._bin
-        return (sorted(self._state.items()), sorted(self._gap.items()),
-                None if b is None else (b.t, sorted((g, tuple(v)) for g, v in b.gpu_vals.items())),
-                tuple((s.pid, s.t, info) for s, info in self._stacks),
-                sorted((g, min(n, self.warmup_bins + 1)) for g, n in self._nbins.items()), self._last)
+        return (
+            sorted(self._state.items()),
+            sorted(self._gap.items()),
+            None if b is None else (b.t, sorted((g, tuple(v)) for g, v in b.gpu_vals.items())),
+            tuple((s.pid, s.t, info) for s, info in self._stacks),
+            sorted((g, min(n, self.warmup_bins + 1)) for g, n in self._nbins.items()),
+            self._last,
+        )
 
     def flush(self) -> None:
         if self._bin is not None:
@@ -250,7 +338,13 @@ class Classifier:
         if inside:
             klass, w, code, _ = inside[len(inside) // 2]
             top = {"class": klass, "where": w, "code": code}
-        return {"gpu": gpu, "t0": span[0], "t1": span[1], "duration_s": round(span[1] - span[0], 2), "stack": top}
+        return {
+            "gpu": gpu,
+            "t0": span[0],
+            "t1": span[1],
+            "duration_s": round(span[1] - span[0], 2),
+            "stack": top,
+        }
 
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
@@ -290,13 +384,26 @@ class Classifier:
             wk = [p for p in host.procs if p.worker_of in pids]
         shares, gil, n, top, tops, recent, sync_age = self._stack_shares(pids)
         return Features(
-            t=t, gpu=gpu, gpm=gpm, graphics=graphics, sm=mean("sm") if gpm else None,
-            tensor=mean("tensor") if gpm else None, dram=mean("dram") if gpm else mean("mem_util"),
-            pcie_bps=pcie, pcie_frac=pcie / link.bytes_per_s if link and link.bytes_per_s else 0.0,
-            proc_cpu=proc_cpu, workers=len(wk),
+            t=t,
+            gpu=gpu,
+            gpm=gpm,
+            graphics=graphics,
+            sm=mean("sm") if gpm else None,
+            tensor=mean("tensor") if gpm else None,
+            dram=mean("dram") if gpm else mean("mem_util"),
+            pcie_bps=pcie,
+            pcie_frac=pcie / link.bytes_per_s if link and link.bytes_per_s else 0.0,
+            proc_cpu=proc_cpu,
+            workers=len(wk),
             worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,
             worker_sleeping=sum(p.state in "SD" for p in wk) / len(wk) if wk else 0.0,
-            iowait=iowait, shares=shares, gil=gil, stack_n=n, top=top, tops=tops, recent=recent,
+            iowait=iowait,
+            shares=shares,
+            gil=gil,
+            stack_n=n,
+            top=top,
+            tops=tops,
+            recent=recent,
             sync_age=sync_age,
         )
 
@@ -304,8 +411,11 @@ class Classifier:
         if not self.use_stacks:
             return {}, 0.0, 0, None, {}, frozenset(), math.inf
         now = self._last.t if self._last is not None else 0.0
-        mains = [(info, math.exp(-(now - s.t) / STACK_TAU_S), s.t)
-                 for s, info in self._stacks if s.pid in pids and info is not None]
+        mains = [
+            (info, math.exp(-(now - s.t) / STACK_TAU_S), s.t)
+            for s, info in self._stacks
+            if s.pid in pids and info is not None
+        ]
         if not mains:
             return {}, 0.0, 0, None, {}, frozenset(), math.inf
         total = sum(w for _, w, _ in mains)
@@ -344,7 +454,9 @@ class Classifier:
             conf *= 0.8
         if raw != stable:
             conf *= 0.6
-        lab = Label(f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, f, sub if stable == raw else "")
+        lab = Label(
+            f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, f, sub if stable == raw else ""
+        )
         self.labels.setdefault(f.gpu, []).append(lab)
 
 

@@ -41,7 +41,9 @@ class Status:
     paused: bool = False
     speed: float = 1.0
     recording: str | None = None  # file being written
-    fault: str | None = None  # a failure that stops part of the run (recording, sampling); shown in the header
+    fault: str | None = (
+        None  # a failure that stops part of the run (recording, sampling); shown in the header
+    )
     source: str = ""
 
 
@@ -67,8 +69,13 @@ class View:
 
 
 class Pipeline:
-    def __init__(self, status: Status, meta: dict | None = None, writer: Writer | None = None,
-                 verdict_window: float = 60.0):
+    def __init__(
+        self,
+        status: Status,
+        meta: dict | None = None,
+        writer: Writer | None = None,
+        verdict_window: float = 60.0,
+    ):
         self.status = status
         self.meta = meta or {}
         self.writer = writer
@@ -106,9 +113,15 @@ class Pipeline:
                 if h and h[-1].t == g.t:
                     continue
                 frac = g.pcie_fraction()
-                h.append(Point(g.t, g.sm if g.mode == "gpm" else g.util,
-                               g.dram if g.mode == "gpm" else g.mem_util,
-                               None if frac is None else 100 * frac, cpu))
+                h.append(
+                    Point(
+                        g.t,
+                        g.sm if g.mode == "gpm" else g.util,
+                        g.dram if g.mode == "gpm" else g.mem_util,
+                        None if frac is None else 100 * frac,
+                        cpu,
+                    )
+                )
                 while h and h[0].t < g.t - HISTORY_S:
                     h.popleft()
             self._version += 1
@@ -141,10 +154,13 @@ class Pipeline:
             labels = {g: tuple(v) for g, v in self.classifier.labels.items()}
             hist = {g: tuple(h) for g, h in self.history.items()}
             frame, version, gaps = self.frame, self._version, tuple(self.classifier.gaps[-50:])
-            events = tuple(self.events) + tuple(Event(g["t0"], g["gpu"], "gap", f"GPU idle {g['duration_s']} s")
-                                                for g in gaps)
-        verdicts = {g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1:]), frame, self.verdict_window, g)
-                    for g, ls in labels.items()}
+            events = tuple(self.events) + tuple(
+                Event(g["t0"], g["gpu"], "gap", f"GPU idle {g['duration_s']} s") for g in gaps
+            )
+        verdicts = {
+            g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)
+            for g, ls in labels.items()
+        }
         return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events)
 
     def set_status(self, **kw: object) -> None:
@@ -154,8 +170,15 @@ class Pipeline:
 class ReplaySource:
     """Plays a recording into a pipeline at its original pace x speed; pause, seek, loop."""
 
-    def __init__(self, rec: Recording, pipeline: Pipeline, speed: float = 1.0, loop: bool = False,
-                 prefill_s: float = 120.0, start_at: float = 0.0):
+    def __init__(
+        self,
+        rec: Recording,
+        pipeline: Pipeline,
+        speed: float = 1.0,
+        loop: bool = False,
+        prefill_s: float = 120.0,
+        start_at: float = 0.0,
+    ):
         self.rec = rec
         self.pipeline = pipeline
         self.speed = speed
@@ -188,8 +211,14 @@ class ReplaySource:
             rec.close()
         except Exception:  # a damaged tail: "next phase" then falls back to what was played
             return
-        self.changes = sorted({b.t - self.rec.t0 for ls in labels.values() for a, b in zip(ls, ls[1:])
-                               if a.label != b.label and b.label != "warmup"})
+        self.changes = sorted(
+            {
+                b.t - self.rec.t0
+                for ls in labels.values()
+                for a, b in zip(ls, ls[1:])
+                if a.label != b.label and b.label != "warmup"
+            }
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -225,8 +254,9 @@ class ReplaySource:
         return None
 
     def _status(self) -> None:
-        self.pipeline.set_status(position=self.position, duration=self.rec.duration,
-                                 paused=self.paused, speed=self.speed)
+        self.pipeline.set_status(
+            position=self.position, duration=self.rec.duration, paused=self.paused, speed=self.speed
+        )
 
     def _prefill(self, start: float) -> None:
         """Fill the timeline with what came before ``start`` (no pacing) so a seek shows context."""
@@ -262,7 +292,11 @@ class ReplaySource:
                     break
                 if prev_t is not None:
                     due = prev_wall + (f.t - prev_t) / self.speed
-                    while (delay := due - time.monotonic()) > 0 and self._seek is None and not self._stop.is_set():
+                    while (
+                        (delay := due - time.monotonic()) > 0
+                        and self._seek is None
+                        and not self._stop.is_set()
+                    ):
                         self._wake.wait(delay)
                         self._wake.clear()
                     if self._seek is not None:

@@ -30,9 +30,16 @@ def sampler_config(args: argparse.Namespace, recording: bool) -> SamplerConfig:
 
     check_pids(args)
     # the host follows a slower GPU cadence (--interval 1 asks for a 1 Hz monitor), never above 2 Hz
-    return SamplerConfig(gpu_interval=args.interval, host_interval=max(0.5, args.interval),
-                         stack_interval=args.stack_interval, use_gpm=not args.no_gpm, stacks=not args.no_stacks,
-                         perf=not args.no_perf, pids=tuple(args.pid), series=recording)
+    return SamplerConfig(
+        gpu_interval=args.interval,
+        host_interval=max(0.5, args.interval),
+        stack_interval=args.stack_interval,
+        use_gpm=not args.no_gpm,
+        stacks=not args.no_stacks,
+        perf=not args.no_perf,
+        pids=tuple(args.pid),
+        series=recording,
+    )
 
 
 def run_meta(sampler: Sampler) -> dict:
@@ -45,12 +52,22 @@ def run_meta(sampler: Sampler) -> dict:
         "command": ["memtop", *sys.argv[1:]],
         "driver": nv.system.get("driver"),
         "nvml_version": nv.system.get("nvml_version"),
-        "gpus": [{"index": r.index, "name": r.info["name"], "uuid": r.info["uuid"],
-                  "pci_bus_id": r.info.get("pci_bus_id"), "mode": "gpm" if r.gpm else "nvml"}
-                 for r in nv.readers],
-        "cadence": {"gpu_s": sampler.cfg.gpu_interval, "host_s": sampler.cfg.host_interval,
-                    "stacks_s": sampler.cfg.stack_interval if sampler.cfg.stacks else None,
-                    "perf_s": sampler.cfg.perf_interval if sampler.cfg.perf else None},
+        "gpus": [
+            {
+                "index": r.index,
+                "name": r.info["name"],
+                "uuid": r.info["uuid"],
+                "pci_bus_id": r.info.get("pci_bus_id"),
+                "mode": "gpm" if r.gpm else "nvml",
+            }
+            for r in nv.readers
+        ],
+        "cadence": {
+            "gpu_s": sampler.cfg.gpu_interval,
+            "host_s": sampler.cfg.host_interval,
+            "stacks_s": sampler.cfg.stack_interval if sampler.cfg.stacks else None,
+            "perf_s": sampler.cfg.perf_interval if sampler.cfg.perf else None,
+        },
         "cpus": os.cpu_count(),
     }
 
@@ -91,8 +108,10 @@ def record(args: argparse.Namespace) -> int:
                 return 2
             if tty:
                 missing = sorted({c.source for c in sampler.capabilities() if not c.ok})
-                line = (f"\rrecording {out.name}: {elapsed:6.1f} s, {writer.frames} frames, "
-                        f"{_size(out) / 1e6:.1f} MB" + (f", unavailable: {', '.join(missing)}" if missing else ""))
+                line = (
+                    f"\rrecording {out.name}: {elapsed:6.1f} s, {writer.frames} frames, "
+                    f"{_size(out) / 1e6:.1f} MB" + (f", unavailable: {', '.join(missing)}" if missing else "")
+                )
                 print(line[:200].ljust(80), end="", file=sys.stderr, flush=True)
             if args.duration and elapsed >= args.duration:
                 break
@@ -108,6 +127,9 @@ def record(args: argparse.Namespace) -> int:
         writer.close()
     if tty:
         print(file=sys.stderr)
-    print(f"recorded {writer.frames} frames in {time.monotonic() - t0:.1f} s to {out} "
-          f"({_size(out) / 1e6:.2f} MB)", file=sys.stderr)
+    print(
+        f"recorded {writer.frames} frames in {time.monotonic() - t0:.1f} s to {out} "
+        f"({_size(out) / 1e6:.2f} MB)",
+        file=sys.stderr,
+    )
     return 0

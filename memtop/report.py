@@ -21,8 +21,9 @@ from memtop.verdict import verdict
 SCHEMA = "memtop-report/1"
 
 
-def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = None,
-                 t_to: float | None = None) -> dict:
+def build_report(
+    rec: Recording, gpu: int | None = None, t_from: float | None = None, t_to: float | None = None
+) -> dict:
     lo = rec.t0 + (t_from or 0.0)
     hi = rec.t0 + t_to if t_to is not None else rec.t1
     if hi <= lo or lo > rec.t1:
@@ -30,13 +31,22 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
     gpus_meta = rec.meta.get("gpus") or []
     known = {g["index"] for g in gpus_meta}
     if gpu is not None and gpu not in known:
-        raise UserError(f"no GPU {gpu} in this recording (it has: {', '.join(map(str, sorted(known))) or 'none'})")
+        raise UserError(
+            f"no GPU {gpu} in this recording (it has: {', '.join(map(str, sorted(known))) or 'none'})"
+        )
     labels_by_gpu, all_gaps, agg = scan(rec, lo, hi, fresh_at_lo=bool(t_from))
     last = agg.last
     if last is None:
         raise UserError("empty time range: no samples in it")
-    stacks, throttle, peaks, links, procs, perf, caps = (agg.stacks, agg.throttle, agg.peaks, agg.links,
-                                                        agg.procs, agg.perf, agg.caps)
+    stacks, throttle, peaks, links, procs, perf, caps = (
+        agg.stacks,
+        agg.throttle,
+        agg.peaks,
+        agg.links,
+        agg.procs,
+        agg.perf,
+        agg.caps,
+    )
     bin_s = Classifier().bin_s
 
     out_gpus = []
@@ -49,7 +59,8 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
         total = sum(phase_s.values()) or 1
         by_label: dict[str, Counter] = defaultdict(Counter)
         gpu_pids = {p.pid for f_ in [last] for g in f_.gpus if g.index == idx for p in g.processes} | {
-            p.pid for p in procs.values() if idx in p.gpus}
+            p.pid for p in procs.values() if idx in p.gpus
+        }
         label_at = {round(lab.t / bin_s): lab.label for lab in counted}
         for (pid, t), s in stacks.items():
             m = s.main  # type: ignore[attr-defined]
@@ -61,49 +72,107 @@ def build_report(rec: Recording, gpu: int | None = None, t_from: float | None = 
         link = links.get(idx)
         pk = peaks[idx]
         meta_g = next((g for g in gpus_meta if g["index"] == idx), {})
-        out_gpus.append({
-            "index": idx, "name": meta_g.get("name"), "uuid": meta_g.get("uuid"), "mode": meta_g.get("mode"),
-            "phases": {k: {"seconds": round(v * bin_s, 1), "share": round(v / total, 3), "title": TITLES[k]}
-                       for k, v in phase_s.most_common()},
-            "timeline": _timeline(counted, lo, hi, bin_s),
-            "verdict": {"label": vd.label, "share": round(vd.share, 3), "headline": vd.headline,
-                        "evidence": vd.evidence, "advice": list(vd.advice), "command": vd.command},
-            "phase_stacks": {k: [{"class": c, "where": w, "code": code, "samples": n}
-                                 for (c, w, code), n in cnt.most_common(3)] for k, cnt in by_label.items()},
-            "gaps": [{"at_s": round(g_["t0"] - rec.t0, 1), "duration_s": g_["duration_s"], "stack": g_["stack"]}
-                     for g_ in all_gaps if g_["gpu"] == idx],
-            "throttle": [{"at_s": round(a - rec.t0, 1), "duration_s": round(b - a + 0.1, 1), "reasons": list(r)}
-                         for a, b, r in throttle[idx]],
-            "pcie": None if link is None else {
-                "link": f"Gen{link.gen} x{link.width}", "max": f"Gen{link.max_gen} x{link.max_width}",
-                "downtrained": link.downtrained, "capacity_gbps": round(link.bytes_per_s / 1e9, 1),
-                "peak_rx_gbps": round(pk["rx"] / 1e9, 1), "peak_tx_gbps": round(pk["tx"] / 1e9, 1),
-                "peak_pct_link": round(100 * max(pk["rx"], pk["tx"]) / link.bytes_per_s, 1)},
-        })
-    numa = [{"pid": p.pid, "name": p.name, "placement": p.placement, "cpus_allowed": p.cpus_allowed,
-             "mems_allowed": p.mems_allowed} for p in procs.values() if p.worker_of is None]
+        out_gpus.append(
+            {
+                "index": idx,
+                "name": meta_g.get("name"),
+                "uuid": meta_g.get("uuid"),
+                "mode": meta_g.get("mode"),
+                "phases": {
+                    k: {"seconds": round(v * bin_s, 1), "share": round(v / total, 3), "title": TITLES[k]}
+                    for k, v in phase_s.most_common()
+                },
+                "timeline": _timeline(counted, lo, hi, bin_s),
+                "verdict": {
+                    "label": vd.label,
+                    "share": round(vd.share, 3),
+                    "headline": vd.headline,
+                    "evidence": vd.evidence,
+                    "advice": list(vd.advice),
+                    "command": vd.command,
+                },
+                "phase_stacks": {
+                    k: [
+                        {"class": c, "where": w, "code": code, "samples": n}
+                        for (c, w, code), n in cnt.most_common(3)
+                    ]
+                    for k, cnt in by_label.items()
+                },
+                "gaps": [
+                    {
+                        "at_s": round(g_["t0"] - rec.t0, 1),
+                        "duration_s": g_["duration_s"],
+                        "stack": g_["stack"],
+                    }
+                    for g_ in all_gaps
+                    if g_["gpu"] == idx
+                ],
+                "throttle": [
+                    {"at_s": round(a - rec.t0, 1), "duration_s": round(b - a + 0.1, 1), "reasons": list(r)}
+                    for a, b, r in throttle[idx]
+                ],
+                "pcie": None
+                if link is None
+                else {
+                    "link": f"Gen{link.gen} x{link.width}",
+                    "max": f"Gen{link.max_gen} x{link.max_width}",
+                    "downtrained": link.downtrained,
+                    "capacity_gbps": round(link.bytes_per_s / 1e9, 1),
+                    "peak_rx_gbps": round(pk["rx"] / 1e9, 1),
+                    "peak_tx_gbps": round(pk["tx"] / 1e9, 1),
+                    "peak_pct_link": round(100 * max(pk["rx"], pk["tx"]) / link.bytes_per_s, 1),
+                },
+            }
+        )
+    numa = [
+        {
+            "pid": p.pid,
+            "name": p.name,
+            "placement": p.placement,
+            "cpus_allowed": p.cpus_allowed,
+            "mems_allowed": p.mems_allowed,
+        }
+        for p in procs.values()
+        if p.worker_of is None
+    ]
     perf_summary = {}
     for pid, ps in perf.items():
         keys = {k for _, rates in ps for k in rates}
-        perf_summary[str(pid)] = {k: round(sum(r.get(k, 0.0) for _, r in ps) / len(ps), 3) for k in sorted(keys)}
+        perf_summary[str(pid)] = {
+            k: round(sum(r.get(k, 0.0) for _, r in ps) / len(ps), 3) for k in sorted(keys)
+        }
     started = rec.meta.get("started_wall")
     return {
         "schema": SCHEMA,
         "recording": {
-            "path": str(rec.path), "host": rec.meta.get("host"), "driver": rec.meta.get("driver"),
-            "memtop_version": rec.meta.get("memtop_version"), "duration_s": round(rec.duration, 1),
+            "path": str(rec.path),
+            "host": rec.meta.get("host"),
+            "driver": rec.meta.get("driver"),
+            "memtop_version": rec.meta.get("memtop_version"),
+            "duration_s": round(rec.duration, 1),
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else None,
             "command": rec.meta.get("command"),
             "gpus": [{"index": g["index"], "name": g["name"], "mode": g.get("mode")} for g in gpus_meta],
         },
         "range_s": [round(lo - rec.t0, 1), round(hi - rec.t0, 1)],
-        "unavailable": [{"source": c.source, "name": c.name, "state": c.state.value, "detail": c.detail,
-                         "fix": c.fix} for c in caps.values() if not c.ok],  # type: ignore[attr-defined]
+        "unavailable": [
+            {"source": c.source, "name": c.name, "state": c.state.value, "detail": c.detail, "fix": c.fix}
+            for c in caps.values()
+            if not c.ok
+        ],  # type: ignore[attr-defined]
         "gpus": out_gpus,
         "numa": numa,
         "perf": perf_summary,
-        "markers": [{"at_s": round(m.t0 - rec.t0, 1), "duration_s": round(m.t1 - m.t0, 1), "label": m.label,
-                     "name": m.name} for m in rec.markers() if m.t1 >= lo and m.t0 <= hi],
+        "markers": [
+            {
+                "at_s": round(m.t0 - rec.t0, 1),
+                "duration_s": round(m.t1 - m.t0, 1),
+                "label": m.label,
+                "name": m.name,
+            }
+            for m in rec.markers()
+            if m.t1 >= lo and m.t0 <= hi
+        ],
     }
 
 
@@ -128,13 +197,21 @@ def render(rep: dict, fmt: str) -> str:
     h1, h2 = ("# ", "## ") if md else ("", "")
     r = rep["recording"]
     lines = [f"{h1}memtop report: {r['path']}", ""]
-    lines.append(f"{'- ' if md else ''}host {r['host']}, driver {r['driver']}, recorded {r['started']}, "
-                 f"{r['duration_s']} s (range {rep['range_s'][0]}–{rep['range_s'][1]} s), memtop {r['memtop_version']}")
-    lines.append(f"{'- ' if md else ''}GPUs: " + ", ".join(
-        f"{g['index']}: {g['name']} ({'GPM' if g['mode'] == 'gpm' else 'NVML-only'})" for g in r["gpus"]))
+    lines.append(
+        f"{'- ' if md else ''}host {r['host']}, driver {r['driver']}, recorded {r['started']}, "
+        f"{r['duration_s']} s (range {rep['range_s'][0]}–{rep['range_s'][1]} s), memtop {r['memtop_version']}"
+    )
+    lines.append(
+        f"{'- ' if md else ''}GPUs: "
+        + ", ".join(
+            f"{g['index']}: {g['name']} ({'GPM' if g['mode'] == 'gpm' else 'NVML-only'})" for g in r["gpus"]
+        )
+    )
     if rep["unavailable"]:
-        lines.append(f"{'- ' if md else ''}unavailable: " + "; ".join(
-            f"{u['source']} {u['name']}: {u['detail']}" for u in rep["unavailable"]))
+        lines.append(
+            f"{'- ' if md else ''}unavailable: "
+            + "; ".join(f"{u['source']} {u['name']}: {u['detail']}" for u in rep["unavailable"])
+        )
     for g in rep["gpus"]:
         v = g["verdict"]
         lines += ["", f"{h2}GPU {g['index']} — {v['headline']}", ""]
@@ -147,30 +224,46 @@ def render(rep: dict, fmt: str) -> str:
         if md:
             lines.append("|---|---:|---:|")
         for p in g["phases"].values():
-            lines.append(f"| {p['title']} | {p['seconds']} | {100 * p['share']:.0f} % |" if md
-                         else f"  {p['title']:<28} {p['seconds']:7.1f} s  {100 * p['share']:5.1f} %")
-        lines += ["", f"timeline: {'`' if md else '['}{g['timeline']}{'`' if md else ']'}  "
-                  "(C compute, M memory, T transfer, S sync, I input, P cpu, . idle)"]
+            lines.append(
+                f"| {p['title']} | {p['seconds']} | {100 * p['share']:.0f} % |"
+                if md
+                else f"  {p['title']:<28} {p['seconds']:7.1f} s  {100 * p['share']:5.1f} %"
+            )
+        lines += [
+            "",
+            f"timeline: {'`' if md else '['}{g['timeline']}{'`' if md else ']'}  "
+            "(C compute, M memory, T transfer, S sync, I input, P cpu, . idle)",
+        ]
         if g["phase_stacks"]:
             lines += ["", "stacks behind each phase (main thread, samples):"]
             for k, sts in g["phase_stacks"].items():
                 for s in sts[:2]:
-                    lines.append(f"{'- ' if md else '  '}{TITLES.get(k, k)}: {s['class']} at {s['where']} "
-                                 f"{'`' + s['code'] + '`' if s['code'] else ''} ({s['samples']})")
+                    lines.append(
+                        f"{'- ' if md else '  '}{TITLES.get(k, k)}: {s['class']} at {s['where']} "
+                        f"{'`' + s['code'] + '`' if s['code'] else ''} ({s['samples']})"
+                    )
         if g["gaps"]:
             lines += ["", f"GPU gaps (idle >= 0.5 s while the process lives): {len(g['gaps'])}"]
             for gp in g["gaps"][:5]:
                 st = gp["stack"] or {}
-                lines.append(f"{'- ' if md else '  '}at {gp['at_s']} s for {gp['duration_s']} s: "
-                             f"{st.get('class', '?')} at {st.get('where', '?')}")
+                lines.append(
+                    f"{'- ' if md else '  '}at {gp['at_s']} s for {gp['duration_s']} s: "
+                    f"{st.get('class', '?')} at {st.get('where', '?')}"
+                )
         if g["throttle"]:
-            lines.append(f"throttling: {len(g['throttle'])} episodes, e.g. " + ", ".join(
-                f"{t['at_s']} s {'/'.join(t['reasons'])} {t['duration_s']} s" for t in g["throttle"][:3]))
+            lines.append(
+                f"throttling: {len(g['throttle'])} episodes, e.g. "
+                + ", ".join(
+                    f"{t['at_s']} s {'/'.join(t['reasons'])} {t['duration_s']} s" for t in g["throttle"][:3]
+                )
+            )
         if g["pcie"]:
             p = g["pcie"]
-            lines.append(f"PCIe: {p['link']} (max {p['max']}){' DOWN-TRAINED' if p['downtrained'] else ''}, "
-                         f"{p['capacity_gbps']} GB/s; peak RX {p['peak_rx_gbps']} / TX {p['peak_tx_gbps']} GB/s "
-                         f"({p['peak_pct_link']} % of link)")
+            lines.append(
+                f"PCIe: {p['link']} (max {p['max']}){' DOWN-TRAINED' if p['downtrained'] else ''}, "
+                f"{p['capacity_gbps']} GB/s; peak RX {p['peak_rx_gbps']} / TX {p['peak_tx_gbps']} GB/s "
+                f"({p['peak_pct_link']} % of link)"
+            )
     if rep["numa"]:
         lines += ["", "NUMA placement: " + ", ".join(f"{n['pid']} {n['placement']}" for n in rep["numa"])]
     if rep["perf"]:

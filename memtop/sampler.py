@@ -91,13 +91,15 @@ class Sampler:
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
         self.nvml.start()
-        others = self._collectors()[len(self.nvml.readers):]  # the GPU readers start with NVML
+        others = self._collectors()[len(self.nvml.readers) :]  # the GPU readers start with NVML
         for c in others:
             c.start()
         collectors = self._started = [*self.nvml.readers, *others]
         names = [f"memtop-gpu{r.index}" for r in self.nvml.readers] + [f"memtop-{c.name}" for c in others]
-        self._threads = [threading.Thread(target=self._run, args=(c,), name=n, daemon=True)
-                         for c, n in zip(collectors, names)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(c,), name=n, daemon=True)
+            for c, n in zip(collectors, names)
+        ]
         self._threads.append(threading.Thread(target=self._frames, name="memtop-sampler", daemon=True))
         for t in self._threads:
             t.start()

@@ -98,8 +98,11 @@ class Aggregates:
 
     def __getstate__(self) -> dict:  # defaultdicts with lambdas do not pickle
         d = dict(self.__dict__)
-        d["throttle"], d["peaks"], d["perf"] = dict(self.throttle), {k: dict(v) for k, v in self.peaks.items()}, \
-            dict(self.perf)
+        d["throttle"], d["peaks"], d["perf"] = (
+            dict(self.throttle),
+            {k: dict(v) for k, v in self.peaks.items()},
+            dict(self.perf),
+        )
         d["_seen"] = [None] * 4
         return d
 
@@ -121,7 +124,9 @@ class Chunk:
     end: bytes  # the classifier (state only) at the chunk's end, pickled
 
 
-def _scan(path: Path, read_from: float | None, lo: float, hi: float, resume: bytes | None, last: bool) -> Chunk:
+def _scan(
+    path: Path, read_from: float | None, lo: float, hi: float, resume: bytes | None, last: bool
+) -> Chunk:
     """Frames from ``read_from`` to ``hi``; those before ``lo`` only warm the classifier up.
     ``resume``: continue from a previous chunk's classifier instead (and skip the warm-up)."""
     rec = Recording(path)
@@ -144,7 +149,7 @@ def _scan(path: Path, read_from: float | None, lo: float, hi: float, resume: byt
             agg.add(f)
         if last:
             clf.flush()
-        labels = {g: ls[counts.get(g, 0):] for g, ls in clf.labels.items()}
+        labels = {g: ls[counts.get(g, 0) :] for g, ls in clf.labels.items()}
         gaps = clf.gaps[n_gaps:]
         clf.labels, clf.features, clf.gaps = {}, {}, []
         return Chunk(labels, gaps, agg, start_state, pickle.dumps(clf))
@@ -158,8 +163,14 @@ def _resume(job: tuple, state: bytes) -> Chunk:
     return _scan(path, read_from, lo, hi, state, last)
 
 
-def scan(rec: Recording, lo: float, hi: float, fresh_at_lo: bool, workers: int | None = None,
-         chunk_s: float | None = None) -> tuple[dict, list, Aggregates]:
+def scan(
+    rec: Recording,
+    lo: float,
+    hi: float,
+    fresh_at_lo: bool,
+    workers: int | None = None,
+    chunk_s: float | None = None,
+) -> tuple[dict, list, Aggregates]:
     """(labels per GPU, gap events, aggregates) of [lo, hi], as one serial pass would give them.
 
     ``fresh_at_lo``: the classifier starts at ``lo`` (a --from range) rather than at the recording's start.
@@ -172,8 +183,17 @@ def scan(rec: Recording, lo: float, hi: float, fresh_at_lo: bool, workers: int |
         c = _scan(rec.path, first_read, lo, hi, None, True)
         return c.labels, c.gaps, c.agg
     edges = [lo + span * k / n for k in range(n)] + [hi]
-    jobs = [(rec.path, first_read if k == 0 else max(edges[k] - WARM_S, lo if fresh_at_lo else rec.t0),
-             edges[k], edges[k + 1], None, k == n - 1) for k in range(n)]
+    jobs = [
+        (
+            rec.path,
+            first_read if k == 0 else max(edges[k] - WARM_S, lo if fresh_at_lo else rec.t0),
+            edges[k],
+            edges[k + 1],
+            None,
+            k == n - 1,
+        )
+        for k in range(n)
+    ]
     # fork is cheap but unsafe in a process with threads (a test runner, a TUI): spawn there
     ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
     with ProcessPoolExecutor(n, mp_context=ctx) as ex:

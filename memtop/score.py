@@ -33,13 +33,23 @@ def score(labels: list[Label], markers: list[Marker], guard: float = 1.0, bin_s:
         fn = sum(v for (a, b), v in conf.items() if a == c and b != c)
         p = tp / (tp + fp) if tp + fp else 0.0
         r = tp / (tp + fn) if tp + fn else 0.0
-        per[c] = {"precision": round(p, 3), "recall": round(r, 3),
-                  "f1": round(2 * p * r / (p + r), 3) if p + r else 0.0, "support": tp + fn}
+        per[c] = {
+            "precision": round(p, 3),
+            "recall": round(r, 3),
+            "f1": round(2 * p * r / (p + r), 3) if p + r else 0.0,
+            "support": tp + fn,
+        }
     lat = []
     detected: dict[int, float] = {}  # marker -> when its label first showed
     for k, m in enumerate(markers):
-        hit = next((lab for lab in labels if lab.t >= m.t0 and lab.t + bin_s <= m.t1 + bin_s
-                    and lab.label == m.label), None)
+        hit = next(
+            (
+                lab
+                for lab in labels
+                if lab.t >= m.t0 and lab.t + bin_s <= m.t1 + bin_s and lab.label == m.label
+            ),
+            None,
+        )
         if hit is not None:
             detected[k] = hit.t
             if m.name != "idle":
@@ -48,7 +58,9 @@ def score(labels: list[Label], markers: list[Marker], guard: float = 1.0, bin_s:
     # correct label is one change inside the band), only after the phase's label first showed
     flips = steady_s = flips_after = after_s = 0.0
     for k, m in enumerate(markers):
-        inside = [(lab.t, lab.label) for lab in labels if m.t0 + guard <= lab.t and lab.t + bin_s <= m.t1 - guard]
+        inside = [
+            (lab.t, lab.label) for lab in labels if m.t0 + guard <= lab.t and lab.t + bin_s <= m.t1 - guard
+        ]
         flips += sum(a[1] != b[1] for a, b in zip(inside, inside[1:]))
         steady_s += len(inside) * bin_s
         after = [x for x in inside if x[0] >= detected.get(k, -math.inf)]

@@ -17,10 +17,24 @@ CLASSES = ("sync", "copy", "data", "other", "idle")
 # user code); "stack" rules look at every frame. First match wins.
 RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     # waiting on the input pipeline wins: the user line above it may well hold a .to(
-    ("data", "stack", re.compile(r"torch/utils/data/(dataloader|_utils/(fetch|collate|worker|pin_memory))\.py$")),
-    ("sync", "code", re.compile(r"\.(item|cpu|tolist|numpy|nonzero)\(|synchronize\(|\.wait\(\)\s*$|torch\.equal\(")),
-    ("sync", "func", re.compile(r"(^|\.)(synchronize|_local_scalar_dense|cudaStreamSynchronize|"
-                                r"cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize|item)$")),
+    (
+        "data",
+        "stack",
+        re.compile(r"torch/utils/data/(dataloader|_utils/(fetch|collate|worker|pin_memory))\.py$"),
+    ),
+    (
+        "sync",
+        "code",
+        re.compile(r"\.(item|cpu|tolist|numpy|nonzero)\(|synchronize\(|\.wait\(\)\s*$|torch\.equal\("),
+    ),
+    (
+        "sync",
+        "func",
+        re.compile(
+            r"(^|\.)(synchronize|_local_scalar_dense|cudaStreamSynchronize|"
+            r"cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize|item)$"
+        ),
+    ),
     ("copy", "code", re.compile(r"\.(to|cuda|copy_|pin_memory)\(|non_blocking=")),
     ("copy", "func", re.compile(r"(^|\.)(copy_|pin_memory|_pin_memory_loop|cudaMemcpy\w*)$")),
     ("data", "func", re.compile(r"(^|\.)(__getitem__|__getitems__|collate\w*|default_collate)$")),

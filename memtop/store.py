@@ -47,13 +47,26 @@ MAGIC = "memtop-recording"
 
 # GPU columns and their integer scale: stored = round(value * scale).
 GPU_COLS: tuple[tuple[str, float], ...] = (
-    ("util", 10), ("mem_util", 10), ("graphics", 10), ("sm", 10), ("occupancy", 10), ("tensor", 10),
-    ("dram", 10), ("pcie_rx", 1 / 1024), ("pcie_tx", 1 / 1024), ("nvlink_rx", 1 / 1024),
-    ("nvlink_tx", 1 / 1024), ("power_w", 10), ("temp_c", 1), ("sm_clock", 1), ("mem_clock", 1),
-    ("clock_events", 1), ("mem_used", 1 / (1 << 20)), ("mem_total", 1 / (1 << 20)),
+    ("util", 10),
+    ("mem_util", 10),
+    ("graphics", 10),
+    ("sm", 10),
+    ("occupancy", 10),
+    ("tensor", 10),
+    ("dram", 10),
+    ("pcie_rx", 1 / 1024),
+    ("pcie_tx", 1 / 1024),
+    ("nvlink_rx", 1 / 1024),
+    ("nvlink_tx", 1 / 1024),
+    ("power_w", 10),
+    ("temp_c", 1),
+    ("sm_clock", 1),
+    ("mem_clock", 1),
+    ("clock_events", 1),
+    ("mem_used", 1 / (1 << 20)),
+    ("mem_total", 1 / (1 << 20)),
 )
 _INT_COLS = {"clock_events", "mem_used", "mem_total"}
-
 
 
 def _decode_sql(col: str, scale: float) -> str:
@@ -117,8 +130,9 @@ def _host_from_blob(blob: bytes) -> HostSample:
     d["load"] = tuple(d["load"])
     d["numa"] = tuple(NumaNode(**n) for n in d["numa"])
     d["gpu_nodes"] = tuple(d["gpu_nodes"])
-    d["procs"] = tuple(ProcSample(**{**p, "last_cpus": tuple(p["last_cpus"]), "gpus": tuple(p["gpus"])})
-                       for p in d["procs"])
+    d["procs"] = tuple(
+        ProcSample(**{**p, "last_cpus": tuple(p["last_cpus"]), "gpus": tuple(p["gpus"])}) for p in d["procs"]
+    )
     return HostSample(**d)
 
 
@@ -164,7 +178,9 @@ class Writer:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
             meta = {"magic": MAGIC, "schema": SCHEMA_VERSION, "memtop_version": __version__, **meta}
-            self._db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
+            self._db.executemany(
+                "INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()]
+            )
             self._db.commit()
         except sqlite3.Error as e:
             raise UserError(f"cannot write {self.path}: {e}") from None
@@ -210,10 +226,14 @@ class Writer:
                     self._write(item)
                     self.frames += 1
                 elif isinstance(item, tuple) and item[0] == "markers":
-                    self._db.executemany("INSERT INTO marker VALUES (?,?,?,?,?)",
-                                         [(m.t0, m.t1, m.label, m.name, m.facts) for m in item[1]])
+                    self._db.executemany(
+                        "INSERT INTO marker VALUES (?,?,?,?,?)",
+                        [(m.t0, m.t1, m.label, m.name, m.facts) for m in item[1]],
+                    )
                 elif isinstance(item, tuple) and item[0] == "meta":
-                    self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (item[1], json.dumps(item[2])))
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO meta VALUES (?, ?)", (item[1], json.dumps(item[2]))
+                    )
                 if time.monotonic() - last_commit >= self.commit_every:
                     self._db.commit()
                     last_commit = time.monotonic()
@@ -247,10 +267,18 @@ class Writer:
             db.executemany(f"INSERT INTO gpu VALUES ({','.join('?' * (3 + len(GPU_COLS)))})", rows)
         for g in f.gpus:
             if self._changed(("gpu_state", g.index), gpu_state_key(g)):
-                db.execute("INSERT INTO gpu_state VALUES (?,?,?,?,?,?,?)", (
-                    g.t, g.index, g.uuid, g.name, int(g.mig),
-                    json.dumps(asdict(g.link)) if g.link else None,
-                    json.dumps([[p.pid, p.used_memory] for p in g.processes])))
+                db.execute(
+                    "INSERT INTO gpu_state VALUES (?,?,?,?,?,?,?)",
+                    (
+                        g.t,
+                        g.index,
+                        g.uuid,
+                        g.name,
+                        int(g.mig),
+                        json.dumps(asdict(g.link)) if g.link else None,
+                        json.dumps([[p.pid, p.used_memory] for p in g.processes]),
+                    ),
+                )
         for c in f.series:
             import numpy as np  # lazily: numpy costs ~0.2 s of start-up
 
@@ -263,12 +291,25 @@ class Writer:
             if not self._changed(("stack", s.pid), s.t):
                 continue
             if s.error is not None and not s.threads:
-                db.execute("INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)",
-                           (s.t, s.pid, None, None, None, None, None, None, s.error))
+                db.execute(
+                    "INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)",
+                    (s.t, s.pid, None, None, None, None, None, None, s.error),
+                )
             for th in s.threads:
-                db.execute("INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)", (
-                    s.t, s.pid, th.tid, th.name, int(th.active), int(th.owns_gil), th.klass,
-                    self._stack_id(th.frames), None))
+                db.execute(
+                    "INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        s.t,
+                        s.pid,
+                        th.tid,
+                        th.name,
+                        int(th.active),
+                        int(th.owns_gil),
+                        th.klass,
+                        self._stack_id(th.frames),
+                        None,
+                    ),
+                )
         for p in f.perf:
             if self._changed(("perf", p.pid), p.t):
                 db.execute("INSERT INTO perf VALUES (?,?,?)", (p.t, p.pid, json.dumps(p.rates)))
@@ -296,8 +337,10 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
             # create the lock files: read the file as it is, if nothing is left in its WAL
             wal = Path(f"{path}-wal")
             if wal.exists() and wal.stat().st_size > 0:
-                raise UserError(f"{path} was not closed cleanly and its last part is in {wal.name}, which this "
-                                f"user cannot open here: copy both files to a directory you can write") from None
+                raise UserError(
+                    f"{path} was not closed cleanly and its last part is in {wal.name}, which this "
+                    f"user cannot open here: copy both files to a directory you can write"
+                ) from None
             db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
             rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
     except UnicodeDecodeError:  # a damaged byte inside a text value
@@ -316,7 +359,9 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
     if meta.get("magic") != MAGIC:
         raise UserError(f"{path} is an SQLite file but not a memtop recording")
     if not isinstance(meta.get("schema"), int) or meta["schema"] > SCHEMA_VERSION:
-        raise UserError(f"{path} was written by a newer memtop (schema {meta.get('schema')}); upgrade memtop to read it")
+        raise UserError(
+            f"{path} was written by a newer memtop (schema {meta.get('schema')}); upgrade memtop to read it"
+        )
     return db, meta
 
 
@@ -333,7 +378,9 @@ class Recording:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
         self.t0, self.t1, self.n_frames = r[0], r[1], r[2]
         if not self.n_frames:
-            raise UserError(f"{self.path} holds no samples (the recording was stopped before its first second)")
+            raise UserError(
+                f"{self.path} holds no samples (the recording was stopped before its first second)"
+            )
 
     def close(self) -> None:
         self.db.close()
@@ -374,11 +421,17 @@ class Recording:
     def _gpu_state(r: tuple) -> tuple:
         """A gpu_state row, parsed once (not once per GPU row)."""
         _t, _g, uuid, name, mig, link, procs = r
-        return (uuid or "", name or "GPU", bool(mig), PcieLink(**json.loads(link)) if link else None,
-                tuple(GpuProcess(p, m) for p, m in json.loads(procs or "[]")))
+        return (
+            uuid or "",
+            name or "GPU",
+            bool(mig),
+            PcieLink(**json.loads(link)) if link else None,
+            tuple(GpuProcess(p, m) for p, m in json.loads(procs or "[]")),
+        )
 
-    def frames(self, start: float | None = None, end: float | None = None,
-               skip: frozenset[str] = frozenset()) -> Iterator[Frame]:
+    def frames(
+        self, start: float | None = None, end: float | None = None, skip: frozenset[str] = frozenset()
+    ) -> Iterator[Frame]:
         """Frames in time order from ``start`` (seeking there first) to ``end``.
 
         ``skip``: part kinds a reader does not need (e.g. {"series", "note"}), left out of the Frames.
@@ -399,6 +452,7 @@ class Recording:
             "caps": ("SELECT t, data FROM caps", plo, 1),
             "note": ("SELECT t, text FROM note", plo, 1),
         }
+
         # (t, order, stream, kind, row): the stream number breaks ties before rows are compared
         def stream(i: int, kind: str, sql: str, tlo: float, o: int) -> Iterator[tuple]:
             for r in self._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (tlo, hi)):
@@ -406,10 +460,19 @@ class Recording:
 
         streams = [stream(i, kind, *q) for i, (kind, q) in enumerate(queries.items()) if kind not in skip]
         if "stack" not in skip:
-            streams.append(((k[0], 1, 8, "stack", list(rows)) for k, rows in itertools.groupby(self._q(
-                "SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)), key=_SAMPLE)))
-        streams.append((r[0], 2, 9, "frame", r) for r in self._q(
-            "SELECT t FROM frame WHERE t>=? AND t<=? ORDER BY t", (lo, hi)))
+            streams.append(
+                (
+                    (k[0], 1, 8, "stack", list(rows))
+                    for k, rows in itertools.groupby(
+                        self._q("SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)),
+                        key=_SAMPLE,
+                    )
+                )
+            )
+        streams.append(
+            (r[0], 2, 9, "frame", r)
+            for r in self._q("SELECT t FROM frame WHERE t>=? AND t<=? ORDER BY t", (lo, hi))
+        )
         try:
             for _t, _o, _i, kind, row in heapq.merge(*streams):
                 if kind == "frame":
@@ -423,8 +486,11 @@ class Recording:
         """State as it stood at time t: the last part of each source at or before t."""
         gpus = [r[0] for r in self._q("SELECT DISTINCT gpu FROM gpu_state")]
         for g in gpus:
-            r = self._q("SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state "
-                        "WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
+            r = self._q(
+                "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state "
+                "WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1",
+                (g, t),
+            ).fetchone()
             if r:
                 st.apply(self, "gpu_state", r)
             r = self._q(f"{_GPU_SELECT} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
@@ -436,8 +502,10 @@ class Recording:
         r = self._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
         if r:
             st.apply(self, "caps", r)
-        for _, rows in itertools.groupby(self._q("SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid",
-                                                 (t, t - 3.0)), key=_SAMPLE):
+        for _, rows in itertools.groupby(
+            self._q("SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid", (t, t - 3.0)),
+            key=_SAMPLE,
+        ):
             st.apply(self, "stack", list(rows))
         for r in self._q("SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
             st.apply(self, "perf", r)
@@ -450,11 +518,21 @@ class Recording:
 
     def summary(self) -> dict:
         m = self.meta
-        counts = {tbl: self._q(f"SELECT count(*) FROM {tbl}").fetchone()[0]
-                  for tbl in ("frame", "gpu", "series", "host", "stack_sample", "stack", "perf", "marker", "note")}
-        return {"path": str(self.path), "duration_s": round(self.duration, 1), "host": m.get("host"),
-                "gpus": m.get("gpus"), "driver": m.get("driver"), "memtop_version": m.get("memtop_version"),
-                "command": m.get("command"), "rows": counts, "size_bytes": self.path.stat().st_size}
+        counts = {
+            tbl: self._q(f"SELECT count(*) FROM {tbl}").fetchone()[0]
+            for tbl in ("frame", "gpu", "series", "host", "stack_sample", "stack", "perf", "marker", "note")
+        }
+        return {
+            "path": str(self.path),
+            "duration_s": round(self.duration, 1),
+            "host": m.get("host"),
+            "gpus": m.get("gpus"),
+            "driver": m.get("driver"),
+            "memtop_version": m.get("memtop_version"),
+            "command": m.get("command"),
+            "rows": counts,
+            "size_bytes": self.path.stat().st_size,
+        }
 
 
 class _State:
@@ -488,7 +566,9 @@ class _State:
             import numpy as np
 
             a = np.frombuffer(r[3], dtype=np.float32).reshape(-1, 2)
-            self.series.append(SeriesChunk(r[1], r[2], tuple((a[:, 0] + r[0]).tolist()), tuple(a[:, 1].tolist())))
+            self.series.append(
+                SeriesChunk(r[1], r[2], tuple((a[:, 0] + r[0]).tolist()), tuple(a[:, 1].tolist()))
+            )
         elif kind == "host":
             self.host = _host_from_blob(r[1])
         elif kind == "stack":  # all thread rows of one py-spy dump
@@ -496,9 +576,14 @@ class _State:
             if r[0][8] is not None:
                 self.stacks[pid] = StackSample(t, pid, (), r[0][8])
             else:
-                self.stacks[pid] = StackSample(t, pid, tuple(
-                    ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), klass)
-                    for _, _, tid, name, active, gil, klass, sid, _ in r))
+                self.stacks[pid] = StackSample(
+                    t,
+                    pid,
+                    tuple(
+                        ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), klass)
+                        for _, _, tid, name, active, gil, klass, sid, _ in r
+                    ),
+                )
             self._stacks_t = None
             self._oldest_stack = min(s.t for s in self.stacks.values())
         elif kind == "perf":
@@ -523,8 +608,16 @@ class _State:
         series, self.series = tuple(self.series), []
         if len(self._gpu_order) != len(self.gpus):
             self._gpu_order = sorted(self.gpus)
-        return Frame(t=t, gpus=tuple(map(self.gpus.__getitem__, self._gpu_order)), host=self.host,
-                     stacks=self._stacks_t, perf=self._perf_t, series=series, caps=self.caps, notes=self.notes)
+        return Frame(
+            t=t,
+            gpus=tuple(map(self.gpus.__getitem__, self._gpu_order)),
+            host=self.host,
+            stacks=self._stacks_t,
+            perf=self._perf_t,
+            series=series,
+            caps=self.caps,
+            notes=self.notes,
+        )
 
 
 def read_markers(path: str | Path) -> list[Marker]:
@@ -533,5 +626,9 @@ def read_markers(path: str | Path) -> list[Marker]:
     for line in Path(path).read_text().splitlines():
         if line.strip():
             d = json.loads(line)
-            out.append(Marker(d["t0"], d["t1"], d["label"], d.get("name", d["label"]), json.dumps(d.get("facts", {}))))
+            out.append(
+                Marker(
+                    d["t0"], d["t1"], d["label"], d.get("name", d["label"]), json.dumps(d.get("facts", {}))
+                )
+            )
     return out

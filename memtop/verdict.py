@@ -48,8 +48,11 @@ def _evidence(lab: Label) -> str:
     top = e.get("top_stack")
     if top:
         share = e.get("stack_shares", {}).get(top["class"], 0)
-        parts.append(f"main thread {top['class']} at {top['where']}" + (f" `{top['code']}`" if top["code"] else "")
-                     + f" ({100 * share:.0f} % of samples)")
+        parts.append(
+            f"main thread {top['class']} at {top['where']}"
+            + (f" `{top['code']}`" if top["code"] else "")
+            + f" ({100 * share:.0f} % of samples)"
+        )
     return ", ".join(parts)
 
 
@@ -59,41 +62,56 @@ def _advice(lab: Label) -> tuple[str, ...]:
     at = f" at {top['where']}" if top.get("where") else ""
     if lab.label == "transfer":
         if lab.sub == "pageable":
-            return ("host->device copies from pageable memory: use pin_memory=True in the DataLoader "
-                    "and .to(device, non_blocking=True)",
-                    "overlap copies with compute on a side stream (torch.cuda.Stream)")
-        return (f"the PCIe link is saturated ({e['pcie_pct_link']:.0f} % of link): move less data per step — "
-                "keep tensors on the GPU, send lower precision, or overlap copies with compute on a side stream",)
+            return (
+                "host->device copies from pageable memory: use pin_memory=True in the DataLoader "
+                "and .to(device, non_blocking=True)",
+                "overlap copies with compute on a side stream (torch.cuda.Stream)",
+            )
+        return (
+            f"the PCIe link is saturated ({e['pcie_pct_link']:.0f} % of link): move less data per step — "
+            "keep tensors on the GPU, send lower precision, or overlap copies with compute on a side stream",
+        )
     if lab.label == "sync":
-        return (f"CPU and GPU take turns: the main thread waits in a CUDA sync{at}"
-                + (f" (`{top['code']}`)" if top.get("code") else "")
-                + " — move it off the step (log every N steps, keep metrics on the GPU)",
-                "look for .item() / .cpu() / .tolist() / print(tensor) inside the training step")
+        return (
+            f"CPU and GPU take turns: the main thread waits in a CUDA sync{at}"
+            + (f" (`{top['code']}`)" if top.get("code") else "")
+            + " — move it off the step (log every N steps, keep metrics on the GPU)",
+            "look for .item() / .cpu() / .tolist() / print(tensor) inside the training step",
+        )
     if lab.label == "input":
         if lab.sub == "main":
             return ("data is loaded in the training process (num_workers=0): set DataLoader(num_workers>0)",)
         if lab.sub == "prep":
-            return (f"DataLoader workers are saturated ({e['workers']} at {e['worker_cpu']} % CPU): raise "
-                    "num_workers or make __getitem__/transforms cheaper (move augmentation to the GPU)",)
-        return ("DataLoader workers wait on I/O: cache or prefetch the data set, use faster storage, "
-                "raise prefetch_factor/num_workers",)
+            return (
+                f"DataLoader workers are saturated ({e['workers']} at {e['worker_cpu']} % CPU): raise "
+                "num_workers or make __getitem__/transforms cheaper (move augmentation to the GPU)",
+            )
+        return (
+            "DataLoader workers wait on I/O: cache or prefetch the data set, use faster storage, "
+            "raise prefetch_factor/num_workers",
+        )
     if lab.label == "cpu":
         if lab.sub == "launch":
-            return ("launch-bound: many tiny kernels — capture the step in CUDA graphs "
-                    "(torch.compile(mode='reduce-overhead')), use larger batches, fuse small ops",)
-        return (f"Python overhead on the main thread{at} holds the GIL {100 * e.get('gil', 0):.0f} % of the time: "
-                "profile it with `py-spy record`, move work out of the step, or torch.compile it",)
+            return (
+                "launch-bound: many tiny kernels — capture the step in CUDA graphs "
+                "(torch.compile(mode='reduce-overhead')), use larger batches, fuse small ops",
+            )
+        return (
+            f"Python overhead on the main thread{at} holds the GIL {100 * e.get('gil', 0):.0f} % of the time: "
+            "profile it with `py-spy record`, move work out of the step, or torch.compile it",
+        )
     if lab.label == "memory":
-        return ("memory-bound kernels: fuse elementwise ops (torch.compile), use lower precision, "
-                "and profile the top kernel with Nsight Compute",)
+        return (
+            "memory-bound kernels: fuse elementwise ops (torch.compile), use lower precision, "
+            "and profile the top kernel with Nsight Compute",
+        )
     if lab.label == "idle":
         return ("the GPU is idle while the process lives: see the stack over the gap",)
     return ()
 
 
 def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
-    procs = [] if frame is None or frame.host is None else [
-        p for p in frame.host.procs if gpu in p.gpus]
+    procs = [] if frame is None or frame.host is None else [p for p in frame.host.procs if gpu in p.gpus]
     cmd = procs[0].cmdline if procs else "python train.py"
     delay = max(0, int(t0 - procs[0].started)) if procs and procs[0].started else 0
     try:
@@ -104,8 +122,10 @@ def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
         return f"ncu --set full --launch-skip 200 --launch-count 20 -o memtop-memory {cmd}"
     if label in HEALTHY or label in ("idle", "gathering"):
         return f"nsys profile -t cuda,nvtx --delay {delay} --duration 20 -o memtop-{label} {cmd}"
-    return (f"nsys profile -t cuda,nvtx,osrt --python-sampling=true --cudabacktrace=sync "
-            f"--delay {delay} --duration 20 -o memtop-{label} {cmd}")
+    return (
+        f"nsys profile -t cuda,nvtx,osrt --python-sampling=true --cudabacktrace=sync "
+        f"--delay {delay} --duration 20 -o memtop-{label} {cmd}"
+    )
 
 
 def _tail_run(win: list[Label]):
@@ -137,7 +157,8 @@ def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 6
     else:
         label, share = counts.most_common(1)[0][0], shares[counts.most_common(1)[0][0]]
     of_kind = [lab for lab in win if lab.label == label and lab.raw == label] or [
-        lab for lab in win if lab.label == label]
+        lab for lab in win if lab.label == label
+    ]
     last = of_kind[len(of_kind) // 2] if label != current else of_kind[-1]  # a typical bin, not an edge
     first = of_kind[0]
     title = TITLES[label] + (f" ({last.sub})" if last.sub else "")
@@ -146,8 +167,19 @@ def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 6
     elif label == "idle":
         head = f"GPU {gpu} idle {100 * share:.0f} % of the last {span:.0f} s"
     elif label == current:
-        head = f"GPU {gpu} {title} for the last {run * 0.5:.0f} s ({100 * share:.0f} % of the last {span:.0f} s)"
+        head = (
+            f"GPU {gpu} {title} for the last {run * 0.5:.0f} s ({100 * share:.0f} % of the last {span:.0f} s)"
+        )
     else:
         head = f"GPU {gpu} {title} {100 * share:.0f} % of the last {span:.0f} s"
-    return Verdict(gpu, label, share, span, head, _evidence(last), _advice(last),
-                   _command(label, frame, gpu, first.t), shares)
+    return Verdict(
+        gpu,
+        label,
+        share,
+        span,
+        head,
+        _evidence(last),
+        _advice(last),
+        _command(label, frame, gpu, first.t),
+        shares,
+    )

@@ -17,14 +17,25 @@ from memtop.cli import main
 
 
 def run(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memtop", *args], capture_output=True, text=True, timeout=60, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "memtop", *args], capture_output=True, text=True, timeout=60, **kw
+    )
 
 
-@pytest.mark.parametrize("args", [
-    ["--bogus"], ["record"], ["record", "-o", "/nonexistent/dir/x.memtop", "--duration", "1"],
-    ["record", "-o", "x.memtop", "--pid", "999999999"], ["--interval", "-1"], ["replay", "/nonexistent"],
-    ["replay", "--summary", "/etc/hostname"], ["report", "/dev/null"], ["export", "/nonexistent", "--perfetto", "x"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--bogus"],
+        ["record"],
+        ["record", "-o", "/nonexistent/dir/x.memtop", "--duration", "1"],
+        ["record", "-o", "x.memtop", "--pid", "999999999"],
+        ["--interval", "-1"],
+        ["replay", "/nonexistent"],
+        ["replay", "--summary", "/etc/hostname"],
+        ["report", "/dev/null"],
+        ["export", "/nonexistent", "--perfetto", "x"],
+    ],
+)
 def test_bad_input_is_one_line_exit_2_no_traceback(args, tmp_path):
     r = run(*args, cwd=tmp_path)
     assert r.returncode == 2, r
@@ -86,7 +97,9 @@ def test_real_cli_in_tmux_replay_resize_quit():
     sock = f"memtop-test-{uuid.uuid4().hex[:8]}"
     cmd = f"{sys.executable} -m memtop replay {REC[0]} --speed 4; echo EXIT=$?; sleep 30"
     env = {**os.environ, "TERM": "xterm-256color"}
-    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", "120", "-y", "40", cmd], check=True, env=env)
+    subprocess.run(
+        ["tmux", "-L", sock, "new-session", "-d", "-x", "120", "-y", "40", cmd], check=True, env=env
+    )
     try:
         first = _wait_for(sock, "NVIDIA H100")
         assert "REPLAY" in first
@@ -113,8 +126,22 @@ def test_hangup_ends_memtop_within_5_s():
 
     sock = f"memtop-hup-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "TERM": "xterm-256color"}
-    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", "100", "-y", "30",
-                    f"exec {sys.executable} -m memtop --demo"], check=True, env=env)
+    subprocess.run(
+        [
+            "tmux",
+            "-L",
+            sock,
+            "new-session",
+            "-d",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            f"exec {sys.executable} -m memtop --demo",
+        ],
+        check=True,
+        env=env,
+    )
     try:
         _wait_for(sock, "NVIDIA H100")
         pid = int(_tmux(sock, "display-message", "-p", "#{pane_pid}").strip())

@@ -14,8 +14,12 @@ pytestmark = pytest.mark.gpu
 
 
 def _smi(query: str) -> list[float]:
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [float(x) for x in out.splitlines()[0].split(",")]
 
 

@@ -13,11 +13,13 @@ from memtop.collectors.host import HostCollector
 from memtop.model import HostSample
 
 # children end by themselves after 20 s even if the test dies before it kills them
-PARENT = ("import subprocess, sys, time\n"
-          "kids = [subprocess.Popen([sys.executable, '-c', c]) for c in ("
-          "'import time\\nend = time.time() + 20\\nwhile time.time() < end: pass', "
-          "'import time; time.sleep(20)')]\n"
-          "time.sleep(20)\n")
+PARENT = (
+    "import subprocess, sys, time\n"
+    "kids = [subprocess.Popen([sys.executable, '-c', c]) for c in ("
+    "'import time\\nend = time.time() + 20\\nwhile time.time() < end: pass', "
+    "'import time; time.sleep(20)')]\n"
+    "time.sleep(20)\n"
+)
 
 
 @contextlib.contextmanager
@@ -61,10 +63,12 @@ def test_gpu_process_and_its_children_as_workers():
     assert all(x.pid != p.pid for x in s.procs)  # a process that exits leaves the list
 
 
-THREAD_PARENT = ("import subprocess, sys, threading, time\n"
-                 "threading.Thread(target=lambda: subprocess.Popen([sys.executable, '-c', "
-                 "'import time; time.sleep(20)'])).start()\n"
-                 "time.sleep(20)\n")
+THREAD_PARENT = (
+    "import subprocess, sys, threading, time\n"
+    "threading.Thread(target=lambda: subprocess.Popen([sys.executable, '-c', "
+    "'import time; time.sleep(20)'])).start()\n"
+    "time.sleep(20)\n"
+)
 
 
 def test_child_of_another_thread_is_found_and_kept():

@@ -12,7 +12,9 @@ def _tree(root: Path, nodes: dict[int, str], gpu_bus: str | None = None, gpu_nod
         d = root / f"sys/devices/system/node/node{n}"
         d.mkdir(parents=True)
         (d / "cpulist").write_text(cpus + "\n")
-        (d / "meminfo").write_text(f"Node {n} MemTotal:       1048576 kB\nNode {n} MemFree:         524288 kB\n")
+        (d / "meminfo").write_text(
+            f"Node {n} MemTotal:       1048576 kB\nNode {n} MemFree:         524288 kB\n"
+        )
         (d / "numastat").write_text("numa_hit 1000\nnuma_miss 10\nnuma_foreign 5\nother_node 20\n")
     if gpu_bus:
         d = root / "sys/bus/pci/devices" / gpu_bus
@@ -72,9 +74,12 @@ def test_numastat_rates_from_deltas(tmp_path):
     r = numa.NumaReader(tmp_path)
     r.read(10.0)
     (tmp_path / "sys/devices/system/node/node1/numastat").write_text(
-        "numa_hit 3000\nnuma_miss 110\nnuma_foreign 5\nother_node 220\n")
+        "numa_hit 3000\nnuma_miss 110\nnuma_foreign 5\nother_node 220\n"
+    )
     n0, n1 = r.read(12.0)
-    assert n0.miss_rate == 0 and n1.miss_rate == 50.0 and n1.other_node_rate == 100.0 and n1.hit_rate == 1000.0
+    assert (
+        n0.miss_rate == 0 and n1.miss_rate == 50.0 and n1.other_node_rate == 100.0 and n1.hit_rate == 1000.0
+    )
 
 
 def test_real_machine_layout_reads():

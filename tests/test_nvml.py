@@ -20,8 +20,10 @@ def _collector(use_gpm: bool = True) -> NvmlCollector:
     return col
 
 
-@pytest.mark.parametrize(("gen", "width", "gbps"), [(1, 16, 4.0), (2, 16, 8.0), (3, 16, 15.75), (4, 16, 31.5),
-                                                    (5, 16, 63.0), (5, 8, 31.5), (4, 4, 7.88)])
+@pytest.mark.parametrize(
+    ("gen", "width", "gbps"),
+    [(1, 16, 4.0), (2, 16, 8.0), (3, 16, 15.75), (4, 16, 31.5), (5, 16, 63.0), (5, 8, 31.5), (4, 4, 7.88)],
+)
 def test_link_capacity_per_generation(gen, width, gbps):
     assert link_bytes_per_s(gen, width) / 1e9 == pytest.approx(gbps, rel=0.01)
 
@@ -115,8 +117,10 @@ class _Failing(ReplayNvml):
 
     def __getattr__(self, name):
         if name == self.method:
+
             def fail(*a):
                 raise NvmlCallError(self.code, f"{name} failed ({self.code})")
+
             return fail
         return super().__getattr__(name)
 
@@ -165,6 +169,13 @@ def test_real_driver_absent_here_gives_the_same_message():
 
 
 def test_reader_handles_mig():
-    r = GpuReader(ReplayNvml.load(FIXTURE), 0, {"name": "x", "uuid": "u", "mig": True}, False,
-                  "MIG is enabled", 0.2, 0.0)
+    r = GpuReader(
+        ReplayNvml.load(FIXTURE),
+        0,
+        {"name": "x", "uuid": "u", "mig": True},
+        False,
+        "MIG is enabled",
+        0.2,
+        0.0,
+    )
     assert "MIG" in r.capabilities()[0].detail

@@ -63,8 +63,10 @@ def test_software_counters_for_real_on_a_busy_child(watched):
 
 def test_threads_are_listed_every_scan_interval(watched):
     """A thread started after a scan is counted from the next scan on (SCAN_EVERY_S), not before."""
-    col = watched("import threading, time\ntime.sleep(1.5)\n"
-                  "threading.Thread(target=lambda: [0 for _ in iter(int, 1)]).start()\ntime.sleep(30)")
+    col = watched(
+        "import threading, time\ntime.sleep(1.5)\n"
+        "threading.Thread(target=lambda: [0 for _ in iter(int, 1)]).start()\ntime.sleep(30)"
+    )
     time.sleep(0.6)  # the child's start-up is done
     t0 = time.monotonic()
     col.sample(t0)

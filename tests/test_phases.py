@@ -36,7 +36,9 @@ def test_flips_are_counted_inside_phases_and_apart_from_a_late_detection():
     from memtop.model import Marker
 
     def labs(seq: str) -> list:  # one label per 0.5 s bin: c = compute, s = sync
-        return [SimpleNamespace(t=0.5 * i, label={"c": "compute", "s": "sync"}[ch]) for i, ch in enumerate(seq)]
+        return [
+            SimpleNamespace(t=0.5 * i, label={"c": "compute", "s": "sync"}[ch]) for i, ch in enumerate(seq)
+        ]
 
     m = [Marker(0.0, 10.0, "sync", "sync_even")]
     late = score(labs("cccccssssssssssssssss"), m, bin_s=0.5)  # correct from 2.5 s on, then steady
@@ -68,26 +70,55 @@ def test_without_stacks_sync_and_input_cannot_fire():
 
 
 def _f(**kw) -> Features:
-    base = dict(t=0.0, gpu=0, gpm=True, graphics=0.0, sm=0.0, tensor=0.0, dram=0.0, pcie_bps=0.0, pcie_frac=0.0,
-                proc_cpu=0.0, workers=0, worker_cpu=0.0, worker_sleeping=0.0, iowait=0.0, shares={}, gil=0.0,
-                stack_n=10, top=None, recent=frozenset(kw.get("shares", {})))
+    base = dict(
+        t=0.0,
+        gpu=0,
+        gpm=True,
+        graphics=0.0,
+        sm=0.0,
+        tensor=0.0,
+        dram=0.0,
+        pcie_bps=0.0,
+        pcie_frac=0.0,
+        proc_cpu=0.0,
+        workers=0,
+        worker_cpu=0.0,
+        worker_sleeping=0.0,
+        iowait=0.0,
+        shares={},
+        gil=0.0,
+        stack_n=10,
+        top=None,
+        recent=frozenset(kw.get("shares", {})),
+    )
     base.update(kw)
     return Features(**base)
 
 
-@pytest.mark.parametrize(("kw", "label", "sub"), [
-    (dict(), "idle", ""),
-    (dict(pcie_frac=0.9, pcie_bps=57e9, proc_cpu=100), "transfer", "dma"),
-    (dict(pcie_frac=0.2, pcie_bps=12e9, proc_cpu=100, shares={"copy": 0.6}), "transfer", "pageable"),
-    (dict(graphics=99, sm=98, dram=90, proc_cpu=100), "memory", ""),
-    (dict(graphics=99, sm=96, dram=25, proc_cpu=100, shares={"sync": 1.0}), "compute", ""),
-    (dict(graphics=48, sm=41, proc_cpu=100, shares={"sync": 0.4, "other": 0.6}), "sync", ""),
-    (dict(graphics=2, sm=1, proc_cpu=10, workers=2, worker_cpu=98, shares={"data": 0.9}), "input", "prep"),
-    (dict(graphics=1, sm=0.5, proc_cpu=3, workers=2, worker_cpu=3, shares={"data": 0.9}), "input", "fetch"),
-    (dict(graphics=1, sm=1, proc_cpu=100, shares={"data": 0.7}), "input", "main"),
-    (dict(graphics=30, sm=0, proc_cpu=100, shares={"other": 1.0}), "cpu", "launch"),
-    (dict(graphics=0, sm=0, proc_cpu=100, gil=1.0, shares={"other": 1.0}), "cpu", "python"),
-])
+@pytest.mark.parametrize(
+    ("kw", "label", "sub"),
+    [
+        (dict(), "idle", ""),
+        (dict(pcie_frac=0.9, pcie_bps=57e9, proc_cpu=100), "transfer", "dma"),
+        (dict(pcie_frac=0.2, pcie_bps=12e9, proc_cpu=100, shares={"copy": 0.6}), "transfer", "pageable"),
+        (dict(graphics=99, sm=98, dram=90, proc_cpu=100), "memory", ""),
+        (dict(graphics=99, sm=96, dram=25, proc_cpu=100, shares={"sync": 1.0}), "compute", ""),
+        (dict(graphics=48, sm=41, proc_cpu=100, shares={"sync": 0.4, "other": 0.6}), "sync", ""),
+        (
+            dict(graphics=2, sm=1, proc_cpu=10, workers=2, worker_cpu=98, shares={"data": 0.9}),
+            "input",
+            "prep",
+        ),
+        (
+            dict(graphics=1, sm=0.5, proc_cpu=3, workers=2, worker_cpu=3, shares={"data": 0.9}),
+            "input",
+            "fetch",
+        ),
+        (dict(graphics=1, sm=1, proc_cpu=100, shares={"data": 0.7}), "input", "main"),
+        (dict(graphics=30, sm=0, proc_cpu=100, shares={"other": 1.0}), "cpu", "launch"),
+        (dict(graphics=0, sm=0, proc_cpu=100, gil=1.0, shares={"other": 1.0}), "cpu", "python"),
+    ],
+)
 def test_rule_table(kw, label, sub):
     got, _, got_sub = evaluate(_f(**kw))
     assert (got, got_sub) == (label, sub)
@@ -104,10 +135,22 @@ def test_hysteresis_needs_two_bins_to_switch():
     from memtop.model import Frame, GpuProcess, GpuSample
 
     c = Classifier(bin_s=1.0, confirm=2, warmup_bins=0)
+
     def frame(t, gr):
-        g = GpuSample(t=t, index=0, uuid="u", name="x", mode="gpm", graphics=gr, sm=gr, dram=10, util=gr,
-                      processes=(GpuProcess(1, 1),))
+        g = GpuSample(
+            t=t,
+            index=0,
+            uuid="u",
+            name="x",
+            mode="gpm",
+            graphics=gr,
+            sm=gr,
+            dram=10,
+            util=gr,
+            processes=(GpuProcess(1, 1),),
+        )
         return Frame(t=t, gpus=(g,))
+
     seq = [99] * 5 + [0] + [99] * 3 + [0] * 4
     for i, gr in enumerate(seq):
         c.feed(frame(float(i), gr))

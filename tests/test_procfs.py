@@ -10,10 +10,12 @@ from pathlib import Path
 import psutil
 from memtop.collectors import procfs
 
-STAT = ("cpu  {a} 0 {a} {i} {w} 0 0 0 0 0\n"
-        "cpu0 {a} 0 {a} {i} {w} 0 0 0 0 0\n"
-        "cpu1 {b} 0 0 {j} 0 0 0 0 0 0\n"
-        "intr 12345\nctxt 999\n")
+STAT = (
+    "cpu  {a} 0 {a} {i} {w} 0 0 0 0 0\n"
+    "cpu0 {a} 0 {a} {i} {w} 0 0 0 0 0\n"
+    "cpu1 {b} 0 0 {j} 0 0 0 0 0 0\n"
+    "intr 12345\nctxt 999\n"
+)
 
 
 def test_cpu_times_from_a_synthetic_stat(tmp_path: Path):

@@ -51,11 +51,14 @@ def test_report_time_range_and_gpu_filter():
     assert max(rep["gpus"][0]["phases"], key=lambda k: rep["gpus"][0]["phases"][k]["share"]) == "memory"
 
 
-@pytest.mark.parametrize(("argv", "msg"), [
-    (["report", str(REC[0]), "--gpu", "5"], "no GPU 5"),
-    (["report", str(REC[0]), "--from", "900"], "empty time range"),
-    (["report", "/nonexistent.memtop"], "no such file"),
-])
+@pytest.mark.parametrize(
+    ("argv", "msg"),
+    [
+        (["report", str(REC[0]), "--gpu", "5"], "no GPU 5"),
+        (["report", str(REC[0]), "--from", "900"], "empty time range"),
+        (["report", "/nonexistent.memtop"], "no such file"),
+    ],
+)
 def test_report_bad_input_is_one_line_exit_2(argv, msg, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -108,7 +111,10 @@ def test_events_are_time_ordered_per_counter_track():
 
 
 def _labels(labels: dict) -> dict:
-    return {g: [(lab.t, lab.label, lab.raw, lab.rule, lab.confidence, lab.sub) for lab in ls] for g, ls in labels.items()}
+    return {
+        g: [(lab.t, lab.label, lab.raw, lab.rule, lab.confidence, lab.sub) for lab in ls]
+        for g, ls in labels.items()
+    }
 
 
 @pytest.mark.parametrize("path", [REC[0], REC_NOGPM])
@@ -126,8 +132,13 @@ def test_report_scanned_in_parallel_chunks_equals_one_serial_pass(path, monkeypa
         assert _labels(par[0]) == _labels(serial[0])
         assert par[1] == serial[1]
         a, b = par[2], serial[2]
-        assert (dict(a.throttle), dict(a.perf), a.procs, a.caps, a.links) == \
-               (dict(b.throttle), dict(b.perf), b.procs, b.caps, b.links)
+        assert (dict(a.throttle), dict(a.perf), a.procs, a.caps, a.links) == (
+            dict(b.throttle),
+            dict(b.perf),
+            b.procs,
+            b.caps,
+            b.links,
+        )
         assert a.stacks.keys() == b.stacks.keys() and dict(a.peaks) == dict(b.peaks) and a.last == b.last
     assert any(resumed)  # the resume path ran (in this process) and still matched
 
@@ -139,6 +150,8 @@ def test_whole_report_same_serial_or_parallel(monkeypatch):
     monkeypatch.setattr(scan, "CHUNK_MIN_S", 1e9)
     serial = [build_report(rec), build_report(rec, t_from=20.0)]
     monkeypatch.setattr(scan, "CHUNK_MIN_S", 25.0)
-    monkeypatch.setattr(scan, "os", type("os", (), {"cpu_count": staticmethod(lambda: 4)}))  # 4 chunks here too
+    monkeypatch.setattr(
+        scan, "os", type("os", (), {"cpu_count": staticmethod(lambda: 4)})
+    )  # 4 chunks here too
     assert [build_report(rec), build_report(rec, t_from=20.0)] == serial
     assert render(serial[0], "text") == render(build_report(rec), "text")

@@ -12,8 +12,10 @@ from memtop.sampler import Sampler, SamplerConfig
 
 def _run(secs: float, breaker=None):
     frames = []
-    s = Sampler(SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=False, perf=False),
-                on_frame=frames.append)
+    s = Sampler(
+        SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=False, perf=False),
+        on_frame=frames.append,
+    )
     if breaker:
         breaker(s)
     s.start()
@@ -38,6 +40,7 @@ def test_a_failing_collector_becomes_a_note_and_the_run_goes_on():
     def breaker(s):
         def boom(now):
             raise OSError("disk on fire")
+
         s.host.sample = boom
 
     _, frames = _run(1.5, breaker)
@@ -55,6 +58,7 @@ def test_jittered_collector_samples_at_random_intervals_around_its_rate():
         def timed(now):
             calls.append(now)
             return real(now)
+
         s.host.sample = timed
 
     _run(1.5, breaker)
@@ -74,8 +78,16 @@ def test_stacks_speed_up_exactly_where_sync_and_cpu_bound_look_alike():
     rec = Recording(REC[6])
     marks = rec.markers()
     pid = next(p.pid for g in rec.seek(marks[0].t0 + 1).gpus for p in g.processes)
-    s = Sampler(SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=True, perf=False,
-                              stack_interval=0.5, pids=(pid,)), on_frame=lambda f: None)
+    s = Sampler(
+        SamplerConfig(
+            nvml=ReplayNvml.load(DATA / "nvml_h100.json"),
+            stacks=True,
+            perf=False,
+            stack_interval=0.5,
+            pids=(pid,),
+        ),
+        on_frame=lambda f: None,
+    )
     fast: dict[str, list[bool]] = {}
     for f in rec.frames():
         m = next((m for m in marks if m.t0 + 1.5 <= f.t <= m.t1), None)

@@ -22,8 +22,10 @@ pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy not install
 SLEEPER = "import time\ndef nap():\n    time.sleep(60)\nnap()\n"
 SPINNER = "def spin():\n    n = 0\n    while True:\n        n += 1\nspin()\n"
 # hashlib releases the GIL while hashing large buffers: active, but not holding the GIL
-HASHER = ("import hashlib\nbuf = bytes(64 << 20)\ndef digest():\n    while True:\n"
-          "        hashlib.sha256(buf).digest()\ndigest()\n")
+HASHER = (
+    "import hashlib\nbuf = bytes(64 << 20)\ndef digest():\n    while True:\n"
+    "        hashlib.sha256(buf).digest()\ndigest()\n"
+)
 
 
 @pytest.fixture
@@ -93,12 +95,30 @@ def test_non_python_process(spawn):
         p.wait()
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to test as another user")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to test as another user",
+)
 def test_permission_denied_names_the_fix(spawn):
     p = spawn(SLEEPER)
     env = {"RUST_BACKTRACE": "0", "PATH": os.environ["PATH"]}
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", find_pyspy(), "dump",
-                        "--json", "--nonblocking", "--pid", str(p.pid)], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            find_pyspy(),
+            "dump",
+            "--json",
+            "--nonblocking",
+            "--pid",
+            str(p.pid),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     from memtop.collectors.stacks import explain_error
 
     state, reason, fix = explain_error(r.stderr, p.pid)
@@ -110,24 +130,52 @@ def test_rules_on_hand_written_leaves():
         return StackFrame(name, file, line, code)
 
     assert classify([f("step", "/w/train.py", 88, "loss_val = loss.item()")], True) == "sync"
-    assert classify([f("synchronize", "/x/site-packages/torch/cuda/__init__.py", 1, "return torch._C._cuda_synchronize()"),
-                     f("step", "/w/train.py", 9, "torch.cuda.synchronize()")], True) == "sync"
+    assert (
+        classify(
+            [
+                f(
+                    "synchronize",
+                    "/x/site-packages/torch/cuda/__init__.py",
+                    1,
+                    "return torch._C._cuda_synchronize()",
+                ),
+                f("step", "/w/train.py", 9, "torch.cuda.synchronize()"),
+            ],
+            True,
+        )
+        == "sync"
+    )
     assert classify([f("step", "/w/train.py", 5, "x = batch.to('cuda')")], True) == "copy"
-    assert classify([f("select", "/usr/lib/python3.11/selectors.py", 1, ""),
-                     f("_next_data", "/x/site-packages/torch/utils/data/dataloader.py", 1, ""),
-                     f("step", "/w/train.py", 3, "for x in loader:")], False) == "data"
+    assert (
+        classify(
+            [
+                f("select", "/usr/lib/python3.11/selectors.py", 1, ""),
+                f("_next_data", "/x/site-packages/torch/utils/data/dataloader.py", 1, ""),
+                f("step", "/w/train.py", 3, "for x in loader:"),
+            ],
+            False,
+        )
+        == "data"
+    )
     assert classify([f("run", "/w/a.py", 1, "time.sleep(1)")], False) == "idle"
-    assert site((f("_next_data", "/x/site-packages/torch/utils/data/dataloader.py", 1, "a"),
-                 f("step", "/w/train.py", 3, "for x in loader:"))) == ("train.py:3", "for x in loader:")
+    assert site(
+        (
+            f("_next_data", "/x/site-packages/torch/utils/data/dataloader.py", 1, "a"),
+            f("step", "/w/train.py", 3, "for x in loader:"),
+        )
+    ) == ("train.py:3", "for x in loader:")
 
 
-@pytest.mark.parametrize(("phase", "klass", "share"), [
-    ("sync_gpu_heavy", "sync", 0.5),  # blocked in .item()
-    ("h2d_pageable", "copy", 0.3),  # blocked in a pageable .copy_()
-    ("compute", "sync", 0.8),  # torch.cuda.synchronize() while the GPU computes
-    ("dl_workers0", "data", 0.8),  # num_workers=0: __getitem__ in the main process
-    ("dl_saturated", "data", 0.8),  # waiting on worker processes
-])
+@pytest.mark.parametrize(
+    ("phase", "klass", "share"),
+    [
+        ("sync_gpu_heavy", "sync", 0.5),  # blocked in .item()
+        ("h2d_pageable", "copy", 0.3),  # blocked in a pageable .copy_()
+        ("compute", "sync", 0.8),  # torch.cuda.synchronize() while the GPU computes
+        ("dl_workers0", "data", 0.8),  # num_workers=0: __getitem__ in the main process
+        ("dl_saturated", "data", 0.8),  # waiting on worker processes
+    ],
+)
 def test_classes_on_real_h100_pytorch_stacks(phase, klass, share):
     rec = Recording(REC[0])
     m = next(m for m in rec.markers() if m.name == phase)

@@ -80,8 +80,9 @@ def test_refuses_to_overwrite(tmp_path):
 @pytest.mark.slow
 def test_sigkill_loses_at_most_about_a_second(tmp_path):
     out = tmp_path / "k.memtop"
-    p = subprocess.Popen([sys.executable, "-m", "memtop", "record", "-o", str(out), "--no-stacks"],
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "memtop", "record", "-o", str(out), "--no-stacks"], stderr=subprocess.DEVNULL
+    )
     time.sleep(4.0)
     killed_at = time.monotonic()
     p.send_signal(signal.SIGKILL)
@@ -122,8 +123,10 @@ def test_bad_inputs_each_get_one_line(tmp_path):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cut=st.integers(0, 700_000), flips=st.lists(st.tuples(st.integers(0, 700_000), st.integers(0, 255)),
-                                                   max_size=8))
+@given(
+    cut=st.integers(0, 700_000),
+    flips=st.lists(st.tuples(st.integers(0, 700_000), st.integers(0, 255)), max_size=8),
+)
 def test_fuzzed_files_never_raise_anything_but_the_one_line_error(tmp_path, cut, flips):
     data = bytearray(REC[0].read_bytes()[:cut])
     for pos, val in flips:
@@ -154,13 +157,27 @@ def test_finished_recording_is_one_plain_file(frames_s0, tmp_path):
 
 
 def _as_nobody(code: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                           sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    return subprocess.run(
+        [
+            "/usr/bin/setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            code,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/setpriv").exists(),
-                    reason="needs root and setpriv to read as another user (root ignores file modes)")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/bin/setpriv").exists(),
+    reason="needs root and setpriv to read as another user (root ignores file modes)",
+)
 def test_recording_in_a_directory_the_reader_cannot_write():
     """A recording still in WAL mode (as an older memtop left them) in a directory the reader
     cannot write, e.g. the demo installed by root: readable without its lock files."""
@@ -178,8 +195,10 @@ def test_recording_in_a_directory_the_reader_cannot_write():
         db.close()
         os.chmod(rec, 0o444)
         os.chmod(d, 0o555)
-        code = ("import sys; from memtop.store import Recording; r = Recording(sys.argv[1]); "
-                "print(sum(1 for _ in r.frames()))")
+        code = (
+            "import sys; from memtop.store import Recording; r = Recording(sys.argv[1]); "
+            "print(sum(1 for _ in r.frames()))"
+        )
         r = _as_nobody(code, str(rec))
         assert r.returncode == 0, r.stderr[-500:]
         assert int(r.stdout) == Recording(REC[0]).n_frames

@@ -32,8 +32,9 @@ def _pipeline(n_gpus: int = 1, upto: int = 900) -> Pipeline:
     frames = _frames()
     if n_gpus > 1:
         frames = multi_gpu(frames, n_gpus)
-    p = Pipeline(Status("replay", position=frames[upto].t - rec.t0, duration=rec.duration, paused=True),
-                 meta=rec.meta)
+    p = Pipeline(
+        Status("replay", position=frames[upto].t - rec.t0, duration=rec.duration, paused=True), meta=rec.meta
+    )
     for f in frames[:upto]:
         p.on_frame(f, tick=False)
     return p
@@ -149,7 +150,9 @@ async def test_no_gpu_live_view_says_so():
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        text = app.query_one("#verdict", TextPanel).text.plain + app.query_one("#header", TextPanel).text.plain
+        text = (
+            app.query_one("#verdict", TextPanel).text.plain + app.query_one("#header", TextPanel).text.plain
+        )
         assert "no GPU found" in text and "--demo" in text
 
 

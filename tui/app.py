@@ -57,8 +57,10 @@ class Refresh(Message):
 
 
 class HelpScreen(ModalScreen[None]):
-    DEFAULT_CSS = "HelpScreen { align: center middle; } HelpScreen > Static { width: 90; max-width: 100%; " \
-                  "height: auto; max-height: 100%; border: round $accent; padding: 1 2; background: $surface; }"
+    DEFAULT_CSS = (
+        "HelpScreen { align: center middle; } HelpScreen > Static { width: 90; max-width: 100%; "
+        "height: auto; max-height: 100%; border: round $accent; padding: 1 2; background: $surface; }"
+    )
 
     def compose(self) -> ComposeResult:
         yield Static(HELP)
@@ -68,8 +70,10 @@ class HelpScreen(ModalScreen[None]):
 
 
 class GpuDetail(ModalScreen[None]):
-    DEFAULT_CSS = "GpuDetail { align: center middle; } GpuDetail > Vertical { width: 100%; height: 100%; " \
-                  "border: round $accent; background: $surface; } GpuDetail Timeline { height: 8; }"
+    DEFAULT_CSS = (
+        "GpuDetail { align: center middle; } GpuDetail > Vertical { width: 100%; height: 100%; "
+        "border: round $accent; background: $surface; } GpuDetail Timeline { height: 8; }"
+    )
     BINDINGS = [Binding("escape,q,enter", "dismiss", "back")]
 
     def __init__(self, view: View, gpu: int, ascii_only: bool) -> None:
@@ -86,14 +90,35 @@ class GpuDetail(ModalScreen[None]):
         g = self.view.frame.gpu(self.gpu) if self.view.frame else None
         lines = [f"GPU {self.gpu}"]
         if g is not None:
-            for k in ("name", "uuid", "mode", "util", "mem_util", "graphics", "sm", "occupancy", "tensor", "dram",
-                      "pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "power_w", "temp_c", "sm_clock", "mem_clock",
-                      "mem_used", "mem_total"):
+            for k in (
+                "name",
+                "uuid",
+                "mode",
+                "util",
+                "mem_util",
+                "graphics",
+                "sm",
+                "occupancy",
+                "tensor",
+                "dram",
+                "pcie_rx",
+                "pcie_tx",
+                "nvlink_rx",
+                "nvlink_tx",
+                "power_w",
+                "temp_c",
+                "sm_clock",
+                "mem_clock",
+                "mem_used",
+                "mem_total",
+            ):
                 lines.append(f"  {k:<10} {getattr(g, k)}")
             if g.link:
-                lines.append(f"  link       Gen{g.link.gen} x{g.link.width} (max Gen{g.link.max_gen} "
-                             f"x{g.link.max_width}) {g.link.bytes_per_s / 1e9:.1f} GB/s"
-                             + ("  DOWN-TRAINED" if g.link.downtrained else ""))
+                lines.append(
+                    f"  link       Gen{g.link.gen} x{g.link.width} (max Gen{g.link.max_gen} "
+                    f"x{g.link.max_width}) {g.link.bytes_per_s / 1e9:.1f} GB/s"
+                    + ("  DOWN-TRAINED" if g.link.downtrained else "")
+                )
             lines.append(f"  throttle   {', '.join(g.throttle_reasons) or 'none'}")
             lines.append(f"  processes  {', '.join(str(p.pid) for p in g.processes) or 'none'}")
         vd = self.view.verdicts.get(self.gpu)
@@ -126,8 +151,15 @@ class MemtopApp(App[int]):
         Binding("N", "native", "native stack", show=False),
     ]
 
-    def __init__(self, pipeline: Pipeline, controller: Any = None, paint_rate: float = 1.0,
-                 ascii_only: bool = False, theme: str | None = None, hangup_guard: bool = True) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        controller: Any = None,
+        paint_rate: float = 1.0,
+        ascii_only: bool = False,
+        theme: str | None = None,
+        hangup_guard: bool = True,
+    ) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.controller = controller  # a ReplaySource (replay/demo) or None (live)
@@ -240,8 +272,12 @@ class MemtopApp(App[int]):
                 return
             self.query_one(Timeline).show(v, self.gpu)
             f = v.frame
-            self._set("#host", fmt.host_text(f.host if f else None, f.caps if f else (), f.perf if f else (),
-                                             self.ascii_only))
+            self._set(
+                "#host",
+                fmt.host_text(
+                    f.host if f else None, f.caps if f else (), f.perf if f else (), self.ascii_only
+                ),
+            )
             self._update_procs(v)
             self._update_stacks(v)
             self._set("#caps", fmt.caps_text(f.caps if f else (), f.notes if f else ()))
@@ -249,7 +285,7 @@ class MemtopApp(App[int]):
     def _update_gpus(self, v: View) -> None:
         f = v.frame
         rows = []
-        for g in (f.gpus if f else ()):
+        for g in f.gpus if f else ():
             labs = v.labels.get(g.index)
             rows.append((str(g.index), fmt.gpu_row(g, labs[-1].label if labs else "warmup")))
         self.query_one("#gpus", RowTable).set_rows(rows)

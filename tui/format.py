@@ -40,18 +40,47 @@ def gpu_row(g: GpuSample, phase: str) -> tuple:
     return (
         str(g.index),
         Text(phase, style=PHASE_COLORS.get(phase, "white")),
-        pct(sm), pct(g.tensor), pct(g.dram if g.mode == "gpm" else g.mem_util),
-        rate(g.pcie_rx), rate(g.pcie_tx), pct(None if frac is None else 100 * frac), mem,
-        "-" if g.power_w is None else f"{g.power_w:.0f}W", "-" if g.temp_c is None else f"{g.temp_c:.0f}C",
+        pct(sm),
+        pct(g.tensor),
+        pct(g.dram if g.mode == "gpm" else g.mem_util),
+        rate(g.pcie_rx),
+        rate(g.pcie_tx),
+        pct(None if frac is None else 100 * frac),
+        mem,
+        "-" if g.power_w is None else f"{g.power_w:.0f}W",
+        "-" if g.temp_c is None else f"{g.temp_c:.0f}C",
         Text(thr or "-", style="bold red" if thr else "dim"),
     )
 
 
 # (title, width): fixed widths, so a value never resizes (and repaints) a whole table
-GPU_COLUMNS = (("GPU", 3), ("phase", 8), ("SM%", 4), ("TC%", 4), ("DRAM%", 5), ("PCIe RX", 7), ("PCIe TX", 7),
-               ("link%", 5), ("mem", 11), ("power", 5), ("temp", 4), ("throttle", 14))
-PROC_COLUMNS = (("PID", 7), ("user", 8), ("GPU", 3), ("GPU mem", 7), ("CPU%", 4), ("thr", 4), ("st", 2),
-                ("role", 6), ("phase", 8), ("NUMA", 5), ("top frame", 34))  # fits 3/5 of 200 columns
+GPU_COLUMNS = (
+    ("GPU", 3),
+    ("phase", 8),
+    ("SM%", 4),
+    ("TC%", 4),
+    ("DRAM%", 5),
+    ("PCIe RX", 7),
+    ("PCIe TX", 7),
+    ("link%", 5),
+    ("mem", 11),
+    ("power", 5),
+    ("temp", 4),
+    ("throttle", 14),
+)
+PROC_COLUMNS = (
+    ("PID", 7),
+    ("user", 8),
+    ("GPU", 3),
+    ("GPU mem", 7),
+    ("CPU%", 4),
+    ("thr", 4),
+    ("st", 2),
+    ("role", 6),
+    ("phase", 8),
+    ("NUMA", 5),
+    ("top frame", 34),
+)  # fits 3/5 of 200 columns
 
 
 def header(v: View) -> Text:
@@ -76,8 +105,10 @@ def header(v: View) -> Text:
     if s.mode == "live":
         t.append("  ● LIVE", style="bold green")
     else:
-        t.append(f"  {'⏸' if s.paused else '▶'} {s.mode.upper()} {s.position:5.1f}/{s.duration:.0f}s ×{s.speed:g}",
-                 style="bold cyan")
+        t.append(
+            f"  {'⏸' if s.paused else '▶'} {s.mode.upper()} {s.position:5.1f}/{s.duration:.0f}s ×{s.speed:g}",
+            style="bold cyan",
+        )
     if s.recording:
         t.append(f"  ● REC {s.recording}", style="bold red")
     if s.fault:
@@ -92,7 +123,9 @@ def verdict_text(v: View, gpu: int) -> Text:
         f = v.frame
         if f is not None and not f.gpus:
             t.append("No GPU to judge: ", style="bold")
-            t.append(next((c.detail for c in f.caps if c.source == "nvml" and not c.ok), "no NVIDIA GPU found"))
+            t.append(
+                next((c.detail for c in f.caps if c.source == "nvml" and not c.ok), "no NVIDIA GPU found")
+            )
             t.append("  — host panels below are live. Try `memtop --demo`.", style="dim")
         else:
             t.append("gathering…", style="dim")
@@ -117,20 +150,26 @@ def host_text(h: HostSample | None, caps: tuple[Capability, ...], perf: tuple, a
     t.append(f"CPU {mean:3.0f}% ", style="bold")
     t.append(f"[{cores}]", style="yellow")
     t.append(f" iowait {h.iowait_pct:.0f}%  load {h.load[0]:.1f}\n")
-    t.append(f"mem {h.mem_used / 2**30:.1f}/{h.mem_total / 2**30:.1f}G  swap {h.swap_used / 2**30:.1f}/"
-             f"{h.swap_total / 2**30:.1f}G\n")
+    t.append(
+        f"mem {h.mem_used / 2**30:.1f}/{h.mem_total / 2**30:.1f}G  swap {h.swap_used / 2**30:.1f}/"
+        f"{h.swap_total / 2**30:.1f}G\n"
+    )
     if len(h.numa) > 1:
         for n in h.numa:
-            t.append(f"node{n.node} cpus {n.cpus} free {n.mem_free / 2**30:.0f}G miss/s {n.miss_rate:.0f} "
-                     f"other/s {n.other_node_rate:.0f}\n")
+            t.append(
+                f"node{n.node} cpus {n.cpus} free {n.mem_free / 2**30:.0f}G miss/s {n.miss_rate:.0f} "
+                f"other/s {n.other_node_rate:.0f}\n"
+            )
         gnodes = ", ".join(f"GPU{i}→node{n}" if n >= 0 else f"GPU{i}→?" for i, n in enumerate(h.gpu_nodes))
         t.append(f"{gnodes}\n", style="dim")
     else:
         t.append(f"NUMA: {len(h.numa)} node — placement n/a\n", style="dim")
     for p in perf:
         r = dict(p.rates)
-        line = f"perf {p.pid}: {r.get('task-clock', 0):.2f} CPUs, faults/s {r.get('page-faults', 0):.0f}, " \
-               f"ctxsw/s {r.get('context-switches', 0):.0f}"
+        line = (
+            f"perf {p.pid}: {r.get('task-clock', 0):.2f} CPUs, faults/s {r.get('page-faults', 0):.0f}, "
+            f"ctxsw/s {r.get('context-switches', 0):.0f}"
+        )
         if "ipc" in r:
             line += f", IPC {r['ipc']:.2f}, miss {100 * r.get('cache-miss-rate', 0):.1f}%"
         t.append(line + "\n")
@@ -155,10 +194,24 @@ def proc_rows(v: View) -> list[tuple[str, tuple]]:
         mem = gpu_mem.get(p.pid)
         labs = v.labels.get(p.gpus[0]) if p.gpus else None
         phase = labs[-1].label if labs else "-"
-        rows.append((str(p.pid), (
-            str(p.pid), p.user[:8], ",".join(map(str, p.gpus)) or "-", "-" if mem is None else f"{mem / 2**30:.1f}G",
-            f"{p.cpu_pct:.0f}", str(p.threads), p.state, "worker" if p.worker_of else "main",
-            Text(phase, style=PHASE_COLORS.get(phase, "")), p.placement, top[:34])))
+        rows.append(
+            (
+                str(p.pid),
+                (
+                    str(p.pid),
+                    p.user[:8],
+                    ",".join(map(str, p.gpus)) or "-",
+                    "-" if mem is None else f"{mem / 2**30:.1f}G",
+                    f"{p.cpu_pct:.0f}",
+                    str(p.threads),
+                    p.state,
+                    "worker" if p.worker_of else "main",
+                    Text(phase, style=PHASE_COLORS.get(phase, "")),
+                    p.placement,
+                    top[:34],
+                ),
+            )
+        )
     return rows
 
 
@@ -176,15 +229,18 @@ def window_text(ev: dict | None) -> Text:
     return t
 
 
-def stacks_text(s: StackSample | None, caps: tuple[Capability, ...], pid: int | None,
-                window: dict | None = None) -> Text:
+def stacks_text(
+    s: StackSample | None, caps: tuple[Capability, ...], pid: int | None, window: dict | None = None
+) -> Text:
     if pid is None:
         return Text("select a process to see its Python stacks", style="dim")
     if s is None or not s.threads:
         cap = next((c for c in caps if c.source == "stacks" and c.name == f"pid {pid}" and not c.ok), None)
         if cap is not None:
-            return Text(f"stacks of {pid} unavailable: {cap.detail}" + (f"\nfix: {cap.fix}" if cap.fix else ""),
-                        style="yellow")
+            return Text(
+                f"stacks of {pid} unavailable: {cap.detail}" + (f"\nfix: {cap.fix}" if cap.fix else ""),
+                style="yellow",
+            )
         return Text(f"no stack sample for {pid} yet", style="dim")
     t = window_text(window)
     if s.native:
@@ -195,7 +251,10 @@ def stacks_text(s: StackSample | None, caps: tuple[Capability, ...], pid: int | 
         t.append(f"{th.klass}", style=f"bold {color}")
         t.append(f"{' active' if th.active else ' idle'}{' GIL' if th.owns_gil else ''}\n", style="dim")
         for fr in th.frames[:4]:
-            t.append(f"  {fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}", style=color if fr is th.frames[0] else "")
+            t.append(
+                f"  {fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}",
+                style=color if fr is th.frames[0] else "",
+            )
             if fr.code and fr is th.frames[0]:
                 t.append(f"  {fr.code[:60]}", style="italic")
             t.append("\n")

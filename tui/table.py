@@ -33,8 +33,10 @@ class RowTable(TiledLines, can_focus=True):
     """
     COMPONENT_CLASSES = {"rowtable--header", "rowtable--cursor"}
     BINDINGS = [
-        Binding("up", "move(-1)", show=False), Binding("down", "move(1)", show=False),
-        Binding("pageup", "move(-10)", show=False), Binding("pagedown", "move(10)", show=False),
+        Binding("up", "move(-1)", show=False),
+        Binding("down", "move(1)", show=False),
+        Binding("pageup", "move(-10)", show=False),
+        Binding("pagedown", "move(10)", show=False),
         Binding("enter", "select", show=False),
     ]
 
@@ -72,8 +74,13 @@ class RowTable(TiledLines, can_focus=True):
         self.cursor = keys.index(key) if key in keys else min(self.cursor, max(0, len(rows) - 1))
         if [k for k, _ in old] == keys and key == self.cursor_key:
             # same rows, same cursor: the changed cells are known without comparing strips
-            changed = [(1 + i - self._top, c) for i, ((_, a), (_, b)) in enumerate(zip(old, rows))
-                       if i >= self._top and a != b for c, (x, y) in enumerate(zip(a, b)) if x != y]
+            changed = [
+                (1 + i - self._top, c)
+                for i, ((_, a), (_, b)) in enumerate(zip(old, rows))
+                if i >= self._top and a != b
+                for c, (x, y) in enumerate(zip(a, b))
+                if x != y
+            ]
             self._redraw(changed)
         else:
             self._redraw()
@@ -93,7 +100,9 @@ class RowTable(TiledLines, can_focus=True):
         top = max(top, self.cursor - self._visible() + 1, 0)
         if top != self._top:
             self._top, changed = top, None
-        header = self._strip([name for name, _ in self.columns], self.get_component_rich_style("rowtable--header"))
+        header = self._strip(
+            [name for name, _ in self.columns], self.get_component_rich_style("rowtable--header")
+        )
         cursor = self.get_component_rich_style("rowtable--cursor")
         lines = [header]
         for i in range(self._top, len(self._rows)):

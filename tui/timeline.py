@@ -24,12 +24,28 @@ from .tiles import TiledLines
 BLOCKS = " ▁▂▃▄▅▆▇█"
 ASCII_BLOCKS = " .:-=+*#@"
 PHASE_COLORS = {
-    "compute": "green", "memory": "cyan", "transfer": "magenta", "sync": "red", "input": "yellow",
-    "cpu": "blue", "idle": "bright_black", "other": "white", "warmup": "bright_black",
+    "compute": "green",
+    "memory": "cyan",
+    "transfer": "magenta",
+    "sync": "red",
+    "input": "yellow",
+    "cpu": "blue",
+    "idle": "bright_black",
+    "other": "white",
+    "warmup": "bright_black",
 }
-EVENT_MARKS = {"gap": ("▼", "v", "bright_white"), "throttle": ("T", "T", "bold red"), "start": ("+", "+", "green"),
-               "exit": ("x", "x", "yellow")}
-ROWS = (("SM", "sm", "green"), ("DRAM", "dram", "cyan"), ("PCIe", "pcie", "magenta"), ("CPU", "cpu", "yellow"))
+EVENT_MARKS = {
+    "gap": ("▼", "v", "bright_white"),
+    "throttle": ("T", "T", "bold red"),
+    "start": ("+", "+", "green"),
+    "exit": ("x", "x", "yellow"),
+}
+ROWS = (
+    ("SM", "sm", "green"),
+    ("DRAM", "dram", "cyan"),
+    ("PCIe", "pcie", "magenta"),
+    ("CPU", "cpu", "yellow"),
+)
 LABEL_W = 9
 LABEL, DIM = Style.parse("bold"), Style.parse("dim")
 _CODE = {k: chr(ord("A") + i) for i, k in enumerate(PHASE_COLORS)}  # a phase as one character
@@ -51,8 +67,9 @@ class Timeline(TiledLines):
         pts = view.history.get(gpu)
         latest = pts[-1].t if pts else None
         self._view = view
-        if latest is not None and (gpu != self.gpu or self._end is None or latest > self._end
-                                   or latest < self._end - self.span_s):
+        if latest is not None and (
+            gpu != self.gpu or self._end is None or latest > self._end or latest < self._end - self.span_s
+        ):
             self._end = latest + self.span_s / 4
         self.gpu = gpu
         self._redraw()
@@ -86,8 +103,13 @@ class Timeline(TiledLines):
         # Each row's signature has one character per cell (its text, or its phase for the band), so
         # the tiles that changed come from comparing slices of two strings, instead of cutting every
         # changed row into tiles twice.
-        changed = [(y, k) for y, (a, b) in enumerate(zip(old[1], sigs)) if a != b
-                   for k, (x0, w) in enumerate(spans) if a[x0:x0 + w] != b[x0:x0 + w]]
+        changed = [
+            (y, k)
+            for y, (a, b) in enumerate(zip(old[1], sigs))
+            if a != b
+            for k, (x0, w) in enumerate(spans)
+            if a[x0 : x0 + w] != b[x0 : x0 + w]
+        ]
         self.set_lines(lines, changed)
 
     def _build(self, y: int, width: int) -> tuple[str, Strip]:
@@ -100,7 +122,7 @@ class Timeline(TiledLines):
         end = self._end if self._end is not None else pts[-1].t
         start = end - self.span_s
         # history holds 10 minutes at the GPU rate; only the window's points are drawn
-        pts = pts[bisect_left(pts, start, key=_t):]
+        pts = pts[bisect_left(pts, start, key=_t) :]
         dt = self.span_s / cols
         if y < len(ROWS):
             name, attr, color = ROWS[y]
@@ -113,8 +135,9 @@ class Timeline(TiledLines):
             return self._axis(cols, start, end, v.meta.get("wall_offset"))
         return self._legend()
 
-    def _series(self, name: str, attr: str, color: str, pts: tuple[Point, ...], start: float, dt: float,
-                cols: int) -> tuple[str, Strip]:
+    def _series(
+        self, name: str, attr: str, color: str, pts: tuple[Point, ...], start: float, dt: float, cols: int
+    ) -> tuple[str, Strip]:
         chars = ASCII_BLOCKS if self.ascii_only else BLOCKS
         top = [-1.0] * cols  # the highest value in each column; -1: none
         for p in pts:
@@ -130,7 +153,7 @@ class Timeline(TiledLines):
 
     def _band(self, v: View, start: float, dt: float, cols: int) -> tuple[str, Strip]:
         labels = v.labels.get(self.gpu, ())
-        labels = labels[bisect_left(labels, start - 0.5, key=_t):]
+        labels = labels[bisect_left(labels, start - 0.5, key=_t) :]
         kinds: list[str | None] = [None] * cols  # None: no label (drawn blank, in the warm-up colour)
         for lab in labels:
             i0 = int((lab.t - start) / dt)
