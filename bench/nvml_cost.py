@@ -10,7 +10,9 @@ import json
 import sys
 import time
 
-from memtop.collectors.nvml_calls import GPM_METRICS, RealNvml
+from memtop.collectors.nvml_calls import RealNvml
+
+from memtop.metrics import GPM_METRICS
 
 
 def cpu_us(fn, n: int) -> float:
@@ -63,9 +65,10 @@ def main() -> None:
     for name, fn in calls.items():
         print(json.dumps({"call": name, "cpu_us": round(cpu_us(fn, n), 1)}), flush=True)
     nv._nv.nvmlGpmSampleFree(sample)
-    names = list(GPM_METRICS)
+    ids = {m.name: m.gpm_id for m in GPM_METRICS if m.gpm_id is not None}
+    names = list(ids)
     for subset in (names[:1], names[:5], names[:7], names):
-        sub = {k: GPM_METRICS[k] for k in subset}
+        sub = {k: ids[k] for k in subset}
         print(
             json.dumps(
                 {

@@ -7,14 +7,26 @@ GPU (nvmlDeviceGetPcieThroughput blocks ~21 ms) never delays another or the UI.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
+from memtop.metrics import GPM_METRICS, MIB
 from memtop.model import Capability, CapState, GpuProcess, GpuSample, PcieLink, SeriesChunk
 
-from .nvml_calls import ERROR_GPU_LOST, ERROR_NOT_FOUND, NvmlCallError, NvmlUnavailable, RealNvml
+from .nvml_calls import (
+    ERROR_GPU_LOST,
+    ERROR_NOT_FOUND,
+    DeviceInfo,
+    Nvml,
+    NvmlCallError,
+    NvmlUnavailable,
+    RealNvml,
+    SampleKind,
+    SystemInfo,
+)
 
-MIB = 1 << 20
+GPM_IDS = tuple(m.gpm_id for m in GPM_METRICS if m.gpm_id is not None)
+R = TypeVar("R")
 # Per-lane transfer rate (MT/s) by PCIe generation, for when nvmlDeviceGetPcieSpeed is missing.
 GEN_MTS = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
 
@@ -33,7 +45,7 @@ class SampleDrain:
     those newer than the last one seen gives a gap-free history at the driver's own rate.
     """
 
-    def __init__(self, metric: str, scale: float = 1.0):
+    def __init__(self, metric: SampleKind, scale: float = 1.0):
         self.metric = metric
         self.scale = scale
         self.last_us = 0
@@ -58,9 +70,9 @@ class GpuReader:
 
     def __init__(
         self,
-        nv: Any,
+        nv: Nvml,
         index: int,
-        info: dict,
+        info: DeviceInfo,
         gpm: bool,
         gpm_reason: str,
         interval: float,
@@ -83,7 +95,7 @@ class GpuReader:
         self._procs_t = -1e9
         self._drain_t = -1e9
         self._slow_t = -1e9
-        self._slow: dict[str, Any] = {}
+        self._slow: dict[str, float | int | None] = {}
         self._drains = [SampleDrain("util"), SampleDrain("mem_util"), SampleDrain("power_w", 1e-3)]
 
     def start(self) -> None:
@@ -92,7 +104,7 @@ class GpuReader:
         for d in self._drains:
             d.last_us = now_us
         if self.gpm:
-            self._try("gpm", self.nv.gpm_metrics, self.index)
+            self._try("gpm", self.nv.gpm_metrics, self.index, GPM_IDS)
 
     def capabilities(self) -> tuple[Capability, ...]:
         g = f"GPU {self.index}"
@@ -124,7 +136,7 @@ class GpuReader:
             self.lost = True
         self.errors[metric] = e.message
 
-    def _try(self, metric: str, fn: Any, *args: Any) -> Any:
+    def _try(self, metric: str, fn: Callable[..., R], *args: object) -> R | None:
         try:
             r = fn(*args)
         except NvmlCallError as e:
@@ -133,24 +145,28 @@ class GpuReader:
         self.errors.pop(metric, None)
         return r
 
+    def gpm_values(self, got: dict[int, float]) -> dict[str, float]:
+        """GpuSample fields from one GPM reply: MiB/s to bytes/s; a ratio a rounding above 100 % is 100 %."""
+        out = {}
+        for m in GPM_METRICS:
+            v = got.get(m.gpm_id) if m.gpm_id is not None else None
+            if v is not None:
+                out[m.name] = v * MIB if m.gpm_mib else min(v, m.hi) if m.kind == "percent" else v
+        return out
+
     def sample(self, now: float) -> list[object]:
         i = self.index
-        base = dict(t=now, index=i, uuid=self.info["uuid"], name=self.info["name"], mig=self.info["mig"])
+        info = self.info
         if self.lost:
-            return [GpuSample(mode="lost", **base)]
+            return [GpuSample(now, i, info["uuid"], info["name"], "lost", mig=info["mig"])]
         nv = self.nv
-        f: dict[str, Any] = {}
+        f: dict[str, float | int | None] = {}
         util = self._try("util", nv.utilization, i)
         if util:
             f["util"], f["mem_util"] = float(util[0]), float(util[1])
         if self.gpm:
-            m = self._try("gpm", nv.gpm_metrics, i) or {}
-            for k in ("graphics", "sm", "occupancy", "tensor", "dram"):
-                if k in m:
-                    f[k] = m[k]
-            for k in ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx"):
-                if k + "_mib" in m:
-                    f[k] = m[k + "_mib"] * MIB
+            got = self._try("gpm", nv.gpm_metrics, i, GPM_IDS)
+            f.update(self.gpm_values(got or {}))
         else:
             # Blocking ~21 ms each; this runs in this GPU's own thread. Never the 32-bit
             # field counters: they wrap every ~70 ms at Gen5.
@@ -191,10 +207,18 @@ class GpuReader:
             if procs is not None:
                 self._procs = tuple(GpuProcess(pid, mem) for pid, mem in procs)
         if self.lost:
-            return [GpuSample(mode="lost", **base)]
-        out: list[object] = [
-            GpuSample(mode="gpm" if self.gpm else "nvml", link=self._link, processes=self._procs, **base, **f)
-        ]
+            return [GpuSample(now, i, info["uuid"], info["name"], "lost", mig=info["mig"])]
+        g = GpuSample(
+            now,
+            i,
+            info["uuid"],
+            info["name"],
+            "gpm" if self.gpm else "nvml",
+            link=self._link,
+            processes=self._procs,
+            mig=info["mig"],
+        )
+        out: list[object] = [g.with_values(f)]
         if self.series and now - self._drain_t >= 1.0:
             self._drain_t = now
             out.extend(self.drain())
@@ -225,20 +249,20 @@ class NvmlCollector:
 
     def __init__(
         self,
-        nv: Any | None = None,
+        nv: Nvml | None = None,
         interval: float = 0.1,
         use_gpm: bool = True,
         offset: float | None = None,
         series: bool = True,
     ):
-        self.nv = nv if nv is not None else RealNvml()
+        self.nv: Nvml = nv if nv is not None else RealNvml()
         self.interval = interval
         self.use_gpm = use_gpm
         # nvmlDeviceGetSamples copies the driver's whole buffer: a quarter of a 1 Hz live view's
         # CPU on the H100 (bench/RESULTS.md), and only a recording stores what it returns
         self.series = series
         self.offset = offset if offset is not None else time.time() - time.monotonic()
-        self.system: dict = {}
+        self.system: SystemInfo | None = None
         self.readers: list[GpuReader] = []
         self.caps: list[Capability] = []
 
@@ -280,7 +304,7 @@ class NvmlCollector:
         for r in self.readers:
             r.start()
 
-    def _gpm(self, i: int, info: dict) -> tuple[bool, str]:
+    def _gpm(self, i: int, info: DeviceInfo) -> tuple[bool, str]:
         if not self.use_gpm:
             return False, "GPM disabled (--no-gpm)"
         if info["mig"]:

@@ -10,24 +10,64 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, TypeVar
 
-GPM_METRICS = {  # our name -> NVML_GPM_METRIC_* id
-    "graphics": 1,
-    "sm": 2,
-    "occupancy": 3,
-    "tensor": 5,
-    "dram": 10,
-    "pcie_tx_mib": 20,
-    "pcie_rx_mib": 21,
-    "nvlink_rx_mib": 60,
-    "nvlink_tx_mib": 61,
-}
 SAMPLE_TYPES = {"power_w": 0, "util": 1, "mem_util": 2}  # NVML_*_SAMPLES
 ERROR_GPU_LOST = 15
 ERROR_NOT_FOUND = 6
 ERROR_NOT_SUPPORTED = 3
+
+SampleKind = Literal["power_w", "util", "mem_util"]
+Direction = Literal["rx", "tx"]
+
+
+class SystemInfo(TypedDict):
+    driver: str
+    nvml_version: str
+    cuda_driver: int
+    count: int
+
+
+class DeviceInfo(TypedDict):
+    name: str
+    uuid: str
+    pci_bus_id: str
+    mig: bool
+
+
+class LinkInfo(TypedDict):
+    gen: int
+    width: int
+    max_gen: int
+    max_width: int
+    speed_mts: int | None
+
+
+class Nvml(Protocol):
+    """The NVML calls memtop makes, in plain (JSON-able) values. Errors are NvmlCallError (one call
+    failed) or NvmlUnavailable (from ``init``: no NVML at all)."""
+
+    def init(self) -> SystemInfo: ...
+    def device(self, i: int) -> DeviceInfo: ...
+    def gpm_supported(self, i: int) -> bool: ...
+    def gpm_metrics(self, i: int, ids: Sequence[int]) -> dict[int, float] | None:
+        """NVML_GPM_METRIC_* id -> value between the previous call and now (None on the first
+        call); a metric the GPU does not give is left out."""
+        ...
+
+    def utilization(self, i: int) -> tuple[int, int]: ...
+    def samples(self, i: int, kind: SampleKind, since_us: int) -> list[tuple[int, float]]: ...
+    def pcie_throughput_kbs(self, i: int, direction: Direction) -> int: ...
+    def link(self, i: int) -> LinkInfo: ...
+    def power_mw(self, i: int) -> int: ...
+    def temperature(self, i: int) -> int: ...
+    def clocks(self, i: int) -> tuple[int, int]: ...
+    def clock_events(self, i: int) -> int: ...
+    def memory(self, i: int) -> tuple[int, int]: ...
+    def processes(self, i: int) -> list[tuple[int, int | None]]: ...
+    def shutdown(self) -> None: ...
 
 
 class NvmlUnavailable(Exception):
@@ -53,7 +93,7 @@ class RealNvml:
         except self._nv.NVMLError as e:
             raise NvmlCallError(e.value, str(e)) from None
 
-    def init(self) -> dict:
+    def init(self) -> SystemInfo:
         try:
             import pynvml
         except ImportError as e:  # pragma: no cover - it is a dependency
@@ -74,7 +114,7 @@ class RealNvml:
             "count": count,
         }
 
-    def device(self, i: int) -> dict:
+    def device(self, i: int) -> DeviceInfo:
         h = self._handles[i]
         try:
             mig = self._call("nvmlDeviceGetMigMode", h)[0] == 1
@@ -90,8 +130,7 @@ class RealNvml:
     def gpm_supported(self, i: int) -> bool:
         return bool(self._call("nvmlGpmQueryDeviceSupport", self._handles[i]).isSupportedDevice)
 
-    def gpm_metrics(self, i: int) -> dict[str, float] | None:
-        """Metrics between the previous call's sample and now; None on the first call."""
+    def gpm_metrics(self, i: int, ids: Sequence[int]) -> dict[int, float] | None:
         nv = self._nv
         h = self._handles[i]
         cur = self._call("nvmlGpmSampleAlloc")
@@ -103,17 +142,17 @@ class RealNvml:
         try:
             mg = nv.c_nvmlGpmMetricsGet_t()
             mg.version = nv.NVML_GPM_METRICS_GET_VERSION
-            mg.numMetrics = len(GPM_METRICS)
+            mg.numMetrics = len(ids)
             mg.sample1 = prev
             mg.sample2 = cur
-            for k, mid in enumerate(GPM_METRICS.values()):
+            for k, mid in enumerate(ids):
                 mg.metrics[k].metricId = mid
             self._call("nvmlGpmMetricsGet", mg)
             out = {}
-            for k, name in enumerate(GPM_METRICS):
+            for k, mid in enumerate(ids):
                 m = mg.metrics[k]
                 if m.nvmlReturn == 0 and m.value == m.value:  # skip NaN
-                    out[name] = float(m.value)
+                    out[mid] = float(m.value)
             return out
         finally:
             self._call("nvmlGpmSampleFree", prev)
@@ -122,28 +161,28 @@ class RealNvml:
         u = self._call("nvmlDeviceGetUtilizationRates", self._handles[i])
         return u.gpu, u.memory
 
-    def samples(self, i: int, kind: str, since_us: int) -> list[tuple[int, float]]:
+    def samples(self, i: int, kind: SampleKind, since_us: int) -> list[tuple[int, float]]:
         vtype, rows = self._call("nvmlDeviceGetSamples", self._handles[i], SAMPLE_TYPES[kind], since_us)
         field = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}.get(vtype, "uiVal")
         return [(int(r.timeStamp), float(getattr(r.sampleValue, field))) for r in rows]
 
-    def pcie_throughput_kbs(self, i: int, direction: str) -> int:
+    def pcie_throughput_kbs(self, i: int, direction: Direction) -> int:
         counter = self._nv.NVML_PCIE_UTIL_RX_BYTES if direction == "rx" else self._nv.NVML_PCIE_UTIL_TX_BYTES
         return self._call("nvmlDeviceGetPcieThroughput", self._handles[i], counter)
 
-    def link(self, i: int) -> dict:
+    def link(self, i: int) -> LinkInfo:
         h = self._handles[i]
-        out = {
+        try:
+            speed: int | None = self._call("nvmlDeviceGetPcieSpeed", h)
+        except NvmlCallError:
+            speed = None
+        return {
             "gen": self._call("nvmlDeviceGetCurrPcieLinkGeneration", h),
             "width": self._call("nvmlDeviceGetCurrPcieLinkWidth", h),
             "max_gen": self._call("nvmlDeviceGetMaxPcieLinkGeneration", h),
             "max_width": self._call("nvmlDeviceGetMaxPcieLinkWidth", h),
+            "speed_mts": speed,
         }
-        try:
-            out["speed_mts"] = self._call("nvmlDeviceGetPcieSpeed", h)
-        except NvmlCallError:
-            out["speed_mts"] = None
-        return out
 
     def power_mw(self, i: int) -> int:
         return self._call("nvmlDeviceGetPowerUsage", self._handles[i])
@@ -193,76 +232,105 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-_METHODS = [
-    "init",
-    "device",
-    "gpm_supported",
-    "gpm_metrics",
-    "utilization",
-    "samples",
-    "pcie_throughput_kbs",
-    "link",
-    "power_mw",
-    "temperature",
-    "clocks",
-    "clock_events",
-    "memory",
-    "processes",
-]
+R = TypeVar("R")
 
 
 class RecordingNvml:
     """Wraps a backend and logs each call and its reply (or error) for replay."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Nvml) -> None:
         self.inner = inner
-        self.log: list[dict] = []
+        self.log: list[dict[str, Any]] = []
 
-    def __getattr__(self, name: str) -> Any:
-        fn = getattr(self.inner, name)
-        if name not in _METHODS:
-            return fn
-
-        def call(*args: Any) -> Any:
-            entry: dict = {"m": name, "a": list(args)}
-            try:
-                r = fn(*args)
-            except NvmlCallError as e:
-                entry["e"] = [e.code, e.message]
-                self.log.append(entry)
-                raise
-            except NvmlUnavailable as e:
-                entry["u"] = str(e)
-                self.log.append(entry)
-                raise
-            entry["r"] = r
+    def _log(self, name: str, fn: Callable[..., R], *args: Any) -> R:
+        entry: dict[str, Any] = {"m": name, "a": list(args)}
+        try:
+            r = fn(*args)
+        except NvmlCallError as e:
+            entry["e"] = [e.code, e.message]
             self.log.append(entry)
-            return r
+            raise
+        except NvmlUnavailable as e:
+            entry["u"] = str(e)
+            self.log.append(entry)
+            raise
+        # JSON object keys are strings: GPM ids are written as such and read back as ints
+        entry["r"] = r
+        self.log.append(entry)
+        return r
 
-        return call
+    def init(self) -> SystemInfo:
+        return self._log("init", self.inner.init)
 
-    def save(self, path: str | Path, meta: dict | None = None) -> None:
+    def device(self, i: int) -> DeviceInfo:
+        return self._log("device", self.inner.device, i)
+
+    def gpm_supported(self, i: int) -> bool:
+        return self._log("gpm_supported", self.inner.gpm_supported, i)
+
+    def gpm_metrics(self, i: int, ids: Sequence[int]) -> dict[int, float] | None:
+        return self._log("gpm_metrics", self.inner.gpm_metrics, i, list(ids))
+
+    def utilization(self, i: int) -> tuple[int, int]:
+        return self._log("utilization", self.inner.utilization, i)
+
+    def samples(self, i: int, kind: SampleKind, since_us: int) -> list[tuple[int, float]]:
+        return self._log("samples", self.inner.samples, i, kind, since_us)
+
+    def pcie_throughput_kbs(self, i: int, direction: Direction) -> int:
+        return self._log("pcie_throughput_kbs", self.inner.pcie_throughput_kbs, i, direction)
+
+    def link(self, i: int) -> LinkInfo:
+        return self._log("link", self.inner.link, i)
+
+    def power_mw(self, i: int) -> int:
+        return self._log("power_mw", self.inner.power_mw, i)
+
+    def temperature(self, i: int) -> int:
+        return self._log("temperature", self.inner.temperature, i)
+
+    def clocks(self, i: int) -> tuple[int, int]:
+        return self._log("clocks", self.inner.clocks, i)
+
+    def clock_events(self, i: int) -> int:
+        return self._log("clock_events", self.inner.clock_events, i)
+
+    def memory(self, i: int) -> tuple[int, int]:
+        return self._log("memory", self.inner.memory, i)
+
+    def processes(self, i: int) -> list[tuple[int, int | None]]:
+        return self._log("processes", self.inner.processes, i)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def save(self, path: str | Path, meta: dict[str, Any] | None = None) -> None:
         Path(path).write_text(json.dumps({"meta": meta or {}, "calls": self.log}))
+
+
+# Calls replayed by their first arguments only: the rest vary from run to run (a timestamp) or
+# with memtop's own choices (which GPM metrics it asks for), not with what the GPU answers.
+_REPLAY_KEY_ARGS = {"samples": 2, "gpm_metrics": 1}
 
 
 class ReplayNvml:
     """Serves a recorded log: replies per (method, args) in order, the last one repeating."""
 
-    def __init__(self, log: list[dict]) -> None:
-        self._q: dict[str, deque] = defaultdict(deque)
+    def __init__(self, log: list[dict[str, Any]]) -> None:
+        self._q: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
         for e in log:
-            self._q[self._key(e["m"], e["a"] if e["m"] != "samples" else e["a"][:2])].append(e)
-        self._last: dict[str, dict] = {}
+            self._q[self._key(e["m"], e["a"])].append(e)
+        self._last: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def load(cls, path: str | Path) -> ReplayNvml:
         return cls(json.loads(Path(path).read_text())["calls"])
 
     @staticmethod
-    def _key(m: str, a: list) -> str:
-        return json.dumps([m, a])
+    def _key(m: str, a: Sequence[object]) -> str:
+        return json.dumps([m, list(a[: _REPLAY_KEY_ARGS.get(m, len(a))])])
 
-    def _serve(self, m: str, a: list) -> Any:
+    def _serve(self, m: str, *a: object) -> Any:
         key = self._key(m, a)
         q = self._q.get(key)
         e = q.popleft() if q else self._last.get(key)
@@ -273,15 +341,63 @@ class ReplayNvml:
             raise NvmlUnavailable(e["u"])
         if "e" in e:
             raise NvmlCallError(*e["e"])
-        r = e["r"]
-        return tuple(r) if isinstance(r, list) and m in ("utilization", "clocks", "memory") else r
+        return e["r"]
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in _METHODS:
-            raise AttributeError(name)
-        if name == "samples":
-            return lambda i, kind, since_us: [tuple(x) for x in self._serve(name, [i, kind])]
-        return lambda *args: self._serve(name, list(args))
+    def init(self) -> SystemInfo:
+        r: SystemInfo = self._serve("init")
+        return r
+
+    def device(self, i: int) -> DeviceInfo:
+        r: DeviceInfo = self._serve("device", i)
+        return r
+
+    def gpm_supported(self, i: int) -> bool:
+        return bool(self._serve("gpm_supported", i))
+
+    def gpm_metrics(self, i: int, ids: Sequence[int]) -> dict[int, float] | None:
+        r = self._serve("gpm_metrics", i)
+        if r is None:
+            return None
+        want = set(ids)
+        return {int(k): float(v) for k, v in r.items() if int(k) in want}
+
+    def utilization(self, i: int) -> tuple[int, int]:
+        a, b = self._serve("utilization", i)
+        return a, b
+
+    def samples(self, i: int, kind: SampleKind, since_us: int) -> list[tuple[int, float]]:
+        return [(int(t), float(v)) for t, v in self._serve("samples", i, kind)]
+
+    def pcie_throughput_kbs(self, i: int, direction: Direction) -> int:
+        return int(self._serve("pcie_throughput_kbs", i, direction))
+
+    def link(self, i: int) -> LinkInfo:
+        r: LinkInfo = self._serve("link", i)
+        return r
+
+    def power_mw(self, i: int) -> int:
+        return int(self._serve("power_mw", i))
+
+    def temperature(self, i: int) -> int:
+        return int(self._serve("temperature", i))
+
+    def clocks(self, i: int) -> tuple[int, int]:
+        a, b = self._serve("clocks", i)
+        return a, b
+
+    def clock_events(self, i: int) -> int:
+        return int(self._serve("clock_events", i))
+
+    def memory(self, i: int) -> tuple[int, int]:
+        a, b = self._serve("memory", i)
+        return a, b
+
+    def processes(self, i: int) -> list[tuple[int, int | None]]:
+        return [(pid, mem) for pid, mem in self._serve("processes", i)]
 
     def shutdown(self) -> None:
         pass
+
+
+if TYPE_CHECKING:  # mypy proves each backend is an Nvml
+    _BACKENDS: tuple[type[Nvml], ...] = (RealNvml, RecordingNvml, ReplayNvml)

@@ -10,8 +10,10 @@ nor pynvml (a test enforces it).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 now = time.monotonic
 
@@ -106,6 +108,34 @@ class GpuSample:
     mem_total: int | None = None
     processes: tuple[GpuProcess, ...] = ()
     mig: bool = False
+
+    def with_values(self, values: Mapping[str, float | int | None]) -> GpuSample:
+        """This sample with metric fields set by name (the names of memtop.metrics.METRICS)."""
+        kw: dict[str, Any] = dict(values)  # a name that is no field is a TypeError
+        return replace(self, **kw)
+
+    # The one place each fallback is decided. With GPM the GPM figure, without it the NVML one;
+    # only ``busy`` asks for NVML util first, because util counts copies and GPM graphics does not.
+    @property
+    def activity(self) -> float | None:
+        """SM activity with GPM, else NVML util (time a kernel or copy ran, so it reads higher):
+        the GPU table's and the history's busy figure."""
+        return self.sm if self.mode == "gpm" else self.util
+
+    @property
+    def engine(self) -> float | None:
+        """Graphics-engine activity with GPM, else NVML util: what the phase rules call graphics."""
+        return self.graphics if self.mode == "gpm" else self.util
+
+    @property
+    def bandwidth(self) -> float | None:
+        """DRAM bandwidth utilisation with GPM, else NVML memory util (time memory was read or written)."""
+        return self.dram if self.mode == "gpm" else self.mem_util
+
+    @property
+    def busy(self) -> float | None:
+        """Time a kernel or a copy ran, copies included (a gap is neither): NVML util, else GPM graphics."""
+        return self.util if self.util is not None else self.graphics
 
     @property
     def throttled(self) -> bool:

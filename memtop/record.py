@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import signal
 import sys
 import threading
@@ -19,57 +18,21 @@ if TYPE_CHECKING:  # the collectors load when sampling starts, not before the TU
     from memtop.sampler import Sampler, SamplerConfig
 
 
+# Moved next to the sampler; kept as aliases only until commands.py calls them there (then delete).
 def check_pids(args: argparse.Namespace) -> None:
-    for pid in args.pid:
-        if not Path(f"/proc/{pid}").exists():
-            raise UserError(f"no process with PID {pid}")
+    from memtop.sampler import check_pids
+
+    check_pids(args.pid)
 
 
 def sampler_config(args: argparse.Namespace, recording: bool) -> SamplerConfig:
     from memtop.sampler import SamplerConfig
 
-    check_pids(args)
-    # the host follows a slower GPU cadence (--interval 1 asks for a 1 Hz monitor), never above 2 Hz
-    return SamplerConfig(
-        gpu_interval=args.interval,
-        host_interval=max(0.5, args.interval),
-        stack_interval=args.stack_interval,
-        use_gpm=not args.no_gpm,
-        stacks=not args.no_stacks,
-        perf=not args.no_perf,
-        pids=tuple(args.pid),
-        series=recording,
-    )
+    return SamplerConfig.from_args(args, recording)
 
 
 def run_meta(sampler: Sampler) -> dict:
-    """What a recording says about where it came from (never environment variables)."""
-    nv = sampler.nvml
-    return {
-        "host": platform.node(),
-        "started_wall": time.time(),
-        "wall_offset": sampler.offset,
-        "command": ["memtop", *sys.argv[1:]],
-        "driver": nv.system.get("driver"),
-        "nvml_version": nv.system.get("nvml_version"),
-        "gpus": [
-            {
-                "index": r.index,
-                "name": r.info["name"],
-                "uuid": r.info["uuid"],
-                "pci_bus_id": r.info.get("pci_bus_id"),
-                "mode": "gpm" if r.gpm else "nvml",
-            }
-            for r in nv.readers
-        ],
-        "cadence": {
-            "gpu_s": sampler.cfg.gpu_interval,
-            "host_s": sampler.cfg.host_interval,
-            "stacks_s": sampler.cfg.stack_interval if sampler.cfg.stacks else None,
-            "perf_s": sampler.cfg.perf_interval if sampler.cfg.perf else None,
-        },
-        "cpus": os.cpu_count(),
-    }
+    return sampler.run_meta()
 
 
 def _size(path: Path) -> int:
@@ -82,9 +45,9 @@ def record(args: argparse.Namespace) -> int:
         raise UserError(f"cannot write markers next to {args.markers}: no such directory")
     if not out.parent.exists():
         raise UserError(f"cannot create {out}: directory {out.parent} does not exist")
-    from memtop.sampler import Sampler
+    from memtop.sampler import Sampler, SamplerConfig
 
-    sampler = Sampler(sampler_config(args, recording=True), on_frame=lambda f: None)
+    sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)
     done = threading.Event()
 
     def _stop(*_: object) -> None:
@@ -95,7 +58,7 @@ def record(args: argparse.Namespace) -> int:
     sampler.nvml.start()  # before meta: it names the GPUs
     writer = Writer(out, {}, force=args.force)
     sampler.on_frame = writer.add
-    for k, v in run_meta(sampler).items():
+    for k, v in sampler.run_meta().items():
         writer.set_meta(k, v)
     sampler.start()
     t0 = time.monotonic()

@@ -8,18 +8,20 @@ stop Event: an asyncio loop handing work to executors cost a tenth of a 1 Hz mon
 
 from __future__ import annotations
 
+import argparse
+import os
+import platform
 import random
+import sys
 import threading
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from memtop.collectors.base import Collector
-from memtop.collectors.host import HostCollector
-from memtop.collectors.nvml import NvmlCollector
-from memtop.collectors.perf import PerfCollector
-from memtop.collectors.stacks import StacksCollector
+from memtop.errors import UserError
 from memtop.model import (
     Capability,
     Frame,
@@ -31,6 +33,10 @@ from memtop.model import (
     now,
     wall_offset,
 )
+
+if TYPE_CHECKING:  # the collectors (psutil, ctypes) load with the first Sampler, not with its config
+    from memtop.collectors.base import Collector
+    from memtop.collectors.nvml_calls import Nvml
 
 
 @dataclass
@@ -44,8 +50,30 @@ class SamplerConfig:
     stacks: bool = True
     perf: bool = True
     pids: tuple[int, ...] = ()
-    nvml: object | None = None  # a backend (ReplayNvml in tests); None = the real driver
+    nvml: Nvml | None = None  # a backend (ReplayNvml in tests); None = the real driver
     root: Path = field(default_factory=lambda: Path("/"))
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, recording: bool) -> SamplerConfig:
+        """The config the CLI's flags ask for; a --pid that does not exist is a UserError."""
+        check_pids(args.pid)
+        # the host follows a slower GPU cadence (--interval 1 asks for a 1 Hz monitor), never above 2 Hz
+        return cls(
+            gpu_interval=args.interval,
+            host_interval=max(0.5, args.interval),
+            stack_interval=args.stack_interval,
+            use_gpm=not args.no_gpm,
+            stacks=not args.no_stacks,
+            perf=not args.no_perf,
+            pids=tuple(args.pid),
+            series=recording,
+        )
+
+
+def check_pids(pids: Iterable[int]) -> None:
+    for pid in pids:
+        if not Path(f"/proc/{pid}").exists():
+            raise UserError(f"no process with PID {pid}")
 
 
 def is_python(pid: int) -> bool:
@@ -63,6 +91,11 @@ def is_python(pid: int) -> bool:
 
 class Sampler:
     def __init__(self, cfg: SamplerConfig, on_frame: Callable[[Frame], None]):
+        from memtop.collectors.host import HostCollector
+        from memtop.collectors.nvml import NvmlCollector
+        from memtop.collectors.perf import PerfCollector
+        from memtop.collectors.stacks import StacksCollector
+
         self.cfg = cfg
         self.on_frame = on_frame
         self.offset = wall_offset()
@@ -148,7 +181,7 @@ class Sampler:
             if self._stop.wait(max(0.0, due - now())):
                 return
 
-    def _absorb(self, parts) -> None:
+    def _absorb(self, parts: Iterable[object]) -> None:
         with self._lock:
             for p in parts:
                 if isinstance(p, GpuSample):
@@ -210,10 +243,40 @@ class Sampler:
         for pid in busy_cpu:
             for i in gpu_pids.get(pid, ()):
                 g = self._gpus.get(i)
-                use = None if g is None else g.graphics if g.graphics is not None else g.util
+                use = None if g is None else g.engine
                 if use is not None and 10 <= use < 80:
                     return True
         return False
+
+    def run_meta(self) -> dict[str, Any]:
+        """What a recording says about where it came from (never environment variables)."""
+        nv = self.nvml
+        cfg = self.cfg
+        return {
+            "host": platform.node(),
+            "started_wall": time.time(),
+            "wall_offset": self.offset,
+            "command": ["memtop", *sys.argv[1:]],
+            "driver": nv.system["driver"] if nv.system else None,
+            "nvml_version": nv.system["nvml_version"] if nv.system else None,
+            "gpus": [
+                {
+                    "index": r.index,
+                    "name": r.info["name"],
+                    "uuid": r.info["uuid"],
+                    "pci_bus_id": r.info.get("pci_bus_id"),
+                    "mode": "gpm" if r.gpm else "nvml",
+                }
+                for r in nv.readers
+            ],
+            "cadence": {
+                "gpu_s": cfg.gpu_interval,
+                "host_s": cfg.host_interval,
+                "stacks_s": cfg.stack_interval if cfg.stacks else None,
+                "perf_s": cfg.perf_interval if cfg.perf else None,
+            },
+            "cpus": os.cpu_count(),
+        }
 
     def snapshot(self, t: float) -> Frame:
         with self._lock:

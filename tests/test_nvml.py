@@ -92,10 +92,9 @@ class _Counting(ReplayNvml):
         super().__init__(json.loads(FIXTURE.read_text())["calls"])
         self.drains = 0
 
-    def __getattr__(self, name: str):
-        if name == "samples":
-            self.drains += 1
-        return super().__getattr__(name)
+    def samples(self, i, kind, since_us):
+        self.drains += 1
+        return super().samples(i, kind, since_us)
 
 
 @pytest.mark.parametrize("series", [True, False])
@@ -110,19 +109,15 @@ def test_sample_buffers_are_drained_only_for_a_recording(series):
     assert sum(isinstance(p, GpuSample) for p in parts) == 30
 
 
-class _Failing(ReplayNvml):
-    def __init__(self, code: int, method: str):
-        super().__init__(json.loads(FIXTURE.read_text())["calls"])
-        self.code, self.method = code, method
+def _Failing(code: int, method: str) -> ReplayNvml:
+    """The recorded H100, except that one call fails with this NVML error code."""
+    nv = ReplayNvml.load(FIXTURE)
 
-    def __getattr__(self, name):
-        if name == self.method:
+    def fail(*a):
+        raise NvmlCallError(code, f"{method} failed ({code})")
 
-            def fail(*a):
-                raise NvmlCallError(self.code, f"{name} failed ({self.code})")
-
-            return fail
-        return super().__getattr__(name)
+    setattr(nv, method, fail)
+    return nv
 
 
 def test_one_failing_call_marks_that_metric_and_the_collector_goes_on():
