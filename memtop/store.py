@@ -8,6 +8,7 @@ and stacks are deduplicated into a table of their own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import json
@@ -20,9 +21,11 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from memtop import __version__
 from memtop.errors import UserError
+from memtop.metrics import METRICS, MIB, Metric
 from memtop.model import (
     Capability,
     CapState,
@@ -40,47 +43,37 @@ from memtop.model import (
     StackSample,
     ThreadStack,
 )
+from memtop.sanitize import clean
 
 SCHEMA_VERSION = 1
 _SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
 MAGIC = "memtop-recording"
 
-# GPU columns and their integer scale: stored = round(value * scale).
-GPU_COLS: tuple[tuple[str, float], ...] = (
-    ("util", 10),
-    ("mem_util", 10),
-    ("graphics", 10),
-    ("sm", 10),
-    ("occupancy", 10),
-    ("tensor", 10),
-    ("dram", 10),
-    ("pcie_rx", 1 / 1024),
-    ("pcie_tx", 1 / 1024),
-    ("nvlink_rx", 1 / 1024),
-    ("nvlink_tx", 1 / 1024),
-    ("power_w", 10),
-    ("temp_c", 1),
-    ("sm_clock", 1),
-    ("mem_clock", 1),
-    ("clock_events", 1),
-    ("mem_used", 1 / (1 << 20)),
-    ("mem_total", 1 / (1 << 20)),
-)
-_INT_COLS = {"clock_events", "mem_used", "mem_total"}
+# GPU columns: one per metric of memtop/metrics.py, stored as round(value * scale). A recording made
+# before a metric existed lacks its column; reading it gives None.
+GPU_COLS: tuple[tuple[str, float], ...] = tuple((m.name, m.scale) for m in METRICS)
+GPU_MODES = ("gpm", "nvml", "lost")
 
 
-def _decode_sql(col: str, scale: float) -> str:
-    """SQL that turns a stored column back into its value (SQLite scales in C, and NULL stays NULL)."""
-    if col == "clock_events":
-        return col
-    if col in _INT_COLS:
-        return f"{col} << 20"  # MiB -> bytes
-    return f"{col} / {float(scale)!r}" if scale >= 1 else f"{col} * {1 / scale!r}"
+def _decode_sql(m: Metric) -> str:
+    """SQL that turns a stored column back into its value, or NULL where ``m.valid`` would refuse it
+    (out of range, or not a number at all in a damaged file): SQLite does it in C, per row.
+    tests/test_store.py checks it against ``Metric.valid``."""
+    c = m.name
+    value = (
+        f"(CAST({c} AS INTEGER) << 20)"  # MiB -> bytes
+        if m.as_int and m.scale == 1 / MIB
+        else f"CAST({c} AS INTEGER)"
+        if m.as_int
+        else f"{c} / {float(m.scale)!r}"
+        if m.scale >= 1
+        else f"{c} * {1 / m.scale!r}"
+    )
+    return (
+        f"CASE WHEN typeof({c}) IN ('integer', 'real') AND {c} BETWEEN {m.lo * m.scale!r} AND "
+        f"{m.hi * m.scale!r} THEN {value} END"
+    )
 
-
-# GpuSample's fields in order: the stored columns, with ``link`` after nvlink_tx
-_GPU_SELECT = "SELECT t, gpu, mode, " + ", ".join(_decode_sql(c, s) for c, s in GPU_COLS) + " FROM gpu"
-_LINK_AT = [c for c, _ in GPU_COLS].index("nvlink_tx") + 1
 
 SCHEMA = f"""
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -104,14 +97,15 @@ CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, nam
 
 
 # -- encoding ---------------------------------------------------------------------------
-def _enc(v: float | None, scale: float, as_int: bool) -> int | None:
+def _enc(m: Metric, v: float | None) -> int | None:
+    v = m.valid(v)  # what is written can be read back: never inf (round() would raise), never junk
     if v is None:
         return None
-    return int(v * scale) if as_int else round(v * scale)
+    return int(v * m.scale) if m.as_int else round(v * m.scale)
 
 
 def gpu_row(g: GpuSample) -> tuple:
-    return (g.t, g.index, g.mode, *(_enc(getattr(g, c), s, c in _INT_COLS) for c, s in GPU_COLS))
+    return (g.t, g.index, g.mode, *(_enc(m, getattr(g, m.name)) for m in METRICS))
 
 
 def gpu_state_key(g: GpuSample) -> tuple:
@@ -410,23 +404,32 @@ class Recording:
         return fr
 
     # rows -> parts
-    @staticmethod
-    def _gpu(row: tuple, state: tuple | None) -> GpuSample:
-        """A GpuSample from a row of _GPU_SELECT and its GPU's slow state."""
+    @functools.cached_property
+    def _gpu_select(self) -> tuple[str, tuple[str, ...]]:
+        """(SQL, metric names) for the gpu table: the metrics this recording has a column for."""
+        have = {r[1] for r in self._q("PRAGMA table_info(gpu)")}
+        ms = [m for m in METRICS if m.name in have]
+        sql = "SELECT t, gpu, mode" + "".join(", " + _decode_sql(m) for m in ms) + " FROM gpu"
+        return sql, tuple(m.name for m in ms)
+
+    def _gpu(self, row: tuple, state: tuple | None) -> GpuSample:
+        """A GpuSample from a row of ``_gpu_select`` and its GPU's slow state, by column name."""
         t, idx, mode, *vals = row
         uuid, name, mig, link, procs = state or ("", "GPU", False, None, ())
-        return GpuSample(t, idx, uuid, name, mode, *vals[:_LINK_AT], link, *vals[_LINK_AT:], procs, mig)
+        values: dict[str, Any] = dict(zip(self._gpu_select[1], vals))
+        mode = mode if mode in GPU_MODES else "nvml"  # damaged: claim no more than NVML
+        return GpuSample(t, idx, uuid, name, mode, link=link, processes=procs, mig=mig, **values)
 
     @staticmethod
     def _gpu_state(r: tuple) -> tuple:
-        """A gpu_state row, parsed once (not once per GPU row)."""
+        """A gpu_state row, parsed once (not once per GPU row); damaged parts become missing."""
         _t, _g, uuid, name, mig, link, procs = r
         return (
-            uuid or "",
-            name or "GPU",
-            bool(mig),
-            PcieLink(**json.loads(link)) if link else None,
-            tuple(GpuProcess(p, m) for p, m in json.loads(procs or "[]")),
+            clean(uuid or "", 96),
+            clean(name or "GPU", 96),
+            bool(mig) if isinstance(mig, int) else False,
+            _link(link),
+            _processes(procs),
         )
 
     def frames(
@@ -445,7 +448,7 @@ class Recording:
         plo = float("-inf") if start is None else lo
         queries = {
             "gpu_state": ("SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state", plo, 0),
-            "gpu": (_GPU_SELECT, plo, 1),
+            "gpu": (self._gpu_select[0], plo, 1),
             "series": ("SELECT * FROM series", lo, 1),
             "host": ("SELECT t, data FROM host", plo, 1),
             "perf": ("SELECT t, pid, data FROM perf", plo, 1),
@@ -493,7 +496,9 @@ class Recording:
             ).fetchone()
             if r:
                 st.apply(self, "gpu_state", r)
-            r = self._q(f"{_GPU_SELECT} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
+            r = self._q(
+                f"{self._gpu_select[0]} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)
+            ).fetchone()
             if r:
                 st.apply(self, "gpu", r)
         r = self._q("SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
@@ -533,6 +538,42 @@ class Recording:
             "rows": counts,
             "size_bytes": self.path.stat().st_size,
         }
+
+
+def _json(text: object) -> object:
+    if not isinstance(text, (str, bytes)):
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _int(v: object, hi: int) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi else None
+
+
+def _link(text: object) -> PcieLink | None:
+    d = _json(text)
+    if not isinstance(d, dict):
+        return None
+    ints = [_int(d.get(k), 64) for k in ("gen", "width", "max_gen", "max_width")]
+    bps = d.get("bytes_per_s")
+    if None in ints or not isinstance(bps, (int, float)) or not 0 <= bps < 1e13:
+        return None
+    gen, width, max_gen, max_width = (int(i or 0) for i in ints)
+    return PcieLink(gen, width, max_gen, max_width, float(bps))
+
+
+def _processes(text: object) -> tuple[GpuProcess, ...]:
+    d = _json(text or "[]")
+    if not isinstance(d, list):
+        return ()
+    out = []
+    for p in d:
+        if isinstance(p, list) and len(p) == 2 and _int(p[0], 2**31) is not None:
+            out.append(GpuProcess(p[0], _int(p[1], 2**50)))
+    return tuple(out)
 
 
 class _State:

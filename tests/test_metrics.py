@@ -1,0 +1,155 @@
+"""The one table of GPU metrics, and the model, store and collector that derive from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import sqlite3
+
+import pytest
+from conftest import REC, REC_NOGPM
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memtop.metrics import BY_NAME, METRICS, Metric
+from memtop.model import GpuSample
+from memtop.store import Recording, _decode_sql, gpu_row
+
+# GpuSample fields that say which GPU and when, not what it measured
+IDENTITY = {"t", "index", "uuid", "name", "mode", "link", "processes", "mig"}
+
+
+def test_every_metric_is_a_gpu_sample_field_and_every_numeric_field_a_metric():
+    fields = {f.name: f.type for f in dataclasses.fields(GpuSample)}
+    numeric = {n for n, t in fields.items() if t in ("float | None", "int | None")}
+    assert {m.name for m in METRICS} == numeric
+    assert set(fields) - numeric == IDENTITY
+    for m in METRICS:  # the store writes bytes and bitmasks as integers: the model says int too
+        assert fields[m.name] == ("int | None" if m.as_int else "float | None"), m.name
+
+
+def test_table_is_consistent():
+    assert len(BY_NAME) == len(METRICS)
+    ids = [m.gpm_id for m in METRICS if m.gpm_id is not None]
+    assert len(ids) == len(set(ids))
+    proms = [m.prom for m in METRICS if m.prom]
+    assert len(proms) == len(set(proms))
+    for m in METRICS:
+        assert (m.source == "gpm") == (m.gpm_id is not None), m.name
+        assert not m.gpm_mib or m.kind == "bytes_per_s", m.name
+        assert m.scale > 0 and m.lo < m.hi and math.isfinite(m.hi), m.name
+
+
+def test_gpm_ids_are_pynvml_s():
+    pynvml = pytest.importorskip("pynvml")
+    by_id = {v: k for k, v in vars(pynvml).items() if k.startswith("NVML_GPM_METRIC_") and isinstance(v, int)}
+    want = {
+        "graphics": "GRAPHICS_UTIL",
+        "sm": "SM_UTIL",
+        "occupancy": "SM_OCCUPANCY",
+        "tensor": "ANY_TENSOR_UTIL",
+        "dram": "DRAM_BW_UTIL",
+        "pcie_tx": "PCIE_TX_PER_SEC",
+        "pcie_rx": "PCIE_RX_PER_SEC",
+        "nvlink_rx": "NVLINK_TOTAL_RX_PER_SEC",
+        "nvlink_tx": "NVLINK_TOTAL_TX_PER_SEC",
+    }
+    for name, nv_name in want.items():
+        assert by_id[BY_NAME[name].gpm_id] == "NVML_GPM_METRIC_" + nv_name
+
+
+# -- the store decodes by name and refuses what Metric.valid refuses ------------------------------
+def _py_decode(m: Metric, stored: object) -> float | None:
+    """What a stored value means, in Python: the reference the SQL decode is checked against."""
+    if isinstance(stored, bool) or not isinstance(stored, (int, float)):
+        return None
+    return m.valid(int(stored) * (1 << 20) if m.as_int and m.scale < 1 else stored / m.scale)
+
+
+stored_values = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-10, 2**31),
+    st.floats(allow_nan=False),
+    st.sampled_from([math.inf, -math.inf, 1e308, 1000, 1001, 0, -1, 2**30, 2**30 + 1]),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.none(),
+)
+
+
+@given(st.sampled_from(METRICS), stored_values)
+def test_sql_decode_agrees_with_metric_valid(m, stored):
+    db = sqlite3.connect(":memory:")
+    db.execute(f"CREATE TABLE gpu({m.name})")
+    db.execute("INSERT INTO gpu VALUES (?)", (stored,))
+    (got,) = db.execute(f"SELECT {_decode_sql(m)} FROM gpu").fetchone()
+    want = _py_decode(m, stored)
+    if m.as_int and isinstance(stored, float) and want is not None:
+        want = _py_decode(m, int(stored))  # an integer column holding a float: its integer part
+    assert got == pytest.approx(want) if want is not None else got is None
+
+
+def _copy(src, tmp_path):
+    dst = tmp_path / "rec.memtop"
+    shutil.copy(src, dst)
+    return dst
+
+
+def test_a_damaged_value_reads_as_missing_and_the_rest_survives(tmp_path):
+    path = _copy(REC[3], tmp_path)
+    db = sqlite3.connect(path)
+    rows = [r[0] for r in db.execute("SELECT rowid FROM gpu WHERE sm > 500 LIMIT 4")]
+    assert len(rows) == 4
+    db.execute("UPDATE gpu SET sm = 9e999 WHERE rowid = ?", (rows[0],))  # inf
+    db.execute("UPDATE gpu SET sm = 'x', power_w = -5 WHERE rowid = ?", (rows[1],))
+    db.execute("UPDATE gpu SET mem_used = 1e30, clock_events = x'00' WHERE rowid = ?", (rows[2],))
+    db.execute("UPDATE gpu SET mode = 'gpm' || char(27) || '[2J' WHERE rowid = ?", (rows[3],))
+    db.execute("UPDATE gpu_state SET link = '{\"gen\": 1e999}', processes = '[[1, 2], \"x\"]'")
+    db.commit()
+    damaged = {g.t: g for f in Recording(path).frames() for g in f.gpus}
+    good = {g.t: g for f in Recording(REC[3]).frames() for g in f.gpus}
+    assert damaged.keys() == good.keys()
+    t0, t1, t2, t3 = (db.execute("SELECT t FROM gpu WHERE rowid = ?", (r,)).fetchone()[0] for r in rows)
+    assert damaged[t0].sm is None and damaged[t0].tensor == good[t0].tensor
+    assert damaged[t1].sm is None and damaged[t1].power_w is None and damaged[t1].util == good[t1].util
+    assert damaged[t2].mem_used is None and damaged[t2].clock_events is None
+    assert damaged[t3].mode == "nvml" and damaged[t3].sm == good[t3].sm
+    g = damaged[t3]
+    assert g.link is None and [p.pid for p in g.processes] == [1]
+    same = [t for t in good if t not in (t0, t1, t2, t3)]
+    assert all(damaged[t].sm == good[t].sm and damaged[t].power_w == good[t].power_w for t in same)
+
+
+@pytest.mark.parametrize("src", [REC[3], REC_NOGPM])
+def test_a_recording_without_a_newer_column_still_opens(tmp_path, src):
+    path = _copy(src, tmp_path)
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE gpu DROP COLUMN tensor")
+    db.execute("ALTER TABLE gpu DROP COLUMN power_w")
+    db.commit()
+    old = [g for f in Recording(path).frames() for g in f.gpus]
+    new = [g for f in Recording(src).frames() for g in f.gpus]
+    assert len(old) == len(new) and all(g.tensor is None and g.power_w is None for g in old)
+    assert [g.util for g in old] == [g.util for g in new] and [g.sm for g in old] == [g.sm for g in new]
+
+
+def test_encode_never_raises_and_round_trips_through_the_table():
+    g = GpuSample(1.0, 0, "u", "n", "gpm", sm=math.inf, tensor=55.55, power_w=-1.0, mem_used=3 << 20)
+    row = gpu_row(g)
+    by_name = dict(zip((m.name for m in METRICS), row[3:]))
+    assert by_name["sm"] is None and by_name["power_w"] is None  # never written as junk
+    assert by_name["tensor"] == 556 and by_name["mem_used"] == 3
+
+
+def test_fallbacks_on_real_gpm_and_nvml_only_recordings():
+    gpm = [g for f in Recording(REC[3]).frames() for g in f.gpus if g.sm is not None]
+    nvml = [g for f in Recording(REC_NOGPM).frames() for g in f.gpus if g.util is not None]
+    assert gpm and nvml and all(g.mode == "nvml" for g in nvml)
+    for g in gpm:
+        assert (g.activity, g.engine, g.bandwidth) == (g.sm, g.graphics, g.dram)
+        assert g.util is None or g.busy == g.util  # copies count: NVML util first, also with GPM
+    for g in nvml:
+        assert (g.activity, g.engine, g.bandwidth, g.busy) == (g.util, g.util, g.mem_util, g.util)
+    # a GPM recording where util and graphics disagree (a copy running with no kernel) exists
+    assert any(g.util is not None and g.graphics is not None and g.util > g.graphics + 20 for g in gpm)
