@@ -38,6 +38,16 @@ def link_bytes_per_s(gen: int, width: int, speed_mts: int | None = None) -> floa
     return mts * 1e6 * enc / 8 * width
 
 
+def gpm_values(got: dict[int, float]) -> dict[str, float]:
+    """GpuSample fields from one GPM reply: MiB/s to bytes/s; a ratio a rounding above 100 % is 100 %."""
+    out = {}
+    for m in GPM_METRICS:
+        v = got.get(m.gpm_id) if m.gpm_id is not None else None
+        if v is not None:
+            out[m.name] = v * MIB if m.gpm_mib else min(v, m.hi) if m.kind == "percent" else v
+    return out
+
+
 class SampleDrain:
     """Drains one nvmlDeviceGetSamples buffer, remembering the newest timestamp seen.
 
@@ -145,15 +155,6 @@ class GpuReader:
         self.errors.pop(metric, None)
         return r
 
-    def gpm_values(self, got: dict[int, float]) -> dict[str, float]:
-        """GpuSample fields from one GPM reply: MiB/s to bytes/s; a ratio a rounding above 100 % is 100 %."""
-        out = {}
-        for m in GPM_METRICS:
-            v = got.get(m.gpm_id) if m.gpm_id is not None else None
-            if v is not None:
-                out[m.name] = v * MIB if m.gpm_mib else min(v, m.hi) if m.kind == "percent" else v
-        return out
-
     def sample(self, now: float) -> list[object]:
         i = self.index
         info = self.info
@@ -166,7 +167,7 @@ class GpuReader:
             f["util"], f["mem_util"] = float(util[0]), float(util[1])
         if self.gpm:
             got = self._try("gpm", nv.gpm_metrics, i, GPM_IDS)
-            f.update(self.gpm_values(got or {}))
+            f.update(gpm_values(got or {}))
         else:
             # Blocking ~21 ms each; this runs in this GPU's own thread. Never the 32-bit
             # field counters: they wrap every ~70 ms at Gen5.
