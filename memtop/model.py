@@ -93,6 +93,9 @@ class GpuSample:
     sm: float | None = None
     occupancy: float | None = None
     tensor: float | None = None
+    fp64: float | None = None  # GPM: non-tensor FP64/FP32/FP16 pipe activity, %
+    fp32: float | None = None
+    fp16: float | None = None
     dram: float | None = None
     pcie_rx: float | None = None  # bytes/s into the GPU
     pcie_tx: float | None = None

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memtop.metrics import BY_NAME, METRICS, Metric
-from memtop.model import GpuSample
+from memtop.model import Frame, GpuSample
 from memtop.store import Recording, _decode_sql, gpu_row
 
 # GpuSample fields that say which GPU and when, not what it measured
@@ -49,6 +49,9 @@ def test_gpm_ids_are_pynvml_s():
         "sm": "SM_UTIL",
         "occupancy": "SM_OCCUPANCY",
         "tensor": "ANY_TENSOR_UTIL",
+        "fp64": "FP64_UTIL",
+        "fp32": "FP32_UTIL",
+        "fp16": "FP16_UTIL",
         "dram": "DRAM_BW_UTIL",
         "pcie_tx": "PCIE_TX_PER_SEC",
         "pcie_rx": "PCIE_RX_PER_SEC",
@@ -155,3 +158,22 @@ def test_fallbacks_on_real_gpm_and_nvml_only_recordings():
     # a GPM recording where util and graphics disagree (a copy running with no kernel) exists
     assert any(g.util is not None and g.graphics is not None and g.util > g.graphics + 20 for g in gpm)
 
+
+def test_pipe_activities_are_asked_for_stored_and_read_back(tmp_path):
+    """FP64/FP32/FP16 came in as three rows of the table and three GpuSample fields: the collector asks
+    GPM for them, the store writes and reads them back, and recordings made before them still open."""
+    from memtop.collectors.nvml import GPM_IDS, gpm_values
+
+    from memtop.store import Writer
+
+    assert {11, 12, 13} <= set(GPM_IDS)
+    got = gpm_values({11: 1.5, 12: 40.0, 13: 100.2, 21: 2.0})
+    assert got == {"fp64": 1.5, "fp32": 40.0, "fp16": 100.0, "pcie_rx": 2.0 * (1 << 20)}
+    g = GpuSample(1.0, 0, "u", "n", "gpm", fp64=1.5, fp32=40.0, fp16=99.94)
+    w = Writer(tmp_path / "fp.memtop", {})
+    w.add(Frame(1.0, gpus=(g,)))
+    w.close()
+    (back,) = next(Recording(tmp_path / "fp.memtop").frames()).gpus
+    assert (back.fp64, back.fp32, back.fp16) == (1.5, 40.0, 99.9)
+    old = next(Recording(REC[3]).frames(start=100.0)).gpus[0]  # recorded before the pipes were added
+    assert old.sm is not None and (old.fp64, old.fp32, old.fp16) == (None, None, None)
