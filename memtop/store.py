@@ -209,7 +209,7 @@ def _host_from_blob(blob: bytes) -> HostSample:
     raw = z.decompress(blob, 64 << 20)
     if z.unconsumed_tail:
         raise Damaged("host data too large")
-    d = json.loads(raw)
+    d = json.loads(raw.decode("utf-8", "surrogateescape"))  # a process's bad UTF-8 name stays readable
     if isinstance(d, dict) and isinstance(d.get("procs"), list):  # before argv was recorded
         d["procs"] = [
             {**p, "argv": p["cmdline"].split()}
