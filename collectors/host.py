@@ -144,7 +144,7 @@ class HostCollector:
                 static = self._static[pid] = self._static_of(psutil.Process(pid))
             except psutil.Error:
                 return None
-        name, cmd, user, started = static
+        name, cmd, user, started, argv = static
         placed = self._placed.get(pid)
         if placed is None or now - placed[3] >= NUMA_EVERY_S:
             placed = (*numa.proc_allowed(self.root, pid), numa.last_cpus(self.root, pid), now)
@@ -169,19 +169,20 @@ class HostCollector:
             parent,
             numa.placement(gnode, nodes, used),
             started,
+            argv,
         )
 
-    def _static_of(self, p: psutil.Process) -> tuple[str, str, str, float]:
+    def _static_of(self, p: psutil.Process) -> tuple[str, str, str, float, tuple[str, ...]]:
         name = p.name()
         try:
             user = p.username()
         except (KeyError, psutil.Error):
             user = "?"
         try:
-            cmd = " ".join(p.cmdline())
+            argv = tuple(a[:1000] for a in p.cmdline()[:200])  # /proc/PID/cmdline split on NUL, bounded
         except psutil.AccessDenied:
-            cmd = name
-        return name, cmd[:500], user, p.create_time() - self._offset
+            argv = (name,)
+        return name, " ".join(argv)[:500], user, p.create_time() - self._offset, argv
 
     def sample(self, now: float) -> list[object]:
         percore, iowait = self._cpu.sample()

@@ -6,9 +6,12 @@ timeout (a hung py-spy is killed, never waited on). Failures become capabilities
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -56,27 +59,109 @@ def explain_error(stderr: str, pid: int) -> tuple[CapState, str, str]:
     return CapState.ERROR, line[:200], ""
 
 
+MAX_SOURCE_BYTES = 1 << 20  # a source file is read up to this size; lines past it are unavailable
+MAX_LINE = 512
+_NEVER = ("/proc/", "/sys/", "/dev/")  # kernel and device files are never source code
+
+
+def _ids(pid: int) -> tuple[int, set[int]] | None:
+    """The target's file-system uid and its gids (from /proc/PID/status), or None if unreadable."""
+    uid, gids = None, set()
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                key, _, val = line.partition(":")
+                if key == "Uid":
+                    uid = int(val.split()[3])  # real, effective, saved, fs: access checks use fs
+                elif key == "Gid":
+                    gids.add(int(val.split()[3]))
+                elif key == "Groups":
+                    gids.update(int(g) for g in val.split())
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if uid is None else (uid, gids)
+
+
+def _may_read(st: os.stat_result, ids: tuple[int, set[int]], bits: tuple[int, int, int]) -> bool:
+    """Would the target's user pass the mode check for this owner/group/other permission bit?"""
+    uid, gids = ids
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & bits[0])
+    if st.st_gid in gids:
+        return bool(st.st_mode & bits[1])
+    return bool(st.st_mode & bits[2])
+
+
+_READ = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+_SEARCH = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+
+
+def read_source(path: str, ids: tuple[int, set[int]] | None) -> list[str] | None:
+    """The lines of a regular file, or None: never a device, FIFO, socket or kernel file, never
+    more than MAX_SOURCE_BYTES, never blocking; with `ids` (memtop runs as another user than the
+    target, e.g. root), only a file whose mode lets the target's user read it (and search its
+    directories)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0 or st.st_dev in _kernel_devs():
+            return None  # procfs/sysfs files are "regular" with size 0
+        if ids is not None:
+            if not _may_read(st, ids, _READ):
+                return None
+            d = os.path.dirname(path)
+            while d and d != "/":
+                if not _may_read(os.stat(d), ids, _SEARCH):
+                    return None
+                d = os.path.dirname(d)
+        data = os.read(fd, MAX_SOURCE_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return [ln[:MAX_LINE] for ln in data.decode("utf-8", "replace").splitlines()]
+
+
+@functools.cache
+def _kernel_devs() -> frozenset[int]:
+    devs = set()
+    for d in ("/proc", "/sys", "/dev"):
+        with contextlib.suppress(OSError):
+            devs.add(os.stat(d).st_dev)
+    return frozenset(devs)
+
+
 class SourceLines:
-    """Source text of frames, read through /proc/PID/root so containers' files resolve."""
+    """Source text of frames, read through /proc/PID/root so containers' files resolve, and only
+    what the watched process's own user could read."""
 
     def __init__(self) -> None:
         self._cache: dict[tuple[int, str], list[str] | None] = {}
 
     def get(self, pid: int, file: str, line: int) -> str:
-        if line <= 0 or file.startswith("<"):
+        # a relative name is relative to the target's cwd, not ours; kernel files are never source
+        if line <= 0 or not file.startswith("/") or os.path.normpath(file).startswith(_NEVER):
             return ""
         key = (pid, file)
         if key not in self._cache:
             if len(self._cache) > 2000:
                 self._cache.clear()
+            ids = _ids(pid)
+            if ids is None:  # gone, or not ours to inspect
+                self._cache[key] = None
+                return ""
+            if ids[0] == os.geteuid():
+                ids = None  # the same user: the kernel's own checks are the target's
             lines = None
             for p in (f"/proc/{pid}/root{file}", file):
-                try:
-                    with open(p, encoding="utf-8", errors="replace") as fh:
-                        lines = fh.read().splitlines()
+                lines = read_source(p, ids)
+                if lines is not None:
                     break
-                except OSError:
-                    continue
             self._cache[key] = lines
         lines = self._cache[key]
         return lines[line - 1].strip() if lines and line <= len(lines) else ""

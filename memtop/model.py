@@ -197,6 +197,7 @@ class ProcSample:
     worker_of: int | None = None  # parent GPU process pid, for DataLoader workers
     placement: str = "n/a"  # local / remote / split / n/a
     started: float = 0.0  # process start on the monotonic clock (for nsys --delay)
+    argv: tuple[str, ...] = ()  # the command line as its arguments (suggested commands quote them)
 
 
 @dataclass(frozen=True, slots=True)

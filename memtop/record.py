@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memtop.errors import UserError
+from memtop.sanitize import clean
 from memtop.store import Writer, read_markers
 
 if TYPE_CHECKING:  # the collectors load when sampling starts, not before the TUI's first frame
@@ -45,6 +46,8 @@ def record(args: argparse.Namespace) -> int:
         raise UserError(f"cannot write markers next to {args.markers}: no such directory")
     if not out.parent.exists():
         raise UserError(f"cannot create {out}: directory {out.parent} does not exist")
+    if out.is_dir():
+        raise UserError(f"{out} is a directory; name a file to write")
     from memtop.sampler import Sampler, SamplerConfig
 
     sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)
@@ -67,7 +70,7 @@ def record(args: argparse.Namespace) -> int:
         while not done.wait(0.5):
             elapsed = time.monotonic() - t0
             if writer.error:
-                print(f"memtop: {writer.error}", file=sys.stderr)
+                print(f"memtop: {clean(writer.error, 500)}", file=sys.stderr)
                 return 2
             if tty:
                 missing = sorted({c.source for c in sampler.capabilities() if not c.ok})
@@ -80,14 +83,17 @@ def record(args: argparse.Namespace) -> int:
                 break
     finally:
         sampler.stop()
+        bad_markers = None
         if args.markers:
             try:
                 writer.add_markers(read_markers(args.markers))
-            except (OSError, ValueError, KeyError) as e:
-                print(f"\nmemtop: markers not attached: {e}", file=sys.stderr)
+            except UserError as e:  # the recording is still closed and kept; the run says so and fails
+                bad_markers = e
         writer.set_meta("ended_wall", time.time())
         writer.set_meta("missed_ticks", sampler.missed)
         writer.close()
+    if bad_markers is not None:
+        raise UserError(f"markers not attached ({bad_markers}); the recording {out} is complete without them")
     if tty:
         print(file=sys.stderr)
     print(

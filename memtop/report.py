@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections import Counter, defaultdict
 
 from memtop.errors import UserError
 from memtop.phases import CHARS, TITLES, Classifier
+from memtop.sanitize import clean
 from memtop.scan import scan
 from memtop.stackclass import site
 from memtop.store import Recording
@@ -152,7 +154,7 @@ def build_report(
             "duration_s": round(rec.duration, 1),
             "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else None,
             "command": rec.meta.get("command"),
-            "gpus": [{"index": g["index"], "name": g["name"], "mode": g.get("mode")} for g in gpus_meta],
+            "gpus": [{"index": g["index"], "name": g.get("name"), "mode": g.get("mode")} for g in gpus_meta],
         },
         "range_s": [round(lo - rec.t0, 1), round(hi - rec.t0, 1)],
         "unavailable": [
@@ -190,9 +192,37 @@ def _timeline(labels: list, lo: float, hi: float, bin_s: float, width: int = 60)
     return "".join(CHARS.get(c.most_common(1)[0][0], "?") if c else " " for c in cells)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def strict_json(v: object) -> object:
+    """The report as strict JSON values: NaN/Infinity -> null, undecodable text -> U+FFFD."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, str):
+        return _SURROGATE.sub("\ufffd", v)
+    if isinstance(v, dict):
+        return {strict_json(k): strict_json(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [strict_json(x) for x in v]
+    return v
+
+
+def _for_terminal(v: object) -> object:
+    """Every string of the report made inert (sanitize.clean: one line, controls shown) and bounded."""
+    if isinstance(v, str):
+        return clean(v, 1000)
+    if isinstance(v, dict):
+        return {_for_terminal(k): _for_terminal(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_for_terminal(x) for x in v]
+    return v
+
+
 def render(rep: dict, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(rep, indent=2)
+        return json.dumps(strict_json(rep), indent=2, allow_nan=False)
+    rep = _for_terminal(rep)  # text and markdown reach terminals: no string from the data stays raw
     md = fmt == "markdown"
     h1, h2 = ("# ", "## ") if md else ("", "")
     r = rep["recording"]

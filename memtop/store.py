@@ -12,14 +12,16 @@ import functools
 import heapq
 import itertools
 import json
+import math
 import operator
 import os
 import queue
 import sqlite3
+import stat
 import threading
 import zlib
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,8 @@ from memtop.model import (
 from memtop.sanitize import clean
 
 SCHEMA_VERSION = 1
+# a frame time SQLite holds as a finite number (monotonic seconds: far below 1e12)
+_SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
 _SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
 MAGIC = "memtop-recording"
 
@@ -118,16 +122,96 @@ def _host_blob(h: HostSample) -> bytes:
     return zlib.compress(json.dumps(d, separators=(",", ":")).encode(), 6)
 
 
+class Damaged(ValueError):
+    """A part of a recording that does not decode: it becomes missing data and a note, never a crash."""
+
+
+# what decoding a damaged part can raise (Damaged is a ValueError)
+_DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, zlib.error, RecursionError)
+
+
+def _num(v: object, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or abs(v) > 1e18:
+        raise Damaged(f"{what} is not a finite number")
+    return v
+
+
+def _int(v: object, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or abs(v) > 1 << 62:
+        raise Damaged(f"{what} is not an integer")
+    return v
+
+
+def _str(v: object, what: str) -> str:
+    if not isinstance(v, str):
+        raise Damaged(f"{what} is not a string")
+    return v
+
+
+def _seq(v: object, what: str) -> list:
+    if not isinstance(v, list | tuple):
+        raise Damaged(f"{what} is not a list")
+    return list(v)
+
+
+def _typed(v: object, ann: str, what: str) -> object:
+    """A JSON value checked against a model field's annotation (the model's own type names)."""
+    if ann.endswith(" | None"):
+        return None if v is None else _typed(v, ann[: -len(" | None")], what)
+    if ann == "float":
+        return float(_num(v, what))
+    if ann == "int":
+        return _int(v, what)
+    if ann == "str":
+        return _str(v, what)
+    if ann == "bool":
+        return bool(_int(v, what)) if not isinstance(v, bool) else v
+    if ann.startswith("tuple["):
+        inner = [a.strip() for a in ann[6:-1].split(",")]
+        items = _seq(v, what)
+        if inner[-1] == "...":
+            return tuple(_typed(x, inner[0], what) for x in items)
+        if len(items) != len(inner):
+            raise Damaged(f"{what} has {len(items)} items, not {len(inner)}")
+        return tuple(_typed(x, a, what) for x, a in zip(items, inner, strict=True))
+    raise Damaged(f"{what}: no decoder for {ann}")
+
+
+def _record(cls: type, d: object, what: str, nested: dict | None = None) -> object:
+    """A model dataclass from a JSON object: every field type-checked, a missing field with a default
+    takes it, unknown keys ignored (a newer memtop's extra fields)."""
+    if not isinstance(d, dict):
+        raise Damaged(f"{what} is not an object")
+    kw = {}
+    for f in fields(cls):
+        if f.name not in d:
+            if f.default is MISSING:
+                raise Damaged(f"{what} lacks {f.name}")
+            continue
+        if nested and f.name in nested:
+            kw[f.name] = tuple(_record(nested[f.name], x, what) for x in _seq(d[f.name], what))
+        else:
+            kw[f.name] = _typed(d[f.name], str(f.type), f"{what}.{f.name}")
+    return cls(**kw)
+
+
 def _host_from_blob(blob: bytes) -> HostSample:
-    d = json.loads(zlib.decompress(blob))
-    d["cpu_pct"] = tuple(d["cpu_pct"])
-    d["load"] = tuple(d["load"])
-    d["numa"] = tuple(NumaNode(**n) for n in d["numa"])
-    d["gpu_nodes"] = tuple(d["gpu_nodes"])
-    d["procs"] = tuple(
-        ProcSample(**{**p, "last_cpus": tuple(p["last_cpus"]), "gpus": tuple(p["gpus"])}) for p in d["procs"]
-    )
-    return HostSample(**d)
+    if not isinstance(blob, bytes):
+        raise Damaged("host data is not a blob")
+    # a blob that inflates past 64 MiB is not a host sample (a zip bomb would exhaust memory)
+    z = zlib.decompressobj()
+    raw = z.decompress(blob, 64 << 20)
+    if z.unconsumed_tail:
+        raise Damaged("host data too large")
+    d = json.loads(raw.decode("utf-8", "surrogateescape"))  # a process's bad UTF-8 name stays readable
+    if isinstance(d, dict) and isinstance(d.get("procs"), list):  # before argv was recorded
+        d["procs"] = [
+            {**p, "argv": p["cmdline"].split()}
+            if isinstance(p, dict) and "argv" not in p and isinstance(p.get("cmdline"), str)
+            else p
+            for p in d["procs"]
+        ]
+    return _record(HostSample, d, "host", {"numa": NumaNode, "procs": ProcSample})
 
 
 def _caps_json(caps: tuple[Capability, ...]) -> str:
@@ -135,17 +219,36 @@ def _caps_json(caps: tuple[Capability, ...]) -> str:
 
 
 def _caps_from_json(text: str) -> tuple[Capability, ...]:
-    return tuple(Capability(s, n, CapState(st), d, f) for s, n, st, d, f in json.loads(text))
+    out = []
+    for c in _seq(json.loads(_str(text, "caps")), "caps"):
+        s, n, st, d, f = (_str(x, "caps") for x in _seq(c, "caps"))
+        out.append(Capability(s, n, CapState(st), d, f))
+    return tuple(out)
 
 
 def create_private(path: Path, force: bool) -> None:
-    """Create the file 0600 (recordings hold stacks and command lines)."""
+    """Create the file 0600 (recordings hold stacks and command lines), never through a symlink:
+    an existing path is refused without `force`; with it, a file or link is unlinked (a link's
+    target is never written), a directory refused."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UserError(f"cannot create {path}: {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{path} is a directory; name a file to write")
     if force:
         for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(str(path) + suffix)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise UserError(f"cannot replace {path}{suffix}: {e.strerror}") from None
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         raise UserError(f"{path} exists (use --force to overwrite)") from None
     except OSError as e:
@@ -177,6 +280,11 @@ class Writer:
             )
             self._db.commit()
         except sqlite3.Error as e:
+            with contextlib.suppress(sqlite3.Error, AttributeError):
+                self._db.close()
+            for suffix in ("", "-wal", "-shm"):  # a failed writer leaves nothing that looks like a recording
+                with contextlib.suppress(OSError):
+                    os.unlink(str(self.path) + suffix)
             raise UserError(f"cannot write {self.path}: {e}") from None
         self._thread = threading.Thread(target=self._loop, name="memtop-writer", daemon=True)
         self._thread.start()
@@ -315,14 +423,27 @@ class Writer:
 
 
 # -- reading ----------------------------------------------------------------------------
+def _text(b: bytes) -> str:
+    """TEXT values as str even with invalid UTF-8 (kept as surrogates; sanitize shows U+FFFD)."""
+    return b.decode("utf-8", "surrogateescape")
+
+
 def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
     if not path.exists():
         raise UserError(f"{path}: no such file")
     if path.is_dir():
         raise UserError(f"{path} is a directory, not a recording")
     try:
+        with open(path, "rb"):  # sqlite says "unable to open" for this too; the user needs the reason
+            pass
+    except PermissionError:
+        raise UserError(f"{path}: permission denied") from None
+    except OSError as e:
+        raise UserError(f"cannot open {path}: {e.strerror}") from None
+    try:
         try:
             db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            db.text_factory = _text
             rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
         except sqlite3.OperationalError as e:
             if "readonly" not in str(e) and "unable to open" not in str(e):
@@ -336,27 +457,85 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
                     f"user cannot open here: copy both files to a directory you can write"
                 ) from None
             db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+            db.text_factory = _text
             rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
     except UnicodeDecodeError:  # a damaged byte inside a text value
         raise UserError(f"{path} is damaged (unreadable metadata)") from None
     except sqlite3.DatabaseError as e:
         msg = str(e)
+        if "unable to open" in msg and not os.access(path, os.R_OK):
+            raise UserError(f"{path}: permission denied") from None
         if "not a database" in msg or "file is encrypted" in msg:
             raise UserError(f"{path} is not a memtop recording (not an SQLite file)") from None
         if "no such table" in msg:
             raise UserError(f"{path} is an SQLite file but not a memtop recording") from None
         raise UserError(f"{path} is damaged or truncated ({msg})") from None
-    try:
-        meta = {k: json.loads(v) for k, v in rows.items()}
-    except (TypeError, ValueError):
-        raise UserError(f"{path} is damaged (unreadable metadata)") from None
+    meta = {}
+    for k, v in rows.items():
+        try:
+            meta[k] = json.loads(v)
+        except (TypeError, ValueError, RecursionError):
+            if k in ("magic", "schema"):
+                raise UserError(f"{path} is damaged (unreadable metadata)") from None
+            meta[k] = _UNREADABLE  # one unreadable value is missing metadata (_valid_meta notes it)
     if meta.get("magic") != MAGIC:
         raise UserError(f"{path} is an SQLite file but not a memtop recording")
-    if not isinstance(meta.get("schema"), int) or meta["schema"] > SCHEMA_VERSION:
-        raise UserError(
-            f"{path} was written by a newer memtop (schema {meta.get('schema')}); upgrade memtop to read it"
-        )
+    schema = meta.get("schema")
+    if type(schema) is not int or schema < 1:
+        raise UserError(f"{path} is damaged (not a valid schema: {str(schema)[:40]})")
+    if schema > SCHEMA_VERSION:
+        raise UserError(f"{path} was written by a newer memtop (schema {schema}); upgrade memtop to read it")
     return db, meta
+
+
+_UNREADABLE = object()
+
+
+def _finite_tree(v: object, depth: int = 0) -> object:
+    """JSON metadata with non-finite numbers as None (strict JSON consumers reject NaN/Infinity)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, list):
+        return [_finite_tree(x, depth + 1) for x in v]
+    if isinstance(v, dict):
+        return {k: _finite_tree(x, depth + 1) for k, x in v.items()}
+    return v
+
+
+def _valid_meta(meta: dict) -> tuple[dict, list[str]]:
+    """Metadata with wrong-typed values dropped (they are missing, and noted), never trusted."""
+    bad = [k for k, v in meta.items() if v is _UNREADABLE]
+    meta = {k: None if v is _UNREADABLE else _finite_tree(v) for k, v in meta.items()}
+    for k in ("host", "driver", "nvml_version", "memtop_version"):
+        if k in meta and meta[k] is not None and not isinstance(meta[k], str):
+            meta[k] = None
+            bad.append(k)
+    for k in ("started_wall", "ended_wall", "wall_offset"):
+        v = meta.get(k)
+        # wall clocks are seconds since 1970: up to year 9999 (time.localtime fails past it)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 2.5e11):
+            meta[k] = None
+            bad.append(k)
+    cmd = meta.get("command")
+    if cmd is not None and not (isinstance(cmd, list) and all(isinstance(a, str) for a in cmd)):
+        meta["command"] = None
+        bad.append("command")
+    gpus = meta.get("gpus")
+    if gpus is not None:
+        ok = [
+            g
+            for g in (gpus if isinstance(gpus, list) else [])
+            if isinstance(g, dict)
+            and type(g.get("index")) is int
+            and all(
+                g.get(k) is None or isinstance(g.get(k), str) for k in ("name", "uuid", "mode", "pci_bus_id")
+            )
+        ]
+        if not isinstance(gpus, list) or len(ok) != len(gpus):
+            bad.append("gpus")
+        meta["gpus"] = ok
+    notes = [f"damaged metadata ignored: {', '.join(sorted(set(bad)))}"] if bad else []
+    return meta, notes
 
 
 class Recording:
@@ -364,12 +543,20 @@ class Recording:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.db, self.meta = _open_ro(self.path)
+        self.db, meta = _open_ro(self.path)
+        self.meta, notes = _valid_meta(meta)
+        self.damage: list[str] = notes  # one line per damaged part, shown with every Frame
         try:
             self._stacks: dict[int, tuple[StackFrame, ...]] = {}
-            r = self.db.execute("SELECT min(t), max(t), count(*) FROM frame").fetchone()
+            # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite)
+            r = self.db.execute(
+                f"SELECT min(t), max(t), count(*) FROM frame WHERE {_SANE_T}",
+            ).fetchone()
+            n_all = self.db.execute("SELECT count(*) FROM frame").fetchone()[0]
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+        if n_all != r[2]:
+            self.damage.append(f"damaged recording: {n_all - r[2]} frame(s) with an invalid time skipped")
         self.t0, self.t1, self.n_frames = r[0], r[1], r[2]
         if not self.n_frames:
             raise UserError(
@@ -390,18 +577,42 @@ class Recording:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
 
     def markers(self) -> list[Marker]:
-        try:
-            return [Marker(*r) for r in self._q("SELECT t0, t1, label, name, facts FROM marker ORDER BY t0")]
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
-            raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__})") from None
+        """The valid markers (finite times, string names); a damaged one is skipped and noted."""
+        out, bad = [], 0
+        for r in self._q("SELECT t0, t1, label, name, facts FROM marker"):
+            try:
+                t0, t1 = _num(r[0], "marker t0"), _num(r[1], "marker t1")
+                label = _str(r[2], "marker label")
+                name = label if r[3] is None else _str(r[3], "marker name")
+                facts = "" if r[4] is None else _str(r[4], "marker facts")
+            except Damaged:
+                bad += 1
+                continue
+            out.append(Marker(t0, max(t0, t1), label, name, facts))
+        note = f"damaged recording: {bad} marker(s) skipped"
+        if bad and note not in self.damage:
+            self.damage.append(note)
+        return sorted(out, key=lambda m: m.t0)
 
-    def _frames_of(self, sid: int) -> tuple[StackFrame, ...]:
-        fr = self._stacks.get(sid)
+    def _frames_of(self, sid: object) -> tuple[StackFrame, ...]:
+        """A stack's frames; a damaged stack is an empty one (the sample and its thread stay)."""
+        fr = self._stacks.get(sid)  # type: ignore[arg-type]
         if fr is None:
-            (text,) = self._q("SELECT frames FROM stack WHERE id=?", (sid,)).fetchone()
-            fr = tuple(StackFrame(*x) for x in json.loads(text))
-            self._stacks[sid] = fr
+            row = self._q("SELECT frames FROM stack WHERE id=?", (sid,)).fetchone()
+            try:
+                fr = tuple(
+                    StackFrame(_str(n, "function"), _str(f, "file"), _int(ln, "line"), _str(c, "code"))
+                    for n, f, ln, c in _seq(json.loads(_str(row and row[0], "stack")), "stack")
+                )
+            except (ValueError, TypeError, RecursionError):
+                fr = ()
+                self._note("damaged stacks: some frames missing")
+            self._stacks[sid] = fr  # type: ignore[index]
         return fr
+
+    def _note(self, text: str) -> None:
+        if text not in self.damage:
+            self.damage.append(text)
 
     # rows -> parts
     @functools.cached_property
@@ -441,7 +652,7 @@ class Recording:
         """
         lo = self.t0 if start is None else start
         hi = self.t1 if end is None else end
-        st = _State()
+        st = _State(self.damage)
         if start is not None:
             self._seed(st, lo)
         # parts sampled just before the first frame belong to it
@@ -474,7 +685,7 @@ class Recording:
             )
         streams.append(
             (r[0], 2, 9, "frame", r)
-            for r in self._q("SELECT t FROM frame WHERE t>=? AND t<=? ORDER BY t", (lo, hi))
+            for r in self._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (lo, hi))
         )
         try:
             for _t, _o, _i, kind, row in heapq.merge(*streams):
@@ -517,7 +728,7 @@ class Recording:
 
     def seek(self, t: float) -> Frame:
         """The Frame at (or just before) time t."""
-        r = self._q("SELECT t FROM frame WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
+        r = self._q(f"SELECT t FROM frame WHERE t<=? AND {_SANE_T} ORDER BY t DESC LIMIT 1", (t,)).fetchone()
         ft = r[0] if r else self.t0
         return next(self.frames(start=ft, end=ft))
 
@@ -579,7 +790,9 @@ def _processes(text: object) -> tuple[GpuProcess, ...]:
 class _State:
     """Newest part of each source while reading; becomes a Frame at each frame time."""
 
-    def __init__(self) -> None:
+    def __init__(self, damage: list[str] | None = None) -> None:
+        self._damage = damage if damage is not None else []  # the Recording's notes, growing as it reads
+        self._n_damage = 0
         self.gpus: dict[int, GpuSample] = {}
         self.gstate: dict[int, tuple] = {}
         self.host: HostSample | None = None
@@ -595,6 +808,17 @@ class _State:
         self._gpu_order: list[int] = []
 
     def apply(self, rec: Recording, kind: str, r: tuple) -> None:
+        """Decode one stored part; a damaged one is missing data and a note, never an exception."""
+        try:
+            if kind in ("gpu", "gpu_state", "series"):
+                _int(r[1], "GPU index")  # a text index would not sort with the others
+            elif kind == "note":
+                _str(r[1], "note")
+            self._apply(rec, kind, r)
+        except _DECODE_ERRORS:
+            rec._note(f"damaged {kind} data skipped")
+
+    def _apply(self, rec: Recording, kind: str, r: tuple) -> None:
         if kind == "gpu_state":
             self.gstate[r[1]] = rec._gpu_state(r)
             g = self.gpus.get(r[1])
@@ -613,7 +837,11 @@ class _State:
         elif kind == "host":
             self.host = _host_from_blob(r[1])
         elif kind == "stack":  # all thread rows of one py-spy dump
-            t, pid = r[0][0], r[0][1]
+            t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
+            for row in r:
+                for v, check in ((row[2], _int), (row[3], _str), (row[8], _str)):
+                    if v is not None:
+                        check(v, "stack row")
             if r[0][8] is not None:
                 self.stacks[pid] = StackSample(t, pid, (), r[0][8])
             else:
@@ -628,7 +856,8 @@ class _State:
             self._stacks_t = None
             self._oldest_stack = min(s.t for s in self.stacks.values())
         elif kind == "perf":
-            self.perf[r[1]] = PerfSample(r[0], r[1], tuple((k, v) for k, v in json.loads(r[2])))
+            rates = tuple((_str(k, "perf"), _num(v, "perf")) for k, v in _seq(json.loads(r[2]), "perf"))
+            self.perf[_int(r[1], "perf pid")] = PerfSample(_num(r[0], "perf t"), r[1], rates)
             self._perf_t = None
         elif kind == "caps":
             self.caps = _caps_from_json(r[1])
@@ -636,6 +865,9 @@ class _State:
             self.notes = (*self.notes, r[1])[-20:]
 
     def frame(self, t: float) -> Frame:
+        if len(self._damage) != self._n_damage:  # new damage found while reading: each Frame says so
+            self.notes = (*self.notes, *self._damage[self._n_damage :])[-20:]
+            self._n_damage = len(self._damage)
         # a process whose stacks stopped coming (exited) leaves the Frame after 5 s
         if t - self._oldest_stack > 5.0:
             for pid in [p for p, s in self.stacks.items() if t - s.t > 5.0]:
@@ -662,14 +894,25 @@ class _State:
 
 
 def read_markers(path: str | Path) -> list[Marker]:
-    """Markers a labelled workload wrote: JSON lines {t0, t1, label, name, facts}."""
+    """Markers a labelled workload wrote: JSON lines {t0, t1, label, name, facts}.
+    A line that is not such an object is a UserError naming its line number."""
     out = []
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as e:
+        raise UserError(f"cannot read markers {path}: {e.strerror}") from None
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
             d = json.loads(line)
-            out.append(
-                Marker(
-                    d["t0"], d["t1"], d["label"], d.get("name", d["label"]), json.dumps(d.get("facts", {}))
-                )
-            )
+            if not isinstance(d, dict):
+                raise Damaged("not a JSON object")
+            t0, t1 = _num(d.get("t0"), "t0"), _num(d.get("t1"), "t1")
+            label = _str(d.get("label"), "label")
+            name = _str(d.get("name", label), "name")
+            facts = json.dumps(d.get("facts", {}), allow_nan=False)
+        except (ValueError, RecursionError) as e:
+            raise UserError(f"{path} line {no}: not a marker ({e})") from None
+        out.append(Marker(t0, t1, label, name, facts))
     return out

@@ -5,12 +5,14 @@ One wording for the TUI and the report.
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 
 from memtop.model import Frame
 from memtop.phases import HEALTHY, TITLES, Label
+from memtop.sanitize import is_clean
 
 PROBLEM_SHARE = 0.2  # a problem phase must hold this share of the window to be the verdict
 
@@ -110,14 +112,29 @@ def _advice(lab: Label) -> tuple[str, ...]:
     return ()
 
 
+def quote_arg(arg: str) -> str:
+    """One shell word for `arg`: shlex quoting, or bash's $'...' with \\xNN escapes when it holds
+    control, bidi or undecodable characters (they are shown, never sent to the terminal raw)."""
+    if is_clean(arg):
+        return shlex.quote(arg)
+    out = []
+    for b in arg.encode("utf-8", "surrogateescape"):
+        c = chr(b)
+        out.append(c if 0x20 <= b < 0x7F and c not in "'\\" else f"\\x{b:02x}")
+    return "$'" + "".join(out) + "'"
+
+
+def quote_argv(argv: tuple[str, ...] | list[str]) -> str:
+    """A command line to paste: every argument one quoted word (a `;` or `|` stays inside quotes)."""
+    return " ".join(quote_arg(a) for a in argv)
+
+
 def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
     procs = [] if frame is None or frame.host is None else [p for p in frame.host.procs if gpu in p.gpus]
-    cmd = procs[0].cmdline if procs else "python train.py"
-    delay = max(0, int(t0 - procs[0].started)) if procs and procs[0].started else 0
-    try:
-        shlex.split(cmd)
-    except ValueError:
-        cmd = "python train.py"
+    argv = (procs[0].argv or tuple(procs[0].cmdline.split())) if procs else ()
+    cmd = quote_argv(argv) if argv else "python train.py"
+    started = procs[0].started if procs else 0.0
+    delay = max(0, int(t0 - started)) if started and math.isfinite(t0 - started) else 0
     if label == "memory":
         return f"ncu --set full --launch-skip 200 --launch-count 20 -o memtop-memory {cmd}"
     if label in HEALTHY or label in ("idle", "gathering"):

@@ -16,3 +16,60 @@ HOSTILE: tuple[str, ...] = (
     '[link="file:///etc/passwd"]click[/link]',
     "del\x7fchar\ttab\nnewline\rcr",
 )
+
+
+def _text(s: str) -> bytes:
+    """A str as the bytes SQLite should hold (a lone surrogate is the invalid UTF-8 byte it came from)."""
+    return s.encode("utf-8", "surrogateescape")
+
+
+def _json(v: object) -> bytes:
+    import json
+
+    return _text(json.dumps(v, ensure_ascii=False))
+
+
+def hostile_recording(src, dst, s: str):
+    """Copy the real recording `src` to `dst` with every string it holds set to `s`: the host name,
+    GPU names and UUIDs, processes' names, users, command lines and argv, stack functions, files and
+    source lines, thread names, capability details, marker labels and names, notes, perf event names,
+    the recorded command. Returns `dst` (a pathlib.Path)."""
+    import json
+    import shutil
+    import sqlite3
+    import zlib
+    from pathlib import Path
+
+    dst = Path(dst)
+    shutil.copyfile(src, dst)
+    db = sqlite3.connect(dst)
+    T = "CAST(? AS TEXT)"  # bytes bound as TEXT keep invalid UTF-8 as it would arrive from a process
+    meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
+    meta["host"] = s
+    meta["command"] = ["memtop", s]
+    meta["gpus"] = [{**g, "name": s, "uuid": s, "pci_bus_id": s} for g in meta.get("gpus") or []]
+    for k in ("host", "command", "gpus"):
+        db.execute(f"UPDATE meta SET value={T} WHERE key=?", (_json(meta[k]), k))
+    db.execute(f"UPDATE gpu_state SET uuid={T}, name={T}", (_text(s), _text(s)))
+    for t, blob in db.execute("SELECT t, data FROM host").fetchall():
+        d = json.loads(zlib.decompress(blob))
+        d["procs"] = [{**p, "name": s, "cmdline": s, "user": s, "argv": [s, s]} for p in d["procs"]]
+        db.execute("UPDATE host SET data=? WHERE t=?", (zlib.compress(_json(d)), t))
+    for sid, frames in db.execute("SELECT id, frames FROM stack").fetchall():
+        fr = [[s, s, ln, s] for _n, _f, ln, _c in json.loads(frames)]
+        fr.append([s, s, 100_000 + sid, s])  # the table keeps each stack once: keep them distinct
+        db.execute(f"UPDATE stack SET frames={T} WHERE id=?", (_json(fr), sid))
+    db.execute(f"UPDATE stack_sample SET name={T}", (_text(s),))
+    db.execute(
+        f"UPDATE caps SET data={T}",
+        (_json([["perf", s, "unavailable", s, s], ["numa", s, "error", s, s]]),),
+    )
+    db.execute(f"UPDATE marker SET label={T}, name={T}", (_text(s), _text(s)))
+    db.execute(f"INSERT INTO note SELECT min(t), {T} FROM frame", (_text(s),))
+    for rowid, data in db.execute("SELECT rowid, data FROM perf").fetchall():
+        db.execute(
+            f"UPDATE perf SET data={T} WHERE rowid=?", (_json([[s, v] for _k, v in json.loads(data)]), rowid)
+        )
+    db.commit()
+    db.close()
+    return dst
