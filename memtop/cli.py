@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from memtop import __version__
@@ -22,6 +23,16 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return v
+
+
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number: {text!r}")
     return v
 
 
@@ -108,13 +119,23 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("file", metavar="RUN.memtop")
     rep.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     rep.add_argument("--gpu", type=int, metavar="N", help="only this GPU")
-    rep.add_argument("--from", dest="t_from", type=float, metavar="T", help="seconds from the start")
-    rep.add_argument("--to", dest="t_to", type=float, metavar="T", help="seconds from the start")
+    rep.add_argument("--from", dest="t_from", type=_finite, metavar="T", help="seconds from the start")
+    rep.add_argument("--to", dest="t_to", type=_finite, metavar="T", help="seconds from the start")
 
     ex = sub.add_parser("export", help="export a recording for the Perfetto UI")
     ex.add_argument("file", metavar="RUN.memtop")
-    ex.add_argument("--perfetto", required=True, metavar="OUT.json")
-    ex.add_argument("--force", action="store_true", help="overwrite OUT.json")
+    ex.add_argument(
+        "--perfetto",
+        required=True,
+        metavar="OUT.json",
+        help="the trace file (gzip-compressed if it ends in .gz)",
+    )
+    ex.add_argument(
+        "--force", action="store_true", help="replace OUT.json (a link is replaced, not followed)"
+    )
+    ex.add_argument("--gpu", type=int, metavar="N", help="only this GPU (and the processes on it)")
+    ex.add_argument("--from", dest="t_from", type=_finite, metavar="T", help="seconds from the start")
+    ex.add_argument("--to", dest="t_to", type=_finite, metavar="T", help="seconds from the start")
 
     d = sub.add_parser("doctor", help="what this machine can give, and the fix for each 'no'")
     d.add_argument("--json", action="store_true")
