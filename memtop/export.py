@@ -104,7 +104,7 @@ class _Stacks:
             tuple[int, int], tuple[list[tuple[int, str]], float]
         ] = {}  # (pid, tid) -> (path, last t)
 
-    def _node(self, parent: int | None, label: str, category: str) -> int:
+    def _node(self, parent: int | None, label: str) -> int:
         key = (parent, label)
         nid = self.nodes.get(key)
         if nid is None:
@@ -120,7 +120,7 @@ class _Stacks:
         parent = None
         for fr in reversed(frames):  # root first
             label = f"{fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}"
-            parent = self._node(parent, label, klass)
+            parent = self._node(parent, label)
             path.append((parent, fr.name))
         key = (pid, tid)
         cur, last = self.open.get(key, ([], t))
@@ -256,6 +256,7 @@ def _events(
     named: set[int] = set()
     last_gpu_t: dict[int, float] = {}
     gpu_pids: set[int] = set()
+    cut = lo if fresh else -math.inf  # with --from, parts sampled before it are left out
     for k, f in enumerate(rec.frames(lo if fresh else None, hi, skip=frozenset({"series", "note"}))):
         if k % 2000 == 0:
             bar.update(f.t - lo)
@@ -266,7 +267,7 @@ def _events(
             if only is not None and g.index != only:
                 continue
             gpu_pids.update(p.pid for p in g.processes)
-            if last_gpu_t.get(g.index) == g.t:
+            if last_gpu_t.get(g.index) == g.t or g.t < cut:  # parts sampled before --from: not exported
                 continue
             last_gpu_t[g.index] = g.t
             pid, ts = GPU_PID_BASE + g.index, _us(g.t)
@@ -297,7 +298,7 @@ def _events(
                         }
                     )
         h = f.host
-        if h is not None and h.t != seen_host:
+        if h is not None and h.t != seen_host and h.t >= cut:
             seen_host = h.t
             ts = _us(h.t)
             cpu = sum(h.cpu_pct) / max(1, len(h.cpu_pct))
@@ -328,7 +329,12 @@ def _events(
                     )
         for s in f.stacks:
             m = s.main
-            if seen_stack.get(s.pid) == s.t or m is None or (only is not None and s.pid not in gpu_pids):
+            if (
+                seen_stack.get(s.pid) == s.t
+                or m is None
+                or s.t < cut
+                or (only is not None and s.pid not in gpu_pids)
+            ):
                 continue
             seen_stack[s.pid] = s.t
             if s.pid not in named:
