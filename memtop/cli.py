@@ -153,8 +153,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="export a recording for the Perfetto UI")
     ex.add_argument("file", metavar="RUN.memtop")
-    ex.add_argument("--perfetto", required=True, metavar="OUT.json")
-    ex.add_argument("--force", action="store_true", help="overwrite OUT.json")
+    ex.add_argument(
+        "--perfetto",
+        required=True,
+        metavar="OUT.json",
+        help="the trace file (gzip-compressed if it ends in .gz)",
+    )
+    ex.add_argument(
+        "--force", action="store_true", help="replace OUT.json (a link is replaced, not followed)"
+    )
+    ex.add_argument("--gpu", type=_index, metavar="N", help="only this GPU (and the processes on it)")
+    ex.add_argument("--from", dest="t_from", type=OFFSET, metavar="T", help="seconds from the start")
+    ex.add_argument("--to", dest="t_to", type=OFFSET, metavar="T", help="seconds from the start")
 
     d = sub.add_parser("doctor", help="what this machine can give, and the fix for each 'no'")
     d.add_argument("--json", action="store_true")

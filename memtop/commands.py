@@ -146,6 +146,8 @@ def export(args: argparse.Namespace) -> int:
     from memtop.export import export_perfetto
 
     rec = open_recording(args.file)
-    n = export_perfetto(rec, Path(args.perfetto), force=args.force, progress=sys.stderr.isatty())
+    n = export_perfetto(
+        rec, Path(args.perfetto), force=args.force, gpu=args.gpu, t_from=args.t_from, t_to=args.t_to
+    )
     print(f"wrote {n} trace events to {args.perfetto} (open it in https://ui.perfetto.dev)", file=sys.stderr)
     return 0

@@ -1,120 +1,345 @@
-"""`memtop export --perfetto`: Chrome/Perfetto trace-event JSON of a recording.
+"""`memtop export --perfetto`: Chrome/Perfetto trace-event JSON of a recording, streamed.
 
-Timestamps (``ts``, µs) are CLOCK_MONOTONIC, the clock memtop stamps Frames with; the trace's
-metadata carries the wall-clock offset (docs/EXPORT.md says how to line it up with nsys).
+Events are written as the recording is read, so memory stays flat whatever its length: only the
+open phase run per GPU, the open stack per sampled thread and the table of distinct stack frames
+are held. Timestamps (``ts``, µs) are CLOCK_MONOTONIC, the clock memtop stamps Frames with; the
+trace's metadata carries the wall-clock offset (docs/EXPORT.md says how to line it up with nsys).
+
+Stacks go out twice: as nested B/E slices on the sampled thread (Perfetto draws them as a flame
+chart; its JSON importer ignores ``samples``) and as ``stackFrames``/``samples`` of the Trace Event
+Format (chrome://tracing, speedscope).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import io
 import json
+import math
 import os
-import sys
+import secrets
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from memtop.errors import UserError
+from memtop.metrics import METRICS, Metric
 from memtop.phases import TITLES, Classifier
+from memtop.progress import Progress
 from memtop.stackclass import site
-from memtop.store import Recording
+from memtop.store import Recording, create_private
 
 GPU_PID_BASE = 1_000_000  # GPU tracks get synthetic pids that cannot clash with real ones
 HOST_PID = 999_999
-COUNTERS = (
-    ("SM %", "sm"),
-    ("tensor %", "tensor"),
-    ("DRAM %", "dram"),
-    ("graphics %", "graphics"),
-    ("util %", "util"),
-    ("power W", "power_w"),
-    ("SM clock MHz", "sm_clock"),
-)
+STALE_S = 2.5  # a thread's stack not sampled for this long is closed where its last sample ended
+SAMPLE_S = 0.5  # how long a last sample is taken to last (the default stack interval)
+_UNITS = {"percent": ("%", 1.0), "watts": ("W", 1.0), "mhz": ("MHz", 1.0), "bytes_per_s": ("GB/s", 1e-9)}
+
+
+def _track(m: Metric) -> tuple[str, str, float]:
+    unit, scale = _UNITS.get(m.kind, ("", 1.0))
+    return f"{m.title} {unit}".strip(), m.name, scale
+
+
+# counter tracks: the metrics table's own choice (Metric.counter), titled with their unit
+COUNTERS: tuple[tuple[str, str, float], ...] = tuple(_track(m) for m in METRICS if m.counter)
 
 
 def _us(t: float) -> float:
     return round(t * 1e6, 1)
 
 
-def events(rec: Recording, progress: bool = False) -> list[dict]:
-    ev: list[dict] = [
-        {"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}}
-    ]
-    for g in rec.meta.get("gpus") or []:
+def _finite(o: object) -> object:
+    """JSON-safe copy: non-finite floats become null (strict parsers reject NaN/Infinity)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k): _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def dumps(o: object) -> str:
+    try:
+        return _encode(o)
+    except ValueError:  # a NaN or an infinity somewhere (a damaged recording): null instead
+        return _encode(_finite(o))
+
+
+class _Out:
+    """Writes the events of ``traceEvents`` as they come, comma-separated, in batches."""
+
+    def __init__(self, fh: io.TextIOBase) -> None:
+        self.fh = fh
+        self.n = 0
+        self._buf: list[str] = []
+
+    def __call__(self, ev: dict) -> None:
+        self._buf.append(dumps(ev))
+        self.n += 1
+        if len(self._buf) >= 2000:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            self.fh.write(("," if self.n > len(self._buf) else "") + ",".join(self._buf))
+            self._buf = []
+
+
+class _Stacks:
+    """Stack samples of main threads: B/E flame-chart slices, stackFrames and samples."""
+
+    def __init__(self, emit: Callable[[dict], None], samples: io.TextIOBase) -> None:
+        self.emit = emit
+        self.samples = samples  # spill file: `samples` follow `traceEvents` in the document
+        self.n_samples = 0
+        self.nodes: dict[tuple[int | None, str], int] = {}  # (parent id, frame) -> stackFrames id
+        self.frames: dict[int, dict] = {}
+        self.open: dict[
+            tuple[int, int], tuple[list[tuple[int, str]], float]
+        ] = {}  # (pid, tid) -> (path, last t)
+
+    def _node(self, parent: int | None, label: str) -> int:
+        key = (parent, label)
+        nid = self.nodes.get(key)
+        if nid is None:
+            nid = len(self.nodes) + 1
+            self.nodes[key] = nid
+            self.frames[nid] = {"name": label, "category": "python"}
+            if parent is not None:
+                self.frames[nid]["parent"] = parent
+        return nid
+
+    def add(self, pid: int, tid: int, t: float, frames: tuple, klass: str) -> int | None:
+        path: list[tuple[int, str]] = []
+        parent = None
+        for fr in reversed(frames):  # root first
+            label = f"{fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}"
+            parent = self._node(parent, label)
+            path.append((parent, fr.name))
+        key = (pid, tid)
+        cur, last = self.open.get(key, ([], t))
+        if cur and t - last > STALE_S:
+            self._close(key, cur, 0, last + SAMPLE_S)
+            cur = []
+        common = 0
+        while common < min(len(cur), len(path)) and cur[common][0] == path[common][0]:
+            common += 1
+        self._close(key, cur, common, t)
+        for nid, name in path[common:]:
+            self.emit(
+                {"ph": "B", "name": name, "cat": "stack", "pid": pid, "tid": tid, "ts": _us(t), "sf": nid}
+            )
+        self.open[key] = (path, t)
+        if parent is not None:
+            if self.n_samples:
+                self.samples.write(",")
+            self.samples.write(
+                dumps({"cpu": 0, "tid": tid, "ts": _us(t), "name": klass, "sf": parent, "weight": 1})
+            )
+            self.n_samples += 1
+        return parent
+
+    def _close(self, key: tuple[int, int], path: list, keep: int, t: float) -> None:
+        for _nid, name in reversed(path[keep:]):
+            self.emit({"ph": "E", "name": name, "cat": "stack", "pid": key[0], "tid": key[1], "ts": _us(t)})
+
+    def finish(self, hi: float) -> None:
+        for key, (path, last) in self.open.items():
+            self._close(key, path, 0, min(last + SAMPLE_S, hi) if hi >= last else last)
+        self.open = {}
+
+
+def _check(rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None) -> tuple:
+    """(lo, hi, the GPUs' metadata) of a --gpu/--from/--to choice, or one clear error."""
+    lo = rec.t0 + (t_from or 0.0)
+    hi = rec.t0 + t_to if t_to is not None else rec.t1
+    if hi <= lo or lo > rec.t1:
+        raise UserError(f"empty time range: the recording covers 0–{rec.duration:.0f} s")
+    gpus = [g for g in rec.meta.get("gpus") or [] if isinstance(g, dict) and isinstance(g.get("index"), int)]
+    known = {g["index"] for g in gpus}
+    if gpu is not None and gpu not in known:
+        raise UserError(
+            f"no GPU {gpu} in this recording (it has: {', '.join(map(str, sorted(known))) or 'none'})"
+        )
+    return lo, hi, gpus
+
+
+def write_trace(
+    rec: Recording,
+    fh: io.TextIOBase,
+    gpu: int | None = None,
+    t_from: float | None = None,
+    t_to: float | None = None,
+    progress: bool | None = None,
+) -> int:
+    """Write the whole trace document to ``fh``; returns the number of trace events."""
+    lo, hi, gpus_meta = _check(rec, gpu, t_from, t_to)
+    fh.write('{"traceEvents":[')
+    emit = _Out(fh)
+    emit({"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}})
+    for g in gpus_meta:
+        if gpu is not None and g["index"] != gpu:
+            continue
         pid = GPU_PID_BASE + g["index"]
-        ev.append(
+        emit(
             {
                 "ph": "M",
                 "name": "process_name",
                 "pid": pid,
                 "tid": 0,
-                "args": {"name": f"GPU {g['index']} {g['name']}"},
+                "args": {"name": f"GPU {g['index']} {g.get('name')}"},
             }
         )
-        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "phases"}})
-        ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "markers"}})
+        emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "phases"}})
+        emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "markers"}})
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as spill:
+        stacks = _Stacks(emit, spill)
+        with Progress("exporting", hi - lo, enabled=progress) as bar:
+            _events(rec, lo, hi, gpu, emit, stacks, bar, fresh=bool(t_from))
+        stacks.finish(hi)
+        for m in rec.markers():
+            if m.t1 < lo or m.t0 > hi:
+                continue
+            for g in gpus_meta or [{"index": 0}]:
+                if gpu is not None and g["index"] != gpu:
+                    continue
+                emit(
+                    {
+                        "ph": "X",
+                        "name": f"marker {m.name}",
+                        "pid": GPU_PID_BASE + g["index"],
+                        "tid": 2,
+                        "ts": _us(m.t0),
+                        "dur": _us(max(0.0, m.t1 - m.t0)),
+                        "args": {"label": m.label, "facts": m.facts},
+                    }
+                )
+        emit.flush()
+        fh.write('],"displayTimeUnit":"ms","stackFrames":{')
+        fh.write(",".join(f'"{k}":{dumps(v)}' for k, v in stacks.frames.items()))
+        fh.write('},"samples":[')
+        spill.seek(0)
+        while chunk := spill.read(1 << 20):
+            fh.write(chunk)
+    meta = {
+        "clock": "CLOCK_MONOTONIC",
+        "wall_offset_s": rec.meta.get("wall_offset"),
+        "host": rec.meta.get("host"),
+        "memtop_version": rec.meta.get("memtop_version"),
+        "range_s": [round(lo - rec.t0, 3), round(hi - rec.t0, 3)],
+        "gpu": gpu,
+    }
+    fh.write(f'],"metadata":{dumps(meta)}}}')
+    return emit.n
+
+
+def _events(
+    rec: Recording,
+    lo: float,
+    hi: float,
+    only: int | None,
+    emit: Callable[[dict], None],
+    stacks: _Stacks,
+    bar: Progress,
+    fresh: bool,
+) -> None:
     clf = Classifier()
-    seen_host = seen_stack = None
+    runs: dict[int, list] = {}  # gpu -> [first label, last label] of the open phase run
+    seen_host = None
+    seen_stack: dict[int, float] = {}
     named: set[int] = set()
     last_gpu_t: dict[int, float] = {}
-    n = rec.n_frames
-    for k, f in enumerate(rec.frames()):
-        if progress and k % 500 == 0:
-            print(f"\rexporting {100 * k / n:3.0f} %", end="", file=sys.stderr, flush=True)
+    gpu_pids: set[int] = set()
+    cut = lo if fresh else -math.inf  # with --from, parts sampled before it are left out
+    for k, f in enumerate(rec.frames(lo if fresh else None, hi, skip=frozenset({"series", "note"}))):
+        if k % 2000 == 0:
+            bar.update(f.t - lo)
         clf.feed(f)
+        if f.t < lo:
+            continue
         for g in f.gpus:
-            if last_gpu_t.get(g.index) == g.t:
+            if only is not None and g.index != only:
+                continue
+            gpu_pids.update(p.pid for p in g.processes)
+            if last_gpu_t.get(g.index) == g.t or g.t < cut:  # parts sampled before --from: not exported
                 continue
             last_gpu_t[g.index] = g.t
-            pid = GPU_PID_BASE + g.index
-            for name, attr in COUNTERS:
+            pid, ts = GPU_PID_BASE + g.index, _us(g.t)
+            for name, attr, scale in COUNTERS:
                 v = getattr(g, attr)
-                if v is not None:
-                    ev.append(
-                        {"ph": "C", "name": name, "pid": pid, "tid": 0, "ts": _us(g.t), "args": {"value": v}}
+                if v is not None and math.isfinite(v):
+                    emit(
+                        {
+                            "ph": "C",
+                            "name": name,
+                            "pid": pid,
+                            "tid": 0,
+                            "ts": ts,
+                            "args": {"value": v * scale},
+                        }
                     )
             if g.pcie_rx is not None or g.pcie_tx is not None:
-                ev.append(
-                    {
-                        "ph": "C",
-                        "name": "PCIe GB/s",
-                        "pid": pid,
-                        "tid": 0,
-                        "ts": _us(g.t),
-                        "args": {
-                            "rx": round((g.pcie_rx or 0) / 1e9, 3),
-                            "tx": round((g.pcie_tx or 0) / 1e9, 3),
-                        },
-                    }
-                )
+                rx, tx = (round((v or 0) / 1e9, 3) for v in (g.pcie_rx, g.pcie_tx))
+                if math.isfinite(rx) and math.isfinite(tx):
+                    emit(
+                        {
+                            "ph": "C",
+                            "name": "PCIe GB/s",
+                            "pid": pid,
+                            "tid": 0,
+                            "ts": ts,
+                            "args": {"rx": rx, "tx": tx},
+                        }
+                    )
         h = f.host
-        if h is not None and h.t != seen_host:
+        if h is not None and h.t != seen_host and h.t >= cut:
             seen_host = h.t
-            ev.append(
-                {
-                    "ph": "C",
-                    "name": "CPU %",
-                    "pid": HOST_PID,
-                    "tid": 0,
-                    "ts": _us(h.t),
-                    "args": {"value": round(sum(h.cpu_pct) / max(1, len(h.cpu_pct)), 1)},
-                }
-            )
-            for p in h.procs:
-                ev.append(
+            ts = _us(h.t)
+            cpu = sum(h.cpu_pct) / max(1, len(h.cpu_pct))
+            if math.isfinite(cpu):
+                emit(
                     {
                         "ph": "C",
-                        "name": f"CPU % {p.pid} {p.name}",
+                        "name": "CPU %",
                         "pid": HOST_PID,
                         "tid": 0,
-                        "ts": _us(h.t),
-                        "args": {"value": round(p.cpu_pct, 1)},
+                        "ts": ts,
+                        "args": {"value": round(cpu, 1)},
                     }
                 )
+            for p in h.procs:
+                if only is not None and only in p.gpus:
+                    gpu_pids.add(p.pid)
+                if math.isfinite(p.cpu_pct):
+                    emit(
+                        {
+                            "ph": "C",
+                            "name": f"CPU % {p.pid} {p.name}",
+                            "pid": HOST_PID,
+                            "tid": 0,
+                            "ts": ts,
+                            "args": {"value": round(p.cpu_pct, 1)},
+                        }
+                    )
         for s in f.stacks:
-            if (s.pid, s.t) == seen_stack or s.main is None:
+            m = s.main
+            if (
+                seen_stack.get(s.pid) == s.t
+                or m is None
+                or s.t < cut
+                or (only is not None and s.pid not in gpu_pids)
+            ):
                 continue
-            seen_stack = (s.pid, s.t)
+            seen_stack[s.pid] = s.t
             if s.pid not in named:
                 named.add(s.pid)
-                ev.append(
+                emit(
                     {
                         "ph": "M",
                         "name": "process_name",
@@ -123,81 +348,130 @@ def events(rec: Recording, progress: bool = False) -> list[dict]:
                         "args": {"name": f"pid {s.pid}"},
                     }
                 )
-            m = s.main
-            w, code = site(m.frames)
-            ev.append(
-                {
-                    "ph": "i",
-                    "s": "t",
-                    "name": f"{m.klass}: {m.frames[0].name if m.frames else '?'}",
-                    "pid": s.pid,
-                    "tid": m.tid,
-                    "ts": _us(s.t),
-                    "args": {
-                        "class": m.klass,
-                        "where": w,
-                        "code": code,
-                        "gil": m.owns_gil,
-                        "stack": [f"{fr.name} {fr.file}:{fr.line}" for fr in m.frames[:12]],
-                    },
-                }
-            )
-    clf.flush()
-    for gpu, labels in clf.labels.items():
-        run: list = []
-        for lab in [*labels, None]:
-            if run and (lab is None or lab.label != run[0].label):
-                a, b = run[0], run[-1]
-                ev.append(
+                emit(
                     {
-                        "ph": "X",
-                        "name": TITLES.get(a.label, a.label),
-                        "pid": GPU_PID_BASE + gpu,
-                        "tid": 1,
-                        "ts": _us(a.t),
-                        "dur": _us(b.t + clf.bin_s - a.t),
-                        "args": {"label": a.label, "confidence": b.confidence, "rule": b.rule, **b.evidence},
+                        "ph": "M",
+                        "name": "thread_name",
+                        "pid": s.pid,
+                        "tid": m.tid,
+                        "args": {"name": "main (stacks)"},
                     }
                 )
-                run = []
-            if lab is not None and lab.label != "warmup":
-                run.append(lab)
-    for m in rec.markers():
-        for g in rec.meta.get("gpus") or [{"index": 0}]:
-            ev.append(
-                {
-                    "ph": "X",
-                    "name": f"marker {m.name}",
-                    "pid": GPU_PID_BASE + g["index"],
-                    "tid": 2,
-                    "ts": _us(m.t0),
-                    "dur": _us(m.t1 - m.t0),
-                    "args": {"label": m.label, "facts": m.facts},
-                }
-            )
-    if progress:
-        print("\r" + " " * 20 + "\r", end="", file=sys.stderr)
-    return ev
+            sf = stacks.add(s.pid, m.tid, s.t, m.frames, m.klass)
+            w, code = site(m.frames)
+            ev = {
+                "ph": "i",
+                "s": "t",
+                "name": f"{m.klass}: {m.frames[0].name if m.frames else '?'}",
+                "pid": s.pid,
+                "tid": m.tid,
+                "ts": _us(s.t),
+                "args": {"class": m.klass, "where": w, "code": code, "gil": m.owns_gil},
+            }
+            if sf is not None:
+                ev["sf"] = sf
+            emit(ev)
+        _phases(clf, runs, only, lo, emit)
+    clf.flush()
+    _phases(clf, runs, only, lo, emit, final=True)
 
 
-def export_perfetto(rec: Recording, out: Path, force: bool = False, progress: bool = False) -> int:
-    if out.exists() and not force:
+def _phases(
+    clf: Classifier, runs: dict, only: int | None, lo: float, emit: Callable, final: bool = False
+) -> None:
+    """Turn the labels the classifier made since the last call into phase slices, and let go of them."""
+    for gpu, labels in clf.labels.items():
+        if only is not None and gpu != only:
+            labels.clear()
+            continue
+        run = runs.get(gpu)
+        for lab in labels:
+            if lab.t + clf.bin_s <= lo:
+                continue
+            if run and lab.label != run[0].label:
+                _slice(clf, gpu, run, emit)
+                run = None
+            if lab.label != "warmup":
+                run = [lab, lab] if run is None else [run[0], lab]
+        labels.clear()
+        runs[gpu] = run
+        if final and run:
+            _slice(clf, gpu, run, emit)
+    for feats in clf.features.values():
+        feats.clear()
+    clf.gaps.clear()
+
+
+def _slice(clf: Classifier, gpu: int, run: list, emit: Callable) -> None:
+    a, b = run
+    emit(
+        {
+            "ph": "X",
+            "name": TITLES.get(a.label, a.label),
+            "pid": GPU_PID_BASE + gpu,
+            "tid": 1,
+            "ts": _us(a.t),
+            "dur": _us(b.t + clf.bin_s - a.t),
+            "args": {"label": a.label, "confidence": b.confidence, "rule": b.rule, **b.evidence},
+        }
+    )
+
+
+@contextlib.contextmanager
+def private_output(out: Path, force: bool) -> Iterator[io.TextIOBase]:
+    """A text stream whose content becomes ``out`` only when the block ends without an error.
+
+    It is written to a temporary file beside ``out``, created like recordings are (0600, O_EXCL, so
+    never through a symlink), then renamed over ``out``: a failed export leaves nothing, and --force
+    replaces a link rather than writing through it. A name ending in .gz is gzip-compressed.
+    """
+    if os.path.lexists(out) and not force:
         raise UserError(f"{out} exists (use --force to overwrite)")
-    if not out.parent.exists() or not os.access(out.parent, os.W_OK):
-        raise UserError(f"cannot write {out}: directory {out.parent} is missing or not writable")
-    ev = events(rec, progress)
-    doc = {
-        "traceEvents": ev,
-        "displayTimeUnit": "ms",
-        "metadata": {
-            "clock": "CLOCK_MONOTONIC",
-            "wall_offset_s": rec.meta.get("wall_offset"),
-            "host": rec.meta.get("host"),
-            "memtop_version": rec.meta.get("memtop_version"),
-        },
-    }
+    if out.is_dir() and not out.is_symlink():
+        raise UserError(f"{out} is a directory")
+    tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")
+    create_private(tmp, False)
     try:
-        out.write_text(json.dumps(doc, separators=(",", ":")))
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open(fd, "wb", buffering=1 << 20) as raw:
+            sink = (
+                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
+                if out.name.endswith(".gz")
+                else raw
+            )
+            with io.TextIOWrapper(sink, encoding="utf-8", newline="\n") as text:  # type: ignore[arg-type]
+                yield text
+        _publish(tmp, out, force)
     except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror}") from None
-    return len(ev)
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _publish(tmp: Path, out: Path, force: bool) -> None:
+    if force:
+        os.replace(tmp, out)  # replaces a symlink itself, never its target
+        return
+    try:
+        os.link(tmp, out, follow_symlinks=False)  # fails if out appeared meanwhile
+    except FileExistsError:
+        raise UserError(f"{out} exists (use --force to overwrite)") from None
+    except OSError:  # a file system without hard links
+        if os.path.lexists(out):
+            raise UserError(f"{out} exists (use --force to overwrite)") from None
+        os.replace(tmp, out)
+
+
+def export_perfetto(
+    rec: Recording,
+    out: Path,
+    force: bool = False,
+    progress: bool | None = None,
+    gpu: int | None = None,
+    t_from: float | None = None,
+    t_to: float | None = None,
+) -> int:
+    _check(rec, gpu, t_from, t_to)  # a bad choice fails before any file is made
+    with private_output(out, force) as fh:
+        return write_trace(rec, fh, gpu=gpu, t_from=t_from, t_to=t_to, progress=progress)

@@ -14,11 +14,13 @@ import os
 import pickle
 import threading
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from memtop.phases import Classifier
+from memtop.progress import Progress
 from memtop.store import Recording
 
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
@@ -124,11 +126,33 @@ class Chunk:
     end: bytes  # the classifier (state only) at the chunk's end, pickled
 
 
+_DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
+
+
+def _share(done) -> None:
+    global _DONE
+    _DONE = done
+
+
 def _scan(
-    path: Path, read_from: float | None, lo: float, hi: float, resume: bytes | None, last: bool
+    path: Path,
+    read_from: float | None,
+    lo: float,
+    hi: float,
+    resume: bytes | None,
+    last: bool,
+    slot: int = 0,
+    tick: Callable[[float], None] | None = None,
 ) -> Chunk:
     """Frames from ``read_from`` to ``hi``; those before ``lo`` only warm the classifier up.
-    ``resume``: continue from a previous chunk's classifier instead (and skip the warm-up)."""
+    ``resume``: continue from a previous chunk's classifier instead (and skip the warm-up).
+    Progress (seconds past ``lo``) goes to ``tick``, or to slot ``slot`` of the shared ``_DONE``."""
+    if tick is None and _DONE is not None:
+        done = _DONE
+
+        def tick(s: float) -> None:
+            done[slot] = s
+
     rec = Recording(path)
     try:
         clf: Classifier = pickle.loads(resume) if resume is not None else Classifier()
@@ -136,7 +160,9 @@ def _scan(
         start_state = None
         counts: dict[int, int] = {}
         n_gaps = 0
-        for f in rec.frames(read_from, hi, skip=_SKIP):
+        for k, f in enumerate(rec.frames(read_from, hi, skip=_SKIP)):
+            if tick is not None and k % 1000 == 0:
+                tick(max(0.0, f.t - lo))
             if f.t < lo:
                 if resume is None:
                     clf.feed(f)
@@ -170,6 +196,7 @@ def scan(
     fresh_at_lo: bool,
     workers: int | None = None,
     chunk_s: float | None = None,
+    progress: bool | None = None,
 ) -> tuple[dict, list, Aggregates]:
     """(labels per GPU, gap events, aggregates) of [lo, hi], as one serial pass would give them.
 
@@ -180,7 +207,8 @@ def scan(
     n = 1 if workers < 2 else max(1, min(workers, int(span // (chunk_s or CHUNK_MIN_S))))
     first_read = lo if fresh_at_lo else None
     if n == 1:
-        c = _scan(rec.path, first_read, lo, hi, None, True)
+        with Progress("reading", span, enabled=progress) as bar:
+            c = _scan(rec.path, first_read, lo, hi, None, True, tick=bar.update)
         return c.labels, c.gaps, c.agg
     edges = [lo + span * k / n for k in range(n)] + [hi]
     jobs = [
@@ -196,8 +224,15 @@ def scan(
     ]
     # fork is cheap but unsafe in a process with threads (a test runner, a TUI): spawn there
     ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
-    with ProcessPoolExecutor(n, mp_context=ctx) as ex:
-        chunks = list(ex.map(_scan, *zip(*jobs)))
+    done = ctx.Array("d", n, lock=False)
+    with (
+        Progress("reading", span, enabled=progress) as bar,
+        ProcessPoolExecutor(n, mp_context=ctx, initializer=_share, initargs=(done,)) as ex,
+    ):
+        futures = [ex.submit(_scan, *job, k) for k, job in enumerate(jobs)]
+        while wait(futures, timeout=0.25).not_done:
+            bar.update(sum(done))
+        chunks = [f.result() for f in futures]
     for k in range(1, n):
         prev = pickle.loads(chunks[k - 1].end)
         if chunks[k].start_state != prev.state_key():  # not caught up: resume from the real state

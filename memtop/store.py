@@ -27,7 +27,7 @@ from typing import Any
 
 from memtop import __version__
 from memtop.errors import UserError
-from memtop.metrics import METRICS, MIB, Metric
+from memtop.metrics import BY_NAME, METRICS, MIB, Metric
 from memtop.model import (
     Capability,
     CapState,
@@ -47,7 +47,9 @@ from memtop.model import (
 )
 from memtop.sanitize import clean
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers
+HOST_KEY_EVERY = 20  # every 20th host blob stands alone; the others are deflated against the one before
+SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one starts with t=0.0: zero bytes)
 # a frame time SQLite holds as a finite number (monotonic seconds: far below 1e12)
 _SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
 _SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
@@ -82,12 +84,11 @@ def _decode_sql(m: Metric) -> str:
 SCHEMA = f"""
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE frame(t REAL PRIMARY KEY) WITHOUT ROWID;
-CREATE TABLE gpu(t REAL NOT NULL, gpu INTEGER NOT NULL, mode TEXT NOT NULL, {", ".join(c for c, _ in GPU_COLS)});
-CREATE INDEX gpu_t ON gpu(t);
-CREATE INDEX gpu_gt ON gpu(gpu, t);
+CREATE TABLE gpu(t REAL NOT NULL, gpu INTEGER NOT NULL, mode TEXT NOT NULL, {", ".join(c for c, _ in GPU_COLS)},
+                 PRIMARY KEY (t, gpu)) WITHOUT ROWID;
 CREATE TABLE gpu_state(t REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name TEXT, mig INTEGER, link TEXT, processes TEXT);
-CREATE TABLE series(t REAL NOT NULL, gpu INTEGER NOT NULL, metric TEXT NOT NULL, data BLOB NOT NULL);
-CREATE INDEX series_t ON series(t);
+CREATE TABLE series(t REAL NOT NULL, gpu INTEGER NOT NULL, metric TEXT NOT NULL, data BLOB NOT NULL,
+                    PRIMARY KEY (t, gpu, metric)) WITHOUT ROWID;
 CREATE TABLE host(t REAL PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE stack(id INTEGER PRIMARY KEY, frames TEXT NOT NULL UNIQUE);
 CREATE TABLE stack_sample(t REAL NOT NULL, pid INTEGER NOT NULL, tid INTEGER, name TEXT, active INTEGER,
@@ -116,10 +117,14 @@ def gpu_state_key(g: GpuSample) -> tuple:
     return (g.uuid, g.name, g.mig, g.link, g.processes)
 
 
-def _host_blob(h: HostSample) -> bytes:
+def _host_blob(h: HostSample, prev: bytes | None) -> tuple[bytes, bytes]:
+    """(blob, its JSON). With ``prev`` (the JSON of the sample before), deflated against it: the
+    process list and command lines repeat, so a blob is ~70 bytes instead of ~430."""
     d = asdict(h)
     d["cpu_pct"] = [round(c, 1) for c in h.cpu_pct]
-    return zlib.compress(json.dumps(d, separators=(",", ":")).encode(), 6)
+    raw = json.dumps(d, separators=(",", ":")).encode()
+    z = zlib.compressobj(6, zdict=prev) if prev else zlib.compressobj(6)
+    return z.compress(raw) + z.flush(), raw
 
 
 class Damaged(ValueError):
@@ -195,14 +200,49 @@ def _record(cls: type, d: object, what: str, nested: dict | None = None) -> obje
     return cls(**kw)
 
 
-def _host_from_blob(blob: bytes) -> HostSample:
+def _inflate_host(blob: bytes, prev: bytes | None) -> bytes:
+    """A host blob's JSON; a chained blob names (by Adler-32) the JSON it was deflated against."""
     if not isinstance(blob, bytes):
         raise Damaged("host data is not a blob")
+    if len(blob) < 6 or not blob[1] & 0x20:  # no preset dictionary (FDICT): stands alone
+        z = zlib.decompressobj()
+    elif prev is None or zlib.adler32(prev) != int.from_bytes(blob[2:6], "big"):
+        raise Damaged("a host sample's predecessor is missing")
+    else:
+        z = zlib.decompressobj(zdict=prev)
     # a blob that inflates past 64 MiB is not a host sample (a zip bomb would exhaust memory)
-    z = zlib.decompressobj()
     raw = z.decompress(blob, 64 << 20)
     if z.unconsumed_tail:
         raise Damaged("host data too large")
+    return raw
+
+
+def _series_blob(c: SeriesChunk) -> bytes:
+    """Times as millisecond steps and values as integer steps at the metric's store scale, deflated
+    (power at 50 Hz: a sample every 20 ms; a millisecond is what the plots can show)."""
+    import numpy as np  # lazily: numpy costs ~0.2 s of start-up
+
+    scale = BY_NAME[c.metric].scale if c.metric in BY_NAME else 1000.0
+    t = np.round((np.asarray(c.t, dtype=np.float64) - c.t[0]) * 1e3).astype(np.int64)
+    v = np.round(np.asarray(c.v, dtype=np.float64) * scale).astype(np.int64)
+    steps = np.concatenate([np.diff(t, prepend=0), np.diff(v, prepend=0)]).astype(np.int32)
+    return SERIES_V2 + zlib.compress(steps.tobytes(), 6)
+
+
+def _series_data(metric: str, data: bytes):
+    """(time offsets, values) of a series blob, either encoding, as numpy arrays."""
+    import numpy as np
+
+    if data[:1] != SERIES_V2:
+        a = np.frombuffer(data, dtype=np.float32).reshape(-1, 2)
+        return a[:, 0].astype(np.float64), a[:, 1]
+    steps = np.frombuffer(zlib.decompress(data[1:]), dtype=np.int32).reshape(2, -1)
+    scale = BY_NAME[metric].scale if metric in BY_NAME else 1000.0
+    return np.cumsum(steps[0]) / 1e3, np.cumsum(steps[1]) / scale
+
+
+def _host_from_blob(raw: bytes) -> HostSample:
+    """A HostSample from a host blob's JSON (``_inflate_host``), every field type-checked."""
     d = json.loads(raw.decode("utf-8", "surrogateescape"))  # a process's bad UTF-8 name stays readable
     if isinstance(d, dict) and isinstance(d.get("procs"), list):  # before argv was recorded
         d["procs"] = [
@@ -269,6 +309,8 @@ class Writer:
         self._q: queue.Queue = queue.Queue(maxsize=10000)
         self._last: dict[tuple, object] = {}
         self._stack_ids: dict[str, int] = {}
+        self._host_prev: bytes | None = None
+        self._host_n = 0
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -366,7 +408,7 @@ class Writer:
         db.execute("INSERT OR IGNORE INTO frame VALUES (?)", (f.t,))
         rows = [gpu_row(g) for g in f.gpus if self._changed(("gpu", g.index), g.t)]
         if rows:
-            db.executemany(f"INSERT INTO gpu VALUES ({','.join('?' * (3 + len(GPU_COLS)))})", rows)
+            db.executemany(f"INSERT OR REPLACE INTO gpu VALUES ({','.join('?' * (3 + len(GPU_COLS)))})", rows)
         for g in f.gpus:
             if self._changed(("gpu_state", g.index), gpu_state_key(g)):
                 db.execute(
@@ -382,13 +424,18 @@ class Writer:
                     ),
                 )
         for c in f.series:
-            import numpy as np  # lazily: numpy costs ~0.2 s of start-up
-
-            t0 = c.t[0]
-            data = np.column_stack([np.asarray(c.t) - t0, np.asarray(c.v)]).astype(np.float32).tobytes()
-            db.execute("INSERT INTO series VALUES (?,?,?,?)", (t0, c.gpu, c.metric, data))
+            if c.t:
+                db.execute(
+                    "INSERT OR REPLACE INTO series VALUES (?,?,?,?)",
+                    (c.t[0], c.gpu, c.metric, _series_blob(c)),
+                )
         if f.host is not None and self._changed(("host",), f.host.t):
-            db.execute("INSERT OR IGNORE INTO host VALUES (?, ?)", (f.host.t, _host_blob(f.host)))
+            prev = self._host_prev if self._host_n % HOST_KEY_EVERY else None
+            blob, self._host_prev = _host_blob(f.host, prev)
+            if db.execute("INSERT OR IGNORE INTO host VALUES (?, ?)", (f.host.t, blob)).rowcount:
+                self._host_n += 1
+            else:  # not stored (same t): the next one must not be chained to it
+                self._host_n = 0
         for s in f.stacks:
             if not self._changed(("stack", s.pid), s.t):
                 continue
@@ -712,8 +759,12 @@ class Recording:
             ).fetchone()
             if r:
                 st.apply(self, "gpu", r)
-        r = self._q("SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
-        if r:
+        # the newest host sample, decoded from the stand-alone blob its chain starts at
+        chain = self._q(
+            "SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY)
+        ).fetchall()
+        start = next((i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1)
+        for r in reversed(chain[: start + 1]):
             st.apply(self, "host", r)
         r = self._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
         if r:
@@ -796,6 +847,7 @@ class _State:
         self.gpus: dict[int, GpuSample] = {}
         self.gstate: dict[int, tuple] = {}
         self.host: HostSample | None = None
+        self.host_raw: bytes | None = None  # the host sample's JSON: the next blob may be chained to it
         self.stacks: dict[int, StackSample] = {}
         self.perf: dict[int, PerfSample] = {}
         self.series: list[SeriesChunk] = []
@@ -828,14 +880,11 @@ class _State:
         elif kind == "gpu":
             self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]))
         elif kind == "series":
-            import numpy as np
-
-            a = np.frombuffer(r[3], dtype=np.float32).reshape(-1, 2)
-            self.series.append(
-                SeriesChunk(r[1], r[2], tuple((a[:, 0] + r[0]).tolist()), tuple(a[:, 1].tolist()))
-            )
+            dt, v = _series_data(r[2], r[3])
+            self.series.append(SeriesChunk(r[1], r[2], tuple((dt + r[0]).tolist()), tuple(v.tolist())))
         elif kind == "host":
-            self.host = _host_from_blob(r[1])
+            self.host_raw = _inflate_host(r[1], self.host_raw)
+            self.host = _host_from_blob(self.host_raw)
         elif kind == "stack":  # all thread rows of one py-spy dump
             t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
             for row in r:

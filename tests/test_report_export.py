@@ -11,7 +11,7 @@ import pytest
 from conftest import REC, REC_NOGPM
 
 from memtop.cli import main
-from memtop.export import GPU_PID_BASE, events, export_perfetto
+from memtop.export import GPU_PID_BASE, export_perfetto
 from memtop.phases import classify
 from memtop.report import build_report, render
 from memtop.store import Recording
@@ -65,14 +65,21 @@ def test_report_bad_input_is_one_line_exit_2(argv, msg, capsys):
     assert msg in err and len(err.splitlines()) == 1
 
 
-ALLOWED_PH = {"M", "C", "X", "i"}
+ALLOWED_PH = {"M", "C", "X", "i", "B", "E"}
+
+
+def _strict(text: str) -> dict:
+    def bad(token: str):
+        raise AssertionError(f"non-standard JSON token {token}")
+
+    return json.loads(text, parse_constant=bad)
 
 
 def test_perfetto_export_follows_the_trace_event_format(tmp_path):
     out = tmp_path / "t.json"
     rec = Recording(REC[0])
     n = export_perfetto(rec, out)
-    doc = json.loads(out.read_text())
+    doc = _strict(out.read_text())
     ev = doc["traceEvents"]
     assert len(ev) == n and doc["metadata"]["clock"] == "CLOCK_MONOTONIC"
     for e in ev:  # strict checks against the Trace Event Format
@@ -96,16 +103,155 @@ def test_perfetto_export_follows_the_trace_event_format(tmp_path):
     assert len([e for e in ev if e["ph"] == "X" and e["tid"] == 2]) == 19  # markers
 
 
+def test_counter_tracks_come_from_the_metrics_table(tmp_path):
+    from memtop.metrics import METRICS
+
+    out = tmp_path / "t.json"
+    export_perfetto(Recording(REC[0]), out)
+    names = {
+        e["name"]
+        for e in _strict(out.read_text())["traceEvents"]
+        if e["ph"] == "C" and e["pid"] >= GPU_PID_BASE
+    }
+    assert {n.split(" ")[0] for n in names - {"PCIe GB/s"}} <= {
+        m.title.split(" ")[0] for m in METRICS if m.counter
+    }
+    assert {"SM %", "tensor %", "DRAM %", "graphics %", "util %", "power W", "SM clock MHz"} <= names
+
+
+def test_stacks_export_as_a_flame_chart_and_as_samples(tmp_path):
+    out = tmp_path / "t.json"
+    rec = Recording(REC[0])
+    export_perfetto(rec, out)
+    doc = _strict(out.read_text())
+    frames, samples = doc["stackFrames"], doc["samples"]
+    assert samples and all(str(s["sf"]) in frames for s in samples)
+    assert all(str(f["parent"]) in frames for f in frames.values() if "parent" in f)
+    n_main = len(
+        {(s.pid, s.t) for f in rec.frames() for s in f.stacks if s.main is not None and s.main.frames}
+    )
+    assert len(samples) == n_main
+    # the leaf of each sample is the leaf of that recorded stack
+    leaf = {
+        (round(s.t * 1e6, 1), s.main.tid): s.main.frames[0]
+        for f in rec.frames()
+        for s in f.stacks
+        if s.main is not None and s.main.frames
+    }
+    for smp in samples:
+        fr = leaf[(smp["ts"], smp["tid"])]
+        assert frames[str(smp["sf"])]["name"] == f"{fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}"
+    # B/E slices nest properly on each thread: every E closes the innermost open B of the same name
+    open_: dict = {}
+    last_ts: dict = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] not in ("B", "E"):
+            continue
+        key = (e["pid"], e["tid"])
+        assert e["ts"] >= last_ts.get(key, 0)
+        last_ts[key] = e["ts"]
+        st = open_.setdefault(key, [])
+        if e["ph"] == "B":
+            st.append(e["name"])
+        else:
+            assert st and st.pop() == e["name"]
+    assert all(not st for st in open_.values()) and open_
+
+
+def test_export_range_and_gpu_and_gzip(tmp_path):
+    import gzip
+
+    rec = Recording(REC[0])
+    full, part, gz = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json.gz"
+    assert main(["export", str(REC[0]), "--perfetto", str(full)]) == 0
+    assert (
+        main(["export", str(REC[0]), "--perfetto", str(part), "--from", "30", "--to", "60", "--gpu", "0"])
+        == 0
+    )
+    assert main(["export", str(REC[0]), "--perfetto", str(gz)]) == 0
+    a, b = _strict(full.read_text()), _strict(part.read_text())
+    assert _strict(gzip.decompress(gz.read_bytes()).decode()) == a
+    assert gz.stat().st_size < full.stat().st_size / 5
+    ts = [e["ts"] for e in b["traceEvents"] if e["ph"] == "C"]
+    assert ts and min(ts) >= (rec.t0 + 30) * 1e6 - 1 and max(ts) <= (rec.t0 + 60) * 1e6 + 1
+    assert 0 < len(b["traceEvents"]) < len(a["traceEvents"]) / 3
+    assert b["metadata"]["range_s"] == [30.0, 60.0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "msg"),
+    [(["--gpu", "3"], "no GPU 3"), (["--from", "900"], "empty time range"), (["--to", "nan"], "finite")],
+)
+def test_export_bad_choice_is_one_line_and_leaves_no_file(tmp_path, extra, msg, capsys):
+    out = tmp_path / "t.json"
+    try:
+        rc = main(["export", str(REC[0]), "--perfetto", str(out), *extra])
+    except SystemExit as e:  # a flag argparse refuses
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_export_refuses_to_overwrite(tmp_path, capsys):
     out = tmp_path / "t.json"
     out.write_text("{}")
     assert main(["export", str(REC[0]), "--perfetto", str(out)]) == 2
-    assert "exists" in capsys.readouterr().err
+    assert "exists" in capsys.readouterr().err and out.read_text() == "{}"
     assert main(["export", str(REC[0]), "--perfetto", "/nonexistent/dir/t.json"]) == 2
+    assert main(["export", str(REC[0]), "--perfetto", str(out), "--force"]) == 0
+    assert _strict(out.read_text())["traceEvents"] and (out.stat().st_mode & 0o777) == 0o600
 
 
-def test_events_are_time_ordered_per_counter_track():
-    ev = events(Recording(REC[2]))
+def test_export_never_writes_through_a_symlink(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    link = tmp_path / "t.json"
+    link.symlink_to(victim)
+    assert main(["export", str(REC[0]), "--perfetto", str(link)]) == 2  # exists: refused
+    assert main(["export", str(REC[0]), "--perfetto", str(link), "--force"]) == 0
+    assert victim.read_text() == "keep" and not link.is_symlink()
+    assert (link.stat().st_mode & 0o777) == 0o600 and _strict(link.read_text())["traceEvents"]
+    dangling = tmp_path / "d.json"
+    dangling.symlink_to(tmp_path / "nowhere")
+    assert main(["export", str(REC[0]), "--perfetto", str(dangling)]) == 2
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
+    from memtop import export
+
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "_events", boom)
+    out = tmp_path / "t.json"
+    assert main(["export", str(REC[0]), "--perfetto", str(out)]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_json_is_strict_when_values_are_not_finite(tmp_path):
+    import shutil
+    import sqlite3
+
+    bad = tmp_path / "bad.memtop"
+    shutil.copy(REC[0], bad)
+    db = sqlite3.connect(bad)
+    db.execute("UPDATE meta SET value='1e999' WHERE key='wall_offset'")  # json.loads gives inf
+    db.execute("UPDATE marker SET facts='{\"x\": NaN}'")
+    db.commit()
+    db.close()
+    out = tmp_path / "t.json"
+    assert main(["export", str(bad), "--perfetto", str(out)]) == 0
+    doc = _strict(out.read_text())
+    assert doc["metadata"]["wall_offset_s"] is None
+
+
+def test_events_are_time_ordered_per_counter_track(tmp_path):
+    out = tmp_path / "t.json"
+    export_perfetto(Recording(REC[2]), out)
+    ev = _strict(out.read_text())["traceEvents"]
     ts = [e["ts"] for e in ev if e["ph"] == "C" and e["name"] == "SM %"]
     assert ts == sorted(ts)
 

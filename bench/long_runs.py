@@ -1,0 +1,194 @@
+"""Hours-long recordings: export time / peak RSS / size, report time (and equality with one serial pass),
+size per GPU-hour, seek time. The recordings are built from the real 142 s labelled H100 run.
+
+The tile is the real run re-written through this version's Writer (so its encoding is what is measured);
+the hour and the 8 hours repeat that tile with shifted timestamps at the SQL level (writing 8 hours of
+Frames through the Writer would take most of an hour here).
+
+usage: nice python bench/long_runs.py [--hours 1,8] [--dir DIR] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+SRC = ROOT / "tests/data/labelled_s2.memtop"
+REAL = sorted((ROOT / "tests/data").glob("labelled_s*.memtop"))
+# tables whose rows repeat per tile, and their time columns
+TIMED = {
+    "frame": ("t",),
+    "gpu": ("t",),
+    "series": ("t",),
+    "host": ("t",),
+    "stack_sample": ("t",),
+    "perf": ("t",),
+    "note": ("t",),
+    "marker": ("t0", "t1"),
+}
+
+
+def rewrite(src: Path, out: Path) -> None:
+    """The real recording, read as Frames and written again through this version's Writer."""
+    from memtop.store import Recording, Writer
+
+    rec = Recording(src)
+    w = Writer(out, rec.meta, force=True)
+    for f in rec.frames():
+        w.add(f)
+        while w._q.qsize() > 5000:
+            time.sleep(0.01)
+    w.add_markers(rec.markers())
+    w.close()
+    rec.close()
+
+
+def tile(tile_path: Path, out: Path, seconds: float) -> None:
+    """Repeat the tile with shifted timestamps until it covers ``seconds``."""
+    if out.exists():
+        out.unlink()
+    out.write_bytes(tile_path.read_bytes())
+    db = sqlite3.connect(out)
+    t0, t1 = db.execute("SELECT min(t), max(t) FROM frame").fetchone()
+    span = t1 - t0 + 0.1
+    db.execute("PRAGMA journal_mode=OFF")
+    db.execute("PRAGMA synchronous=OFF")
+    db.execute("ATTACH ? AS src", (str(tile_path),))
+    cols = {tbl: [r[1] for r in db.execute(f"PRAGMA src.table_info({tbl})")] for tbl in TIMED}
+    k = 1
+    while k * span < seconds - span / 2:
+        dt = k * span
+        for tbl, tcols in TIMED.items():
+            sel = ", ".join(f"{c} + {dt!r}" if c in tcols else c for c in cols[tbl])
+            db.execute(f"INSERT INTO main.{tbl} SELECT {sel} FROM src.{tbl}")
+        k += 1
+    db.commit()
+    db.execute("DETACH src")
+    db.close()
+
+
+def measure_one(kind: str, args: list[str]) -> dict:
+    """One CLI run in a fresh child process (so ru_maxrss is its own)."""
+    code = (
+        "import json,sys,resource,subprocess,time\n"
+        "a=time.perf_counter()\n"
+        "p=subprocess.run([sys.executable,'-m','memtop',*sys.argv[1:]],capture_output=True)\n"
+        "w=time.perf_counter()-a\n"
+        "r=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(json.dumps({'rc':p.returncode,'s':round(w,2),'peak_rss_mib':round(r/1024,1),"
+        "'err':p.stderr.decode()[-300:]}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, check=True)
+    d = json.loads(out.stdout)
+    if d.pop("rc"):
+        raise SystemExit(f"memtop {kind} failed: {d['err']}")
+    d.pop("err")
+    return d
+
+
+def size_per_gpu_hour(path: Path) -> float:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    t0, t1 = db.execute("SELECT min(t), max(t) FROM frame").fetchone()
+    gpus = max(1, len(json.loads(db.execute("SELECT value FROM meta WHERE key='gpus'").fetchone()[0]) or []))
+    db.close()
+    return os.path.getsize(path) / 1e6 / ((t1 - t0) / 3600) / gpus
+
+
+def by_table(path: Path) -> dict:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC").fetchall()
+    except sqlite3.Error:
+        rows = []
+    db.close()
+    return {n: s for n, s in rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hours", default="1,8")
+    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--skip-serial", action="store_true", help="do not time the serial report pass")
+    a = ap.parse_args()
+    d = a.dir or Path(tempfile.mkdtemp(prefix="memtop-long-"))
+    d.mkdir(parents=True, exist_ok=True)
+    res: dict = {"machine": "2-core VM", "date": time.strftime("%Y-%m-%d"), "source": SRC.name}
+
+    # size per GPU-hour of each real recording, re-written through this Writer
+    sizes = {}
+    for p in REAL:
+        out = d / f"rw_{p.name}"
+        if out.exists():
+            out.unlink()
+        rewrite(p, out)
+        sizes[p.name] = {"before": round(size_per_gpu_hour(p), 2), "after": round(size_per_gpu_hour(out), 2)}
+    res["mb_per_gpu_hour_real"] = sizes
+    tile_path = d / "tile.memtop"
+    if tile_path.exists():
+        tile_path.unlink()
+    rewrite(SRC, tile_path)
+    res["tile_tables_bytes"] = by_table(tile_path)
+
+    from memtop.store import Recording
+
+    for h in (float(x) for x in a.hours.split(",")):
+        name = f"{h:g}h"
+        path = d / f"{name}.memtop"
+        tile(tile_path, path, h * 3600)
+        r: dict = {
+            "size_mb": round(path.stat().st_size / 1e6, 1),
+            "mb_per_gpu_hour": round(size_per_gpu_hour(path), 2),
+        }
+        rec = Recording(path)
+        seeks = []
+        rnd = random.Random(1)
+        for _ in range(30):
+            t = rec.t0 + rnd.random() * min(rec.duration, 3600.0)
+            s = time.perf_counter()
+            rec.seek(t)
+            seeks.append(time.perf_counter() - s)
+        r["seek_ms_median"] = round(1e3 * statistics.median(seeks), 1)
+        r["seek_ms_max"] = round(1e3 * max(seeks), 1)
+        rec.close()
+        for suffix in ("json", "json.gz"):
+            out = d / f"{name}.{suffix}"
+            if out.exists():
+                out.unlink()
+            m = measure_one("export", ["export", str(path), "--perfetto", str(out)])
+            r[f"export_{suffix}"] = {**m, "out_mb": round(out.stat().st_size / 1e6, 1)}
+            out.unlink()
+        r["report"] = measure_one("report", ["report", str(path), "--format", "json"])
+        # equality with one serial pass, in this process
+        from memtop import scan
+        from memtop.report import build_report
+
+        rec = Recording(path)
+        par = build_report(rec)
+        if not a.skip_serial:
+            chunk, scan.CHUNK_MIN_S = scan.CHUNK_MIN_S, 1e12
+            s = time.perf_counter()
+            ser = build_report(rec)
+            r["report_serial_s"] = round(time.perf_counter() - s, 2)
+            scan.CHUNK_MIN_S = chunk
+            r["report_equals_serial"] = par == ser
+        rec.close()
+        res[name] = r
+        print(name, json.dumps(r), file=sys.stderr, flush=True)
+    print(json.dumps(res, indent=1))
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
