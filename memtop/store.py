@@ -811,7 +811,7 @@ def _json(text: object) -> object:
         return None
 
 
-def _int(v: object, hi: int) -> int | None:
+def _bounded_int(v: object, hi: int) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi else None
 
 
@@ -819,7 +819,7 @@ def _link(text: object) -> PcieLink | None:
     d = _json(text)
     if not isinstance(d, dict):
         return None
-    ints = [_int(d.get(k), 64) for k in ("gen", "width", "max_gen", "max_width")]
+    ints = [_bounded_int(d.get(k), 64) for k in ("gen", "width", "max_gen", "max_width")]
     bps = d.get("bytes_per_s")
     if None in ints or not isinstance(bps, (int, float)) or not 0 <= bps < 1e13:
         return None
@@ -833,8 +833,8 @@ def _processes(text: object) -> tuple[GpuProcess, ...]:
         return ()
     out = []
     for p in d:
-        if isinstance(p, list) and len(p) == 2 and _int(p[0], 2**31) is not None:
-            out.append(GpuProcess(p[0], _int(p[1], 2**50)))
+        if isinstance(p, list) and len(p) == 2 and _bounded_int(p[0], 2**31) is not None:
+            out.append(GpuProcess(p[0], _bounded_int(p[1], 2**50)))
     return tuple(out)
 
 
