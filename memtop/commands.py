@@ -14,6 +14,7 @@ from memtop.errors import UserError
 from memtop.pipeline import Pipeline, ReplaySource, Status
 
 if TYPE_CHECKING:
+    from memtop.playback import Playback
     from memtop.store import Recording
 
 DEMO = "demo.memtop"
@@ -79,13 +80,41 @@ class LiveController:
         return True
 
 
-def _run_app(pipeline: Pipeline, controller, args: argparse.Namespace) -> int:
+def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: argparse.Namespace) -> int:
+    """Run the TUI; its exit code: q and Ctrl-C 0, a signal 128+N (terminal restored, recording
+    closed), an exception anywhere 70 with one line naming the log file (crash.py)."""
     _need_tty()
+    from memtop import config
+    from memtop.crash import report_crash
     from memtop.tui.app import MemtopApp
 
-    app = MemtopApp(pipeline, controller, paint_rate=args.paint_rate, ascii_only=args.ascii, theme=args.theme)
-    app.run(mouse=not args.no_mouse)
-    return 0
+    cfg = config.load()  # flags win over the file
+    app = MemtopApp(
+        pipeline,
+        controller,
+        paint_rate=args.paint_rate or cfg.paint_rate or 1.0,
+        ascii_only=args.ascii or cfg.ascii,
+        theme=args.theme or cfg.theme,
+        save_theme=True,
+    )
+    hook = threading.excepthook
+
+    def thread_crash(a: threading.ExceptHookArgs) -> None:  # a dead replay/start thread is a crash too
+        if a.exc_value is not None and app.is_running:
+            app.call_from_thread(app.crash, a.exc_value)
+        else:
+            hook(a)
+
+    threading.excepthook = thread_crash
+    try:
+        app.run(mouse=cfg.mouse and not args.no_mouse)
+    except Exception as e:  # Textual failed outside its own handler (it has restored the terminal)
+        return report_crash(e)
+    finally:
+        threading.excepthook = hook
+    if app.crashed is not None:
+        return report_crash(app.crashed)
+    return app.return_code or 0
 
 
 def replay_app(
