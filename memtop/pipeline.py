@@ -172,9 +172,23 @@ class Pipeline:
                 self._frozen = None
                 self.status = replace(self.status, frozen_at=None)
                 return
+            if self._kept and self._kept[-1] is not self.frame:  # the instant paused is the one shown
+                self._kept.append(self.frame)
             newest = self.frame.t
             oldest = self._kept[0].t if self._kept else newest
             self._frozen = min(newest, max(oldest, newest - back))
+            self._frozen_version = self._version
+            self.status = replace(self.status, frozen_at=newest - self._frozen)
+
+    def scroll(self, delta: float) -> None:
+        """Move a paused view ``delta`` seconds (back when negative; pausing at now first)."""
+        with self._lock:
+            if self.frame is None:
+                return
+            newest = self.frame.t
+            oldest = self._kept[0].t if self._kept else newest
+            at = (newest if self._frozen is None else self._frozen) + delta
+            self._frozen = min(newest, max(oldest, at))
             self._frozen_version = self._version
             self.status = replace(self.status, frozen_at=newest - self._frozen)
 
@@ -239,39 +253,29 @@ class ReplaySource:
         """Classify the whole recording once, in the background, for the overview strip and for
         "next/previous phase change". Labels are folded into runs as they come (the classifier keeps
         only a few bins), so an 8-hour recording costs a list of runs, not 57,600 labels a GPU."""
-        bin_s = 0.5
         runs: dict[int, list[tuple[float, str]]] = {}
         try:
             rec = type(self.rec)(self.rec.path)  # its own connection: SQLite objects stay in one thread
-            clf = Classifier(bin_s=bin_s, max_bins=64)
-            seen: dict[int, float] = {}
-
-            def fold() -> None:
-                for g, ls in clf.labels.items():
-                    last = seen.get(g, float("-inf"))
-                    r = runs.setdefault(g, [])
-                    for lab in ls:
-                        if lab.t <= last:
-                            continue
-                        last = lab.t
-                        # a label is known once its bin closes: land there, where the row shows it
-                        if not r or r[-1][1] != lab.label:
-                            r.append((lab.t + bin_s - self.rec.t0, lab.label))
-                    seen[g] = last
-
+            clf = Classifier(max_bins=64)
+            newest: dict[int, float] = {}
             for i, f in enumerate(rec.frames(skip=frozenset({"series"}))):
                 if self._stop.is_set():  # quitting must not wait for this
                     return
                 clf.feed(f)
-                if i % 32 == 31:
-                    fold()
+                for g, ls in clf.labels.items():
+                    if not ls or ls[-1].t <= newest.get(g, float("-inf")):
+                        continue
+                    new = [x for x in ls if x.t > newest.get(g, float("-inf"))]
+                    newest[g] = ls[-1].t
+                    r = runs.setdefault(g, [])
+                    for lab in new:
+                        if not r or r[-1][1] != lab.label:
+                            # this frame closed the bin: from here on a replay's row shows the label
+                            r.append((f.t - self.rec.t0 + 1e-6, lab.label))
+                if i % 256 == 255:
                     self.phase_runs = {g: tuple(r) for g, r in runs.items()}
-            clf.flush()
-            fold()
             rec.close()
-        except (
-            Exception
-        ):  # a damaged tail: what was read so far stays; "next phase" falls back to what was played
+        except Exception:  # a damaged tail: what was read so far stays; "next phase" falls back to what was played
             pass
         self.phase_runs = {g: tuple(r) for g, r in runs.items()}
         self.scanned = True

@@ -396,7 +396,8 @@ class MemtopApp(App[int]):
 
     @on(Refresh)
     def _on_refresh(self) -> None:
-        self._paint()
+        if self.is_running:  # a Refresh queued while the app shuts down finds no screen
+            self._paint()
 
     def _set(self, selector: str, content) -> None:
         """A panel re-sends only the tiles of its lines whose cells changed (tiles.py)."""
@@ -548,8 +549,7 @@ class MemtopApp(App[int]):
         if self.playback is not None:
             self._seek(self.playback.position + direction * SEEK_S)
             return
-        back = self.pipeline.status.frozen_at
-        self.pipeline.freeze(max(0.0, (back or 0.0) - direction * SEEK_S))
+        self.pipeline.scroll(direction * SEEK_S)
         self.view = None
         self._paint()
         self._refresh_keys()
