@@ -379,7 +379,7 @@ class MemtopApp(App[int]):
         timer = threading.Timer(3.0, os._exit, args=(128 + sig,))
         timer.daemon = True
         timer.start()
-        self.exit(128 + sig)
+        self.exit(return_code=128 + sig)
 
     def crash(self, error: BaseException) -> None:
         """An exception in a thread of ours: end the app as one in the app would."""
