@@ -275,7 +275,9 @@ class ReplaySource:
                 if i % 256 == 255:
                     self.phase_runs = {g: tuple(r) for g, r in runs.items()}
             rec.close()
-        except Exception:  # a damaged tail: what was read so far stays; "next phase" falls back to what was played
+        except (
+            Exception
+        ):  # a damaged tail: what was read so far stays; "next phase" falls back to what was played
             pass
         self.phase_runs = {g: tuple(r) for g, r in runs.items()}
         self.scanned = True

@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from conftest import REC
+from conftest import HAS_GPU, REC
 
 from memtop.cli import main
 
@@ -49,13 +49,33 @@ def test_tui_refuses_without_a_terminal():
 
 def test_doctor_runs_and_says_what_is_missing():
     r = run("doctor")
-    assert r.returncode == 0
     assert "py-spy" in r.stdout and "perf_event_paranoid" in r.stdout and "NUMA" in r.stdout
-    rows = json.loads(run("doctor", "--json").stdout)
-    assert {"check", "ok", "detail", "fix"} <= set(rows[0])
+    j = run("doctor", "--json")
+    rows = json.loads(j.stdout)
+    assert {"check", "ok", "detail", "fix", "required"} <= set(rows[0])
     for row in rows:
         if row["ok"] is False:
             assert row["detail"]
+    # exit 1 exactly when something memtop cannot work without is missing (no driver on CI)
+    missing = any(row["required"] and row["ok"] is False for row in rows)
+    assert missing == (not HAS_GPU)
+    assert r.returncode == j.returncode == (1 if missing else 0)
+
+
+def test_doctor_and_the_live_view_agree_about_the_pmu():
+    """Doctor tries the same counter group the live collector opens (one event may open alone)."""
+    from memtop.collectors.perf import HARDWARE, PerfCollector
+
+    from memtop.doctor import perf_rows
+
+    doc = next(r for r in perf_rows() if r.check == "hardware counters (PMU)")
+    col = PerfCollector(pids=(os.getpid(),))
+    col.start()
+    col.sample(time.monotonic())
+    col.stop()
+    live = col.hw_ok is True
+    assert doc.ok == live, (doc, col.status)
+    assert len(HARDWARE) > 1
 
 
 def test_replay_summary(capsys):
