@@ -49,7 +49,10 @@ class LiveController:
         self._thread = threading.Thread(target=self._start, name="memtop-start", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """Idempotent: _run_app starts it before the app (NVML's start-up overlaps Textual's), a
+        test's app after its first paint."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     def _start(self) -> None:
         from memtop.record import run_meta, sampler_config
@@ -106,6 +109,8 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
             hook(a)
 
     threading.excepthook = thread_crash
+    if isinstance(controller, LiveController):  # the first GPU reading then paints on arrival
+        controller.start()
     try:
         app.run(mouse=cfg.mouse and not args.no_mouse)
     except Exception as e:  # Textual failed outside its own handler (it has restored the terminal)

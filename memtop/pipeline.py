@@ -89,6 +89,7 @@ class Pipeline:
         self._lock = threading.Lock()
         self._last_tick = 0.0
         self._version = 0
+        self._had_gpus = False
         self.reset()
 
     def reset(self) -> None:
@@ -137,7 +138,10 @@ class Pipeline:
                     h.popleft()
             self._version += 1
         now = time.monotonic()
-        if tick and now - self._last_tick >= self.paint_interval:
+        # the first GPU reading is painted as it arrives, not at the next paint tick
+        first = bool(frame.gpus) and not self._had_gpus
+        self._had_gpus = self._had_gpus or bool(frame.gpus)
+        if tick and (first or now - self._last_tick >= self.paint_interval):
             self._last_tick = now
             self.on_tick()
 
