@@ -110,8 +110,16 @@ def _key_name(k: Key) -> str:
     return k.shown or " / ".join(x.replace("_", " ") for x in k.keys.split(","))
 
 
-def help_text(mode: str, enabled: Iterable[Key]) -> str:
+_ASCII = str.maketrans({"←": "left", "→": "right", "—": "-"})
+
+
+def help_text(mode: str, enabled: Iterable[Key], ascii_only: bool = False) -> str:
     """The help of one mode: only its keys, then the phases."""
+    text = _help_text(mode, enabled)
+    return text.translate(_ASCII) if ascii_only else text
+
+
+def _help_text(mode: str, enabled: Iterable[Key]) -> str:
     lines = [
         f"[b]memtop[/b] — is the GPU busy, and if not, what is it waiting for?  ({mode})",
         "",
@@ -126,6 +134,8 @@ def help_text(mode: str, enabled: Iterable[Key]) -> str:
     lines += [
         "  tab          move focus (GPUs, processes); enter on a GPU: its detail",
         "  ctrl+p       command palette (themes, screenshot)",
+        "",
+        "(arrows / page up / page down scroll this help; esc closes it)",
         "",
         PHASES_HELP,
     ]
@@ -146,6 +156,7 @@ class HelpScreen(ModalScreen[None]):
         "HelpScreen { align: center middle; } HelpScreen > VerticalScroll { width: 84; max-width: 100%; "
         "height: auto; max-height: 100%; border: round $accent; padding: 0 1; background: $surface; }"
         " HelpScreen Static { height: auto; }"
+        " HelpScreen.-ascii > VerticalScroll { border: ascii $accent; scrollbar-size-vertical: 0; }"
     )
     BINDINGS = [
         Binding("escape,q,question_mark", "dismiss", "close"),
@@ -155,8 +166,8 @@ class HelpScreen(ModalScreen[None]):
         Binding("pagedown", "scroll(10)", show=False),
     ]
 
-    def __init__(self, text: str) -> None:
-        super().__init__()
+    def __init__(self, text: str, ascii_only: bool = False) -> None:
+        super().__init__(classes="-ascii" if ascii_only else "")
         self.text = text
 
     def compose(self) -> ComposeResult:
@@ -175,11 +186,12 @@ class JumpScreen(ModalScreen[float | None]):
         "JumpScreen { align: center middle; } JumpScreen > Vertical { width: 50; max-width: 100%; "
         "height: auto; border: round $accent; background: $surface; padding: 0 1; }"
         " JumpScreen Static { height: auto; }"
+        " JumpScreen.-ascii > Vertical, JumpScreen.-ascii Input { border: ascii $accent; }"
     )
     BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
 
-    def __init__(self, position: float, duration: float) -> None:
-        super().__init__()
+    def __init__(self, position: float, duration: float, ascii_only: bool = False) -> None:
+        super().__init__(classes="-ascii" if ascii_only else "")
         self.position, self.duration = position, duration
 
     def compose(self) -> ComposeResult:
@@ -516,7 +528,9 @@ class MemtopApp(App[int]):
         ]
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(help_text(self.mode, self.enabled_keys())))
+        self.push_screen(
+            HelpScreen(help_text(self.mode, self.enabled_keys(), self.ascii_only), self.ascii_only)
+        )
 
     def action_gpu(self, step: int) -> None:
         gpus = sorted(self.view.history) if self.view else []
@@ -570,7 +584,7 @@ class MemtopApp(App[int]):
                 if t is not None:
                     self._seek(t)
 
-            self.push_screen(JumpScreen(pb.position, pb.duration), done)
+            self.push_screen(JumpScreen(pb.position, pb.duration, self.ascii_only), done)
 
     def action_change(self, direction: int) -> None:
         pb = self.playback
