@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memtop.config import Config
 from memtop.errors import UserError
 from memtop.pipeline import Pipeline, ReplaySource, Status
 
@@ -83,6 +84,16 @@ class LiveController:
         return True
 
 
+def display_options(args: argparse.Namespace, cfg: Config) -> Config:
+    """The config file's display choices with the command line's on top (flags win)."""
+    return Config(
+        theme=args.theme or cfg.theme,
+        paint_rate=args.paint_rate or cfg.paint_rate,
+        mouse=cfg.mouse and not args.no_mouse,
+        ascii=args.ascii or cfg.ascii,
+    )
+
+
 def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: argparse.Namespace) -> int:
     """Run the TUI; its exit code: q and Ctrl-C 0, a signal 128+N (terminal restored, recording
     closed), an exception anywhere 70 with one line naming the log file (crash.py)."""
@@ -91,13 +102,13 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
     from memtop.crash import report_crash
     from memtop.tui.app import MemtopApp
 
-    cfg = config.load()  # flags win over the file
+    opts = display_options(args, config.load())
     app = MemtopApp(
         pipeline,
         controller,
-        paint_rate=args.paint_rate or cfg.paint_rate or 1.0,
-        ascii_only=args.ascii or cfg.ascii,
-        theme=args.theme or cfg.theme,
+        paint_rate=opts.paint_rate or 1.0,
+        ascii_only=opts.ascii,
+        theme=opts.theme,
         save_theme=True,
     )
     hook = threading.excepthook
@@ -112,7 +123,7 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
     if isinstance(controller, LiveController):  # the first GPU reading then paints on arrival
         controller.start()
     try:
-        app.run(mouse=cfg.mouse and not args.no_mouse)
+        app.run(mouse=opts.mouse)
     except Exception as e:  # Textual failed outside its own handler (it has restored the terminal)
         return report_crash(e)
     finally:

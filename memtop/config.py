@@ -18,12 +18,6 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - 3.10
-    import tomli as tomllib
-
-
 @dataclass(frozen=True)
 class Config:
     theme: str | None = None
@@ -38,6 +32,10 @@ def path() -> Path:
 
 
 def _read() -> dict:
+    if sys.version_info >= (3, 11):  # here, not at import: report and export never read the file
+        import tomllib
+    else:  # pragma: no cover - 3.10
+        import tomli as tomllib
     try:
         with open(path(), "rb") as f:
             return tomllib.load(f)

@@ -11,6 +11,7 @@ import pytest
 from conftest import REC
 from memtop.tui.app import KEYS, HelpScreen, JumpScreen, MemtopApp
 from memtop.tui.overview import Overview, cells
+from memtop.tui.tiles import TextPanel
 
 from memtop.pipeline import Pipeline, ReplaySource, Status
 from memtop.store import Recording
@@ -93,6 +94,8 @@ async def test_live_pause_freezes_the_view_while_frames_go_on_and_scrolls_back()
         await pilot.pause()
         await pilot.press("space")
         assert pipe.frozen and pipe.status.frozen_at == 0
+        await pilot.pause(0.1)
+        assert "paused" in app.query_one("#header", TextPanel).text.plain
         shown = app.view.frame.t
         for f in _frames()[600:700]:  # sampling goes on
             pipe.on_frame(f)
@@ -112,6 +115,7 @@ async def test_live_pause_freezes_the_view_while_frames_go_on_and_scrolls_back()
         app._paint()
         assert not pipe.frozen and pipe.status.frozen_at is None
         assert app.view.frame.t == pipe.frame.t
+        assert "paused" not in app.query_one("#header", TextPanel).text.plain
 
 
 async def test_ctrl_c_quits_with_0():
@@ -231,3 +235,68 @@ async def test_a_crash_in_a_thread_ends_the_app_with_it():
             app.crash(RuntimeError("boom"))
             await pilot.pause(0.2)
     assert app.crashed is not None and app.return_code != 0
+
+
+def test_the_first_gpu_reading_is_painted_as_it_arrives():
+    """Not at the next paint tick: frames without GPUs tick at the paint rate, the first with one at once."""
+    from dataclasses import replace
+
+    f = _frames()
+    pipe = Pipeline(Status("live"))
+    pipe.paint_interval = 60.0
+    ticks: list[float] = []
+    pipe.on_tick = lambda: ticks.append(1)
+    pipe.on_frame(replace(f[0], gpus=()))  # the sampler's first frame, NVML not read yet
+    pipe.on_frame(f[1])
+    pipe.on_frame(f[2])
+    assert len(ticks) == 2
+
+
+def test_config_file_is_read_flags_win_and_theme_is_saved_0600(tmp_path, monkeypatch, capsys):
+    from memtop import config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert config.load() == config.Config()  # no file: defaults
+    p = tmp_path / "memtop" / "config.toml"
+    p.parent.mkdir()
+    p.write_text('theme = "nord"\npaint_rate = 2\nmouse = false\nascii = "yes"\nlayout = "x"\n')
+    c = config.load()
+    assert (c.theme, c.paint_rate, c.mouse, c.ascii) == ("nord", 2.0, False, False)
+    assert "ascii" in capsys.readouterr().err  # a wrong type is named, not fatal
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    p.unlink()
+    p.symlink_to(target)
+    assert config.save(theme="dracula") == p
+    assert target.read_text() == "keep" and not p.is_symlink()  # the link replaced, not written through
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+    assert config.load().theme == "dracula"
+    p.write_text("theme = [")
+    assert config.load() == config.Config()
+    assert "ignoring" in capsys.readouterr().err
+
+
+async def test_a_theme_chosen_in_the_app_is_saved(tmp_path, monkeypatch):
+    from memtop import config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    app = MemtopApp(_live(), hangup_guard=False, save_theme=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert not config.path().exists()  # starting is not choosing
+        app.theme = "nord"
+        await pilot.pause()
+    assert config.load().theme == "nord"
+
+
+def test_flags_win_over_the_config_file():
+    from memtop.cli import build_parser
+    from memtop.commands import display_options
+    from memtop.config import Config
+
+    cfg = Config(theme="nord", paint_rate=2.0, mouse=False, ascii=True)
+    plain = display_options(build_parser().parse_args([]), cfg)
+    assert plain == cfg
+    flags = display_options(build_parser().parse_args(["--theme", "dracula", "--paint-rate", "4"]), cfg)
+    assert (flags.theme, flags.paint_rate, flags.mouse, flags.ascii) == ("dracula", 4.0, False, True)
+    assert display_options(build_parser().parse_args(["--no-mouse"]), Config()).mouse is False
