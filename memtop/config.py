@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+
 @dataclass(frozen=True)
 class Config:
     theme: str | None = None
