@@ -1,11 +1,15 @@
 """Run a TUI in a pseudo-terminal and measure what it costs: CPU % of one core (itself and
 its reaped children, e.g. py-spy), bytes/s written to the terminal, time to first frame.
 
-usage: python bench/pty_bench.py SECONDS COLSxROWS [WARM] [--threads] -- COMMAND ...   (one JSON line)
+usage: python bench/pty_bench.py SECONDS COLSxROWS [WARM] [--threads] [--until REGEX] -- COMMAND ...
+(one JSON line)
 WARM (default 3 s) is left out of the CPU and byte figures: start-up is measured by first_output_s,
 and memtop's first frames (the sampler starts after the first paint) redraw the whole screen.
 --threads: also the CPU % of each thread of a Python command, named by a py-spy dump taken after
 the measured window (Python does not name its threads for the OS).
+--until REGEX: also the seconds until REGEX (bytes) first matches the screen text with escape sequences
+taken out (until_s), e.g. '[0-9]+W' for the first power reading. rss_mib: the command's resident
+memory at the end of the window.
 """
 
 from __future__ import annotations
@@ -62,6 +66,13 @@ def main() -> None:
     args = sys.argv[1 : sys.argv.index("--")]
     per_thread = "--threads" in args
     args = [a for a in args if a != "--threads"]
+    until = None
+    if "--until" in args:
+        i = args.index("--until")
+        until = re.compile(args[i + 1].encode())
+        del args[i : i + 2]
+    until_s = None
+    text = b""
     secs = float(args[0])
     cols, rows = (int(x) for x in args[1].split("x"))
     cmd = sys.argv[sys.argv.index("--") + 1 :]
@@ -87,12 +98,19 @@ def main() -> None:
             buf = (buf + data)[-4096:]
             if first is None and any(k in buf for k in (b"memtop", b"nvitop", b"NVITOP", b"GPU")):
                 first = time.monotonic() - t0
+            if until is not None and until_s is None:
+                text = (text + re.sub(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[()][0-9A-B]", b" ", data))[-8192:]
+                if until.search(text):
+                    until_s = time.monotonic() - t0
         if c0 is None and time.monotonic() - t0 >= warm:
             c0, b0, w0 = cpu_s(pid), total, time.monotonic()
             t0s = thread_cpu_s(pid) if per_thread else {}
     if c0 is None:
         sys.exit(f"{' '.join(cmd)} ended during start-up; last output: {buf[-300:]!r}")
     c1, b1, w1 = cpu_s(pid), total, time.monotonic()
+    rss = None
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as fh:
+        rss = next((int(x.split()[1]) / 1024 for x in fh if x.startswith("VmRSS:")), None)
     threads = {}
     if per_thread:
         names = thread_names(pid)
@@ -120,6 +138,8 @@ def main() -> None:
                 "cpu_pct_one_core": round(100 * (c1 - c0) / (w1 - w0), 2),
                 "kib_per_s": round((b1 - b0) / 1024 / (w1 - w0), 2),
                 "first_output_s": None if first is None else round(first, 3),
+                **({"until_s": None if until_s is None else round(until_s, 3)} if until else {}),
+                "rss_mib": None if rss is None else round(rss, 1),
                 **({"threads": threads} if per_thread else {}),
             }
         )

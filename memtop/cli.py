@@ -100,17 +100,27 @@ def _add_display(p: argparse.ArgumentParser, default: object = None) -> None:
     p.add_argument(
         "--paint-rate",
         type=PAINT_RATE,
-        default=d(1.0),
+        default=d(None),
         metavar="HZ",
-        help="UI repaints per second, 0.1-30 (default 1)",
+        help="UI repaints per second, 0.1-30 (default 1, or paint_rate in the config file)",
     )
     p.add_argument(
-        "--no-mouse", action="store_true", default=d(False), help="no mouse tracking (kinder over SSH)"
+        "--no-mouse",
+        action="store_true",
+        default=d(False),
+        help="no mouse tracking (kinder over SSH; config: mouse = false)",
     )
     p.add_argument(
-        "--ascii", action="store_true", default=d(False), help="ASCII only: no Unicode block characters"
+        "--ascii",
+        action="store_true",
+        default=d(False),
+        help="ASCII only: no Unicode block characters (config: ascii = true)",
     )
-    p.add_argument("--theme", default=d(None), help="Textual theme (default: the terminal's own palette)")
+    p.add_argument(
+        "--theme",
+        default=d(None),
+        help="Textual theme (default: the terminal's own palette, or the one last chosen)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,10 +10,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memtop.config import Config
 from memtop.errors import UserError
 from memtop.pipeline import Pipeline, ReplaySource, Status
 
 if TYPE_CHECKING:
+    from memtop.playback import Playback
     from memtop.store import Recording
 
 DEMO = "demo.memtop"
@@ -48,7 +50,10 @@ class LiveController:
         self._thread = threading.Thread(target=self._start, name="memtop-start", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """Idempotent: _run_app starts it before the app (NVML's start-up overlaps Textual's), a
+        test's app after its first paint."""
+        if self._thread.ident is None:
+            self._thread.start()
 
     def _start(self) -> None:
         from memtop.record import run_meta, sampler_config
@@ -79,13 +84,53 @@ class LiveController:
         return True
 
 
-def _run_app(pipeline: Pipeline, controller, args: argparse.Namespace) -> int:
+def display_options(args: argparse.Namespace, cfg: Config) -> Config:
+    """The config file's display choices with the command line's on top (flags win)."""
+    return Config(
+        theme=args.theme or cfg.theme,
+        paint_rate=args.paint_rate or cfg.paint_rate,
+        mouse=cfg.mouse and not args.no_mouse,
+        ascii=args.ascii or cfg.ascii,
+    )
+
+
+def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: argparse.Namespace) -> int:
+    """Run the TUI; its exit code: q and Ctrl-C 0, a signal 128+N (terminal restored, recording
+    closed), an exception anywhere 70 with one line naming the log file (crash.py)."""
     _need_tty()
+    from memtop import config
+    from memtop.crash import report_crash
     from memtop.tui.app import MemtopApp
 
-    app = MemtopApp(pipeline, controller, paint_rate=args.paint_rate, ascii_only=args.ascii, theme=args.theme)
-    app.run(mouse=not args.no_mouse)
-    return 0
+    opts = display_options(args, config.load())
+    app = MemtopApp(
+        pipeline,
+        controller,
+        paint_rate=opts.paint_rate or 1.0,
+        ascii_only=opts.ascii,
+        theme=opts.theme,
+        save_theme=True,
+    )
+    hook = threading.excepthook
+
+    def thread_crash(a: threading.ExceptHookArgs) -> None:  # a dead replay/start thread is a crash too
+        if a.exc_value is not None and app.is_running:
+            app.call_from_thread(app.crash, a.exc_value)
+        else:
+            hook(a)
+
+    threading.excepthook = thread_crash
+    if isinstance(controller, LiveController):  # the first GPU reading then paints on arrival
+        controller.start()
+    try:
+        app.run(mouse=opts.mouse)
+    except Exception as e:  # Textual failed outside its own handler (it has restored the terminal)
+        return report_crash(e)
+    finally:
+        threading.excepthook = hook
+    if app.crashed is not None:
+        return report_crash(app.crashed)
+    return app.return_code or 0
 
 
 def replay_app(

@@ -1,4 +1,5 @@
-"""`memtop doctor`: what this machine can give, and for each "no" the fix."""
+"""`memtop doctor`: what this machine can give, and for each "no" the fix. Exit 1 when a capability
+memtop cannot run without (a driver, a GPU) is missing, so scripts can gate on it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from memtop import __version__
@@ -14,11 +16,26 @@ from memtop.collectors import numa, perf, stacks
 from memtop.collectors.nvml import NvmlCollector, link_bytes_per_s
 from memtop.collectors.nvml_calls import NvmlCallError
 
-Row = dict  # {"check", "ok", "detail", "fix"}
+REQUIRED = frozenset({"NVIDIA driver", "GPUs"})  # without these there is nothing to monitor
+
+
+@dataclass(frozen=True)
+class Row:
+    check: str
+    ok: bool | None  # None: information, neither good nor bad
+    detail: str
+    fix: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.check in REQUIRED
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "required": self.required}
 
 
 def _row(check: str, ok: bool | None, detail: str, fix: str = "") -> Row:
-    return {"check": check, "ok": ok, "detail": detail, "fix": fix}
+    return Row(check, ok, detail, fix)
 
 
 def gpu_rows(nv=None) -> list[Row]:
@@ -128,8 +145,8 @@ def perf_rows() -> list[Row]:
     except OSError as e:
         return rows + [_row("perf_event_open", False, str(e))]
     for label, events in (("software counters", perf.SOFTWARE), ("hardware counters (PMU)", perf.HARDWARE)):
-        try:
-            g = perf._Group(libc, 0, events[:1])
+        try:  # the whole group the live view opens: one event can open where the group cannot
+            g = perf._Group(libc, 0, events)
             g.close()
             rows.append(_row(label, True, "readable for own processes"))
         except OSError as e:
@@ -189,15 +206,21 @@ def collect(nv=None) -> list[Row]:
     ]
 
 
+def exit_code(rows: list[Row]) -> int:
+    return 1 if any(r.required and r.ok is False for r in rows) else 0
+
+
 def doctor(as_json: bool = False) -> int:
     rows = collect()
     if as_json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    w = max(len(r["check"]) for r in rows)
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+        return exit_code(rows)
+    w = max(len(r.check) for r in rows)
     for r in rows:
-        mark = {True: "yes", False: "NO ", None: " - "}[r["ok"]]
-        print(f"{mark}  {r['check']:<{w}}  {r['detail']}")
-        if r["fix"] and r["ok"] is False:
-            print(f"{'':5}{'':<{w}}  fix: {r['fix']}")
-    return 0
+        mark = {True: "yes", False: "NO ", None: " - "}[r.ok]
+        print(f"{mark}  {r.check:<{w}}  {r.detail}")
+        if r.fix and r.ok is False:
+            print(f"{'':5}{'':<{w}}  fix: {r.fix}")
+    if exit_code(rows):
+        print("memtop cannot monitor a GPU here (exit 1); `memtop --demo` shows a recording")
+    return exit_code(rows)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # SQLite and the store load when a recording is opened, not b
     from memtop.store import Recording, Writer
 
 HISTORY_S = 600.0  # the timeline can zoom out to 10 minutes
+KEEP_FRAME_S = 1.0  # a paused live view can scroll back to any second of the history
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class Status:
         None  # a failure that stops part of the run (recording, sampling); shown in the header
     )
     source: str = ""
+    # live view paused (sampling and recording go on): how many seconds the shown instant lies
+    # before the newest sample when it was chosen; None while the view follows now
+    frozen_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class Pipeline:
         self._lock = threading.Lock()
         self._last_tick = 0.0
         self._version = 0
+        self._had_gpus = False
         self.reset()
 
     def reset(self) -> None:
@@ -95,6 +100,9 @@ class Pipeline:
             self.events: deque[Event] = deque(maxlen=500)
             self._pids: dict[int, set[int]] = {}
             self._throttled: dict[int, bool] = {}
+            self._kept: deque[Frame] = deque()  # one frame a second, for a paused live view
+            self._frozen: float | None = None  # the instant (frame clock) a paused view shows
+            self._frozen_version = 0
 
     def on_frame(self, frame: Frame, tick: bool = True) -> None:
         if self.writer is not None:
@@ -103,6 +111,10 @@ class Pipeline:
                 self.status = replace(self.status, fault=self.writer.error)
         with self._lock:
             self.frame = frame
+            if not self._kept or frame.t - self._kept[-1].t >= KEEP_FRAME_S:
+                self._kept.append(frame)
+                while self._kept[0].t < frame.t - HISTORY_S:
+                    self._kept.popleft()
             self.classifier.feed(frame)
             cpu = None
             if frame.host is not None and frame.host.cpu_pct:
@@ -126,7 +138,10 @@ class Pipeline:
                     h.popleft()
             self._version += 1
         now = time.monotonic()
-        if tick and now - self._last_tick >= self.paint_interval:
+        # the first GPU reading is painted as it arrives, not at the next paint tick
+        first = bool(frame.gpus) and not self._had_gpus
+        self._had_gpus = self._had_gpus or bool(frame.gpus)
+        if tick and (first or now - self._last_tick >= self.paint_interval):
             self._last_tick = now
             self.on_tick()
 
@@ -146,15 +161,53 @@ class Pipeline:
 
     @property
     def version(self) -> int:
-        """Bumped by every frame: a painter compares it before building a View."""
-        return self._version
+        """Bumped by every frame (but not while the view is frozen): a painter compares it first."""
+        return self._version if self._frozen is None else self._frozen_version
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen is not None
+
+    def freeze(self, back: float | None) -> None:
+        """Show the instant ``back`` seconds before the newest sample (clamped to the history kept),
+        while frames keep coming in (and being recorded); None follows now again."""
+        with self._lock:
+            if back is None or self.frame is None:
+                self._frozen = None
+                self.status = replace(self.status, frozen_at=None)
+                return
+            if self._kept and self._kept[-1] is not self.frame:  # the instant paused is the one shown
+                self._kept.append(self.frame)
+            newest = self.frame.t
+            oldest = self._kept[0].t if self._kept else newest
+            self._frozen = min(newest, max(oldest, newest - back))
+            self._frozen_version = self._version
+            self.status = replace(self.status, frozen_at=newest - self._frozen)
+
+    def scroll(self, delta: float) -> None:
+        """Move a paused view ``delta`` seconds (back when negative; pausing at now first)."""
+        with self._lock:
+            if self.frame is None:
+                return
+            newest = self.frame.t
+            oldest = self._kept[0].t if self._kept else newest
+            at = (newest if self._frozen is None else self._frozen) + delta
+            self._frozen = min(newest, max(oldest, at))
+            self._frozen_version = self._version
+            self.status = replace(self.status, frozen_at=newest - self._frozen)
 
     def view(self) -> View:
         with self._lock:
+            at = self._frozen
             labels = {g: tuple(v) for g, v in self.classifier.labels.items()}
             hist = {g: tuple(h) for g, h in self.history.items()}
-            frame, version, gaps = self.frame, self._version, tuple(self.classifier.gaps[-50:])
-            events = tuple(self.events) + tuple(
+            frame, version, gaps = self.frame, self.version, tuple(self.classifier.gaps[-50:])
+            if at is not None:  # a paused live view: everything as it stood at `at`
+                labels = {g: tuple(x for x in v if x.t <= at) for g, v in labels.items()}
+                hist = {g: tuple(x for x in h if x.t <= at) for g, h in hist.items()}
+                frame = next((f for f in reversed(self._kept) if f.t <= at), frame)
+                gaps = tuple(g for g in gaps if g["t0"] <= at)
+            events = tuple(e for e in self.events if at is None or e.t <= at) + tuple(
                 Event(g["t0"], g["gpu"], "gap", f"GPU idle {g['duration_s']} s") for g in gaps
             )
         verdicts = {
@@ -191,34 +244,52 @@ class ReplaySource:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memtop-replay", daemon=True)
         self.position = 0.0
-        self.changes: list[float] = []  # times where the phase label changes, for "next phase"
+        # per GPU, (offset, label) where each run of one phase label starts: the whole recording,
+        # filled in by a background scan (the overview strip and "next/previous phase change")
+        self.phase_runs: dict[int, tuple[tuple[float, str], ...]] = {}
+        self.scanned = False
 
     def start(self) -> None:
         self._thread.start()
         threading.Thread(target=self._find_changes, name="memtop-phases", daemon=True).start()
 
     def _find_changes(self) -> None:
-        """Classify the whole recording once, in the background, to know where phases change."""
+        """Classify the whole recording once, in the background, for the overview strip and for
+        "next/previous phase change". Labels are folded into runs as they come (the classifier keeps
+        only a few bins), so an 8-hour recording costs a list of runs, not 57,600 labels a GPU."""
+        runs: dict[int, list[tuple[float, str]]] = {}
         try:
             rec = type(self.rec)(self.rec.path)  # its own connection: SQLite objects stay in one thread
-            clf = Classifier()
-            for f in rec.frames():
+            clf = Classifier(max_bins=64)
+            newest: dict[int, float] = {}
+            for i, f in enumerate(rec.frames(skip=frozenset({"series"}))):
                 if self._stop.is_set():  # quitting must not wait for this
                     return
                 clf.feed(f)
-            clf.flush()
-            labels = clf.labels
+                for g, ls in clf.labels.items():
+                    if not ls or ls[-1].t <= newest.get(g, float("-inf")):
+                        continue
+                    new = [x for x in ls if x.t > newest.get(g, float("-inf"))]
+                    newest[g] = ls[-1].t
+                    r = runs.setdefault(g, [])
+                    for lab in new:
+                        if not r or r[-1][1] != lab.label:
+                            # this frame closed the bin: from here on a replay's row shows the label
+                            r.append((f.t - self.rec.t0 + 1e-6, lab.label))
+                if i % 256 == 255:
+                    self.phase_runs = {g: tuple(r) for g, r in runs.items()}
             rec.close()
-        except Exception:  # a damaged tail: "next phase" then falls back to what was played
-            return
-        self.changes = sorted(
-            {
-                b.t - self.rec.t0
-                for ls in labels.values()
-                for a, b in zip(ls, ls[1:])
-                if a.label != b.label and b.label != "warmup"
-            }
-        )
+        except (
+            Exception
+        ):  # a damaged tail: what was read so far stays; "next phase" falls back to what was played
+            pass
+        self.phase_runs = {g: tuple(r) for g, r in runs.items()}
+        self.scanned = True
+
+    def _changes(self, gpu: int | None) -> list[float]:
+        runs = self.phase_runs
+        keys = [gpu] if gpu in runs else list(runs)
+        return sorted({t for g in keys for t, lab in runs[g][1:] if lab != "warmup"})
 
     def stop(self) -> None:
         self._stop.set()
@@ -237,14 +308,20 @@ class ReplaySource:
         self._status()
 
     def seek(self, offset: float) -> None:
-        """Jump to ``offset`` seconds into the recording."""
+        """Jump to ``offset`` seconds into the recording (read from there: the store seeks)."""
         self._seek = min(max(0.0, offset), self.rec.duration)
+        self.position = self._seek  # repeated keys step from where the last one landed
         self._wake.set()
 
-    def next_change(self) -> float | None:
+    @property
+    def duration(self) -> float:
+        return self.rec.duration
+
+    def next_change(self, gpu: int | None = None) -> float | None:
         """Offset of the next phase-label change after the current position."""
-        if self.changes:
-            return next((c for c in self.changes if c > self.position + 0.5), None)
+        changes = self._changes(gpu)
+        if changes or self.scanned:
+            return next((c for c in changes if c > self.position + 0.05), None)
         labels = self.pipeline.view().labels
         cur = self.position + self.rec.t0
         for ls in labels.values():
@@ -252,6 +329,10 @@ class ReplaySource:
                 if b.t > cur + 0.5 and a.label != b.label and b.label != "warmup":
                     return b.t - self.rec.t0
         return None
+
+    def prev_change(self, gpu: int | None = None) -> float | None:
+        """Offset of the last phase-label change before the current position."""
+        return next((c for c in reversed(self._changes(gpu)) if c < self.position - 0.3), None)
 
     def _status(self) -> None:
         self.pipeline.set_status(

@@ -58,7 +58,7 @@ async def test_help_gpu_switch_zoom_and_quit():
     async with app.run_test(size=(200, 50)) as pilot:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
-        await pilot.press("x")
+        await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
         assert app.gpu == 0
         await pilot.press("g", "g")

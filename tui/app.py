@@ -1,4 +1,9 @@
-"""The Textual app. It renders Views from a Pipeline; it never calls NVML, psutil or py-spy."""
+"""The Textual app. It renders Views from a Pipeline; it never calls NVML, psutil or py-spy.
+
+Keys are one table (KEYS): the footer, the help screen and check_action all read it, so a mode
+shows only the keys that do something there. Replay drives a Playback; live has its own pause
+(the Pipeline freezes the view while sampling and recording go on).
+"""
 
 from __future__ import annotations
 
@@ -6,47 +11,135 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from rich.markup import escape
 from textual import on
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.driver import Driver
 from textual.message import Message
-from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Input, Static
 
 from memtop.errors import UserError
 from memtop.pipeline import Pipeline, View
+from memtop.playback import Playback
+from memtop.timefmt import clock, parse_clock
 
 from . import format as fmt
+from .overview import Overview
 from .table import RowTable
 from .tiles import TextPanel
 from .timeline import Timeline
 
-HELP = """\
-[b]memtop[/b] — is the GPU busy, and if not, what is it waiting for?
+if TYPE_CHECKING:
+    from memtop.commands import LiveController
 
-[b]Keys[/b]
-  q          quit                      ?        this help
-  g / G      next / previous GPU       enter    GPU detail
-  z / Z      zoom timeline in / out    tab      move focus (GPUs, processes)
-  ctrl+p     command palette (themes)
-[b]Replay[/b]
-  N          one native (C/C++) stack dump of the selected process (live; pauses it ~45 ms)
-  space      pause / resume            ← / →    seek 10 s back / forward
-  n          next phase change         + / -    faster / slower
-  home       back to the start
+SEEK_S = 10.0  # ←/→ in replay, and scrolling a paused live view
 
-[b]Phases[/b] (timeline band, per GPU, 0.5 s bins)
-  compute  GPU busy with real kernels (healthy)     memory   DRAM-bandwidth bound kernels
-  transfer PCIe copies dominate (DMA or pageable)   sync     CPU and GPU take turns at a sync
-  input    waiting on the DataLoader                cpu      launch/Python overhead starves the GPU
+
+@dataclass(frozen=True)
+class Key:
+    keys: str  # Textual key names, comma-separated
+    action: str
+    label: str  # footer
+    help: str  # help screen
+    modes: frozenset[str]  # live / replay (demo plays like replay)
+    footer: bool = True
+    priority: bool = False  # before a focused table (arrows, space, pages)
+    shown: str = ""  # how the help spells the keys, when not the key names
+
+
+LIVE, REPLAY = frozenset({"live"}), frozenset({"replay"})
+BOTH = LIVE | REPLAY
+KEYS = (
+    Key("q", "quit", "quit", "quit (exit code 0)", BOTH),
+    Key("ctrl+c", "quit", "quit", "quit", BOTH, footer=False, priority=True, shown="ctrl+c"),
+    Key("question_mark", "help", "help", "this help (esc closes)", BOTH, shown="?"),
+    Key("space", "pause", "pause", "pause / resume playback", REPLAY, priority=True),
+    Key("space", "pause", "pause", "freeze the view (sampling and recording go on)", LIVE, priority=True),
+    Key("left", "seek(-1)", "-10s", "seek 10 s back", REPLAY, footer=False, priority=True, shown="←"),
+    Key("right", "seek(1)", "+10s", "seek 10 s forward", REPLAY, footer=False, priority=True, shown="→"),
+    Key(
+        "left", "seek(-1)", "back", "paused: 10 s further back", LIVE, footer=False, priority=True, shown="←"
+    ),
+    Key("right", "seek(1)", "fwd", "paused: 10 s nearer now", LIVE, footer=False, priority=True, shown="→"),
+    Key("pageup", "page(-1)", "-1/10", "back a tenth of the run", REPLAY, footer=False, priority=True),
+    Key("pagedown", "page(1)", "+1/10", "forward a tenth of the run", REPLAY, footer=False, priority=True),
+    Key("home", "to_end(0)", "start", "to the start", REPLAY, footer=False, priority=True),
+    Key("end", "to_end(1)", "end", "to the end", REPLAY, footer=False, priority=True),
+    Key("t,colon", "jump", "go to", "go to a time (1:02:03, 62m, 3723)", REPLAY, shown="t / :"),
+    Key("n", "change(1)", "next phase", "next phase change", REPLAY),
+    Key("N", "change(-1)", "prev phase", "previous phase change", REPLAY, footer=False),
+    Key("plus,equals_sign", "speed(2)", "faster", "play faster", REPLAY, footer=False, shown="+"),
+    Key("minus", "speed(0.5)", "slower", "play slower", REPLAY, footer=False, shown="-"),
+    Key("g", "gpu(1)", "next GPU", "next GPU", BOTH),
+    Key("G", "gpu(-1)", "prev GPU", "previous GPU", BOTH, footer=False),
+    Key("z", "zoom(0.5)", "zoom in", "zoom the timeline in", BOTH),
+    Key("Z", "zoom(2)", "zoom out", "zoom the timeline out", BOTH, footer=False),
+    Key(
+        "s",
+        "native",
+        "native stack",
+        "one native (C/C++) stack dump of the selected process (pauses it ~45 ms)",
+        LIVE,
+        footer=False,
+    ),
+)
+_ACTIONS = {k.action.split("(")[0] for k in KEYS}
+
+PHASES_HELP = """[b]Phases[/b] (timeline band, per GPU, 0.5 s bins)
+  compute  GPU busy with real kernels (healthy)
+  memory   DRAM-bandwidth bound kernels
+  transfer PCIe copies dominate (DMA or pageable)
+  sync     CPU and GPU take turns at a sync
+  input    waiting on the DataLoader
+  cpu      launch/Python overhead starves the GPU
   idle     nothing running on the GPU
 
-Evidence for each label is the numbers that fired the rule plus the top Python stack.
-Press any key to close."""
+Evidence for each label is the numbers that fired the rule plus the top Python stack."""
+
+
+def _key_name(k: Key) -> str:
+    return k.shown or " / ".join(x.replace("_", " ") for x in k.keys.split(","))
+
+
+_ASCII = str.maketrans({"←": "left", "→": "right", "—": "-"})
+
+
+def help_text(mode: str, enabled: Iterable[Key], ascii_only: bool = False) -> str:
+    """The help of one mode: only its keys, then the phases."""
+    text = _help_text(mode, enabled)
+    return text.translate(_ASCII) if ascii_only else text
+
+
+def _help_text(mode: str, enabled: Iterable[Key]) -> str:
+    lines = [
+        f"[b]memtop[/b] — is the GPU busy, and if not, what is it waiting for?  ({mode})",
+        "",
+        "[b]Keys[/b]",
+    ]
+    seen: set[tuple[str, str]] = set()
+    for k in enabled:
+        if (k.action, k.help) in seen:
+            continue
+        seen.add((k.action, k.help))
+        lines.append(f"  {escape(_key_name(k)):<12} {escape(k.help)}")
+    lines += [
+        "  tab          move focus (GPUs, processes); enter on a GPU: its detail",
+        "  ctrl+p       command palette (themes, screenshot)",
+        "",
+        "(arrows / page up / page down scroll this help; esc closes it)",
+        "",
+        PHASES_HELP,
+    ]
+    return "\n".join(lines)
 
 
 class Refresh(Message):
@@ -57,16 +150,64 @@ class Refresh(Message):
 
 
 class HelpScreen(ModalScreen[None]):
+    """Scrolls (arrows, pages) and fits 80x24; esc, q or ? closes it."""
+
     DEFAULT_CSS = (
-        "HelpScreen { align: center middle; } HelpScreen > Static { width: 90; max-width: 100%; "
-        "height: auto; max-height: 100%; border: round $accent; padding: 1 2; background: $surface; }"
+        "HelpScreen { align: center middle; } HelpScreen > VerticalScroll { width: 84; max-width: 100%; "
+        "height: auto; max-height: 100%; border: round $accent; padding: 0 1; background: $surface; }"
+        " HelpScreen Static { height: auto; }"
+        " HelpScreen.-ascii > VerticalScroll { border: ascii $accent; scrollbar-size-vertical: 0; }"
     )
+    BINDINGS = [
+        Binding("escape,q,question_mark", "dismiss", "close"),
+        Binding("up", "scroll(-1)", show=False),
+        Binding("down", "scroll(1)", show=False),
+        Binding("pageup", "scroll(-10)", show=False),
+        Binding("pagedown", "scroll(10)", show=False),
+    ]
+
+    def __init__(self, text: str, ascii_only: bool = False) -> None:
+        super().__init__(classes="-ascii" if ascii_only else "")
+        self.text = text
 
     def compose(self) -> ComposeResult:
-        yield Static(HELP)
+        with VerticalScroll():
+            yield Static(self.text)
 
-    def on_key(self) -> None:
-        self.dismiss()
+    def action_scroll(self, lines: int) -> None:
+        box = self.query_one(VerticalScroll)
+        box.scroll_to(y=box.scroll_y + lines, animate=False)
+
+
+class JumpScreen(ModalScreen[float | None]):
+    """Asks for a time in the run; returns seconds, or None (esc)."""
+
+    DEFAULT_CSS = (
+        "JumpScreen { align: center middle; } JumpScreen > Vertical { width: 50; max-width: 100%; "
+        "height: auto; border: round $accent; background: $surface; padding: 0 1; }"
+        " JumpScreen Static { height: auto; }"
+        " JumpScreen.-ascii > Vertical, JumpScreen.-ascii Input { border: ascii $accent; }"
+    )
+    BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
+
+    def __init__(self, position: float, duration: float, ascii_only: bool = False) -> None:
+        super().__init__(classes="-ascii" if ascii_only else "")
+        self.position, self.duration = position, duration
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(f"Go to (now {clock(self.position)} of {clock(self.duration)}):")
+            yield Input(placeholder="1:02:03, 62m or 3723", id="when")
+            yield Static("", id="why")
+
+    @on(Input.Submitted)
+    def _submit(self, ev: Input.Submitted) -> None:
+        try:
+            t = parse_clock(ev.value)
+        except ValueError as e:
+            self.query_one("#why", Static).update(escape(str(e)))
+            return
+        self.dismiss(min(t, self.duration))
 
 
 class GpuDetail(ModalScreen[None]):
@@ -135,37 +276,29 @@ class MemtopApp(App[int]):
     CSS_PATH = "memtop.tcss"
     TITLE = "memtop"
     BINDINGS = [
-        Binding("q", "quit", "quit"),
-        Binding("question_mark", "help", "help"),
-        Binding("g", "gpu(1)", "next GPU"),
-        Binding("G", "gpu(-1)", "prev GPU", show=False),
-        Binding("z", "zoom(0.5)", "zoom in"),
-        Binding("Z", "zoom(2)", "zoom out", show=False),
-        Binding("space", "pause", "pause", show=False, priority=True),
-        Binding("left", "seek(-10)", "-10s", show=False, priority=True),
-        Binding("right", "seek(10)", "+10s", show=False, priority=True),
-        Binding("n", "next_phase", "next phase", show=False),
-        Binding("plus,equals_sign", "speed(2)", "faster", show=False),
-        Binding("minus", "speed(0.5)", "slower", show=False),
-        Binding("home", "restart", "start", show=False, priority=True),
-        Binding("N", "native", "native stack", show=False),
+        Binding(k.keys, k.action, k.label, show=k.footer, priority=k.priority)
+        for k in {(k.keys, k.action): k for k in KEYS}.values()
     ]
 
     def __init__(
         self,
         pipeline: Pipeline,
-        controller: Any = None,
+        controller: Playback | LiveController | None = None,
         paint_rate: float = 1.0,
         ascii_only: bool = False,
         theme: str | None = None,
         hangup_guard: bool = True,
+        save_theme: bool = False,
     ) -> None:
         super().__init__()
         self.pipeline = pipeline
-        self.controller = controller  # a ReplaySource (replay/demo) or None (live)
+        self.controller = controller  # starts the frames: a Playback (replay, demo) or live's sampler
+        self.playback: Playback | None = controller if isinstance(controller, Playback) else None
+        self.mode = "replay" if self.playback is not None or pipeline.status.mode != "live" else "live"
         self.paint_rate = paint_rate
         self.ascii_only = ascii_only
         self.hangup_guard = hangup_guard
+        self.save_theme = save_theme  # only the real CLI writes the user's config
         name = theme or "ansi-dark"
         if name not in self.available_themes:
             raise UserError(f"unknown theme {name!r}; themes: {', '.join(sorted(self.available_themes))}")
@@ -175,6 +308,8 @@ class MemtopApp(App[int]):
         self.view: View | None = None
         self.selected_pid: int | None = None
         self._paints = 0
+        self._bindings_key: tuple | None = None
+        self.crashed: BaseException | None = None  # what ended the app, for the exit code and log
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's terminal driver, but with an input thread that sleeps until a key comes."""
@@ -205,17 +340,27 @@ class MemtopApp(App[int]):
     def on_mount(self) -> None:
         self.pipeline.paint_interval = 1.0 / self.paint_rate
         self.pipeline.on_tick = lambda: self.post_message(Refresh())
+        if self.playback is not None:
+            self.mount(
+                Overview(self.playback, lambda: self.gpu, self.ascii_only, id="overview"), after="#timeline"
+            )
         if self.controller is not None:  # after the first paint: the first frame shows at once
             self.call_after_refresh(self.controller.start)
         self.set_interval(1.0 / self.paint_rate, self._paint)  # also paints when no frames come
+        self.set_interval(0.5, self._refresh_keys)
         if self.hangup_guard:
             self.set_interval(2.0, self._check_terminal)
             try:
                 import asyncio
 
-                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hangup)
+                loop = asyncio.get_running_loop()
+                loop.add_signal_handler(signal.SIGHUP, self._hangup)
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+                    loop.add_signal_handler(sig, self._signalled, sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
+        if self.save_theme:
+            self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._paint()
 
     def on_unmount(self) -> None:
@@ -240,9 +385,31 @@ class MemtopApp(App[int]):
         timer.start()
         self.exit(0)
 
+    def _signalled(self, sig: int) -> None:
+        """SIGTERM, SIGINT, SIGQUIT: leave as q does (terminal restored, recording closed), with
+        the shell's code for a signal; the same 3 s bound as a hang-up."""
+        timer = threading.Timer(3.0, os._exit, args=(128 + sig,))
+        timer.daemon = True
+        timer.start()
+        self.exit(return_code=128 + sig)
+
+    def crash(self, error: BaseException) -> None:
+        """An exception in a thread of ours: end the app as one in the app would."""
+        if isinstance(error, Exception):
+            self._handle_exception(error)
+
+    def _handle_exception(self, error: Exception) -> None:
+        self.crashed = self.crashed or error
+        super()._handle_exception(error)
+
+    def _fatal_error(self) -> None:
+        """No Rich traceback (with locals) on the terminal: _run_app logs it and prints one line."""
+        self._close_messages_no_wait()
+
     @on(Refresh)
     def _on_refresh(self) -> None:
-        self._paint()
+        if self.is_running:  # a Refresh queued while the app shuts down finds no screen
+            self._paint()
 
     def _set(self, selector: str, content) -> None:
         """A panel re-sends only the tiles of its lines whose cells changed (tiles.py)."""
@@ -324,8 +491,46 @@ class MemtopApp(App[int]):
         if self.view is not None:
             self.push_screen(GpuDetail(self.view, self.gpu, self.ascii_only))
 
+    # -- keys ------------------------------------------------------------------------------
+    def _gpus(self) -> list[int]:
+        f = self.view.frame if self.view else None
+        return sorted(g.index for g in f.gpus) if f else []
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """False hides a key that does nothing in this mode (footer, help); None shows it dimmed."""
+        if action not in _ACTIONS:
+            return True
+        if action != "quit" and isinstance(self.screen, ModalScreen):
+            return False  # a modal's own keys (typing a time, scrolling help) come first
+        if not any(k.action.split("(")[0] == action and self.mode in k.modes for k in KEYS):
+            return False
+        if action == "gpu":
+            return len(self._gpus()) > 1
+        if action == "native":
+            return self.selected_pid is not None and bool(self._gpus())
+        if self.mode == "live" and action == "seek":
+            return True if self.pipeline.frozen or parameters == (-1,) else None
+        return True
+
+    def _refresh_keys(self) -> None:
+        """The footer follows what changes which keys apply (GPUs found, a process, a freeze)."""
+        key = (len(self._gpus()), self.selected_pid is not None, self.pipeline.frozen)
+        if key != self._bindings_key:
+            self._bindings_key = key
+            self.refresh_bindings()
+
+    def enabled_keys(self) -> list[Key]:
+        return [
+            k
+            for k in KEYS
+            if self.mode in k.modes
+            and self.check_action(k.action.split("(")[0], _params(k.action)) is not False
+        ]
+
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(
+            HelpScreen(help_text(self.mode, self.enabled_keys(), self.ascii_only), self.ascii_only)
+        )
 
     def action_gpu(self, step: int) -> None:
         gpus = sorted(self.view.history) if self.view else []
@@ -340,25 +545,62 @@ class MemtopApp(App[int]):
     def action_zoom(self, factor: float) -> None:
         self.query_one(Timeline).zoom(factor)
 
+    def _seek(self, offset: float) -> None:
+        assert self.playback is not None
+        self.playback.seek(offset)
+        self.query_one(Overview).update()
+
     def action_pause(self) -> None:
-        if self.controller is not None:
-            self.controller.toggle_pause()
+        if self.playback is not None:
+            self.playback.toggle_pause()
+        else:
+            self.pipeline.freeze(None if self.pipeline.frozen else 0.0)
+            self.view = None
+            self._paint()
+        self._refresh_keys()
 
-    def action_seek(self, delta: float) -> None:
-        if self.controller is not None:
-            self.controller.seek(self.controller.position + delta)
+    def action_seek(self, direction: int) -> None:
+        if self.playback is not None:
+            self._seek(self.playback.position + direction * SEEK_S)
+            return
+        self.pipeline.scroll(direction * SEEK_S)
+        self.view = None
+        self._paint()
+        self._refresh_keys()
 
-    def action_restart(self) -> None:
-        if self.controller is not None:
-            self.controller.seek(0.0)
+    def action_page(self, direction: int) -> None:
+        if self.playback is not None:
+            self._seek(self.playback.position + direction * self.playback.duration / 10)
 
-    def action_next_phase(self) -> None:
-        if self.controller is not None:
-            t = self.controller.next_change()
-            if t is not None:
-                self.controller.seek(t)
-            else:
-                self.notify("no later phase change in what has been read")
+    def action_to_end(self, end: int) -> None:
+        if self.playback is not None:
+            self._seek(self.playback.duration if end else 0.0)
+
+    def action_jump(self) -> None:
+        pb = self.playback
+        if pb is not None:
+
+            def done(t: float | None) -> None:
+                if t is not None:
+                    self._seek(t)
+
+            self.push_screen(JumpScreen(pb.position, pb.duration, self.ascii_only), done)
+
+    def action_change(self, direction: int) -> None:
+        pb = self.playback
+        if pb is None:
+            return
+        t = pb.next_change(self.gpu) if direction > 0 else pb.prev_change(self.gpu)
+        if t is not None:
+            self._seek(t)
+        else:
+            where = "later" if direction > 0 else "earlier"
+            more = "" if pb.scanned else " (still reading the recording)"
+            self.notify(f"no {where} phase change on GPU {self.gpu}{more}")
+
+    def action_speed(self, factor: float) -> None:
+        if self.playback is not None:
+            self.playback.set_speed(self.playback.speed * factor)
 
     def action_native(self) -> None:
         """A one-off py-spy --native dump of the selected process (live only; done by the sampler)."""
@@ -368,6 +610,46 @@ class MemtopApp(App[int]):
         else:
             self.notify(f"native dump of {self.selected_pid} requested (pauses it ~45 ms)")
 
-    def action_speed(self, factor: float) -> None:
-        if self.controller is not None:
-            self.controller.set_speed(self.controller.speed * factor)
+    # -- palette, config -------------------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        for cmd in super().get_system_commands(screen):
+            if cmd.title == "Screenshot":  # Textual's goes to ~/Downloads, which servers lack
+                yield SystemCommand(
+                    "Screenshot",
+                    "Save an SVG of the screen in the working directory",
+                    lambda: self.set_timer(0.1, self.save_svg),
+                )
+            else:
+                yield cmd
+
+    def save_svg(self) -> Path | None:
+        """The screen as SVG in the working directory (0600, a new file), the path shown."""
+        name = f"memtop-{time.strftime('%Y%m%d-%H%M%S')}"
+        for i in range(100):
+            path = Path.cwd() / f"{name}{'-' + str(i) if i else ''}.svg"
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+            except FileExistsError:
+                continue
+            except OSError as e:
+                self.notify(f"screenshot not saved: {e.strerror}", severity="error", markup=False)
+                return None
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(self.export_screenshot())
+            self.notify(f"saved {path}", title="Screenshot", markup=False)
+            return path
+        return None
+
+    def _theme_changed(self, theme: object) -> None:
+        from memtop import config
+
+        if config.save(theme=self.theme) is None:
+            self.notify(f"theme not saved: cannot write {config.path()}", severity="warning", markup=False)
+
+
+def _params(action: str) -> tuple[object, ...]:
+    if "(" not in action:
+        return ()
+    return tuple(
+        int(x) if x.lstrip("-").isdigit() else float(x) for x in action[action.index("(") + 1 : -1].split(",")
+    )

@@ -8,6 +8,7 @@ from memtop.model import Capability, GpuSample, HostSample, StackSample
 from memtop.phases import STACK_WINDOW_S
 from memtop.pipeline import View
 from memtop.stackclass import where
+from memtop.timefmt import clock
 
 from .timeline import PHASE_COLORS
 
@@ -102,7 +103,9 @@ def header(v: View) -> Text:
     else:
         t.append("no GPU found (run `memtop --demo` to see a recording) ", style="bold yellow")
     s = v.status
-    if s.mode == "live":
+    if s.mode == "live" and s.frozen_at is not None:  # paused: sampling and recording go on
+        t.append(f"  ⏸ LIVE paused, -{clock(s.frozen_at)}", style="bold yellow")
+    elif s.mode == "live":
         t.append("  ● LIVE", style="bold green")
     else:
         t.append(

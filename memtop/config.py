@@ -1,0 +1,104 @@
+"""The user's choices that outlive a run: $XDG_CONFIG_HOME/memtop/config.toml.
+
+    theme = "nord"        # Textual theme (saved when changed from the command palette)
+    paint_rate = 2.0      # UI repaints per second
+    mouse = false         # no mouse tracking
+    ascii = true          # ASCII-only drawing
+
+Command-line flags win over the file. A file that cannot be read or has a wrong value is reported
+as one line and otherwise ignored: a config must never stop the monitor from starting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Config:
+    theme: str | None = None
+    paint_rate: float | None = None
+    mouse: bool = True
+    ascii: bool = False
+
+
+def path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "memtop" / "config.toml"
+
+
+def _read() -> dict:
+    if sys.version_info >= (3, 11):  # here, not at import: report and export never read the file
+        import tomllib
+    else:  # pragma: no cover - 3.10
+        import tomli as tomllib
+    try:
+        with open(path(), "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        from memtop.sanitize import clean
+
+        print(f"memtop: ignoring {path()}: {clean(e, 200)}", file=sys.stderr)
+        return {}
+
+
+def load() -> Config:
+    raw = _read()
+    kw: dict[str, object] = {}
+    bad: list[str] = []
+    for f in fields(Config):
+        if f.name not in raw:
+            continue
+        v = raw[f.name]
+        if f.name == "theme" and isinstance(v, str) and v:
+            kw[f.name] = v
+        elif f.name == "paint_rate" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            if math.isfinite(v) and 0.1 <= v <= 30:
+                kw[f.name] = float(v)
+            else:
+                bad.append(f.name)
+        elif f.name in ("mouse", "ascii") and isinstance(v, bool):
+            kw[f.name] = v
+        else:
+            bad.append(f.name)
+    if bad:
+        print(f"memtop: ignoring bad value(s) in {path()}: {', '.join(bad)}", file=sys.stderr)
+    return Config(**kw)  # type: ignore[arg-type]
+
+
+def _toml(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(float(v))
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def save(**changes: object) -> Path | None:
+    """Merge ``changes`` into the file (0600, written beside it and renamed: never through a link).
+    Keys memtop does not know are kept only if they are plain values; None if it could not write."""
+    raw = {k: v for k, v in _read().items() if isinstance(v, (str, bool, int, float))}
+    raw.update(changes)
+    p = path()
+    tmp = p.with_name(f".config.toml.{os.getpid()}")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("# memtop settings (see README); flags on the command line win\n")
+            for k, v in raw.items():
+                if all(c.isalnum() or c == "_" for c in k):
+                    f.write(f"{k} = {_toml(v)}\n")
+        os.replace(tmp, p)  # replaces a symlink at p, never writes through it
+        return p
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return None

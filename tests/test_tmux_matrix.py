@@ -1,0 +1,207 @@
+"""The real CLI in tmux: every key in every mode, every size and terminal variant with a few keys, and
+resizes. Alive after each key, q exits 0, no Traceback on screen, --ascii panes hold only ASCII, and a
+paused replay resized any number of times equals a fresh start at the final size at the same position.
+
+One tmux server per test run (its own socket), killed at the end. Marked slow; CI runs it (~2-3 min).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REC
+from memtop.tui.app import KEYS
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"),
+]
+
+REPLAY = ["replay", str(REC[2])]
+MODES = {"live": [], "demo": ["--demo"], "replay": REPLAY}
+SIZES = [(80, 24), (120, 40), (200, 50)]
+VARIANTS = {
+    "default": ({"TERM": "xterm-256color"}, []),
+    "NO_COLOR": ({"TERM": "xterm-256color", "NO_COLOR": "1"}, []),
+    "xterm": ({"TERM": "xterm"}, []),
+    "linux": ({"TERM": "linux"}, []),
+    "ascii": ({"TERM": "xterm-256color"}, ["--ascii"]),
+}
+# Textual key names -> tmux send-keys names
+TMUX_KEY = {
+    "space": "Space",
+    "left": "Left",
+    "right": "Right",
+    "pageup": "PPage",
+    "pagedown": "NPage",
+    "home": "Home",
+    "end": "End",
+    "question_mark": "?",
+    "colon": ":",
+    "plus": "+",
+    "equals_sign": "=",
+    "minus": "-",
+    "ctrl+c": "C-c",
+    "escape": "Escape",
+    "enter": "Enter",
+    "tab": "Tab",
+}
+ALL_KEYS = sorted({key for k in KEYS for key in k.keys.split(",")} - {"q", "ctrl+c"}) + ["tab", "enter"]
+READY = "memtop"  # the header's first word
+
+
+class Tmux:
+    def __init__(self, home: Path) -> None:
+        self.sock = f"tuicore-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        # no user config read, crash logs kept out of the user's state directory
+        self.env = {"XDG_CONFIG_HOME": str(home / "config"), "XDG_STATE_HOME": str(home / "state")}
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True).stdout
+
+    def start(self, name: str, args: list[str], size: tuple[int, int], env: dict[str, str]) -> None:
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**self.env, **env}.items())
+        cmd = (
+            f"env {envs} {shlex.quote(sys.executable)} -m memtop {shlex.join(args)}; echo EXIT=$?; sleep 120"
+        )
+        w, h = size
+        self("new-session", "-d", "-s", name, "-x", str(w), "-y", str(h), cmd)
+        # the window follows its size, not the size of the largest client
+        self("set-option", "-t", name, "window-size", "manual")
+
+    def pane(self, name: str) -> str:
+        return self("capture-pane", "-p", "-t", name)
+
+    def keys(self, name: str, *keys: str) -> None:
+        self("send-keys", "-t", name, *keys)
+
+    def wait(self, name: str, text: str, timeout: float = 25.0) -> str:
+        end = time.monotonic() + timeout
+        pane = ""
+        while time.monotonic() < end:
+            pane = self.pane(name)
+            if text in pane:
+                return pane
+            time.sleep(0.15)
+        raise AssertionError(f"{name}: {text!r} never appeared:\n{pane}")
+
+
+@pytest.fixture
+def tmux(tmp_path) -> Iterator[Tmux]:
+    t = Tmux(tmp_path)
+    try:
+        yield t
+    finally:
+        t("kill-server")
+
+
+def _alive(pane: str, what: str) -> None:
+    assert "Traceback" not in pane, f"{what}:\n{pane}"
+    assert "EXIT=" not in pane, f"{what}: memtop ended:\n{pane}"
+
+
+def _quit(tmux: Tmux, name: str) -> None:
+    tmux.keys(name, "Escape")  # a modal left open
+    time.sleep(0.3)
+    tmux.keys(name, "q")
+    pane = tmux.wait(name, "EXIT=")
+    assert "EXIT=0" in pane and "Traceback" not in pane, pane
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_key_in_every_mode(tmux, mode):
+    """At 120x40: each key of every binding (a mode's hidden ones too), the app alive after each."""
+    tmux.start(mode, MODES[mode], (120, 40), VARIANTS["default"][0])
+    tmux.wait(mode, READY)
+    time.sleep(1.0)
+    for key in ALL_KEYS:
+        tmux.keys(mode, TMUX_KEY.get(key, key))
+        time.sleep(0.25)
+        pane = tmux.pane(mode)
+        _alive(pane, f"{mode} after {key}")
+        if key in ("question_mark", "t", "colon", "enter"):  # a modal: close it
+            tmux.keys(mode, "Escape")
+            time.sleep(0.3)
+    _quit(tmux, mode)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_size_and_terminal_with_a_few_keys(tmux, variant):
+    """Replay at the 3 sizes at once in one terminal variant: help, pause, seek, next phase, end, quit."""
+    env, flags = VARIANTS[variant]
+    names = {f"{variant}-{w}x{h}": h for w, h in SIZES}
+    for (name, _), size in zip(names.items(), SIZES):
+        tmux.start(name, [*flags, *REPLAY], size, env)
+    for name in names:
+        tmux.wait(name, READY)
+    for keys in (["?"], ["Escape"], ["Space"], ["Right"], ["n"], ["End"]):
+        for name in names:
+            tmux.keys(name, *keys)
+        time.sleep(0.5)
+        for name, h in names.items():
+            pane = tmux.pane(name)
+            _alive(pane, f"{name} after {keys}")
+            assert len(pane.rstrip("\n").splitlines()) <= h
+            if variant == "ascii":
+                bad = sorted({c for c in pane if not (c == "\n" or " " <= c <= "~")})
+                assert not bad, f"{name} after {keys}: non-ASCII {bad!r}:\n{pane}"
+    for name in names:
+        _quit(tmux, name)
+
+
+def _paused_at(tmux: Tmux, name: str, when: str) -> None:
+    """Pause, go to ``when``, and wait until the screen settles (two equal captures)."""
+    tmux.keys(name, "Space")
+    time.sleep(0.3)
+    tmux.keys(name, "t")
+    time.sleep(0.5)
+    tmux.keys(name, when, "Enter")
+    _settle(tmux, name)
+
+
+def _settle(tmux: Tmux, name: str, timeout: float = 15.0) -> str:
+    end = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < end:
+        time.sleep(1.2)  # more than a paint interval and the overview's refresh
+        pane = tmux.pane(name)
+        if pane == last:
+            return pane
+        last = pane
+    return last
+
+
+def _strip_toasts(pane: str) -> str:
+    return re.sub(r"[ \t]+$", "", pane, flags=re.M)
+
+
+def test_a_resized_paused_replay_equals_a_fresh_start_at_the_final_size(tmux):
+    env = VARIANTS["default"][0]
+    tmux.start("resized", REPLAY, (200, 50), env)
+    tmux.wait("resized", READY)
+    time.sleep(2.0)  # the overview's scan of the whole recording
+    _paused_at(tmux, "resized", "1:00")
+    for w, h in ((120, 40), (80, 24), (200, 50), (120, 40)):
+        tmux("resize-window", "-t", "resized", "-x", str(w), "-y", str(h))
+        time.sleep(0.6)
+    resized = _settle(tmux, "resized")
+    tmux.start("fresh", REPLAY, (120, 40), env)
+    tmux.wait("fresh", READY)
+    time.sleep(2.0)
+    _paused_at(tmux, "fresh", "1:00")
+    fresh = _settle(tmux, "fresh")
+    _alive(resized, "resized")
+    assert _strip_toasts(resized) == _strip_toasts(fresh), f"resized:\n{resized}\nfresh:\n{fresh}"
+    _quit(tmux, "resized")
+    _quit(tmux, "fresh")

@@ -1,0 +1,302 @@
+"""Every key in every mode: replay keys in live do nothing harmful (they are hidden), live pauses
+its own way, replay navigates a run by h:mm:ss, and the help and footer show one mode's keys."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+from conftest import REC
+from memtop.tui.app import KEYS, HelpScreen, JumpScreen, MemtopApp
+from memtop.tui.overview import Overview, cells
+from memtop.tui.tiles import TextPanel
+
+from memtop.pipeline import Pipeline, ReplaySource, Status
+from memtop.store import Recording
+
+ALL_KEYS = sorted({key for k in KEYS for key in k.keys.split(",")} - {"q", "ctrl+c"})
+_FRAMES: list = []
+
+
+def _frames():
+    if not _FRAMES:
+        _FRAMES.extend(Recording(REC[2]).frames())
+    return _FRAMES
+
+
+def _live(upto: int = 600) -> Pipeline:
+    p = Pipeline(Status("live"), meta={"host": "test"})
+    for f in _frames()[:upto]:
+        p.on_frame(f, tick=False)
+    return p
+
+
+def _replay(speed: float = 1.0) -> tuple[Pipeline, ReplaySource]:
+    rec = Recording(REC[2])
+    pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
+    return pipe, ReplaySource(rec, pipe, speed=speed)
+
+
+async def _until(pilot, cond, timeout: float = 5.0) -> bool:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            return False
+        await pilot.pause(0.05)
+    return True
+
+
+def _app_keys(app: MemtopApp) -> set[str]:
+    """Keys the app's own bindings offer now (a focused table's paging is the table's)."""
+    return {k for k, b in app.active_bindings.items() if b.node is app and b.enabled}
+
+
+async def test_every_key_in_live_mode_leaves_the_app_alive():
+    app = MemtopApp(_live(), hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        for key in ALL_KEYS:
+            await pilot.press(key)
+            await pilot.pause(0.02)
+            if app.screen is not app.screen_stack[0]:  # help: close it the way it says
+                await pilot.press("escape")
+            assert app.is_running, key
+        assert app._exception is None
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+async def test_replay_keys_are_hidden_in_live_and_shown_in_replay():
+    app = MemtopApp(_live(), hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        live = _app_keys(app)
+        assert {"n", "N", "pageup", "pagedown", "home", "end", "t", "plus", "minus"}.isdisjoint(live)
+        assert {"space", "left", "q", "question_mark"} <= live
+        assert not app.query(Overview)  # the whole-run strip is replay's
+        assert "g" not in live  # one GPU: nothing to switch to
+    pipe, src = _replay()
+    app = MemtopApp(pipe, src, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        rep = _app_keys(app)
+        assert {"n", "N", "pageup", "pagedown", "home", "end", "t", "space", "left", "right"} <= rep
+        assert "s" not in rep  # native stacks are live's
+        assert app.query_one(Overview)
+
+
+async def test_live_pause_freezes_the_view_while_frames_go_on_and_scrolls_back():
+    pipe = _live(600)
+    app = MemtopApp(pipe, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("space")
+        assert pipe.frozen and pipe.status.frozen_at == 0
+        await pilot.pause(0.1)
+        assert "paused" in app.query_one("#header", TextPanel).text.plain
+        shown = app.view.frame.t
+        for f in _frames()[600:700]:  # sampling goes on
+            pipe.on_frame(f)
+        await pilot.pause(0.2)
+        app._paint()
+        assert app.view.frame.t == shown and pipe.frame.t > shown + 5
+        await pilot.press("left")
+        await pilot.pause(0.1)
+        assert shown - 11.01 <= app.view.frame.t <= shown - 10  # ten seconds back, to the second kept
+        assert all(p.t <= app.view.frame.t + 1.0 for p in app.view.history[0])
+        assert pipe.status.frozen_at == pytest.approx(pipe.frame.t - (shown - 10), abs=0.01)
+        await pilot.press("right", "right", "right")  # never past now
+        await pilot.pause(0.1)
+        assert pipe.frozen and pipe.status.frozen_at == 0
+        await pilot.press("space")  # back to now
+        await pilot.pause(0.1)
+        app._paint()
+        assert not pipe.frozen and pipe.status.frozen_at is None
+        assert app.view.frame.t == pipe.frame.t
+        assert "paused" not in app.query_one("#header", TextPanel).text.plain
+
+
+async def test_ctrl_c_quits_with_0():
+    app = MemtopApp(_live(), hangup_guard=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+c")
+    assert app.return_code == 0 and app.crashed is None
+
+
+@pytest.mark.parametrize("mode", ["live", "replay"])
+async def test_help_fits_80x24_scrolls_lists_only_this_modes_keys_and_esc_closes(mode):
+    if mode == "live":
+        app = MemtopApp(_live(), hangup_guard=False)
+    else:
+        pipe, src = _replay()
+        app = MemtopApp(pipe, src, hangup_guard=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = app.screen.text
+        assert ("next phase change" in text) == (mode == "replay")
+        assert ("freeze the view" in text) == (mode == "live")
+        box = app.screen.query_one("VerticalScroll")
+        assert box.outer_size.width <= 80 and box.outer_size.height <= 24
+        assert box.max_scroll_y > 0  # more than fits: it must scroll
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert box.scroll_y > 0
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_replay_navigation_pages_ends_jump_and_phase_changes():
+    pipe, src = _replay()
+    app = MemtopApp(pipe, src, hangup_guard=False)
+    d = src.duration
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await _until(pilot, lambda: src.scanned)
+        await pilot.press("space")
+        assert await _until(pilot, lambda: src.paused)
+        p0 = src.position
+        await pilot.press("pagedown", "pagedown")
+        assert await _until(pilot, lambda: abs(pipe.status.position - p0 - 2 * d / 10) < 0.2)
+        await pilot.press("pageup")
+        assert await _until(pilot, lambda: abs(pipe.status.position - p0 - d / 10) < 0.2)
+        await pilot.press("end")
+        assert await _until(pilot, lambda: pipe.status.position > d - 0.2)
+        await pilot.press("home")
+        assert await _until(pilot, lambda: pipe.status.position < 0.2)
+        await pilot.press("t")
+        assert isinstance(app.screen, JumpScreen)
+        await pilot.press("x", "enter")  # not a time: says why, stays
+        assert isinstance(app.screen, JumpScreen) and "not a time" in str(
+            app.screen.query_one("#why").render()
+        )
+        await pilot.press("backspace", *"1:05", "enter")
+        assert not isinstance(app.screen, JumpScreen)
+        assert await _until(pilot, lambda: abs(pipe.status.position - 65) < 0.2)
+        # n lands where the label flips: the row there shows the new label
+        runs = src.phase_runs[0]
+        await pilot.press("n")
+        nxt = next((t, lab) for t, lab in runs if t > 65.05)
+        assert await _until(pilot, lambda: abs(pipe.status.position - nxt[0]) < 0.2)
+        await pilot.pause(0.5)
+        assert pipe.view().labels[0][-1].label == nxt[1]
+        await pilot.press("N")
+        prev = [t for t, _ in runs[1:] if t < nxt[0] - 0.3][-1]
+        assert await _until(pilot, lambda: abs(pipe.status.position - prev) < 0.2)
+        await pilot.press("escape", "q")
+    assert app.return_code == 0
+
+
+def test_seek_in_a_long_recording_reads_only_around_the_target(tmp_path):
+    """A seek reads its 2-minute context and no more: the cost does not grow with the file."""
+    rec = Recording(REC[2])
+    pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
+    src = ReplaySource(rec, pipe, prefill_s=30.0)
+    n = 0
+    real = rec.frames
+
+    def counting(*a, **kw):
+        nonlocal n
+        for f in real(*a, **kw):
+            n += 1
+            yield f
+
+    rec.frames = counting  # type: ignore[method-assign]
+    src._seek = None
+    src._prefill(rec.t0 + 100.0)
+    per_s = len(_frames()) / rec.duration
+    assert n <= per_s * 31 + 5  # the context only, not 100 s of frames
+
+
+def test_overview_cells_follow_the_runs():
+    runs = ((0.0, "idle"), (50.0, "compute"), (75.0, "sync"))
+    assert cells(runs, 100.0, 4) == ["idle", "idle", "compute", "sync"]
+    assert cells((), 100.0, 3) == [None, None, None]
+
+
+async def test_screenshot_saves_in_the_working_directory_0600(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = MemtopApp(_live(), hangup_guard=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        path = app.save_svg()
+    assert path is not None and path.parent == tmp_path and path.read_text().startswith("<svg")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+async def test_a_crash_in_a_thread_ends_the_app_with_it():
+    app = MemtopApp(_live(), hangup_guard=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            app.crash(RuntimeError("boom"))
+            await pilot.pause(0.2)
+    assert app.crashed is not None and app.return_code != 0
+
+
+def test_the_first_gpu_reading_is_painted_as_it_arrives():
+    """Not at the next paint tick: frames without GPUs tick at the paint rate, the first with one at once."""
+    from dataclasses import replace
+
+    f = _frames()
+    pipe = Pipeline(Status("live"))
+    pipe.paint_interval = 60.0
+    ticks: list[float] = []
+    pipe.on_tick = lambda: ticks.append(1)
+    pipe.on_frame(replace(f[0], gpus=()))  # the sampler's first frame, NVML not read yet
+    pipe.on_frame(f[1])
+    pipe.on_frame(f[2])
+    assert len(ticks) == 2
+
+
+def test_config_file_is_read_flags_win_and_theme_is_saved_0600(tmp_path, monkeypatch, capsys):
+    from memtop import config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert config.load() == config.Config()  # no file: defaults
+    p = tmp_path / "memtop" / "config.toml"
+    p.parent.mkdir()
+    p.write_text('theme = "nord"\npaint_rate = 2\nmouse = false\nascii = "yes"\nlayout = "x"\n')
+    c = config.load()
+    assert (c.theme, c.paint_rate, c.mouse, c.ascii) == ("nord", 2.0, False, False)
+    assert "ascii" in capsys.readouterr().err  # a wrong type is named, not fatal
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    p.unlink()
+    p.symlink_to(target)
+    assert config.save(theme="dracula") == p
+    assert target.read_text() == "keep" and not p.is_symlink()  # the link replaced, not written through
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+    assert config.load().theme == "dracula"
+    p.write_text("theme = [")
+    assert config.load() == config.Config()
+    assert "ignoring" in capsys.readouterr().err
+
+
+async def test_a_theme_chosen_in_the_app_is_saved(tmp_path, monkeypatch):
+    from memtop import config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    app = MemtopApp(_live(), hangup_guard=False, save_theme=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert not config.path().exists()  # starting is not choosing
+        app.theme = "nord"
+        await pilot.pause()
+    assert config.load().theme == "nord"
+
+
+def test_flags_win_over_the_config_file():
+    from memtop.cli import build_parser
+    from memtop.commands import display_options
+    from memtop.config import Config
+
+    cfg = Config(theme="nord", paint_rate=2.0, mouse=False, ascii=True)
+    plain = display_options(build_parser().parse_args([]), cfg)
+    assert plain == cfg
+    flags = display_options(build_parser().parse_args(["--theme", "dracula", "--paint-rate", "4"]), cfg)
+    assert (flags.theme, flags.paint_rate, flags.mouse, flags.ascii) == ("dracula", 4.0, False, True)
+    assert display_options(build_parser().parse_args(["--no-mouse"]), Config()).mouse is False
