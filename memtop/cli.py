@@ -73,6 +73,7 @@ def _add_display(p: argparse.ArgumentParser, default: object = None) -> None:
         "--ascii", action="store_true", default=d(False), help="ASCII only: no Unicode block characters"
     )
     p.add_argument("--theme", default=d(None), help="Textual theme (default: the terminal's own palette)")
+    p.add_argument("--no-color", action="store_true", default=d(False), help="no colour (as NO_COLOR=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -83,7 +83,14 @@ def _run_app(pipeline: Pipeline, controller, args: argparse.Namespace) -> int:
     _need_tty()
     from memtop.tui.app import MemtopApp
 
-    app = MemtopApp(pipeline, controller, paint_rate=args.paint_rate, ascii_only=args.ascii, theme=args.theme)
+    app = MemtopApp(
+        pipeline,
+        controller,
+        paint_rate=args.paint_rate,
+        ascii_only=args.ascii,
+        theme=args.theme,
+        no_color=getattr(args, "no_color", False),
+    )
     app.run(mouse=not args.no_mouse)
     return 0
 

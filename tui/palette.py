@@ -8,10 +8,15 @@ Each theme gets its own palette (dark or light base, idle blended from the theme
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
+from rich.cells import cell_len
 from rich.color import Color
+from rich.segment import Segment
 from rich.style import Style
+from textual.color import Color as TColor
+from textual.filter import LineFilter
 from textual.theme import Theme
 
 PHASES = ("compute", "memory", "transfer", "sync", "input", "cpu", "idle")
@@ -161,3 +166,67 @@ def simulated_lab(color: str, deficiency: str | None = None) -> tuple[float, flo
 def delta_e(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
     """CIE76 colour difference."""
     return sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5
+
+
+@dataclass(frozen=True)
+class Look:
+    """What a frame is drawn with: the theme's phase colours, the glyph set, phase letters on or off."""
+
+    colors: dict[str, str]
+    glyphs: Glyphs
+    letters: bool = False
+
+    def phase(self, name: str) -> Style:
+        return Style(color=self.colors.get(name, self.colors["other"]))
+
+    def stack_class(self, klass: str) -> Style:
+        return self.phase(CLASS_PHASE.get(klass, "other"))
+
+
+def look(theme: Theme | None, ascii_only: bool = False, letters: bool = False) -> Look:
+    return Look(phase_colors(theme), Glyphs(ascii_only), letters)
+
+
+# -- --ascii: a line filter over everything drawn (Textual's own widgets too: borders, footer,
+# toasts, the command palette), one printable ASCII character per cell
+_ASCII = {
+    **{c: "-" for c in "─━┄┅┈┉╌╍═╴╶╸╺▔▁"},
+    **{c: "|" for c in "│┃┆┇┊┋╎╏║╵╷╹╻▏▎▍▌▐▕"},
+    **{c: "+" for c in "┌┐└┘├┤┬┴┼╭╮╯╰╔╗╚╝╠╣╦╩╬┏┓┗┛┣┫┳┻╋"},
+    **{c: "#" for c in "█▇▆▅▄▃▂▀▉▊▋▓▒░■"},
+    "…": ".",
+    "·": ".",
+    "×": "x",
+    "→": ">",
+    "←": "<",
+    "↑": "^",
+    "↓": "v",
+    "—": "-",
+    "–": "-",
+    "▶": ">",
+    "▼": "v",
+    "▲": "^",
+    "⏸": "=",
+    "●": "*",
+    "°": "o",
+}
+
+
+def to_ascii(text: str) -> str:
+    """Printable ASCII of the same cell width (a wide character becomes two cells of `?`)."""
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if " " <= ch <= "~":
+            out.append(ch)
+        elif ch in _ASCII:
+            out.append(_ASCII[ch])
+        else:
+            out.append("?" * max(cell_len(ch), 0))
+    return "".join(out)
+
+
+class AsciiFilter(LineFilter):
+    def apply(self, segments: list[Segment], background: TColor) -> list[Segment]:
+        return [Segment(to_ascii(t), st, c) for t, st, c in segments]

@@ -180,6 +180,10 @@ class TiledLines(KeepsRender):
             self._resized = False
             for t in self._tiles:
                 t.refresh(layout=len(old) != len(lines))
+            if len(old) != len(lines):
+                # an explicit height: with `height: auto` a panel in a scrolling container kept the
+                # height of its first, pre-layout render (wrapped at width 1) at a fresh start
+                self.styles.height = len(lines)
             return
         if changed is not None:
             for y, k in changed:
@@ -201,10 +205,12 @@ class TiledLines(KeepsRender):
 
 
 class TextPanel(TiledLines):
-    """A Rich Text shown as tiled lines, wrapped to the panel's width."""
+    """A Rich Text shown as tiled lines, wrapped to the panel's width; or, with ``ellipsis``, one
+    screen line per text line, a longer one cut with that ellipsis (`...` under --ascii)."""
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, ellipsis: str | None = None, **kw) -> None:
         super().__init__(**kw)
+        self.ellipsis = ellipsis
         self._src: Text | None = None  # as given, to compare with the next update
         self._text: Text | None = None
 
@@ -226,6 +232,22 @@ class TextPanel(TiledLines):
 
     def _render_text(self) -> None:
         console: Console = self.app.console
-        width = max(1, self.content_region.width)
-        lines = self._text.wrap(console, width, overflow="crop") if self._text is not None else []
+        width = self.content_region.width
+        if width <= 0:
+            return  # not laid out yet: on_resize renders it
+        if self._text is None:
+            lines = []
+        elif self.ellipsis is not None:
+            lines = [self._ellipsize(line, width, self.ellipsis) for line in self._text.split("\n")]
+        else:
+            lines = self._text.wrap(console, width, overflow="crop")
         self.set_lines([Strip(line.render(console)).adjust_cell_length(width) for line in lines])
+
+    @staticmethod
+    def _ellipsize(line: Text, width: int, ellipsis: str) -> Text:
+        if line.cell_len <= width:
+            return line
+        line = line.copy()
+        line.truncate(max(width - len(ellipsis), 0))
+        line.append(ellipsis, style="dim")
+        return line
