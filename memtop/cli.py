@@ -121,6 +121,7 @@ def _add_display(p: argparse.ArgumentParser, default: object = None) -> None:
         default=d(None),
         help="Textual theme (default: the terminal's own palette, or the one last chosen)",
     )
+    p.add_argument("--no-color", action="store_true", default=d(False), help="no colour (as NO_COLOR=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:

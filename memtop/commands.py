@@ -110,6 +110,7 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
         ascii_only=opts.ascii,
         theme=opts.theme,
         save_theme=True,
+        no_color=getattr(args, "no_color", False),
     )
     hook = threading.excepthook
 

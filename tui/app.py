@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
+from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -28,12 +29,16 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from memtop.errors import UserError
+from memtop.metrics import METRICS
+from memtop.metrics import fmt as metric_fmt
 from memtop.pipeline import Pipeline, View
 from memtop.playback import Playback
+from memtop.sanitize import clean
 from memtop.timefmt import clock, parse_clock
 
 from . import format as fmt
 from .overview import Overview
+from .palette import AsciiFilter, Look, look
 from .table import RowTable
 from .tiles import TextPanel
 from .timeline import Timeline
@@ -91,6 +96,8 @@ KEYS = (
         LIVE,
         footer=False,
     ),
+    Key("c", "copy_command", "copy cmd", "copy the next profiler command (OSC 52) and show it whole", BOTH),
+    Key("l", "letters", "letters", "phase letters in the timeline band on/off", BOTH, footer=False),
 )
 _ACTIONS = {k.action.split("(")[0] for k in KEYS}
 
@@ -228,48 +235,51 @@ class GpuDetail(ModalScreen[None]):
 
     def on_mount(self) -> None:
         self.query_one(Timeline).show(self.view, self.gpu)
-        g = self.view.frame.gpu(self.gpu) if self.view.frame else None
-        lines = [f"GPU {self.gpu}"]
-        if g is not None:
-            for k in (
-                "name",
-                "uuid",
-                "mode",
-                "util",
-                "mem_util",
-                "graphics",
-                "sm",
-                "occupancy",
-                "tensor",
-                "dram",
-                "pcie_rx",
-                "pcie_tx",
-                "nvlink_rx",
-                "nvlink_tx",
-                "power_w",
-                "temp_c",
-                "sm_clock",
-                "mem_clock",
-                "mem_used",
-                "mem_total",
-            ):
-                lines.append(f"  {k:<10} {getattr(g, k)}")
-            if g.link:
-                lines.append(
-                    f"  link       Gen{g.link.gen} x{g.link.width} (max Gen{g.link.max_gen} "
-                    f"x{g.link.max_width}) {g.link.bytes_per_s / 1e9:.1f} GB/s"
-                    + ("  DOWN-TRAINED" if g.link.downtrained else "")
-                )
-            lines.append(f"  throttle   {', '.join(g.throttle_reasons) or 'none'}")
-            lines.append(f"  processes  {', '.join(str(p.pid) for p in g.processes) or 'none'}")
-        vd = self.view.verdicts.get(self.gpu)
-        if vd:
-            lines += ["", vd.headline, vd.evidence, *("→ " + a for a in vd.advice), "$ " + vd.command]
-        gaps = [gp for gp in self.view.gaps if gp["gpu"] == self.gpu][-5:]
-        for gp in gaps:
-            st = gp.get("stack") or {}
-            lines.append(f"  gap {gp['duration_s']} s: {st.get('class', '?')} at {st.get('where', '?')}")
-        self.query_one("#detail", Static).update("\n".join(lines))
+        lk = look(self.app.current_theme, self.ascii_only)
+        # a Rich Text, never a markup string: names and stacks come from recordings and processes
+        self.query_one("#detail", Static).update(detail_text(self.view, self.gpu, lk))
+
+
+def detail_text(view: View, gpu: int, lk: Look) -> Text:
+    """Every metric of the table with its unit (memtop.metrics), the link, the verdict, recent gaps."""
+    g = view.frame.gpu(gpu) if view.frame else None
+    t = Text()
+    t.append(f"GPU {gpu}", style="bold")
+    if g is None:
+        t.append("  no sample yet", style="dim")
+        return t
+    t.append(f"  {clean(g.name, 60)}  {clean(g.uuid, 60)}  mode {clean(g.mode, 10)}\n", style="dim")
+    for m in METRICS:
+        if m.kind == "bitmask":
+            continue  # clock events: shown as throttle reasons below
+        t.append(f"  {m.title:<14}", style="bold")
+        t.append(f"{metric_fmt(m, getattr(g, m.name)):>12}")
+        t.append(f"  {m.help}\n", style="dim")
+    if g.link:
+        t.append(
+            f"  {'PCIe link':<14}Gen{g.link.gen} x{g.link.width} (max Gen{g.link.max_gen} "
+            f"x{g.link.max_width}) {g.link.bytes_per_s / 1e9:.1f} GB/s"
+        )
+        t.append("  DOWN-TRAINED" if g.link.downtrained else "", style="bold red")
+        t.append("\n")
+    t.append(f"  {'throttle':<14}{', '.join(g.throttle_reasons) or 'none'}\n")
+    pids = ", ".join(str(p.pid) for p in g.processes) or "none"
+    t.append(f"  {'processes':<14}{pids}\n")
+    vd = view.verdicts.get(gpu)
+    if vd:
+        t.append("\n")
+        t.append_text(fmt.headline(view, gpu, lk))
+        t.append("\n" + clean(vd.evidence) + "\n", style="dim")
+        for a in vd.advice:
+            t.append(f"{lk.glyphs.arrow} {clean(a)}\n")
+        if vd.command:
+            t.append(f"$ {clean(vd.command)}\n", style="italic")
+    for gp in [gp for gp in view.gaps if gp["gpu"] == gpu][-5:]:
+        st = gp.get("stack") or {}
+        t.append(
+            f"  gap {gp['duration_s']} s: {clean(st.get('class', '?'), 12)} at {clean(st.get('where', '?'), 80)}\n"
+        )
+    return t
 
 
 class MemtopApp(App[int]):
@@ -289,8 +299,16 @@ class MemtopApp(App[int]):
         theme: str | None = None,
         hangup_guard: bool = True,
         save_theme: bool = False,
+        no_color: bool = False,
     ) -> None:
+        # no-color.org: NO_COLOR set and non-empty means no colour; Textual treats an empty one as set
+        if no_color:
+            os.environ["NO_COLOR"] = "1"
+        elif os.environ.get("NO_COLOR") == "":
+            del os.environ["NO_COLOR"]
         super().__init__()
+        if ascii_only:  # everything drawn, Textual's own widgets included, one ASCII character a cell
+            self._filters.append(AsciiFilter())
         self.pipeline = pipeline
         self.controller = controller  # starts the frames: a Playback (replay, demo) or live's sampler
         self.playback: Playback | None = controller if isinstance(controller, Playback) else None
@@ -324,20 +342,22 @@ class MemtopApp(App[int]):
 
     def compose(self) -> ComposeResult:
         # tiles where values change every second; a panel that rarely changes needs one
-        yield TextPanel(tiles=4, id="header")
-        yield TextPanel(tiles=6, id="verdict")
+        ellipsis = "..." if self.ascii_only else "…"
+        yield TextPanel(tiles=4, id="header", ellipsis=ellipsis)
+        yield TextPanel(tiles=6, id="verdict", ellipsis=ellipsis)  # one line each: headline to command
         yield RowTable(fmt.GPU_COLUMNS, id="gpus")
         yield Timeline(self.ascii_only, id="timeline")
         with Horizontal(id="bottom"):
             with Vertical(id="left"):
                 yield TextPanel(tiles=4, id="host")
-                yield RowTable(fmt.PROC_COLUMNS, id="procs")
+                yield RowTable((*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL), id="procs")
             with VerticalScroll(id="right"):
                 yield TextPanel(tiles=3, id="stacks")
                 yield TextPanel(tiles=1, id="caps")
         yield Footer()
 
     def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._new_theme)  # phase colours are per theme
         self.pipeline.paint_interval = 1.0 / self.paint_rate
         self.pipeline.on_tick = lambda: self.post_message(Refresh())
         if self.playback is not None:
@@ -362,6 +382,7 @@ class MemtopApp(App[int]):
         if self.save_theme:
             self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._paint()
+        self.call_after_refresh(self._relayout)
 
     def on_unmount(self) -> None:
         if self.controller is not None:
@@ -411,6 +432,35 @@ class MemtopApp(App[int]):
         if self.is_running:  # a Refresh queued while the app shuts down finds no screen
             self._paint()
 
+    def _new_theme(self, _theme: object) -> None:
+        self.view = None
+        self._paint()
+
+    @property
+    def look(self) -> Look:
+        return look(self.current_theme, self.ascii_only, self.query_one(Timeline).letters)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._relayout)  # after the layout: the panels' new widths are known
+
+    def _relayout(self) -> None:
+        if self.view is not None:
+            self._layout(self.view)
+            self._update_procs(self.view)
+
+    def _layout(self, v: View) -> None:
+        """Where the screen has room (40 rows and more), the timeline gets one phase band per GPU
+        and the GPU table all its rows; on smaller screens one band and a scrolling table."""
+        n = max(1, len(v.history))
+        h = self.size.height
+        roomy = h >= 32 and n > 1
+        tl = self.query_one(Timeline)
+        if tl.all_bands != roomy:
+            tl.all_bands = roomy
+            tl._sigs = None
+        tl.styles.height = tl.rows_wanted(v, roomy)
+        self.query_one("#gpus", RowTable).styles.max_height = n + 1 if h >= 32 else max(2, min(n + 1, h // 5))
+
     def _set(self, selector: str, content) -> None:
         """A panel re-sends only the tiles of its lines whose cells changed (tiles.py)."""
         self.query_one(selector, TextPanel).update(content)
@@ -431,39 +481,44 @@ class MemtopApp(App[int]):
         gpus = sorted(v.history) or [0]
         if self.gpu not in gpus:
             self.gpu = gpus[0]
+        lk = self.look
         with self.batch_update():
-            self._set("#header", fmt.header(v))
-            self._set("#verdict", fmt.verdict_text(v, self.gpu))
-            self._update_gpus(v)
+            self._set("#header", fmt.header(v, lk))
+            self._set("#verdict", fmt.verdict_text(v, self.gpu, lk))
+            self._update_gpus(v, lk)
+            # the row's phase, the headline's "now" and the band's newest cell name one label: the
+            # band follows every paint too (its tiles send only the cells that changed)
+            self._layout(v)
+            self.query_one(Timeline).show(v, self.gpu)
             if not slow:
                 return
-            self.query_one(Timeline).show(v, self.gpu)
             f = v.frame
             self._set(
                 "#host",
-                fmt.host_text(
-                    f.host if f else None, f.caps if f else (), f.perf if f else (), self.ascii_only
-                ),
+                fmt.host_text(f.host if f else None, f.caps if f else (), f.perf if f else (), lk),
             )
-            self._update_procs(v)
-            self._update_stacks(v)
-            self._set("#caps", fmt.caps_text(f.caps if f else (), f.notes if f else ()))
+            self._update_procs(v, lk)
+            self._update_stacks(v, lk)
+            self._set("#caps", fmt.caps_text(f.caps if f else (), f.notes if f else (), lk))
 
-    def _update_gpus(self, v: View) -> None:
+    def _update_gpus(self, v: View, lk: Look) -> None:
         f = v.frame
-        rows = []
-        for g in f.gpus if f else ():
-            labs = v.labels.get(g.index)
-            rows.append((str(g.index), fmt.gpu_row(g, labs[-1].label if labs else "warmup")))
+        rows = [(str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk)) for g in (f.gpus if f else ())]
         self.query_one("#gpus", RowTable).set_rows(rows)
 
-    def _update_procs(self, v: View) -> None:
-        rows = fmt.proc_rows(v)
-        self.query_one("#procs", RowTable).set_rows(rows)
+    def _update_procs(self, v: View, lk: Look | None = None) -> None:
+        table = self.query_one("#procs", RowTable)
+        # the top frame takes the width the left column has (at least 24 cells; columns after the
+        # table's edge are cut, the least useful last)
+        fixed = sum(w + 1 for _, w in (*fmt.PROC_COLUMNS, *fmt.PROC_TAIL)) + 1
+        top_w = max(fmt.TOP_FRAME[1], self.query_one("#left").size.width - fixed)
+        table.set_width(len(fmt.PROC_COLUMNS), top_w)
+        rows = fmt.proc_rows(v, lk or self.look, top_w)
+        table.set_rows(rows)
         if self.selected_pid is None and rows:
             self.selected_pid = int(rows[0][0])
 
-    def _update_stacks(self, v: View) -> None:
+    def _update_stacks(self, v: View, lk: Look | None = None) -> None:
         f = v.frame
         s = next((s for s in f.stacks if s.pid == self.selected_pid), None) if f else None
         labs = None
@@ -471,7 +526,11 @@ class MemtopApp(App[int]):
             gpus = next((p.gpus or () for p in f.host.procs if p.pid == self.selected_pid), ())
             labs = v.labels.get(gpus[0]) if gpus else None
         window = labs[-1].evidence if labs else None
-        self._set("#stacks", fmt.stacks_text(s, f.caps if f else (), self.selected_pid, window))
+        procs = bool(f is not None and f.host is not None and f.host.procs)
+        self._set(
+            "#stacks",
+            fmt.stacks_text(s, f.caps if f else (), self.selected_pid, window, lk or self.look, procs),
+        )
 
     @on(RowTable.Highlighted, "#procs")
     def _proc_selected(self, ev: RowTable.Highlighted) -> None:
@@ -526,6 +585,19 @@ class MemtopApp(App[int]):
             if self.mode in k.modes
             and self.check_action(k.action.split("(")[0], _params(k.action)) is not False
         ]
+
+    def action_copy_command(self) -> None:
+        """The next profiler command, whole: to the clipboard (OSC 52) and in a notification."""
+        cmd = fmt.command(self.view, self.gpu)
+        if cmd is None:
+            self.notify("no profiler command for this GPU yet", markup=False)
+            return
+        self.copy_to_clipboard(cmd)
+        self.notify(cmd, title="copied (OSC 52)", timeout=15, markup=False)
+
+    def action_letters(self) -> None:
+        tl = self.query_one(Timeline)
+        tl.set_letters(not tl.letters)
 
     def action_help(self) -> None:
         self.push_screen(

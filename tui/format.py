@@ -1,18 +1,29 @@
-"""Text for the panels, from a View. Pure functions: no widgets, no I/O."""
+"""Text for the panels, from a View. Pure functions: no widgets, no I/O.
+
+Every string memtop did not write (host and GPU names, process users and command lines, stack
+function/file names, source lines, thread names, capability details, notes) goes through
+`memtop.sanitize.clean` here, and everything is built as Rich `Text`: nothing from data is parsed
+as markup.
+"""
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 
+from memtop.metrics import BY_NAME, Metric
+from memtop.metrics import fmt as metric_fmt
 from memtop.model import Capability, GpuSample, HostSample, StackSample
-from memtop.phases import STACK_WINDOW_S
+from memtop.phases import STACK_WINDOW_S, TITLES, Label
 from memtop.pipeline import View
-from memtop.stackclass import where
+from memtop.sanitize import clean
+from memtop.stackclass import user_frame
 from memtop.timefmt import clock
 
-from .timeline import PHASE_COLORS
+from .palette import Look, look
 
-CLASS_COLORS = {"sync": "red", "copy": "magenta", "data": "yellow", "other": "white", "idle": "bright_black"}
+DEFAULT = look(None)
+_BOLD = Style(bold=True)  # added to a phase colour
 
 
 def pct(v: float | None) -> str:
@@ -33,93 +44,149 @@ def mib(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**30:.1f}"
 
 
-def gpu_row(g: GpuSample, phase: str) -> tuple:
-    frac = g.pcie_fraction()
-    mem = f"{mib(g.mem_used)}/{mib(g.mem_total)}G" if g.mem_total else "-"
-    thr = ",".join(g.throttle_reasons) if g.throttled else ""
-    sm = g.sm if g.mode == "gpm" else g.util
-    return (
-        str(g.index),
-        Text(phase, style=PHASE_COLORS.get(phase, "white")),
-        pct(sm),
-        pct(g.tensor),
-        pct(g.dram if g.mode == "gpm" else g.mem_util),
-        rate(g.pcie_rx),
-        rate(g.pcie_tx),
-        pct(None if frac is None else 100 * frac),
-        mem,
-        "-" if g.power_w is None else f"{g.power_w:.0f}W",
-        "-" if g.temp_c is None else f"{g.temp_c:.0f}C",
-        Text(thr or "-", style="bold red" if thr else "dim"),
-    )
+# -- the GPU table: its metric columns come from memtop.metrics (title, unit, compact format) -------
+GPU_METRIC_COLUMNS = ("sm", "tensor", "dram", "pcie_rx", "pcie_tx", "power_w", "temp_c")
+# without GPM the table shows NVML's nearest figure in the GPM metric's column
+NVML_STAND_IN = {"sm": "util", "dram": "mem_util"}
+_CELL_W = {"percent": 3, "bytes_per_s": 5, "watts": 4, "celsius": 3}
+
+
+def _title(m: Metric) -> str:
+    title = m.title if len(m.title) <= 7 else m.title[:4]
+    return title + ("%" if m.kind == "percent" else "")
+
+
+def _cell(m: Metric, v: float | None) -> str:
+    """A metric's value in its column's few cells (the detail screen uses metrics.fmt in full)."""
+    if v is None:
+        return "-"
+    if m.kind == "percent":
+        return pct(v)
+    if m.kind == "bytes_per_s":
+        return rate(v)
+    if m.kind == "watts":
+        return f"{v:.0f}W"
+    if m.kind == "celsius":
+        return f"{v:.0f}C"
+    return metric_fmt(m, v)
+
+
+def metric_value(g: GpuSample, name: str) -> float | None:
+    if g.mode != "gpm" and name in NVML_STAND_IN:
+        name = NVML_STAND_IN[name]
+    return getattr(g, name)
 
 
 # (title, width): fixed widths, so a value never resizes (and repaints) a whole table
 GPU_COLUMNS = (
     ("GPU", 3),
-    ("phase", 8),
-    ("SM%", 4),
-    ("TC%", 4),
-    ("DRAM%", 5),
-    ("PCIe RX", 7),
-    ("PCIe TX", 7),
+    ("phase", 9),
+    *(
+        (_title(BY_NAME[n]), max(len(_title(BY_NAME[n])), _CELL_W[BY_NAME[n].kind]))
+        for n in GPU_METRIC_COLUMNS
+    ),
     ("link%", 5),
     ("mem", 11),
-    ("power", 5),
-    ("temp", 4),
     ("throttle", 14),
 )
+
+
+def now_label(labels: tuple[Label, ...] | list[Label] | None) -> tuple[str, bool]:
+    """The phase now and whether it is still settling (this bin's rule says otherwise: hysteresis
+    holds the label until the new one has lasted). Row, band and headline all use this one."""
+    if not labels:
+        return "warmup", False
+    lab = labels[-1]
+    return lab.label, lab.raw != lab.label and lab.raw != "warmup"
+
+
+def phase_cell(labels, lk: Look) -> Text:
+    name, settling = now_label(labels)
+    return Text(name + ("?" if settling else ""), style=lk.phase(name))
+
+
+def gpu_row(g: GpuSample, labels, lk: Look = DEFAULT) -> tuple:
+    frac = g.pcie_fraction()
+    mem = f"{mib(g.mem_used)}/{mib(g.mem_total)}G" if g.mem_total else "-"
+    thr = ",".join(g.throttle_reasons) if g.throttled else ""
+    return (
+        str(g.index),
+        phase_cell(labels, lk),
+        *(_cell(BY_NAME[n], metric_value(g, n)) for n in GPU_METRIC_COLUMNS),
+        pct(None if frac is None else 100 * frac),
+        mem,
+        Text(thr or "-", style="bold red" if thr else "dim"),
+    )
+
+
+# the top user frame follows the phase; the columns after it are cut first on a narrow screen
 PROC_COLUMNS = (
     ("PID", 7),
     ("user", 8),
     ("GPU", 3),
     ("GPU mem", 7),
     ("CPU%", 4),
-    ("thr", 4),
-    ("st", 2),
-    ("role", 6),
-    ("phase", 8),
-    ("NUMA", 5),
-    ("top frame", 34),
-)  # fits 3/5 of 200 columns
+    ("phase", 9),
+)
+TOP_FRAME = ("top frame (user code)", 24)  # widened to what the screen has
+PROC_TAIL = (("thr", 4), ("st", 2), ("role", 6), ("NUMA", 5))
 
 
-def header(v: View) -> Text:
+def header(v: View, lk: Look = DEFAULT) -> Text:
     f = v.frame
     meta = v.meta
+    g = lk.glyphs
     gpus = f.gpus if f else ()
-    names = sorted({g.name for g in gpus})
-    modes = sorted({g.mode for g in gpus})
+    names = sorted({clean(x.name, 40) for x in gpus})
+    modes = sorted({x.mode for x in gpus})
     mode = {"gpm": "GPM 10 Hz", "nvml": "NVML-only", "lost": "GPU lost"}
     t = Text()
     t.append(" memtop ", style="bold reverse")
-    t.append(f" {meta.get('host') or ''} ")
+    t.append(f" {clean(meta.get('host') or '', 40)} ")
     if f is None:
-        t.append("starting… ", style="dim")
+        t.append(f"starting{g.ellipsis} ", style="dim")
     elif gpus:
-        t.append(f"{len(gpus)}× {', '.join(names)} ")
-        t.append(f"driver {meta.get('driver') or '?'} ", style="dim")
+        t.append(f"{len(gpus)}{g.times} {', '.join(names)} ")
+        t.append(f"driver {clean(meta.get('driver') or '?', 20)} ", style="dim")
         t.append(" ".join(mode.get(m, m) for m in modes), style="bold")
     else:
-        t.append("no GPU found (run `memtop --demo` to see a recording) ", style="bold yellow")
+        t.append("no GPU found: host, processes and stacks only ", style="bold yellow")
     s = v.status
     if s.mode == "live" and s.frozen_at is not None:  # paused: sampling and recording go on
-        t.append(f"  ⏸ LIVE paused, -{clock(s.frozen_at)}", style="bold yellow")
+        t.append(f"  {g.pause} LIVE paused, -{clock(s.frozen_at)}", style="bold yellow")
     elif s.mode == "live":
-        t.append("  ● LIVE", style="bold green")
+        t.append(f"  {g.dot} LIVE", style="bold green")
     else:
         t.append(
-            f"  {'⏸' if s.paused else '▶'} {s.mode.upper()} {s.position:5.1f}/{s.duration:.0f}s ×{s.speed:g}",
+            f"  {g.pause if s.paused else g.play} {s.mode.upper()} {clock(s.position)}/{clock(s.duration)} "
+            f"{g.times}{s.speed:g}",
             style="bold cyan",
         )
     if s.recording:
-        t.append(f"  ● REC {s.recording}", style="bold red")
+        t.append(f"  {g.dot} REC {clean(s.recording, 60)}", style="bold red")
     if s.fault:
-        t.append(f"  {s.fault}", style="bold red")
+        t.append(f"  {clean(s.fault, 120)}", style="bold red")
     return t
 
 
-def verdict_text(v: View, gpu: int) -> Text:
+def headline(v: View, gpu: int, lk: Look = DEFAULT) -> Text:
+    """One clock: the phase now beside the verdict over its window, each named."""
+    vd = v.verdicts.get(gpu)
+    name, settling = now_label(v.labels.get(gpu))
+    t = Text()
+    t.append(f"GPU {gpu} ", style="bold")
+    t.append("now: ", style="dim")
+    now = "warming up" if name == "warmup" else TITLES.get(name, name)
+    t.append(now + (" (settling?)" if settling else ""), style=lk.phase(name) + _BOLD)
+    if vd is not None and vd.label != "gathering":
+        t.append(f" {lk.glyphs.sep} ", style="dim")
+        t.append(f"last {vd.window_s:.0f} s: ", style="dim")
+        t.append(f"{TITLES.get(vd.label, vd.label)} {100 * vd.share:.0f} %", style=lk.phase(vd.label) + _BOLD)
+    return t
+
+
+def verdict_text(v: View, gpu: int, lk: Look = DEFAULT) -> Text:
+    """Headline, evidence, advice, next command: one line each (the panel cuts them with an ellipsis)."""
     vd = v.verdicts.get(gpu)
     t = Text()
     if vd is None:
@@ -127,27 +194,40 @@ def verdict_text(v: View, gpu: int) -> Text:
         if f is not None and not f.gpus:
             t.append("No GPU to judge: ", style="bold")
             t.append(
-                next((c.detail for c in f.caps if c.source == "nvml" and not c.ok), "no NVIDIA GPU found")
+                clean(
+                    next(
+                        (c.detail for c in f.caps if c.source == "nvml" and not c.ok), "no NVIDIA GPU found"
+                    ),
+                    200,
+                )
             )
-            t.append("  — host panels below are live. Try `memtop --demo`.", style="dim")
+            t.append(
+                "\nShown: host CPU and memory, NUMA, processes and their Python stacks."
+                " `memtop --demo` shows a recorded GPU run.",
+                style="dim",
+            )
         else:
-            t.append("gathering…", style="dim")
+            t.append(f"gathering{lk.glyphs.ellipsis}", style="dim")
         return t
-    color = PHASE_COLORS.get(vd.label, "white")
-    t.append(vd.headline, style=f"bold {color}")
-    t.append(f"\n{vd.evidence}", style="dim")
+    t.append_text(headline(v, gpu, lk))
+    t.append("\n" + clean(vd.evidence), style="dim")
     if vd.advice:
-        t.append(f"\n→ {vd.advice[0]}")
+        t.append(f"\n{lk.glyphs.arrow} {clean(vd.advice[0])}")
     if vd.command and not vd.healthy:
-        t.append(f"\n$ {vd.command}", style="italic")
+        t.append(f"\n$ {clean(vd.command)}", style="italic")
     return t
 
 
-def host_text(h: HostSample | None, caps: tuple[Capability, ...], perf: tuple, ascii_only: bool) -> Text:
+def command(v: View | None, gpu: int) -> str | None:
+    vd = v.verdicts.get(gpu) if v is not None else None
+    return clean(vd.command) if vd is not None and vd.command else None
+
+
+def host_text(h: HostSample | None, caps: tuple[Capability, ...], perf: tuple, lk: Look = DEFAULT) -> Text:
     t = Text()
     if h is None:
-        return Text("host: waiting…", style="dim")
-    blocks = " .:-=+*#@" if ascii_only else " ▁▂▃▄▅▆▇█"
+        return Text(f"host: waiting{lk.glyphs.ellipsis}", style="dim")
+    blocks = lk.glyphs.blocks
     cores = "".join(blocks[min(8, round(c / 12.5))] for c in h.cpu_pct)
     mean = sum(h.cpu_pct) / max(1, len(h.cpu_pct))
     t.append(f"CPU {mean:3.0f}% ", style="bold")
@@ -160,13 +240,16 @@ def host_text(h: HostSample | None, caps: tuple[Capability, ...], perf: tuple, a
     if len(h.numa) > 1:
         for n in h.numa:
             t.append(
-                f"node{n.node} cpus {n.cpus} free {n.mem_free / 2**30:.0f}G miss/s {n.miss_rate:.0f} "
-                f"other/s {n.other_node_rate:.0f}\n"
+                f"node{n.node} cpus {clean(n.cpus, 40)} free {n.mem_free / 2**30:.0f}G "
+                f"miss/s {n.miss_rate:.0f} other/s {n.other_node_rate:.0f}\n"
             )
-        gnodes = ", ".join(f"GPU{i}→node{n}" if n >= 0 else f"GPU{i}→?" for i, n in enumerate(h.gpu_nodes))
+        arrow = lk.glyphs.arrow
+        gnodes = ", ".join(
+            f"GPU{i}{arrow}node{n}" if n >= 0 else f"GPU{i}{arrow}?" for i, n in enumerate(h.gpu_nodes)
+        )
         t.append(f"{gnodes}\n", style="dim")
     else:
-        t.append(f"NUMA: {len(h.numa)} node — placement n/a\n", style="dim")
+        t.append(f"NUMA: {len(h.numa)} node {lk.glyphs.dash} placement n/a\n", style="dim")
     for p in perf:
         r = dict(p.rates)
         line = (
@@ -179,7 +262,26 @@ def host_text(h: HostSample | None, caps: tuple[Capability, ...], perf: tuple, a
     return t
 
 
-def proc_rows(v: View) -> list[tuple[str, tuple]]:
+def top_frame(s: StackSample | None, width: int, ellipsis: str = "…") -> str:
+    """The main thread's top user frame as `function file:line`, fitted to `width` (the file name
+    keeps its line number; a long function name is cut first)."""
+    if s is None:
+        return ""
+    if s.main is None or not s.main.frames:
+        return clean(f"stacks: {s.error}", width) if s.error else ""
+    fr = user_frame(s.main.frames) or s.main.frames[0]
+    func = clean(fr.name)
+    loc = clean(f"{fr.file.rsplit('/', 1)[-1]}:{fr.line}")
+    text = f"{func} {loc}"
+    if len(text) <= width:
+        return text
+    room = width - len(loc) - 1
+    if room >= len(ellipsis) + 3:
+        return func[: room - len(ellipsis)] + ellipsis + " " + loc
+    return text[: max(width - len(ellipsis), 0)] + ellipsis
+
+
+def proc_rows(v: View, lk: Look = DEFAULT, top_w: int = TOP_FRAME[1]) -> list[tuple[str, tuple]]:
     f = v.frame
     if f is None or f.host is None:
         return []
@@ -187,38 +289,30 @@ def proc_rows(v: View) -> list[tuple[str, tuple]]:
     stacks = {s.pid: s for s in f.stacks}
     rows = []
     for p in f.host.procs:
-        s = stacks.get(p.pid)
-        top = ""
-        if s is not None and s.main is not None and s.main.frames:
-            m = s.main
-            top = f"{m.klass}: {m.frames[0].name} {where(m.frames)}"
-        elif s is not None and s.error:
-            top = f"stacks: {s.error}"
         mem = gpu_mem.get(p.pid)
         labs = v.labels.get(p.gpus[0]) if p.gpus else None
-        phase = labs[-1].label if labs else "-"
         rows.append(
             (
                 str(p.pid),
                 (
                     str(p.pid),
-                    p.user[:8],
+                    clean(p.user, 8),
                     ",".join(map(str, p.gpus)) or "-",
                     "-" if mem is None else f"{mem / 2**30:.1f}G",
                     f"{p.cpu_pct:.0f}",
+                    phase_cell(labs, lk) if labs else Text("-"),
+                    top_frame(stacks.get(p.pid), top_w, lk.glyphs.ellipsis),
                     str(p.threads),
-                    p.state,
+                    clean(p.state, 2),
                     "worker" if p.worker_of else "main",
-                    Text(phase, style=PHASE_COLORS.get(phase, "")),
-                    p.placement,
-                    top[:34],
+                    clean(p.placement, 5),
                 ),
             )
         )
     return rows
 
 
-def window_text(ev: dict | None) -> Text:
+def window_text(ev: dict | None, lk: Look = DEFAULT) -> Text:
     """The classifier's sliding-window view of the main thread: class shares, GIL share."""
     t = Text()
     if not ev or not ev.get("stack_shares"):
@@ -227,53 +321,61 @@ def window_text(ev: dict | None) -> Text:
     t.append(f"last {STACK_WINDOW_S:.0f} s: ", style="dim")
     for k, share in sorted(ev["stack_shares"].items(), key=lambda kv: -kv[1]):
         if share >= 0.05:
-            t.append(f"{k} {10 * round(10 * share)}% ", style=CLASS_COLORS.get(k, ""))
-    t.append(f"· GIL held {10 * round(10 * ev.get('gil', 0))}%\n", style="dim")
+            t.append(f"{clean(k, 12)} {10 * round(10 * share)}% ", style=lk.stack_class(k))
+    t.append(f"{lk.glyphs.sep} GIL held {10 * round(10 * ev.get('gil', 0))}%\n", style="dim")
     return t
 
 
 def stacks_text(
-    s: StackSample | None, caps: tuple[Capability, ...], pid: int | None, window: dict | None = None
+    s: StackSample | None,
+    caps: tuple[Capability, ...],
+    pid: int | None,
+    window: dict | None = None,
+    lk: Look = DEFAULT,
+    any_procs: bool = True,
 ) -> Text:
     if pid is None:
+        if not any_procs:
+            return Text("no watched process yet: stacks show here once one runs", style="dim")
         return Text("select a process to see its Python stacks", style="dim")
     if s is None or not s.threads:
         cap = next((c for c in caps if c.source == "stacks" and c.name == f"pid {pid}" and not c.ok), None)
         if cap is not None:
             return Text(
-                f"stacks of {pid} unavailable: {cap.detail}" + (f"\nfix: {cap.fix}" if cap.fix else ""),
+                f"stacks of {pid} unavailable: {clean(cap.detail)}"
+                + (f"\nfix: {clean(cap.fix)}" if cap.fix else ""),
                 style="yellow",
             )
         return Text(f"no stack sample for {pid} yet", style="dim")
-    t = window_text(window)
+    t = window_text(window, lk)
     if s.native:
         t.append("native dump (on request)\n", style="bold")
     for th in sorted(s.threads, key=lambda th: (th.tid != s.pid, not th.active)):
-        color = CLASS_COLORS.get(th.klass, "white")
-        t.append(f"{th.name} ({th.tid}) ", style="bold")
-        t.append(f"{th.klass}", style=f"bold {color}")
+        color = lk.stack_class(th.klass)
+        t.append(f"{clean(th.name, 60)} ({th.tid}) ", style="bold")
+        t.append(clean(th.klass, 12), style=color + _BOLD)
         t.append(f"{' active' if th.active else ' idle'}{' GIL' if th.owns_gil else ''}\n", style="dim")
         for fr in th.frames[:4]:
             t.append(
-                f"  {fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}",
+                f"  {clean(fr.name, 80)} {clean(fr.file.rsplit('/', 1)[-1], 60)}:{fr.line}",
                 style=color if fr is th.frames[0] else "",
             )
             if fr.code and fr is th.frames[0]:
-                t.append(f"  {fr.code[:60]}", style="italic")
+                t.append(f"  {clean(fr.code, 60)}", style="italic")
             t.append("\n")
     return t
 
 
-def caps_text(caps: tuple[Capability, ...], notes: tuple[str, ...] = ()) -> Text:
+def caps_text(caps: tuple[Capability, ...], notes: tuple[str, ...] = (), lk: Look = DEFAULT) -> Text:
     """What is unavailable (with the fix), then faults seen during the run."""
     t = Text()
     for n in notes[-5:]:
-        t.append(f"fault: {n}\n", style="bold red")
+        t.append(f"fault: {clean(n, 300)}\n", style="bold red")
     for c in caps:
         if c.ok:
             continue
-        t.append(f"{c.source} {c.name}: {c.detail}", style="yellow")
+        t.append(f"{clean(c.source, 20)} {clean(c.name, 40)}: {clean(c.detail, 300)}", style="yellow")
         if c.fix:
-            t.append(f" — {c.fix}", style="dim")
+            t.append(f" {lk.glyphs.dash} {clean(c.fix, 300)}", style="dim")
         t.append("\n")
     return t

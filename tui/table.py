@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.cells import set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -58,6 +59,20 @@ class RowTable(TiledLines, can_focus=True):
         self._rows: list[tuple[str, tuple[Cell, ...]]] = []
         self.cursor = 0
         self._top = 0  # first row shown
+
+    def set_width(self, column: int, width: int) -> None:
+        """Give one column another width (the process table's top frame takes what the screen has)."""
+        name, w = self.columns[column]
+        if w == width:
+            return
+        self.columns = (*self.columns[:column], (name, width), *self.columns[column + 1 :])
+        self._plan = [w + GAP for _, w in self.columns]
+        if len(self._tiles) == len(self._plan):
+            self._tiles[column].styles.width = width + GAP
+        else:  # not split into column tiles yet: one tile as wide as the table
+            self._tiles[0].styles.width = sum(self._plan)
+        self.forget_geometry()
+        self._redraw()
 
     @property
     def keys(self) -> list[str]:
@@ -114,9 +129,9 @@ class RowTable(TiledLines, can_focus=True):
         for (_, w), cell in zip(self.columns, cells):
             if isinstance(cell, Text):
                 st = cell.style if isinstance(cell.style, Style) else Style.parse(cell.style or "")
-                segs.append(Segment(cell.plain[:w].ljust(w), base + st))
+                segs.append(Segment(_fit(cell.plain, w), base + st))
             else:
-                segs.append(Segment(cell[:w].ljust(w), base))
+                segs.append(Segment(_fit(cell, w), base))
             segs.append(Segment(" " * GAP, base))
         return Strip(segs)
 
@@ -165,3 +180,8 @@ class RowTable(TiledLines, can_focus=True):
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         self.move_cursor(self.cursor - 1)
+
+
+def _fit(s: str, w: int) -> str:
+    """Exactly w cells (wide characters counted as two)."""
+    return set_cell_size(s, w)

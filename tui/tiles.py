@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
@@ -22,6 +24,14 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 TILE_CELLS = 32  # default tile width: smaller sends fewer bytes, larger costs less CPU (fewer widgets)
+NULL = Style()  # every segment gets a style: NO_COLOR's monochrome filter cannot take None
+
+
+def styled(strip: Strip) -> Strip:
+    """The strip with a null style where a segment has none."""
+    if all(seg.style is not None for seg in strip):
+        return strip
+    return Strip([Segment(t, NULL if st is None else st, c) for t, st, c in strip], strip.cell_length)
 
 
 class KeepsRender(Widget):
@@ -63,6 +73,12 @@ class _Tile(KeepsRender):
     def on_resize(self) -> None:
         self.panel.forget_geometry()  # a tile's width moves the tiles right of it
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # the offset is checked per render (not per line): a tile that moved without changing size
+        # (the panel re-laid out) must not cut its lines at the old offset
+        self.panel.check_geometry(self)
+        return super().render_lines(crop)
+
     def render_line(self, y: int) -> Strip:
         return self.panel.piece(y, self)
 
@@ -87,6 +103,7 @@ class TiledLines(KeepsRender):
         # call, too slow for every rendered line; a tile's resize clears it
         self._geom: dict[_Tile, tuple[int, int]] = {}
         self._pieces: dict[int, dict[int, Strip]] = {}  # line -> tile offset -> that tile's cells
+        self._resized = False  # set by a resize: the next update redraws every tile
 
     def compose(self):
         yield from self._tiles
@@ -102,8 +119,23 @@ class TiledLines(KeepsRender):
         self.forget_geometry()
 
     def forget_geometry(self) -> None:
+        """After a resize every cut and kept render is stale: cut again and redraw every tile (only on
+        a resize, so it costs nothing in steady state); again after the layout has settled."""
         self._geom = {}
         self._pieces = {}
+        self._resized = True
+        for t in self._tiles:
+            t.refresh()
+
+    def on_resize(self) -> None:
+        self.forget_geometry()
+        self.call_after_refresh(self.forget_geometry)
+
+    def check_geometry(self, tile: _Tile) -> None:
+        now = (tile.region.x - self.content_region.x, tile.size.width)
+        if self._geom.get(tile, now) != now:
+            self._geom = {}
+            self._pieces = {}
 
     def geometry(self, tile: _Tile) -> tuple[int, int]:
         if tile not in self._geom:
@@ -121,11 +153,11 @@ class TiledLines(KeepsRender):
     def piece(self, y: int, tile: _Tile) -> Strip:
         x0, w = self.geometry(tile)
         if y >= len(self._lines):
-            return Strip.blank(w)
+            return Strip.blank(w, NULL)
         if y not in self._pieces:
             self._pieces[y] = self._cut(self._lines[y])
         got = self._pieces[y].get(x0)
-        return (got if got is not None else self._lines[y].crop(x0, x0 + w)).adjust_cell_length(w)
+        return (got if got is not None else self._lines[y].crop(x0, x0 + w)).adjust_cell_length(w, NULL)
 
     @property
     def line_count(self) -> int:
@@ -137,15 +169,21 @@ class TiledLines(KeepsRender):
         A panel keeps its height (blank lines at the end) until its width changes: a shorter one
         re-lays out and repaints the whole screen (~20 ms on the VM), and the rows below stay put.
         """
+        lines = [styled(line) for line in lines]
         width, floor = self._floor
         if width == self.size.width and len(lines) < floor:
             lines = lines + [Strip([])] * (floor - len(lines))
         self._floor = (self.size.width, len(lines))
         old, self._lines = self._lines, lines
         old_pieces, self._pieces = self._pieces, {}
-        if len(old) != len(lines):
+        if len(old) != len(lines) or self._resized:
+            self._resized = False
             for t in self._tiles:
-                t.refresh(layout=True)
+                t.refresh(layout=len(old) != len(lines))
+            if len(old) != len(lines):
+                # an explicit height: with `height: auto` a panel in a scrolling container kept the
+                # height of its first, pre-layout render (wrapped at width 1) at a fresh start
+                self.styles.height = len(lines)
             return
         if changed is not None:
             for y, k in changed:
@@ -167,10 +205,12 @@ class TiledLines(KeepsRender):
 
 
 class TextPanel(TiledLines):
-    """A Rich Text shown as tiled lines, wrapped to the panel's width."""
+    """A Rich Text shown as tiled lines, wrapped to the panel's width; or, with ``ellipsis``, one
+    screen line per text line, a longer one cut with that ellipsis (`...` under --ascii)."""
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, ellipsis: str | None = None, **kw) -> None:
         super().__init__(**kw)
+        self.ellipsis = ellipsis
         self._src: Text | None = None  # as given, to compare with the next update
         self._text: Text | None = None
 
@@ -192,6 +232,22 @@ class TextPanel(TiledLines):
 
     def _render_text(self) -> None:
         console: Console = self.app.console
-        width = max(1, self.content_region.width)
-        lines = self._text.wrap(console, width, overflow="crop") if self._text is not None else []
+        width = self.content_region.width
+        if width <= 0:
+            return  # not laid out yet: on_resize renders it
+        if self._text is None:
+            lines = []
+        elif self.ellipsis is not None:
+            lines = [self._ellipsize(line, width, self.ellipsis) for line in self._text.split("\n")]
+        else:
+            lines = self._text.wrap(console, width, overflow="crop")
         self.set_lines([Strip(line.render(console)).adjust_cell_length(width) for line in lines])
+
+    @staticmethod
+    def _ellipsize(line: Text, width: int, ellipsis: str) -> Text:
+        if line.cell_len <= width:
+            return line
+        line = line.copy()
+        line.truncate(max(width - len(ellipsis), 0))
+        line.append(ellipsis, style="dim")
+        return line

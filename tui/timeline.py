@@ -1,4 +1,5 @@
-"""Rolling timeline: SM / DRAM / PCIe / CPU rows with the phase band and a time axis.
+"""Rolling timeline: the selected GPU's SM / DRAM / PCIe / CPU rows, one phase band per GPU
+(stacked: "which GPUs were input-bound this last minute" is one look), events and a time axis.
 
 Line-API tiles (tiles.py): each row is one Strip with equal-style runs merged, built once per
 update. The time window moves in quarter-span jumps; between jumps only the tiles holding the
@@ -19,49 +20,50 @@ from textual.strip import Strip
 from memtop.phases import CHARS, Label
 from memtop.pipeline import Point, View
 
-from .tiles import TiledLines
+from .format import now_label
+from .palette import PHASES, Look, letter_style, look
+from .tiles import NULL, TiledLines
 
-BLOCKS = " ▁▂▃▄▅▆▇█"
-ASCII_BLOCKS = " .:-=+*#@"
-PHASE_COLORS = {
-    "compute": "green",
-    "memory": "cyan",
-    "transfer": "magenta",
-    "sync": "red",
-    "input": "yellow",
-    "cpu": "blue",
-    "idle": "bright_black",
-    "other": "white",
-    "warmup": "bright_black",
-}
 EVENT_MARKS = {
     "gap": ("▼", "v", "bright_white"),
     "throttle": ("T", "T", "bold red"),
     "start": ("+", "+", "green"),
     "exit": ("x", "x", "yellow"),
 }
-ROWS = (
-    ("SM", "sm", "green"),
-    ("DRAM", "dram", "cyan"),
-    ("PCIe", "pcie", "magenta"),
-    ("CPU", "cpu", "yellow"),
+ROWS = (  # (label, Point attribute, the phase whose colour the row takes)
+    ("SM", "sm", "compute"),
+    ("DRAM", "dram", "memory"),
+    ("PCIe", "pcie", "transfer"),
+    ("CPU", "cpu", "input"),
 )
 LABEL_W = 9
-LABEL, DIM = Style.parse("bold"), Style.parse("dim")
-_CODE = {k: chr(ord("A") + i) for i, k in enumerate(PHASE_COLORS)}  # a phase as one character
+LABEL, DIM, SELECTED = Style.parse("bold"), Style.parse("dim"), Style.parse("bold reverse")
+_CODE = {k: chr(ord("A") + i) for i, k in enumerate((*PHASES, "other", "warmup"))}  # a phase as one character
 
 
 class Timeline(TiledLines):
-    DEFAULT_CSS = "Timeline { height: 8; }"  # 4 series, phase band, events, axis, legend
+    DEFAULT_CSS = "Timeline { height: 8; }"  # 4 series, phase band(s), events, axis, legend
 
     def __init__(self, ascii_only: bool = False, **kw) -> None:
         super().__init__(**kw)
         self.ascii_only = ascii_only
+        self.letters = False  # a letter per phase in the band (any mode; `--ascii` always)
+        self.all_bands = False  # one band per GPU (the app turns it on where the screen has room)
         self.span_s = 120.0
         self.gpu = 0
         self._view: View | None = None
         self._end: float | None = None  # time at the right edge (moves in quarter-span jumps)
         self._sigs: tuple[int, list[str]] | None = None  # (width, one signature per row) last drawn
+        self._look: Look = look(None, ascii_only)
+
+    def rows_wanted(self, view: View | None, all_bands: bool) -> int:
+        n = len(view.history) if view is not None and all_bands else 1
+        return len(ROWS) + max(1, n) + 3
+
+    def set_letters(self, on: bool) -> None:
+        self.letters = on
+        self._sigs = None  # the same phases, drawn differently
+        self._redraw()
 
     def show(self, view: View, gpu: int) -> None:
         pts = view.history.get(gpu)
@@ -88,11 +90,19 @@ class Timeline(TiledLines):
     def on_resize(self) -> None:
         self._redraw()
 
+    def _bands(self) -> list[int]:
+        v = self._view
+        gpus = sorted(v.history) if v is not None else []
+        return gpus if self.all_bands and len(gpus) > 1 else [self.gpu]
+
     def _redraw(self) -> None:
         width = self.content_region.width
         if width <= 0:
             return
-        rows = [self._build(y, width) for y in range(len(ROWS) + 4)]
+        theme = self.app.current_theme if self.is_attached else None
+        self._look = look(theme, self.ascii_only, self.letters)
+        bands = self._bands()
+        rows = [self._build(y, width, bands) for y in range(len(ROWS) + len(bands) + 3)]
         sigs = [sig for sig, _ in rows]
         old, self._sigs = self._sigs, (width, sigs)
         lines = [strip.adjust_cell_length(width) for _, strip in rows]
@@ -112,12 +122,12 @@ class Timeline(TiledLines):
         ]
         self.set_lines(lines, changed)
 
-    def _build(self, y: int, width: int) -> tuple[str, Strip]:
+    def _build(self, y: int, width: int, bands: list[int]) -> tuple[str, Strip]:
         v = self._view
         cols = max(1, width - LABEL_W)
         if v is None or not v.history.get(self.gpu):
-            text = "waiting for data…" if y == 0 else ""
-            return text, Strip([Segment(text)])
+            text = f"waiting for data{self._look.glyphs.ellipsis}" if y == 0 else ""
+            return text, Strip([Segment(text, NULL)])
         pts = v.history[self.gpu]
         end = self._end if self._end is not None else pts[-1].t
         start = end - self.span_s
@@ -125,20 +135,22 @@ class Timeline(TiledLines):
         pts = pts[bisect_left(pts, start, key=_t) :]
         dt = self.span_s / cols
         if y < len(ROWS):
-            name, attr, color = ROWS[y]
-            return self._series(name, attr, color, pts, start, dt, cols)
-        if y == len(ROWS):
-            return self._band(v, start, dt, cols)
-        if y == len(ROWS) + 1:
+            name, attr, phase = ROWS[y]
+            return self._series(name, attr, self._look.phase(phase), pts, start, dt, cols)
+        y -= len(ROWS)
+        if y < len(bands):
+            return self._band(v, bands[y], len(bands) > 1, start, dt, cols)
+        y -= len(bands)
+        if y == 0:
             return self._events(v, start, dt, cols)
-        if y == len(ROWS) + 2:
+        if y == 1:
             return self._axis(cols, start, end, v.meta.get("wall_offset"))
         return self._legend()
 
     def _series(
-        self, name: str, attr: str, color: str, pts: tuple[Point, ...], start: float, dt: float, cols: int
+        self, name: str, attr: str, color: Style, pts: tuple[Point, ...], start: float, dt: float, cols: int
     ) -> tuple[str, Strip]:
-        chars = ASCII_BLOCKS if self.ascii_only else BLOCKS
+        chars = self._look.glyphs.blocks
         top = [-1.0] * cols  # the highest value in each column; -1: none
         for p in pts:
             i = int((p.t - start) / dt)
@@ -149,10 +161,11 @@ class Timeline(TiledLines):
         last = next((getattr(p, attr) for p in reversed(pts) if getattr(p, attr) is not None), None)
         head = f"{name:<5}{'' if last is None else f'{min(last, 999):3.0f}'}"
         head = f"{head:<{LABEL_W}}"
-        return head + text, Strip([Segment(head, LABEL), Segment(text, Style.parse(color))])
+        return head + text, Strip([Segment(head, LABEL), Segment(text, color)])
 
-    def _band(self, v: View, start: float, dt: float, cols: int) -> tuple[str, Strip]:
-        labels = v.labels.get(self.gpu, ())
+    def _band(self, v: View, gpu: int, named: bool, start: float, dt: float, cols: int) -> tuple[str, Strip]:
+        lk = self._look
+        labels = v.labels.get(gpu, ())
         labels = labels[bisect_left(labels, start - 0.5, key=_t) :]
         kinds: list[str | None] = [None] * cols  # None: no label (drawn blank, in the warm-up colour)
         for lab in labels:
@@ -160,20 +173,33 @@ class Timeline(TiledLines):
             i1 = int((lab.t + 0.5 - start) / dt)
             for i in range(max(0, i0), min(cols, max(i0 + 1, i1))):
                 kinds[i] = lab.label
-        latest = v.history[self.gpu][-1].t if v.history.get(self.gpu) else None
-        cur = None if latest is None or v.status.mode == "live" else int((latest - start) / dt)
-        head = f"{'phase':<{LABEL_W}}"
-        segs = [Segment(head, LABEL)]
+        # the newest cell shows the label of now (with its settling mark): the row's phase cell, the
+        # headline's "now" and this cell always name the same label
+        name, settling = now_label(labels)
+        latest = v.history[gpu][-1].t if v.history.get(gpu) else None
+        last = None if latest is None else min(cols - 1, int((latest - start) / dt))
+        if last is not None and last >= 0 and labels:
+            kinds[last] = name
+        cur = None if latest is None or v.status.mode == "live" else last
+        head = f"{f'GPU{gpu}' if named else 'phase'}{'?' if settling else ''}"
+        head = f"{head:<{LABEL_W}}"
+        segs = [Segment(head, SELECTED if named and gpu == self.gpu else LABEL)]
         sig = [head]
+        letters = lk.letters or self.ascii_only
         # runs of (phase, is the replay position): the position is one cell in its phase's colour
         for (k, here), run in groupby((k, i == cur) for i, k in enumerate(kinds)):
             n = len(list(run))
+            color = lk.colors.get(k or "warmup", lk.colors["other"])
             if here:
-                text, code = ("|" if self.ascii_only else "▏"), "|"
+                text, code, style = lk.glyphs.cursor, "|", Style(color=color)
+            elif k is None:
+                text, code, style = " " * n, " " * n, NULL
+            elif lk.letters:
+                text, code, style = CHARS.get(k, "?") * n, _CODE.get(k, " ") * n, letter_style(color)
             else:
-                text = (" " if k is None else (CHARS.get(k, "?") if self.ascii_only else "█")) * n
-                code = _CODE.get(k, " ") * n
-            segs.append(Segment(text, Style.parse(PHASE_COLORS.get(k or "warmup", "white"))))
+                ch = CHARS.get(k, "?") if letters else lk.glyphs.full
+                text, code, style = ch * n, _CODE.get(k, " ") * n, Style(color=color)
+            segs.append(Segment(text, style))
             sig.append(code)
         return "".join(sig), Strip(segs)
 
@@ -181,7 +207,7 @@ class Timeline(TiledLines):
         marks: dict[int, tuple[str, str]] = {}
         for ev in v.events:
             i = int((ev.t - start) / dt)
-            if ev.gpu == self.gpu and 0 <= i < cols:
+            if ev.gpu == self.gpu and 0 <= i < cols and ev.kind in EVENT_MARKS:
                 uni, asc, style = EVENT_MARKS[ev.kind]
                 marks[i] = (asc if self.ascii_only else uni, style)
         head = f"{'events':<{LABEL_W}}"
@@ -190,10 +216,10 @@ class Timeline(TiledLines):
         at = 0
         for i in sorted(marks):
             ch, style = marks[i]
-            segs += [Segment(" " * (i - at)), Segment(ch, Style.parse(style))]
+            segs += [Segment(" " * (i - at), NULL), Segment(ch, Style.parse(style))]
             sig += [" " * (i - at), ch]
             at = i + 1
-        segs.append(Segment(" " * (cols - at)))
+        segs.append(Segment(" " * (cols - at), NULL))
         sig.append(" " * (cols - at))
         return "".join(sig), Strip(Segment.simplify(segs))
 
@@ -210,13 +236,18 @@ class Timeline(TiledLines):
                 if i + k < cols:
                     axis[i + k] = ch
         text = "".join(axis)
-        return " " * LABEL_W + text, Strip([Segment(" " * LABEL_W), Segment(text, DIM)])
+        return " " * LABEL_W + text, Strip([Segment(" " * LABEL_W, NULL), Segment(text, DIM)])
 
     def _legend(self) -> tuple[str, Strip]:
-        segs = [Segment(" " * LABEL_W)]
-        for k in ("compute", "memory", "transfer", "sync", "input", "cpu", "idle"):
-            mark = CHARS[k] if self.ascii_only else "█"
-            segs += [Segment(mark, Style.parse(PHASE_COLORS[k])), Segment(f" {k}  ", DIM)]
+        lk = self._look
+        segs = [Segment(" " * LABEL_W, NULL)]
+        for k in PHASES:
+            if lk.letters:
+                segs.append(Segment(CHARS[k], letter_style(lk.colors[k])))
+            else:
+                mark = CHARS[k] if self.ascii_only else lk.glyphs.full
+                segs.append(Segment(mark, lk.phase(k)))
+            segs.append(Segment(f" {k}  ", DIM))
         for kind, (uni, asc, st) in EVENT_MARKS.items():
             segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind}  ", DIM)]
         return "".join(seg.text for seg in segs), Strip(segs)

@@ -1,0 +1,387 @@
+"""The TUI's rendering: every terminal (NO_COLOR, --ascii), exact resizes, layouts per size, one clock,
+per-theme colour-blind-safe phase colours, the detail screen's units, and terminal safety of every
+string from a recording. Real H100 recordings (tests/data); the 8-GPU view is tests/multigpu.py's."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from itertools import combinations
+
+import pytest
+from conftest import REC
+from hostile import ESC, HOSTILE
+from memtop.tui import format as fmt
+from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp, detail_text
+from memtop.tui.palette import PHASES, delta_e, look, phase_colors, simulated_lab, to_ascii
+from memtop.tui.timeline import Timeline
+from multigpu import multi_gpu
+from rich.console import Console
+from textual.app import App
+
+from memtop.metrics import BY_NAME, METRICS
+from memtop.model import Capability, CapState, StackFrame
+from memtop.pipeline import Pipeline, Status
+from memtop.store import Recording
+
+_FRAMES: dict = {}
+
+
+def _frames():
+    if not _FRAMES:
+        _FRAMES[0] = list(Recording(REC[0]).frames())
+    return _FRAMES[0]
+
+
+def _pipeline(n_gpus: int = 1, upto: int = 900, frames=None, meta=None) -> Pipeline:
+    rec = Recording(REC[0])
+    frames = frames if frames is not None else _frames()
+    if n_gpus > 1:
+        frames = multi_gpu(frames, n_gpus)
+    p = Pipeline(
+        Status("replay", position=frames[upto].t - rec.t0, duration=rec.duration, paused=True),
+        meta=meta or rec.meta,
+    )
+    for f in frames[:upto]:
+        p.on_frame(f, tick=False)
+    return p
+
+
+async def _settle(pilot, app: MemtopApp) -> None:
+    """Until the first paint and the layout after it are on screen (a loaded CI machine is slow)."""
+    for _ in range(50):
+        await pilot.pause(0.1)
+        if app.view is not None and app.query_one(Timeline).line_count > 3:
+            break
+    await pilot.pause(0.2)
+
+
+def _screen(app: App) -> list[str]:
+    """What the terminal shows, one string per row (Textual's line filters applied)."""
+    return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+
+
+def _ansi(app: App) -> str:
+    """The screen as the escape sequences a terminal would get."""
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, color_system="truecolor", width=app.size.width)
+    for strip in app.screen._compositor.render_strips():
+        console.print(strip, end="\n", soft_wrap=True, crop=False)
+    return out.getvalue()
+
+
+# -- every terminal -------------------------------------------------------------------------------
+@pytest.mark.parametrize(("value", "colour"), [("1", False), ("", True)])
+async def test_no_color_per_no_color_org(monkeypatch, value, colour):
+    """Set and non-empty: no colour; empty: colour. Both crashed at the first paint (style=None)."""
+    monkeypatch.setenv("NO_COLOR", value)
+    app = MemtopApp(_pipeline(8), hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot, app)
+        assert app.is_running and app.no_color is (not colour)
+        assert any("now:" in row for row in _screen(app))
+
+
+async def test_no_color_flag():
+    app = MemtopApp(_pipeline(1), hangup_guard=False, no_color=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot, app)
+        assert app.no_color and "now:" in "".join(_screen(app))
+
+
+async def test_ascii_emits_only_printable_ascii_on_every_screen():
+    app = MemtopApp(_pipeline(8), hangup_guard=False, ascii_only=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot, app)
+        screens = [_screen(app)]
+        await pilot.press("c")  # a notification with the command
+        await pilot.pause(0.3)
+        screens.append(_screen(app))
+        await pilot.press("question_mark")
+        await pilot.pause(0.3)
+        screens.append(_screen(app))
+        await pilot.press("escape")
+        app.query_one("#gpus").focus()
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, GpuDetail)
+        screens.append(_screen(app))
+    for rows in screens:
+        bad = {ch for row in rows for ch in row if not (" " <= ch <= "~")}
+        assert not bad, bad
+
+
+def test_to_ascii_keeps_cell_widths():
+    assert to_ascii("╭─ █▏… ×→ 漢") == "+- #|. x> ??"
+
+
+# -- resize is exact ------------------------------------------------------------------------------
+@pytest.mark.parametrize("gpus", [1, 8])
+async def test_any_resize_sequence_equals_a_fresh_start(gpus):
+    """The header once read `…80G9.04 GPM 10 Hz ▶ DEMO 63.0/10 Hz ▶ DEMO 69.0/142s` after 200->120."""
+    frames = _frames() if gpus == 1 else multi_gpu(_frames(), gpus)
+    p = _pipeline(gpus, upto=600)
+    app = MemtopApp(p, hangup_guard=False)
+    k = 600
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _settle(pilot, app)
+        for size in ((120, 40), (80, 24), (60, 20), (160, 45), (120, 40)):
+            await pilot.resize_terminal(*size)
+            for _ in range(2):  # frames and paints while the layout settles
+                for f in frames[k : k + 10]:
+                    p.on_frame(f, tick=False)
+                k += 10
+                p.set_status(position=p.status.position + 1.0)
+                app._paint()
+                await pilot.pause(0.01)
+        app.view = None  # the slow panels (every second paint) catch up, as at a fresh start
+        app._paint()
+        await pilot.pause(0.3)
+        resized = _screen(app)
+        view = app.view
+        end = app.query_one(Timeline)._end
+    fresh = MemtopApp(p, hangup_guard=False)
+    async with fresh.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot, fresh)
+        fresh.query_one(Timeline)._end = end  # the window moves in jumps
+        fresh.view = None
+        fresh._paint()
+        await pilot.pause(0.3)
+        assert fresh.view.version == view.version
+        assert _screen(fresh) == resized
+
+
+# -- layouts --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("size", [(60, 20), (80, 24), (120, 40), (200, 50)])
+async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):
+    app = MemtopApp(_pipeline(8), hangup_guard=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.3)
+        rows = _screen(app)
+        vd = app.view.verdicts[0]
+    text = "\n".join(rows)
+    assert "GPU 0 now:" in text and "last 60 s:" in text
+    assert any(row.strip().startswith(vd.evidence[:20]) for row in rows)
+    cmd_row = next(row for row in rows if row.strip().startswith("$ nsys") or row.strip().startswith("$ ncu"))
+    if len(vd.command) + 3 > size[0]:
+        assert cmd_row.rstrip().endswith("…")  # cut with an ellipsis, not mid-word without a sign
+
+
+@pytest.mark.parametrize("size", [(120, 40), (200, 50)])
+async def test_every_gpu_has_its_band_where_there_is_room(size):
+    app = MemtopApp(_pipeline(8), hangup_guard=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.3)
+        rows = _screen(app)
+    bands = [row for row in rows if row.startswith("GPU") and row[3:4].isdigit()]
+    assert [row[:4] for row in bands] == [f"GPU{i}" for i in range(8)]
+    assert sum(row.startswith("SM ") for row in rows) == 1  # the selected GPU keeps its series
+
+
+async def test_copy_command_puts_the_whole_command_on_the_clipboard():
+    app = MemtopApp(_pipeline(1), hangup_guard=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot, app)
+        await pilot.press("c")
+        await pilot.pause(0.1)
+        cmd = app.view.verdicts[0].command
+        assert app.clipboard == cmd and len(cmd) > 80
+        assert any(n.message == cmd for n in app._notifications)
+
+
+# -- one clock ------------------------------------------------------------------------------------
+async def test_row_band_and_headline_name_the_same_label_and_settling_shows():
+    """Stop at every paint of a stretch with phase changes: the GPU row's phase, the headline's
+    "now" and the band's newest cell agree, and a label held by hysteresis carries a `?`."""
+    frames = _frames()
+    p = _pipeline(1, upto=300)
+    app = MemtopApp(p, hangup_guard=False)
+    settled_seen = settling_seen = False
+    async with app.run_test(size=(120, 40)) as pilot:
+        for k in range(300, 900, 5):
+            for f in frames[k : k + 5]:
+                p.on_frame(f, tick=False)
+            app._paint()
+            await pilot.pause(0.01)
+            name, settling = fmt.now_label(app.view.labels.get(0))
+            if name == "warmup":
+                continue
+            row = app.query_one("#gpus")._rows[0][1][1].plain
+            assert row == name + ("?" if settling else "")
+            head = app.query_one("#verdict").text.plain.split("\n")[0]
+            assert ("(settling?)" in head) is settling
+            tl = app.query_one(Timeline)
+            band = next(line for line in tl._sigs[1] if line.startswith("phase"))
+            code = band.rstrip()[-1] if tl.gpu == 0 and app.view.status.mode == "live" else None
+            assert code is None or code == "|"  # replay: the newest cell is the position mark
+            settled_seen |= not settling
+            settling_seen |= settling
+    assert settled_seen and settling_seen
+
+
+# -- colours --------------------------------------------------------------------------------------
+def test_phase_colours_are_distinct_in_every_theme_and_under_colour_blindness():
+    """Transfer and sync were one pink in 11 dark themes. CIE76 distance > 12 between every pair of
+    the seven phase colours, for normal vision, deuteranopia and protanopia (Machado 2009)."""
+    themes = App().available_themes
+    assert len(themes) >= 20
+    for name, theme in themes.items():
+        colors = phase_colors(theme)
+        for deficiency in (None, "deuteranopia", "protanopia"):
+            labs = {k: simulated_lab(colors[k], deficiency) for k in PHASES}
+            worst = min((delta_e(labs[a], labs[b]), a, b) for a, b in combinations(PHASES, 2))
+            assert worst[0] > 12, (name, deficiency, worst)
+
+
+def test_deuteranopia_simulation_collapses_red_and_green():
+    """The simulation does what it claims: pure red and green are close for a deuteranope."""
+    normal = delta_e(simulated_lab("#d00000"), simulated_lab("#00a000"))
+    deutan = delta_e(simulated_lab("#d00000", "deuteranopia"), simulated_lab("#00a000", "deuteranopia"))
+    assert deutan < normal / 3
+
+
+async def test_letters_on_request_in_any_mode():
+    app = MemtopApp(_pipeline(1), hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot, app)
+        band = next(row for row in _screen(app) if row.startswith("phase"))
+        assert "█" in band and not set("CMTSIP") & set(band[9:])
+        await pilot.press("l")
+        await pilot.pause(0.3)
+        band = next(row for row in _screen(app) if row.startswith("phase"))
+        assert set("CMTSIP") & set(band[9:]) and "█" not in band
+
+
+# -- detail screen, tables ------------------------------------------------------------------------
+def test_detail_screen_shows_every_metric_with_its_unit():
+    v = _pipeline(1).view()
+    text = detail_text(v, 0, look(None)).plain
+    for m in METRICS:
+        if m.kind != "bitmask":
+            assert m.title in text
+    for unit in ("GB/s", "GiB", "MHz", " W", " %"):
+        assert unit in text
+    assert "20039906304.0" not in text and "pcie_rx " not in text
+
+
+def test_gpu_table_columns_come_from_the_metric_table():
+    titles = [t for t, _ in fmt.GPU_COLUMNS]
+    for name in fmt.GPU_METRIC_COLUMNS:
+        m = BY_NAME[name]
+        assert any(t.startswith(m.title[:4]) for t in titles), m.title
+
+
+def test_top_frame_is_the_user_frame_with_the_width_it_has():
+    from memtop.model import StackSample, ThreadStack
+
+    frames = (
+        StackFrame("_local_scalar_dense", "/x/site-packages/torch/_tensor.py", 10),
+        StackFrame("train_step_with_a_long_function_name", "/home/u/project/train.py", 134),
+    )
+    s = StackSample(
+        t=0.0,
+        pid=7,
+        threads=(ThreadStack(tid=7, name="MainThread", active=True, owns_gil=True, frames=frames),),
+    )
+    assert fmt.top_frame(s, 80) == "train_step_with_a_long_function_name train.py:134"
+    cut = fmt.top_frame(s, 30)
+    assert len(cut) == 30 and cut.endswith("… train.py:134") and cut.startswith("train_step")
+
+
+async def test_no_gpu_live_says_what_it_can_show():
+    p = Pipeline(Status("live"), meta={"host": "test"})
+    cap = Capability("nvml", "driver", CapState.UNSUPPORTED, "NVIDIA driver not found")
+    from memtop.model import Frame
+
+    p.on_frame(Frame(t=1.0, host=_frames()[100].host, caps=(cap,)), tick=False)
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot, app)
+        text = "\n".join(_screen(app))
+    assert "host CPU and memory, NUMA, processes and their Python stacks" in text
+
+
+# -- terminal safety (#16) ------------------------------------------------------------------------
+def hostile_frames(frames, corpus=HOSTILE):
+    """The real recording with every string it holds replaced by the hostile corpus."""
+
+    def h(i: int) -> str:
+        return corpus[i % len(corpus)]
+
+    out = []
+    for k, f in enumerate(frames):
+        gpus = tuple(replace(g, name=h(k), uuid=h(k + 1)) for g in f.gpus)
+        host = f.host
+        if host is not None:
+            procs = tuple(replace(p, name=h(k + 2), cmdline=h(k + 3), user=h(k + 4)) for p in host.procs)
+            host = replace(host, procs=procs)
+        stacks = tuple(
+            replace(
+                s,
+                error=h(k + 5) if s.error else None,
+                threads=tuple(
+                    replace(
+                        th,
+                        name=h(k + j),
+                        frames=tuple(
+                            replace(fr, name=h(k + j + 1), file="/u/" + h(k + j + 2), code=h(k + j + 3))
+                            for fr in th.frames
+                        ),
+                    )
+                    for j, th in enumerate(s.threads)
+                ),
+            )
+            for s in f.stacks
+        )
+        caps = tuple(replace(c, detail=h(k + 6), fix=h(k + 7)) for c in f.caps)
+        out.append(
+            replace(f, gpus=gpus, host=host, stacks=stacks, caps=caps, notes=(h(k),) if k % 50 == 0 else ())
+        )
+    return out
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_hostile_strings_reach_no_screen_raw(size):
+    meta = {**Recording(REC[0]).meta, "host": HOSTILE[0], "driver": HOSTILE[10]}
+    p = _pipeline(1, frames=hostile_frames(_frames()), meta=meta)
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.3)
+        outputs = [_ansi(app)]
+        app.query_one("#gpus").focus()
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, GpuDetail)
+        outputs.append(_ansi(app))
+        await pilot.press("escape", "question_mark")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, HelpScreen)
+        outputs.append(_ansi(app))
+        await pilot.press("escape")
+        app.query_one("#procs").focus()
+        await pilot.press("c")
+        await pilot.pause(0.3)
+        outputs.append(_ansi(app))
+        assert app.is_running
+    for out in outputs:
+        # the only escapes are the console's own SGR colour codes: no OSC, CSI other than SGR, DCS
+        import re
+
+        assert not re.search(r"\x1b(?!\[[0-9;]*m)", out)
+        assert "PWNED" not in out or "\\x1b]0;PWNED" in out
+    assert ESC not in (app.clipboard or "")
+
+
+# -- snapshots ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)])
+def test_snapshot_per_size_8gpu(snap_compare, size):
+    assert snap_compare(MemtopApp(_pipeline(8), hangup_guard=False), terminal_size=size)
+
+
+def test_snapshot_no_color(snap_compare, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert snap_compare(MemtopApp(_pipeline(1), hangup_guard=False), terminal_size=(120, 40))
+
+
+def test_snapshot_ascii(snap_compare):
+    assert snap_compare(MemtopApp(_pipeline(8), hangup_guard=False, ascii_only=True), terminal_size=(120, 40))

@@ -1,0 +1,232 @@
+"""Presentation constants in one place: phase colours per theme, ramps, glyphs (Unicode and ASCII).
+
+Phase colours come from Okabe & Ito's colour-blind-safe set, not from ANSI names: Textual's themes
+remap the 16 ANSI colours, and in 11 dark themes magenta and red (transfer and sync) became one pink.
+Each theme gets its own palette (dark or light base, idle blended from the theme's own colours);
+`tests/test_tui_view.py` checks that the seven stay apart under deuteranopia and protanopia.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from rich.cells import cell_len
+from rich.color import Color
+from rich.segment import Segment
+from rich.style import Style
+from textual.color import Color as TColor
+from textual.filter import LineFilter
+from textual.theme import Theme
+
+PHASES = ("compute", "memory", "transfer", "sync", "input", "cpu", "idle")
+
+# Okabe-Ito: bluish green, sky blue, reddish purple, vermillion, yellow, blue; idle is grey
+_DARK = {
+    "compute": "#00B386",  # Okabe-Ito bluish green #009E73 lifted (apart from grey under deuteranopia)
+    "memory": "#56B4E9",
+    "transfer": "#CC79A7",
+    "sync": "#D55E00",
+    "input": "#F0E442",
+    "cpu": "#3C8DFF",  # Okabe-Ito blue lifted: #0072B2 is too dark on a dark background
+}
+_LIGHT = {
+    "compute": "#007A59",
+    "memory": "#3A9AD9",
+    "transfer": "#B9508F",
+    "sync": "#B84A00",
+    "input": "#C8B400",  # yellow darkened: #F0E442 vanishes on white
+    "cpu": "#0050A0",
+}
+# what a name in the default palette means when a theme is not known (e.g. the ansi themes' "default")
+_DARK_BG, _DARK_FG, _LIGHT_BG, _LIGHT_FG = "#101010", "#e0e0e0", "#f5f5f5", "#202020"
+
+# stack classes (the stacks panel): reuse the phase each class explains
+CLASS_PHASE = {"sync": "sync", "copy": "transfer", "data": "input", "other": "cpu", "idle": "idle"}
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+ASCII_BLOCKS = " .:-=+*#@"
+
+
+class Glyphs:
+    """Every non-ASCII character the TUI draws, with its ASCII stand-in (`--ascii`)."""
+
+    def __init__(self, ascii_only: bool) -> None:
+        a = ascii_only
+        self.ascii = a
+        self.blocks = ASCII_BLOCKS if a else BLOCKS
+        self.full = "#" if a else "█"
+        self.cursor = "|" if a else "▏"
+        self.times = "x" if a else "×"
+        self.arrow = "->" if a else "→"
+        self.dash = "-" if a else "—"
+        self.dot = "*" if a else "●"
+        self.play = ">" if a else "▶"
+        self.pause = "||" if a else "⏸"
+        self.ellipsis = "..." if a else "…"
+        self.sep = "|" if a else "·"
+        self.gap = "v" if a else "▼"
+
+
+def _hex(c: str | None, fallback: str) -> str:
+    if not c or not c.startswith("#"):
+        return fallback
+    return c[:7]
+
+
+def _blend(a: str, b: str, f: float) -> str:
+    ca, cb = Color.parse(a).get_truecolor(), Color.parse(b).get_truecolor()
+    return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(ca, cb))
+
+
+def _grey(c: str) -> str:
+    v = round(sum(Color.parse(c).get_truecolor()) / 3)
+    return f"#{v:02x}{v:02x}{v:02x}"
+
+
+@lru_cache(64)
+def _colors(dark: bool, background: str | None, foreground: str | None) -> dict[str, str]:
+    bg = _hex(background, _DARK_BG if dark else _LIGHT_BG)
+    fg = _hex(foreground, _DARK_FG if dark else _LIGHT_FG)
+    out = dict(_DARK if dark else _LIGHT)
+    out["idle"] = _grey(_blend(bg, fg, 0.38))  # visible, quieter than any phase, and hue-free
+    out["other"] = _blend(bg, fg, 0.75)
+    out["warmup"] = _blend(bg, fg, 0.25)
+    return out
+
+
+def phase_colors(theme: Theme | None) -> dict[str, str]:
+    """The phase palette of a theme (phase -> #rrggbb), idle/other/warmup included."""
+    if theme is None:
+        return _colors(True, None, None)
+    return _colors(theme.dark, theme.background, theme.foreground)
+
+
+@lru_cache(64)
+def _styles(dark: bool, background: str | None, foreground: str | None) -> dict[str, Style]:
+    return {k: Style(color=v) for k, v in _colors(dark, background, foreground).items()}
+
+
+def phase_styles(theme: Theme | None) -> dict[str, Style]:
+    if theme is None:
+        return _styles(True, None, None)
+    return _styles(theme.dark, theme.background, theme.foreground)
+
+
+def letter_style(color: str) -> Style:
+    """A phase letter on its colour (letters on request, any mode): dark or light ink by luminance."""
+    r, g, b = Color.parse(color).get_truecolor()
+    ink = "#000000" if 0.299 * r + 0.587 * g + 0.114 * b > 110 else "#ffffff"
+    return Style(color=ink, bgcolor=color, bold=True)
+
+
+# -- colour-vision-deficiency simulation (for the palette test and for anyone tuning colours) ----
+# Machado, Oliveira & Fernandes (2009), severity 1.0, applied to linear RGB
+_CVD = {
+    "deuteranopia": (
+        (0.367322, 0.860646, -0.227968),
+        (0.280085, 0.672501, 0.047413),
+        (-0.011820, 0.042940, 0.968881),
+    ),
+    "protanopia": (
+        (0.152286, 1.052583, -0.204868),
+        (0.114503, 0.786281, 0.099216),
+        (-0.003882, -0.048116, 1.051998),
+    ),
+}
+
+
+def _lin(c: float) -> float:
+    c /= 255
+    return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+
+def _lab(rgb: tuple[float, float, float]) -> tuple[float, float, float]:
+    r, g, b = rgb
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    fx, fy, fz = f(x), f(y), f(z)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def simulated_lab(color: str, deficiency: str | None = None) -> tuple[float, float, float]:
+    """CIELAB of a colour as seen with `deficiency` (None: normal vision)."""
+    rgb = [_lin(c) for c in Color.parse(color).get_truecolor()]
+    if deficiency is not None:
+        m = _CVD[deficiency]
+        rgb = [min(1.0, max(0.0, sum(m[i][j] * rgb[j] for j in range(3)))) for i in range(3)]
+    return _lab((rgb[0], rgb[1], rgb[2]))
+
+
+def delta_e(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """CIE76 colour difference."""
+    return sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5
+
+
+@dataclass(frozen=True)
+class Look:
+    """What a frame is drawn with: the theme's phase colours, the glyph set, phase letters on or off."""
+
+    colors: dict[str, str]
+    glyphs: Glyphs
+    letters: bool = False
+
+    def phase(self, name: str) -> Style:
+        return Style(color=self.colors.get(name, self.colors["other"]))
+
+    def stack_class(self, klass: str) -> Style:
+        return self.phase(CLASS_PHASE.get(klass, "other"))
+
+
+def look(theme: Theme | None, ascii_only: bool = False, letters: bool = False) -> Look:
+    return Look(phase_colors(theme), Glyphs(ascii_only), letters)
+
+
+# -- --ascii: a line filter over everything drawn (Textual's own widgets too: borders, footer,
+# toasts, the command palette), one printable ASCII character per cell
+_ASCII = {
+    **{c: "-" for c in "─━┄┅┈┉╌╍═╴╶╸╺▔▁"},
+    **{c: "|" for c in "│┃┆┇┊┋╎╏║╵╷╹╻▏▎▍▌▐▕"},
+    **{c: "+" for c in "┌┐└┘├┤┬┴┼╭╮╯╰╔╗╚╝╠╣╦╩╬┏┓┗┛┣┫┳┻╋"},
+    **{c: "#" for c in "█▇▆▅▄▃▂▀▉▊▋▓▒░■"},
+    "…": ".",
+    "·": ".",
+    "×": "x",
+    "→": ">",
+    "←": "<",
+    "↑": "^",
+    "↓": "v",
+    "—": "-",
+    "–": "-",
+    "▶": ">",
+    "▼": "v",
+    "▲": "^",
+    "⏸": "=",
+    "●": "*",
+    "°": "o",
+}
+
+
+def to_ascii(text: str) -> str:
+    """Printable ASCII of the same cell width (a wide character becomes two cells of `?`)."""
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if " " <= ch <= "~":
+            out.append(ch)
+        elif ch in _ASCII:
+            out.append(_ASCII[ch])
+        else:
+            out.append("?" * max(cell_len(ch), 0))
+    return "".join(out)
+
+
+class AsciiFilter(LineFilter):
+    def apply(self, segments: list[Segment], background: TColor) -> list[Segment]:
+        return [Segment(to_ascii(t), st, c) for t, st, c in segments]
