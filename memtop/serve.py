@@ -54,9 +54,8 @@ class NodeCollector:
         gpus = [(g, [str(g.index), g.uuid, host]) for g in frame.gpus]
         for m in GAUGES:
             unit = {"percent": "ratio, 0..1", "mhz": "Hz"}.get(m.kind, m.kind.replace("_", " "))
-            fam = GaugeMetricFamily(
-                PREFIX + m.prom, f"{m.help} ({unit}; dcgm-exporter: {m.dcgm})", labels=base
-            )
+            dcgm = f"; dcgm-exporter: {m.dcgm}" if m.dcgm else ""
+            fam = GaugeMetricFamily(PREFIX + m.prom, f"{m.help} ({unit}{dcgm})", labels=base)
             for g, labels in gpus:
                 v = getattr(g, m.name)
                 if v is None:
