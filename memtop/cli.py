@@ -174,6 +174,7 @@ def _add_cluster_commands(sub) -> None:
     )
     hosts.add_argument("--prom", metavar="URL", help="read every node from this Prometheus server's HTTP API")
     cl.add_argument("--ssh", action="store_true", help="run `memtop snapshot` over ssh instead of HTTP")
+    cl.add_argument("--ssh-config", metavar="FILE", help="with --ssh: this ssh config file (ssh -F)")
     cl.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="P", help="serve port on each node")
     cl.add_argument(
         "--interval",
