@@ -147,6 +147,30 @@ def test_real_prometheus_reads_phase_shares(demo, tmp_path):
         # every second of a GPU's time is in exactly one phase: the shares of all phases sum to one
         assert 0.6 <= float(result[0]["value"][1]) <= 1.4, result
         assert query("memtop_gpu_info * on(gpu, uuid, hostname) group_left memtop_gpu_sm_clock_hertz")
+        # `memtop cluster --prom` reads the same server: one node, its GPU's shares and band
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memtop",
+                "cluster",
+                "--prom",
+                f"http://127.0.0.1:{port}",
+                "--once",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        out = json.loads(r.stdout)
+        assert r.returncode == 0 and len(out["nodes"]) == 1, r.stderr
+        snap = out["nodes"][0]["snapshot"]
+        jsonschema.validate(snap, SCHEMA)
+        g = snap["gpus"][0]
+        assert g["shares"] and set(g["shares"]) <= {*LABELS, "warmup"}
+        assert g["band"].strip() and g["phase"] in LABELS
+        assert g["name"].startswith("NVIDIA")
     finally:
         stop(prom)
 
