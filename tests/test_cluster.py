@@ -232,3 +232,47 @@ def test_ssh_transport_against_a_real_sshd(tmp_path):
         assert by[t]["snapshot"]["mode"] == "demo"
     assert by["node-denied"]["ok"] is False and by["node-denied"]["error"] == "auth"
     assert rc == 1
+
+
+class _Nodes:
+    """The TUI's source: node states already polled (from real snapshots)."""
+
+    def __init__(self, nodes: list[NodeState]) -> None:
+        self.nodes = nodes
+
+    def poll_all(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+async def test_tui_rows_straggler_stale_and_enter(capsys):
+    from hostile import HOSTILE
+    from memtop.tui.cluster import BandTable, ClusterApp, NodeScreen
+    from textual.widgets import Static
+
+    base = _real_snapshot(RECS[0], capsys)
+    major = recent_phase(base["gpus"][0])
+    odd = next(
+        s for s in (_real_snapshot(r, capsys) for r in RECS[1:]) if recent_phase(s["gpus"][0]) != major
+    )
+    odd["hostname"] = HOSTILE[0]
+    dead = NodeState("dead:1")
+    dead.bad("refused")
+    nodes = [_state(f"n{i}", base) for i in range(4)] + [_state("odd", odd), dead]
+    app = ClusterApp(_Nodes(nodes), interval=2.0)
+    async with app.run_test(size=(200, 30)) as pilot:
+        await pilot.pause()
+        table = app.query_one(BandTable)
+        assert table.keys == ["n0/0", "n1/0", "n2/0", "n3/0", "odd/0", "dead:1/-"]
+        lines = [strip.text for strip in table._lines]  # header, then one line per row
+        assert "straggler?" in lines[5] and "refused" in lines[6]
+        assert not any("straggler?" in line for line in lines[1:5])
+        table.focus()
+        table.move_cursor(4)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, NodeScreen)
+        shown = str(app.screen.query_one(Static).render())
+        assert "odd" in shown and "\x1b" not in shown
