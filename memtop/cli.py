@@ -179,7 +179,76 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="what this machine can give, and the fix for each 'no'")
     d.add_argument("--json", action="store_true")
+    _add_cluster_commands(sub)
     return p
+
+
+def _add_source(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--demo", action="store_true", help="replay the H100 recording shipped with memtop")
+    src.add_argument("--replay", metavar="FILE", help="replay a recording (in a loop) instead of sampling")
+
+
+def _add_cluster_commands(sub) -> None:
+    """snapshot / serve / cluster: one node's pipeline for scripts and Prometheus, and many nodes."""
+    from memtop.serve import DEFAULT_PORT
+
+    sn = sub.add_parser("snapshot", help="what memtop knows now, once or as a stream (JSON lines)")
+    sn.add_argument("--json", action="store_true", help="JSON (docs/snapshot.schema.json) instead of text")
+    sn.add_argument(
+        "--interval",
+        dest="snap_interval",
+        type=_positive,
+        metavar="S",
+        help="seconds between snapshots; alone it streams until stopped (default: one after 5 s)",
+    )
+    sn.add_argument("--count", type=int, metavar="N", help="stop after N snapshots (0: never)")
+    sn.add_argument(
+        "--fail-on", metavar="PHASE:SHARE", help="exit 3 when a GPU's share of PHASE exceeds SHARE (sync:0.2)"
+    )
+    sn.add_argument("--pid", type=int, nargs="+", default=[], metavar="PID", help="watch these processes")
+    sn.set_defaults(interval=0.1, stack_interval=0.5, no_gpm=False, no_stacks=False, no_perf=False)
+    _add_source(sn)
+
+    sv = sub.add_parser("serve", help="Prometheus exporter and /snapshot.json for this node")
+    sv.add_argument(
+        "--bind", default="127.0.0.1", metavar="ADDR", help="address to listen on (default loopback)"
+    )
+    sv.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, metavar="P", help=f"port (default {DEFAULT_PORT})"
+    )
+    sv.add_argument(
+        "--textfile", metavar="DIR", help="write DIR/memtop.prom for node_exporter instead of listening"
+    )
+    sv.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    sv.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    sv.add_argument("--token-file", metavar="FILE", help="require this bearer token (the file must be 0600)")
+    _add_source(sv)
+    _add_sampling(sv)
+
+    cl = sub.add_parser("cluster", help="one row per GPU across many nodes")
+    hosts = cl.add_mutually_exclusive_group(required=True)
+    hosts.add_argument("--hosts", metavar="A,B,...", help="nodes as host or host:port, comma-separated")
+    hosts.add_argument("--hostfile", metavar="FILE", help="one node per line")
+    hosts.add_argument(
+        "--slurm", metavar="JOBID", help="the nodes of this Slurm job (scontrol show hostnames)"
+    )
+    hosts.add_argument("--prom", metavar="URL", help="read every node from this Prometheus server's HTTP API")
+    cl.add_argument("--ssh", action="store_true", help="run `memtop snapshot` over ssh instead of HTTP")
+    cl.add_argument("--ssh-config", metavar="FILE", help="with --ssh: this ssh config file (ssh -F)")
+    cl.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="P", help="serve port on each node")
+    cl.add_argument(
+        "--interval",
+        type=_positive,
+        metavar="S",
+        help="seconds between polls (default: 2 s, more for many nodes)",
+    )
+    cl.add_argument("--timeout", type=_positive, default=3.0, metavar="S", help="per request (default 3)")
+    cl.add_argument("--token-file", metavar="FILE", help="bearer token for the nodes (0600)")
+    cl.add_argument("--tls", action="store_true", help="poll https:// (system CA store)")
+    cl.add_argument("--once", action="store_true", help="poll once and print, no TUI")
+    cl.add_argument("--json", action="store_true", help="with --once: one merged snapshot as JSON")
+    _add_display(cl, default=argparse.SUPPRESS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,30 +270,25 @@ def main(argv: list[str] | None = None) -> int:
         return report_crash(e)
 
 
+# each command's module loads only when it runs: `--help` never imports textual, NVML or SQLite
+COMMANDS: dict[str | None, tuple[str, str]] = {
+    None: ("memtop.commands", "live"),
+    "record": ("memtop.record", "record"),
+    "doctor": ("memtop.doctor", "run"),
+    "replay": ("memtop.commands", "replay"),
+    "report": ("memtop.commands", "report"),
+    "export": ("memtop.commands", "export"),
+    "snapshot": ("memtop.snapshot", "run_snapshot"),
+    "serve": ("memtop.serve", "serve"),
+    "cluster": ("memtop.cluster", "run_cluster"),
+}
+
+
 def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "record":
-        from memtop.record import record
+    import importlib
 
-        return record(args)
-    if args.command == "doctor":
-        from memtop.doctor import doctor
-
-        return doctor(as_json=args.json)
-    if args.command == "replay":
-        from memtop.commands import replay
-
-        return replay(args)
-    if args.command == "report":
-        from memtop.commands import report
-
-        return report(args)
-    if args.command == "export":
-        from memtop.commands import export
-
-        return export(args)
-    from memtop.commands import live
-
-    return live(args)
+    module, func = COMMANDS[args.command]
+    return getattr(importlib.import_module(module), func)(args)
 
 
 if __name__ == "__main__":

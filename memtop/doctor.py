@@ -3,6 +3,7 @@ memtop cannot run without (a driver, a GPU) is missing, so scripts can gate on i
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -224,3 +225,7 @@ def doctor(as_json: bool = False) -> int:
     if exit_code(rows):
         print("memtop cannot monitor a GPU here (exit 1); `memtop --demo` shows a recording")
     return exit_code(rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    return doctor(as_json=args.json)

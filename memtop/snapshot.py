@@ -1,0 +1,286 @@
+"""One node's pipeline for the outputs that are not the TUI: `memtop snapshot` (JSON) and `memtop
+serve` (Prometheus). A Sampler (or a recording replayed) feeds one Pipeline; every output reads its
+newest View, so nothing here polls NVML on its own. The snapshot schema is docs/snapshot.schema.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from memtop import __version__
+from memtop.errors import UserError
+from memtop.metrics import METRICS
+from memtop.model import CLOCK_EVENT_NAMES, Frame
+from memtop.phases import CHARS, LABELS, TITLES
+from memtop.pipeline import Pipeline, ReplaySource, Status, View
+
+SCHEMA_VERSION = 1
+BIN_S = 0.5  # the classifier's bin
+BAND_STEP_S = 2.0  # one character of the phase band per this many seconds...
+BAND_STEPS = 120  # ...over the last four minutes
+PHASES = (*LABELS, "warmup")
+GAUGES = tuple(m for m in METRICS if m.prom is not None)
+
+
+class CountingPipeline(Pipeline):
+    """A Pipeline that also keeps running totals for counters: seconds in each clock-event reason
+    (from every frame, replayed or live) and seconds in each phase (from the labels, when read)."""
+
+    def reset(self) -> None:
+        super().reset()
+        if not hasattr(self, "clock_seconds"):  # counters survive a replay's loop, as counters must
+            self.clock_seconds: dict[int, Counter[str]] = {}
+            self.phase_seconds: dict[int, Counter[str]] = {}
+            self._seen: dict[int, float] = {}
+        self._last_t: dict[int, float] = {}
+
+    def on_frame(self, frame: Frame, tick: bool = True) -> None:
+        super().on_frame(frame, tick)
+        for g in frame.gpus:
+            prev = self._last_t.get(g.index)
+            self._last_t[g.index] = g.t
+            if prev is None or not 0 < g.t - prev < 5.0 or not g.clock_events:
+                continue
+            c = self.clock_seconds.setdefault(g.index, Counter())
+            for bit, name in CLOCK_EVENT_NAMES.items():
+                if g.clock_events & bit:
+                    c[name] += g.t - prev
+
+    def count_phases(self, view: View) -> dict[int, Counter[str]]:
+        """Adds the labels closed since the last call (a replay restarting from its beginning starts
+        counting again from there) and returns the totals."""
+        with self._lock:
+            for gpu, labels in view.labels.items():
+                seen = self._seen.get(gpu, -1.0)
+                if labels and labels[-1].t < seen:  # the pipeline was reset (replay loop or seek)
+                    seen = -1.0
+                c = self.phase_seconds.setdefault(gpu, Counter())
+                for lab in labels:
+                    if lab.t > seen:
+                        c[lab.label] += BIN_S
+                if labels:
+                    self._seen[gpu] = max(seen, labels[-1].t)
+            return {g: Counter(c) for g, c in self.phase_seconds.items()}
+
+
+class Node:
+    """The node's one pipeline, live or replayed, and what every output reads from it."""
+
+    def __init__(self, args: argparse.Namespace, warmup_s: float = 5.0) -> None:
+        from memtop.collectors.jobid import JobIds
+
+        self.jobs = JobIds()
+        self.ready = threading.Event()
+        self.source = None
+        self.sampler = None
+        self.warmup_s = warmup_s
+        self._started = 0.0
+        replay = getattr(args, "replay", None)
+        if args.demo or replay:
+            from memtop.commands import demo_path, open_recording
+
+            path = demo_path() if args.demo else Path(replay)
+            if not path.is_file():
+                raise UserError(f"no such recording: {path}")
+            rec = open_recording(path)
+            mode = "demo" if args.demo else "replay"
+            self.pipeline = CountingPipeline(Status(mode, duration=rec.duration, source=str(path)), rec.meta)
+            self.pipeline.on_tick = self.ready.set  # after the prefill
+            self.pipeline.paint_interval = 3600.0  # ticks are only wanted for that
+            self.source = ReplaySource(rec, self.pipeline, loop=True, start_at=min(60.0, rec.duration / 2))
+            self.hostname = str(rec.meta.get("host") or platform.node())
+        else:
+            from memtop.record import sampler_config
+            from memtop.sampler import Sampler
+
+            self.pipeline = CountingPipeline(Status("live"), {"host": platform.node()})
+            self.sampler = Sampler(sampler_config(args, recording=False), on_frame=self.pipeline.on_frame)
+            self.hostname = platform.node()
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        if self.source is not None:
+            self.source.start()
+        else:
+            from memtop.record import run_meta
+
+            self.sampler.start()
+            self.pipeline.meta = {**self.pipeline.meta, **run_meta(self.sampler)}
+
+    def stop(self) -> None:
+        if self.source is not None:
+            self.source.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Replays are ready once the timeline is prefilled; a live node after its warm-up."""
+        if self.source is not None:
+            return self.ready.wait(timeout)
+        time.sleep(max(0.0, min(timeout, self._started + self.warmup_s - time.monotonic())))
+        return self.pipeline.frame is not None
+
+    def is_ready(self) -> bool:
+        if self.source is not None:
+            return self.ready.is_set()
+        return self.pipeline.frame is not None
+
+    def view(self) -> View:
+        return self.pipeline.view()
+
+    def gpu_jobs(self, frame: Frame | None) -> tuple[dict[int, dict[str, str]], list[dict]]:
+        """Job identity per GPU (its first main process's) and the processes using GPUs."""
+        per_gpu: dict[int, dict[str, str]] = {}
+        procs = []
+        if frame is None or frame.host is None:
+            return per_gpu, procs
+        for p in frame.host.procs:
+            if not p.gpus:
+                continue
+            # a recording's PIDs are another machine's: only a live node reads job identity
+            job = self.jobs.get(p.pid, p.started) if self.sampler is not None else {}
+            for g in p.gpus:
+                per_gpu.setdefault(g, job)
+            procs.append(
+                {
+                    "pid": p.pid,
+                    "name": p.name,
+                    "gpus": list(p.gpus),
+                    "cpu_pct": round(p.cpu_pct, 1),
+                    "job": job,
+                }
+            )
+        return per_gpu, procs
+
+
+def band(labels, end: float) -> str:
+    """The phase band: one character (phases.CHARS) per BAND_STEP_S over the last minutes, oldest
+    first; the step's most common label, or a space where there is none."""
+    steps: list[Counter[str]] = [Counter() for _ in range(BAND_STEPS)]
+    start = end - BAND_STEPS * BAND_STEP_S
+    for lab in reversed(labels):
+        if lab.t < start:
+            break
+        i = int((lab.t - start) / BAND_STEP_S)
+        if 0 <= i < BAND_STEPS:
+            steps[i][lab.label] += 1
+    return "".join(CHARS.get(c.most_common(1)[0][0], "?") if c else " " for c in steps).rstrip()
+
+
+def snapshot(node: Node) -> dict:
+    """What the TUI knows now, as plain data (the schema in docs/snapshot.schema.json)."""
+    view = node.view()
+    frame = view.frame
+    jobs, procs = node.gpu_jobs(frame)
+    gpus = []
+    for g in frame.gpus if frame is not None else ():
+        labels = view.labels.get(g.index, ())
+        v = view.verdicts.get(g.index)
+        gpus.append(
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "mode": g.mode,
+                "gauges": {m.name: getattr(g, m.name) for m in GAUGES if getattr(g, m.name) is not None},
+                "throttle": list(g.throttle_reasons),
+                "phase": labels[-1].label if labels else "gathering",
+                "shares": {k: round(s, 4) for k, s in (v.shares if v else {}).items()},
+                "band": band(labels, labels[-1].t + BIN_S) if labels else "",
+                "verdict": None
+                if v is None
+                else {
+                    "label": v.label,
+                    "title": TITLES.get(v.label, v.label),
+                    "share": round(v.share, 4),
+                    "window_s": round(v.window_s, 1),
+                    "headline": v.headline,
+                    "evidence": v.evidence,
+                    "advice": list(v.advice),
+                    "command": v.command,
+                },
+                "job": jobs.get(g.index, {}),
+            }
+        )
+    st = view.status
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "memtop_version": __version__,
+        "hostname": node.hostname,
+        "time": round(time.time(), 3),
+        "mode": st.mode,
+        "position_s": round(st.position, 1) if st.mode != "live" else None,
+        "band_step_s": BAND_STEP_S,
+        "gpus": gpus,
+        "processes": procs,
+        "notes": list(frame.notes) if frame is not None else [],
+    }
+
+
+def parse_fail_on(text: str) -> tuple[str, float]:
+    phase, sep, share = text.partition(":")
+    try:
+        value = float(share)
+    except ValueError:
+        value = -1.0
+    if not sep or phase not in LABELS or not 0 <= value <= 1:
+        raise UserError(f"--fail-on wants PHASE:SHARE with a phase in {', '.join(LABELS)} and 0..1: {text!r}")
+    return phase, value
+
+
+def exceeded(snap: dict, phase: str, limit: float) -> list[str]:
+    return [
+        f"GPU {g['index']} {phase} {g['shares'].get(phase, 0):.2f} > {limit}"
+        for g in snap["gpus"]
+        if g["shares"].get(phase, 0) > limit
+    ]
+
+
+def _text(snap: dict) -> str:
+    lines = [f"{snap['hostname']} ({snap['mode']}), memtop {snap['memtop_version']}"]
+    for g in snap["gpus"]:
+        v = g["verdict"] or {}
+        lines.append(f"GPU {g['index']} {g['phase']:<9} {v.get('headline', '')}")
+        if v.get("evidence"):
+            lines.append(f"    {v['evidence']}")
+    return "\n".join(lines)
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    """`memtop snapshot`: one snapshot, or with --interval a stream of them (JSON lines)."""
+    from memtop.sanitize import clean_multiline
+
+    fail = parse_fail_on(args.fail_on) if args.fail_on else None
+    count = args.count if args.count is not None else (0 if args.snap_interval else 1)
+    interval = args.snap_interval or 5.0
+    node = Node(args, warmup_s=interval)
+    node.start()
+    worst = 0
+    try:
+        if not node.wait_ready(60.0):
+            raise UserError("no data yet: the sampler produced no frame")
+        n = 0
+        while True:
+            snap = snapshot(node)
+            if args.json:
+                print(json.dumps(snap, separators=(",", ":")), flush=True)
+            else:  # the recording's strings are untrusted
+                print(clean_multiline(_text(snap)), flush=True)
+            if fail is not None and (over := exceeded(snap, *fail)):
+                print("memtop: --fail-on exceeded: " + "; ".join(over), file=sys.stderr)
+                worst = 3
+            n += 1
+            if count and n >= count:
+                return worst
+            time.sleep(interval)
+    except BrokenPipeError:  # the reader went away (ssh closed): not an error
+        return worst
+    finally:
+        node.stop()

@@ -1,0 +1,59 @@
+"""Loopback helpers for the serve/cluster tests: free ports from a range other helpers avoid, and
+processes that are always killed."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+PORTS = range(41000, 42000)
+
+
+def free_ports(n: int) -> list[int]:
+    got: list[int] = []
+    for port in random.sample(PORTS, len(PORTS)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        got.append(port)
+        if len(got) == n:
+            return got
+    raise RuntimeError("no free loopback ports")
+
+
+def memtop(*argv: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "memtop", *argv], **kw)
+
+
+def wait_ready(port: int, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"exited {proc.returncode}")
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1) as r,
+        ):
+            if r.status == 200:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"port {port} not ready")
+
+
+def stop(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -1,0 +1,278 @@
+"""`memtop cluster`: 16 real `memtop serve --replay` nodes on loopback, a real sshd for --ssh,
+straggler flags on real snapshots, stale reasons, host lists, and hostile node strings."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+from netutil import free_ports, memtop, stop, wait_ready
+
+from memtop.cli import main
+from memtop.cluster import NodeState, read_hosts, recent_phase, rows
+from memtop.sanitize import is_clean
+
+ROOT = Path(__file__).parent.parent
+SCHEMA = json.loads((ROOT / "docs" / "snapshot.schema.json").read_text())
+RECS = sorted((ROOT / "tests" / "data").glob("labelled_s*.memtop"))
+
+
+def _cluster(*argv: str, timeout: float = 60) -> tuple[int, dict]:
+    r = subprocess.run(
+        [sys.executable, "-m", "memtop", "cluster", *argv, "--once", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else {"stderr": r.stderr}
+
+
+@pytest.mark.slow
+def test_sixteen_serve_nodes_and_a_dead_one():
+    ports = free_ports(17)
+    dead = ports.pop()
+    procs = [
+        memtop("serve", "--replay", str(RECS[i % len(RECS)]), "--port", str(p), stderr=subprocess.DEVNULL)
+        for i, p in enumerate(ports)
+    ]
+    try:
+        for p, port in zip(procs, ports):
+            wait_ready(port, proc=p, timeout=60)
+        hosts = ",".join(f"127.0.0.1:{p}" for p in [*ports, dead])
+        t0 = time.monotonic()
+        rc, out = _cluster("--hosts", hosts, "--timeout", "5")
+        took = time.monotonic() - t0
+    finally:
+        stop(*procs)
+    assert rc == 1  # one node did not answer
+    by = {n["target"]: n for n in out["nodes"]}
+    assert by[f"127.0.0.1:{dead}"] == {**by[f"127.0.0.1:{dead}"], "ok": False, "error": "refused"}
+    good = [n for n in out["nodes"] if n["ok"]]
+    assert len(good) == 16
+    for n in good:
+        jsonschema.validate(n["snapshot"], SCHEMA)
+        assert n["age_s"] < 5
+    # each node replays its own recording: the merged GPUs carry each one's own phase band
+    assert len({n["snapshot"]["gpus"][0]["band"] for n in good}) > 8
+    assert took < 30
+
+
+def _real_snapshot(rec: Path, capsys) -> dict:
+    assert main(["snapshot", "--json", "--replay", str(rec)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _state(target: str, snap: dict) -> NodeState:
+    n = NodeState(target)
+    n.good(json.loads(json.dumps(snap)), 1)
+    return n
+
+
+def test_the_gpu_unlike_its_job_is_the_straggler(capsys):
+    """Five nodes at the same point of one real run and one node of another run whose recent phase
+    differs: only that one is flagged, with its evidence."""
+    base = _real_snapshot(RECS[0], capsys)
+    major = recent_phase(base["gpus"][0])
+    odd = next(
+        s for s in (_real_snapshot(r, capsys) for r in RECS[1:]) if recent_phase(s["gpus"][0]) != major
+    )
+    nodes = [_state(f"n{i}", base) for i in range(5)] + [_state("odd", odd)]
+    rs = rows(nodes, 2.0)
+    flagged = [r for r in rs if r.straggler]
+    assert [r.target for r in flagged] == ["odd"]
+    assert f"5 of 6 GPUs of the job are {major}" in flagged[0].straggler
+    assert recent_phase(odd["gpus"][0]) in flagged[0].straggler
+    # two groups of equal size: no majority, no flag
+    rs = rows([_state(f"a{i}", base) for i in range(3)] + [_state(f"b{i}", odd) for i in range(3)], 2.0)
+    assert not [r for r in rs if r.straggler]
+    # a job is judged apart from the other jobs
+    other = json.loads(json.dumps(odd))
+    other["gpus"][0]["job"] = {"slurm_job_id": "77"}
+    rs = rows(nodes[:5] + [_state(f"j{i}", other) for i in range(3)], 2.0)
+    assert not [r for r in rs if r.straggler]
+
+
+def test_stale_after_three_intervals_with_the_reason(capsys):
+    n = _state("n0", _real_snapshot(RECS[0], capsys))
+    assert rows([n], 1.0)[0].stale is None
+    n.ok_at -= 3.5  # as if three intervals passed without a good poll
+    n.bad("timeout")
+    assert rows([n], 1.0)[0].stale == "timeout"
+
+
+def test_hostile_node_strings_stay_data(capsys):
+    from hostile import HOSTILE
+
+    snap = _real_snapshot(RECS[0], capsys)
+    snap["hostname"] = HOSTILE[0]
+    snap["gpus"][0]["phase"] = HOSTILE[3]
+    snap["gpus"][0]["band"] = HOSTILE[1]
+    n = _state(HOSTILE[2][:40], snap)
+    from memtop.cluster import _print_text
+
+    _print_text([n], 2.0)
+    out = capsys.readouterr().out
+    assert all(is_clean(line) for line in out.splitlines())
+
+
+def test_host_lists(tmp_path, monkeypatch):
+    import argparse
+
+    hf = tmp_path / "hosts"
+    hf.write_text("node1  # comment\n\nnode2:9999\nnode1\n")
+    ns = argparse.Namespace(hosts=None, hostfile=str(hf), slurm=None)
+    assert read_hosts(ns) == ["node1", "node2:9999"]
+    ns = argparse.Namespace(hosts="-oProxyCommand=x", hostfile=None, slurm=None)
+    with pytest.raises(Exception, match="not a host name"):
+        read_hosts(ns)  # an ssh option is never a host
+    # scontrol: the job's NodeList, expanded by `scontrol show hostnames` (Slurm is not on CI:
+    # this stands in for its client and records the argv it was given)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "argv"
+    (bindir / "scontrol").write_text(
+        textwrap.dedent(f"""\
+        #!/bin/sh
+        echo "$@" >> {log}
+        case "$2" in
+          job) echo "JobId=42 JobName=t NodeList=gpu[01-02] NumNodes=2" ;;
+          hostnames) echo gpu01; echo gpu02 ;;
+        esac
+        """)
+    )
+    (bindir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    assert read_hosts(argparse.Namespace(hosts=None, hostfile=None, slurm="42")) == ["gpu01", "gpu02"]
+    assert log.read_text().splitlines() == ["show job -o 42", "show hostnames gpu[01-02]"]
+    assert main(["cluster", "--slurm", "42; rm -rf /", "--once"]) == 2
+
+
+SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(SSHD is None or shutil.which("ssh") is None, reason="needs openssh-server and ssh")
+def test_ssh_transport_against_a_real_sshd(tmp_path):
+    """A throwaway sshd on 127.0.0.1 (own config, host key and client key, unprivileged port);
+    `memtop cluster --ssh` runs `memtop snapshot --json --interval S` on it over ssh."""
+    (port,) = free_ports(1)
+    d = tmp_path
+    for name in ("host", "client"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True, timeout=30
+        )
+    (d / "authorized_keys").write_text((d / "client.pub").read_text())
+    (d / "authorized_keys").chmod(0o600)
+    # the remote memtop: this test's interpreter, in --demo mode (no GPU here)
+    shim = d / "bin" / "memtop"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m memtop "$@" --demo\n')
+    shim.chmod(0o755)
+    (d / "sshd_config").write_text(
+        textwrap.dedent(f"""\
+        ListenAddress 127.0.0.1:{port}
+        HostKey {d / "host"}
+        PidFile {d / "sshd.pid"}
+        AuthorizedKeysFile {d / "authorized_keys"}
+        PasswordAuthentication no
+        KbdInteractiveAuthentication no
+        PubkeyAuthentication yes
+        StrictModes no
+        UsePAM no
+        SetEnv PATH={shim.parent}:/usr/bin:/bin PYTHONPATH={os.pathsep.join(sys.path)}
+        """)
+    )
+    (d / "ssh_config").write_text(
+        textwrap.dedent(f"""\
+        Host node-a node-b
+          HostName 127.0.0.1
+          Port {port}
+          User {os.environ.get("USER") or __import__("getpass").getuser()}
+          IdentityFile {d / "client"}
+          IdentitiesOnly yes
+          UserKnownHostsFile {d / "known_hosts"}
+          StrictHostKeyChecking accept-new
+          LogLevel ERROR
+        Host node-denied
+          HostName 127.0.0.1
+          Port {port}
+          User nobody
+          IdentityFile {d / "client"}
+          IdentitiesOnly yes
+          UserKnownHostsFile {d / "known_hosts"}
+          StrictHostKeyChecking accept-new
+          LogLevel ERROR
+        """)
+    )
+    if os.geteuid() == 0:  # sshd refuses to start without its privilege-separation directory
+        Path("/run/sshd").mkdir(exist_ok=True)
+    sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.PIPE)
+    try:
+        time.sleep(0.5)
+        if sshd.poll() is not None:
+            pytest.skip(f"sshd could not start here: {sshd.stderr.read().decode()[-300:]}")
+        rc, out = _cluster(
+            "--ssh", "--ssh-config", str(d / "ssh_config"), "--hosts", "node-a,node-b,node-denied",
+            "--interval", "1", "--timeout", "10", timeout=90,
+        )  # fmt: skip
+    finally:
+        stop(sshd)
+    by = {n["target"]: n for n in out["nodes"]}
+    assert by["node-a"]["ok"] and by["node-b"]["ok"], out
+    for t in ("node-a", "node-b"):
+        jsonschema.validate(by[t]["snapshot"], SCHEMA)
+        assert by[t]["snapshot"]["mode"] == "demo"
+    assert by["node-denied"]["ok"] is False and by["node-denied"]["error"] == "auth"
+    assert rc == 1
+
+
+class _Nodes:
+    """The TUI's source: node states already polled (from real snapshots)."""
+
+    def __init__(self, nodes: list[NodeState]) -> None:
+        self.nodes = nodes
+
+    def poll_all(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+async def test_tui_rows_straggler_stale_and_enter(capsys):
+    from hostile import HOSTILE
+    from memtop.tui.cluster import BandTable, ClusterApp, NodeScreen
+    from textual.widgets import Static
+
+    base = _real_snapshot(RECS[0], capsys)
+    major = recent_phase(base["gpus"][0])
+    odd = next(
+        s for s in (_real_snapshot(r, capsys) for r in RECS[1:]) if recent_phase(s["gpus"][0]) != major
+    )
+    odd["hostname"] = HOSTILE[0]
+    dead = NodeState("dead:1")
+    dead.bad("refused")
+    nodes = [_state(f"n{i}", base) for i in range(4)] + [_state("odd", odd), dead]
+    app = ClusterApp(_Nodes(nodes), interval=2.0)
+    async with app.run_test(size=(200, 30)) as pilot:
+        await pilot.pause()
+        table = app.query_one(BandTable)
+        assert table.keys == ["n0/0", "n1/0", "n2/0", "n3/0", "odd/0", "dead:1/-"]
+        lines = [strip.text for strip in table._lines]  # header, then one line per row
+        assert "straggler?" in lines[5] and "refused" in lines[6]
+        assert not any("straggler?" in line for line in lines[1:5])
+        table.focus()
+        table.move_cursor(4)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, NodeScreen)
+        shown = str(app.screen.query_one(Static).render())
+        assert "odd" in shown and "\x1b" not in shown

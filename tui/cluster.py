@@ -1,0 +1,239 @@
+"""The cluster view: one row per GPU across nodes, with its phase band; the straggler candidate
+flagged with its evidence; stale nodes grey with the reason; Enter opens a node's snapshot.
+
+Everything shown came from other machines: it passes through memtop.sanitize.clean into Rich Text
+objects and is never parsed as markup. The poller runs in a thread; the UI paints from its state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.strip import Strip
+from textual.widgets import Footer, Static
+
+from memtop.cluster import STALE_INTERVALS, Row, SshStreams, node_list, recent_phase, rows
+from memtop.phases import CHARS, TITLES
+from memtop.sanitize import clean
+
+from .table import GAP, Cell, RowTable
+from .tiles import TextPanel
+from .timeline import PHASE_COLORS
+
+_PHASE_OF = {c: p for p, c in CHARS.items()}
+BAND_W = 60
+COLUMNS = (("node", 20), ("GPU", 3), ("job", 14), ("phase", 9), ("SM", 4), ("phase band", BAND_W), ("", 60))
+DIM = Style.parse("dim")
+FLAG = Style.parse("bold red")
+
+
+class BandTable(RowTable):
+    """A RowTable whose Text cells keep their spans (the band has one colour per step)."""
+
+    def _strip(self, cells: Sequence[Cell], base: Style) -> Strip:
+        segs: list[Segment] = []
+        for (_, w), cell in zip(self.columns, cells):
+            if isinstance(cell, Text):
+                t = cell.copy()
+                t.truncate(w, pad=True)
+                segs += [
+                    Segment(s.text, base + s.style if s.style else base)
+                    for s in t.render(self.app.console, "")
+                ]
+            else:
+                segs.append(Segment(cell[:w].ljust(w), base))
+            segs.append(Segment(" " * GAP, base))
+        return Strip(segs)
+
+
+def band_text(band: str, ascii_only: bool) -> Text:
+    t = Text()
+    for ch in band[-BAND_W:]:
+        phase = _PHASE_OF.get(ch)
+        if phase is None:  # an unknown character from a node: shown as missing
+            t.append(" ")
+        else:
+            t.append(ch if ascii_only or ch == " " else "█", PHASE_COLORS.get(phase, "white"))
+    return t
+
+
+def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[Cell, ...]:
+    g = r.gpu
+    node = clean(r.target, 20)  # what the user named (replays on one machine share a hostname)
+    if not g:
+        return (Text(node, DIM), "-", "", "", "", "", Text(f"no data: {clean(r.stale or '?', 50)}", DIM))
+    job = g.get("job") or {}
+    jid = clean(job.get("slurm_job_id") or job.get("pod") or "", 10)
+    if job.get("rank"):
+        jid += f" r{clean(job['rank'], 4)}"
+    phase = recent_phase(g)
+    sm = (g.get("gauges") or {}).get("sm", (g.get("gauges") or {}).get("util"))
+    sm_s = f"{sm:3.0f}%" if isinstance(sm, (int, float)) else " n/a"
+    if r.stale:
+        age = "" if r.age is None else f" {r.age:.0f} s"
+        return (
+            Text(node, DIM), Text(str(g.get("index", "")), DIM), Text(jid, DIM), Text(clean(phase, 9), DIM),
+            Text(sm_s, DIM), Text(clean(g.get("band", ""), BAND_W)[-BAND_W:], DIM),
+            Text(f"stale{age}: {clean(r.stale, 50)}", DIM),
+        )  # fmt: skip
+    v = g.get("verdict") or {}
+    note = (
+        Text(f"straggler? {clean(r.straggler, 200)}", FLAG)
+        if r.straggler
+        else Text(clean(v.get("headline", ""), 60))
+    )
+    return (
+        node, str(g.get("index", "")), jid, Text(clean(phase, 9), PHASE_COLORS.get(phase, "")), sm_s,
+        band_text(str(g.get("band", "")), ascii_only), note,
+    )  # fmt: skip
+
+
+def node_text(target: str, snap: dict | None, error: str | None) -> Text:
+    """One node's snapshot for people: every string cleaned, nothing parsed as markup."""
+    t = Text()
+    t.append(clean(target, 80), "bold")
+    if error:
+        t.append(f"  last poll: {clean(error, 100)}", "red")
+    if not snap:
+        return t.append("\nno snapshot yet")
+    t.append(f"\n{clean(snap.get('hostname', ''), 80)} ({clean(snap.get('mode', ''), 10)}), "
+             f"memtop {clean(snap.get('memtop_version', ''), 20)}\n")  # fmt: skip
+    for g in snap.get("gpus", []):
+        v = g.get("verdict") or {}
+        t.append(f"\nGPU {clean(g.get('index', ''), 4)} {clean(g.get('name', ''), 40)}  ", "bold")
+        t.append(clean(TITLES.get(g.get("phase", ""), g.get("phase", "")), 30) + "\n")
+        if v:
+            t.append(f"  {clean(v.get('headline', ''), 200)}\n", "bold")
+            t.append(f"  evidence: {clean(v.get('evidence', ''), 400)}\n")
+            for a in v.get("advice", [])[:3]:
+                t.append(f"  - {clean(a, 300)}\n")
+            if v.get("command"):
+                t.append(f"  next: {clean(v['command'], 400)}\n", "dim")
+        shares = ", ".join(f"{clean(k, 10)} {100 * s:.0f} %" for k, s in (g.get("shares") or {}).items()
+                           if isinstance(s, (int, float)))  # fmt: skip
+        t.append(f"  shares (last minute): {shares}\n")
+        t.append("  ").append(band_text(str(g.get("band", "")), True)).append("\n")
+        job = g.get("job") or {}
+        if job:
+            t.append("  job: " + ", ".join(f"{clean(k, 20)}={clean(v, 64)}" for k, v in job.items()) + "\n")
+    procs = snap.get("processes") or []
+    if procs:
+        t.append("\nprocesses\n", "bold")
+        for p in procs[:20]:
+            t.append(f"  {clean(p.get('pid', ''), 8)} {clean(p.get('name', ''), 30)} "
+                     f"GPUs {clean(p.get('gpus', ''), 20)} CPU {clean(p.get('cpu_pct', ''), 8)} %\n")  # fmt: skip
+    return t
+
+
+class NodeScreen(ModalScreen[None]):
+    DEFAULT_CSS = (
+        "NodeScreen { align: center middle; } NodeScreen > VerticalScroll { width: 100%; height: 100%; "
+        "border: round $accent; background: $surface; padding: 0 1; }"
+    )
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "back")]
+
+    def __init__(self, text: Text) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.text)
+
+
+class ClusterApp(App):
+    CSS = "#header { height: 2; } #table { height: 1fr; } #detail { height: 6; border-top: solid $accent; }"
+    BINDINGS = [Binding("q", "quit", "quit")]
+
+    def __init__(self, source, interval: float, ascii_only: bool = False, theme: str | None = None,
+                 paint_rate: float = 1.0) -> None:  # fmt: skip
+        super().__init__()
+        self.source, self.interval, self.ascii_only = source, interval, ascii_only
+        self.paint_rate = paint_rate
+        if theme:
+            self.theme = theme
+        self._stop = threading.Event()
+        self._rows: dict[str, Row] = {}
+
+    def compose(self) -> ComposeResult:
+        yield TextPanel(tiles=4, id="header")
+        yield BandTable(COLUMNS, id="table")
+        yield TextPanel(tiles=4, id="detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if isinstance(self.source, SshStreams):
+            self.source.start()
+        else:
+            threading.Thread(target=self._poll, name="memtop-cluster", daemon=True).start()
+        self.set_interval(1 / self.paint_rate, self.paint)
+        self.paint()
+
+    def _poll(self) -> None:
+        import time
+
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            self.source.poll_all()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+        (self.source.stop if isinstance(self.source, SshStreams) else self.source.close)()
+
+    def paint(self) -> None:
+        nodes = node_list(self.source)
+        rs = rows(nodes, self.interval)
+        self._rows = {r.key: r for r in rs}
+        stale = sorted({r.target for r in rs if r.stale})
+        flagged = sum(1 for r in rs if r.straggler)
+        head = Text(f"memtop cluster: {len(nodes)} nodes, {sum(1 for r in rs if r.gpu)} GPUs, every "
+                    f"{self.interval:g} s", "bold")  # fmt: skip
+        if flagged:
+            head.append(f"  {flagged} straggler candidate(s)", FLAG)
+        if stale:
+            head.append(f"\nstale (> {STALE_INTERVALS} intervals): " + ", ".join(clean(s, 40) for s in stale[:8])
+                        + (f" +{len(stale) - 8}" if len(stale) > 8 else ""), "dim")  # fmt: skip
+        else:
+            head.append("\nEnter: the node's snapshot   q: quit", "dim")
+        self.query_one("#header", TextPanel).update(head)
+        table = self.query_one(BandTable)
+        table.set_rows([(r.key, row_cells(r, self.interval, self.ascii_only)) for r in rs])
+        self._detail(table.cursor_key)
+
+    def _detail(self, key: str | None) -> None:
+        r = self._rows.get(key or "")
+        t = Text()
+        if r is not None:
+            v = r.gpu.get("verdict") or {}
+            t.append(f"{clean(r.target, 40)} GPU {clean(r.gpu.get('index', '-'), 4)}: ", "bold")
+            if r.straggler:
+                t.append(f"straggler candidate: {clean(r.straggler, 600)}\n", FLAG)
+            t.append(clean(v.get("headline", r.stale or ""), 200) + "\n")
+            if v.get("evidence"):
+                t.append("evidence: " + clean(v["evidence"], 400))
+        self.query_one("#detail", TextPanel).update(t)
+
+    @on(RowTable.Highlighted)
+    def _highlighted(self, event: RowTable.Highlighted) -> None:
+        self._detail(event.key)
+
+    @on(RowTable.Selected)
+    def _selected(self, event: RowTable.Selected) -> None:
+        r = self._rows.get(event.key)
+        if r is None:
+            return
+        node = next((n for n in node_list(self.source) if n.target == r.target), None)
+        if node is not None:
+            with node.lock:
+                snap, err = node.snapshot, node.error
+            self.push_screen(NodeScreen(node_text(r.target, snap, err)))
