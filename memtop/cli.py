@@ -61,6 +61,7 @@ PAINT_RATE = _ranged(0.1, 30, " Hz")
 SPEED = _ranged(1 / 64, 64, "x")
 DURATION = _ranged(0.1, 366 * 86400, " s")
 OFFSET = _ranged(0, 366 * 86400, " s")
+TIMEOUT = _ranged(0.1, 300, " s")
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -198,7 +199,7 @@ def _add_cluster_commands(sub) -> None:
     sn.add_argument(
         "--interval",
         dest="snap_interval",
-        type=_positive,
+        type=INTERVAL,
         metavar="S",
         help="seconds between snapshots; alone it streams until stopped (default: one after 5 s)",
     )
@@ -239,11 +240,11 @@ def _add_cluster_commands(sub) -> None:
     cl.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="P", help="serve port on each node")
     cl.add_argument(
         "--interval",
-        type=_positive,
+        type=INTERVAL,
         metavar="S",
         help="seconds between polls (default: 2 s, more for many nodes)",
     )
-    cl.add_argument("--timeout", type=_positive, default=3.0, metavar="S", help="per request (default 3)")
+    cl.add_argument("--timeout", type=TIMEOUT, default=3.0, metavar="S", help="per request (default 3)")
     cl.add_argument("--token-file", metavar="FILE", help="bearer token for the nodes (0600)")
     cl.add_argument("--tls", action="store_true", help="poll https:// (system CA store)")
     cl.add_argument("--once", action="store_true", help="poll once and print, no TUI")

@@ -25,9 +25,11 @@ from memtop.cluster import STALE_INTERVALS, Row, SshStreams, node_list, recent_p
 from memtop.phases import CHARS, TITLES
 from memtop.sanitize import clean
 
+from .palette import phase_colors
 from .table import GAP, Cell, RowTable
 from .tiles import TextPanel
-from .timeline import PHASE_COLORS
+
+PHASE_COLORS = phase_colors(None)  # the cluster view's dark palette
 
 _PHASE_OF = {c: p for p, c in CHARS.items()}
 BAND_W = 60

@@ -14,7 +14,7 @@ from textual.widget import Widget
 
 from memtop.playback import Playback
 
-from .timeline import PHASE_COLORS
+from .palette import phase_styles
 
 _PLAIN = Style()
 _CURSOR = Style(reverse=True, bold=True)
@@ -64,6 +64,7 @@ class Overview(Widget):
         pb = self.playback
         labs = cells(pb.phase_runs.get(self.gpu(), ()), pb.duration, w)
         cur = self._cursor(w)
+        styles = phase_styles(self.app.current_theme)  # the theme's own phase palette
         segs = []
         for i, lab in enumerate(labs):
             if i == cur:
@@ -72,7 +73,7 @@ class Overview(Widget):
                 segs.append(Segment("." if self.ascii_only else "·", _PLAIN))
             else:
                 ch = lab[0] if self.ascii_only else "█"
-                segs.append(Segment(ch, Style.parse(PHASE_COLORS.get(lab, "white"))))
+                segs.append(Segment(ch, styles.get(lab, _PLAIN)))
         return Strip(segs, w)
 
     def on_click(self, event: events.Click) -> None:
