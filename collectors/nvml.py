@@ -17,6 +17,7 @@ from .nvml_calls import (
     ERROR_GPU_LOST,
     ERROR_NOT_FOUND,
     DeviceInfo,
+    LinkInfo,
     Nvml,
     NvmlCallError,
     NvmlUnavailable,
@@ -36,6 +37,12 @@ def link_bytes_per_s(gen: int, width: int, speed_mts: int | None = None) -> floa
     mts = speed_mts or GEN_MTS.get(gen, 0)
     enc = 8 / 10 if gen <= 2 else (242 / 256 if gen >= 6 else 128 / 130)
     return mts * 1e6 * enc / 8 * width
+
+
+def pcie_link(lk: LinkInfo) -> PcieLink:
+    """The link NVML reports, with its one-direction capacity."""
+    capacity = link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts"))
+    return PcieLink(lk["gen"], lk["width"], lk["max_gen"], lk["max_width"], capacity)
 
 
 def gpm_values(got: dict[int, float]) -> dict[str, float]:
@@ -195,13 +202,7 @@ class GpuReader:
             self._link_t = now
             lk = self._try("pcie link", nv.link, i)
             if lk:
-                self._link = PcieLink(
-                    lk["gen"],
-                    lk["width"],
-                    lk["max_gen"],
-                    lk["max_width"],
-                    link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts")),
-                )
+                self._link = pcie_link(lk)
         if now - self._procs_t >= 1.0:
             self._procs_t = now
             procs = self._try("processes", nv.processes, i)
