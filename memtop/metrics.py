@@ -2,7 +2,8 @@
 metric id feeds which field), the store (column, integer scale, valid range), the Perfetto export
 (counter tracks), `memtop serve` (Prometheus names and units), the TUI's GPU detail screen and table.
 
-To add a metric: a row here, a field on `model.GpuSample` (a test checks that they agree), and a test.
+To add a metric: a row here, a field on `model.GpuSample` (a test checks that they agree), the table in
+docs/ARCHITECTURE.md regenerated (`markdown()`; a test checks it), and a test.
 """
 
 from __future__ import annotations
