@@ -46,12 +46,17 @@ def pcie_link(lk: LinkInfo) -> PcieLink:
 
 
 def gpm_values(got: dict[int, float]) -> dict[str, float]:
-    """GpuSample fields from one GPM reply: MiB/s to bytes/s; a ratio a rounding above 100 % is 100 %."""
+    """GpuSample fields from one GPM reply (NVML id -> value), by the metric table."""
     out = {}
     for m in GPM_METRICS:
         v = got.get(m.gpm_id) if m.gpm_id is not None else None
-        if v is not None:
-            out[m.name] = v * MIB if m.gpm_mib else min(v, m.hi) if m.kind == "percent" else v
+        if v is None:
+            continue
+        if m.gpm_mib:
+            v *= MIB  # GPM gives MiB/s; memtop keeps bytes/s
+        elif m.kind == "percent":
+            v = min(v, m.hi)  # a ratio of two counters can land a rounding above 100 %
+        out[m.name] = v
     return out
 
 
