@@ -25,7 +25,7 @@ from typing import Any
 
 from memtop import __version__
 from memtop.errors import UserError
-from memtop.metrics import METRICS, MIB, Metric
+from memtop.metrics import METRICS, Metric
 from memtop.model import (
     Capability,
     CapState,
@@ -61,7 +61,7 @@ def _decode_sql(m: Metric) -> str:
     tests/test_metrics.py checks it against ``Metric.valid``."""
     c = m.name
     if m.as_int:
-        value = f"(CAST({c} AS INTEGER) << 20)" if m.scale == 1 / MIB else f"CAST({c} AS INTEGER)"
+        value = f"(CAST({c} AS INTEGER) * {round(1 / m.scale)})" if m.scale < 1 else f"CAST({c} AS INTEGER)"
     else:
         value = f"{c} / {float(m.scale)!r}" if m.scale >= 1 else f"{c} * {1 / m.scale!r}"
     return (
