@@ -49,8 +49,11 @@ for name in names:
     pid = os.fork()
     if pid == 0:  # a fresh child per module: sys.modules holds that module's imports only
         os.close(rd)
-        importlib.import_module(name)
-        got = [w for w in watch if any(m == w or m.startswith(w + ".") for m in sys.modules)]
+        try:
+            importlib.import_module(name)
+            got = [w for w in watch if any(m == w or m.startswith(w + ".") for m in sys.modules)]
+        except BaseException as e:  # an import that fails is reported, not a silent empty list
+            got = ["import failed: " + repr(e)]
         os.write(wr, json.dumps(got).encode())
         os._exit(0)
     os.close(wr)
@@ -78,6 +81,8 @@ def test_every_module_imports_only_what_its_layer_may():
     ).stdout
     loaded: dict[str, list[str]] = json.loads(out)
     assert {"memtop.model", "memtop.collectors.nvml", "memtop.tui.app", "memtop.store"} <= set(loaded)
+    failed = [g for got in loaded.values() for g in got if g.startswith("import failed")]
+    assert not failed, failed
     bad = [
         f"{name} loads {sorted(set(got) & forbidden)}"
         for name, got in loaded.items()
