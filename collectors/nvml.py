@@ -17,6 +17,7 @@ from .nvml_calls import (
     ERROR_GPU_LOST,
     ERROR_NOT_FOUND,
     DeviceInfo,
+    LinkInfo,
     Nvml,
     NvmlCallError,
     NvmlUnavailable,
@@ -38,13 +39,24 @@ def link_bytes_per_s(gen: int, width: int, speed_mts: int | None = None) -> floa
     return mts * 1e6 * enc / 8 * width
 
 
+def pcie_link(lk: LinkInfo) -> PcieLink:
+    """The link NVML reports, with its one-direction capacity."""
+    capacity = link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts"))
+    return PcieLink(lk["gen"], lk["width"], lk["max_gen"], lk["max_width"], capacity)
+
+
 def gpm_values(got: dict[int, float]) -> dict[str, float]:
-    """GpuSample fields from one GPM reply: MiB/s to bytes/s; a ratio a rounding above 100 % is 100 %."""
+    """GpuSample fields from one GPM reply (NVML id -> value), by the metric table."""
     out = {}
     for m in GPM_METRICS:
         v = got.get(m.gpm_id) if m.gpm_id is not None else None
-        if v is not None:
-            out[m.name] = v * MIB if m.gpm_mib else min(v, m.hi) if m.kind == "percent" else v
+        if v is None:
+            continue
+        if m.gpm_mib:
+            v *= MIB  # GPM gives MiB/s; memtop keeps bytes/s
+        elif m.kind == "percent":
+            v = min(v, m.hi)  # a ratio of two counters can land a rounding above 100 %
+        out[m.name] = v
     return out
 
 
@@ -195,13 +207,7 @@ class GpuReader:
             self._link_t = now
             lk = self._try("pcie link", nv.link, i)
             if lk:
-                self._link = PcieLink(
-                    lk["gen"],
-                    lk["width"],
-                    lk["max_gen"],
-                    lk["max_width"],
-                    link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts")),
-                )
+                self._link = pcie_link(lk)
         if now - self._procs_t >= 1.0:
             self._procs_t = now
             procs = self._try("processes", nv.processes, i)

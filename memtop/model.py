@@ -57,6 +57,15 @@ class PcieLink:
     def downtrained(self) -> bool:
         return self.gen < self.max_gen or self.width < self.max_width
 
+    @property
+    def text(self) -> str:
+        """The negotiated link as people write it: "Gen5 x16"."""
+        return f"Gen{self.gen} x{self.width}"
+
+    @property
+    def max_text(self) -> str:
+        return f"Gen{self.max_gen} x{self.max_width}"
+
 
 @dataclass(frozen=True, slots=True)
 class GpuProcess:

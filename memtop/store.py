@@ -27,7 +27,7 @@ from typing import Any
 
 from memtop import __version__
 from memtop.errors import UserError
-from memtop.metrics import BY_NAME, METRICS, MIB, Metric
+from memtop.metrics import BY_NAME, METRICS, Metric
 from memtop.model import (
     Capability,
     CapState,
@@ -64,17 +64,12 @@ GPU_MODES = ("gpm", "nvml", "lost")
 def _decode_sql(m: Metric) -> str:
     """SQL that turns a stored column back into its value, or NULL where ``m.valid`` would refuse it
     (out of range, or not a number at all in a damaged file): SQLite does it in C, per row.
-    tests/test_store.py checks it against ``Metric.valid``."""
+    tests/test_metrics.py checks it against ``Metric.valid``."""
     c = m.name
-    value = (
-        f"(CAST({c} AS INTEGER) << 20)"  # MiB -> bytes
-        if m.as_int and m.scale == 1 / MIB
-        else f"CAST({c} AS INTEGER)"
-        if m.as_int
-        else f"{c} / {float(m.scale)!r}"
-        if m.scale >= 1
-        else f"{c} * {1 / m.scale!r}"
-    )
+    if m.as_int:
+        value = f"(CAST({c} AS INTEGER) * {round(1 / m.scale)})" if m.scale < 1 else f"CAST({c} AS INTEGER)"
+    else:
+        value = f"{c} / {float(m.scale)!r}" if m.scale >= 1 else f"{c} * {1 / m.scale!r}"
     return (
         f"CASE WHEN typeof({c}) IN ('integer', 'real') AND {c} BETWEEN {m.lo * m.scale!r} AND "
         f"{m.hi * m.scale!r} THEN {value} END"

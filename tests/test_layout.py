@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -22,19 +24,72 @@ def _modules_after(code: str) -> set[str]:
     return set(out.split())
 
 
-def test_collectors_and_model_never_import_textual():
-    mods = _modules_after(
-        "import memtop.model, memtop.phases, memtop.verdict, memtop.store, memtop.pipeline, memtop.report, "
-        "memtop.export, memtop.sampler, memtop.doctor, memtop.score, memtop.stackclass\n"
-        "import memtop.collectors.nvml, memtop.collectors.host, memtop.collectors.stacks, "
-        "memtop.collectors.perf, memtop.collectors.numa"
-    )
-    assert not {m for m in mods if m == "textual" or m.startswith("textual.")}
+# What importing each module may load (at import time, not lazily inside a function): the runtime
+# twin of pyproject's import-linter contracts. Every module is checked, found by walking the packages.
+CORE = ("memtop.collectors", "memtop.model", "memtop.metrics", "memtop.records")
+# (modules, except these, must not load)
+RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], frozenset[str]], ...] = (
+    (("memtop.tui",), (), frozenset({"pynvml", "psutil", "sqlite3", "memtop.collectors", "memtop.sampler"})),
+    (CORE, (), frozenset({"textual", "rich", "memtop.phases", "memtop.pipeline", "memtop.tui"})),
+    (CORE[1:], (), frozenset({"pynvml", "psutil", "sqlite3", "numpy"})),
+    (("memtop",), ("memtop.tui",), frozenset({"textual"})),  # only the TUI loads Textual, when it starts
+)
+_WALK = """
+import importlib.util, json, os, pkgutil, sys
+names = []
+for r in sys.argv[1:]:  # specs only: importing a package here would leak into every child below
+    spec = importlib.util.find_spec(r)
+    names += [r] + [m.name for m in pkgutil.walk_packages(spec.submodule_search_locations, r + ".")]
+watch = json.loads(sys.stdin.read())
+out = {}
+for name in names:
+    if name.endswith("__main__"):
+        continue
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a fresh child per module: sys.modules holds that module's imports only
+        os.close(rd)
+        try:
+            importlib.import_module(name)
+            got = [w for w in watch if any(m == w or m.startswith(w + ".") for m in sys.modules)]
+        except BaseException as e:  # an import that fails is reported, not a silent empty list
+            got = ["import failed: " + repr(e)]
+        os.write(wr, json.dumps(got).encode())
+        os._exit(0)
+    os.close(wr)
+    data = b"".join(iter(lambda: os.read(rd, 65536), b""))
+    os.waitpid(pid, 0)
+    out[name] = json.loads(data)
+print(json.dumps(out))
+"""
 
 
-def test_model_imports_neither_textual_nor_pynvml():
-    mods = _modules_after("import memtop.model")
-    assert "textual" not in mods and "pynvml" not in mods
+def _roots() -> list[str]:
+    """The packages pyproject installs (memtop.collectors and memtop.tui live outside memtop/)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    return re.findall(r'"(memtop[\w.]*)"', re.search(r"^packages = \[(.*)\]$", text, re.M).group(1))
+
+
+def test_every_module_imports_only_what_its_layer_may():
+    watch = sorted({w for *_, ws in RULES for w in ws})
+    out = subprocess.run(
+        [sys.executable, "-c", _WALK, *_roots()],
+        input=json.dumps(watch),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    loaded: dict[str, list[str]] = json.loads(out)
+    assert {"memtop.model", "memtop.collectors.nvml", "memtop.tui.app", "memtop.store"} <= set(loaded)
+    failed = [g for got in loaded.values() for g in got if g.startswith("import failed")]
+    assert not failed, failed
+    bad = [
+        f"{name} loads {sorted(set(got) & forbidden)}"
+        for name, got in loaded.items()
+        for modules, exempt, forbidden in RULES
+        if name.startswith(modules) and not name.startswith(exempt or ("-",)) and set(got) & forbidden
+    ]
+    assert not bad, bad
 
 
 @pytest.mark.parametrize("flag", ["--help", "--version"])

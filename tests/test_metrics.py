@@ -6,10 +6,11 @@ import dataclasses
 import math
 import shutil
 import sqlite3
+from pathlib import Path
 
 import pytest
 from conftest import REC, REC_NOGPM
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memtop.metrics import BY_NAME, METRICS, Metric
@@ -84,6 +85,7 @@ stored_values = st.one_of(
 )
 
 
+@settings(deadline=None, max_examples=300)  # a loaded CI machine must not turn slowness into failure
 @given(st.sampled_from(METRICS), stored_values)
 def test_sql_decode_agrees_with_metric_valid(m, stored):
     db = sqlite3.connect(":memory:")
@@ -177,3 +179,13 @@ def test_pipe_activities_are_asked_for_stored_and_read_back(tmp_path):
     assert (back.fp64, back.fp32, back.fp16) == (1.5, 40.0, 99.9)
     old = next(Recording(REC[3]).frames(start=100.0)).gpus[0]  # recorded before the pipes were added
     assert old.sm is not None and (old.fp64, old.fp32, old.fp16) == (None, None, None)
+
+
+def test_architecture_doc_shows_the_current_table():
+    from memtop.metrics import markdown
+
+    doc = (Path(__file__).parent.parent / "docs" / "ARCHITECTURE.md").read_text()
+    shown = (
+        doc.split("<!-- metrics table:", 1)[1].split("-->", 1)[1].split("<!-- end of metrics table -->")[0]
+    )
+    assert shown.strip() == markdown(), "regenerate the table in docs/ARCHITECTURE.md (command above it)"

@@ -174,3 +174,26 @@ def test_reader_handles_mig():
         0.0,
     )
     assert "MIG" in r.capabilities()[0].detail
+
+
+def test_recorded_link_reads_as_people_write_it():
+    from memtop.collectors.nvml import pcie_link
+
+    lk = pcie_link(ReplayNvml.load(FIXTURE).link(0))
+    assert (lk.text, lk.max_text, lk.downtrained) == ("Gen5 x16", "Gen5 x16", False)
+    assert lk.bytes_per_s == pytest.approx(63.0e9, rel=0.001)
+    slow = pcie_link({"gen": 4, "width": 8, "max_gen": 5, "max_width": 16, "speed_mts": None})
+    assert slow.downtrained and slow.text == "Gen4 x8" and slow.max_text == "Gen5 x16"
+
+
+def test_gpm_replies_map_to_fields_by_the_metric_table():
+    """Each recorded GPM reply lands in the GpuSample field its NVML id names, MiB/s as bytes/s."""
+    log = json.loads(FIXTURE.read_text())["calls"]
+    replies = [e["r"] for e in log if e["m"] == "gpm_metrics" and e.get("r")]
+    col = _collector()
+    (r,) = col.readers
+    gs = [p for _ in replies for p in r.sample(1000.0) if isinstance(p, GpuSample)]
+    for reply, g in zip(replies, gs):
+        assert g.sm == pytest.approx(reply["2"]) and g.tensor == pytest.approx(reply["5"])
+        assert g.pcie_rx == pytest.approx(reply["21"] * (1 << 20))
+        assert g.dram == (None if "10" not in reply else pytest.approx(reply["10"]))

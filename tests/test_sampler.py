@@ -99,3 +99,38 @@ def test_stacks_speed_up_exactly_where_sync_and_cpu_bound_look_alike():
         fast.setdefault(m.label, []).append(s.stacks.interval == 0.25)
     assert sum(fast["sync"]) / len(fast["sync"]) > 0.9
     assert not any(fast["compute"]) and not any(fast["idle"])
+
+
+def test_config_from_the_command_line_and_a_missing_pid():
+    import os
+
+    import pytest
+
+    from memtop.cli import build_parser
+    from memtop.errors import UserError
+
+    args = build_parser().parse_args(["record", "-o", "x.memtop", "--interval", "1", "--no-gpm"])
+    cfg = SamplerConfig.from_args(args, recording=True)
+    assert (cfg.gpu_interval, cfg.host_interval, cfg.use_gpm, cfg.series) == (1.0, 1.0, False, True)
+    fast = SamplerConfig.from_args(build_parser().parse_args(["--interval", "0.1"]), recording=False)
+    assert fast.host_interval == 0.5 and not fast.series and fast.stacks  # the host never above 2 Hz
+    mine = build_parser().parse_args(["--pid", str(os.getpid())])
+    assert SamplerConfig.from_args(mine, recording=False).pids == (os.getpid(),)
+    gone = build_parser().parse_args(["--pid", "2147483646"])
+    with pytest.raises(UserError, match="no process with PID 2147483646"):
+        SamplerConfig.from_args(gone, recording=False)
+
+
+def test_run_meta_names_the_recorded_gpu_and_no_environment():
+    s = Sampler(
+        SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=False, perf=False),
+        on_frame=lambda f: None,
+    )
+    s.nvml.start()
+    meta = s.run_meta()
+    s.nvml.stop()
+    assert meta["driver"] == "580.159.04"
+    (g,) = meta["gpus"]
+    assert g["name"] == "NVIDIA H100 80GB HBM3" and g["mode"] == "gpm" and g["pci_bus_id"]
+    assert meta["cadence"]["gpu_s"] == 0.1 and meta["cadence"]["stacks_s"] is None
+    assert "env" not in meta and not any("PATH=" in str(v) for v in meta.values())
