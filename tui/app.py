@@ -517,6 +517,10 @@ class MemtopApp(App[int]):
         key = (len(self._gpus()), self.selected_pid is not None, self.pipeline.frozen)
         if key != self._bindings_key:
             self._bindings_key = key
+            # an empty table takes no focus: tab offers no selection that selects nothing
+            for sel, has in (("#gpus", key[0] > 0), ("#procs", key[1])):
+                for table in self.query(sel):
+                    table.can_focus = has
             self.refresh_bindings()
 
     def enabled_keys(self) -> list[Key]:
