@@ -99,3 +99,25 @@ def test_stacks_speed_up_exactly_where_sync_and_cpu_bound_look_alike():
         fast.setdefault(m.label, []).append(s.stacks.interval == 0.25)
     assert sum(fast["sync"]) / len(fast["sync"]) > 0.9
     assert not any(fast["compute"]) and not any(fast["idle"])
+
+
+def test_the_first_frame_carries_the_first_gpu_reading():
+    """The live view paints the first reading when it arrives; at --interval 1 a first Frame built before
+    NVML answered would hold it back a whole second."""
+    nv = ReplayNvml.load(DATA / "nvml_h100.json")
+    power = nv.power_mw
+
+    def slow_first_power(i):  # a real driver's first answers take a while
+        if not calls:
+            threading.Event().wait(0.2)
+        calls.append(i)
+        return power(i)
+
+    calls: list[int] = []
+    nv.power_mw = slow_first_power
+    frames = []
+    s = Sampler(SamplerConfig(nvml=nv, gpu_interval=1.0, stacks=False, perf=False), on_frame=frames.append)
+    s.start()
+    threading.Event().wait(0.6)
+    s.stop()
+    assert frames and frames[0].gpus and frames[0].gpus[0].power_w is not None
