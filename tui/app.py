@@ -339,7 +339,7 @@ class MemtopApp(App[int]):
 
     def on_mount(self) -> None:
         self.pipeline.paint_interval = 1.0 / self.paint_rate
-        self.pipeline.on_tick = lambda: self.post_message(Refresh())
+        self.pipeline.on_tick = self._post_refresh
         if self.playback is not None:
             self.mount(
                 Overview(self.playback, lambda: self.gpu, self.ascii_only, id="overview"), after="#timeline"
@@ -362,6 +362,9 @@ class MemtopApp(App[int]):
         if self.save_theme:
             self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._paint()
+
+    def _post_refresh(self) -> None:  # from the pipeline's thread
+        self.post_message(Refresh())
 
     def on_unmount(self) -> None:
         if self.controller is not None:
