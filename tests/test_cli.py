@@ -272,15 +272,22 @@ def test_q_and_ctrl_c_quit_with_0(key):
     assert rc == 0 and _restored(out)
 
 
+# an exception in the app (a key's action), and one in a thread of memtop's (the replay thread)
+CRASHES = {
+    "app": ("import memtop.tui.app as a\na.MemtopApp.action_zoom = lambda self, f: 1 / 0\n", b"z"),
+    "thread": (
+        "import memtop.pipeline as p\ndef boom(self, start):\n    1 / 0\np.ReplaySource._prefill = boom\n",
+        b"\x1b[6~",  # PgDn: a seek, which prefills
+    ),
+}
+
+
 @pytest.mark.slow
-def test_a_crash_restores_the_terminal_names_a_log_and_exits_70(tmp_path):
-    code = (
-        "import sys; import memtop.tui.app as a\n"
-        "a.MemtopApp.action_zoom = lambda self, f: 1 / 0\n"
-        "from memtop.cli import main\n"
-        f"sys.exit(main(['replay', {str(REC[2])!r}]))\n"
-    )
-    rc, out = _pty_run([sys.executable, "-c", code], keys=b"z", env={"XDG_STATE_HOME": str(tmp_path)})
+@pytest.mark.parametrize("where", list(CRASHES))
+def test_a_crash_restores_the_terminal_names_a_log_and_exits_70(tmp_path, where):
+    patch, key = CRASHES[where]
+    code = f"import sys\n{patch}from memtop.cli import main\nsys.exit(main(['replay', {str(REC[2])!r}]))\n"
+    rc, out = _pty_run([sys.executable, "-c", code], keys=key, env={"XDG_STATE_HOME": str(tmp_path)})
     assert rc == 70, out[-500:]
     assert _restored(out)
     tail = out[out.rfind(b"\x1b[?1049l") :].decode(errors="replace")
