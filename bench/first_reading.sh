@@ -7,7 +7,7 @@
 # (memtop and nvitop importable by $PY; -P keeps a source checkout in the cwd off sys.path)
 R=$1; N=${2:-10}; S=${3:-15}; W=${4:-6}; K=${5:-2}
 PY=${PY:-python3}
-POWER='[0-9]+ ?W'  # memtop's GPU row "312W", nvitop's "312W / 700W"
+POWER='[0-9]W'  # memtop's GPU row "312W", nvitop's "312W / 700W"
 python3 -c "
 import torch,time
 a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)

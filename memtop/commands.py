@@ -114,8 +114,11 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
     )
     hook = threading.excepthook
 
-    def thread_crash(a: threading.ExceptHookArgs) -> None:  # a dead replay/start thread is a crash too
-        if a.exc_value is not None and app.is_running:
+    def thread_crash(a: threading.ExceptHookArgs) -> None:
+        """One of memtop's threads died (replay, phase scan, start-up): a crash like one in the app.
+        Textual's own threads are left to Textual (its writer meets EIO after a hang-up)."""
+        ours = a.thread is not None and a.thread.name.startswith("memtop-")
+        if ours and a.exc_value is not None and app.is_running:
             app.call_from_thread(app.crash, a.exc_value)
         else:
             hook(a)

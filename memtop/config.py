@@ -84,7 +84,7 @@ def _toml(v: object) -> str:
 def save(**changes: object) -> Path | None:
     """Merge ``changes`` into the file (0600, written beside it and renamed: never through a link).
     Keys memtop does not know are kept only if they are plain values; None if it could not write."""
-    raw = {k: v for k, v in _read().items() if isinstance(v, (str, bool, int, float))}
+    raw: dict[str, object] = {k: v for k, v in _read().items() if isinstance(v, (str, bool, int, float))}
     raw.update(changes)
     p = path()
     tmp = p.with_name(f".config.toml.{os.getpid()}")

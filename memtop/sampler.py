@@ -118,6 +118,7 @@ class Sampler:
         self._python: dict[int, bool] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._first_gpu = threading.Event()  # the first Frame waits (briefly) for a GPU reading
         self._threads: list[threading.Thread] = []
         self._started: list[Collector] = []
 
@@ -186,6 +187,7 @@ class Sampler:
             for p in parts:
                 if isinstance(p, GpuSample):
                     self._gpus[p.index] = p
+                    self._first_gpu.set()
                 elif isinstance(p, SeriesChunk):
                     self._series.append(p)
                 elif isinstance(p, HostSample):
@@ -294,6 +296,8 @@ class Sampler:
 
     def _frames(self) -> None:
         base = min([r.interval for r in self.nvml.readers] or [self.cfg.host_interval])
+        if self.nvml.readers:  # else the first reading waits a whole interval (1 s at --interval 1)
+            self._first_gpu.wait(0.5)
         due = now()
         caps_due = due
         while True:

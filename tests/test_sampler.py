@@ -134,3 +134,25 @@ def test_run_meta_names_the_recorded_gpu_and_no_environment():
     assert g["name"] == "NVIDIA H100 80GB HBM3" and g["mode"] == "gpm" and g["pci_bus_id"]
     assert meta["cadence"]["gpu_s"] == 0.1 and meta["cadence"]["stacks_s"] is None
     assert "env" not in meta and not any("PATH=" in str(v) for v in meta.values())
+
+
+def test_the_first_frame_carries_the_first_gpu_reading():
+    """The live view paints the first reading when it arrives; at --interval 1 a first Frame built before
+    NVML answered would hold it back a whole second."""
+    nv = ReplayNvml.load(DATA / "nvml_h100.json")
+    power = nv.power_mw
+
+    def slow_first_power(i):  # a real driver's first answers take a while
+        if not calls:
+            threading.Event().wait(0.2)
+        calls.append(i)
+        return power(i)
+
+    calls: list[int] = []
+    nv.power_mw = slow_first_power
+    frames = []
+    s = Sampler(SamplerConfig(nvml=nv, gpu_interval=1.0, stacks=False, perf=False), on_frame=frames.append)
+    s.start()
+    threading.Event().wait(0.6)
+    s.stop()
+    assert frames and frames[0].gpus and frames[0].gpus[0].power_w is not None

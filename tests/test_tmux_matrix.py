@@ -161,12 +161,16 @@ def test_every_size_and_terminal_with_a_few_keys(tmux, variant):
 
 
 def _paused_at(tmux: Tmux, name: str, when: str) -> None:
-    """Pause, go to ``when``, and wait until the screen settles (two equal captures)."""
+    """Pause, go to ``when``, and wait until the screen settles (two equal captures). Each step waits
+    for the screen to show it: keys typed before the dialog is up would go to the app."""
     tmux.keys(name, "Space")
-    time.sleep(0.3)
+    tmux.wait(name, "⏸")
     tmux.keys(name, "t")
-    time.sleep(0.5)
+    tmux.wait(name, "Go to")
     tmux.keys(name, when, "Enter")
+    end = time.monotonic() + 10
+    while "Go to" in tmux.pane(name) and time.monotonic() < end:
+        time.sleep(0.1)
     _settle(tmux, name)
 
 

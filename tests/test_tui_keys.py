@@ -300,3 +300,18 @@ def test_flags_win_over_the_config_file():
     flags = display_options(build_parser().parse_args(["--theme", "dracula", "--paint-rate", "4"]), cfg)
     assert (flags.theme, flags.paint_rate, flags.mouse, flags.ascii) == ("dracula", 4.0, False, True)
     assert display_options(build_parser().parse_args(["--no-mouse"]), Config()).mouse is False
+
+
+async def test_no_gpu_live_offers_no_gpu_or_process_selection():
+    from memtop.model import Frame
+
+    p = Pipeline(Status("live"), meta={"host": "test"})
+    p.on_frame(Frame(t=1.0, host=_frames()[100].host), tick=False)
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.7)
+        keys = _app_keys(app)
+        assert "g" not in keys and "G" not in keys and "s" not in keys
+        assert not app.query_one("#gpus").can_focus
+        await pilot.press("tab")
+        assert app.focused is None or app.focused.id not in ("gpus",)

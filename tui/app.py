@@ -359,7 +359,7 @@ class MemtopApp(App[int]):
     def on_mount(self) -> None:
         self.theme_changed_signal.subscribe(self, self._new_theme)  # phase colours are per theme
         self.pipeline.paint_interval = 1.0 / self.paint_rate
-        self.pipeline.on_tick = lambda: self.post_message(Refresh())
+        self.pipeline.on_tick = self._post_refresh
         if self.playback is not None:
             self.mount(
                 Overview(self.playback, lambda: self.gpu, self.ascii_only, id="overview"), after="#timeline"
@@ -383,6 +383,9 @@ class MemtopApp(App[int]):
             self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._paint()
         self.call_after_refresh(self._relayout)
+
+    def _post_refresh(self) -> None:  # from the pipeline's thread
+        self.post_message(Refresh())
 
     def on_unmount(self) -> None:
         if self.controller is not None:
@@ -576,6 +579,10 @@ class MemtopApp(App[int]):
         key = (len(self._gpus()), self.selected_pid is not None, self.pipeline.frozen)
         if key != self._bindings_key:
             self._bindings_key = key
+            # an empty table takes no focus: tab offers no selection that selects nothing
+            for sel, has in (("#gpus", key[0] > 0), ("#procs", key[1])):
+                for table in self.query(sel):
+                    table.can_focus = has
             self.refresh_bindings()
 
     def enabled_keys(self) -> list[Key]:
