@@ -56,20 +56,19 @@ class LiveController:
             self._thread.start()
 
     def _start(self) -> None:
-        from memtop.record import run_meta, sampler_config
-        from memtop.sampler import Sampler
+        from memtop.sampler import Sampler, SamplerConfig
 
         try:
             if self.sampler is None:
                 self.sampler = Sampler(
-                    sampler_config(self.args, recording=False), on_frame=self.pipeline.on_frame
+                    SamplerConfig.from_args(self.args, recording=False), on_frame=self.pipeline.on_frame
                 )
             self.sampler.start()
         except Exception as e:  # the app stays up to say so (and to be quit) rather than going blank
             self.pipeline.set_status(fault=f"sampling could not start: {type(e).__name__}: {e}")
             return
         if not self.pipeline.meta.get("gpus"):
-            self.pipeline.meta = {**self.pipeline.meta, **run_meta(self.sampler)}
+            self.pipeline.meta = {**self.pipeline.meta, **self.sampler.run_meta()}
 
     def stop(self) -> None:
         if self._thread.ident is not None:
@@ -150,19 +149,18 @@ def live(args: argparse.Namespace) -> int:
         # start a minute in, so the first screen already shows a timeline of phases
         return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)
     _need_tty()
-    from memtop.record import check_pids
+    from memtop.sampler import check_pids
 
-    check_pids(args)
+    check_pids(args.pid)
     writer = sampler = None
     meta = {"host": platform.node()}  # the rest once NVML is up (LiveController)
     if args.record:  # a recording names its GPUs in its metadata: NVML first
-        from memtop.record import run_meta, sampler_config
-        from memtop.sampler import Sampler
+        from memtop.sampler import Sampler, SamplerConfig
         from memtop.store import Writer
 
-        sampler = Sampler(sampler_config(args, recording=True), on_frame=lambda f: None)
+        sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)
         sampler.nvml.start()
-        meta = run_meta(sampler)
+        meta = sampler.run_meta()
         writer = Writer(args.record, meta, force=args.force)
     pipeline = Pipeline(Status("live", recording=args.record), meta=meta, writer=writer)
     if sampler is not None:

@@ -9,31 +9,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from memtop.errors import UserError
 from memtop.sanitize import clean
 from memtop.store import Writer, read_markers
-
-if TYPE_CHECKING:  # the collectors load when sampling starts, not before the TUI's first frame
-    from memtop.sampler import Sampler, SamplerConfig
-
-
-# Moved next to the sampler; kept as aliases only until commands.py calls them there (then delete).
-def check_pids(args: argparse.Namespace) -> None:
-    from memtop.sampler import check_pids
-
-    check_pids(args.pid)
-
-
-def sampler_config(args: argparse.Namespace, recording: bool) -> SamplerConfig:
-    from memtop.sampler import SamplerConfig
-
-    return SamplerConfig.from_args(args, recording)
-
-
-def run_meta(sampler: Sampler) -> dict:
-    return sampler.run_meta()
 
 
 def _size(path: Path) -> int:
