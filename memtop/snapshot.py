@@ -97,11 +97,12 @@ class Node:
             self.source = ReplaySource(rec, self.pipeline, loop=True, start_at=min(60.0, rec.duration / 2))
             self.hostname = str(rec.meta.get("host") or platform.node())
         else:
-            from memtop.record import sampler_config
-            from memtop.sampler import Sampler
+            from memtop.sampler import Sampler, SamplerConfig
 
             self.pipeline = CountingPipeline(Status("live"), {"host": platform.node()})
-            self.sampler = Sampler(sampler_config(args, recording=False), on_frame=self.pipeline.on_frame)
+            self.sampler = Sampler(
+                SamplerConfig.from_args(args, recording=False), on_frame=self.pipeline.on_frame
+            )
             self.hostname = platform.node()
 
     def start(self) -> None:
@@ -109,10 +110,8 @@ class Node:
         if self.source is not None:
             self.source.start()
         else:
-            from memtop.record import run_meta
-
             self.sampler.start()
-            self.pipeline.meta = {**self.pipeline.meta, **run_meta(self.sampler)}
+            self.pipeline.meta = {**self.pipeline.meta, **self.sampler.run_meta()}
 
     def stop(self) -> None:
         if self.source is not None:
