@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from memtop import __version__
+from memtop import __version__, stackclass
 from memtop.errors import UserError
 from memtop.model import (
     Capability,
@@ -373,6 +373,7 @@ class Recording:
         self.db, self.meta = _open_ro(self.path)
         try:
             self._stacks: dict[int, tuple[StackFrame, ...]] = {}
+            self._klass_of: dict[tuple[int, int, int], str] = {}
             r = self.db.execute("SELECT min(t), max(t), count(*) FROM frame").fetchone()
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
@@ -408,6 +409,16 @@ class Recording:
             fr = tuple(StackFrame(*x) for x in json.loads(text))
             self._stacks[sid] = fr
         return fr
+
+    def _klass(self, sid: int, active: int, gil: int) -> str:
+        """The stack's class by today's rules (the stored one is what the recorder's rules said:
+        kept for older readers, never read back), memoised per stack, run state and GIL."""
+        k = self._klass_of.get((sid, active, gil))
+        if k is None:
+            k = self._klass_of[(sid, active, gil)] = stackclass.classify(
+                self._frames_of(sid), bool(active), bool(gil)
+            )
+        return k
 
     # rows -> parts
     @staticmethod
@@ -580,8 +591,15 @@ class _State:
                     t,
                     pid,
                     tuple(
-                        ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), klass)
-                        for _, _, tid, name, active, gil, klass, sid, _ in r
+                        ThreadStack(
+                            tid,
+                            name,
+                            bool(active),
+                            bool(gil),
+                            rec._frames_of(sid),
+                            rec._klass(sid, active, gil),
+                        )
+                        for _, _, tid, name, active, gil, _, sid, _ in r
                     ),
                 )
             self._stacks_t = None

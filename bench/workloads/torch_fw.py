@@ -63,7 +63,9 @@ class Tokens(Dataset):
 def hf_trainer(end: float, layers: int, width: int, seq: int, bs: int) -> dict:
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
-    cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=max(1, width // 64), n_positions=seq, vocab_size=8192)
+    cfg = GPT2Config(
+        n_layer=layers, n_embd=width, n_head=max(1, width // 64), n_positions=seq, vocab_size=8192
+    )
     with torch.device("cuda"):
         model = GPT2LMHeadModel(cfg)
     seen: dict = {}
@@ -178,7 +180,9 @@ class Pictures(Dataset):
         from PIL import Image
 
         rng = np.random.default_rng(0)
-        self.imgs = [Image.fromarray(rng.integers(0, 255, (side, side * 4 // 3, 3), dtype=np.uint8)) for _ in range(8)]
+        self.imgs = [
+            Image.fromarray(rng.integers(0, 255, (side, side * 4 // 3, 3), dtype=np.uint8)) for _ in range(8)
+        ]
         self.tf = tf
 
     def __len__(self) -> int:
@@ -226,7 +230,7 @@ def tv_input(end: float) -> dict:
 
 
 def neg_tv_busy_workers(end: float) -> dict:
-    return tv_train(end, workers=3, side=256, arch="resnet50", bs=128, reps=int(12 * S) + 4)
+    return tv_train(end, workers=3, side=256, arch="resnet50", bs=int(384 * S), reps=int(12 * S) + 4)
 
 
 # -- torch.compile ---------------------------------------------------------------------------
@@ -240,8 +244,8 @@ def mlp(width: int, depth: int) -> nn.Module:
 W = int(4096 * S) // 64 * 64
 BIGNET = torch.compile(mlp(W, 4))
 XB = torch.randn(8192, W, device=dev, dtype=torch.bfloat16)
-SMALLNET = torch.compile(mlp(1024, 3))
-XS = torch.randn(int(2048 * S), 1024, device=dev, dtype=torch.bfloat16)
+SMALLNET = torch.compile(mlp(2048, 3))
+XS = torch.randn(int(8192 * S), 2048, device=dev, dtype=torch.bfloat16)
 BIGNET(XB).sum().backward()
 SMALLNET(XS).sum().item()
 
@@ -263,7 +267,7 @@ def compile_sync(end: float) -> dict:
     n, tot = 0, 0.0
     while time.monotonic() < end:
         spin(3 * S)
-        for _ in range(8):
+        for _ in range(12):  # ~as much GPU time as the Python above: the two take turns
             y = SMALLNET(XS)
         tot += y.float().mean().item()
         n += 1
