@@ -60,7 +60,6 @@ class Features:
     dram: float | None  # GPM DRAM-bandwidth %, or NVML memory util % without GPM
     pcie_bps: float  # both directions together: a full-duplex link moves each at once
     pcie_frac: float  # pcie_bps against one direction's link rate
-    util: float | None  # NVML util: a kernel *or a copy* ran (copy engines count)
     proc_cpu: float  # main GPU process CPU %
     workers: int
     worker_cpu: float  # mean CPU % per DataLoader worker
@@ -73,6 +72,7 @@ class Features:
     tops: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # the most common one per class
     recent: frozenset[str] = frozenset()  # classes of the main-thread samples of the last second
     sync_age: float = math.inf  # seconds since the newest main-thread sample waiting in a sync
+    util: float | None = None  # NVML util: a kernel *or a copy* ran (copy engines count)
 
 
 @dataclass(frozen=True)
