@@ -40,8 +40,21 @@ RELABEL: dict[str, tuple[str | None, str]] = {
 }
 
 
+# Held-out phases whose construction missed its label by the workload's own numbers (noted after
+# scoring; the rules were not changed). Left out only with --checked, a second figure beside the raw one.
+HELDOUT_UNSOUND = {
+    "neg_tv_busy_workers": "resnet50 at bs 499 took 19 steps in 6.6 s: the GPU was not saturated",
+    "hf_compute": "212M-parameter Trainer made 20 steps in 2.8 s: Python-bound, not compute-bound",
+    "light_compute": "46 Lightning steps in 3 s with the process at 100 % CPU: not compute-bound",
+    "shared_sync": "two processes syncing in turn kept the GPU ~90 % busy: compute-bound, not a stall",
+}
+CHECKED = False
+
+
 def markers_of(rec: Recording, path: Path) -> list[Marker]:
     ms = rec.markers()
+    if path.name.startswith("heldout_") and CHECKED:
+        return [m for m in ms if m.name not in HELDOUT_UNSOUND]
     if not path.name.startswith("train_"):
         return ms
     out = []
@@ -125,7 +138,10 @@ def main() -> None:
     ap.add_argument("--guard", type=float, nargs="*", default=[0.5, 1.0])
     ap.add_argument("--set", nargs="*", default=list(SETS), choices=list(SETS))
     ap.add_argument("--detail", action="store_true", help="per-recording tables and confusion matrices")
+    ap.add_argument("--checked", action="store_true", help="leave out HELDOUT_UNSOUND phases")
     a = ap.parse_args()
+    global CHECKED
+    CHECKED = a.checked
     print(
         "| set | mode | guard (s) | macro-F1 mean (min) | median detection (s) | flips/min after detection | false sync on neg. controls (s) |"
     )
