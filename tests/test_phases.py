@@ -204,3 +204,25 @@ def test_gaps_carry_the_stack_over_the_gap():
     c = classify(Recording(REC[0]).frames())
     assert c.gaps and all(g["duration_s"] >= 0.5 for g in c.gaps)
     assert any(g["stack"] and g["stack"]["class"] in ("data", "other", "idle") for g in c.gaps)
+
+
+def test_only_torch_dataloader_workers_count_as_workers():
+    """torch.compile's worker processes and a busy logger child are shown, not counted as input."""
+    from pathlib import Path
+
+    rec = Recording(Path(__file__).parent / "data" / "train_torch_s1.memtop")
+    c = classify(rec.frames())
+    m = next(m for m in rec.markers() if m.name == "neg_child_busy")
+    children = {
+        p.name
+        for f in rec.frames(m.t0 + 1, m.t1 - 1)
+        if f.host
+        for p in f.host.procs
+        if p.worker_of is not None
+    }
+    assert children - {"pt_data_worker"}, children  # other children were there...
+    inside = [lab for lab in c.labels[0] if m.t0 + 1 <= lab.t <= m.t1 - 1]
+    assert inside and all(lab.features.workers == 0 for lab in inside)  # ...and none counted
+    assert all(lab.label == "cpu" for lab in inside)
+    ld = next(m for m in rec.markers() if m.name == "light_input")
+    assert any(lab.features.workers > 0 for lab in c.labels[0] if ld.t0 + 1 <= lab.t <= ld.t1 - 1)
