@@ -1,59 +1,130 @@
-"""Classifier accuracy on the labelled H100 recordings, in three modes; prints markdown.
+"""Classifier accuracy on the labelled H100 recordings, every evidence mode from the same files.
 
-Modes: GPM + stacks; GPM without stacks (same recordings, stacks ignored); NVML-only (a second
-recorder ran with --no-gpm during seed 2). Per 0.5 s bin with a 1 s guard band at phase edges.
-usage: python bench/accuracy.py
+Modes: GPM + stacks; NVML-only (GPM fields dropped on read); GPM without stacks (stacks ignored).
+Sets: the first corpus (one synthetic PyTorch workload, 13 seeds), the framework corpus the rules
+were tuned on (train_*), and the held-out runs recorded after the rules were frozen (heldout_*),
+each scored apart. Guard bands 0.5 s (the target) and 1 s. Prints markdown.
+usage: python bench/accuracy.py [--guard 0.5 1.0] [--set first train heldout]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+from memtop.model import Frame, Marker
 from memtop.phases import classify
 from memtop.score import score
 from memtop.store import Recording
 
 ROOT = Path(__file__).parent.parent
-RECS = {
-    0: ROOT / "tests/data/labelled_s0.memtop",
-    1: ROOT / "memtop/data/demo.memtop",
-    2: ROOT / "tests/data/labelled_s2.memtop",
-    3: ROOT / "tests/data/labelled_s3.memtop",
-    **{i: ROOT / f"tests/data/labelled_s{i}.memtop" for i in (4, 5, 6, 7, 8, 9, 10, 11, 12)},
+DATA = ROOT / "tests/data"
+SETS = {
+    "first": [ROOT / "memtop/data/demo.memtop", *sorted(DATA.glob("labelled_s*[0-9].memtop"))],
+    "train": sorted(DATA.glob("train_*.memtop")),
+    "heldout": sorted(DATA.glob("heldout_*.memtop")),
 }
-NOGPM = ROOT / "tests/data/labelled_s2_nogpm.memtop"
+# Training phases whose construction missed its label, judged from the workload's own facts (GPU
+# work per step against CPU work per step), not from memtop's output: relabelled, or dropped where
+# the bottleneck was not established. The workloads were fixed before the held-out runs.
+RELABEL: dict[str, tuple[str | None, str]] = {
+    "compile_sync": ("cpu", "8 tiny compiled calls (~0.3 ms GPU) per 3 ms of Python: CPU-bound"),
+    "jax_float_loss": ("cpu", "train step ~0.4 ms on the GPU per 4 ms of Python: CPU-bound"),
+    "jax_device_get": ("cpu", "train step ~0.4 ms on the GPU per 3 ms of Python: CPU-bound"),
+    "shared_sync": ("cpu", "12 small products (~0.4 ms GPU) per 4 ms of Python in each process"),
+    "neg_tv_busy_workers": (None, "resnet50 did not saturate the GPU (workers too slow): truth unknown"),
+}
 
 
-def run(mode: str, paths: list[Path], **kw) -> None:
-    scores = []
-    conf: Counter = Counter()
+# Held-out phases whose construction missed its label by the workload's own numbers (noted after
+# scoring; the rules were not changed). Left out only with --checked, a second figure beside the raw one.
+HELDOUT_UNSOUND = {
+    "neg_tv_busy_workers": "resnet50 at bs 499 took 19 steps in 6.6 s: the GPU was not saturated",
+    "hf_compute": "212M-parameter Trainer made 20 steps in 2.8 s: Python-bound, not compute-bound",
+    "light_compute": "46 Lightning steps in 3 s with the process at 100 % CPU: not compute-bound",
+    "shared_sync": "two processes syncing in turn kept the GPU ~90 % busy: compute-bound, not a stall",
+}
+CHECKED = False
+
+
+def markers_of(rec: Recording, path: Path) -> list[Marker]:
+    ms = rec.markers()
+    if path.name.startswith("heldout_") and CHECKED:
+        return [m for m in ms if m.name not in HELDOUT_UNSOUND]
+    if not path.name.startswith("train_"):
+        return ms
+    out = []
+    for m in ms:
+        new = RELABEL.get(m.name, (m.label, ""))[0]
+        if new is not None:
+            out.append(replace(m, label=new))
+    return out
+
+
+def nvml_only(frames: Iterator[Frame]) -> Iterator[Frame]:
+    """The same run as an NVML-only recorder sees it: GPM fields dropped."""
+    for f in frames:
+        yield replace(
+            f,
+            gpus=tuple(
+                replace(g, mode="nvml", graphics=None, sm=None, occupancy=None, tensor=None, dram=None)
+                if g.mode == "gpm"
+                else g
+                for g in f.gpus
+            ),
+        )
+
+
+MODES = {
+    "GPM + stacks": (lambda fr: fr, {}),
+    "NVML-only (GPM dropped on read)": (nvml_only, {}),
+    "GPM, no stacks (stacks dropped on read)": (lambda fr: fr, {"use_stacks": False}),
+}
+
+
+def scores(paths: list[Path], mode: str, guard: float) -> list[dict]:
+    view, kw = MODES[mode]
+    out = []
     for p in paths:
         rec = Recording(p)
-        c = classify(rec.frames(), **kw)
-        s = score(c.labels[0], rec.markers(), bin_s=c.bin_s)
-        scores.append(s)
-        for k, v in s["confusion"].items():
-            conf[k] += v
-    print(f"\n### {mode} ({len(paths)} recording{'s' if len(paths) > 1 else ''})\n")
+        c = classify(view(rec.frames()), **kw)
+        s = score(c.labels[0], markers_of(rec, p), guard=guard, bin_s=c.bin_s)
+        s["name"] = p.name
+        out.append(s)
+    return out
+
+
+def summary(ss: list[dict]) -> dict:
+    lat = [s["latency_median_s"] for s in ss if s["latency_median_s"] is not None]
+    return {
+        "macro_f1_mean": round(statistics.mean(s["macro_f1"] for s in ss), 3),
+        "macro_f1_min": min(s["macro_f1"] for s in ss),
+        "latency_median_s": round(statistics.median(lat), 2) if lat else None,
+        "flips_after_detection_per_min": round(
+            statistics.mean(s["flips_after_detection_per_min"] for s in ss), 2
+        ),
+        "neg_false_sync_s": sum(s["neg_false_sync_s"] for s in ss),
+    }
+
+
+def table(title: str, ss: list[dict]) -> None:
+    print(f"\n#### {title}\n")
     print(
-        "| recording | macro-F1 | accuracy | latency median / p90 (s) | flips/min (after detection) | false sync on neg. controls (s) | any false label on neg. controls (s) |"
+        "| recording | macro-F1 | accuracy | latency median / p90 (s) | missed | flips/min after detection | false sync on neg. (s) |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for p, s in zip(paths, scores):
+    for s in ss:
         print(
-            f"| {p.name} | {s['macro_f1']:.3f} | {s['accuracy']:.3f} | {s['latency_median_s']} / {s['latency_p90_s']} "
-            f"| {s['flips_per_min']} ({s['flips_after_detection_per_min']}) | {s['neg_false_sync_s']} | {s['neg_false_any_s']} |"
+            f"| {s['name']} | {s['macro_f1']:.3f} | {s['accuracy']:.3f} | {s['latency_median_s']} / {s['latency_p90_s']} "
+            f"| {s['missed_phases']} | {s['flips_after_detection_per_min']} | {s['neg_false_sync_s']} |"
         )
-    classes = sorted({c for s in scores for c in s["per_class"]})
-    print("\n| class | precision | recall | F1 (mean over recordings) |\n|---|---:|---:|---:|")
-    for c in classes:
-        vals = [s["per_class"][c] for s in scores if c in s["per_class"]]
-        print(
-            f"| {c} | {statistics.mean(v['precision'] for v in vals):.3f} | "
-            f"{statistics.mean(v['recall'] for v in vals):.3f} | {statistics.mean(v['f1'] for v in vals):.3f} |"
-        )
+    conf: Counter = Counter()
+    for s in ss:
+        conf.update(s["confusion"])
     truths = sorted({k.split("->")[0] for k in conf})
     preds = sorted({k.split("->")[1] for k in conf})
     print("\nconfusion (bins; rows = truth, columns = label):\n")
@@ -62,7 +133,36 @@ def run(mode: str, paths: list[Path], **kw) -> None:
         print(f"| {t} | " + " | ".join(str(conf.get(f"{t}->{p}", 0)) for p in preds) + " |")
 
 
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--guard", type=float, nargs="*", default=[0.5, 1.0])
+    ap.add_argument("--set", nargs="*", default=list(SETS), choices=list(SETS))
+    ap.add_argument("--detail", action="store_true", help="per-recording tables and confusion matrices")
+    ap.add_argument("--checked", action="store_true", help="leave out HELDOUT_UNSOUND phases")
+    a = ap.parse_args()
+    global CHECKED
+    CHECKED = a.checked
+    print(
+        "| set | mode | guard (s) | macro-F1 mean (min) | median detection (s) | flips/min after detection | false sync on neg. controls (s) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    detail = []
+    for name in a.set:
+        if not SETS[name]:
+            continue
+        for mode in MODES:
+            for g in a.guard:
+                ss = scores(SETS[name], mode, g)
+                m = summary(ss)
+                print(
+                    f"| {name} ({len(ss)}) | {mode} | {g} | {m['macro_f1_mean']:.3f} ({m['macro_f1_min']:.3f}) "
+                    f"| {m['latency_median_s']} | {m['flips_after_detection_per_min']} | {m['neg_false_sync_s']} |"
+                )
+                if a.detail and g == a.guard[0]:
+                    detail.append((f"{name}, {mode}, guard {g} s", ss))
+    for title, ss in detail:
+        table(title, ss)
+
+
 if __name__ == "__main__":
-    run("GPM + stacks", list(RECS.values()))
-    run("GPM, no stacks", list(RECS.values()), use_stacks=False)
-    run("NVML-only (GPM disabled)", [NOGPM])
+    main()

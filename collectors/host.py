@@ -12,7 +12,7 @@ from memtop.model import Capability, CapState, HostSample, ProcSample
 
 from . import numa, procfs
 
-WORKER_NAMES = ("pt_data_worker",)
+WORKER_NAMES = ("pt_data_worker",)  # memtop.phases.DATA_WORKER_NAMES says the same
 # NUMA counters, process placement, swap, children of non-main threads: slow-moving, and costly
 NUMA_EVERY_S = 3.0
 
@@ -145,6 +145,13 @@ class HostCollector:
             except psutil.Error:
                 return None
         name, cmd, user, started, argv = static
+        if parent is not None and name not in WORKER_NAMES:
+            # torch names a DataLoader worker once its loop starts, maybe after we first saw it;
+            # the phase classifier counts only workers so named (other children are just shown)
+            comm = (procfs.read(f"{self.root}/proc/{pid}/comm") or "").strip()
+            if comm in WORKER_NAMES:
+                name = comm
+                self._static[pid] = (name, cmd, user, started, argv)
         placed = self._placed.get(pid)
         if placed is None or now - placed[3] >= NUMA_EVERY_S:
             placed = (*numa.proc_allowed(self.root, pid), numa.last_cpus(self.root, pid), now)

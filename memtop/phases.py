@@ -44,6 +44,9 @@ EXPLAINED_BY = {"sync": "sync", "transfer": "copy", "input": "data", "cpu": "oth
 RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample this recent
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
 STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
+# torch names its DataLoader worker processes so; other children of a GPU process (torch.compile's
+# workers, a logger, wandb-service) are shown but are not an input pipeline
+DATA_WORKER_NAMES = ("pt_data_worker",)
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,8 @@ class Features:
     sm: float | None
     tensor: float | None
     dram: float | None  # GPM DRAM-bandwidth %, or NVML memory util % without GPM
-    pcie_bps: float
-    pcie_frac: float
+    pcie_bps: float  # both directions together: a full-duplex link moves each at once
+    pcie_frac: float  # pcie_bps against one direction's link rate
     proc_cpu: float  # main GPU process CPU %
     workers: int
     worker_cpu: float  # mean CPU % per DataLoader worker
@@ -69,6 +72,7 @@ class Features:
     tops: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # the most common one per class
     recent: frozenset[str] = frozenset()  # classes of the main-thread samples of the last second
     sync_age: float = math.inf  # seconds since the newest main-thread sample waiting in a sync
+    util: float | None = None  # NVML util: a kernel *or a copy* ran (copy engines count)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,8 @@ class Label:
             "dram": _r(f.dram),
             "pcie_gbps": round(f.pcie_bps / 1e9, 2),
             "pcie_pct_link": round(100 * f.pcie_frac, 1),
+            "nvml_util": _r(f.util),
+            "evidence": evidence_mode(f),
             "proc_cpu": round(f.proc_cpu),
             "workers": f.workers,
             "worker_cpu": round(f.worker_cpu),
@@ -109,9 +115,34 @@ class Label:
         return ev
 
 
+def evidence_mode(f: Features) -> str:
+    """Which signals this bin had: GPM or NVML-only, with or without stacks."""
+    return ("GPM" if f.gpm else "NVML-only") + (" + stacks" if f.stack_n else ", no stacks")
+
+
 # Each rule: (label, description, predicate, sub-tag function or None). First match wins.
 def _under(f: Features) -> bool:
     return f.graphics < 80
+
+
+def _copy_engines(f: Features) -> bool:
+    """GPM graphics near zero while NVML util (which counts copies) is high: the copy engines run."""
+    return f.gpm and f.graphics < 5 and (f.util or 0) >= 50
+
+
+def _workers_busy(f: Features) -> bool:
+    """Without stacks, DataLoader workers at work are the input pipeline's only trace."""
+    return f.stack_n == 0 and f.worker_cpu >= 15
+
+
+def _real_kernels(f: Features) -> bool:
+    """Kernels that do work, not a stream of tiny launches: SM busy for much of the graphics time;
+    NVML-only has no SM, and tiny launches leave NVML memory util at 0 while real kernels move some."""
+    return f.sm >= 0.4 * f.graphics if f.sm is not None else (f.dram or 0) >= 1
+
+
+def _pageable(f: Features) -> str:
+    return "pageable" if f.shares.get("copy", 0) >= 0.2 or f.pcie_frac < 0.5 else "dma"
 
 
 def _input_sub(f: Features) -> str:
@@ -129,21 +160,34 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
             f.graphics < 5
             and f.pcie_frac < 0.02
             and f.proc_cpu < 20
-            and not (f.workers > 0 and f.shares.get("data", 0) >= 0.2)
+            and not (f.workers > 0 and (f.shares.get("data", 0) >= 0.2 or _workers_busy(f)))
         ),
         None,
     ),
     (
         "transfer",
-        "PCIe >= 50 % of link with SM < 30 % (DMA)",
-        lambda f: f.pcie_frac >= 0.5 and (f.sm if f.sm is not None else 0) < 30,
-        lambda f: "dma",
+        "PCIe (both directions) >= 50 % of link, or copy engines busy (NVML util >= 50 %, graphics < 5 %), SM < 30 %",
+        lambda f: (
+            (f.pcie_frac >= 0.5 or _copy_engines(f))
+            and (f.sm if f.sm is not None else 0) < 30
+            and (f.gpm or (f.dram or 0) < 10)  # NVML-only: kernels beside the copies move memory
+        ),
+        _pageable,
     ),
     (
         "transfer",
-        "PCIe >= 1 GB/s with SM < 30 % and copy stacks >= 20 % (pageable/staged)",
+        "GPM: PCIe >= 1 GB/s while graphics < 5 % (the GPU only copies)",
+        lambda f: f.gpm and f.pcie_bps >= 1e9 and f.graphics < 5,
+        lambda f: "pageable",
+    ),
+    (
+        "transfer",
+        "PCIe >= 1 GB/s with SM < 30 % and copy or wait stacks >= 20 % (pageable/staged)",
         lambda f: (
-            f.pcie_bps >= 1e9 and (f.sm if f.sm is not None else 0) < 30 and f.shares.get("copy", 0) >= 0.2
+            f.pcie_bps >= 1e9
+            and (f.sm if f.sm is not None else 0) < 30
+            and f.shares.get("copy", 0) + f.shares.get("sync", 0) >= 0.2
+            and (f.gpm or (f.dram or 0) < 10)
         ),
         lambda f: "pageable",
     ),
@@ -171,12 +215,22 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
         _input_sub,
     ),
     (
+        "input",
+        "no stacks: GPU under-used while DataLoader workers are busy (CPU >= 15 %) or the main process waits",
+        lambda f: f.stack_n == 0 and _under(f) and f.workers > 0 and (_workers_busy(f) or f.proc_cpu < 50),
+        _input_sub,
+    ),
+    (
         "sync",
         "graphics 15-80 % with real kernels (SM >= 0.4 x graphics) and sync stacks >= 10 %",
+        lambda f: 15 <= f.graphics < 80 and _real_kernels(f) and f.shares.get("sync", 0) >= 0.1,
+        None,
+    ),
+    (
+        "sync",
+        "no stacks, GPM: graphics 15-80 % with real kernels (SM >= 0.4 x graphics), process CPU >= 50 %",
         lambda f: (
-            15 <= f.graphics < 80
-            and (f.sm is None or f.sm >= 0.4 * f.graphics)
-            and f.shares.get("sync", 0) >= 0.1
+            f.stack_n == 0 and f.gpm and 15 <= f.graphics < 80 and _real_kernels(f) and f.proc_cpu >= 50
         ),
         None,
     ),
@@ -209,9 +263,7 @@ STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
     "sync": (
         {"cpu"},
         f"a sync wait within {SYNC_HOLD_S:.0f} s, graphics 10-80 % with real kernels",
-        lambda f: (
-            10 <= f.graphics < 80 and (f.sm is None or f.sm >= 0.4 * f.graphics) and f.sync_age <= SYNC_HOLD_S
-        ),
+        lambda f: 10 <= f.graphics < 80 and _real_kernels(f) and f.sync_age <= SYNC_HOLD_S,
     ),
 }
 
@@ -372,7 +424,7 @@ class Classifier:
             return None
         rx, tx = mean("pcie_rx") or 0.0, mean("pcie_tx") or 0.0
         link = vals[-1].link
-        pcie = max(rx, tx)
+        pcie = rx + tx
         pids = {p.pid for v in vals[-1:] for p in v.processes}
         host = frame.host
         proc_cpu, wk = 0.0, []
@@ -381,7 +433,7 @@ class Classifier:
             iowait = host.iowait_pct
             mains = [p for p in host.procs if p.pid in pids]
             proc_cpu = max((p.cpu_pct for p in mains), default=0.0)
-            wk = [p for p in host.procs if p.worker_of in pids]
+            wk = [p for p in host.procs if p.worker_of in pids and p.name in DATA_WORKER_NAMES]
         shares, gil, n, top, tops, recent, sync_age = self._stack_shares(pids)
         return Features(
             t=t,
@@ -393,6 +445,7 @@ class Classifier:
             dram=mean("dram") if gpm else mean("mem_util"),
             pcie_bps=pcie,
             pcie_frac=pcie / link.bytes_per_s if link and link.bytes_per_s else 0.0,
+            util=mean("util"),
             proc_cpu=proc_cpu,
             workers=len(wk),
             worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,

@@ -1,4 +1,10 @@
-"""Score classifier labels against ground-truth markers of a labelled recording."""
+"""Score classifier labels against ground-truth markers of a labelled recording.
+
+Per bin, outside a guard band at each phase edge (GUARD_S, the stated target). Macro-F1 averages
+over every class that was true *or* predicted (a label never true scores 0), and detection latency
+counts every phase, those whose label equals the previous phase's included; a phase never detected
+counts as its whole length.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +24,10 @@ def truth_of(markers: list[Marker], t: float, width: float, guard: float) -> Mar
     return None
 
 
-def score(labels: list[Label], markers: list[Marker], guard: float = 1.0, bin_s: float = 1.0) -> dict:
+GUARD_S = 0.5
+
+
+def score(labels: list[Label], markers: list[Marker], guard: float = GUARD_S, bin_s: float = 1.0) -> dict:
     pairs: list[tuple[str, str, Marker]] = []
     for lab in labels:
         m = truth_of(markers, lab.t, bin_s, guard)
@@ -27,7 +36,7 @@ def score(labels: list[Label], markers: list[Marker], guard: float = 1.0, bin_s:
     classes = sorted({p[0] for p in pairs} | {p[1] for p in pairs})
     conf = Counter((a, b) for a, b, _ in pairs)
     per = {}
-    for c in sorted({p[0] for p in pairs}):
+    for c in classes:
         tp = conf[(c, c)]
         fp = sum(v for (a, b), v in conf.items() if b == c and a != c)
         fn = sum(v for (a, b), v in conf.items() if a == c and b != c)
@@ -52,8 +61,8 @@ def score(labels: list[Label], markers: list[Marker], guard: float = 1.0, bin_s:
         )
         if hit is not None:
             detected[k] = hit.t
-            if m.name != "idle":
-                lat.append(hit.t + bin_s - m.t0)
+        if m.name != "idle":
+            lat.append(min(hit.t + bin_s, m.t1) - m.t0 if hit is not None else m.t1 - m.t0)
     # flips inside each phase past the guard band; and, apart from detection latency (a late first
     # correct label is one change inside the band), only after the phase's label first showed
     flips = steady_s = flips_after = after_s = 0.0
@@ -76,7 +85,8 @@ def score(labels: list[Label], markers: list[Marker], guard: float = 1.0, bin_s:
         "classes": classes,
         "latency_median_s": round(statistics.median(lat), 2) if lat else None,
         "latency_p90_s": round(sorted(lat)[max(0, int(0.9 * len(lat)) - 1)], 2) if lat else None,
-        "missed_phases": sum(1 for m in markers if m.name != "idle") - len(lat),
+        "guard_s": guard,
+        "missed_phases": sum(1 for k, m in enumerate(markers) if m.name != "idle" and k not in detected),
         "flips_per_min": round(60 * flips / steady_s, 2) if steady_s else 0.0,
         "flips_after_detection_per_min": round(60 * flips_after / after_s, 2) if after_s else 0.0,
         "neg_false_sync_s": sum(bin_s for _, b, _ in neg if b == "sync"),

@@ -1,7 +1,12 @@
 """What a Python thread is waiting on, from its stack: one rule table for classifier and UI.
 
-Classes: sync (a CUDA synchronisation), copy (host<->device transfer), data (input
-pipeline), other (Python/host work), idle (thread asleep).
+Classes: sync (waiting for the GPU), copy (host<->device transfer), data (input pipeline),
+other (Python/host work), idle (thread asleep).
+
+Attribution is by the innermost relevant frame: a library frame that is itself a known wait or
+copy (torch.cuda.synchronize, jax block_until_ready, cupy asarray) names the class; a user line's
+text counts only when that line is the leaf, i.e. the thread is inside native code called from it
+(`acc += model(x).item()` with the forward pass deeper is the forward pass, not a sync).
 """
 
 from __future__ import annotations
@@ -13,31 +18,62 @@ from memtop.model import StackFrame
 
 CLASSES = ("sync", "copy", "data", "other", "idle")
 
-# (class, what to match, pattern). Checked in order on the leaf (and the first frame in
-# user code); "stack" rules look at every frame. First match wins.
-RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
-    # waiting on the input pipeline wins: the user line above it may well hold a .to(
-    (
-        "data",
-        "stack",
-        re.compile(r"torch/utils/data/(dataloader|_utils/(fetch|collate|worker|pin_memory))\.py$"),
-    ),
+# waiting on the input pipeline wins: the user line above it may well hold a .to(
+_DATA_FILE = re.compile(r"torch/utils/data/(dataloader|_utils/(fetch|collate|worker|pin_memory))\.py$")
+
+# Library frames that are themselves the wait or the copy: (class, file pattern, function pattern).
+_LIB_FRAMES: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
+    ("sync", re.compile(r"/torch/cuda/"), re.compile(r"(^|\.)(synchronize|wait|query)$")),
     (
         "sync",
-        "code",
-        re.compile(r"\.(item|cpu|tolist|numpy|nonzero)\(|synchronize\(|\.wait\(\)\s*$|torch\.equal\("),
-    ),
-    (
-        "sync",
-        "func",
+        re.compile(r"/torch/"),
         re.compile(
-            r"(^|\.)(synchronize|_local_scalar_dense|cudaStreamSynchronize|"
-            r"cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize|item)$"
+            r"(^|\.)(item|tolist|__bool__|__float__|__int__|__index__|__format__|_local_scalar_dense)$"
         ),
     ),
-    ("copy", "code", re.compile(r"\.(to|cuda|copy_|pin_memory)\(|non_blocking=")),
-    ("copy", "func", re.compile(r"(^|\.)(copy_|pin_memory|_pin_memory_loop|cudaMemcpy\w*)$")),
-    ("data", "func", re.compile(r"(^|\.)(__getitem__|__getitems__|collate\w*|default_collate)$")),
+    (
+        "sync",
+        re.compile(r"/jax/|/jaxlib/"),
+        re.compile(
+            r"(^|\.)(block_until_ready|device_get|__float__|__int__|__bool__|__index__|"
+            r"_value|__array__|tolist|item|_single_device_array_to_np_array\w*)$"
+        ),
+    ),
+    ("copy", re.compile(r"/jax/|/jaxlib/"), re.compile(r"(^|\.)(device_put\w*|_device_put\w*)$")),
+    ("sync", re.compile(r"/cupy/"), re.compile(r"(^|\.)(synchronize|get|asnumpy|tolist|item)$")),
+    ("copy", re.compile(r"/cupy/"), re.compile(r"(^|\.)(asarray|array|set)$")),
+    ("copy", re.compile(r"/torch/"), re.compile(r"(^|\.)(pin_memory|_pin_memory_loop)$")),
+    # native leaves from `py-spy --native`
+    (
+        "sync",
+        re.compile(r""),
+        re.compile(
+            r"(^|\.|::)(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|"
+            r"cuStreamSynchronize|cuEventSynchronize|cuCtxSynchronize|_local_scalar_dense\w*|nonzero\w*)$"
+        ),
+    ),
+    ("copy", re.compile(r""), re.compile(r"(^|\.|::)(cudaMemcpy\w*|cuMemcpy\w*)$")),
+)
+
+# A dtype or layout argument: x.to(torch.bfloat16) converts on the device, it copies nothing across.
+_NOT_DEVICE = r"(?!\s*(torch\.)?(u?int\d*|float\d*|bfloat16|half|double|long|short|bool|complex\d*|dtype=|memory_format=|[a-z_]*dtype\b))"
+# The leaf line's text, when the thread is in native code called from it.
+_LEAF_CODE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "sync",
+        re.compile(
+            r"\.(item|cpu|tolist|numpy|nonzero|synchronize|block_until_ready|get)\(|torch\.(equal|nonzero|cuda\.synchronize)\(|"
+            r"\bjax\.device_get\(|\b(float|int|bool)\(|^\s*(if|elif|while|assert)\b.*\.(any|all)\(\)|"
+            r"\[[^\]]*[<>=!]=?[^\]]*\]"  # masked indexing: x[x > 0]
+        ),
+    ),
+    (
+        "copy",
+        re.compile(
+            rf"\.to\({_NOT_DEVICE}|\.(cuda|copy_|pin_memory)\(|non_blocking=|\b(device_put|cp\.asarray|cupy\.asarray)\("
+        ),
+    ),
+    ("data", re.compile(r"^\s*for\b.+\bin\b.*(loader|_dl|dataloader)\b", re.I)),
 )
 
 # Files of the runtime itself: the "user" frame is the first one outside them.
@@ -51,23 +87,25 @@ def user_frame(frames: Sequence[StackFrame]) -> StackFrame | None:
     return None
 
 
-def classify(frames: Sequence[StackFrame], active: bool) -> str:
-    """Class of one thread's stack (frames leaf first)."""
+def classify(frames: Sequence[StackFrame], active: bool, gil: bool | None = None) -> str:
+    """Class of one thread's stack (frames leaf first). ``gil``: whether the thread held the GIL
+    (None: unknown). A user line's text names a wait only while the GIL is released: a thread
+    running Python on that line is working, not waiting."""
     if not frames:
         return "idle" if not active else "other"
-    heads = [frames[0]]
-    uf = user_frame(frames)
-    if uf is not None and uf is not frames[0]:
-        heads.append(uf)
-    for klass, what, pat in RULES:
-        if what == "stack":
-            if any(pat.search(f.file) for f in frames):
-                return klass
-        elif what == "code":
-            if any(pat.search(f.code) for f in heads if f.code):
-                return klass
-        elif pat.search(frames[0].name):
-            return klass
+    if any(_DATA_FILE.search(f.file) for f in frames):
+        return "data"
+    for f in frames:  # leaf first, down to the first frame of user code
+        if _LIB.search(f.file) or not f.file.endswith(".py"):
+            for klass, file_pat, func_pat in _LIB_FRAMES:
+                if func_pat.search(f.name) and file_pat.search(f.file):
+                    return klass
+            continue
+        if f is frames[0] and gil is not True and f.code:
+            for klass, pat in _LEAF_CODE:
+                if pat.search(f.code):
+                    return klass
+        break
     return "other" if active else "idle"
 
 

@@ -25,7 +25,7 @@ from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
-from memtop import __version__
+from memtop import __version__, stackclass
 from memtop.errors import UserError
 from memtop.metrics import BY_NAME, METRICS, Metric
 from memtop.model import (
@@ -590,6 +590,7 @@ class Recording:
         self.damage: list[str] = notes  # one line per damaged part, shown with every Frame
         try:
             self._stacks: dict[int, tuple[StackFrame, ...]] = {}
+            self._klass_of: dict[tuple[int, int, int], str] = {}
             # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite)
             r = self.db.execute(
                 f"SELECT min(t), max(t), count(*) FROM frame WHERE {_SANE_T}",
@@ -655,6 +656,16 @@ class Recording:
     def _note(self, text: str) -> None:
         if text not in self.damage:
             self.damage.append(text)
+
+    def _klass(self, sid: int, active: int, gil: int) -> str:
+        """The stack's class by today's rules (the stored one is what the recorder's rules said:
+        kept for older readers, never read back), memoised per stack, run state and GIL."""
+        k = self._klass_of.get((sid, active, gil))
+        if k is None:
+            k = self._klass_of[(sid, active, gil)] = stackclass.classify(
+                self._frames_of(sid), bool(active), bool(gil)
+            )
+        return k
 
     # rows -> parts
     @functools.cached_property
@@ -893,8 +904,15 @@ class _State:
                     t,
                     pid,
                     tuple(
-                        ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), klass)
-                        for _, _, tid, name, active, gil, klass, sid, _ in r
+                        ThreadStack(
+                            tid,
+                            name,
+                            bool(active),
+                            bool(gil),
+                            rec._frames_of(sid),
+                            rec._klass(sid, active, gil),
+                        )
+                        for _, _, tid, name, active, gil, _, sid, _ in r
                     ),
                 )
             self._stacks_t = None

@@ -1,0 +1,89 @@
+"""CuPy workload: a kernel loop that syncs, one that reads results back with .get(), transfers,
+a launch-bound loop, and a compute-bound negative control that waits in synchronize().
+
+usage: python bench/workloads/cupy_fw.py --markers M.jsonl [--seed S] [--scale X] [--phase-s 5]
+"""
+
+from __future__ import annotations
+
+import time
+
+import cupy as cp
+import numpy as np
+from wl import args, run, spin
+
+A = args(__doc__)
+S = A.scale
+cp.random.seed(A.seed)
+BIG = cp.random.standard_normal((8192, 8192), dtype=cp.float32).astype(cp.float16)
+MID = cp.random.standard_normal((int(2048 * S), int(2048 * S)), dtype=cp.float32)
+SMALL = cp.ones(1024, dtype=cp.float32)
+HOST = np.ones(int(64 * S) << 20, dtype=np.float32)
+DEV = cp.ones_like(HOST)
+(BIG @ BIG).sum().get()
+(MID @ MID).sum().get()
+
+
+def cupy_compute(end: float) -> dict:
+    n = 0
+    while time.monotonic() < end:
+        for _ in range(10):
+            BIG @ BIG
+        cp.cuda.Device().synchronize()
+        n += 10
+    return {"matmuls": n}
+
+
+def cupy_get(end: float) -> dict:
+    n = 0
+    while time.monotonic() < end:
+        spin(4 * S)
+        x = MID
+        for _ in range(4):
+            x = MID @ x
+        v = float(x[0, 0].get())
+        n += 1
+    return {"steps": n, "last": v}
+
+
+def cupy_stream_sync(end: float) -> dict:
+    n, s = 0, cp.cuda.get_current_stream()
+    while time.monotonic() < end:
+        spin(3 * S)
+        x = MID
+        for _ in range(5):
+            x = MID @ x
+        s.synchronize()
+        n += 1
+    return {"steps": n}
+
+
+def cupy_transfer(end: float) -> dict:
+    n = 0
+    while time.monotonic() < end:
+        d = cp.asarray(HOST)
+        DEV.get(out=None)
+        n += 1
+    del d
+    return {"bytes_each_way": n * HOST.nbytes}
+
+
+def cupy_launch(end: float) -> dict:
+    x, n = SMALL, 0
+    while time.monotonic() < end:
+        for _ in range(100):
+            x = x * 1.0001
+        n += 100
+    return {"kernels": n}
+
+
+PHASES = {
+    "cupy_compute": ("compute", cupy_compute),
+    "cupy_get": ("sync", cupy_get),
+    "cupy_stream_sync": ("sync", cupy_stream_sync),
+    "cupy_transfer": ("transfer", cupy_transfer),
+    "cupy_launch": ("cpu", cupy_launch),
+}
+
+if __name__ == "__main__":
+    run(A, PHASES)

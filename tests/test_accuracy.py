@@ -1,0 +1,77 @@
+"""Accuracy of today's rules over every labelled H100 recording, replayed from raw stacks.
+
+Floors sit under what bench/accuracy.py measures (bench/RESULTS.md), at the 0.5 s guard band. The
+mutation test proves the floors exercise the stack classifier: with `classify` a constant, they fail.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from memtop import stackclass
+from memtop.model import Marker
+from memtop.phases import Label
+from memtop.score import GUARD_S, score
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
+import accuracy  # noqa: E402
+
+FLOORS = {"GPM + stacks": 0.9, "GPM, no stacks (stacks dropped on read)": 0.78}
+
+
+def mean_f1(mode: str, sets=("first", "train", "heldout")) -> tuple[float, list[dict]]:
+    ss = [s for name in sets for s in accuracy.scores(accuracy.SETS[name], mode, GUARD_S)]
+    return statistics.mean(s["macro_f1"] for s in ss), ss
+
+
+@pytest.mark.parametrize("mode", list(FLOORS))
+def test_macro_f1_over_every_recording(mode):
+    f1, ss = mean_f1(mode)
+    assert f1 >= FLOORS[mode], [(s["name"], s["macro_f1"]) for s in ss]
+
+
+def test_no_false_sync_stall_on_negative_controls_with_stacks():
+    _, ss = mean_f1("GPM + stacks", sets=("train", "heldout"))
+    assert sum(s["neg_false_sync_s"] for s in ss) == 0, [(s["name"], s["confusion"]) for s in ss]
+
+
+def test_a_constant_stack_classifier_fails_the_accuracy_floor(monkeypatch):
+    """CI tests today's rules: stacks are classified on read, so breaking classify() shows."""
+    monkeypatch.setattr(stackclass, "classify", lambda frames, active, gil=None: "other")
+    f1, _ = mean_f1("GPM + stacks", sets=("train",))
+    assert f1 < FLOORS["GPM + stacks"]
+
+
+def _labels(seq: str, bin_s: float = 0.5) -> list[Label]:
+    names = {"c": "compute", "s": "sync"}
+    return [Label(i * bin_s, 0, names[ch], names[ch], 0.9, "", None) for i, ch in enumerate(seq)]  # type: ignore[arg-type]
+
+
+def test_guard_band_is_half_a_second_and_counts_bins_past_it():
+    assert GUARD_S == 0.5
+    m = [Marker(0.0, 10.0, "sync", "x", {})]
+    # a wrong label from 0.5 s to 1.5 s: outside a 1 s guard it would be half hidden; at 0.5 s it counts
+    s = score(_labels("sccssssssssssssssssss"), m, bin_s=0.5)
+    assert s["guard_s"] == 0.5 and s["confusion"].get("sync->compute") == 2
+
+
+def test_macro_f1_counts_a_predicted_class_that_was_never_true():
+    m = [Marker(0.0, 10.0, "sync", "x", {})]
+    s = score(_labels("ssssscssssssssssssss"), m, bin_s=0.5)
+    assert "compute" in s["classes"] and s["macro_f1"] <= 0.5
+
+
+def test_latency_counts_a_phase_that_repeats_the_previous_label_and_a_missed_one():
+    m = [
+        Marker(0.0, 5.0, "sync", "a", {}),
+        Marker(5.0, 10.0, "sync", "b", {}),
+        Marker(10.0, 15.0, "compute", "c", {}),
+        Marker(15.0, 20.0, "compute", "d", {}),
+    ]
+    s = score(_labels("s" * 40), m, bin_s=0.5)
+    # the repeated sync phase is detected at once; the two missed phases count their whole length
+    assert s["missed_phases"] == 2 and s["latency_median_s"] == 2.75
