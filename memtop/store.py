@@ -43,6 +43,7 @@ from memtop.model import (
 )
 
 SCHEMA_VERSION = 2  # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers
+PAGE_SIZE = 2048  # small tables cost a page each: 2 KiB pages save ~1.5 MB per GPU-hour of a short run
 HOST_KEY_EVERY = 20  # every 20th host blob stands alone; the others are deflated against the one before
 SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one starts with t=0.0: zero bytes)
 _SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
@@ -217,6 +218,7 @@ class Writer:
         self._host_n = 0
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False)
+            self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
