@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--gpu", type=int, metavar="N", help="only this GPU")
     rep.add_argument("--from", dest="t_from", type=_finite, metavar="T", help="seconds from the start")
     rep.add_argument("--to", dest="t_to", type=_finite, metavar="T", help="seconds from the start")
+    rep.add_argument(
+        "--no-cache", action="store_true", help="scan the recording again rather than reuse a cached scan"
+    )
 
     ex = sub.add_parser("export", help="export a recording for the Perfetto UI")
     ex.add_argument("file", metavar="RUN.memtop")

@@ -135,8 +135,10 @@ def replay(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
+    from memtop import scan
     from memtop.report import build_report, render
 
+    scan.USE_CACHE = not args.no_cache
     rec = open_recording(args.file)
     print(render(build_report(rec, gpu=args.gpu, t_from=args.t_from, t_to=args.t_to), args.format))
     return 0

@@ -13,12 +13,15 @@ import multiprocessing
 import os
 import pickle
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from memtop import scancache as cache
+from memtop.model import StackSample
 from memtop.phases import Classifier
 from memtop.progress import Progress
 from memtop.store import Recording
@@ -26,6 +29,11 @@ from memtop.store import Recording
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
 _SKIP = frozenset({"series", "note"})
+
+
+def _main_only(s: StackSample) -> StackSample:
+    m = s.main
+    return s if len(s.threads) == 1 or m is None else replace(s, threads=(m,))
 
 
 @dataclass
@@ -48,7 +56,8 @@ class Aggregates:
         seen = self._seen
         if f.stacks is not seen[0]:
             seen[0] = f.stacks
-            self.stacks.update(((s.pid, s.t), s) for s in f.stacks if s.threads)
+            # the report reads only the main thread: keeping the others would cost hours' worth of memory
+            self.stacks.update(((s.pid, s.t), _main_only(s)) for s in f.stacks if s.threads)
         for g in f.gpus:
             pk = self.peaks[g.index]
             pk["rx"] = max(pk["rx"], g.pcie_rx or 0.0)
@@ -126,6 +135,7 @@ class Chunk:
     end: bytes  # the classifier (state only) at the chunk's end, pickled
 
 
+USE_CACHE = True  # `report --no-cache` turns it off
 _DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
 
 
@@ -205,6 +215,25 @@ def scan(
     workers = workers or min(8, os.cpu_count() or 1)
     span = hi - lo
     n = 1 if workers < 2 else max(1, min(workers, int(span // (chunk_s or CHUNK_MIN_S))))
+    key = (
+        cache.key(rec.path, (lo - rec.t0, hi - rec.t0, fresh_at_lo, n, WARM_S, CHUNK_MIN_S, chunk_s))
+        if USE_CACHE
+        else None
+    )
+    hit = cache.load(key)
+    if hit is not None:
+        return hit
+    started = time.monotonic()
+    result = _scan_all(rec, lo, hi, fresh_at_lo, n, progress)
+    if key is not None and time.monotonic() - started >= cache.MIN_S:
+        cache.save(key, result)
+    return result
+
+
+def _scan_all(
+    rec: Recording, lo: float, hi: float, fresh_at_lo: bool, n: int, progress: bool | None
+) -> tuple[dict, list, Aggregates]:
+    span = hi - lo
     first_read = lo if fresh_at_lo else None
     if n == 1:
         with Progress("reading", span, enabled=progress) as bar:

@@ -125,3 +125,47 @@ def test_rewritten_recording_is_smaller_and_reports_the_same(rewritten):
     for r in (a, b):
         r["recording"]["path"] = ""
     assert a == b
+
+
+def test_a_slow_scan_is_cached_privately_and_reused_only_for_the_same_file(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from memtop import scan, scancache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(scancache, "MIN_S", 0.0)
+    rec_path = tmp_path / "r.memtop"
+    shutil.copy(REC[0], rec_path)
+    first = build_report(Recording(rec_path))
+    entries = list((tmp_path / "cache" / "memtop").glob("*.scan"))
+    assert len(entries) == 1 and (entries[0].stat().st_mode & 0o777) == 0o600
+    assert ((tmp_path / "cache" / "memtop").stat().st_mode & 0o777) == 0o700
+
+    def no_scan(*a, **k):
+        raise AssertionError("scanned again")
+
+    real = scan._scan_all
+    monkeypatch.setattr(scan, "_scan_all", no_scan)
+    assert build_report(Recording(rec_path)) == first  # from the cache
+    os.utime(rec_path, ns=(1, 1))  # the file changed: its entry no longer applies
+    with pytest.raises(AssertionError, match="scanned again"):
+        build_report(Recording(rec_path))
+    monkeypatch.setattr(scan, "_scan_all", real)
+    (tmp_path / "cache" / "memtop").chmod(0o777)  # a directory others may write: never trusted
+    monkeypatch.setattr(scan, "_scan_all", no_scan)
+    with pytest.raises(AssertionError, match="scanned again"):
+        build_report(Recording(rec_path))
+
+
+def test_report_no_cache_flag(tmp_path, monkeypatch, capsys):
+    from memtop import scan, scancache
+    from memtop.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(scancache, "MIN_S", 0.0)
+    monkeypatch.setattr(scan, "USE_CACHE", True)
+    assert main(["report", str(REC[0]), "--no-cache", "--format", "json"]) == 0
+    assert not list((tmp_path / "cache").rglob("*.scan"))
+    assert main(["report", str(REC[0]), "--format", "json"]) == 0
+    assert len(list((tmp_path / "cache").rglob("*.scan"))) == 1
