@@ -197,7 +197,6 @@ def main() -> None:
         from memtop import scan
         from memtop.report import build_report
 
-        scan.USE_CACHE = False
         rec = Recording(path)
         par = build_report(rec)
         if not a.skip_serial:

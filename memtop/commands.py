@@ -135,12 +135,20 @@ def replay(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from memtop import scan
+    import time
+
+    from memtop import cache
     from memtop.report import build_report, render
 
-    scan.USE_CACHE = not args.no_cache
     rec = open_recording(args.file)
-    print(render(build_report(rec, gpu=args.gpu, t_from=args.t_from, t_to=args.t_to), args.format))
+    key = None if args.no_cache else cache.key(Path(args.file), (args.gpu, args.t_from, args.t_to))
+    rep = cache.load(key)
+    if rep is None:
+        started = time.monotonic()
+        rep = build_report(rec, gpu=args.gpu, t_from=args.t_from, t_to=args.t_to)
+        if time.monotonic() - started >= cache.MIN_S:  # asking again about a long run: instant
+            cache.save(key, rep)
+    print(render(rep, args.format))
     return 0
 
 

@@ -13,14 +13,12 @@ import multiprocessing
 import os
 import pickle
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from memtop import scancache as cache
 from memtop.model import StackSample
 from memtop.phases import Classifier
 from memtop.progress import Progress
@@ -135,7 +133,6 @@ class Chunk:
     end: bytes  # the classifier (state only) at the chunk's end, pickled
 
 
-USE_CACHE = True  # `report --no-cache` turns it off
 _DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
 
 
@@ -215,25 +212,6 @@ def scan(
     workers = workers or min(8, os.cpu_count() or 1)
     span = hi - lo
     n = 1 if workers < 2 else max(1, min(workers, int(span // (chunk_s or CHUNK_MIN_S))))
-    key = (
-        cache.key(rec.path, (lo - rec.t0, hi - rec.t0, fresh_at_lo, n, WARM_S, CHUNK_MIN_S, chunk_s))
-        if USE_CACHE
-        else None
-    )
-    hit = cache.load(key)
-    if hit is not None:
-        return hit
-    started = time.monotonic()
-    result = _scan_all(rec, lo, hi, fresh_at_lo, n, progress)
-    if key is not None and time.monotonic() - started >= cache.MIN_S:
-        cache.save(key, result)
-    return result
-
-
-def _scan_all(
-    rec: Recording, lo: float, hi: float, fresh_at_lo: bool, n: int, progress: bool | None
-) -> tuple[dict, list, Aggregates]:
-    span = hi - lo
     first_read = lo if fresh_at_lo else None
     if n == 1:
         with Progress("reading", span, enabled=progress) as bar:

@@ -127,45 +127,47 @@ def test_rewritten_recording_is_smaller_and_reports_the_same(rewritten):
     assert a == b
 
 
-def test_a_slow_scan_is_cached_privately_and_reused_only_for_the_same_file(tmp_path, monkeypatch):
+def _report(argv: list[str], capsys) -> str:
+    from memtop.cli import main
+
+    assert main(["report", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_slow_report_is_cached_privately_and_reused_only_for_the_same_file(tmp_path, monkeypatch, capsys):
     import os
     import shutil
 
-    from memtop import scan, scancache
+    from memtop import cache, report
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(scancache, "MIN_S", 0.0)
-    rec_path = tmp_path / "r.memtop"
-    shutil.copy(REC[0], rec_path)
-    first = build_report(Recording(rec_path))
-    entries = list((tmp_path / "cache" / "memtop").glob("*.scan"))
+    monkeypatch.setattr(cache, "MIN_S", 0.0)
+    rec = tmp_path / "r.memtop"
+    shutil.copy(REC[0], rec)
+    fresh = {
+        f: _report([str(rec), "--format", f, "--no-cache"], capsys) for f in ("text", "markdown", "json")
+    }
+    d = tmp_path / "cache" / "memtop"
+    assert not d.exists() or not list(d.iterdir())  # --no-cache writes nothing
+    assert _report([str(rec), "--format", "json"], capsys) == fresh["json"]
+    entries = list(d.glob("*.json"))
     assert len(entries) == 1 and (entries[0].stat().st_mode & 0o777) == 0o600
-    assert ((tmp_path / "cache" / "memtop").stat().st_mode & 0o777) == 0o700
+    assert (d.stat().st_mode & 0o777) == 0o700
 
     def no_scan(*a, **k):
-        raise AssertionError("scanned again")
+        raise AssertionError("read again")
 
-    real = scan._scan_all
-    monkeypatch.setattr(scan, "_scan_all", no_scan)
-    assert build_report(Recording(rec_path)) == first  # from the cache
-    os.utime(rec_path, ns=(1, 1))  # the file changed: its entry no longer applies
-    with pytest.raises(AssertionError, match="scanned again"):
-        build_report(Recording(rec_path))
-    monkeypatch.setattr(scan, "_scan_all", real)
-    (tmp_path / "cache" / "memtop").chmod(0o777)  # a directory others may write: never trusted
-    monkeypatch.setattr(scan, "_scan_all", no_scan)
-    with pytest.raises(AssertionError, match="scanned again"):
-        build_report(Recording(rec_path))
-
-
-def test_report_no_cache_flag(tmp_path, monkeypatch, capsys):
-    from memtop import scan, scancache
-    from memtop.cli import main
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(scancache, "MIN_S", 0.0)
-    monkeypatch.setattr(scan, "USE_CACHE", True)
-    assert main(["report", str(REC[0]), "--no-cache", "--format", "json"]) == 0
-    assert not list((tmp_path / "cache").rglob("*.scan"))
-    assert main(["report", str(REC[0]), "--format", "json"]) == 0
-    assert len(list((tmp_path / "cache").rglob("*.scan"))) == 1
+    monkeypatch.setattr(report, "build_report", no_scan)
+    for f, text in fresh.items():  # every format renders the same from the cached report
+        assert _report([str(rec), "--format", f], capsys) == text
+    with pytest.raises(AssertionError, match="read again"):  # another question: not cached
+        _report([str(rec), "--from", "10"], capsys)
+    os.utime(rec, ns=(1, 1))  # the file changed: its entry no longer applies
+    with pytest.raises(AssertionError, match="read again"):
+        _report([str(rec)], capsys)
+    monkeypatch.setattr(report, "build_report", build_report)
+    _report([str(rec)], capsys)
+    d.chmod(0o777)  # a directory others may write to is never trusted
+    monkeypatch.setattr(report, "build_report", no_scan)
+    with pytest.raises(AssertionError, match="read again"):
+        _report([str(rec)], capsys)
