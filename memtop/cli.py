@@ -122,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--from", dest="t_from", type=_finite, metavar="T", help="seconds from the start")
     rep.add_argument("--to", dest="t_to", type=_finite, metavar="T", help="seconds from the start")
     rep.add_argument(
-        "--no-cache", action="store_true", help="read the recording again rather than reuse the report cached for it"
+        "--no-cache",
+        action="store_true",
+        help="read the recording again rather than reuse the report cached for it",
     )
 
     ex = sub.add_parser("export", help="export a recording for the Perfetto UI")
