@@ -100,6 +100,7 @@ CREATE TABLE stack_sample(t REAL NOT NULL, pid INTEGER NOT NULL, tid INTEGER, na
                           gil INTEGER, klass TEXT, stack INTEGER REFERENCES stack(id), error TEXT);
 CREATE INDEX stack_sample_t ON stack_sample(t);
 CREATE TABLE perf(t REAL NOT NULL, pid INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE INDEX perf_t ON perf(t);
 CREATE TABLE caps(t REAL NOT NULL, data TEXT NOT NULL);
 CREATE TABLE note(t REAL NOT NULL, text TEXT NOT NULL);
 CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, name TEXT, facts TEXT);
