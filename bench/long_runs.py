@@ -77,8 +77,8 @@ def tile(tile_path: Path, out: Path, seconds: float) -> None:
     db.close()
 
 
-def measure_one(kind: str, args: list[str]) -> dict:
-    """One CLI run in a fresh child process (so ru_maxrss is its own)."""
+def measure_one(kind: str, args: list[str], env: dict | None = None) -> dict:
+    """One CLI run in a fresh child process (so ru_maxrss is its own); ``env``: e.g. another PYTHONPATH."""
     code = (
         "import json,sys,resource,subprocess,time\n"
         "a=time.perf_counter()\n"
@@ -88,7 +88,7 @@ def measure_one(kind: str, args: list[str]) -> dict:
         "print(json.dumps({'rc':p.returncode,'s':round(w,2),'peak_rss_mib':round(r/1024,1),"
         "'err':p.stderr.decode()[-300:]}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, check=True, env=env)
     d = json.loads(out.stdout)
     if d.pop("rc"):
         raise SystemExit(f"memtop {kind} failed: {d['err']}")
@@ -120,6 +120,12 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--skip-serial", action="store_true", help="do not time the serial report pass")
+    ap.add_argument(
+        "--before", type=Path, help="a checkout of the previous version: its export/report side by side"
+    )
+    ap.add_argument(
+        "--before-hours", type=float, default=1.0, help="only for recordings this long or shorter"
+    )
     a = ap.parse_args()
     d = a.dir or Path(tempfile.mkdtemp(prefix="memtop-long-"))
     d.mkdir(parents=True, exist_ok=True)
@@ -168,7 +174,25 @@ def main() -> None:
             m = measure_one("export", ["export", str(path), "--perfetto", str(out)])
             r[f"export_{suffix}"] = {**m, "out_mb": round(out.stat().st_size / 1e6, 1)}
             out.unlink()
-        r["report"] = measure_one("report", ["report", str(path), "--format", "json"])
+        r["report_cold"] = measure_one("report", ["report", str(path), "--format", "json", "--no-cache"])
+        cache_env = {**os.environ, "XDG_CACHE_HOME": str(d / "cache")}
+        r["report_first"] = measure_one("report", ["report", str(path), "--format", "json"], cache_env)
+        r["report_again"] = measure_one("report", ["report", str(path), "--format", "json"], cache_env)
+        if a.before and h <= a.before_hours:
+            # the previous version reads the old encoding: tile the real file as it was recorded
+            old = d / f"{name}_before.memtop"
+            tile(SRC, old, h * 3600)
+            env = {**os.environ, "PYTHONPATH": str(a.before)}
+            out = d / f"{name}_before.json"
+            if out.exists():
+                out.unlink()
+            m = measure_one("export", ["export", str(old), "--perfetto", str(out)], env)
+            r["before"] = {
+                "mb_per_gpu_hour": round(size_per_gpu_hour(old), 2),
+                "export_json": {**m, "out_mb": round(out.stat().st_size / 1e6, 1)},
+                "report": measure_one("report", ["report", str(old), "--format", "json"], env),
+            }
+            out.unlink()
         # equality with one serial pass, in this process
         from memtop import scan
         from memtop.report import build_report

@@ -78,12 +78,24 @@ class _Out:
         self.fh = fh
         self.n = 0
         self._buf: list[str] = []
+        self._names: dict[str, str] = {}  # counter track name -> its JSON string
 
     def __call__(self, ev: dict) -> None:
-        self._buf.append(dumps(ev))
+        self.raw(dumps(ev))
+
+    def raw(self, text: str) -> None:
+        """An event already encoded."""
+        self._buf.append(text)
         self.n += 1
         if len(self._buf) >= 2000:
             self.flush()
+
+    def counter(self, name: str, pid: int, ts: float, value: float) -> None:
+        """A counter sample (most of a trace), formatted directly: ``value`` must be finite."""
+        nm = self._names.get(name)
+        if nm is None:
+            nm = self._names[name] = dumps(name)
+        self.raw(f'{{"ph":"C","name":{nm},"pid":{pid},"tid":0,"ts":{ts!r},"args":{{"value":{value!r}}}}}')
 
     def flush(self) -> None:
         if self._buf:
@@ -244,7 +256,7 @@ def _events(
     lo: float,
     hi: float,
     only: int | None,
-    emit: Callable[[dict], None],
+    emit: _Out,
     stacks: _Stacks,
     bar: Progress,
     fresh: bool,
@@ -274,16 +286,7 @@ def _events(
             for name, attr, scale in COUNTERS:
                 v = getattr(g, attr)
                 if v is not None and math.isfinite(v):
-                    emit(
-                        {
-                            "ph": "C",
-                            "name": name,
-                            "pid": pid,
-                            "tid": 0,
-                            "ts": ts,
-                            "args": {"value": v * scale},
-                        }
-                    )
+                    emit.counter(name, pid, ts, v * scale)
             if g.pcie_rx is not None or g.pcie_tx is not None:
                 rx, tx = (round((v or 0) / 1e9, 3) for v in (g.pcie_rx, g.pcie_tx))
                 if math.isfinite(rx) and math.isfinite(tx):
@@ -303,30 +306,12 @@ def _events(
             ts = _us(h.t)
             cpu = sum(h.cpu_pct) / max(1, len(h.cpu_pct))
             if math.isfinite(cpu):
-                emit(
-                    {
-                        "ph": "C",
-                        "name": "CPU %",
-                        "pid": HOST_PID,
-                        "tid": 0,
-                        "ts": ts,
-                        "args": {"value": round(cpu, 1)},
-                    }
-                )
+                emit.counter("CPU %", HOST_PID, ts, round(cpu, 1))
             for p in h.procs:
                 if only is not None and only in p.gpus:
                     gpu_pids.add(p.pid)
                 if math.isfinite(p.cpu_pct):
-                    emit(
-                        {
-                            "ph": "C",
-                            "name": f"CPU % {p.pid} {p.name}",
-                            "pid": HOST_PID,
-                            "tid": 0,
-                            "ts": ts,
-                            "args": {"value": round(p.cpu_pct, 1)},
-                        }
-                    )
+                    emit.counter(f"CPU % {p.pid} {p.name}", HOST_PID, ts, round(p.cpu_pct, 1))
         for s in f.stacks:
             m = s.main
             if (

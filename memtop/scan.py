@@ -16,9 +16,10 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from memtop.model import StackSample
 from memtop.phases import Classifier
 from memtop.progress import Progress
 from memtop.store import Recording
@@ -26,6 +27,11 @@ from memtop.store import Recording
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
 _SKIP = frozenset({"series", "note"})
+
+
+def _main_only(s: StackSample) -> StackSample:
+    m = s.main
+    return s if len(s.threads) == 1 or m is None else replace(s, threads=(m,))
 
 
 @dataclass
@@ -48,7 +54,8 @@ class Aggregates:
         seen = self._seen
         if f.stacks is not seen[0]:
             seen[0] = f.stacks
-            self.stacks.update(((s.pid, s.t), s) for s in f.stacks if s.threads)
+            # the report reads only the main thread: keeping the others would cost hours' worth of memory
+            self.stacks.update(((s.pid, s.t), _main_only(s)) for s in f.stacks if s.threads)
         for g in f.gpus:
             pk = self.peaks[g.index]
             pk["rx"] = max(pk["rx"], g.pcie_rx or 0.0)

@@ -81,3 +81,47 @@ def test_export_memory_does_not_grow_with_the_recording(tmp_path):
     three = _export_peak(long, tmp_path / "b.json")
     assert Recording(long).duration > 2.9 * Recording(REC[2]).duration
     assert three < 1.3 * one
+
+
+@pytest.fixture(scope="module")
+def rewritten(tmp_path_factory):
+    """The real run written again by this version's Writer (chained host blobs, integer series)."""
+    sys.path.insert(0, str(REC[0].parent.parent.parent / "bench"))
+    from long_runs import rewrite
+
+    out = tmp_path_factory.mktemp("rw") / "s2.memtop"
+    rewrite(REC[2], out)
+    return out
+
+
+def test_rewritten_recording_reads_back_the_same(rewritten):
+    old, new = list(Recording(REC[2]).frames()), list(Recording(rewritten).frames())
+    assert len(old) == len(new)
+    for a, b in zip(old, new):
+        assert (a.t, a.gpus, a.host, a.perf) == (b.t, b.gpus, b.host, b.perf)
+    series = [(a.series, b.series) for a, b in zip(old, new) if a.series]
+    assert series
+    for sa, sb in series:
+        for ca, cb in zip(*(sorted(x, key=lambda c: (c.gpu, c.metric)) for x in (sa, sb)), strict=True):
+            assert (ca.gpu, ca.metric, len(ca.t)) == (cb.gpu, cb.metric, len(cb.t))
+            assert max(abs(x - y) for x, y in zip(ca.t, cb.t)) <= 0.0006  # kept to the millisecond
+            assert max(abs(x - y) for x, y in zip(ca.v, cb.v)) <= 0.051  # at the store scale (0.1)
+
+
+def test_seek_into_chained_host_blobs_lands_on_the_same_frame(rewritten):
+    rec = Recording(rewritten)
+    frames = list(rec.frames())
+    for k in (0, 1, 19, 20, 21, 333, 777, len(frames) - 1):
+        f = rec.seek(frames[k].t)
+        assert (f.t, f.gpus, f.host) == (frames[k].t, frames[k].gpus, frames[k].host)
+        assert next(rec.frames(start=frames[k].t)).host == frames[k].host
+
+
+def test_rewritten_recording_is_smaller_and_reports_the_same(rewritten):
+    from memtop.report import build_report
+
+    assert rewritten.stat().st_size < 0.8 * REC[2].stat().st_size
+    a, b = build_report(Recording(REC[2])), build_report(Recording(rewritten))
+    for r in (a, b):
+        r["recording"]["path"] = ""
+    assert a == b
