@@ -174,10 +174,7 @@ def main() -> None:
             m = measure_one("export", ["export", str(path), "--perfetto", str(out)])
             r[f"export_{suffix}"] = {**m, "out_mb": round(out.stat().st_size / 1e6, 1)}
             out.unlink()
-        r["report_cold"] = measure_one("report", ["report", str(path), "--format", "json", "--no-cache"])
-        cache_env = {**os.environ, "XDG_CACHE_HOME": str(d / "cache")}
-        r["report_first"] = measure_one("report", ["report", str(path), "--format", "json"], cache_env)
-        r["report_again"] = measure_one("report", ["report", str(path), "--format", "json"], cache_env)
+        r["report_cold"] = measure_one("report", ["report", str(path), "--format", "json"])
         if a.before and h <= a.before_hours:
             # the previous version reads the old encoding: tile the real file as it was recorded
             old = d / f"{name}_before.memtop"
