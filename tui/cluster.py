@@ -37,7 +37,27 @@ FLAG = Style.parse("bold red")
 
 
 class BandTable(RowTable):
-    """A RowTable whose Text cells keep their spans (the band has one colour per step)."""
+    """A RowTable whose Text cells keep their spans (the band has one colour per step), and which
+    renders only the rows on screen (a cluster has hundreds)."""
+
+    def _redraw(self, changed: list[tuple[int, int]] | None = None) -> None:
+        if not self.is_mounted:
+            return
+        top = max(min(self._top, self.cursor), self.cursor - self._visible() + 1, 0)
+        if top != self._top:
+            self._top, changed = top, None
+        header = self._strip([n for n, _ in self.columns], self.get_component_rich_style("rowtable--header"))
+        cursor = self.get_component_rich_style("rowtable--cursor")
+        end = (
+            len(self._rows)
+            if self.size.height <= 1
+            else min(len(self._rows), self._top + self.size.height - 1)
+        )
+        lines = [header] + [
+            self._strip(self._rows[i][1], cursor if i == self.cursor else Style())
+            for i in range(self._top, end)
+        ]
+        self.set_lines(lines, None if changed is None else [(y, c) for y, c in changed if y < len(lines)])
 
     def _strip(self, cells: Sequence[Cell], base: Style) -> Strip:
         segs: list[Segment] = []
@@ -79,11 +99,10 @@ def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[Cell, ...]:
     sm = (g.get("gauges") or {}).get("sm", (g.get("gauges") or {}).get("util"))
     sm_s = f"{sm:3.0f}%" if isinstance(sm, (int, float)) else " n/a"
     if r.stale:
-        age = "" if r.age is None else f" {r.age:.0f} s"
         return (
             Text(node, DIM), Text(str(g.get("index", "")), DIM), Text(jid, DIM), Text(clean(phase, 9), DIM),
             Text(sm_s, DIM), Text(clean(g.get("band", ""), BAND_W)[-BAND_W:], DIM),
-            Text(f"stale{age}: {clean(r.stale, 50)}", DIM),
+            Text(f"stale: {clean(r.stale, 50)}", DIM),
         )  # fmt: skip
     v = g.get("verdict") or {}
     note = (
@@ -163,6 +182,8 @@ class ClusterApp(App):
             self.theme = theme
         self._stop = threading.Event()
         self._rows: dict[str, Row] = {}
+        self._cells: dict[tuple, tuple[dict, tuple[Cell, ...]]] = {}
+        self._painted: tuple | None = None
 
     def compose(self) -> ComposeResult:
         yield TextPanel(tiles=4, id="header")
@@ -192,6 +213,11 @@ class ClusterApp(App):
 
     def paint(self) -> None:
         nodes = node_list(self.source)
+        # nothing new since the last paint (polls come every few seconds): nothing to do
+        state = tuple((n.ok_at, n.error, n.stale(self.interval)) for n in nodes)
+        if state == self._painted:
+            return
+        self._painted = state
         rs = rows(nodes, self.interval)
         self._rows = {r.key: r for r in rs}
         stale = sorted({r.target for r in rs if r.stale})
@@ -207,7 +233,17 @@ class ClusterApp(App):
             head.append("\nEnter: the node's snapshot   q: quit", "dim")
         self.query_one("#header", TextPanel).update(head)
         table = self.query_one(BandTable)
-        table.set_rows([(r.key, row_cells(r, self.interval, self.ascii_only)) for r in rs])
+        # a row's cells are rebuilt only when its snapshot (a new dict per poll) or state changed; the
+        # cache holds the dict itself, so its id cannot be reused while it is a key
+        cells: dict[tuple, tuple[dict, tuple[Cell, ...]]] = {}
+        out = []
+        for r in rs:
+            key = (r.key, id(r.gpu), r.stale, r.straggler)
+            hit = self._cells.get(key)
+            cells[key] = hit or (r.gpu, row_cells(r, self.interval, self.ascii_only))
+            out.append((r.key, cells[key][1]))
+        self._cells = cells
+        table.set_rows(out)
         self._detail(table.cursor_key)
 
     def _detail(self, key: str | None) -> None:
