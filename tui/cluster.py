@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -54,10 +54,28 @@ class BandTable(RowTable):
             else min(len(self._rows), self._top + self.size.height - 1)
         )
         lines = [header] + [
-            self._strip(self._rows[i][1], cursor if i == self.cursor else Style())
+            self._strip([self._cell(c) for c in self._rows[i][1]], cursor if i == self.cursor else Style())
             for i in range(self._top, end)
         ]
         self.set_lines(lines, None if changed is None else [(y, c) for y, c in changed if y < len(lines)])
+
+    ascii_only = False
+    _cells: dict[tuple[str, str], Cell] | None = None
+
+    def _cell(self, pair: tuple[str, str] | Cell) -> Cell:
+        """A (style, text) pair as a cell; "band" is the coloured phase band. Cached: rows repeat."""
+        if not isinstance(pair, tuple):
+            return pair
+        if self._cells is None or len(self._cells) > 4096:
+            self._cells = {}
+        got = self._cells.get(pair)
+        if got is None:
+            style, text = pair
+            got = (
+                band_text(text, self.ascii_only) if style == "band" else Text(text, style) if style else text
+            )
+            self._cells[pair] = got
+        return got
 
     def _strip(self, cells: Sequence[Cell], base: Style) -> Strip:
         segs: list[Segment] = []
@@ -76,21 +94,27 @@ class BandTable(RowTable):
 
 
 def band_text(band: str, ascii_only: bool) -> Text:
-    t = Text()
-    for ch in band[-BAND_W:]:
-        phase = _PHASE_OF.get(ch)
-        if phase is None:  # an unknown character from a node: shown as missing
-            t.append(" ")
-        else:
-            t.append(ch if ascii_only or ch == " " else "█", PHASE_COLORS.get(phase, "white"))
-    return t
+    """The band with one colour per phase: one span per run (a cluster paints hundreds of bands)."""
+    chars = [c if c in _PHASE_OF else " " for c in band[-BAND_W:]]  # unknown characters: missing
+    plain, spans, i = [], [], 0
+    while i < len(chars):
+        j = i
+        while j < len(chars) and chars[j] == chars[i]:
+            j += 1
+        plain.append((chars[i] if ascii_only or chars[i] == " " else "█") * (j - i))
+        spans.append(Span(i, j, PHASE_COLORS.get(_PHASE_OF[chars[i]], "white")))
+        i = j
+    return Text("".join(plain), spans=spans)
 
 
-def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[Cell, ...]:
+def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[tuple[str, str], ...]:
+    """A row as (style, text) pairs, one per column: cheap to build and compare for hundreds of rows;
+    BandTable turns only the rows on screen into styled cells ("band" marks the phase band)."""
     g = r.gpu
     node = clean(r.target, 20)  # what the user named (replays on one machine share a hostname)
     if not g:
-        return (Text(node, DIM), "-", "", "", "", "", Text(f"no data: {clean(r.stale or '?', 50)}", DIM))
+        return (("dim", node), ("", "-"), ("", ""), ("", ""), ("", ""), ("", ""),
+                ("dim", f"no data: {clean(r.stale or '?', 50)}"))  # fmt: skip
     job = g.get("job") or {}
     jid = clean(job.get("slurm_job_id") or job.get("pod") or "", 10)
     if job.get("rank"):
@@ -98,21 +122,19 @@ def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[Cell, ...]:
     phase = recent_phase(g)
     sm = (g.get("gauges") or {}).get("sm", (g.get("gauges") or {}).get("util"))
     sm_s = f"{sm:3.0f}%" if isinstance(sm, (int, float)) else " n/a"
+    band = clean(g.get("band", ""), 200)[-BAND_W:]
     if r.stale:
-        return (
-            Text(node, DIM), Text(str(g.get("index", "")), DIM), Text(jid, DIM), Text(clean(phase, 9), DIM),
-            Text(sm_s, DIM), Text(clean(g.get("band", ""), BAND_W)[-BAND_W:], DIM),
-            Text(f"stale: {clean(r.stale, 50)}", DIM),
-        )  # fmt: skip
+        return tuple(("dim", x) for x in (node, str(g.get("index", "")), jid, clean(phase, 9), sm_s, band,
+                                          f"stale: {clean(r.stale, 50)}"))  # fmt: skip
     v = g.get("verdict") or {}
     note = (
-        Text(f"straggler? {clean(r.straggler, 200)}", FLAG)
+        ("bold red", f"straggler? {clean(r.straggler, 200)}")
         if r.straggler
-        else Text(clean(v.get("headline", ""), 60))
+        else ("", clean(v.get("headline", ""), 60))
     )
     return (
-        node, str(g.get("index", "")), jid, Text(clean(phase, 9), PHASE_COLORS.get(phase, "")), sm_s,
-        band_text(str(g.get("band", "")), ascii_only), note,
+        ("", node), ("", str(g.get("index", ""))), ("", jid), (PHASE_COLORS.get(phase, ""), clean(phase, 9)),
+        ("", sm_s), ("band", band), note,
     )  # fmt: skip
 
 
@@ -182,7 +204,6 @@ class ClusterApp(App):
             self.theme = theme
         self._stop = threading.Event()
         self._rows: dict[str, Row] = {}
-        self._cells: dict[tuple, tuple[dict, tuple[Cell, ...]]] = {}
         self._painted: tuple | None = None
 
     def compose(self) -> ComposeResult:
@@ -233,17 +254,8 @@ class ClusterApp(App):
             head.append("\nEnter: the node's snapshot   q: quit", "dim")
         self.query_one("#header", TextPanel).update(head)
         table = self.query_one(BandTable)
-        # a row's cells are rebuilt only when its snapshot (a new dict per poll) or state changed; the
-        # cache holds the dict itself, so its id cannot be reused while it is a key
-        cells: dict[tuple, tuple[dict, tuple[Cell, ...]]] = {}
-        out = []
-        for r in rs:
-            key = (r.key, id(r.gpu), r.stale, r.straggler)
-            hit = self._cells.get(key)
-            cells[key] = hit or (r.gpu, row_cells(r, self.interval, self.ascii_only))
-            out.append((r.key, cells[key][1]))
-        self._cells = cells
-        table.set_rows(out)
+        table.ascii_only = self.ascii_only
+        table.set_rows([(r.key, row_cells(r, self.interval, self.ascii_only)) for r in rs])
         self._detail(table.cursor_key)
 
     def _detail(self, key: str | None) -> None:
