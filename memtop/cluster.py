@@ -260,7 +260,8 @@ class SshStreams:
                 node.bad(f"ssh: {e.strerror}")
                 return
             self.procs[node.target] = p
-            threading.Thread(target=self._drain_err, args=(p, node), daemon=True).start()
+            err_reader = threading.Thread(target=self._drain_err, args=(p, node), daemon=True)
+            err_reader.start()
             for line in p.stdout:
                 if len(line) > MAX_BODY:
                     node.bad("bad response: too large")
@@ -270,6 +271,7 @@ class SshStreams:
                 except ValueError:
                     node.bad("bad response: not JSON")
             rc = p.wait()
+            err_reader.join(2)  # its last line says why ssh failed
             if self._stop.is_set():
                 return
             err = getattr(p, "last_err", "")
