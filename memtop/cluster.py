@@ -94,9 +94,9 @@ def _sane(snap: dict) -> dict:
         g["shares"] = {k: v for k, v in d(g.get("shares")).items() if isinstance(v, (int, float))}
         g["gauges"] = {k: v for k, v in d(g.get("gauges")).items() if isinstance(v, (int, float))}
         g["job"] = {k: v for k, v in d(g.get("job")).items() if isinstance(v, str)}
-        g["verdict"] = {
-            k: v for k, v in d(g.get("verdict")).items() if isinstance(v, (str, int, float, list))
-        }
+        v = g.get("verdict")
+        ok = (str, int, float, list)
+        g["verdict"] = {k: x for k, x in v.items() if isinstance(x, ok)} if isinstance(v, dict) else None
         gpus.append(g)
     return {**snap, "gpus": gpus}
 

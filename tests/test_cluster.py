@@ -286,7 +286,7 @@ def test_malformed_snapshots_do_not_break_the_view(capsys):
     n = NodeState("weird")
     n.good(weird, 1)
     (r,) = rows([n], 2.0)
-    assert r.gpu["band"] == "" and r.gpu["shares"] == {} and r.gpu["job"] == {}
+    assert r.gpu["band"] == "" and r.gpu["shares"] == {} and r.gpu["job"] == {} and r.gpu["verdict"] is None
     _print_text([n], 2.0)
     assert "weird" in capsys.readouterr().out
 
