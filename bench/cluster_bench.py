@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from netutil import free_ports, memtop, stop, wait_ready  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
+ERR = Path(os.environ.get("OUT", "/tmp")) / "serve_cost_stderr.txt"
 
 
 def real_snapshots(n_per: int = 10) -> list[list[bytes]]:
@@ -138,12 +139,15 @@ def tui(hosts: str, interval: float, seconds: float) -> dict:
 
 
 def _pid_cpu(argv: list[str], warmup: float, seconds: float) -> float:
-    """CPU % of one core of a memtop process over `seconds`, after `warmup`."""
-    p = memtop(*argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """CPU % of one core of a memtop process over `seconds`, after `warmup` (its stderr to ERR)."""
+    with open(ERR, "ab") as err:
+        p = memtop(*argv, stdout=subprocess.DEVNULL, stderr=err)
     try:
         time.sleep(warmup)
         a, t0 = _cpu_ticks(p.pid), time.monotonic()
         time.sleep(seconds)
+        if p.poll() is not None:
+            raise RuntimeError(f"memtop {argv[0]} exited {p.returncode}: see {ERR}")
         return 100 * (_cpu_ticks(p.pid) - a) / TICK / (time.monotonic() - t0)
     finally:
         stop(p)
@@ -178,8 +182,10 @@ def serve_cost(seconds: float, rounds: int) -> None:
         t.start()
         res["serve"].append(_pid_cpu(["serve", "--port", str(port)], 10, seconds))
         stop_scrape.set()
+        print(json.dumps({"round": {k: v[-1] for k, v in res.items()}}), flush=True)
     lat: dict[str, list[float]] = {}
-    p = memtop("serve", "--port", str(port), stderr=subprocess.DEVNULL)
+    with open(ERR, "ab") as err:
+        p = memtop("serve", "--port", str(port), stderr=err)
     try:
         wait_ready(port, proc=p, timeout=60)
         time.sleep(5)

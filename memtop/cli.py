@@ -208,7 +208,10 @@ def _add_cluster_commands(sub) -> None:
         "--fail-on", metavar="PHASE:SHARE", help="exit 3 when a GPU's share of PHASE exceeds SHARE (sync:0.2)"
     )
     sn.add_argument("--pid", type=int, nargs="+", default=[], metavar="PID", help="watch these processes")
-    sn.set_defaults(interval=0.1, stack_interval=0.5, no_gpm=False, no_stacks=False, no_perf=False)
+    sn.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
+    sn.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
+    sn.add_argument("--no-perf", action="store_true", help="do not open perf counters")
+    sn.set_defaults(interval=0.1, stack_interval=0.5)
     _add_source(sn)
 
     sv = sub.add_parser("serve", help="Prometheus exporter and /snapshot.json for this node")

@@ -65,6 +65,7 @@ class NodeState:
     def good(self, snap: dict, size: int) -> None:
         if not isinstance(snap, dict) or not isinstance(snap.get("gpus"), list):
             return self.bad("bad response: not a memtop snapshot")
+        snap = _sane(snap)
         with self.lock:
             self.snapshot, self.ok_at, self.error = snap, time.monotonic(), None
             self.polls += 1
@@ -75,6 +76,29 @@ class NodeState:
             self.error = why
             self.polls += 1
             self.failures += 1
+
+
+def _sane(snap: dict) -> dict:
+    """The fields the view reads, with the types it expects: a node may send anything."""
+
+    def d(v: object) -> dict:
+        return v if isinstance(v, dict) else {}
+
+    gpus = []
+    for g in snap["gpus"]:
+        if not isinstance(g, dict):
+            continue
+        g = dict(g)
+        for k in ("band", "phase", "name", "uuid"):
+            g[k] = g[k] if isinstance(g.get(k), str) else ""
+        g["shares"] = {k: v for k, v in d(g.get("shares")).items() if isinstance(v, (int, float))}
+        g["gauges"] = {k: v for k, v in d(g.get("gauges")).items() if isinstance(v, (int, float))}
+        g["job"] = {k: v for k, v in d(g.get("job")).items() if isinstance(v, str)}
+        v = g.get("verdict")
+        ok = (str, int, float, list)
+        g["verdict"] = {k: x for k, x in v.items() if isinstance(x, ok)} if isinstance(v, dict) else None
+        gpus.append(g)
+    return {**snap, "gpus": gpus}
 
 
 def read_hosts(args: argparse.Namespace) -> list[str]:
@@ -197,7 +221,7 @@ class HttpPoller:
                 return node.bad("bad response: too large")
             try:
                 return node.good(json.loads(body), len(body))
-            except ValueError:
+            except (ValueError, RecursionError):
                 return node.bad("bad response: not JSON")
         node.bad(why)
 
@@ -260,16 +284,18 @@ class SshStreams:
                 node.bad(f"ssh: {e.strerror}")
                 return
             self.procs[node.target] = p
-            threading.Thread(target=self._drain_err, args=(p, node), daemon=True).start()
+            err_reader = threading.Thread(target=self._drain_err, args=(p, node), daemon=True)
+            err_reader.start()
             for line in p.stdout:
                 if len(line) > MAX_BODY:
                     node.bad("bad response: too large")
                     continue
                 try:
                     node.good(json.loads(line), len(line))
-                except ValueError:
+                except (ValueError, RecursionError):
                     node.bad("bad response: not JSON")
             rc = p.wait()
+            err_reader.join(2)  # its last line says why ssh failed
             if self._stop.is_set():
                 return
             err = getattr(p, "last_err", "")

@@ -7,7 +7,6 @@ DEFAULT_PORT.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import stat
 import sys
@@ -196,6 +195,8 @@ def _handler(node, reg, token: str | None):
 
 
 def _exposes(bind: str) -> bool:
+    import ipaddress
+
     try:
         return not ipaddress.ip_address(bind).is_loopback
     except ValueError:

@@ -276,3 +276,66 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
         assert isinstance(app.screen, NodeScreen)
         shown = str(app.screen.query_one(Static).render())
         assert "odd" in shown and "\x1b" not in shown
+
+
+def test_malformed_snapshots_do_not_break_the_view(capsys):
+    """A node may answer anything: wrong types stay out of the rows, deep nesting is 'not JSON'."""
+    from memtop.cluster import _print_text
+
+    weird = {"gpus": [7, {"index": 0, "band": ["C"], "phase": None, "shares": [1], "verdict": "x", "job": 3}]}
+    n = NodeState("weird")
+    n.good(weird, 1)
+    (r,) = rows([n], 2.0)
+    assert r.gpu["band"] == "" and r.gpu["shares"] == {} and r.gpu["job"] == {} and r.gpu["verdict"] is None
+    _print_text([n], 2.0)
+    assert "weird" in capsys.readouterr().out
+
+
+def test_hostile_http_nodes_get_a_reason():
+    """A loopback server playing hostile nodes: deep nesting, an oversized body, a 401, garbage."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from memtop.cluster import MAX_BODY, HttpPoller
+
+    answers = {
+        "/deep": (200, b"[" * 100_000 + b"]" * 100_000),
+        "/big": (200, b" " * (MAX_BODY + 10)),
+        "/auth": (401, b"no"),
+        "/junk": (200, b"\x1b]0;pwned\x07"),
+    }
+
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):  # noqa: N802
+            code, body = answers[self.server.route]
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    got = {}
+    for route in answers:
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        srv.route = route
+        t = threading.Thread(target=srv.serve_forever, daemon=True)
+        t.start()
+        try:
+            n = NodeState(f"127.0.0.1:{srv.server_address[1]}")
+            p = HttpPoller([n], 0, timeout=5)
+            p.poll_one(n)
+            p.close()
+            got[route] = (n.error, n.snapshot)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+    assert got == {
+        "/deep": ("bad response: not JSON", None),
+        "/big": ("bad response: too large", None),
+        "/auth": ("auth", None),
+        "/junk": ("bad response: not JSON", None),
+    }

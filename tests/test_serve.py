@@ -248,3 +248,18 @@ def test_textfile_is_atomic_and_readable_by_node_exporter(tmp_path):
 def test_only_loopback_is_quiet():
     assert not _exposes("127.0.0.1") and not _exposes("::1") and not _exposes("localhost")
     assert _exposes("0.0.0.0") and _exposes("::") and _exposes("10.1.2.3")
+
+
+def test_docs_name_every_exported_metric(demo):
+    """docs/CLUSTER.md and the Grafana dashboard name only metrics the exporter serves, and the docs
+    name all of them."""
+    import re
+
+    fams = _families(demo)
+    served = {s.name for f in fams.values() for s in f.samples}
+    doc = (ROOT / "docs" / "CLUSTER.md").read_text()
+    for name in served:
+        assert name in doc or name.removesuffix("_total") + "_total" in doc, name
+    dash = (ROOT / "docs" / "grafana-dashboard.json").read_text()
+    used = set(re.findall(r"\bmemtop_[a-z_]+", dash))
+    assert used and used <= served, used - served

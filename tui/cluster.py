@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -39,7 +39,45 @@ FLAG = Style.parse("bold red")
 
 
 class BandTable(RowTable):
-    """A RowTable whose Text cells keep their spans (the band has one colour per step)."""
+    """A RowTable whose Text cells keep their spans (the band has one colour per step), and which
+    renders only the rows on screen (a cluster has hundreds)."""
+
+    def _redraw(self, changed: list[tuple[int, int]] | None = None) -> None:
+        if not self.is_mounted:
+            return
+        top = max(min(self._top, self.cursor), self.cursor - self._visible() + 1, 0)
+        if top != self._top:
+            self._top, changed = top, None
+        header = self._strip([n for n, _ in self.columns], self.get_component_rich_style("rowtable--header"))
+        cursor = self.get_component_rich_style("rowtable--cursor")
+        end = (
+            len(self._rows)
+            if self.size.height <= 1
+            else min(len(self._rows), self._top + self.size.height - 1)
+        )
+        lines = [header] + [
+            self._strip([self._cell(c) for c in self._rows[i][1]], cursor if i == self.cursor else Style())
+            for i in range(self._top, end)
+        ]
+        self.set_lines(lines, None if changed is None else [(y, c) for y, c in changed if y < len(lines)])
+
+    ascii_only = False
+    _cells: dict[tuple[str, str], Cell] | None = None
+
+    def _cell(self, pair: tuple[str, str] | Cell) -> Cell:
+        """A (style, text) pair as a cell; "band" is the coloured phase band. Cached: rows repeat."""
+        if not isinstance(pair, tuple):
+            return pair
+        if self._cells is None or len(self._cells) > 4096:
+            self._cells = {}
+        got = self._cells.get(pair)
+        if got is None:
+            style, text = pair
+            got = (
+                band_text(text, self.ascii_only) if style == "band" else Text(text, style) if style else text
+            )
+            self._cells[pair] = got
+        return got
 
     def _strip(self, cells: Sequence[Cell], base: Style) -> Strip:
         segs: list[Segment] = []
@@ -58,21 +96,27 @@ class BandTable(RowTable):
 
 
 def band_text(band: str, ascii_only: bool) -> Text:
-    t = Text()
-    for ch in band[-BAND_W:]:
-        phase = _PHASE_OF.get(ch)
-        if phase is None:  # an unknown character from a node: shown as missing
-            t.append(" ")
-        else:
-            t.append(ch if ascii_only or ch == " " else "█", PHASE_COLORS.get(phase, "white"))
-    return t
+    """The band with one colour per phase: one span per run (a cluster paints hundreds of bands)."""
+    chars = [c if c in _PHASE_OF else " " for c in band[-BAND_W:]]  # unknown characters: missing
+    plain, spans, i = [], [], 0
+    while i < len(chars):
+        j = i
+        while j < len(chars) and chars[j] == chars[i]:
+            j += 1
+        plain.append((chars[i] if ascii_only or chars[i] == " " else "█") * (j - i))
+        spans.append(Span(i, j, PHASE_COLORS.get(_PHASE_OF[chars[i]], "white")))
+        i = j
+    return Text("".join(plain), spans=spans)
 
 
-def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[Cell, ...]:
+def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[tuple[str, str], ...]:
+    """A row as (style, text) pairs, one per column: cheap to build and compare for hundreds of rows;
+    BandTable turns only the rows on screen into styled cells ("band" marks the phase band)."""
     g = r.gpu
     node = clean(r.target, 20)  # what the user named (replays on one machine share a hostname)
     if not g:
-        return (Text(node, DIM), "-", "", "", "", "", Text(f"no data: {clean(r.stale or '?', 50)}", DIM))
+        return (("dim", node), ("", "-"), ("", ""), ("", ""), ("", ""), ("", ""),
+                ("dim", f"no data: {clean(r.stale or '?', 50)}"))  # fmt: skip
     job = g.get("job") or {}
     jid = clean(job.get("slurm_job_id") or job.get("pod") or "", 10)
     if job.get("rank"):
@@ -80,22 +124,19 @@ def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[Cell, ...]:
     phase = recent_phase(g)
     sm = (g.get("gauges") or {}).get("sm", (g.get("gauges") or {}).get("util"))
     sm_s = f"{sm:3.0f}%" if isinstance(sm, (int, float)) else " n/a"
+    band = clean(g.get("band", ""), 200)[-BAND_W:]
     if r.stale:
-        age = "" if r.age is None else f" {r.age:.0f} s"
-        return (
-            Text(node, DIM), Text(str(g.get("index", "")), DIM), Text(jid, DIM), Text(clean(phase, 9), DIM),
-            Text(sm_s, DIM), Text(clean(g.get("band", ""), BAND_W)[-BAND_W:], DIM),
-            Text(f"stale{age}: {clean(r.stale, 50)}", DIM),
-        )  # fmt: skip
+        return tuple(("dim", x) for x in (node, str(g.get("index", "")), jid, clean(phase, 9), sm_s, band,
+                                          f"stale: {clean(r.stale, 50)}"))  # fmt: skip
     v = g.get("verdict") or {}
     note = (
-        Text(f"straggler? {clean(r.straggler, 200)}", FLAG)
+        ("bold red", f"straggler? {clean(r.straggler, 200)}")
         if r.straggler
-        else Text(clean(v.get("headline", ""), 60))
+        else ("", clean(v.get("headline", ""), 60))
     )
     return (
-        node, str(g.get("index", "")), jid, Text(clean(phase, 9), PHASE_COLORS.get(phase, "")), sm_s,
-        band_text(str(g.get("band", "")), ascii_only), note,
+        ("", node), ("", str(g.get("index", ""))), ("", jid), (PHASE_COLORS.get(phase, ""), clean(phase, 9)),
+        ("", sm_s), ("band", band), note,
     )  # fmt: skip
 
 
@@ -165,6 +206,7 @@ class ClusterApp(App):
             self.theme = theme
         self._stop = threading.Event()
         self._rows: dict[str, Row] = {}
+        self._painted: tuple | None = None
 
     def compose(self) -> ComposeResult:
         yield TextPanel(tiles=4, id="header")
@@ -194,6 +236,11 @@ class ClusterApp(App):
 
     def paint(self) -> None:
         nodes = node_list(self.source)
+        # nothing new since the last paint (polls come every few seconds): nothing to do
+        state = tuple((n.ok_at, n.error, n.stale(self.interval)) for n in nodes)
+        if state == self._painted:
+            return
+        self._painted = state
         rs = rows(nodes, self.interval)
         self._rows = {r.key: r for r in rs}
         stale = sorted({r.target for r in rs if r.stale})
@@ -209,6 +256,7 @@ class ClusterApp(App):
             head.append("\nEnter: the node's snapshot   q: quit", "dim")
         self.query_one("#header", TextPanel).update(head)
         table = self.query_one(BandTable)
+        table.ascii_only = self.ascii_only
         table.set_rows([(r.key, row_cells(r, self.interval, self.ascii_only)) for r in rs])
         self._detail(table.cursor_key)
 
