@@ -28,6 +28,7 @@ from memtop.model import (
     ThreadStack,
 )
 from memtop.phases import Classifier, classify, nvlink_peak
+from memtop.pipeline import Pipeline, Status
 from memtop.stackclass import classify as stack_class
 from memtop.store import Recording
 from memtop.straggler import job_groups, stragglers
@@ -84,14 +85,14 @@ ALL_REDUCE = (
 )
 
 
-def _run(
+def _frames(
     pats: list[tuple],
     seconds: float = 20.0,
     cmds: list[str] | None = None,
     stacks=None,
     mode="gpm",
     workers=(),
-) -> Classifier:
+) -> list[Frame]:
     """One frame per 0.1 s: GPU i shows pats[i], its process 1000+i (children of one launcher)."""
     frames = []
     cmds = cmds or ["python -u train.py"] * len(pats)
@@ -102,7 +103,11 @@ def _run(
         st = () if stacks is None or k % 2 else tuple(_stack(t, 1000 + i, fr) for i, fr in stacks.items())
         gpus = tuple(_gpu(t, i, p, 1000 + i, mode) for i, p in enumerate(pats))
         frames.append(Frame(t, gpus, host, st))
-    return classify(frames)
+    return frames
+
+
+def _run(pats: list[tuple], **kw) -> Classifier:
+    return classify(_frames(pats, **kw))
 
 
 def _settled(c: Classifier, gpu: int) -> set[str]:
@@ -187,6 +192,15 @@ def test_straggler_delayed_by_its_dataloader_gets_input_advice():
     (s,) = stragglers(c.labels, c.jobs)
     assert (s.gpu, s.phase) == (1, "input")
     assert "DataLoader" in straggler_verdict(s, verdict(c.labels[1], gpu=1), None).advice[0]
+
+
+def test_pipeline_turns_the_straggler_into_its_gpu_verdict():
+    p = Pipeline(Status("replay"))
+    for f in _frames([WAIT, COMPUTE]):
+        p.on_frame(f, tick=False)
+    v = p.view().verdicts
+    assert v[0].label == "comm" and "waits in a collective" in v[0].advice[0]
+    assert v[1].headline.startswith("GPU 1 is the straggler") and v[1].label == "compute"
 
 
 def test_no_straggler_when_every_rank_computes():
