@@ -52,10 +52,10 @@ def _evidence(lab: Label) -> str:
         if e.get("power_w") is not None:
             parts.append(f"power {e['power_w']:.0f} W")
         if e.get("peers"):
-            away = e.get("peers_elsewhere") or []
+            peers, away = e["peers"], e.get("peers_elsewhere") or []
             parts.append(
-                f"peer GPUs {', '.join(map(str, e['peers']))}"
-                + (f", not in a collective: {', '.join(map(str, away))}" if away else ", all in collectives")
+                f"peer GPU{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}: "
+                + (f"{', '.join(map(str, away))} not in a collective" if away else "all in collectives")
             )
     if lab.label in ("cpu", "input", "sync"):
         parts.append(f"main thread CPU {e['proc_cpu']} %")
@@ -126,7 +126,7 @@ def _advice(lab: Label) -> tuple[str, ...]:
         away = e.get("peers_elsewhere") or []
         return (
             "the GPU waits in a collective for a slower rank"
-            + (f": GPU {', '.join(map(str, away))} of the job is elsewhere" if away else "")
+            + (f" (GPU {', '.join(map(str, away))} of its job is not in it)" if away else "")
             + " — find the straggler (memtop flags it in that GPU's verdict) and even out the work per rank",
             "if every rank waits alike, overlap communication with compute (DDP buckets, FSDP prefetching)",
         )
