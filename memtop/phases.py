@@ -393,7 +393,7 @@ class Classifier:
         self._state: dict[int, tuple[str, str, int]] = {}  # gpu -> (stable, candidate, run)
         self._nbins: dict[int, int] = {}
         self._gap: dict[int, tuple[float, float] | None] = {}
-        self.jobs: dict[int, str] = {}  # GPU -> job key, as of the newest bin with several GPUs
+        self.jobs: dict[int, str] = {}  # GPU -> job key, as of the newest bin
 
     def feed_all(self, frames: Iterable[Frame]) -> Classifier:
         for f in frames:
@@ -484,8 +484,8 @@ class Classifier:
             f = self._features(gpu, self._bin.t, vals, self._last)
             if f is not None:
                 found[gpu] = f
-        if len(found) > 1:
-            self.jobs = job_groups(self._last)
+        self.jobs = job_groups(self._last) if len(found) > 1 else {}  # one GPU has no peers
+        if self.jobs:
             found = _with_peers(found, self.jobs)
         for gpu, f in found.items():
             feats = self.features.setdefault(gpu, [])
