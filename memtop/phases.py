@@ -128,7 +128,7 @@ class Label:
             "gil": round(f.gil, 2),
             "stack_samples": f.stack_n,
         }
-        if f.peers and not f.gpm:
+        if not f.gpm and (f.peers or f.shares.get("comm", 0) >= 0.2):
             ev["comm"] = "not judged: a collective's wait needs GPM SM activity, which this GPU lacks"
         top = f.tops.get(EXPLAINED_BY.get(self.raw, ""), f.top)
         if top:
@@ -197,7 +197,9 @@ def _collective(f: Features) -> bool:
     busy while SM activity, tensor pipes and DRAM stay near zero (waiting for a peer); a
     bandwidth-bound collective moves NVLink near its peak with more SMs at work. Needs GPM (SM
     activity); power is shown in the evidence, not tested: its scale differs per board, and low SM,
-    tensor and DRAM already mean low power."""
+    tensor and DRAM already mean low power. A 0.5 s bin that waits for only part of it carries the
+    step's compute (tensor, DRAM) and stays `other`: missed, never a false comm, until recordings
+    calibrate these limits."""
     if not f.gpm or f.sm is None or f.graphics < 80 or (f.tensor or 0) >= 5 or f.pcie_frac >= 0.2:
         return False
     if f.nvlink_frac >= 0.5:

@@ -153,9 +153,9 @@ def test_peers_of_another_job_do_not_confirm_comm():
 
 
 def test_without_gpm_comm_cannot_fire_and_the_evidence_says_so():
-    c = _run([WAIT, COMPUTE], mode="nvml")
-    assert "comm" not in _settled(c, 0)
-    assert "needs GPM" in c.labels[0][-1].evidence["comm"]
+    for c in (_run([WAIT, COMPUTE], mode="nvml"), _run([WAIT], mode="nvml", stacks={0: ALL_REDUCE})):
+        assert "comm" not in _settled(c, 0)
+        assert "needs GPM" in c.labels[0][-1].evidence["comm"]
 
 
 def _corpus() -> list[Path]:
