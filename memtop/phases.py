@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from memtop.model import Frame, StackSample
 from memtop.stackclass import site
+from memtop.straggler import job_groups
 
-LABELS = ("idle", "transfer", "memory", "compute", "sync", "input", "cpu", "other")
+LABELS = ("idle", "transfer", "memory", "compute", "sync", "input", "cpu", "comm", "other")
 TITLES = {
     "idle": "idle",
     "transfer": "transfer-bound",
@@ -25,6 +26,7 @@ TITLES = {
     "sync": "sync-stall",
     "input": "CPU-bound: input pipeline",
     "cpu": "CPU-bound: launch/Python",
+    "comm": "communication: collective",
     "other": "unclassified",
 }
 # one-letter marks for text timelines (report, --ascii TUI)
@@ -35,12 +37,19 @@ CHARS = {
     "sync": "S",
     "input": "I",
     "cpu": "P",
+    "comm": "N",
     "idle": ".",
     "other": "?",
     "warmup": " ",
 }
 HEALTHY = {"compute"}
-EXPLAINED_BY = {"sync": "sync", "transfer": "copy", "input": "data", "cpu": "other"}  # label -> stack class
+EXPLAINED_BY = {
+    "sync": "sync",
+    "transfer": "copy",
+    "input": "data",
+    "cpu": "other",
+    "comm": "comm",
+}  # label -> stack class
 RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample this recent
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
 STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
@@ -73,6 +82,11 @@ class Features:
     recent: frozenset[str] = frozenset()  # classes of the main-thread samples of the last second
     sync_age: float = math.inf  # seconds since the newest main-thread sample waiting in a sync
     util: float | None = None  # NVML util: a kernel *or a copy* ran (copy engines count)
+    nvlink_bps: float = 0.0  # GPM NVLink, both directions together
+    nvlink_frac: float = 0.0  # nvlink_bps against both directions' peak (NVLINK_PEAK_BPS)
+    power_w: float | None = None
+    peers: tuple[int, ...] = ()  # other GPUs of the same job on this node (memtop.straggler.job_groups)
+    peers_elsewhere: tuple[int, ...] = ()  # those not in a collective's GPU pattern this bin
 
 
 @dataclass(frozen=True)
@@ -84,7 +98,7 @@ class Label:
     confidence: float
     rule: str
     features: Features
-    sub: str = ""  # input: prep / fetch / main; cpu: launch / python; transfer: dma / pageable
+    sub: str = ""  # input: prep / fetch / main; cpu: launch / python; transfer: dma / pageable; comm: wait / bandwidth
 
     @cached_property
     def evidence(self) -> dict:
@@ -99,6 +113,11 @@ class Label:
             "pcie_gbps": round(f.pcie_bps / 1e9, 2),
             "pcie_pct_link": round(100 * f.pcie_frac, 1),
             "nvml_util": _r(f.util),
+            "nvlink_gbps": round(f.nvlink_bps / 1e9, 2),
+            "nvlink_pct_peak": round(100 * f.nvlink_frac, 1),
+            "power_w": _r(f.power_w),
+            "peers": list(f.peers),
+            "peers_elsewhere": list(f.peers_elsewhere),
             "evidence": evidence_mode(f),
             "proc_cpu": round(f.proc_cpu),
             "workers": f.workers,
@@ -109,6 +128,8 @@ class Label:
             "gil": round(f.gil, 2),
             "stack_samples": f.stack_n,
         }
+        if not f.gpm and (f.peers or f.shares.get("comm", 0) >= 0.2):
+            ev["comm"] = "not judged: a collective's wait needs GPM SM activity, which this GPU lacks"
         top = f.tops.get(EXPLAINED_BY.get(self.raw, ""), f.top)
         if top:
             ev["top_stack"] = {"class": top[0], "where": top[1], "code": top[2]}
@@ -150,6 +171,54 @@ def _input_sub(f: Features) -> str:
         return "main"  # num_workers=0: __getitem__ runs in the training process
     # saturated workers prepare data; sleeping ones (S/D state, iowait) wait on storage
     return "prep" if f.worker_cpu >= 60 and f.worker_sleeping < 0.5 else "fetch"
+
+
+# NVLink peak per direction by GPU name, first match. An unknown board gets the lowest listed
+# (an under-estimate tags bandwidth-bound sooner; the label is comm either way).
+NVLINK_PEAK_BPS = (
+    ("B200", 900e9),
+    ("B100", 900e9),
+    ("H100 PCIe", 300e9),
+    ("H100 NVL", 300e9),
+    ("H200", 450e9),
+    ("H100", 450e9),
+    ("A100", 300e9),
+)
+NVLINK_DEFAULT_BPS = 300e9
+
+
+def nvlink_peak(name: str) -> float:
+    """Both directions' NVLink peak of a board, bytes/s."""
+    return 2 * next((bps for key, bps in NVLINK_PEAK_BPS if key in name), NVLINK_DEFAULT_BPS)
+
+
+def _collective(f: Features) -> bool:
+    """The GPU pattern of a collective. NCCL runs a few CTAs per channel, so the graphics engine reads
+    busy while SM activity, tensor pipes and DRAM stay near zero (waiting for a peer); a
+    bandwidth-bound collective moves NVLink near its peak with more SMs at work. Needs GPM (SM
+    activity); power is shown in the evidence, not tested: its scale differs per board, and low SM,
+    tensor and DRAM already mean low power. A 0.5 s bin that waits for only part of it carries the
+    step's compute (tensor, DRAM) and stays `other`: missed, never a false comm, until recordings
+    calibrate these limits."""
+    if not f.gpm or f.sm is None or f.graphics < 80 or (f.tensor or 0) >= 5 or f.pcie_frac >= 0.2:
+        return False
+    if f.nvlink_frac >= 0.5:
+        return f.sm < 50
+    return f.sm < 30 and (f.dram or 0) < 10
+
+
+def _comm_confirmed(f: Features) -> bool:
+    """A lone spinning kernel looks the same: stacks in a collective, or a peer GPU of the job that is
+    not in one (the rank being waited for), or NVLink near its peak between the job's GPUs confirm it.
+    With NCCL a work's .wait() does not block the CPU, so the main thread often waits at the next CUDA
+    sync instead: then the peers are the evidence."""
+    return (
+        f.shares.get("comm", 0) >= 0.2 or bool(f.peers_elsewhere) or (bool(f.peers) and f.nvlink_frac >= 0.5)
+    )
+
+
+def _comm_sub(f: Features) -> str:
+    return "bandwidth" if f.nvlink_frac >= 0.5 else "wait"
 
 
 RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], str] | None], ...] = (
@@ -202,6 +271,16 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
         "graphics >= 80 % and SM >= 70 %",
         lambda f: f.graphics >= 80 and (f.sm is None or f.sm >= 70),
         None,
+    ),
+    # after memory and compute (an all-reduce overlapped with compute stays compute), before the
+    # under-used rules, which need graphics < 80 %: comm only takes bins that were "other"
+    (
+        "comm",
+        "GPM: graphics >= 80 % with SM < 30 %, tensor < 5 %, DRAM < 10 % (or NVLink >= 50 % of peak and "
+        "SM < 50 %), confirmed by collective stacks >= 20 %, a peer GPU of the job not in a collective, "
+        "or NVLink >= 50 % of peak with peers",
+        lambda f: _collective(f) and _comm_confirmed(f),
+        _comm_sub,
     ),
     (
         "input",
@@ -316,6 +395,7 @@ class Classifier:
         self._state: dict[int, tuple[str, str, int]] = {}  # gpu -> (stable, candidate, run)
         self._nbins: dict[int, int] = {}
         self._gap: dict[int, tuple[float, float] | None] = {}
+        self.jobs: dict[int, str] = {}  # GPU -> job key, as of the newest bin
 
     def feed_all(self, frames: Iterable[Frame]) -> Classifier:
         for f in frames:
@@ -401,10 +481,15 @@ class Classifier:
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
         assert self._bin is not None and self._last is not None
+        found = {}
         for gpu, vals in self._bin.gpu_vals.items():
             f = self._features(gpu, self._bin.t, vals, self._last)
-            if f is None:
-                continue
+            if f is not None:
+                found[gpu] = f
+        self.jobs = job_groups(self._last) if len(found) > 1 else {}  # one GPU has no peers
+        if self.jobs:
+            found = _with_peers(found, self.jobs)
+        for gpu, f in found.items():
             feats = self.features.setdefault(gpu, [])
             feats.append(f)
             self._label(f)
@@ -425,6 +510,7 @@ class Classifier:
         rx, tx = mean("pcie_rx") or 0.0, mean("pcie_tx") or 0.0
         link = vals[-1].link
         pcie = rx + tx
+        nvlink = (mean("nvlink_rx") or 0.0) + (mean("nvlink_tx") or 0.0)
         pids = {p.pid for v in vals[-1:] for p in v.processes}
         host = frame.host
         proc_cpu, wk = 0.0, []
@@ -446,6 +532,9 @@ class Classifier:
             pcie_bps=pcie,
             pcie_frac=pcie / link.bytes_per_s if link and link.bytes_per_s else 0.0,
             util=mean("util"),
+            nvlink_bps=nvlink,
+            nvlink_frac=nvlink / nvlink_peak(vals[-1].name) if gpm else 0.0,
+            power_w=mean("power_w"),
             proc_cpu=proc_cpu,
             workers=len(wk),
             worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,
@@ -511,6 +600,19 @@ class Classifier:
             f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, f, sub if stable == raw else ""
         )
         self.labels.setdefault(f.gpu, []).append(lab)
+
+
+def _with_peers(found: dict[int, Features], jobs: dict[int, str]) -> dict[int, Features]:
+    """Each GPU's features with the other GPUs of its job, and which of them are not in a collective."""
+    out = {}
+    for gpu, f in found.items():
+        key = jobs.get(gpu)
+        peers = tuple(p for p in sorted(found) if p != gpu and key is not None and jobs.get(p) == key)
+        if peers:
+            away = tuple(p for p in peers if not _collective(found[p]))
+            f = replace(f, peers=peers, peers_elsewhere=away)
+        out[gpu] = f
+    return out
 
 
 def _r(v: float | None) -> float | None:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from memtop.model import Frame
 from memtop.phases import Classifier, Label
-from memtop.verdict import Verdict, verdict
+from memtop.straggler import stragglers
+from memtop.verdict import Verdict, straggler_verdict, verdict
 
 if TYPE_CHECKING:  # SQLite and the store load when a recording is opened, not before a live first frame
     from memtop.store import Recording, Writer
@@ -200,6 +201,7 @@ class Pipeline:
         with self._lock:
             at = self._frozen
             labels = {g: tuple(v) for g, v in self.classifier.labels.items()}
+            jobs = dict(self.classifier.jobs)
             hist = {g: tuple(h) for g, h in self.history.items()}
             frame, version, gaps = self.frame, self.version, tuple(self.classifier.gaps[-50:])
             if at is not None:  # a paused live view: everything as it stood at `at`
@@ -214,6 +216,8 @@ class Pipeline:
             g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)
             for g, ls in labels.items()
         }
+        for s in stragglers(labels, jobs):
+            verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame)
         return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events)
 
     def set_status(self, **kw: object) -> None:

@@ -1,7 +1,8 @@
 """What a Python thread is waiting on, from its stack: one rule table for classifier and UI.
 
 Classes: sync (waiting for the GPU), copy (host<->device transfer), data (input pipeline),
-other (Python/host work), idle (thread asleep).
+comm (in a torch.distributed collective or waiting on one), other (Python/host work), idle (thread
+asleep).
 
 Attribution is by the innermost relevant frame: a library frame that is itself a known wait or
 copy (torch.cuda.synchronize, jax block_until_ready, cupy asarray) names the class; a user line's
@@ -16,10 +17,47 @@ from collections.abc import Sequence
 
 from memtop.model import StackFrame
 
-CLASSES = ("sync", "copy", "data", "other", "idle")
+CLASSES = ("sync", "copy", "data", "comm", "other", "idle")
 
 # waiting on the input pipeline wins: the user line above it may well hold a .to(
 _DATA_FILE = re.compile(r"torch/utils/data/(dataloader|_utils/(fetch|collate|worker|pin_memory))\.py$")
+
+# A collective, or a wait on one: like the input pipeline, it wins over a CUDA sync deeper down (a
+# c10d work's wait synchronizes a stream). FSDP and DDP only by their communication functions:
+# their forward wrappers also sit above ordinary compute.
+_COMM_FRAMES: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = (
+    (
+        re.compile(r"/torch/distributed/distributed_c10d\.py$"),
+        re.compile(
+            r"^(all_reduce\w*|all_gather\w*|reduce_scatter\w*|all_to_all\w*|broadcast\w*|barrier|"
+            r"monitored_barrier|reduce|gather\w*|scatter\w*|send|recv|isend|irecv|batch_isend_irecv|wait\w*)$"
+        ),
+    ),
+    (
+        re.compile(r"/torch/distributed/(fsdp|_composable/fsdp)/"),
+        re.compile(
+            r"^_*(wait|wait_for_unshard|wait_for_post_backward\w*|\w*all_gather\w*|\w*reduce_scatter\w*|"
+            r"unshard\w*|foreach_reduce\w*)$"
+        ),
+    ),
+    (
+        re.compile(r"/torch/nn/parallel/distributed\.py$"),
+        re.compile(
+            r"^(_sync_\w*|_match_all_reduce\w*|_distributed_broadcast_coalesced|_check_global_requires\w*)$"
+        ),
+    ),
+    # native leaves from `py-spy --native`
+    (
+        re.compile(r""),
+        re.compile(r"(^|::)(nccl[A-Z]\w*|WorkNCCL::(wait|synchronize)\w*|Reducer::finalize_backward)$"),
+    ),
+)
+# the leaf user line, in native code: a collective called directly, or a work handle's wait
+_COMM_CODE = re.compile(
+    r"\b(dist|torch\.distributed)\.(all_reduce|all_gather\w*|reduce_scatter\w*|all_to_all\w*|broadcast|"
+    r"barrier|reduce|gather|scatter|send|recv)\(|\b\w*(work|handle|req|fut)\w*\.wait\(",
+    re.I,
+)
 
 # Library frames that are themselves the wait or the copy: (class, file pattern, function pattern).
 _LIB_FRAMES: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
@@ -95,6 +133,8 @@ def classify(frames: Sequence[StackFrame], active: bool, gil: bool | None = None
         return "idle" if not active else "other"
     if any(_DATA_FILE.search(f.file) for f in frames):
         return "data"
+    if any(fp.search(f.file) and np.search(f.name) for f in frames for fp, np in _COMM_FRAMES):
+        return "comm"
     for f in frames:  # leaf first, down to the first frame of user code
         if _LIB.search(f.file) or not f.file.endswith(".py"):
             for klass, file_pat, func_pat in _LIB_FRAMES:
@@ -102,6 +142,8 @@ def classify(frames: Sequence[StackFrame], active: bool, gil: bool | None = None
                     return klass
             continue
         if f is frames[0] and gil is not True and f.code:
+            if _COMM_CODE.search(f.code):
+                return "comm"
             for klass, pat in _LEAF_CODE:
                 if pat.search(f.code):
                     return klass

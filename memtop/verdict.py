@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from memtop.model import Frame
 from memtop.phases import HEALTHY, TITLES, Label
 from memtop.sanitize import is_clean
+from memtop.straggler import Straggler
 
 PROBLEM_SHARE = 0.2  # a problem phase must hold this share of the window to be the verdict
 
@@ -43,6 +44,19 @@ def _evidence(lab: Label) -> str:
         parts.append(f"DRAM {e['dram']:.0f} %")
     if lab.label == "transfer" or e.get("pcie_gbps", 0) >= 1:
         parts.append(f"PCIe {e['pcie_gbps']:.1f} GB/s ({e['pcie_pct_link']:.0f} % of link)")
+    if lab.label == "comm" or e.get("nvlink_gbps", 0) >= 1:
+        parts.append(f"NVLink {e['nvlink_gbps']:.1f} GB/s ({e['nvlink_pct_peak']:.0f} % of peak)")
+    if lab.label == "comm":
+        if e.get("tensor") is not None:
+            parts.append(f"tensor {e['tensor']:.0f} %")
+        if e.get("power_w") is not None:
+            parts.append(f"power {e['power_w']:.0f} W")
+        if e.get("peers"):
+            peers, away = e["peers"], e.get("peers_elsewhere") or []
+            parts.append(
+                f"peer GPU{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}: "
+                + (f"{', '.join(map(str, away))} not in a collective" if away else "all in collectives")
+            )
     if lab.label in ("cpu", "input", "sync"):
         parts.append(f"main thread CPU {e['proc_cpu']} %")
     if e.get("workers"):
@@ -101,6 +115,20 @@ def _advice(lab: Label) -> tuple[str, ...]:
         return (
             f"Python overhead on the main thread{at} holds the GIL {100 * e.get('gil', 0):.0f} % of the time: "
             "profile it with `py-spy record`, move work out of the step, or torch.compile it",
+        )
+    if lab.label == "comm":
+        if lab.sub == "bandwidth":
+            return (
+                f"collectives are bandwidth-bound (NVLink {e['nvlink_pct_peak']:.0f} % of peak): overlap them "
+                "with compute (DDP bucket_cap_mb, FSDP prefetching), communicate in bf16 (a DDP comm hook), "
+                "and check the GPUs' links with `nvidia-smi topo -m`",
+            )
+        away = e.get("peers_elsewhere") or []
+        return (
+            "the GPU waits in a collective for a slower rank"
+            + (f" (GPU {', '.join(map(str, away))} of its job is not in it)" if away else "")
+            + " — find the straggler (memtop flags it in that GPU's verdict) and even out the work per rank",
+            "if every rank waits alike, overlap communication with compute (DDP buckets, FSDP prefetching)",
         )
     if lab.label == "memory":
         return (
@@ -199,4 +227,40 @@ def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 6
         _advice(last),
         _command(label, frame, gpu, first.t),
         shares,
+    )
+
+
+_STRAGGLER_ADVICE = {
+    "input": "its DataLoader is slower than its peers': check that rank's workers and storage "
+    "(num_workers, prefetch_factor, a shard on slower disk)",
+    "cpu": "host work on that rank's main thread (logging, checkpointing, rank-0-only evaluation) holds "
+    "the others in their collective: move it off the step or make it asynchronous",
+    "sync": "that rank waits on its own GPU in a CUDA sync the others do not make: remove the .item() / "
+    ".cpu() from its step",
+}
+
+
+def straggler_verdict(s: Straggler, v: Verdict, frame: Frame | None = None) -> Verdict:
+    """The verdict of a GPU the rest of its job waits for: the straggler first, its own verdict after."""
+    t0 = frame.t - s.window_s if frame is not None else 0.0
+    return Verdict(
+        s.gpu,
+        v.label,
+        v.share,
+        v.window_s,
+        f"GPU {s.gpu} is the straggler: its peers wait for it in collectives "
+        f"({100 * s.peer_comm:.0f} % of the last {s.window_s:.0f} s)",
+        s.evidence + "; " + v.evidence,
+        (
+            _STRAGGLER_ADVICE.get(
+                s.phase,
+                "that rank has more work per step than its peers: balance the batch or sequence lengths "
+                "per rank, and check its clocks for throttling",
+            ),
+            "profile every rank and compare this one's timeline with a peer's: the command below, "
+            "run under the launcher (e.g. torchrun --no-python nsys ...)",
+            *v.advice,
+        ),
+        _command("straggler-rank%q{RANK}", frame, s.gpu, t0),  # nsys puts each rank's RANK in its file name
+        v.shares,
     )

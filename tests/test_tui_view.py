@@ -222,7 +222,7 @@ async def test_row_band_and_headline_name_the_same_label_and_settling_shows():
 # -- colours --------------------------------------------------------------------------------------
 def test_phase_colours_are_distinct_in_every_theme_and_under_colour_blindness():
     """Transfer and sync were one pink in 11 dark themes. CIE76 distance > 12 between every pair of
-    the seven phase colours, for normal vision, deuteranopia and protanopia (Machado 2009)."""
+    the eight phase colours, for normal vision, deuteranopia and protanopia (Machado 2009)."""
     themes = App().available_themes
     assert len(themes) >= 20
     for name, theme in themes.items():

@@ -108,6 +108,7 @@ PHASES_HELP = """[b]Phases[/b] (timeline band, per GPU, 0.5 s bins)
   sync     CPU and GPU take turns at a sync
   input    waiting on the DataLoader
   cpu      launch/Python overhead starves the GPU
+  comm     waiting in a collective (wait) or NVLink-bound (bandwidth)
   idle     nothing running on the GPU
 
 Evidence for each label is the numbers that fired the rule plus the top Python stack."""

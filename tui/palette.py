@@ -3,7 +3,7 @@
 Phase colours come from Okabe & Ito's colour-blind-safe set, not from ANSI names: Textual's themes
 remap the 16 ANSI colours, and in 11 dark themes magenta and red (transfer and sync) became one pink.
 Each theme gets its own palette (dark or light base, idle blended from the theme's own colours);
-`tests/test_tui_view.py` checks that the seven stay apart under deuteranopia and protanopia.
+`tests/test_tui_view.py` checks that the eight stay apart under deuteranopia and protanopia.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from textual.color import Color as TColor
 from textual.filter import LineFilter
 from textual.theme import Theme
 
-PHASES = ("compute", "memory", "transfer", "sync", "input", "cpu", "idle")
+PHASES = ("compute", "memory", "transfer", "sync", "input", "cpu", "comm", "idle")
 
-# Okabe-Ito: bluish green, sky blue, reddish purple, vermillion, yellow, blue; idle is grey
+# Okabe-Ito: bluish green, sky blue, reddish purple, vermillion, yellow, blue, orange; idle is grey
 _DARK = {
     "compute": "#00B386",  # Okabe-Ito bluish green #009E73 lifted (apart from grey under deuteranopia)
     "memory": "#56B4E9",
@@ -29,6 +29,7 @@ _DARK = {
     "sync": "#D55E00",
     "input": "#F0E442",
     "cpu": "#3C8DFF",  # Okabe-Ito blue lifted: #0072B2 is too dark on a dark background
+    "comm": "#E69F00",
 }
 _LIGHT = {
     "compute": "#007A59",
@@ -37,12 +38,21 @@ _LIGHT = {
     "sync": "#B84A00",
     "input": "#C8B400",  # yellow darkened: #F0E442 vanishes on white
     "cpu": "#0050A0",
+    # not orange: on white any orange dark enough to read meets sync's vermillion under deuteranopia
+    "comm": "#8B5CF6",
 }
 # what a name in the default palette means when a theme is not known (e.g. the ansi themes' "default")
 _DARK_BG, _DARK_FG, _LIGHT_BG, _LIGHT_FG = "#101010", "#e0e0e0", "#f5f5f5", "#202020"
 
 # stack classes (the stacks panel): reuse the phase each class explains
-CLASS_PHASE = {"sync": "sync", "copy": "transfer", "data": "input", "other": "cpu", "idle": "idle"}
+CLASS_PHASE = {
+    "sync": "sync",
+    "copy": "transfer",
+    "data": "input",
+    "comm": "comm",
+    "other": "cpu",
+    "idle": "idle",
+}
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 ASCII_BLOCKS = " .:-=+*#@"

@@ -1,0 +1,97 @@
+"""Stragglers among the GPUs of one job on this node: the rank the others wait for.
+
+In a synchronous job (DDP, FSDP) every rank meets the others in each collective, so one slow rank
+shows as its peers' GPUs in `comm` while its own GPU computes, loads data or sits under host work.
+Pure functions over Frames and per-GPU labels; the pipeline turns a finding into that GPU's verdict.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from memtop.model import Frame
+
+if TYPE_CHECKING:
+    from memtop.phases import Label
+
+WINDOW_S = 10.0  # a straggler is judged over this much of the newest labels
+PEER_COMM_MIN = 0.5  # its peers spend at least this share of the window in comm...
+OWN_COMM_MAX = 0.2  # ...while it spends at most this share there
+OWN_WORK_MIN = 0.5  # ...and at least this share in one phase of its own work
+# phases of a rank doing its own work (idle is not: a finished or hung rank is another story)
+WORK = ("compute", "memory", "transfer", "sync", "input", "cpu")
+
+
+def job_groups(frame: Frame) -> dict[int, str]:
+    """GPU index -> job key. GPUs are one job when their processes have the same parent and command
+    line (torchrun, srun and mpirun start every rank so) or are one process driving several GPUs.
+    The ranks' RANK / SLURM_JOB_ID (collectors/jobid.py) are read for snapshots, not carried in
+    Frames, so they are not used here. Two copies of one command started from one shell look like
+    one job."""
+    if frame.host is None:
+        return {}
+    procs = {p.pid: p for p in frame.host.procs}
+    out = {}
+    for g in frame.gpus:
+        keys = sorted((p.ppid, p.cmdline or p.name) for gp in g.processes if (p := procs.get(gp.pid)))
+        if keys:
+            out[g.index] = f"{keys[0][0]} {keys[0][1]}"
+    return out
+
+
+@dataclass(frozen=True)
+class Straggler:
+    gpu: int
+    phase: str  # its own dominant work phase over the window
+    share: float  # of the window
+    peers: tuple[int, ...]
+    peer_comm: float  # the peers' mean share of comm over the window
+    window_s: float
+
+    @property
+    def evidence(self) -> str:
+        names = ", ".join(str(p) for p in self.peers)
+        return (
+            f"GPU {self.gpu} {self.phase} {100 * self.share:.0f} % of the last {self.window_s:.0f} s while "
+            f"GPU{'s' if len(self.peers) > 1 else ''} {names} of its job "
+            f"{'wait' if len(self.peers) > 1 else 'waits'} in collectives "
+            f"{100 * self.peer_comm:.0f} % of it"
+        )
+
+
+def _shares(labels: Sequence[Label], since: float) -> dict[str, float]:
+    c = Counter(lab.label for lab in labels if lab.t > since and lab.label != "warmup")
+    n = sum(c.values())
+    return {k: v / n for k, v in c.items()} if n else {}
+
+
+def stragglers(
+    labels: Mapping[int, Sequence[Label]], jobs: Mapping[int, str], window_s: float = WINDOW_S
+) -> list[Straggler]:
+    """The GPUs in their own work while the other GPUs of their job wait in `comm`."""
+    ends = [ls[-1].t for ls in labels.values() if ls]
+    if not ends:
+        return []
+    since = max(ends) - window_s
+    shares = {g: _shares(ls, since) for g, ls in labels.items() if g in jobs}
+    groups: dict[str, list[int]] = {}
+    for g in sorted(shares):
+        if shares[g]:
+            groups.setdefault(jobs[g], []).append(g)
+    out = []
+    for gpus in groups.values():
+        for g in gpus:
+            peers = tuple(p for p in gpus if p != g)
+            if not peers:
+                continue
+            own = shares[g]
+            peer_comm = sum(shares[p].get("comm", 0.0) for p in peers) / len(peers)
+            phase, share = max(
+                ((k, v) for k, v in own.items() if k in WORK), key=lambda kv: kv[1], default=("", 0.0)
+            )
+            if share >= OWN_WORK_MIN and own.get("comm", 0.0) <= OWN_COMM_MAX and peer_comm >= PEER_COMM_MIN:
+                out.append(Straggler(g, phase, share, peers, peer_comm, window_s))
+    return out
