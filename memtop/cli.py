@@ -207,7 +207,7 @@ def _add_cluster_commands(sub) -> None:
     sn.add_argument(
         "--fail-on", metavar="PHASE:SHARE", help="exit 3 when a GPU's share of PHASE exceeds SHARE (sync:0.2)"
     )
-    sn.add_argument("--pid", type=int, nargs="+", default=[], metavar="PID", help="watch these processes")
+    sn.add_argument("--pid", type=_index, nargs="+", default=[], metavar="PID", help="watch these processes")
     sn.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
     sn.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
     sn.add_argument("--no-perf", action="store_true", help="do not open perf counters")

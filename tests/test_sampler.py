@@ -116,8 +116,8 @@ def test_config_from_the_command_line_and_a_missing_pid():
     assert fast.host_interval == 0.5 and not fast.series and fast.stacks  # the host never above 2 Hz
     mine = build_parser().parse_args(["--pid", str(os.getpid())])
     assert SamplerConfig.from_args(mine, recording=False).pids == (os.getpid(),)
-    gone = build_parser().parse_args(["--pid", "2147483646"])
-    with pytest.raises(UserError, match="no process with PID 2147483646"):
+    gone = build_parser().parse_args(["--pid", "4194303"])
+    with pytest.raises(UserError, match="no process with PID 4194303"):
         SamplerConfig.from_args(gone, recording=False)
 
 
