@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from memtop.model import JOB_KEYS
 from memtop.sanitize import clean
 
 _DIGITS = re.compile(r"[0-9]{1,10}")
@@ -24,7 +25,8 @@ FIELDS: dict[str, tuple[str, re.Pattern[str]]] = {
     "WORLD_SIZE": ("world_size", _DIGITS),
     "POD_NAME": ("pod", re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")),
 }
-KEYS: tuple[str, ...] = tuple(k for k, _ in FIELDS.values())
+KEYS = JOB_KEYS
+assert tuple(k for k, _ in FIELDS.values()) == KEYS  # one list of names, for the model and clients
 _WANTED = {name.encode() for name in FIELDS}
 
 

@@ -27,7 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memtop.authtoken import read_token
 from memtop.errors import UserError
+from memtop.model import JOB_KEYS
 from memtop.phases import CHARS
 
 SCHEMA_VERSION = 1
@@ -431,12 +433,10 @@ class PromSource:
             gpus[k]["band"] = "".join(chars)[-120:]
             last = next((ch for ch in reversed(chars) if ch != " "), " ")
             gpus[k]["phase"] = _PHASE_OF.get(last, "gathering")
-        from memtop.collectors.jobid import KEYS
-
         for s in info:
             g = gpu(s["metric"])
             g["name"] = s["metric"].get("name", "")
-            g["job"] = {k: s["metric"][k] for k in KEYS if s["metric"].get(k)}
+            g["job"] = {k: s["metric"][k] for k in JOB_KEYS if s["metric"].get(k)}
         for s in sm:
             name = s["metric"].get("__name__", "")
             g = gpu(s["metric"])
@@ -591,8 +591,6 @@ def merged(nodes: list[NodeState], interval: float) -> dict:
 def _token(args: argparse.Namespace) -> str | None:
     if not args.token_file:
         return None
-    from memtop.serve import read_token
-
     return read_token(args.token_file)
 
 

@@ -296,3 +296,8 @@ class Frame:
             if g.index == index:
                 return g
         return None
+
+
+# The job-identity keys a snapshot or metric may carry (collectors/jobid.py reads them from the training
+# process's environment: Slurm job id and name, torchrun rank / local rank / world size, Kubernetes pod).
+JOB_KEYS: tuple[str, ...] = ("slurm_job_id", "slurm_job_name", "rank", "local_rank", "world_size", "pod")

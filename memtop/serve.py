@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 import sys
 import threading
 from pathlib import Path
 
+from memtop.authtoken import read_token
 from memtop.errors import UserError
 
 # 9100-9999 is the exporter range; Prometheus (9090), node_exporter (9100), dcgm-exporter (9400) and
@@ -107,24 +107,6 @@ def exposition(reg) -> bytes:
     from prometheus_client import generate_latest
 
     return generate_latest(reg)
-
-
-def read_token(path: str) -> str:
-    """The bearer token; its file must be a regular file only its owner can read (0600 or 0400)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as e:
-        raise UserError(f"cannot read --token-file {path}: {e.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
-            raise UserError(f"--token-file {path} must be a regular file with mode 0600 (chmod 600 {path})")
-        token = os.read(fd, 4096).decode("utf-8", "replace").strip()
-    finally:
-        os.close(fd)
-    if not token or any(c.isspace() for c in token):
-        raise UserError(f"--token-file {path} must hold one token")
-    return token
 
 
 def write_textfile(directory: Path, data: bytes) -> None:

@@ -117,3 +117,11 @@ def test_hostile_values_never_become_identity():
         got = parse_environ(block)
         assert all(v.isprintable() and len(v) <= 64 for v in got.values()), got
     assert read_job(1 << 30) == {}  # no such process: absent, no error
+
+
+def test_the_model_names_every_job_key_jobid_reads():
+    from memtop.collectors.jobid import FIELDS
+
+    from memtop.model import JOB_KEYS
+
+    assert tuple(k for k, _ in FIELDS.values()) == JOB_KEYS
