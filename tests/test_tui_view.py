@@ -385,3 +385,114 @@ def test_snapshot_no_color(snap_compare, monkeypatch):
 
 def test_snapshot_ascii(snap_compare):
     assert snap_compare(MemtopApp(_pipeline(8), hangup_guard=False, ascii_only=True), terminal_size=(120, 40))
+
+
+# -- the real CLI in tmux: pane title, paste buffers and screen stay untouched ---------------------
+_VICTIM = r"""
+import sys, threading, time
+corpus = {corpus!r}
+src = "def f():\n    end = time.time() + 120\n    while time.time() < end:\n        sum(range(1000))\n"
+code = compile(src, "/tmp/" + corpus[0] + ".py", "exec")
+inner = next(c for c in code.co_consts if hasattr(c, "co_name")).replace(co_name=corpus[1] + corpus[2])
+threading.current_thread().name = corpus[3] + corpus[10]
+print("ready", flush=True)
+type(lambda: 0)(inner, {{"time": time}})()
+"""
+
+
+def _tmux(sock: str, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
+
+
+def _wait(sock: str, text: str, timeout: float = 30.0) -> str:
+    import time
+
+    end = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < end:
+        screen = _tmux(sock, "capture-pane", "-p")
+        if text in screen:
+            return screen
+        time.sleep(0.3)
+    raise AssertionError(f"{text!r} never appeared:\n{screen}")
+
+
+def _untouched(sock: str, title: str) -> str:
+    assert _tmux(sock, "display-message", "-p", "#{pane_title}").strip() == title
+    assert _tmux(sock, "list-buffers").strip() == ""  # no OSC 52 reached tmux (set-clipboard on)
+    screen = _tmux(sock, "capture-pane", "-p")
+    assert "memtop" in screen.splitlines()[0]  # no clear screen / cursor home from data
+    return screen
+
+
+def _storable(s: str) -> bool:
+    try:
+        s.encode()  # sqlite stores UTF-8: a lone surrogate cannot be written (it is tested in Pilot)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="tmux not installed")
+def test_real_cli_hostile_replay_and_live_process_in_tmux(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from memtop.store import Writer
+
+    corpus = tuple(s for s in HOSTILE if _storable(s))
+    rec = Recording(REC[0])
+    meta = {**rec.meta, "host": corpus[0], "driver": corpus[2]}
+    path = tmp_path / "hostile.memtop"
+    w = Writer(path, meta)
+    for f in hostile_frames(_frames()[:400], corpus):
+        w.add(f)
+    w.close()
+
+    sock = f"tuiview-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    title = "KNOWN-TITLE"
+    victim = None
+    try:
+        cmd = f"{sys.executable} -m memtop replay {path}; echo EXIT=$?; sleep 60"
+        subprocess.run(
+            ["tmux", "-L", sock, "new-session", "-d", "-x", "120", "-y", "40", cmd], check=True, env=env
+        )
+        _tmux(sock, "set-option", "-g", "set-clipboard", "on")
+        _tmux(sock, "select-pane", "-T", title)
+        _wait(sock, "REPLAY")
+        time.sleep(3)
+        _untouched(sock, title)
+        _tmux(sock, "send-keys", "Enter")  # the GPU detail screen shows names, uuid, evidence
+        time.sleep(1.5)
+        _tmux(sock, "send-keys", "Escape")
+        time.sleep(1)
+        screen = _untouched(sock, title)
+        assert "\\x1b" in screen  # the hostile strings are on screen, made visible
+        _tmux(sock, "send-keys", "q")
+        _wait(sock, "EXIT=0")
+
+        # LIVE: a real Python process whose file, function and thread names carry the corpus
+        victim = subprocess.Popen(
+            [sys.executable, "-c", _VICTIM.format(corpus=corpus)], stdout=subprocess.PIPE, text=True
+        )
+        assert victim.stdout.readline().strip() == "ready"
+        cmd = f"{sys.executable} -m memtop --pid {victim.pid}; echo EXIT=$?; sleep 60"
+        _tmux(sock, "respawn-pane", "-k", cmd)
+        _tmux(sock, "select-pane", "-T", title)
+        _wait(sock, "LIVE")
+        screen = _wait(sock, "\\x1b]0;PWNED", 40)  # py-spy sampled it: the names are on screen, inert
+        _untouched(sock, title)
+        _tmux(sock, "send-keys", "q")
+        _wait(sock, "EXIT=0")
+    finally:
+        _tmux(sock, "kill-server")
+        if victim is not None:
+            victim.kill()
+            victim.wait()
