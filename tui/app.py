@@ -322,7 +322,7 @@ class MemtopApp(App[int]):
             # the row's phase, the headline's "now" and the band's newest cell name one label: the
             # band follows every paint too (its tiles send only the cells that changed)
             self._layout(v)
-            self.query_one(Timeline).show(v, self.gpu)
+            self.query_one(Timeline).show(v, self.gpu, bands_only=not slow)
             if not slow:
                 return
             f = v.frame
