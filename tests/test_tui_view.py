@@ -54,6 +54,8 @@ async def _settle(pilot, app: MemtopApp) -> None:
         if app.view is not None and app.query_one(Timeline).line_count > 3:
             break
     await pilot.pause(0.2)
+    app._relayout()  # what the layout pass after the first paint does, whenever it comes
+    await pilot.pause(0.3)
 
 
 def _screen(app: App) -> list[str]:

@@ -9,6 +9,7 @@ whole timeline (bytes matter over SSH).
 
 from __future__ import annotations
 
+import math
 import time
 from bisect import bisect_left
 from itertools import groupby
@@ -56,6 +57,7 @@ class Timeline(TiledLines):
         self._sigs: tuple[int, list[str]] | None = None  # (width, one signature per row) last drawn
         self._look: Look = look(None, ascii_only)
         self._rows: list[tuple[str, Strip]] = []  # (signature, strip) per row, last built
+        self._kinds: dict[int, tuple[tuple, list[str | None], float]] = {}  # gpu -> (window, cells, last t)
 
     def rows_wanted(self, view: View | None, all_bands: bool) -> int:
         n = len(view.history) if view is not None and all_bands else 1
@@ -176,13 +178,21 @@ class Timeline(TiledLines):
     def _band(self, v: View, gpu: int, named: bool, start: float, dt: float, cols: int) -> tuple[str, Strip]:
         lk = self._look
         labels = v.labels.get(gpu, ())
-        labels = labels[bisect_left(labels, start - 0.5, key=_t) :]
-        kinds: list[str | None] = [None] * cols  # None: no label (drawn blank, in the warm-up colour)
-        for lab in labels:
+        # each GPU's cells are kept while the window stands still (it moves in quarter-span jumps):
+        # a paint places only the labels that came since, not the whole window's again (8 bands)
+        cached = self._kinds.get(gpu)
+        newest = labels[-1].t if labels else -math.inf
+        if cached is None or cached[0] != (start, dt, cols) or newest < cached[2]:
+            cached = ((start, dt, cols), [None] * cols, -math.inf)
+        base, done = cached[1], cached[2]
+        fresh = labels[bisect_left(labels, max(start - 0.5, done + 1e-9), key=_t) :]
+        for lab in fresh:
             i0 = int((lab.t - start) / dt)
             i1 = int((lab.t + 0.5 - start) / dt)
             for i in range(max(0, i0), min(cols, max(i0 + 1, i1))):
-                kinds[i] = lab.label
+                base[i] = lab.label
+        self._kinds[gpu] = (cached[0], base, max(done, newest))
+        kinds: list[str | None] = list(base)  # None: no label (drawn blank, in the warm-up colour)
         # the newest cell shows the label of now (with its settling mark): the row's phase cell, the
         # headline's "now" and this cell always name the same label
         name, settling = now_label(labels)
