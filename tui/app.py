@@ -193,6 +193,8 @@ class MemtopApp(App[int]):
         self.view: View | None = None
         self.selected_pid: int | None = None
         self._paints = 0
+        self._letters = False  # phase letters in the bands (`l`)
+        self._laid_out: tuple | None = None  # (GPU count, screen size) the layout was made for
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's terminal driver, but with an input thread that sleeps until a key comes."""
@@ -271,7 +273,7 @@ class MemtopApp(App[int]):
 
     @property
     def look(self) -> Look:
-        return look(self.current_theme, self.ascii_only, self.query_one(Timeline).letters)
+        return look(self.current_theme, self.ascii_only, self._letters)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._relayout)  # after the layout: the panels' new widths are known
@@ -284,6 +286,7 @@ class MemtopApp(App[int]):
     def _layout(self, v: View) -> None:
         """Where the screen has room (40 rows and more), the timeline gets one phase band per GPU
         and the GPU table all its rows; on smaller screens one band and a scrolling table."""
+        self._laid_out = (len(v.history), self.size)
         n = max(1, len(v.history))
         h = self.size.height
         roomy = h >= 32 and n > 1
@@ -321,7 +324,8 @@ class MemtopApp(App[int]):
             self._update_gpus(v, lk)
             # the row's phase, the headline's "now" and the band's newest cell name one label: the
             # band follows every paint too (its tiles send only the cells that changed)
-            self._layout(v)
+            if (len(v.history), self.size) != self._laid_out:
+                self._layout(v)
             self.query_one(Timeline).show(v, self.gpu, bands_only=not slow)
             if not slow:
                 return
@@ -393,8 +397,8 @@ class MemtopApp(App[int]):
         self.notify(cmd, title="copied (OSC 52)", timeout=15, markup=False)
 
     def action_letters(self) -> None:
-        tl = self.query_one(Timeline)
-        tl.set_letters(not tl.letters)
+        self._letters = not self._letters
+        self.query_one(Timeline).set_letters(self._letters)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
