@@ -375,18 +375,25 @@ async def test_hostile_strings_reach_no_screen_raw(size):
 
 
 # -- snapshots ------------------------------------------------------------------------------------
+async def _settled(pilot) -> None:
+    await _settle(pilot, pilot.app)  # the layout pass after the first paint, however loaded the machine
+
+
 @pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)])
 def test_snapshot_per_size_8gpu(snap_compare, size):
-    assert snap_compare(MemtopApp(_pipeline(8), hangup_guard=False), terminal_size=size)
+    app = MemtopApp(_pipeline(8), hangup_guard=False)
+    assert snap_compare(app, terminal_size=size, run_before=_settled)
 
 
 def test_snapshot_no_color(snap_compare, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
-    assert snap_compare(MemtopApp(_pipeline(1), hangup_guard=False), terminal_size=(120, 40))
+    app = MemtopApp(_pipeline(1), hangup_guard=False)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=_settled)
 
 
 def test_snapshot_ascii(snap_compare):
-    assert snap_compare(MemtopApp(_pipeline(8), hangup_guard=False, ascii_only=True), terminal_size=(120, 40))
+    app = MemtopApp(_pipeline(8), hangup_guard=False, ascii_only=True)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=_settled)
 
 
 # -- the real CLI in tmux: pane title, paste buffers and screen stay untouched ---------------------

@@ -105,7 +105,7 @@ def detail_text(view: View, gpu: int, lk: Look) -> Text:
     if g is None:
         t.append("  no sample yet", style="dim")
         return t
-    t.append(f"  {clean(g.name, 60)}  {clean(g.uuid, 60)}  mode {clean(g.mode, 10)}\n", style="dim")
+    t.append(f"  {clean(g.name, 60)}  uuid {clean(g.uuid, 60)}  mode {clean(g.mode, 10)}\n", style="dim")
     for m in METRICS:
         if m.kind == "bitmask":
             continue  # clock events: shown as throttle reasons below
