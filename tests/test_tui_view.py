@@ -505,3 +505,45 @@ def test_real_cli_hostile_replay_and_live_process_in_tmux(tmp_path):
         if victim is not None:
             victim.kill()
             victim.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="tmux not installed")
+@pytest.mark.parametrize(
+    ("env", "flags"),
+    [
+        ({"TERM": "xterm"}, ()),  # 16 colours
+        ({"TERM": "xterm-256color"}, ()),
+        ({"TERM": "xterm-256color", "COLORTERM": "truecolor"}, ()),
+        ({"TERM": "linux"}, ()),
+        ({"TERM": "screen"}, ()),
+        ({"TERM": "tmux-256color"}, ()),
+        ({"TERM": "xterm-256color", "NO_COLOR": "1"}, ()),
+        ({"TERM": "xterm-256color", "NO_COLOR": ""}, ()),
+        ({"TERM": "xterm-256color"}, ("--no-color",)),
+        ({"TERM": "xterm-256color"}, ("--ascii",)),
+    ],
+)
+def test_real_cli_renders_in_every_terminal(env, flags):
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    sock = f"tuiview-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    full = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLORTERM")} | env
+    cmd = f"{sys.executable} -m memtop replay {REC[0]} {' '.join(flags)}; echo EXIT=$?; sleep 60"
+    try:
+        subprocess.run(
+            ["tmux", "-L", sock, "new-session", "-d", "-x", "80", "-y", "24", cmd], check=True, env=full
+        )
+        _wait(sock, "now:")
+        _tmux(sock, "send-keys", "g")  # a key, and a repaint of everything for the selected GPU
+        screen = _wait(sock, " s: ")  # "last N s:": the verdict's window beside now
+        assert "Traceback" not in screen and "GPU 0 now:" in screen
+        if "--ascii" in flags:
+            assert all(" " <= ch <= "~" for ch in screen.replace("\n", "")), screen
+        _tmux(sock, "send-keys", "q")
+        _wait(sock, "EXIT=0")
+    finally:
+        _tmux(sock, "kill-server")
