@@ -177,7 +177,9 @@ class MemtopApp(App[int]):
         elif os.environ.get("NO_COLOR") == "":
             del os.environ["NO_COLOR"]
         super().__init__()
-        if ascii_only:  # everything drawn, Textual's own widgets included, one ASCII character a cell
+        # --ascii: everything drawn, Textual's own widgets included, one ASCII character a cell; the
+        # filter list is a private Textual name (without it only memtop's own glyphs are ASCII)
+        if ascii_only and isinstance(getattr(self, "_filters", None), list):
             self._filters.append(AsciiFilter())
         self.pipeline = pipeline
         self.controller = controller  # a ReplaySource (replay/demo) or None (live)
@@ -291,9 +293,7 @@ class MemtopApp(App[int]):
         h = self.size.height
         roomy = h >= 32 and n > 1
         tl = self.query_one(Timeline)
-        if tl.all_bands != roomy:
-            tl.all_bands = roomy
-            tl._sigs = None
+        tl.set_all_bands(roomy)
         tl.styles.height = tl.rows_wanted(v, roomy)
         self.query_one("#gpus", RowTable).styles.max_height = n + 1 if h >= 32 else max(2, min(n + 1, h // 5))
 

@@ -63,6 +63,11 @@ class Timeline(TiledLines):
         n = len(view.history) if view is not None and all_bands else 1
         return len(ROWS) + max(1, n) + 3
 
+    def set_all_bands(self, on: bool) -> None:
+        if on != self.all_bands:
+            self.all_bands = on
+            self._sigs = None  # other rows: draw them all
+
     def set_letters(self, on: bool) -> None:
         self.letters = on
         self._sigs = None  # the same phases, drawn differently
