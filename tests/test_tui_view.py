@@ -84,11 +84,21 @@ async def test_no_color_per_no_color_org(monkeypatch, value, colour):
         assert any("now:" in row for row in _screen(app))
 
 
-async def test_no_color_flag():
+async def test_no_color_flag(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
     app = MemtopApp(_pipeline(1), hangup_guard=False, no_color=True)
     async with app.run_test(size=(80, 24)) as pilot:
         await _settle(pilot, app)
         assert app.no_color and "now:" in "".join(_screen(app))
+        colours = {
+            seg.style.color.get_truecolor() for seg in _strip_segments(app) if seg.style and seg.style.color
+        }
+        assert all(r == g == b for r, g, b in colours)  # grey at most
+    assert "NO_COLOR" not in __import__("os").environ  # not leaked to the process or its children
+
+
+def _strip_segments(app: App):
+    return [seg for strip in app.screen._compositor.render_strips() for seg in strip]
 
 
 async def test_ascii_emits_only_printable_ascii_on_every_screen():

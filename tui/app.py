@@ -14,6 +14,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.driver import Driver
+from textual.filter import Monochrome, NoColor
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
@@ -171,12 +172,15 @@ class MemtopApp(App[int]):
         hangup_guard: bool = True,
         no_color: bool = False,
     ) -> None:
-        # no-color.org: NO_COLOR set and non-empty means no colour; Textual treats an empty one as set
-        if no_color:
-            os.environ["NO_COLOR"] = "1"
-        elif os.environ.get("NO_COLOR") == "":
-            del os.environ["NO_COLOR"]
         super().__init__()
+        # no-color.org: NO_COLOR set and non-empty means no colour (Textual also takes an empty one as
+        # set); --no-color the same. The environment is left as it is: children inherit it unchanged.
+        want = no_color or bool(os.environ.get("NO_COLOR"))
+        if want != self.no_color and isinstance(getattr(self, "_filters", None), list):
+            self.no_color = want
+            self._filters[:] = [f for f in self._filters if not isinstance(f, (Monochrome, NoColor))]
+            if want:
+                self._filters.append(NoColor() if self.native_ansi_color else Monochrome())
         # --ascii: everything drawn, Textual's own widgets included, one ASCII character a cell; the
         # filter list is a private Textual name (without it only memtop's own glyphs are ASCII)
         if ascii_only and isinstance(getattr(self, "_filters", None), list):
