@@ -440,6 +440,17 @@ def _wait(sock: str, text: str, timeout: float = 30.0) -> str:
     raise AssertionError(f"{text!r} never appeared:\n{screen}")
 
 
+def _kill(sock: str) -> None:
+    """Stop the private tmux server and remove its socket file."""
+    import os
+
+    path = _tmux(sock, "display-message", "-p", "#{socket_path}").strip()
+    _tmux(sock, "kill-server")
+    if path.startswith("/") and os.path.basename(path) == sock:
+        with __import__("contextlib").suppress(OSError):
+            os.unlink(path)
+
+
 def _untouched(sock: str, title: str) -> str:
     assert _tmux(sock, "display-message", "-p", "#{pane_title}").strip() == title
     assert _tmux(sock, "list-buffers").strip() == ""  # no OSC 52 reached tmux (set-clipboard on)
@@ -513,7 +524,7 @@ def test_real_cli_hostile_replay_and_live_process_in_tmux(tmp_path):
         _tmux(sock, "send-keys", "q")
         _wait(sock, "EXIT=0")
     finally:
-        _tmux(sock, "kill-server")
+        _kill(sock)
         if victim is not None:
             victim.kill()
             victim.wait()
@@ -558,4 +569,4 @@ def test_real_cli_renders_in_every_terminal(env, flags):
         _tmux(sock, "send-keys", "q")
         _wait(sock, "EXIT=0")
     finally:
-        _tmux(sock, "kill-server")
+        _kill(sock)
