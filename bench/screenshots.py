@@ -1,84 +1,105 @@
-"""Export screenshots of the real app on a real H100 recording (SVG; PNG via rsvg-convert if present).
+"""Screenshots of the real CLI in a real terminal (tmux), on a real H100 recording.
 
-usage: python bench/screenshots.py   (writes screenshots/*.svg and *.png)
+Each shot replays the recording up to a moment inside one phase (a copy cut there, replayed at x64:
+the replay stops, paused, at its last frame), captures the tmux pane with its colours and writes it
+as SVG (Rich's export; PNG too when `rsvg-convert` is installed). The 8-GPU shot replays a
+recording synthesized from the 1-GPU one (tests/multigpu.py): its caption says so.
+
+usage: python bench/screenshots.py   (writes screenshots/*.svg)
 """
 
 from __future__ import annotations
 
-import asyncio
-import re
+import io
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from memtop.tui.app import MemtopApp  # noqa: E402
 from multigpu import multi_gpu  # noqa: E402
 
-from memtop.pipeline import Pipeline, Status  # noqa: E402
-from memtop.store import Recording  # noqa: E402
+from memtop.store import Recording, Writer  # noqa: E402
 
 REC = ROOT / "tests" / "data" / "labelled_s0.memtop"
+OUT = ROOT / "screenshots"
 
 
-# Two <text> runs of one style that touch (the app draws panels as tiles, and the SVG export keeps
-# each tile's run apart): rsvg-convert stretches each run to its textLength and shifts a leading
-# non-breaking space, which opens gaps at tile edges in the PNG. Joined runs render as one.
-_RUN = re.compile(
-    r'<text class="([^"]+)" x="([0-9.]+)" y="([0-9.]+)" textLength="([0-9.]+)" clip-path="([^"]+)">'
-    r'([^<]*)</text><text class="\1" x="([0-9.]+)" y="\3" textLength="([0-9.]+)" clip-path="\5">'
-)
-
-
-def _join_runs(svg: str) -> str:
-    def join(m: re.Match) -> str:
-        cls, x, y, length, clip, text, x2, length2 = m.groups()
-        if abs(float(x) + float(length) - float(x2)) > 0.05:
-            return m.group(0)
-        return (
-            f'<text class="{cls}" x="{x}" y="{y}" textLength="{float(length) + float(length2):g}" '
-            f'clip-path="{clip}">{text}'
-        )
-
-    while True:
-        joined = _RUN.sub(join, svg)
-        if joined == svg:
-            return svg
-        svg = joined
-
-
-async def shot(name: str, size: tuple[int, int], upto_phase: str, gpus: int = 1) -> None:
+def cut(upto_phase: str, gpus: int, path: Path) -> None:
     rec = Recording(REC)
     m = next(m for m in rec.markers() if m.name == upto_phase)
     frames = list(rec.frames(end=m.t1 - 1.0))
+    meta = dict(rec.meta)
     if gpus > 1:
         frames = multi_gpu(frames, gpus)
-    p = Pipeline(
-        Status("replay", position=frames[-1].t - rec.t0, duration=rec.duration, paused=True), meta=rec.meta
-    )
+        g0 = meta["gpus"][0]
+        meta["gpus"] = [{**g0, "index": i} for i in range(gpus)]
+    w = Writer(path, meta, force=True)
     for f in frames:
-        p.on_frame(f, tick=False)
-    app = MemtopApp(p, hangup_guard=False)
-    async with app.run_test(size=size) as pilot:
-        await pilot.pause()
-        path = app.save_screenshot(f"{name}.svg", str(ROOT / "screenshots"))
-    if shutil.which("rsvg-convert"):
+        w.add(f)
+    w.close()
+
+
+def _tmux(sock: str, *args: str) -> str:
+    return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
+
+
+def shot(name: str, size: tuple[int, int], upto_phase: str, title: str, gpus: int = 1) -> Path:
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = Path(tmp) / f"{name}.memtop"
+        cut(upto_phase, gpus, rec)
+        sock = f"memtop-shot-{uuid.uuid4().hex[:8]}"
+        cmd = f"{sys.executable} -m memtop replay {rec} --speed 64; sleep 60"
+        env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor"}
         subprocess.run(
-            ["rsvg-convert", "-o", str(Path(path).with_suffix(".png"))],
-            input=_join_runs(Path(path).read_text()).encode(),
+            ["tmux", "-L", sock, "new-session", "-d", "-x", str(size[0]), "-y", str(size[1]), cmd],
             check=True,
+            env=env,
         )
+        try:
+            end = time.monotonic() + 60
+            while "⏸" not in _tmux(sock, "capture-pane", "-p") and time.monotonic() < end:
+                time.sleep(0.5)  # the replay pauses at its last frame
+            time.sleep(2.5)  # two paints: the slow panels follow every second one
+            ansi = _tmux(sock, "capture-pane", "-p", "-e")
+        finally:
+            _tmux(sock, "kill-server")
+    console = Console(record=True, width=size[0], height=size[1], file=io.StringIO())
+    console.print(Text.from_ansi(ansi.rstrip("\n")), crop=True, overflow="crop", no_wrap=True)
+    path = OUT / f"{name}.svg"
+    console.save_svg(str(path), title=title)
+    if shutil.which("rsvg-convert"):
+        subprocess.run(["rsvg-convert", "-o", str(path.with_suffix(".png")), str(path)], check=True)
     print(path)
+    return path
 
 
-async def main() -> None:
-    await shot("sync-stall", (160, 45), "sync_gpu_heavy")
-    await shot("pageable-copy", (160, 45), "h2d_pageable")
-    await shot("input-bound-8gpu", (200, 50), "dl_saturated", gpus=8)
+def main() -> None:
+    shot("sync-stall", (120, 40), "sync_gpu_heavy", "memtop replay: a real H100 run waiting in .item()")
+    shot(
+        "pageable-copy",
+        (120, 40),
+        "h2d_pageable",
+        "memtop replay: a real H100 run copying from pageable memory",
+    )
+    shot("sync-stall-80x24", (80, 24), "sync_gpu_heavy", "memtop at 80x24 (same H100 run)")
+    shot(
+        "input-bound-8gpu",
+        (120, 40),
+        "dl_saturated",
+        "SYNTHESIZED 8-GPU view (one real H100 run, shifted per GPU): DataLoader-bound",
+        gpus=8,
+    )
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -4,7 +4,6 @@ string from a recording. Real H100 recordings (tests/data); the 8-GPU view is te
 
 from __future__ import annotations
 
-import io
 from dataclasses import replace
 from itertools import combinations
 
@@ -16,7 +15,7 @@ from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp, detail_text
 from memtop.tui.palette import PHASES, delta_e, look, phase_colors, simulated_lab, to_ascii
 from memtop.tui.timeline import Timeline
 from multigpu import multi_gpu
-from rich.console import Console
+from rich.color import ColorSystem
 from textual.app import App
 
 from memtop.metrics import BY_NAME, METRICS
@@ -54,6 +53,8 @@ async def _settle(pilot, app: MemtopApp) -> None:
         if app.view is not None and app.query_one(Timeline).line_count > 3:
             break
     await pilot.pause(0.2)
+    app._relayout()  # what the layout pass after the first paint does, whenever it comes
+    await pilot.pause(0.3)
 
 
 def _screen(app: App) -> list[str]:
@@ -62,12 +63,15 @@ def _screen(app: App) -> list[str]:
 
 
 def _ansi(app: App) -> str:
-    """The screen as the escape sequences a terminal would get."""
-    out = io.StringIO()
-    console = Console(file=out, force_terminal=True, color_system="truecolor", width=app.size.width)
+    """The screen as the bytes a truecolor terminal would get (Rich renders each segment's style)."""
+    out = []
     for strip in app.screen._compositor.render_strips():
-        console.print(strip, end="\n", soft_wrap=True, crop=False)
-    return out.getvalue()
+        for seg in strip:
+            out.append(
+                seg.style.render(seg.text, color_system=ColorSystem.TRUECOLOR) if seg.style else seg.text
+            )
+        out.append("\n")
+    return "".join(out)
 
 
 # -- every terminal -------------------------------------------------------------------------------
@@ -82,11 +86,21 @@ async def test_no_color_per_no_color_org(monkeypatch, value, colour):
         assert any("now:" in row for row in _screen(app))
 
 
-async def test_no_color_flag():
+async def test_no_color_flag(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
     app = MemtopApp(_pipeline(1), hangup_guard=False, no_color=True)
     async with app.run_test(size=(80, 24)) as pilot:
         await _settle(pilot, app)
         assert app.no_color and "now:" in "".join(_screen(app))
+        colours = {
+            seg.style.color.get_truecolor() for seg in _strip_segments(app) if seg.style and seg.style.color
+        }
+        assert all(r == g == b for r, g, b in colours)  # grey at most
+    assert "NO_COLOR" not in __import__("os").environ  # not leaked to the process or its children
+
+
+def _strip_segments(app: App):
+    return [seg for strip in app.screen._compositor.render_strips() for seg in strip]
 
 
 async def test_ascii_emits_only_printable_ascii_on_every_screen():
@@ -367,21 +381,192 @@ async def test_hostile_strings_reach_no_screen_raw(size):
         # the only escapes are the console's own SGR colour codes: no OSC, CSI other than SGR, DCS
         import re
 
+        assert "\\x1b]0;PWNED" in "".join(outputs)  # the strings are on screen, made visible
         assert not re.search(r"\x1b(?!\[[0-9;]*m)", out)
-        assert "PWNED" not in out or "\\x1b]0;PWNED" in out
     assert ESC not in (app.clipboard or "")
 
 
 # -- snapshots ------------------------------------------------------------------------------------
+async def _settled(pilot) -> None:
+    await _settle(pilot, pilot.app)  # the layout pass after the first paint, however loaded the machine
+
+
 @pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)])
 def test_snapshot_per_size_8gpu(snap_compare, size):
-    assert snap_compare(MemtopApp(_pipeline(8), hangup_guard=False), terminal_size=size)
+    app = MemtopApp(_pipeline(8), hangup_guard=False)
+    assert snap_compare(app, terminal_size=size, run_before=_settled)
 
 
 def test_snapshot_no_color(snap_compare, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
-    assert snap_compare(MemtopApp(_pipeline(1), hangup_guard=False), terminal_size=(120, 40))
+    app = MemtopApp(_pipeline(1), hangup_guard=False)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=_settled)
 
 
 def test_snapshot_ascii(snap_compare):
-    assert snap_compare(MemtopApp(_pipeline(8), hangup_guard=False, ascii_only=True), terminal_size=(120, 40))
+    app = MemtopApp(_pipeline(8), hangup_guard=False, ascii_only=True)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=_settled)
+
+
+# -- the real CLI in tmux: pane title, paste buffers and screen stay untouched ---------------------
+_VICTIM = r"""
+import sys, threading, time
+corpus = {corpus!r}
+src = "def f():\n    end = time.time() + 120\n    while time.time() < end:\n        sum(range(1000))\n"
+code = compile(src, "/tmp/" + corpus[0] + ".py", "exec")
+inner = next(c for c in code.co_consts if hasattr(c, "co_name")).replace(co_name=corpus[1] + corpus[2])
+threading.current_thread().name = corpus[3] + corpus[10]
+print("ready", flush=True)
+type(lambda: 0)(inner, {{"time": time}})()
+"""
+
+
+def _tmux(sock: str, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
+
+
+def _wait(sock: str, text: str, timeout: float = 30.0) -> str:
+    import time
+
+    end = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < end:
+        screen = _tmux(sock, "capture-pane", "-p")
+        if text in screen:
+            return screen
+        time.sleep(0.3)
+    raise AssertionError(f"{text!r} never appeared:\n{screen}")
+
+
+def _kill(sock: str) -> None:
+    """Stop the private tmux server and remove its socket file."""
+    import os
+
+    path = _tmux(sock, "display-message", "-p", "#{socket_path}").strip()
+    _tmux(sock, "kill-server")
+    if path.startswith("/") and os.path.basename(path) == sock:
+        with __import__("contextlib").suppress(OSError):
+            os.unlink(path)
+
+
+def _untouched(sock: str, title: str) -> str:
+    assert _tmux(sock, "display-message", "-p", "#{pane_title}").strip() == title
+    assert _tmux(sock, "list-buffers").strip() == ""  # no OSC 52 reached tmux (set-clipboard on)
+    screen = _tmux(sock, "capture-pane", "-p")
+    assert "memtop" in screen.splitlines()[0]  # no clear screen / cursor home from data
+    return screen
+
+
+def _storable(s: str) -> bool:
+    try:
+        s.encode()  # sqlite stores UTF-8: a lone surrogate cannot be written (it is tested in Pilot)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="tmux not installed")
+def test_real_cli_hostile_replay_and_live_process_in_tmux(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from memtop.store import Writer
+
+    corpus = tuple(s for s in HOSTILE if _storable(s))
+    rec = Recording(REC[0])
+    meta = {**rec.meta, "host": corpus[0], "driver": corpus[2]}
+    path = tmp_path / "hostile.memtop"
+    w = Writer(path, meta)
+    for f in hostile_frames(_frames()[:400], corpus):
+        w.add(f)
+    w.close()
+
+    sock = f"tuiview-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    title = "KNOWN-TITLE"
+    victim = None
+    try:
+        cmd = f"{sys.executable} -m memtop replay {path}; echo EXIT=$?; sleep 60"
+        subprocess.run(
+            ["tmux", "-L", sock, "new-session", "-d", "-x", "120", "-y", "40", cmd], check=True, env=env
+        )
+        _tmux(sock, "set-option", "-g", "set-clipboard", "on")
+        _tmux(sock, "select-pane", "-T", title)
+        _wait(sock, "REPLAY")
+        time.sleep(3)
+        _untouched(sock, title)
+        _tmux(sock, "send-keys", "Enter")  # the GPU detail screen shows names, uuid, evidence
+        time.sleep(1.5)
+        _tmux(sock, "send-keys", "Escape")
+        time.sleep(1)
+        screen = _untouched(sock, title)
+        assert "\\x1b" in screen  # the hostile strings are on screen, made visible
+        _tmux(sock, "send-keys", "q")
+        _wait(sock, "EXIT=0")
+
+        # LIVE: a real Python process whose file, function and thread names carry the corpus
+        victim = subprocess.Popen(
+            [sys.executable, "-c", _VICTIM.format(corpus=corpus)], stdout=subprocess.PIPE, text=True
+        )
+        assert victim.stdout.readline().strip() == "ready"
+        cmd = f"{sys.executable} -m memtop --pid {victim.pid}; echo EXIT=$?; sleep 60"
+        _tmux(sock, "respawn-pane", "-k", cmd)
+        _tmux(sock, "select-pane", "-T", title)
+        _wait(sock, "LIVE")
+        screen = _wait(sock, "\\x1b]0;PWNED", 40)  # py-spy sampled it: the names are on screen, inert
+        _untouched(sock, title)
+        _tmux(sock, "send-keys", "q")
+        _wait(sock, "EXIT=0")
+    finally:
+        _kill(sock)
+        if victim is not None:
+            victim.kill()
+            victim.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="tmux not installed")
+@pytest.mark.parametrize(
+    ("env", "flags"),
+    [
+        ({"TERM": "xterm"}, ()),  # 16 colours
+        ({"TERM": "xterm-256color"}, ()),
+        ({"TERM": "xterm-256color", "COLORTERM": "truecolor"}, ()),
+        ({"TERM": "linux"}, ()),
+        ({"TERM": "screen"}, ()),
+        ({"TERM": "tmux-256color"}, ()),
+        ({"TERM": "xterm-256color", "NO_COLOR": "1"}, ()),
+        ({"TERM": "xterm-256color", "NO_COLOR": ""}, ()),
+        ({"TERM": "xterm-256color"}, ("--no-color",)),
+        ({"TERM": "xterm-256color"}, ("--ascii",)),
+    ],
+)
+def test_real_cli_renders_in_every_terminal(env, flags):
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    sock = f"tuiview-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    full = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLORTERM")} | env
+    cmd = f"{sys.executable} -m memtop replay {REC[0]} {' '.join(flags)}; echo EXIT=$?; sleep 60"
+    try:
+        subprocess.run(
+            ["tmux", "-L", sock, "new-session", "-d", "-x", "80", "-y", "24", cmd], check=True, env=full
+        )
+        _wait(sock, "now:")
+        _tmux(sock, "send-keys", "g")  # a key, and a repaint of everything for the selected GPU
+        screen = _wait(sock, " s: ")  # "last N s:": the verdict's window beside now
+        assert "Traceback" not in screen and "GPU 0 now:" in screen
+        if "--ascii" in flags:
+            assert all(" " <= ch <= "~" for ch in screen.replace("\n", "")), screen
+        _tmux(sock, "send-keys", "q")
+        _wait(sock, "EXIT=0")
+    finally:
+        _kill(sock)

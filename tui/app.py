@@ -24,6 +24,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.driver import Driver
+from textual.filter import Monochrome, NoColor
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
@@ -249,7 +250,7 @@ def detail_text(view: View, gpu: int, lk: Look) -> Text:
     if g is None:
         t.append("  no sample yet", style="dim")
         return t
-    t.append(f"  {clean(g.name, 60)}  {clean(g.uuid, 60)}  mode {clean(g.mode, 10)}\n", style="dim")
+    t.append(f"  {clean(g.name, 60)}  uuid {clean(g.uuid, 60)}  mode {clean(g.mode, 10)}\n", style="dim")
     for m in METRICS:
         if m.kind == "bitmask":
             continue  # clock events: shown as throttle reasons below
@@ -302,13 +303,18 @@ class MemtopApp(App[int]):
         save_theme: bool = False,
         no_color: bool = False,
     ) -> None:
-        # no-color.org: NO_COLOR set and non-empty means no colour; Textual treats an empty one as set
-        if no_color:
-            os.environ["NO_COLOR"] = "1"
-        elif os.environ.get("NO_COLOR") == "":
-            del os.environ["NO_COLOR"]
         super().__init__()
-        if ascii_only:  # everything drawn, Textual's own widgets included, one ASCII character a cell
+        # no-color.org: NO_COLOR set and non-empty means no colour (Textual also takes an empty one as
+        # set); --no-color the same. The environment is left as it is: children inherit it unchanged.
+        want = no_color or bool(os.environ.get("NO_COLOR"))
+        if want != self.no_color and isinstance(getattr(self, "_filters", None), list):
+            self.no_color = want
+            self._filters[:] = [f for f in self._filters if not isinstance(f, (Monochrome, NoColor))]
+            if want:
+                self._filters.append(NoColor() if self.native_ansi_color else Monochrome())
+        # --ascii: everything drawn, Textual's own widgets included, one ASCII character a cell; the
+        # filter list is a private Textual name (without it only memtop's own glyphs are ASCII)
+        if ascii_only and isinstance(getattr(self, "_filters", None), list):
             self._filters.append(AsciiFilter())
         self.pipeline = pipeline
         self.controller = controller  # starts the frames: a Playback (replay, demo) or live's sampler
@@ -329,6 +335,8 @@ class MemtopApp(App[int]):
         self._paints = 0
         self._bindings_key: tuple | None = None
         self.crashed: BaseException | None = None  # what ended the app, for the exit code and log
+        self._letters = False  # phase letters in the bands (`l`)
+        self._laid_out: tuple | None = None  # (GPU count, screen size) the layout was made for
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's terminal driver, but with an input thread that sleeps until a key comes."""
@@ -442,7 +450,7 @@ class MemtopApp(App[int]):
 
     @property
     def look(self) -> Look:
-        return look(self.current_theme, self.ascii_only, self.query_one(Timeline).letters)
+        return look(self.current_theme, self.ascii_only, self._letters)
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._relayout)  # after the layout: the panels' new widths are known
@@ -455,13 +463,12 @@ class MemtopApp(App[int]):
     def _layout(self, v: View) -> None:
         """Where the screen has room (40 rows and more), the timeline gets one phase band per GPU
         and the GPU table all its rows; on smaller screens one band and a scrolling table."""
+        self._laid_out = (len(v.history), self.size)
         n = max(1, len(v.history))
         h = self.size.height
         roomy = h >= 32 and n > 1
         tl = self.query_one(Timeline)
-        if tl.all_bands != roomy:
-            tl.all_bands = roomy
-            tl._sigs = None
+        tl.set_all_bands(roomy)
         tl.styles.height = tl.rows_wanted(v, roomy)
         self.query_one("#gpus", RowTable).styles.max_height = n + 1 if h >= 32 else max(2, min(n + 1, h // 5))
 
@@ -492,8 +499,9 @@ class MemtopApp(App[int]):
             self._update_gpus(v, lk)
             # the row's phase, the headline's "now" and the band's newest cell name one label: the
             # band follows every paint too (its tiles send only the cells that changed)
-            self._layout(v)
-            self.query_one(Timeline).show(v, self.gpu)
+            if (len(v.history), self.size) != self._laid_out:
+                self._layout(v)
+            self.query_one(Timeline).show(v, self.gpu, bands_only=not slow)
             if not slow:
                 return
             f = v.frame
@@ -604,8 +612,8 @@ class MemtopApp(App[int]):
         self.notify(cmd, title="copied (OSC 52)", timeout=15, markup=False)
 
     def action_letters(self) -> None:
-        tl = self.query_one(Timeline)
-        tl.set_letters(not tl.letters)
+        self._letters = not self._letters
+        self.query_one(Timeline).set_letters(self._letters)
 
     def action_help(self) -> None:
         self.push_screen(

@@ -184,17 +184,21 @@ class Look:
 
     colors: dict[str, str]
     glyphs: Glyphs
+    styles: dict[str, Style]
     letters: bool = False
 
     def phase(self, name: str) -> Style:
-        return Style(color=self.colors.get(name, self.colors["other"]))
+        return self.styles.get(name) or self.styles["other"]
 
     def stack_class(self, klass: str) -> Style:
         return self.phase(CLASS_PHASE.get(klass, "other"))
 
 
+_GLYPHS = {a: Glyphs(a) for a in (False, True)}
+
+
 def look(theme: Theme | None, ascii_only: bool = False, letters: bool = False) -> Look:
-    return Look(phase_colors(theme), Glyphs(ascii_only), letters)
+    return Look(phase_colors(theme), _GLYPHS[ascii_only], phase_styles(theme), letters)
 
 
 # -- --ascii: a line filter over everything drawn (Textual's own widgets too: borders, footer,

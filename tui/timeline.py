@@ -9,6 +9,7 @@ whole timeline (bytes matter over SSH).
 
 from __future__ import annotations
 
+import math
 import time
 from bisect import bisect_left
 from itertools import groupby
@@ -55,17 +56,26 @@ class Timeline(TiledLines):
         self._end: float | None = None  # time at the right edge (moves in quarter-span jumps)
         self._sigs: tuple[int, list[str]] | None = None  # (width, one signature per row) last drawn
         self._look: Look = look(None, ascii_only)
+        self._rows: list[tuple[str, Strip]] = []  # (signature, strip) per row, last built
+        self._kinds: dict[int, tuple[tuple, list[str | None], float]] = {}  # gpu -> (window, cells, last t)
 
     def rows_wanted(self, view: View | None, all_bands: bool) -> int:
         n = len(view.history) if view is not None and all_bands else 1
         return len(ROWS) + max(1, n) + 3
+
+    def set_all_bands(self, on: bool) -> None:
+        if on != self.all_bands:
+            self.all_bands = on
+            self._sigs = None  # other rows: draw them all
 
     def set_letters(self, on: bool) -> None:
         self.letters = on
         self._sigs = None  # the same phases, drawn differently
         self._redraw()
 
-    def show(self, view: View, gpu: int) -> None:
+    def show(self, view: View, gpu: int, bands_only: bool = False) -> None:
+        """``bands_only``: rebuild only the phase bands (every paint: the band's newest cell, the GPU
+        row and the headline name one label); the series rows follow on the slower paints."""
         pts = view.history.get(gpu)
         latest = pts[-1].t if pts else None
         self._view = view
@@ -73,8 +83,9 @@ class Timeline(TiledLines):
             gpu != self.gpu or self._end is None or latest > self._end or latest < self._end - self.span_s
         ):
             self._end = latest + self.span_s / 4
+            bands_only = False
         self.gpu = gpu
-        self._redraw()
+        self._redraw(bands_only)
 
     def zoom(self, factor: float) -> None:
         self.span_s = min(600.0, max(15.0, self.span_s * factor))
@@ -95,14 +106,20 @@ class Timeline(TiledLines):
         gpus = sorted(v.history) if v is not None else []
         return gpus if self.all_bands and len(gpus) > 1 else [self.gpu]
 
-    def _redraw(self) -> None:
+    def _redraw(self, bands_only: bool = False) -> None:
         width = self.content_region.width
         if width <= 0:
             return
         theme = self.app.current_theme if self.is_attached else None
         self._look = look(theme, self.ascii_only, self.letters)
         bands = self._bands()
-        rows = [self._build(y, width, bands) for y in range(len(ROWS) + len(bands) + 3)]
+        n = len(ROWS) + len(bands) + 3
+        keep = bands_only and self._sigs is not None and self._sigs[0] == width and len(self._rows) == n
+        band_rows = range(len(ROWS), len(ROWS) + len(bands))
+        rows = [
+            self._rows[y] if keep and y not in band_rows else self._build(y, width, bands) for y in range(n)
+        ]
+        self._rows = rows
         sigs = [sig for sig, _ in rows]
         old, self._sigs = self._sigs, (width, sigs)
         lines = [strip.adjust_cell_length(width) for _, strip in rows]
@@ -166,13 +183,21 @@ class Timeline(TiledLines):
     def _band(self, v: View, gpu: int, named: bool, start: float, dt: float, cols: int) -> tuple[str, Strip]:
         lk = self._look
         labels = v.labels.get(gpu, ())
-        labels = labels[bisect_left(labels, start - 0.5, key=_t) :]
-        kinds: list[str | None] = [None] * cols  # None: no label (drawn blank, in the warm-up colour)
-        for lab in labels:
+        # each GPU's cells are kept while the window stands still (it moves in quarter-span jumps):
+        # a paint places only the labels that came since, not the whole window's again (8 bands)
+        cached = self._kinds.get(gpu)
+        newest = labels[-1].t if labels else -math.inf
+        if cached is None or cached[0] != (start, dt, cols) or newest < cached[2]:
+            cached = ((start, dt, cols), [None] * cols, -math.inf)
+        base, done = cached[1], cached[2]
+        fresh = labels[bisect_left(labels, max(start - 0.5, done + 1e-9), key=_t) :]
+        for lab in fresh:
             i0 = int((lab.t - start) / dt)
             i1 = int((lab.t + 0.5 - start) / dt)
             for i in range(max(0, i0), min(cols, max(i0 + 1, i1))):
-                kinds[i] = lab.label
+                base[i] = lab.label
+        self._kinds[gpu] = (cached[0], base, max(done, newest))
+        kinds: list[str | None] = list(base)  # None: no label (drawn blank, in the warm-up colour)
         # the newest cell shows the label of now (with its settling mark): the row's phase cell, the
         # headline's "now" and this cell always name the same label
         name, settling = now_label(labels)
@@ -191,14 +216,14 @@ class Timeline(TiledLines):
             n = len(list(run))
             color = lk.colors.get(k or "warmup", lk.colors["other"])
             if here:
-                text, code, style = lk.glyphs.cursor, "|", Style(color=color)
+                text, code, style = lk.glyphs.cursor, "|", lk.phase(k or "warmup")
             elif k is None:
                 text, code, style = " " * n, " " * n, NULL
             elif lk.letters:
                 text, code, style = CHARS.get(k, "?") * n, _CODE.get(k, " ") * n, letter_style(color)
             else:
                 ch = CHARS.get(k, "?") if letters else lk.glyphs.full
-                text, code, style = ch * n, _CODE.get(k, " ") * n, Style(color=color)
+                text, code, style = ch * n, _CODE.get(k, " ") * n, lk.phase(k)
             segs.append(Segment(text, style))
             sig.append(code)
         return "".join(sig), Strip(segs)
