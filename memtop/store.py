@@ -107,6 +107,24 @@ CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, nam
 """
 
 
+_TABLES = frozenset(
+    (
+        "meta",
+        "frame",
+        "gpu",
+        "gpu_state",
+        "series",
+        "host",
+        "stack",
+        "stack_sample",
+        "perf",
+        "caps",
+        "note",
+        "marker",
+    )
+)
+
+
 # -- encoding ---------------------------------------------------------------------------
 def _enc(v: float | None, scale: float, as_int: bool) -> int | None:
     if v is None:
@@ -140,6 +158,10 @@ def _num(v: object, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or abs(v) > 1e18:
         raise Damaged(f"{what} is not a finite number")
     return v
+
+
+def _finite(v: object) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and abs(v) <= 1e18
 
 
 def _int(v: object, what: str) -> int:
@@ -478,6 +500,8 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
         raise UserError(f"{path} is damaged or truncated ({msg})") from None
     meta = {}
     for k, v in rows.items():
+        if not isinstance(k, str):
+            continue  # a damaged key names nothing memtop reads
         try:
             meta[k] = json.loads(v)
         except (TypeError, ValueError, RecursionError):
@@ -559,8 +583,12 @@ class Recording:
                 f"SELECT min(t), max(t), count(*) FROM frame WHERE {_SANE_T}",
             ).fetchone()
             n_all = self.db.execute("SELECT count(*) FROM frame").fetchone()[0]
+            have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+        missing = sorted(_TABLES - have)
+        if missing:  # found now, not seconds into a replay
+            raise UserError(f"{self.path} is damaged (missing table {', '.join(missing)})")
         if n_all != r[2]:
             self.damage.append(f"damaged recording: {n_all - r[2]} frame(s) with an invalid time skipped")
         self.t0, self.t1, self.n_frames = r[0], r[1], r[2]
@@ -771,6 +799,12 @@ class _State:
         try:
             if kind in ("gpu", "gpu_state", "series"):
                 _int(r[1], "GPU index")  # a text index would not sort with the others
+            if kind == "gpu":  # a value that is no finite number is a missing one (before any range check)
+                _str(r[2], "GPU mode")
+                vals = tuple(v if v is None or _finite(v) else None for v in r[3:])
+                if vals != tuple(r[3:]):
+                    rec._note("damaged GPU values skipped")
+                    r = (*r[:3], *vals)
             elif kind == "note":
                 _str(r[1], "note")
             self._apply(rec, kind, r)
@@ -798,7 +832,7 @@ class _State:
         elif kind == "stack":  # all thread rows of one py-spy dump
             t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
             for row in r:
-                for v, check in ((row[2], _int), (row[3], _str), (row[8], _str)):
+                for v, check in ((row[2], _int), (row[3], _str), (row[6], _str), (row[8], _str)):
                     if v is not None:
                         check(v, "stack row")
             if r[0][8] is not None:
