@@ -801,7 +801,10 @@ class _State:
                 _int(r[1], "GPU index")  # a text index would not sort with the others
             if kind == "gpu":  # a value that is no finite number is a missing one (before any range check)
                 _str(r[2], "GPU mode")
-                vals = tuple(v if v is None or _finite(v) else None for v in r[3:])
+                vals = tuple(
+                    v if v is None or (_finite(v) and (c != "clock_events" or isinstance(v, int))) else None
+                    for (c, _), v in zip(GPU_COLS, r[3:], strict=False)
+                )
                 if vals != tuple(r[3:]):
                     rec._note("damaged GPU values skipped")
                     r = (*r[:3], *vals)
