@@ -161,6 +161,7 @@ def mutate(path: Path, rng: random.Random) -> str:
         path.write_bytes(bytes(data))
         return kind
     db = sqlite3.connect(path)
+    db.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
     try:
         if kind == "drop":
             t = rng.choice(
@@ -216,8 +217,8 @@ def mutate(path: Path, rng: random.Random) -> str:
             )
             kind = f"sql:{table}.{col}"
         db.commit()
-    except sqlite3.DatabaseError:
-        pass  # a constraint refused the damage: the file is still a valid case
+    except (sqlite3.Error, ValueError, IndexError):
+        pass  # a constraint refused the damage, or an earlier one left no schema: still a valid case
     finally:
         db.close()
     return kind
