@@ -90,6 +90,9 @@ JSON_VALUES: tuple[object, ...] = (
 )
 
 
+_NO_ROWID = ("frame", "host")  # WITHOUT ROWID tables: rows are named by t
+
+
 class Hang(BaseException):
     """Raised by the alarm: not an Exception, so no handler in memtop swallows it."""
 
@@ -199,7 +202,7 @@ def mutate(path: Path, rng: random.Random) -> str:
                 blob = zlib.compress(json.dumps(d).encode())
                 kind = f"blob:{field}"
             db.execute(
-                "UPDATE host SET data = ? WHERE rowid IN (SELECT rowid FROM host ORDER BY random() LIMIT ?)",
+                "UPDATE host SET data = ? WHERE t IN (SELECT t FROM host ORDER BY random() LIMIT ?)",
                 (blob, rng.randint(1, 3)),
             )
         elif kind == "stackjson":
@@ -211,8 +214,9 @@ def mutate(path: Path, rng: random.Random) -> str:
             table, col = rng.choice(_columns(db))
             v = _bindable(rng.choice(VALUES))
             n = rng.choice((1, 1, 1, 5, 1000))
+            key = "t" if table in _NO_ROWID else "rowid"
             db.execute(
-                f"UPDATE {table} SET {col} = ? WHERE rowid IN (SELECT rowid FROM {table} ORDER BY random() LIMIT ?)",
+                f"UPDATE {table} SET {col} = ? WHERE {key} IN (SELECT {key} FROM {table} ORDER BY random() LIMIT ?)",
                 (v, n),
             )
             kind = f"sql:{table}.{col}"
