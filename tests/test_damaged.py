@@ -34,6 +34,8 @@ CASES = {
     "text caps": "UPDATE caps SET data = '[[1,2,3,4,5]]'",
     "text perf": 'UPDATE perf SET data = \'{"a": "b"}\'',
     "text stack pid": "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
+    "thread without a class": "UPDATE stack_sample SET klass = NULL WHERE rowid IN "
+    "(SELECT rowid FROM stack_sample WHERE error IS NULL LIMIT 5)",
     "NaN cpus": "UPDATE meta SET value = 'NaN' WHERE key = 'cpus'",
     "dropped stack table": "DROP TABLE stack",
 }
