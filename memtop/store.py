@@ -8,6 +8,7 @@ and stacks are deduplicated into a table of their own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 import json
@@ -164,6 +165,19 @@ def _finite(v: object) -> bool:
     return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and abs(v) <= 1e18
 
 
+_CLOCK_EVENTS = 3 + [c for c, _ in GPU_COLS].index("clock_events")
+
+
+def _plain_gpu_row(r: tuple) -> bool:
+    """The common case, fast: every value None or a finite number in range, clock_events an int."""
+    try:
+        ok = all(v is None or (v - v == 0 and -1e18 <= v <= 1e18) for v in r[3:])  # inf - inf is nan
+    except TypeError:  # text or a blob
+        return False
+    ce = r[_CLOCK_EVENTS] if len(r) > _CLOCK_EVENTS else None
+    return ok and (ce is None or type(ce) is int) and isinstance(r[2], str)
+
+
 def _int(v: object, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or abs(v) > 1 << 62:
         raise Damaged(f"{what} is not an integer")
@@ -182,27 +196,40 @@ def _seq(v: object, what: str) -> list:
     return list(v)
 
 
-def _typed(v: object, ann: str, what: str) -> object:
-    """A JSON value checked against a model field's annotation (the model's own type names)."""
+@functools.cache
+def _checker(ann: str):
+    """A function that checks a JSON value against a model field's annotation (parsed once)."""
     if ann.endswith(" | None"):
-        return None if v is None else _typed(v, ann[: -len(" | None")], what)
+        inner = _checker(ann[: -len(" | None")])
+        return lambda v, what: None if v is None else inner(v, what)
     if ann == "float":
-        return float(_num(v, what))
+        return lambda v, what: float(_num(v, what))
     if ann == "int":
-        return _int(v, what)
+        return _int
     if ann == "str":
-        return _str(v, what)
+        return _str
     if ann == "bool":
-        return bool(_int(v, what)) if not isinstance(v, bool) else v
+        return lambda v, what: v if isinstance(v, bool) else bool(_int(v, what))
     if ann.startswith("tuple["):
-        inner = [a.strip() for a in ann[6:-1].split(",")]
-        items = _seq(v, what)
-        if inner[-1] == "...":
-            return tuple(_typed(x, inner[0], what) for x in items)
-        if len(items) != len(inner):
-            raise Damaged(f"{what} has {len(items)} items, not {len(inner)}")
-        return tuple(_typed(x, a, what) for x, a in zip(items, inner, strict=True))
-    raise Damaged(f"{what}: no decoder for {ann}")
+        parts = [a.strip() for a in ann[6:-1].split(",")]
+        if parts[-1] == "...":
+            one = _checker(parts[0])
+            return lambda v, what: tuple(one(x, what) for x in _seq(v, what))
+        each = [_checker(a) for a in parts]
+
+        def fixed(v: object, what: str) -> tuple:
+            items = _seq(v, what)
+            if len(items) != len(each):
+                raise Damaged(f"{what} has {len(items)} items, not {len(each)}")
+            return tuple(c(x, what) for c, x in zip(each, items, strict=True))
+
+        return fixed
+    raise TypeError(f"no decoder for {ann}")
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[tuple[str, bool, str], ...]:
+    return tuple((f.name, f.default is MISSING, str(f.type)) for f in fields(cls))
 
 
 def _record(cls: type, d: object, what: str, nested: dict | None = None) -> object:
@@ -211,15 +238,15 @@ def _record(cls: type, d: object, what: str, nested: dict | None = None) -> obje
     if not isinstance(d, dict):
         raise Damaged(f"{what} is not an object")
     kw = {}
-    for f in fields(cls):
-        if f.name not in d:
-            if f.default is MISSING:
-                raise Damaged(f"{what} lacks {f.name}")
+    for name, required, ann in _fields_of(cls):
+        if name not in d:
+            if required:
+                raise Damaged(f"{what} lacks {name}")
             continue
-        if nested and f.name in nested:
-            kw[f.name] = tuple(_record(nested[f.name], x, what) for x in _seq(d[f.name], what))
+        if nested and name in nested:
+            kw[name] = tuple(_record(nested[name], x, what) for x in _seq(d[name], what))
         else:
-            kw[f.name] = _typed(d[f.name], str(f.type), f"{what}.{f.name}")
+            kw[name] = _checker(ann)(d[name], what)
     return cls(**kw)
 
 
@@ -799,15 +826,14 @@ class _State:
         try:
             if kind in ("gpu", "gpu_state", "series"):
                 _int(r[1], "GPU index")  # a text index would not sort with the others
-            if kind == "gpu":  # a value that is no finite number is a missing one (before any range check)
+            if kind == "gpu" and not _plain_gpu_row(r):  # a value that is no finite number is missing
                 _str(r[2], "GPU mode")
                 vals = tuple(
                     v if v is None or (_finite(v) and (c != "clock_events" or isinstance(v, int))) else None
                     for (c, _), v in zip(GPU_COLS, r[3:], strict=False)
                 )
-                if vals != tuple(r[3:]):
-                    rec._note("damaged GPU values skipped")
-                    r = (*r[:3], *vals)
+                rec._note("damaged GPU values skipped")
+                r = (*r[:3], *vals)
             elif kind == "note":
                 _str(r[1], "note")
             self._apply(rec, kind, r)
