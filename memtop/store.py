@@ -196,6 +196,23 @@ def _seq(v: object, what: str) -> list:
     return list(v)
 
 
+def _floats(v: object, what: str) -> tuple[float, ...]:
+    items = _seq(v, what)
+    try:  # fsum is finite only if every item is; abs fails on text
+        if math.isfinite(math.fsum(items)) and max(map(abs, items), default=0) <= 1e18:
+            return tuple(map(float, items))
+    except TypeError:
+        pass
+    raise Damaged(f"{what} holds a value that is no finite number")
+
+
+def _ints(v: object, what: str) -> tuple[int, ...]:
+    items = _seq(v, what)
+    if all(type(x) is int and abs(x) <= 1 << 62 for x in items):
+        return tuple(items)
+    raise Damaged(f"{what} holds a value that is no integer")
+
+
 @functools.cache
 def _checker(ann: str):
     """A function that checks a JSON value against a model field's annotation (parsed once)."""
@@ -212,6 +229,10 @@ def _checker(ann: str):
         return lambda v, what: v if isinstance(v, bool) else bool(_int(v, what))
     if ann.startswith("tuple["):
         parts = [a.strip() for a in ann[6:-1].split(",")]
+        if parts[-1] == "..." and parts[0] == "float":
+            return _floats
+        if parts[-1] == "..." and parts[0] == "int":
+            return _ints
         if parts[-1] == "...":
             one = _checker(parts[0])
             return lambda v, what: tuple(one(x, what) for x in _seq(v, what))
