@@ -634,6 +634,8 @@ class Recording:
             have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
         missing = sorted(_TABLES - have)
         if missing:  # found now, not seconds into a replay
             raise UserError(f"{self.path} is damaged (missing table {', '.join(missing)})")
@@ -657,6 +659,8 @@ class Recording:
             return self.db.execute(sql, args)
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+        except UnicodeDecodeError:  # SQLite's message names a damaged (undecodable) schema entry
+            raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
 
     def markers(self) -> list[Marker]:
         """The valid markers (finite times, string names); a damaged one is skipped and noted."""
