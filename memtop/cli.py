@@ -29,13 +29,14 @@ def _number(text: str) -> float:
     return v
 
 
-def _ranged(lo: float, hi: float, unit: str):
+def _ranged(lo: float, hi: float, unit: str, shown: str = ""):
     """A float flag inside [lo, hi] (documented in its help): nan, inf and absurd values are refused."""
 
     def parse(text: str) -> float:
         v = _number(text)
         if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g}{unit}: {clean(text, 40)!r}")
+            span = shown or f"{lo:g} and {hi:g}"
+            raise argparse.ArgumentTypeError(f"must be between {span}{unit}: {clean(text, 40)!r}")
         return v
 
     parse.__name__ = "number"  # argparse names the type in its message: "invalid number value"
@@ -58,7 +59,7 @@ _index.__name__ = "integer"
 INTERVAL = _ranged(0.01, 60, " s")
 STACK_INTERVAL = _ranged(0.05, 60, " s")
 PAINT_RATE = _ranged(0.1, 30, " Hz")
-SPEED = _ranged(1 / 64, 64, "x")
+SPEED = _ranged(1 / 64, 64, "x", "1/64 and 64")
 DURATION = _ranged(0.1, 366 * 86400, " s")
 OFFSET = _ranged(0, 366 * 86400, " s")
 TIMEOUT = _ranged(0.1, 300, " s")

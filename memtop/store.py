@@ -98,6 +98,24 @@ CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, nam
 """
 
 
+_TABLES = frozenset(
+    (
+        "meta",
+        "frame",
+        "gpu",
+        "gpu_state",
+        "series",
+        "host",
+        "stack",
+        "stack_sample",
+        "perf",
+        "caps",
+        "note",
+        "marker",
+    )
+)
+
+
 # -- encoding ---------------------------------------------------------------------------
 def _enc(m: Metric, v: float | None) -> int | None:
     v = m.valid(v)  # what is written can be read back: never inf (round() would raise), never junk
@@ -138,6 +156,23 @@ def _num(v: object, what: str) -> float:
     return v
 
 
+def _finite(v: object) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and abs(v) <= 1e18
+
+
+_CLOCK_EVENTS = 3 + [c for c, _ in GPU_COLS].index("clock_events")
+
+
+def _plain_gpu_row(r: tuple) -> bool:
+    """The common case, fast: every value None or a finite number in range, clock_events an int."""
+    try:
+        ok = all(v is None or (v - v == 0 and -1e18 <= v <= 1e18) for v in r[3:])  # inf - inf is nan
+    except TypeError:  # text or a blob
+        return False
+    ce = r[_CLOCK_EVENTS] if len(r) > _CLOCK_EVENTS else None
+    return ok and (ce is None or type(ce) is int) and isinstance(r[2], str)
+
+
 def _int(v: object, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or abs(v) > 1 << 62:
         raise Damaged(f"{what} is not an integer")
@@ -156,27 +191,61 @@ def _seq(v: object, what: str) -> list:
     return list(v)
 
 
-def _typed(v: object, ann: str, what: str) -> object:
-    """A JSON value checked against a model field's annotation (the model's own type names)."""
+def _floats(v: object, what: str) -> tuple[float, ...]:
+    items = _seq(v, what)
+    try:  # fsum is finite only if every item is; abs fails on text
+        if math.isfinite(math.fsum(items)) and max(map(abs, items), default=0) <= 1e18:
+            return tuple(map(float, items))
+    except TypeError:
+        pass
+    raise Damaged(f"{what} holds a value that is no finite number")
+
+
+def _ints(v: object, what: str) -> tuple[int, ...]:
+    items = _seq(v, what)
+    if all(type(x) is int and abs(x) <= 1 << 62 for x in items):
+        return tuple(items)
+    raise Damaged(f"{what} holds a value that is no integer")
+
+
+@functools.cache
+def _checker(ann: str):
+    """A function that checks a JSON value against a model field's annotation (parsed once)."""
     if ann.endswith(" | None"):
-        return None if v is None else _typed(v, ann[: -len(" | None")], what)
+        inner = _checker(ann[: -len(" | None")])
+        return lambda v, what: None if v is None else inner(v, what)
     if ann == "float":
-        return float(_num(v, what))
+        return lambda v, what: float(_num(v, what))
     if ann == "int":
-        return _int(v, what)
+        return _int
     if ann == "str":
-        return _str(v, what)
+        return _str
     if ann == "bool":
-        return bool(_int(v, what)) if not isinstance(v, bool) else v
+        return lambda v, what: v if isinstance(v, bool) else bool(_int(v, what))
     if ann.startswith("tuple["):
-        inner = [a.strip() for a in ann[6:-1].split(",")]
-        items = _seq(v, what)
-        if inner[-1] == "...":
-            return tuple(_typed(x, inner[0], what) for x in items)
-        if len(items) != len(inner):
-            raise Damaged(f"{what} has {len(items)} items, not {len(inner)}")
-        return tuple(_typed(x, a, what) for x, a in zip(items, inner, strict=True))
-    raise Damaged(f"{what}: no decoder for {ann}")
+        parts = [a.strip() for a in ann[6:-1].split(",")]
+        if parts[-1] == "..." and parts[0] == "float":
+            return _floats
+        if parts[-1] == "..." and parts[0] == "int":
+            return _ints
+        if parts[-1] == "...":
+            one = _checker(parts[0])
+            return lambda v, what: tuple(one(x, what) for x in _seq(v, what))
+        each = [_checker(a) for a in parts]
+
+        def fixed(v: object, what: str) -> tuple:
+            items = _seq(v, what)
+            if len(items) != len(each):
+                raise Damaged(f"{what} has {len(items)} items, not {len(each)}")
+            return tuple(c(x, what) for c, x in zip(each, items, strict=True))
+
+        return fixed
+    raise TypeError(f"no decoder for {ann}")
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[tuple[str, bool, str], ...]:
+    return tuple((f.name, f.default is MISSING, str(f.type)) for f in fields(cls))
 
 
 def _record(cls: type, d: object, what: str, nested: dict | None = None) -> object:
@@ -185,15 +254,15 @@ def _record(cls: type, d: object, what: str, nested: dict | None = None) -> obje
     if not isinstance(d, dict):
         raise Damaged(f"{what} is not an object")
     kw = {}
-    for f in fields(cls):
-        if f.name not in d:
-            if f.default is MISSING:
-                raise Damaged(f"{what} lacks {f.name}")
+    for name, required, ann in _fields_of(cls):
+        if name not in d:
+            if required:
+                raise Damaged(f"{what} lacks {name}")
             continue
-        if nested and f.name in nested:
-            kw[f.name] = tuple(_record(nested[f.name], x, what) for x in _seq(d[f.name], what))
+        if nested and name in nested:
+            kw[name] = tuple(_record(nested[name], x, what) for x in _seq(d[name], what))
         else:
-            kw[f.name] = _typed(d[f.name], str(f.type), f"{what}.{f.name}")
+            kw[name] = _checker(ann)(d[name], what)
     return cls(**kw)
 
 
@@ -517,6 +586,8 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
         raise UserError(f"{path} is damaged or truncated ({msg})") from None
     meta = {}
     for k, v in rows.items():
+        if not isinstance(k, str):
+            continue  # a damaged key names nothing memtop reads
         try:
             meta[k] = json.loads(v)
         except (TypeError, ValueError, RecursionError):
@@ -599,8 +670,14 @@ class Recording:
                 f"SELECT min(t), max(t), count(*) FROM frame WHERE {_SANE_T}",
             ).fetchone()
             n_all = self.db.execute("SELECT count(*) FROM frame").fetchone()[0]
+            have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
+        missing = sorted(_TABLES - have)
+        if missing:  # found now, not seconds into a replay
+            raise UserError(f"{self.path} is damaged (missing table {', '.join(missing)})")
         if n_all != r[2]:
             self.damage.append(f"damaged recording: {n_all - r[2]} frame(s) with an invalid time skipped")
         self.t0, self.t1, self.n_frames = r[0], r[1], r[2]
@@ -621,6 +698,8 @@ class Recording:
             return self.db.execute(sql, args)
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+        except UnicodeDecodeError:  # SQLite's message names a damaged (undecodable) schema entry
+            raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
 
     def markers(self) -> list[Marker]:
         """The valid markers (finite times, string names); a damaged one is skipped and noted."""
@@ -873,6 +952,14 @@ class _State:
         try:
             if kind in ("gpu", "gpu_state", "series"):
                 _int(r[1], "GPU index")  # a text index would not sort with the others
+            if kind == "gpu" and not _plain_gpu_row(r):  # a value that is no finite number is missing
+                _str(r[2], "GPU mode")
+                vals = tuple(
+                    v if v is None or (_finite(v) and (c != "clock_events" or isinstance(v, int))) else None
+                    for (c, _), v in zip(GPU_COLS, r[3:], strict=False)
+                )
+                rec._note("damaged GPU values skipped")
+                r = (*r[:3], *vals)
             elif kind == "note":
                 _str(r[1], "note")
             self._apply(rec, kind, r)
@@ -897,9 +984,11 @@ class _State:
         elif kind == "stack":  # all thread rows of one py-spy dump
             t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
             for row in r:
-                for v, check in ((row[2], _int), (row[3], _str), (row[8], _str)):
+                for v, check in ((row[2], _int), (row[3], _str), (row[6], _str), (row[8], _str)):
                     if v is not None:
                         check(v, "stack row")
+                if row[8] is None and row[6] is None:
+                    raise Damaged("a thread without a class")  # classes are compared and sorted
             if r[0][8] is not None:
                 self.stacks[pid] = StackSample(t, pid, (), r[0][8])
             else:

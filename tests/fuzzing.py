@@ -1,0 +1,393 @@
+"""Damaged recordings, made from the real ones in tests/data, run through every reader memtop has.
+
+A case is one mutation of a short copy of a real recording (byte-level: flipped bytes, a truncated
+file, a zeroed page; SQL-level: a wrong-typed, non-finite, absurd or hostile value in one cell, a
+dropped table, a bad blob) and one command on it: `replay --summary`, `report` (text, markdown,
+JSON), `export --perfetto`, or a headless TUI replay. The CLI's `main` runs in-process with its
+output captured (hundreds of cases a minute); `run_subprocess` checks exit codes end to end.
+
+Outcomes: "ok" (exit 0 with output that reads, or exit 2 with one line), "traceback" (an exception
+escaped, or memtop's crash handler ran: exit 70), "hang" (over the time limit), "wrong-exit"
+(exit 0 with output that does not read, exit 2 with more than one line, any other code), and for
+the TUI "stopped" (the replay thread ended on the store's clean UserError: damage found mid-file,
+which the app must then show; the pipeline's concern, counted apart).
+Used by tests/test_fuzz.py (a fixed-seed subset) and bench/fuzz.py (>= 10,000 cases).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import traceback
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from hostile import HOSTILE
+
+DATA = Path(__file__).parent / "data"
+BASES = ("labelled_s0.memtop", "labelled_s2_nogpm.memtop", "labelled_s4.memtop")
+WINDOW_S = 12.0  # each base keeps this much of its recording: small files, the same structure
+COMMANDS = ("summary", "text", "markdown", "json", "export")
+HANG_S = 10
+
+# values a damaged or hostile cell may hold
+VALUES: tuple[object, ...] = (
+    None,
+    "text",
+    "",
+    -1,
+    0,
+    2**63 - 1,
+    -(2**63),
+    1e300,
+    -1e300,
+    float("inf"),
+    float("-inf"),
+    1e-300,
+    b"\x00\xff\x01",
+    "[]",
+    "{}",
+    '{"a":',
+    "null",
+    '"1"',
+    "NaN",
+    "Infinity",
+    "[" * 5000 + "]" * 5000,
+    '[["a","b",1,"c"]]',
+    "[[1,2,3,4]]",
+    '[["x"]]',
+    "[1e999]",
+    '{"gen": "x"}',
+    *HOSTILE,
+)
+JSON_VALUES: tuple[object, ...] = (
+    "x",
+    1,
+    -1,
+    1e300,
+    "1e999",
+    None,
+    [],
+    {},
+    [{}],
+    [{"index": "0"}],
+    [{"index": 0, "name": 5}],
+    [1, 2],
+    {"index": 0},
+    "\x1b]0;PWNED\x1b\\",
+    True,
+    [[["deep"]]],
+)
+
+
+_NO_ROWID = ("frame", "host")  # WITHOUT ROWID tables: rows are named by t
+
+
+class Hang(BaseException):
+    """Raised by the alarm: not an Exception, so no handler in memtop swallows it."""
+
+
+@dataclass
+class Outcome:
+    kind: str  # ok / traceback / hang / wrong-exit
+    signature: str = ""  # for tracebacks: exception type and innermost memtop frame
+    detail: str = ""
+
+
+def make_bases(cache: Path) -> list[Path]:
+    """Short copies of the real recordings (the first WINDOW_S seconds), made once."""
+    cache.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name in BASES:
+        dst = cache / name
+        if not dst.exists():
+            tmp = cache / (name + ".tmp")
+            shutil.copyfile(DATA / name, tmp)
+            db = sqlite3.connect(tmp)
+            (t0,) = db.execute("SELECT min(t) FROM frame").fetchone()
+            end = t0 + WINDOW_S
+            for table in (
+                "frame",
+                "gpu",
+                "gpu_state",
+                "series",
+                "host",
+                "stack_sample",
+                "perf",
+                "caps",
+                "note",
+            ):
+                db.execute(f"DELETE FROM {table} WHERE t > ?", (end,))
+            db.execute("DELETE FROM marker WHERE t0 > ?", (end,))
+            db.commit()
+            db.execute("VACUUM")
+            db.close()
+            tmp.rename(dst)
+        out.append(dst)
+    return out
+
+
+def _columns(db: sqlite3.Connection) -> list[tuple[str, str]]:
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    return [(t, c[1]) for t in tables for c in db.execute(f"PRAGMA table_info({t})")]
+
+
+def mutate(path: Path, rng: random.Random) -> str:
+    """Damage `path` in place; returns what was done (for the figures)."""
+    kind = rng.choice(
+        ("sql", "sql", "sql", "sql", "meta", "blob", "stackjson", "bytes", "truncate", "page", "drop")
+    )
+    if kind == "bytes":
+        data = bytearray(path.read_bytes())
+        for _ in range(rng.randint(1, 32)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        path.write_bytes(bytes(data))
+        return kind
+    if kind == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(rng.randrange(os.path.getsize(path)))
+        return kind
+    if kind == "page":
+        data = bytearray(path.read_bytes())
+        page = rng.randrange(len(data) // 4096) * 4096
+        data[page : page + 4096] = bytes(4096)
+        path.write_bytes(bytes(data))
+        return kind
+    db = sqlite3.connect(path)
+    db.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
+    try:
+        if kind == "drop":
+            t = rng.choice(
+                ("meta", "frame", "gpu", "host", "stack", "stack_sample", "marker", "caps", "perf")
+            )
+            db.execute(f"DROP TABLE {t}")
+            kind = f"drop:{t}"
+        elif kind == "meta":
+            key = rng.choice(
+                ("magic", "schema", "host", "started_wall", "gpus", "command", "driver", "cadence")
+            )
+            v = rng.choice(JSON_VALUES)
+            raw = json.dumps(v) if rng.random() < 0.8 else str(v)
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, _bindable(raw)))
+            kind = f"meta:{key}"
+        elif kind == "blob":
+            choice = rng.randrange(4)
+            if choice == 0:
+                blob = bytes(rng.randrange(256) for _ in range(rng.randint(0, 64)))
+            else:
+                (old,) = db.execute("SELECT data FROM host ORDER BY random() LIMIT 1").fetchone() or (None,)
+                d = json.loads(zlib.decompress(old)) if old else {}
+                field = rng.choice(sorted(d) or ["x"])
+                d[field] = rng.choice(JSON_VALUES)
+                procs = d.get("procs")
+                if (
+                    choice == 2
+                    and isinstance(procs, list)
+                    and procs
+                    and isinstance(procs[0], dict)
+                    and procs[0]
+                ):
+                    procs[0][rng.choice(sorted(procs[0]))] = rng.choice(JSON_VALUES)
+                    field = "procs"
+                blob = zlib.compress(json.dumps(d).encode())
+                kind = f"blob:{field}"
+            db.execute(
+                "UPDATE host SET data = ? WHERE t IN (SELECT t FROM host ORDER BY random() LIMIT ?)",
+                (blob, rng.randint(1, 3)),
+            )
+        elif kind == "stackjson":
+            db.execute(
+                "UPDATE stack SET frames = ? WHERE rowid IN (SELECT rowid FROM stack ORDER BY random() LIMIT 1)",
+                (_bindable(rng.choice(VALUES)),),
+            )
+        else:
+            table, col = rng.choice(_columns(db))
+            v = _bindable(rng.choice(VALUES))
+            n = rng.choice((1, 1, 1, 5, 1000))
+            key = "t" if table in _NO_ROWID else "rowid"
+            db.execute(
+                f"UPDATE {table} SET {col} = ? WHERE {key} IN (SELECT {key} FROM {table} ORDER BY random() LIMIT ?)",
+                (v, n),
+            )
+            kind = f"sql:{table}.{col}"
+        db.commit()
+    except Exception:  # noqa: BLE001 (a constraint refused it, or earlier damage left no schema or blob)
+        pass  # the file is still a valid case
+    finally:
+        db.close()
+    return kind
+
+
+def _bindable(v: object) -> object:
+    """SQLite cannot take a lone surrogate: bind the bytes it stands for (invalid UTF-8)."""
+    return v.encode("utf-8", "surrogateescape") if isinstance(v, str) and "\udcff" in v else v
+
+
+def _signature(exc: BaseException) -> str:
+    tb = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in tb if "memtop" in f.filename or "/tui/" in f.filename or "/collectors/" in f.filename]
+    where = ours[-1] if ours else (tb[-1] if tb else None)
+    at = f"{Path(where.filename).name}:{where.lineno} {where.name}" if where else "?"
+    return f"{type(exc).__name__} at {at}"
+
+
+def _alarm(_sig, _frame):
+    raise Hang()
+
+
+def run_case(path: Path, command: str, out_dir: Path) -> Outcome:
+    """One command on one file, in-process; the crash handler and the alarm are watched."""
+    import memtop.crash
+    from memtop.cli import main
+    from memtop.sanitize import is_clean
+
+    crashed: list[BaseException] = []
+    real = memtop.crash.report_crash
+
+    def spy(exc: BaseException) -> int:
+        crashed.append(exc)
+        return memtop.crash.EXIT_CRASH
+
+    out_json = out_dir / "trace.json"
+    argv = {
+        "summary": ["replay", "--summary", str(path)],
+        "export": ["export", str(path), "--perfetto", str(out_json), "--force"],
+    }.get(command, ["report", str(path), "--format", command])
+    out, err = io.StringIO(), io.StringIO()
+    memtop.crash.report_crash = spy
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(HANG_S)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(argv)
+    except Hang:
+        return Outcome("hang", f"{command}")
+    except SystemExit as e:
+        rc = e.code
+    except BaseException as e:  # noqa: BLE001 (what the fuzz is for)
+        return Outcome("traceback", _signature(e))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        memtop.crash.report_crash = real
+    if crashed:
+        return Outcome("traceback", _signature(crashed[0]))
+    o, e = out.getvalue(), err.getvalue()
+    if rc == 2:
+        ok = e.count("\n") == 1 and o == "" and is_clean(e.rstrip("\n"))
+        return Outcome("ok" if ok else "wrong-exit", "", f"exit 2: {e[:200]!r}")
+    if rc != 0:
+        return Outcome("wrong-exit", "", f"exit {rc}: {e[:200]!r}")
+    try:  # exit 0: what it wrote must read
+        if command in ("summary", "json"):
+            json.loads(o, parse_constant=_reject)
+        elif command == "export":
+            json.loads(out_json.read_text(), parse_constant=_reject)
+        elif not o or not all(is_clean(line) for line in o.splitlines()):
+            raise ValueError("empty or unclean report")
+    except (ValueError, OSError) as x:
+        return Outcome("wrong-exit", "", f"exit 0 with unreadable output: {x}")
+    return Outcome("ok")
+
+
+def _reject(c: str) -> None:
+    raise ValueError(f"non-strict JSON token {c}")
+
+
+def run_tui(path: Path, seconds: float = 3.0) -> Outcome:
+    """A headless TUI replay of `path` at 16x for a few seconds: no exception in any thread."""
+    import asyncio
+
+    from memtop.tui.app import MemtopApp
+
+    from memtop.errors import UserError
+    from memtop.pipeline import Pipeline, ReplaySource, Status
+    from memtop.store import Recording
+
+    try:
+        rec = Recording(path)
+    except UserError:
+        return Outcome("ok")  # the CLI says so in one line (run_case checks that)
+    except BaseException as e:  # noqa: BLE001
+        return Outcome("traceback", _signature(e))
+    errors: list[BaseException] = []
+    old_hook = threading.excepthook
+    threading.excepthook = lambda a: errors.append(a.exc_value)
+    try:
+        pipe = Pipeline(Status("replay", duration=rec.duration, speed=16), meta=rec.meta)
+        src = ReplaySource(rec, pipe, speed=16.0)
+        app = MemtopApp(pipe, src, hangup_guard=False, paint_rate=4)
+
+        async def drive() -> None:
+            async with app.run_test(size=(160, 45)) as pilot:
+                await pilot.pause(seconds)
+                await pilot.press("enter")  # the GPU detail screen shows recorded strings too
+                await pilot.pause(0.3)
+                await pilot.press("escape", "q")
+
+        asyncio.run(asyncio.wait_for(drive(), HANG_S + seconds))
+    except TimeoutError:
+        return Outcome("hang", "tui")
+    except BaseException as e:  # noqa: BLE001
+        errors.append(e)
+    finally:
+        threading.excepthook = old_hook
+    stopped = [e for e in errors if isinstance(e, UserError)]
+    if len(stopped) < len(errors):
+        return Outcome("traceback", "tui: " + _signature(next(e for e in errors if e not in stopped)))
+    if stopped:  # a clean error (damage found mid-file) that the replay thread raised: the TUI must show it
+        return Outcome("stopped", "tui: " + str(stopped[0])[:80])
+    if app.return_code not in (0, None):
+        return Outcome("wrong-exit", "", f"tui return code {app.return_code}")
+    return Outcome("ok")
+
+
+def run_subprocess(path: Path, command: str, out_dir: Path) -> Outcome:
+    """The same as run_case, as a real process: exit codes as the shell sees them."""
+    out_json = out_dir / "trace.json"
+    argv = {
+        "summary": ["replay", "--summary", str(path)],
+        "export": ["export", str(path), "--perfetto", str(out_json), "--force"],
+    }.get(command, ["report", str(path), "--format", command])
+    env = {**os.environ, "XDG_STATE_HOME": str(out_dir)}
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "memtop", *argv], capture_output=True, text=True, timeout=HANG_S, env=env
+        )
+    except subprocess.TimeoutExpired:
+        return Outcome("hang", command)
+    if "Traceback" in r.stderr or r.returncode == 70:
+        return Outcome("traceback", r.stderr.strip().splitlines()[-1][:120] if r.stderr.strip() else "?")
+    if r.returncode == 2:
+        return Outcome(
+            "ok" if r.stderr.count("\n") == 1 and r.stdout == "" else "wrong-exit", "", r.stderr[:200]
+        )
+    if r.returncode != 0:
+        return Outcome("wrong-exit", "", f"exit {r.returncode}")
+    return Outcome("ok")
+
+
+def cases(seed: int, n: int, bases: list[Path], work: Path):
+    """Yields (case number, mutation, damaged file) for n cases; each file is reused by the caller."""
+    rng = random.Random(seed)
+    for i in range(n):
+        base = bases[i % len(bases)]
+        path = work / f"case{i % 4}.memtop"
+        for suffix in ("-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        shutil.copyfile(base, path)
+        what = mutate(path, rng)
+        if rng.random() < 0.15:
+            what += " + " + mutate(path, rng)
+        yield i, what, path, rng

@@ -1,0 +1,87 @@
+"""The damage the issue's fuzz found (19 traceback signatures on 3387335), one case each: every
+reader either reads the file (exit 0, strict JSON) or refuses it in one line (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+
+import pytest
+from conftest import REC
+
+from memtop.cli import main
+
+CASES = {
+    "text frame t": "UPDATE frame SET t = 'x' WHERE t IN (SELECT t FROM frame LIMIT 1)",
+    "+inf frame t": "INSERT INTO frame VALUES (1e999)",
+    "-inf frame t": "INSERT INTO frame VALUES (-1e999)",
+    "gpus not a list": "UPDATE meta SET value = '{\"index\": 0}' WHERE key = 'gpus'",
+    "gpus of numbers": "UPDATE meta SET value = '[1, 2]' WHERE key = 'gpus'",
+    "gpu index a string": 'UPDATE meta SET value = \'[{"index": "0", "name": 5}]\' WHERE key = \'gpus\'',
+    "started_wall a string": "UPDATE meta SET value = '\"yesterday\"' WHERE key = 'started_wall'",
+    "started_wall 1e300": "UPDATE meta SET value = '1e300' WHERE key = 'started_wall'",
+    "text marker t0": "UPDATE marker SET t0 = 'x'",
+    "blob marker name": "UPDATE marker SET name = X'00ff'",
+    "text gpu index": "UPDATE gpu SET gpu = 'x' WHERE rowid IN (SELECT rowid FROM gpu LIMIT 5)",
+    "blob clock_events": "UPDATE gpu SET clock_events = X'0102' WHERE rowid IN (SELECT rowid FROM gpu LIMIT 50)",
+    "float clock_events": "UPDATE gpu SET clock_events = 0.5",
+    "inf sm": "UPDATE gpu SET sm = 1e999",
+    "bad zlib host": "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)",
+    "bad stack json": "UPDATE stack SET frames = '[[1,2' || id WHERE id IN (SELECT id FROM stack LIMIT 3)",
+    "deep stack json": f"UPDATE stack SET frames = '{'[' * 5000}{']' * 5000}' WHERE id = (SELECT min(id) FROM stack)",
+    "deep link json": f"UPDATE gpu_state SET link = '{'[' * 5000}{']' * 5000}'",
+    "text caps": "UPDATE caps SET data = '[[1,2,3,4,5]]'",
+    "text perf": 'UPDATE perf SET data = \'{"a": "b"}\'',
+    "text stack pid": "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
+    "thread without a class": "UPDATE stack_sample SET klass = NULL WHERE rowid IN "
+    "(SELECT rowid FROM stack_sample WHERE error IS NULL LIMIT 5)",
+    "NaN cpus": "UPDATE meta SET value = 'NaN' WHERE key = 'cpus'",
+    "dropped stack table": "DROP TABLE stack",
+}
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    d = tmp_path_factory.mktemp("damaged")
+    out = {}
+    for name, sql in CASES.items():
+        p = d / (name.replace(" ", "_") + ".memtop")
+        shutil.copyfile(REC[0], p)
+        db = sqlite3.connect(p)
+        db.execute(sql)
+        db.commit()
+        db.close()
+        out[name] = p
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_damaged_recording_reads_or_is_refused_in_one_line(capsys, damaged, tmp_path, name):
+    p = str(damaged[name])
+    for argv in (
+        ["replay", "--summary", p],
+        ["report", p],
+        ["report", p, "--format", "markdown"],
+        ["report", p, "--format", "json"],
+        ["export", p, "--perfetto", str(tmp_path / "t.json"), "--force"],
+    ):
+        rc = main(argv)
+        out, err = capsys.readouterr()
+        assert rc in (0, 2), (argv, err)
+        if rc == 2:
+            assert err.count("\n") == 1 and out == ""
+        elif argv[-1] == "json" or argv[0] == "replay":
+            json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+
+
+def test_damage_is_a_note_in_every_frame_and_the_rest_plays(damaged):
+    from memtop.store import Recording
+
+    rec = Recording(damaged["bad zlib host"])
+    frames = list(rec.frames())
+    assert len(frames) == rec.n_frames
+    assert any("host" in n for n in frames[-1].notes)
+    assert sum(f.host is not None for f in frames) > 0.9 * len(frames)
+    rec = Recording(damaged["started_wall 1e300"])
+    assert rec.meta["started_wall"] is None and any("started_wall" in n for n in next(rec.frames()).notes)
