@@ -26,7 +26,7 @@ def _modules_after(code: str) -> set[str]:
 
 # What importing each module may load (at import time, not lazily inside a function): the runtime
 # twin of pyproject's import-linter contracts. Every module is checked, found by walking the packages.
-CORE = ("memtop.collectors", "memtop.model", "memtop.metrics", "memtop.records")
+CORE = ("memtop.collectors", "memtop.model", "memtop.metrics")
 # (modules, except these, must not load)
 RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], frozenset[str]], ...] = (
     (("memtop.tui",), (), frozenset({"pynvml", "psutil", "sqlite3", "memtop.collectors", "memtop.sampler"})),
