@@ -315,3 +315,23 @@ async def test_no_gpu_live_offers_no_gpu_or_process_selection():
         assert not app.query_one("#gpus").can_focus
         await pilot.press("tab")
         assert app.focused is None or app.focused.id not in ("gpus",)
+
+
+async def test_a_seek_while_paused_repaints_every_panel():
+    """Paused, a seek brings one paint: the slow panels (processes, stacks) must follow it too, or they
+    keep showing the old position until the user moves again."""
+    pipe, src = _replay()
+    app = MemtopApp(pipe, src, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await _until(pilot, lambda: src.scanned)
+        await pilot.press("space")
+        assert await _until(pilot, lambda: src.paused)
+        await pilot.pause(0.5)
+        stacks_painted = []
+        update = app._update_stacks
+        app._update_stacks = lambda *a: (stacks_painted.append(pipe.status.position), update(*a))
+        app._paints = 0  # the next paint is an odd one, which alone would skip the slow panels
+        await pilot.press("end")
+        assert await _until(pilot, lambda: pipe.status.position > src.duration - 0.2)
+        assert await _until(pilot, lambda: any(p > src.duration - 0.2 for p in stacks_painted))
+        await pilot.press("q")

@@ -170,7 +170,7 @@ async def test_any_resize_sequence_equals_a_fresh_start(gpus):
 async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):
     app = MemtopApp(_pipeline(8), hangup_guard=False)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.3)
+        await _settle(pilot, app)
         rows = _screen(app)
         vd = app.view.verdicts[0]
     text = "\n".join(rows)
@@ -185,7 +185,7 @@ async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):
 async def test_every_gpu_has_its_band_where_there_is_room(size):
     app = MemtopApp(_pipeline(8), hangup_guard=False)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.3)
+        await _settle(pilot, app)
         rows = _screen(app)
     bands = [row for row in rows if row.startswith("GPU") and row[3:4].isdigit()]
     assert [row[:4] for row in bands] == [f"GPU{i}" for i in range(8)]
@@ -360,7 +360,7 @@ async def test_hostile_strings_reach_no_screen_raw(size):
     p = _pipeline(1, frames=hostile_frames(_frames()), meta=meta)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause(0.3)
+        await _settle(pilot, app)
         outputs = [_ansi(app)]
         app.query_one("#gpus").focus()
         await pilot.press("enter")

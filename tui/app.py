@@ -487,8 +487,10 @@ class MemtopApp(App[int]):
         self.view = v
         self._paints += 1
         # Verdict, header and GPU rows follow every paint; the wide, slow-moving panels every
-        # second paint. Textual re-sends whole widget lines, so this halves their bytes.
-        slow = full or self._paints % 2 == 0
+        # second paint. Textual re-sends whole widget lines, so this halves their bytes. A paused or
+        # frozen view paints only when the user moves it (a seek): then everything, at once.
+        still = v.status.paused or v.status.frozen_at is not None
+        slow = full or still or self._paints % 2 == 0
         gpus = sorted(v.history) or [0]
         if self.gpu not in gpus:
             self.gpu = gpus[0]
