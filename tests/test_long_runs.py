@@ -27,15 +27,19 @@ def no_delay(monkeypatch):
     monkeypatch.setattr(progress, "DELAY_S", 0.0)
 
 
-@pytest.mark.parametrize("what", ["report", "export"])
-def test_progress_is_drawn_on_a_terminal(what, no_delay, monkeypatch, tmp_path):
-    err = _Tty()
-    monkeypatch.setattr(sys, "stderr", err)
+def _read(what: str, tmp_path) -> None:
     rec = Recording(REC[0])
     if what == "report":
         build_report(rec)
     else:
         export_perfetto(rec, tmp_path / "t.json")
+
+
+@pytest.mark.parametrize("what", ["report", "export"])
+def test_progress_is_drawn_on_a_terminal(what, no_delay, monkeypatch, tmp_path):
+    err = _Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    _read(what, tmp_path)
     out = err.getvalue()
     assert ("reading" if what == "report" else "exporting") in out and "%" in out
 
@@ -44,11 +48,7 @@ def test_progress_is_drawn_on_a_terminal(what, no_delay, monkeypatch, tmp_path):
 def test_progress_is_quiet_when_piped(what, no_delay, monkeypatch, tmp_path):
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    rec = Recording(REC[0])
-    if what == "report":
-        build_report(rec)
-    else:
-        export_perfetto(rec, tmp_path / "t.json")
+    _read(what, tmp_path)
     assert err.getvalue() == ""
 
 
