@@ -131,6 +131,9 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
         return report_crash(e)
     finally:
         threading.excepthook = hook
+    if isinstance(app.crashed, UserError):  # a recording damaged past what replay can skip
+        print(f"memtop: {app.crashed}", file=sys.stderr)
+        return 2
     if app.crashed is not None:
         return report_crash(app.crashed)
     return app.return_code or 0

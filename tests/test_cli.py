@@ -295,3 +295,21 @@ def test_a_crash_restores_the_terminal_names_a_log_and_exits_70(tmp_path, where)
     logs = list((tmp_path / "memtop").glob("memtop-crash-*.log"))
     assert len(logs) == 1 and str(logs[0]) in tail.replace("\r\n", "")
     assert "ZeroDivisionError" in logs[0].read_text()
+
+
+@pytest.mark.slow
+def test_damage_found_mid_replay_is_the_clean_error_and_exit_2(tmp_path):
+    """The store raises its clean error for damage it meets only while replaying (a page SQLite reads
+    late): the TUI stops with that one line and exit 2, as the CLI does for a damaged file."""
+    patch = (
+        "import memtop.pipeline as p\nfrom memtop.errors import UserError\n"
+        "def damaged(self, start):\n    raise UserError('x.memtop is damaged or truncated')\n"
+        "p.ReplaySource._prefill = damaged\n"
+    )
+    code = f"import sys\n{patch}from memtop.cli import main\nsys.exit(main(['replay', {str(REC[2])!r}]))\n"
+    rc, out = _pty_run([sys.executable, "-c", code], keys=b"\x1b[6~", env={"XDG_STATE_HOME": str(tmp_path)})
+    assert rc == 2, out[-500:]
+    assert _restored(out)
+    tail = out[out.rfind(b"\x1b[?1049l") :].decode(errors="replace")
+    assert "memtop: x.memtop is damaged or truncated" in tail and "Traceback" not in tail
+    assert not (tmp_path / "memtop").exists()  # no crash log: it is not memtop's fault
