@@ -33,7 +33,7 @@ class HostCollector:
         # per pid: what does not change while it lives (name, cmdline, user, start time), and its
         # placement (allowed CPUs/memory, CPUs its threads last ran on: one /proc read per thread),
         # refreshed with the NUMA counters rather than on every sample
-        self._static: dict[int, tuple[str, str, str, float]] = {}
+        self._static: dict[int, tuple[str, str, str, float, tuple[str, ...]]] = {}
         self._placed: dict[int, tuple[str, str, tuple[int, ...], float]] = {}
         self._invisible: set[int] = set()
         self._numa_t = -1e9

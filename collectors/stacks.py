@@ -247,7 +247,7 @@ class StacksCollector:
         env = {"PATH": os.environ.get("PATH", ""), "RUST_BACKTRACE": "0"}
         return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
-    def sample(self, now: float) -> list[object]:
+    def sample(self, now: float) -> list[StackSample]:
         if self.pyspy is None:
             return []
         self._cycle += 1

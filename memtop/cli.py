@@ -7,6 +7,7 @@ import contextlib
 import math
 import os
 import sys
+from typing import NoReturn
 
 from memtop import __version__
 from memtop.errors import UserError
@@ -14,7 +15,7 @@ from memtop.sanitize import clean
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
         print(f"memtop: {clean(message, 500)} (see memtop --help)", file=sys.stderr)
         sys.exit(2)
 

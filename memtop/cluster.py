@@ -286,8 +286,10 @@ class SshStreams:
                 node.bad(f"ssh: {e.strerror}")
                 return
             self.procs[node.target] = p
-            err_reader = threading.Thread(target=self._drain_err, args=(p, node), daemon=True)
+            last_err: list[str] = []  # ssh's last stderr line
+            err_reader = threading.Thread(target=self._drain_err, args=(p, last_err), daemon=True)
             err_reader.start()
+            assert p.stdout is not None  # stdout=PIPE
             for line in p.stdout:
                 if len(line) > MAX_BODY:
                     node.bad("bad response: too large")
@@ -300,14 +302,14 @@ class SshStreams:
             err_reader.join(2)  # its last line says why ssh failed
             if self._stop.is_set():
                 return
-            err = getattr(p, "last_err", "")
-            node.bad(_ssh_why(rc, err))
+            node.bad(_ssh_why(rc, last_err[-1] if last_err else ""))
             self._stop.wait(self.interval)  # then reconnect
 
     @staticmethod
-    def _drain_err(p: subprocess.Popen, node: NodeState) -> None:
+    def _drain_err(p: subprocess.Popen, last: list[str]) -> None:
+        assert p.stderr is not None  # stderr=PIPE
         for line in p.stderr:
-            p.last_err = line.decode("utf-8", "replace").strip()[:200]
+            last[:] = [line.decode("utf-8", "replace").strip()[:200]]
 
     def stop(self) -> None:
         self._stop.set()
@@ -416,14 +418,13 @@ class PromSource:
             v = float(s["value"][1])
             if v > 0:
                 gpu(s["metric"])["shares"][s["metric"].get("phase", "other")] = round(v, 4)
-        per_step: dict[tuple[str, str], dict[float, Counter]] = {}
+        per_step: dict[tuple[str, str], dict[float, dict[str, float]]] = {}
         for s in steps:
             k = (s["metric"].get("hostname", "?"), s["metric"].get("gpu", "0"))
             gpu(s["metric"])
+            phase = s["metric"].get("phase", "other")
             for t, v in s["values"]:
-                per_step.setdefault(k, {}).setdefault(float(t), Counter())[
-                    s["metric"].get("phase", "other")
-                ] = float(v)
+                per_step.setdefault(k, {}).setdefault(float(t), {})[phase] = float(v)
         for k, by_t in per_step.items():
             chars = []
             for t in sorted(by_t):
@@ -570,7 +571,7 @@ def merged(nodes: list[NodeState], interval: float) -> dict:
                 "target": n.target,
                 "ok": n.snapshot is not None and not n.stale(interval, now),
                 "error": n.error,
-                "age_s": None if n.age(now) is None else round(n.age(now), 2),
+                "age_s": None if (age := n.age(now)) is None else round(age, 2),
                 "snapshot": n.snapshot,
             }
             for n in nodes

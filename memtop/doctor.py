@@ -171,7 +171,7 @@ def host_rows(root: Path = Path("/")) -> list[Row]:
         container = container or any(k in cg for k in ("docker", "kubepods", "containerd", "libpod"))
     except OSError:
         pass
-    nspid = ""
+    nspid: list[str] = []
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("NSpid:"):

@@ -424,7 +424,7 @@ def private_output(out: Path, force: bool) -> Iterator[io.TextIOBase]:
                 if out.name.endswith(".gz")
                 else raw
             )
-            with io.TextIOWrapper(sink, encoding="utf-8", newline="\n") as text:  # type: ignore[arg-type]
+            with io.TextIOWrapper(sink, encoding="utf-8", newline="\n") as text:
                 yield text
         _publish(tmp, out, force)
     except OSError as e:

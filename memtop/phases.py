@@ -8,7 +8,7 @@ runs are classified identically. Rules are a table, first match wins; then hyste
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -105,7 +105,7 @@ class Label:
         """The numbers that fired the rule and the stack that explains the label (built when read:
         an hour has 7,200 labels per GPU and a report reads a handful)."""
         f = self.features
-        ev = {
+        ev: dict[str, object] = {
             "graphics": round(f.graphics, 1),
             "sm": _r(f.sm),
             "tensor": _r(f.tensor),
@@ -561,15 +561,15 @@ class Classifier:
         if not mains:
             return {}, 0.0, 0, None, {}, frozenset(), math.inf
         total = sum(w for _, w, _ in mains)
-        c: Counter[str] = Counter()
-        leaves: Counter[tuple[str, str, str]] = Counter()
+        c: dict[str, float] = {}  # weights are floats, which typeshed's Counter does not admit
+        leaves: dict[tuple[str, str, str], float] = {}
         gil = 0.0
         for (klass, where_, code, owns_gil), w, _ in mains:
-            c[klass] += w
-            leaves[(klass, where_, code)] += w
+            c[klass] = c.get(klass, 0.0) + w
+            leaves[(klass, where_, code)] = leaves.get((klass, where_, code), 0.0) + w
             gil += w * owns_gil
-        # the top stack of each class; the label picks the one that explains it
-        ranked = [k for k, _ in leaves.most_common()]
+        # the top stack of each class; the label picks the one that explains it (stable, as most_common)
+        ranked = sorted(leaves, key=leaves.__getitem__, reverse=True)
         tops: dict[str, tuple[str, str, str]] = {}
         for k in ranked:
             tops.setdefault(k[0], k)

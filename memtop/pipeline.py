@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memtop.model import Frame
 from memtop.phases import Classifier, Label
@@ -220,7 +220,7 @@ class Pipeline:
             verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame)
         return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events)
 
-    def set_status(self, **kw: object) -> None:
+    def set_status(self, **kw: Any) -> None:
         self.status = replace(self.status, **kw)
 
 

@@ -9,6 +9,11 @@ from __future__ import annotations
 import sys
 import time
 from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich loads only when a bar is drawn
+    from rich.progress import Progress as Bar
+    from rich.progress import TaskID
 
 DELAY_S = 1.0
 
@@ -30,8 +35,7 @@ class Progress:
         self.enabled = wanted() if enabled is None else enabled
         self.unit = unit
         self._t0 = time.monotonic()
-        self._bar = None
-        self._task = None
+        self._bar: tuple[Bar, TaskID] | None = None  # the bar and its one task, once drawn
 
     def __enter__(self) -> Progress:
         return self
@@ -47,15 +51,16 @@ class Progress:
         if self._bar is None:
             if time.monotonic() - self._t0 < DELAY_S:
                 return
-            self._start()
-        self._bar.update(self._task, completed=min(done, self.total))  # type: ignore[union-attr]
+            self._bar = self._start()
+        bar, task = self._bar
+        bar.update(task, completed=min(done, self.total))
 
-    def _start(self) -> None:
+    def _start(self) -> tuple[Bar, TaskID]:
         from rich.console import Console  # only when a bar is drawn
         from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
         from rich.progress import Progress as Bar
 
-        self._bar = Bar(
+        bar = Bar(
             TextColumn("{task.description}"),
             BarColumn(),
             TaskProgressColumn(),
@@ -63,10 +68,11 @@ class Progress:
             console=Console(stderr=True),
             transient=True,
         )
-        self._task = self._bar.add_task(self.what, total=self.total)
-        self._bar.start()
+        task = bar.add_task(self.what, total=self.total)
+        bar.start()
+        return bar, task
 
     def close(self) -> None:
         if self._bar is not None:
-            self._bar.stop()
+            self._bar[0].stop()
             self._bar = None

@@ -11,6 +11,7 @@ import math
 import re
 import time
 from collections import Counter, defaultdict
+from typing import cast
 
 from memtop.errors import UserError
 from memtop.phases import CHARS, TITLES, Classifier
@@ -65,15 +66,16 @@ def build_report(
         }
         label_at = {round(lab.t / bin_s): lab.label for lab in counted}
         for (pid, t), s in stacks.items():
-            m = s.main  # type: ignore[attr-defined]
+            m = s.main
             if pid in gpu_pids and m is not None and m.frames:
                 lab = label_at.get(round((t // bin_s * bin_s) / bin_s))
                 if lab:
-                    by_label[lab][(m.klass, *site(m.frames))] += 1
+                    key = (m.klass, *site(m.frames))
+                    by_label[lab][key] += 1
         vd = verdict(labels, last, window_s=max(1.0, hi - lo), gpu=idx)
         link = links.get(idx)
         pk = peaks[idx]
-        meta_g = next((g for g in gpus_meta if g["index"] == idx), {})
+        meta_g: dict = next((g for g in gpus_meta if g["index"] == idx), {})
         out_gpus.append(
             {
                 "index": idx,
@@ -161,7 +163,7 @@ def build_report(
             {"source": c.source, "name": c.name, "state": c.state.value, "detail": c.detail, "fix": c.fix}
             for c in caps.values()
             if not c.ok
-        ],  # type: ignore[attr-defined]
+        ],
         "gpus": out_gpus,
         "numa": numa,
         "perf": perf_summary,
@@ -222,7 +224,8 @@ def _for_terminal(v: object) -> object:
 def render(rep: dict, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(strict_json(rep), indent=2, allow_nan=False)
-    rep = _for_terminal(rep)  # text and markdown reach terminals: no string from the data stays raw
+    # text and markdown reach terminals: no string from the data stays raw (a dict stays a dict)
+    rep = cast(dict, _for_terminal(rep))
     md = fmt == "markdown"
     h1, h2 = ("# ", "## ") if md else ("", "")
     r = rep["recording"]

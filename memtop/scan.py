@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from memtop.model import StackSample
+from memtop.model import Frame, StackSample
 from memtop.phases import Classifier
 from memtop.progress import Progress
 from memtop.store import Recording
@@ -38,18 +38,18 @@ def _main_only(s: StackSample) -> StackSample:
 class Aggregates:
     """What the report takes from every Frame besides the classifier's labels; merged in time order."""
 
-    stacks: dict = field(default_factory=dict)  # (pid, t) -> StackSample with threads
+    stacks: dict[tuple[int, float], StackSample] = field(default_factory=dict)  # main thread only
     throttle: dict = field(default_factory=lambda: defaultdict(list))  # gpu -> [[t0, t1, reasons]]
     peaks: dict = field(default_factory=lambda: defaultdict(lambda: {"rx": 0.0, "tx": 0.0}))
     links: dict = field(default_factory=dict)
     procs: dict = field(default_factory=dict)  # pid -> newest ProcSample
     perf: dict = field(default_factory=lambda: defaultdict(list))  # pid -> [(t, rates)]
     caps: dict = field(default_factory=dict)
-    last: object = None  # the last Frame
+    last: Frame | None = None
     # parts repeat across Frames until their source samples again: take each once
     _seen: list = field(default_factory=lambda: [None, None, None, None])
 
-    def add(self, f) -> None:
+    def add(self, f: Frame) -> None:
         self.last = f
         seen = self._seen
         if f.stacks is not seen[0]:
@@ -70,8 +70,8 @@ class Aggregates:
                 self.procs[p.pid] = p
         if f.perf is not seen[2]:
             seen[2] = f.perf
-            for p in f.perf:
-                self._perf(p.pid, (p.t, dict(p.rates)))
+            for q in f.perf:
+                self._perf(q.pid, (q.t, dict(q.rates)))
         if f.caps is not seen[3]:
             seen[3] = f.caps
             for c in f.caps:

@@ -54,6 +54,7 @@ class NodeCollector:
         for m in GAUGES:
             unit = {"percent": "ratio, 0..1", "mhz": "Hz"}.get(m.kind, m.kind.replace("_", " "))
             dcgm = f"; dcgm-exporter: {m.dcgm}" if m.dcgm else ""
+            assert m.prom is not None  # GAUGES holds only the exported metrics
             fam = GaugeMetricFamily(PREFIX + m.prom, f"{m.help} ({unit}{dcgm})", labels=base)
             for g, labels in gpus:
                 v = getattr(g, m.name)
@@ -65,7 +66,7 @@ class NodeCollector:
                     v = v * 1e6
                 fam.add_metric(labels, float(v))
             yield fam
-        fam = CounterMetricFamily(
+        counter = CounterMetricFamily(
             PREFIX + "gpu_phase_seconds",
             "seconds each GPU spent in each phase (rate() over a window gives its shares)",
             labels=[*base, "phase"],
@@ -73,9 +74,9 @@ class NodeCollector:
         for g, labels in gpus:
             c = phases.get(g.index, {})
             for ph in PHASES:
-                fam.add_metric([*labels, ph], float(c.get(ph, 0.0)))
-        yield fam
-        fam = CounterMetricFamily(
+                counter.add_metric([*labels, ph], float(c.get(ph, 0.0)))
+        yield counter
+        counter = CounterMetricFamily(
             PREFIX + "gpu_clock_event_seconds",
             "seconds a clock-event (throttle) reason was active (dcgm-exporter: "
             "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, a bitmask there)",
@@ -86,8 +87,8 @@ class NodeCollector:
         for g, labels in gpus:
             c = clocks.get(g.index, {})
             for reason in CLOCK_EVENT_NAMES.values():
-                fam.add_metric([*labels, reason.replace(" ", "_")], float(c.get(reason, 0.0)))
-        yield fam
+                counter.add_metric([*labels, reason.replace(" ", "_")], float(c.get(reason, 0.0)))
+        yield counter
         info = InfoMetricFamily(PREFIX + "gpu", "GPU model and the identity of the job using it", labels=base)
         for g, labels in gpus:
             job = jobs.get(g.index, {})

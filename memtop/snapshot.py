@@ -11,7 +11,7 @@ import platform
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from memtop import __version__
@@ -36,8 +36,9 @@ class CountingPipeline(Pipeline):
     def reset(self) -> None:
         super().reset()
         if not hasattr(self, "clock_seconds"):  # counters survive a replay's loop, as counters must
-            self.clock_seconds: dict[int, Counter[str]] = {}
-            self.phase_seconds: dict[int, Counter[str]] = {}
+            # seconds are floats, which typeshed's Counter does not admit
+            self.clock_seconds: dict[int, defaultdict[str, float]] = {}
+            self.phase_seconds: dict[int, defaultdict[str, float]] = {}
             self._seen: dict[int, float] = {}
         self._last_t: dict[int, float] = {}
 
@@ -48,12 +49,12 @@ class CountingPipeline(Pipeline):
             self._last_t[g.index] = g.t
             if prev is None or not 0 < g.t - prev < 5.0 or not g.clock_events:
                 continue
-            c = self.clock_seconds.setdefault(g.index, Counter())
+            c = self.clock_seconds.setdefault(g.index, defaultdict(float))
             for bit, name in CLOCK_EVENT_NAMES.items():
                 if g.clock_events & bit:
                     c[name] += g.t - prev
 
-    def count_phases(self, view: View) -> dict[int, Counter[str]]:
+    def count_phases(self, view: View) -> dict[int, defaultdict[str, float]]:
         """Adds the labels closed since the last call (a replay restarting from its beginning starts
         counting again from there) and returns the totals."""
         with self._lock:
@@ -61,13 +62,13 @@ class CountingPipeline(Pipeline):
                 seen = self._seen.get(gpu, -1.0)
                 if labels and labels[-1].t < seen:  # the pipeline was reset (replay loop or seek)
                     seen = -1.0
-                c = self.phase_seconds.setdefault(gpu, Counter())
+                c = self.phase_seconds.setdefault(gpu, defaultdict(float))
                 for lab in labels:
                     if lab.t > seen:
                         c[lab.label] += BIN_S
                 if labels:
                     self._seen[gpu] = max(seen, labels[-1].t)
-            return {g: Counter(c) for g, c in self.phase_seconds.items()}
+            return {g: defaultdict(float, c) for g, c in self.phase_seconds.items()}
 
 
 class Node:
@@ -86,7 +87,7 @@ class Node:
         if args.demo or replay:
             from memtop.commands import demo_path, open_recording
 
-            path = demo_path() if args.demo else Path(replay)
+            path = Path(replay) if replay and not args.demo else demo_path()
             if not path.is_file():
                 raise UserError(f"no such recording: {path}")
             rec = open_recording(path)
@@ -109,7 +110,7 @@ class Node:
         self._started = time.monotonic()
         if self.source is not None:
             self.source.start()
-        else:
+        elif self.sampler is not None:
             self.sampler.start()
             self.pipeline.meta = {**self.pipeline.meta, **self.sampler.run_meta()}
 
@@ -137,7 +138,7 @@ class Node:
     def gpu_jobs(self, frame: Frame | None) -> tuple[dict[int, dict[str, str]], list[dict]]:
         """Job identity per GPU (its first main process's) and the processes using GPUs."""
         per_gpu: dict[int, dict[str, str]] = {}
-        procs = []
+        procs: list[dict] = []
         if frame is None or frame.host is None:
             return per_gpu, procs
         for p in frame.host.procs:

@@ -156,7 +156,7 @@ def where(frames: Sequence[StackFrame]) -> str:
     return site(frames)[0]
 
 
-def site(frames: tuple[StackFrame, ...]) -> tuple[str, str]:
+def site(frames: Sequence[StackFrame]) -> tuple[str, str]:
     """(file:line, source text) of the frame a user would edit, else of the leaf."""
     f = user_frame(frames) or (frames[0] if frames else None)
     if f is None:

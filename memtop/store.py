@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from memtop import __version__, stackclass
 from memtop.errors import UserError
@@ -317,7 +317,7 @@ def _host_from_blob(raw: bytes) -> HostSample:
             else p
             for p in d["procs"]
         ]
-    return _record(HostSample, d, "host", {"numa": NumaNode, "procs": ProcSample})
+    return cast(HostSample, _record(HostSample, d, "host", {"numa": NumaNode, "procs": ProcSample}))
 
 
 def _caps_json(caps: tuple[Capability, ...]) -> str:
@@ -467,6 +467,7 @@ class Writer:
         sid = self._stack_ids.get(text)
         if sid is None:
             sid = self._db.execute("INSERT INTO stack(frames) VALUES (?)", (text,)).lastrowid
+            assert sid is not None  # an INSERT sets it
             self._stack_ids[text] = sid
         return sid
 
@@ -663,7 +664,7 @@ class Recording:
         self.meta, notes = _valid_meta(meta)
         self.damage: list[str] = notes  # one line per damaged part, shown with every Frame
         try:
-            self._stacks: dict[int, tuple[StackFrame, ...]] = {}
+            self._stacks: dict[object, tuple[StackFrame, ...]] = {}  # by the id as stored
             self._klass_of: dict[tuple[int, int, int], str] = {}
             # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite)
             r = self.db.execute(
@@ -721,7 +722,7 @@ class Recording:
 
     def _frames_of(self, sid: object) -> tuple[StackFrame, ...]:
         """A stack's frames; a damaged stack is an empty one (the sample and its thread stay)."""
-        fr = self._stacks.get(sid)  # type: ignore[arg-type]
+        fr = self._stacks.get(sid)
         if fr is None:
             row = self._q("SELECT frames FROM stack WHERE id=?", (sid,)).fetchone()
             try:
@@ -732,7 +733,7 @@ class Recording:
             except (ValueError, TypeError, RecursionError):
                 fr = ()
                 self._note("damaged stacks: some frames missing")
-            self._stacks[sid] = fr  # type: ignore[index]
+            self._stacks[sid] = fr
         return fr
 
     def _note(self, text: str) -> None:
@@ -861,7 +862,7 @@ class Recording:
             self._q("SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid", (t, t - 3.0)),
             key=_SAMPLE,
         ):
-            st.apply(self, "stack", list(rows))
+            st.apply(self, "stack", tuple(rows))
         for r in self._q("SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
             st.apply(self, "perf", r)
 

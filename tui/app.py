@@ -403,7 +403,8 @@ class MemtopApp(App[int]):
     def _check_terminal(self) -> None:
         """After an SSH hang-up some TUIs spin; leave instead."""
         try:
-            alive = os.isatty(sys.__stdin__.fileno()) and os.getppid() != 1
+            stdin = sys.__stdin__
+            alive = stdin is not None and os.isatty(stdin.fileno()) and os.getppid() != 1
         except (ValueError, OSError, AttributeError):
             alive = False
         if not alive:

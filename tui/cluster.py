@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import cast
 
 from rich.segment import Segment
 from rich.style import Style
@@ -257,7 +258,9 @@ class ClusterApp(App):
         self.query_one("#header", TextPanel).update(head)
         table = self.query_one(BandTable)
         table.ascii_only = self.ascii_only
-        table.set_rows([(r.key, row_cells(r, self.interval, self.ascii_only)) for r in rs])
+        pairs = [(r.key, row_cells(r, self.interval, self.ascii_only)) for r in rs]
+        # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
+        table.set_rows(cast(list[tuple[str, tuple[Cell, ...]]], pairs))
         self._detail(table.cursor_key)
 
     def _detail(self, key: str | None) -> None:

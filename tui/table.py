@@ -66,11 +66,12 @@ class RowTable(TiledLines, can_focus=True):
         if w == width:
             return
         self.columns = (*self.columns[:column], (name, width), *self.columns[column + 1 :])
-        self._plan = [w + GAP for _, w in self.columns]
+        widths = [w + GAP for _, w in self.columns]
+        self._plan = list(widths)
         if len(self._tiles) == len(self._plan):
             self._tiles[column].styles.width = width + GAP
         else:  # not split into column tiles yet: one tile as wide as the table
-            self._tiles[0].styles.width = sum(self._plan)
+            self._tiles[0].styles.width = sum(widths)
         self.forget_geometry()
         self._redraw()
 

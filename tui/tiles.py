@@ -9,7 +9,7 @@ the tiles whose slice changed are refreshed, which is close to the cell diff cur
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -235,6 +235,7 @@ class TextPanel(TiledLines):
         width = self.content_region.width
         if width <= 0:
             return  # not laid out yet: on_resize renders it
+        lines: Iterable[Text]
         if self._text is None:
             lines = []
         elif self.ellipsis is not None:
