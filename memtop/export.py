@@ -397,7 +397,7 @@ def _slice(clf: Classifier, gpu: int, run: list, emit: Callable) -> None:
             "tid": 1,
             "ts": _us(a.t),
             "dur": _us(b.t + clf.bin_s - a.t),
-            "args": {"label": a.label, "confidence": b.confidence, "rule": b.rule, **b.evidence},
+            "args": {"label": a.label, "confidence": b.confidence, "rule": b.rule, **b.evidence.as_dict()},
         }
     )
 

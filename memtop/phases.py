@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from memtop.model import Frame, StackSample
+from memtop.records import Evidence, Gap, StackTop
 from memtop.stackclass import site
 from memtop.straggler import job_groups
 
@@ -101,39 +102,38 @@ class Label:
     sub: str = ""  # input: prep / fetch / main; cpu: launch / python; transfer: dma / pageable; comm: wait / bandwidth
 
     @cached_property
-    def evidence(self) -> dict:
+    def evidence(self) -> Evidence:
         """The numbers that fired the rule and the stack that explains the label (built when read:
         an hour has 7,200 labels per GPU and a report reads a handful)."""
         f = self.features
-        ev: dict[str, object] = {
-            "graphics": round(f.graphics, 1),
-            "sm": _r(f.sm),
-            "tensor": _r(f.tensor),
-            "dram": _r(f.dram),
-            "pcie_gbps": round(f.pcie_bps / 1e9, 2),
-            "pcie_pct_link": round(100 * f.pcie_frac, 1),
-            "nvml_util": _r(f.util),
-            "nvlink_gbps": round(f.nvlink_bps / 1e9, 2),
-            "nvlink_pct_peak": round(100 * f.nvlink_frac, 1),
-            "power_w": _r(f.power_w),
-            "peers": list(f.peers),
-            "peers_elsewhere": list(f.peers_elsewhere),
-            "evidence": evidence_mode(f),
-            "proc_cpu": round(f.proc_cpu),
-            "workers": f.workers,
-            "worker_cpu": round(f.worker_cpu),
-            "workers_sleeping": round(f.worker_sleeping, 2),
-            "iowait": round(f.iowait, 1),
-            "stack_shares": {k: round(v, 2) for k, v in sorted(f.shares.items())},
-            "gil": round(f.gil, 2),
-            "stack_samples": f.stack_n,
-        }
-        if not f.gpm and (f.peers or f.shares.get("comm", 0) >= 0.2):
-            ev["comm"] = "not judged: a collective's wait needs GPM SM activity, which this GPU lacks"
         top = f.tops.get(EXPLAINED_BY.get(self.raw, ""), f.top)
-        if top:
-            ev["top_stack"] = {"class": top[0], "where": top[1], "code": top[2]}
-        return ev
+        return Evidence(
+            graphics=round(f.graphics, 1),
+            sm=_r(f.sm),
+            tensor=_r(f.tensor),
+            dram=_r(f.dram),
+            pcie_gbps=round(f.pcie_bps / 1e9, 2),
+            pcie_pct_link=round(100 * f.pcie_frac, 1),
+            nvml_util=_r(f.util),
+            nvlink_gbps=round(f.nvlink_bps / 1e9, 2),
+            nvlink_pct_peak=round(100 * f.nvlink_frac, 1),
+            power_w=_r(f.power_w),
+            peers=tuple(f.peers),
+            peers_elsewhere=tuple(f.peers_elsewhere),
+            mode=evidence_mode(f),
+            proc_cpu=round(f.proc_cpu),
+            workers=f.workers,
+            worker_cpu=round(f.worker_cpu),
+            workers_sleeping=round(f.worker_sleeping, 2),
+            iowait=round(f.iowait, 1),
+            stack_shares=tuple((k, round(v, 2)) for k, v in sorted(f.shares.items())),
+            gil=round(f.gil, 2),
+            stack_samples=f.stack_n,
+            comm="not judged: a collective's wait needs GPM SM activity, which this GPU lacks"
+            if not f.gpm and (f.peers or f.shares.get("comm", 0) >= 0.2)
+            else None,
+            top_stack=StackTop(*top) if top else None,
+        )
 
 
 def evidence_mode(f: Features) -> str:
@@ -386,7 +386,7 @@ class Classifier:
         self.max_bins = max_bins  # live runs keep a bounded history; reports keep all
         self.labels: dict[int, list[Label]] = {}
         self.features: dict[int, list[Features]] = {}
-        self.gaps: list[dict] = []
+        self.gaps: list[Gap] = []
         self._bin: _Bin | None = None
         self._last: Frame | None = None
         # (sample, (class, file:line, code, owns_gil) of its main thread), computed once per sample
@@ -464,19 +464,13 @@ class Classifier:
             self.gaps.append(self._gap_event(gpu, cur))
         self._gap[gpu] = None
 
-    def _gap_event(self, gpu: int, span: tuple[float, float]) -> dict:
+    def _gap_event(self, gpu: int, span: tuple[float, float]) -> Gap:
         inside = [info for s, info in self._stacks if span[0] <= s.t <= span[1] + 0.5 and info is not None]
         top = None
         if inside:
             klass, w, code, _ = inside[len(inside) // 2]
-            top = {"class": klass, "where": w, "code": code}
-        return {
-            "gpu": gpu,
-            "t0": span[0],
-            "t1": span[1],
-            "duration_s": round(span[1] - span[0], 2),
-            "stack": top,
-        }
+            top = StackTop(klass, w, code)
+        return Gap(gpu, span[0], span[1], top)
 
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from memtop.model import Frame
 from memtop.phases import Classifier, Label
+from memtop.records import Gap
 from memtop.straggler import stragglers
 from memtop.verdict import Verdict, straggler_verdict, verdict
 
@@ -66,7 +67,7 @@ class View:
     history: dict[int, tuple[Point, ...]]
     labels: dict[int, tuple[Label, ...]]
     verdicts: dict[int, Verdict]
-    gaps: tuple[dict, ...]
+    gaps: tuple[Gap, ...]
     status: Status
     meta: dict = field(default_factory=dict)
     version: int = 0
@@ -208,9 +209,9 @@ class Pipeline:
                 labels = {g: tuple(x for x in v if x.t <= at) for g, v in labels.items()}
                 hist = {g: tuple(x for x in h if x.t <= at) for g, h in hist.items()}
                 frame = next((f for f in reversed(self._kept) if f.t <= at), frame)
-                gaps = tuple(g for g in gaps if g["t0"] <= at)
+                gaps = tuple(g for g in gaps if g.t0 <= at)
             events = tuple(e for e in self.events if at is None or e.t <= at) + tuple(
-                Event(g["t0"], g["gpu"], "gap", f"GPU idle {g['duration_s']} s") for g in gaps
+                Event(g.t0, g.gpu, "gap", f"GPU idle {g.duration_s} s") for g in gaps
             )
         verdicts = {
             g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)

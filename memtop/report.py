@@ -104,12 +104,12 @@ def build_report(
                 },
                 "gaps": [
                     {
-                        "at_s": round(g_["t0"] - rec.t0, 1),
-                        "duration_s": g_["duration_s"],
-                        "stack": g_["stack"],
+                        "at_s": round(g_.t0 - rec.t0, 1),
+                        "duration_s": g_.duration_s,
+                        "stack": None if g_.stack is None else g_.stack.as_dict(),
                     }
                     for g_ in all_gaps
-                    if g_["gpu"] == idx
+                    if g_.gpu == idx
                 ],
                 "throttle": [
                     {"at_s": round(a - rec.t0, 1), "duration_s": round(b - a + 0.1, 1), "reasons": list(r)}

@@ -37,45 +37,44 @@ class Verdict:
 
 def _evidence(lab: Label) -> str:
     e = lab.evidence
-    parts = [f"graphics {e['graphics']:.0f} %"]
-    if e.get("sm") is not None:
-        parts.append(f"SM {e['sm']:.0f} %")
-    if lab.label == "memory" and e.get("dram") is not None:
-        parts.append(f"DRAM {e['dram']:.0f} %")
-    if lab.label == "transfer" or e.get("pcie_gbps", 0) >= 1:
-        parts.append(f"PCIe {e['pcie_gbps']:.1f} GB/s ({e['pcie_pct_link']:.0f} % of link)")
-    if lab.label == "comm" or e.get("nvlink_gbps", 0) >= 1:
-        parts.append(f"NVLink {e['nvlink_gbps']:.1f} GB/s ({e['nvlink_pct_peak']:.0f} % of peak)")
+    parts = [f"graphics {e.graphics:.0f} %"]
+    if e.sm is not None:
+        parts.append(f"SM {e.sm:.0f} %")
+    if lab.label == "memory" and e.dram is not None:
+        parts.append(f"DRAM {e.dram:.0f} %")
+    if lab.label == "transfer" or e.pcie_gbps >= 1:
+        parts.append(f"PCIe {e.pcie_gbps:.1f} GB/s ({e.pcie_pct_link:.0f} % of link)")
+    if lab.label == "comm" or e.nvlink_gbps >= 1:
+        parts.append(f"NVLink {e.nvlink_gbps:.1f} GB/s ({e.nvlink_pct_peak:.0f} % of peak)")
     if lab.label == "comm":
-        if e.get("tensor") is not None:
-            parts.append(f"tensor {e['tensor']:.0f} %")
-        if e.get("power_w") is not None:
-            parts.append(f"power {e['power_w']:.0f} W")
-        if e.get("peers"):
-            peers, away = e["peers"], e.get("peers_elsewhere") or []
+        if e.tensor is not None:
+            parts.append(f"tensor {e.tensor:.0f} %")
+        if e.power_w is not None:
+            parts.append(f"power {e.power_w:.0f} W")
+        if e.peers:
+            peers, away = e.peers, e.peers_elsewhere
             parts.append(
                 f"peer GPU{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}: "
                 + (f"{', '.join(map(str, away))} not in a collective" if away else "all in collectives")
             )
     if lab.label in ("cpu", "input", "sync"):
-        parts.append(f"main thread CPU {e['proc_cpu']} %")
-    if e.get("workers"):
-        parts.append(f"{e['workers']} workers at {e['worker_cpu']} % CPU")
-    top = e.get("top_stack")
+        parts.append(f"main thread CPU {e.proc_cpu} %")
+    if e.workers:
+        parts.append(f"{e.workers} workers at {e.worker_cpu} % CPU")
+    top = e.top_stack
     if top:
-        share = e.get("stack_shares", {}).get(top["class"], 0)
         parts.append(
-            f"main thread {top['class']} at {top['where']}"
-            + (f" `{top['code']}`" if top["code"] else "")
-            + f" ({100 * share:.0f} % of samples)"
+            f"main thread {top.klass} at {top.where}"
+            + (f" `{top.code}`" if top.code else "")
+            + f" ({100 * e.share(top.klass):.0f} % of samples)"
         )
     return ", ".join(parts)
 
 
 def _advice(lab: Label) -> tuple[str, ...]:
     e = lab.evidence
-    top = e.get("top_stack") or {}
-    at = f" at {top['where']}" if top.get("where") else ""
+    top = e.top_stack
+    at = f" at {top.where}" if top and top.where else ""
     if lab.label == "transfer":
         if lab.sub == "pageable":
             return (
@@ -84,13 +83,13 @@ def _advice(lab: Label) -> tuple[str, ...]:
                 "overlap copies with compute on a side stream (torch.cuda.Stream)",
             )
         return (
-            f"the PCIe link is saturated ({e['pcie_pct_link']:.0f} % of link): move less data per step — "
+            f"the PCIe link is saturated ({e.pcie_pct_link:.0f} % of link): move less data per step — "
             "keep tensors on the GPU, send lower precision, or overlap copies with compute on a side stream",
         )
     if lab.label == "sync":
         return (
             f"CPU and GPU take turns: the main thread waits in a CUDA sync{at}"
-            + (f" (`{top['code']}`)" if top.get("code") else "")
+            + (f" (`{top.code}`)" if top and top.code else "")
             + " — move it off the step (log every N steps, keep metrics on the GPU)",
             "look for .item() / .cpu() / .tolist() / print(tensor) inside the training step",
         )
@@ -99,7 +98,7 @@ def _advice(lab: Label) -> tuple[str, ...]:
             return ("data is loaded in the training process (num_workers=0): set DataLoader(num_workers>0)",)
         if lab.sub == "prep":
             return (
-                f"DataLoader workers are saturated ({e['workers']} at {e['worker_cpu']} % CPU): raise "
+                f"DataLoader workers are saturated ({e.workers} at {e.worker_cpu} % CPU): raise "
                 "num_workers or make __getitem__/transforms cheaper (move augmentation to the GPU)",
             )
         return (
@@ -113,17 +112,17 @@ def _advice(lab: Label) -> tuple[str, ...]:
                 "(torch.compile(mode='reduce-overhead')), use larger batches, fuse small ops",
             )
         return (
-            f"Python overhead on the main thread{at} holds the GIL {100 * e.get('gil', 0):.0f} % of the time: "
+            f"Python overhead on the main thread{at} holds the GIL {100 * e.gil:.0f} % of the time: "
             "profile it with `py-spy record`, move work out of the step, or torch.compile it",
         )
     if lab.label == "comm":
         if lab.sub == "bandwidth":
             return (
-                f"collectives are bandwidth-bound (NVLink {e['nvlink_pct_peak']:.0f} % of peak): overlap them "
+                f"collectives are bandwidth-bound (NVLink {e.nvlink_pct_peak:.0f} % of peak): overlap them "
                 "with compute (DDP bucket_cap_mb, FSDP prefetching), communicate in bf16 (a DDP comm hook), "
                 "and check the GPUs' links with `nvidia-smi topo -m`",
             )
-        away = e.get("peers_elsewhere") or []
+        away = e.peers_elsewhere
         return (
             "the GPU waits in a collective for a slower rank"
             + (f" (GPU {', '.join(map(str, away))} of its job is not in it)" if away else "")

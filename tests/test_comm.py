@@ -120,14 +120,15 @@ def test_comm_fires_on_the_waiting_gpu_and_not_on_its_busy_peer():
     c = _run([WAIT, COMPUTE])
     assert _settled(c, 0) == {"comm"} and _settled(c, 1) == {"compute"}
     last = c.labels[0][-1]
-    assert last.sub == "wait" and last.evidence["peers_elsewhere"] == [1]
-    assert last.evidence["power_w"] == 115.0 and "no stacks" in last.evidence["evidence"]
+    assert last.sub == "wait" and last.evidence.peers_elsewhere == (1,)
+    assert last.evidence.power_w == 115.0 and "no stacks" in last.evidence.mode
 
 
 def test_comm_confirmed_by_collective_stacks_without_peers():
     c = _run([WAIT], stacks={0: ALL_REDUCE})
     assert _settled(c, 0) == {"comm"}
-    assert c.labels[0][-1].evidence["top_stack"]["code"] == "dist.all_reduce(loss)"
+    top = c.labels[0][-1].evidence.top_stack
+    assert top is not None and top.code == "dist.all_reduce(loss)"
 
 
 def test_bandwidth_bound_collective_is_comm_with_its_sub_tag():
@@ -155,7 +156,7 @@ def test_peers_of_another_job_do_not_confirm_comm():
 def test_without_gpm_comm_cannot_fire_and_the_evidence_says_so():
     for c in (_run([WAIT, COMPUTE], mode="nvml"), _run([WAIT], mode="nvml", stacks={0: ALL_REDUCE})):
         assert "comm" not in _settled(c, 0)
-        assert "needs GPM" in c.labels[0][-1].evidence["comm"]
+        assert "needs GPM" in (c.labels[0][-1].evidence.comm or "")
 
 
 def _corpus() -> list[Path]:

@@ -68,7 +68,7 @@ def test_without_stacks_input_and_sync_come_from_workers_and_the_gpu():
     real kernels at 15-80 % with a busy process, transfer from PCIe; the evidence says so."""
     c, s = _score(REC[0], use_stacks=False)
     assert all(lab.features.stack_n == 0 for lab in c.labels[0])
-    assert c.labels[0][-1].evidence["evidence"] == "GPM, no stacks"
+    assert c.labels[0][-1].evidence.mode == "GPM, no stacks"
     for klass in ("sync", "transfer", "compute"):
         assert s["per_class"][klass]["f1"] >= 0.75, (klass, s["per_class"])
     # input: what it calls input is input; loading in the main process (num_workers=0) leaves no
@@ -202,8 +202,8 @@ def test_verdict_for_pageable_copies_recommends_pinned_memory():
 
 def test_gaps_carry_the_stack_over_the_gap():
     c = classify(Recording(REC[0]).frames())
-    assert c.gaps and all(g["duration_s"] >= 0.5 for g in c.gaps)
-    assert any(g["stack"] and g["stack"]["class"] in ("data", "other", "idle") for g in c.gaps)
+    assert c.gaps and all(g.duration_s >= 0.5 for g in c.gaps)
+    assert any(g.stack and g.stack.klass in ("data", "other", "idle") for g in c.gaps)
 
 
 def test_only_torch_dataloader_workers_count_as_workers():

@@ -276,10 +276,10 @@ def detail_text(view: View, gpu: int, lk: Look) -> Text:
             t.append(f"{lk.glyphs.arrow} {clean(a)}\n")
         if vd.command:
             t.append(f"$ {clean(vd.command)}\n", style="italic")
-    for gp in [gp for gp in view.gaps if gp["gpu"] == gpu][-5:]:
-        st = gp.get("stack") or {}
+    for gp in [gp for gp in view.gaps if gp.gpu == gpu][-5:]:
+        st = gp.stack
         t.append(
-            f"  gap {gp['duration_s']} s: {clean(st.get('class', '?'), 12)} at {clean(st.get('where', '?'), 80)}\n"
+            f"  gap {gp.duration_s} s: {clean(st.klass if st else '?', 12)} at {clean(st.where if st else '?', 80)}\n"
         )
     return t
 

@@ -16,6 +16,7 @@ from memtop.metrics import fmt as metric_fmt
 from memtop.model import Capability, GpuSample, HostSample, StackSample
 from memtop.phases import STACK_WINDOW_S, TITLES, Label
 from memtop.pipeline import View
+from memtop.records import Evidence
 from memtop.sanitize import clean
 from memtop.stackclass import user_frame
 from memtop.timefmt import clock
@@ -312,17 +313,17 @@ def proc_rows(v: View, lk: Look = DEFAULT, top_w: int = TOP_FRAME[1]) -> list[tu
     return rows
 
 
-def window_text(ev: dict | None, lk: Look = DEFAULT) -> Text:
+def window_text(ev: Evidence | None, lk: Look = DEFAULT) -> Text:
     """The classifier's sliding-window view of the main thread: class shares, GIL share."""
     t = Text()
-    if not ev or not ev.get("stack_shares"):
+    if not ev or not ev.stack_shares:
         return t
     # shares in steps of 10 %: a steadier line repaints (and costs bytes) less often
     t.append(f"last {STACK_WINDOW_S:.0f} s: ", style="dim")
-    for k, share in sorted(ev["stack_shares"].items(), key=lambda kv: -kv[1]):
+    for k, share in sorted(ev.stack_shares, key=lambda kv: -kv[1]):
         if share >= 0.05:
             t.append(f"{clean(k, 12)} {10 * round(10 * share)}% ", style=lk.stack_class(k))
-    t.append(f"{lk.glyphs.sep} GIL held {10 * round(10 * ev.get('gil', 0))}%\n", style="dim")
+    t.append(f"{lk.glyphs.sep} GIL held {10 * round(10 * ev.gil)}%\n", style="dim")
     return t
 
 
@@ -330,7 +331,7 @@ def stacks_text(
     s: StackSample | None,
     caps: tuple[Capability, ...],
     pid: int | None,
-    window: dict | None = None,
+    window: Evidence | None = None,
     lk: Look = DEFAULT,
     any_procs: bool = True,
 ) -> Text:

@@ -1,0 +1,108 @@
+"""What the classifier finds, as frozen records: a GPU gap and the evidence behind a label.
+
+They travel from memtop.phases to the pipeline, verdict, report, export and TUI (and, pickled, between
+the report's parallel scans), so they are typed here rather than passed as string-keyed dicts.
+``as_dict()`` gives the JSON the report and export have always written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StackTop:
+    """One main-thread stack leaf: its class (sync, copy, data, comm, other, idle), file:line and code."""
+
+    klass: str
+    where: str
+    code: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"class": self.klass, "where": self.where, "code": self.code}
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A stretch with neither kernels nor copies on a GPU whose process lives (>= 0.5 s)."""
+
+    gpu: int
+    t0: float
+    t1: float
+    stack: StackTop | None = None  # the main thread's stack in the middle of the gap
+
+    @property
+    def duration_s(self) -> float:
+        return round(self.t1 - self.t0, 2)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "t0": self.t0,
+            "t1": self.t1,
+            "duration_s": self.duration_s,
+            "stack": None if self.stack is None else self.stack.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The numbers of one bin that fired a rule, rounded as people read them."""
+
+    graphics: float  # GPM graphics %, or NVML util % without GPM
+    sm: float | None
+    tensor: float | None
+    dram: float | None
+    pcie_gbps: float
+    pcie_pct_link: float
+    nvml_util: float | None  # NVML's "kernel running" %, beside GPM's activity
+    nvlink_gbps: float
+    nvlink_pct_peak: float
+    power_w: float | None
+    peers: tuple[int, ...]  # the GPUs of the same job (collectives' partners)
+    peers_elsewhere: tuple[int, ...]  # those of them not in a collective now
+    mode: str  # which signals the bin had (phases.evidence_mode); "evidence" in the JSON
+    proc_cpu: int  # main GPU process CPU %
+    workers: int
+    worker_cpu: int  # mean CPU % per DataLoader worker
+    workers_sleeping: float  # share of workers in S/D state
+    iowait: float
+    stack_shares: tuple[tuple[str, float], ...]  # (stack class, share of main-thread samples), by class
+    gil: float  # share of samples where the main thread held the GIL
+    stack_samples: int
+    comm: str | None = None  # why a collective's wait was not judged, where it could not be
+    top_stack: StackTop | None = None  # the stack that explains the label
+
+    def share(self, klass: str) -> float:
+        return dict(self.stack_shares).get(klass, 0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "graphics": self.graphics,
+            "sm": self.sm,
+            "tensor": self.tensor,
+            "dram": self.dram,
+            "pcie_gbps": self.pcie_gbps,
+            "pcie_pct_link": self.pcie_pct_link,
+            "nvml_util": self.nvml_util,
+            "nvlink_gbps": self.nvlink_gbps,
+            "nvlink_pct_peak": self.nvlink_pct_peak,
+            "power_w": self.power_w,
+            "peers": list(self.peers),
+            "peers_elsewhere": list(self.peers_elsewhere),
+            "evidence": self.mode,
+            "proc_cpu": self.proc_cpu,
+            "workers": self.workers,
+            "worker_cpu": self.worker_cpu,
+            "workers_sleeping": self.workers_sleeping,
+            "iowait": self.iowait,
+            "stack_shares": dict(self.stack_shares),
+            "gil": self.gil,
+            "stack_samples": self.stack_samples,
+        }
+        if self.comm is not None:
+            d["comm"] = self.comm
+        if self.top_stack is not None:
+            d["top_stack"] = self.top_stack.as_dict()
+        return d
