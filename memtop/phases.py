@@ -429,7 +429,7 @@ class Classifier:
             if not vals or vals[-1].t != g.t:
                 vals.append(g)
             # NVML util counts copies too: a gap is neither kernels nor copies running
-            self._track_gap(g.index, g.t, g.util if g.util is not None else g.graphics, frame)
+            self._track_gap(g.index, g.t, g.busy, frame)
         self._last = frame
 
     def state_key(self) -> tuple:
@@ -498,7 +498,7 @@ class Classifier:
             return sum(xs) / len(xs) if xs else None
 
         gpm = all(v.mode == "gpm" for v in vals)
-        graphics = mean("graphics") if gpm else mean("util")
+        graphics = mean("engine")
         if graphics is None:
             return None
         rx, tx = mean("pcie_rx") or 0.0, mean("pcie_tx") or 0.0
@@ -522,7 +522,7 @@ class Classifier:
             graphics=graphics,
             sm=mean("sm") if gpm else None,
             tensor=mean("tensor") if gpm else None,
-            dram=mean("dram") if gpm else mean("mem_util"),
+            dram=mean("bandwidth"),
             pcie_bps=pcie,
             pcie_frac=pcie / link.bytes_per_s if link and link.bytes_per_s else 0.0,
             util=mean("util"),

@@ -130,8 +130,8 @@ class Pipeline:
                 h.append(
                     Point(
                         g.t,
-                        g.sm if g.mode == "gpm" else g.util,
-                        g.dram if g.mode == "gpm" else g.mem_util,
+                        g.activity,
+                        g.bandwidth,
                         None if frac is None else 100 * frac,
                         cpu,
                     )

@@ -47,8 +47,8 @@ def mib(b: int | None) -> str:
 
 # -- the GPU table: its metric columns come from memtop.metrics (title, unit, compact format) -------
 GPU_METRIC_COLUMNS = ("sm", "tensor", "dram", "pcie_rx", "pcie_tx", "power_w", "temp_c")
-# without GPM the table shows NVML's nearest figure in the GPM metric's column
-NVML_STAND_IN = {"sm": "util", "dram": "mem_util"}
+# the SM and DRAM columns show the model's fallbacks: without GPM, NVML's nearest figure
+FALLBACK = {"sm": "activity", "dram": "bandwidth"}
 _CELL_W = {"percent": 3, "bytes_per_s": 5, "watts": 4, "celsius": 3}
 
 
@@ -73,9 +73,7 @@ def _cell(m: Metric, v: float | None) -> str:
 
 
 def metric_value(g: GpuSample, name: str) -> float | None:
-    if g.mode != "gpm" and name in NVML_STAND_IN:
-        name = NVML_STAND_IN[name]
-    return getattr(g, name)
+    return getattr(g, FALLBACK.get(name, name))
 
 
 # (title, width): fixed widths, so a value never resizes (and repaints) a whole table
