@@ -194,7 +194,7 @@ def _add_source(p: argparse.ArgumentParser) -> None:
 
 def _add_cluster_commands(sub) -> None:
     """snapshot / serve / cluster: one node's pipeline for scripts and Prometheus, and many nodes."""
-    from memtop.serve import DEFAULT_PORT
+    from memtop.commands.serve import DEFAULT_PORT
 
     sn = sub.add_parser("snapshot", help="what memtop knows now, once or as a stream (JSON lines)")
     sn.add_argument("--json", action="store_true", help="JSON (docs/snapshot.schema.json) instead of text")
@@ -278,15 +278,15 @@ def main(argv: list[str] | None = None) -> int:
 
 # each command's module loads only when it runs: `--help` never imports textual, NVML or SQLite
 COMMANDS: dict[str | None, tuple[str, str]] = {
-    None: ("memtop.commands", "live"),
-    "record": ("memtop.record", "record"),
-    "doctor": ("memtop.doctor", "run"),
-    "replay": ("memtop.commands", "replay"),
-    "report": ("memtop.commands", "report"),
-    "export": ("memtop.commands", "export"),
-    "snapshot": ("memtop.snapshot", "run_snapshot"),
-    "serve": ("memtop.serve", "serve"),
-    "cluster": ("memtop.cluster", "run_cluster"),
+    None: ("memtop.commands.local", "live"),
+    "record": ("memtop.commands.record", "record"),
+    "doctor": ("memtop.commands.doctor", "run"),
+    "replay": ("memtop.commands.local", "replay"),
+    "report": ("memtop.commands.local", "report"),
+    "export": ("memtop.commands.local", "export"),
+    "snapshot": ("memtop.commands.snapshot", "run_snapshot"),
+    "serve": ("memtop.commands.serve", "serve"),
+    "cluster": ("memtop.commands.cluster", "run_cluster"),
 }
 
 

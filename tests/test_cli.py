@@ -66,7 +66,7 @@ def test_doctor_and_the_live_view_agree_about_the_pmu():
     """Doctor tries the same counter group the live collector opens (one event may open alone)."""
     from memtop.collectors.perf import HARDWARE, PerfCollector
 
-    from memtop.doctor import perf_rows
+    from memtop.commands.doctor import perf_rows
 
     doc = next(r for r in perf_rows() if r.check == "hardware counters (PMU)")
     col = PerfCollector(pids=(os.getpid(),))

@@ -17,7 +17,7 @@ import pytest
 from netutil import free_ports, memtop, stop, wait_ready
 
 from memtop.cli import main
-from memtop.cluster import NodeState, read_hosts, recent_phase, rows
+from memtop.commands.cluster import NodeState, read_hosts, recent_phase, rows
 from memtop.sanitize import is_clean
 
 ROOT = Path(__file__).parent.parent
@@ -116,7 +116,7 @@ def test_hostile_node_strings_stay_data(capsys):
     snap["gpus"][0]["phase"] = HOSTILE[3]
     snap["gpus"][0]["band"] = HOSTILE[1]
     n = _state(HOSTILE[2][:40], snap)
-    from memtop.cluster import _print_text
+    from memtop.commands.cluster import _print_text
 
     _print_text([n], 2.0)
     out = capsys.readouterr().out
@@ -280,7 +280,7 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
 
 def test_malformed_snapshots_do_not_break_the_view(capsys):
     """A node may answer anything: wrong types stay out of the rows, deep nesting is 'not JSON'."""
-    from memtop.cluster import _print_text
+    from memtop.commands.cluster import _print_text
 
     weird = {"gpus": [7, {"index": 0, "band": ["C"], "phase": None, "shares": [1], "verdict": "x", "job": 3}]}
     n = NodeState("weird")
@@ -296,7 +296,7 @@ def test_hostile_http_nodes_get_a_reason():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from memtop.cluster import MAX_BODY, HttpPoller
+    from memtop.commands.cluster import MAX_BODY, HttpPoller
 
     answers = {
         "/deep": (200, b"[" * 100_000 + b"]" * 100_000),

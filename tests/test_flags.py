@@ -97,7 +97,7 @@ def test_a_crash_exits_70_end_to_end(tmp_path):
     """As a subprocess: the exit status the shell sees, and no traceback on the terminal."""
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
     code = (
-        "import sys, memtop.commands as c\n"
+        "import sys, memtop.commands.local as c\n"
         "def boom(a): raise ZeroDivisionError('x')\n"
         "c.report = boom\n"
         "from memtop.cli import main\n"

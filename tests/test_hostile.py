@@ -119,7 +119,7 @@ def test_unreadable_is_permission_denied_not_damaged(capsys, tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 def test_unreadable_is_permission_denied_not_damaged_as_nobody(tmp_path):
-    import memtop.commands
+    import memtop.commands.local
     import memtop.report
     import memtop.store  # noqa: F401 (imported before the child gives up root's files)
 

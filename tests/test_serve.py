@@ -21,9 +21,9 @@ import pytest
 from netutil import free_ports, memtop, stop, wait_ready
 from prometheus_client.parser import text_string_to_metric_families
 
+from memtop.commands.serve import _exposes
 from memtop.metrics import METRICS
 from memtop.phases import LABELS
-from memtop.serve import _exposes
 
 ROOT = Path(__file__).parent.parent
 SCHEMA = json.loads((ROOT / "docs" / "snapshot.schema.json").read_text())

@@ -15,9 +15,9 @@ from hostile import HOSTILE
 from memtop.collectors.jobid import KEYS, parse_environ, read_job
 
 from memtop.cli import main
+from memtop.commands.snapshot import BIN_S, CountingPipeline
 from memtop.phases import LABELS, classify
 from memtop.pipeline import Status
-from memtop.snapshot import BIN_S, CountingPipeline
 from memtop.store import Recording
 
 ROOT = Path(__file__).parent.parent

@@ -172,7 +172,7 @@ async def test_faults_during_a_run_show_and_the_app_goes_on():
 async def test_sampling_that_cannot_start_shows_in_the_header():
     import argparse
 
-    from memtop.commands import LiveController
+    from memtop.commands.local import LiveController
 
     p = Pipeline(Status("live"), meta={"host": "test"})
     app = MemtopApp(p, LiveController(argparse.Namespace(), p), hangup_guard=False)  # no options: it fails

@@ -291,7 +291,7 @@ async def test_a_theme_chosen_in_the_app_is_saved(tmp_path, monkeypatch):
 
 def test_flags_win_over_the_config_file():
     from memtop.cli import build_parser
-    from memtop.commands import display_options
+    from memtop.commands.local import display_options
     from memtop.config import Config
 
     cfg = Config(theme="nord", paint_rate=2.0, mouse=False, ascii=True)

@@ -45,7 +45,7 @@ from .tiles import TextPanel
 from .timeline import Timeline
 
 if TYPE_CHECKING:
-    from memtop.commands import LiveController
+    from memtop.commands.local import LiveController
 
 SEEK_S = 10.0  # ←/→ in replay, and scrolling a paused live view
 

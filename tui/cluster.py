@@ -22,7 +22,7 @@ from textual.screen import ModalScreen
 from textual.strip import Strip
 from textual.widgets import Footer, Static
 
-from memtop.cluster import STALE_INTERVALS, Row, SshStreams, node_list, recent_phase, rows
+from memtop.commands.cluster import STALE_INTERVALS, Row, SshStreams, node_list, recent_phase, rows
 from memtop.phases import CHARS, TITLES
 from memtop.sanitize import clean
 

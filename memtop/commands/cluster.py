@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memtop.authtoken import read_token
+from memtop.commands.authtoken import read_token
 from memtop.errors import UserError
 from memtop.model import JOB_KEYS
 from memtop.phases import CHARS

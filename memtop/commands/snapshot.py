@@ -85,7 +85,7 @@ class Node:
         self._started = 0.0
         replay = getattr(args, "replay", None)
         if args.demo or replay:
-            from memtop.commands import demo_path, open_recording
+            from memtop.commands.local import demo_path, open_recording
 
             path = Path(replay) if replay and not args.demo else demo_path()
             if not path.is_file():

@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from memtop.authtoken import read_token
+from memtop.commands.authtoken import read_token
 from memtop.errors import UserError
 
 # 9100-9999 is the exporter range; Prometheus (9090), node_exporter (9100), dcgm-exporter (9400) and
@@ -35,7 +35,7 @@ class NodeCollector:
 
         from memtop import __version__
         from memtop.collectors.jobid import KEYS
-        from memtop.snapshot import GAUGES, PHASES
+        from memtop.commands.snapshot import GAUGES, PHASES
 
         node = self.node
         view = node.view()
@@ -128,7 +128,7 @@ def _handler(node, reg, token: str | None):
     import json
     from http.server import BaseHTTPRequestHandler
 
-    from memtop.snapshot import snapshot
+    from memtop.commands.snapshot import snapshot
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: a cluster view polls every node every few seconds
@@ -187,7 +187,7 @@ def _exposes(bind: str) -> bool:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from memtop.snapshot import Node
+    from memtop.commands.snapshot import Node
 
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UserError("--tls-cert and --tls-key go together")
