@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.text import Text
 from textual import on
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.driver import Driver
@@ -478,6 +478,11 @@ class MemtopApp(App[int]):
         self.query_one(selector, TextPanel).update(content)
 
     def _paint(self) -> None:
+        try:  # a timer or a Refresh racing the app's start or shutdown finds no widgets to paint
+            if not (self.is_running and self.query("#header")):
+                return
+        except ScreenStackError:
+            return
         p = self.pipeline
         # the paint timer and a frame's Refresh often both come in one interval: building a View
         # (copies of the history, a verdict per GPU) only to find it unchanged was half the UI's cost
