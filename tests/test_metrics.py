@@ -77,7 +77,7 @@ def _py_decode(m: Metric, stored: object) -> float | None:
 stored_values = st.one_of(
     st.integers(-(2**63), 2**63 - 1),
     st.integers(-10, 2**31),
-    st.floats(allow_nan=False),
+    st.floats(allow_nan=False, allow_subnormal=False),  # -5e-324 / 10 underflows to -0.0, which is in range
     st.sampled_from([math.inf, -math.inf, 1e308, 1000, 1001, 0, -1, 2**30, 2**30 + 1]),
     st.text(max_size=5),
     st.binary(max_size=5),

@@ -76,7 +76,7 @@ def test_threads_are_listed_every_scan_interval(watched):
     col.sample(t0 + perf.SCAN_EVERY_S)  # the scan opens the busy thread's counters
     time.sleep(0.5)
     (s,) = col.sample(t0 + perf.SCAN_EVERY_S + 0.5)
-    assert s.get("task-clock") > 0.3
+    assert s.get("task-clock") > 0.1  # counted now (a busy thread sharing 2 cores with the test run)
 
 
 def test_no_pmu_path_for_real_or_hardware_counts(watched):

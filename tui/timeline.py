@@ -77,13 +77,15 @@ class Timeline(TiledLines):
         """``bands_only``: rebuild only the phase bands (every paint: the band's newest cell, the GPU
         row and the headline name one label); the series rows follow on the slower paints."""
         pts = view.history.get(gpu)
-        latest = pts[-1].t if pts else None
         self._view = view
-        if latest is not None and (
-            gpu != self.gpu or self._end is None or latest > self._end or latest < self._end - self.span_s
-        ):
-            self._end = latest + self.span_s / 4
-            bands_only = False
+        if pts:
+            # the window moves in quarter-span jumps on a fixed grid: where it stands depends on the
+            # newest point alone, not on which views happened to be painted before (a seek's prefill)
+            q = self.span_s / 4
+            end = (math.floor(pts[-1].t / q) + 1) * q
+            if gpu != self.gpu or end != self._end:
+                self._end = end
+                bands_only = False
         self.gpu = gpu
         self._redraw(bands_only)
 
