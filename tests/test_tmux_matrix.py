@@ -194,7 +194,7 @@ def _strip_scrollbar(pane: str) -> str:
     """Drop the right panel's scrollbar thumb. Its length reflects blank lines a panel keeps at its
     end until its width changes (a shorter text must not re-lay out the screen), so it depends on
     what was shown before; the text itself must not."""
-    return re.sub(r"^(.*▏ .*?) *[▁▂▃▄▅▆▇█]$", r"\1", pane, flags=re.M)
+    return re.sub(r"^(.*▏ .*?) *[▁▂▃▄▅▆▇█]+$", r"\1", pane, flags=re.M)
 
 
 def test_a_resized_paused_replay_equals_a_fresh_start_at_the_final_size(tmux):
