@@ -38,6 +38,7 @@ import random  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from datetime import timedelta  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -59,8 +60,9 @@ RANK, LOCAL, WORLD = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int
 MARKERS = f"{A.markers.removesuffix('.jsonl')}.rank{RANK}.jsonl"
 torch.cuda.set_device(LOCAL)
 dev = torch.device("cuda", LOCAL)
-UUID = "GPU-" + str(torch.cuda.get_device_properties(dev).uuid)
-dist.init_process_group("nccl", device_id=dev)
+UUID = str(getattr(torch.cuda.get_device_properties(dev), "uuid", ""))  # NVML's without "GPU-"
+# a phase that fails on one rank leaves the other in a collective: give up on it after 60 s
+dist.init_process_group("nccl", device_id=dev, timeout=timedelta(seconds=60))
 torch.manual_seed(A.seed)
 RNG = random.Random(A.seed)  # the same draws on every rank
 
@@ -104,7 +106,7 @@ def straggler_host(end: float, late: int) -> dict:
     m, (g, mib) = mat(dim), grad_buffer()
 
     def body() -> None:
-        if RANK == late:
+        if late == RANK:
             spin(ms)  # logging, checkpoint bookkeeping, rank-only evaluation: Python on the main thread
         work(m, k)
 
@@ -125,7 +127,7 @@ class SlowItems(Dataset):
 
 def straggler_loader(end: float, late: int) -> dict:
     slow, batch, dim, k = RNG.uniform(25, 60) * S, RNG.choice([4, 8]), RNG.choice([2048, 4096]), 4
-    item_ms = slow if RANK == late else 0.05
+    item_ms = slow if late == RANK else 0.05
     m, (g, mib) = mat(dim), grad_buffer()
     it = iter(DataLoader(SlowItems(item_ms), batch_size=batch, num_workers=1, pin_memory=True))
 
@@ -133,15 +135,13 @@ def straggler_loader(end: float, late: int) -> dict:
         next(it).to(dev, non_blocking=True)
         work(m, k)
 
-    facts = steps(end, body, g)
-    del it  # the worker exits before the next phase
-    return {**facts, "item_ms": round(slow, 1), "batch": batch, "workers": 1, "grad_mib": mib}
+    return {**steps(end, body, g), "item_ms": round(slow, 1), "batch": batch, "workers": 1, "grad_mib": mib}
 
 
 def straggler_compute(end: float, late: int) -> dict:
     dim, base, extra = RNG.choice([4096, 6144]), RNG.randint(1, 4), int(RNG.randint(30, 90) * S)
     m, (g, mib) = mat(dim), grad_buffer()
-    k = base + (extra if RANK == late else 0)
+    k = base + (extra if late == RANK else 0)
     return {**steps(end, lambda: work(m, k), g), "dim": dim, "matmuls": base, "extra": extra, "grad_mib": mib}
 
 
@@ -158,7 +158,7 @@ def fsdp_straggler(end: float, late: int) -> dict:
     m = mat(4096)
 
     def body() -> None:
-        if RANK == late:
+        if late == RANK:
             work(m, extra)  # the late rank's extra work before the forward pass's all-gathers
         with torch.autocast("cuda", torch.bfloat16):
             loss = model(x).float().pow(2).mean()
@@ -225,7 +225,7 @@ def main() -> None:
                 own, fn, dur = "idle", idle, A.idle_s
             else:
                 late_label, peer_label, fn = PHASES[name]
-                own, dur = (late_label if RANK == late or late < 0 else peer_label), A.phase_s
+                own, dur = (late_label if late == RANK or late < 0 else peer_label), A.phase_s
             t0 = time.monotonic()
             try:
                 facts = fn(t0 + dur, late)
@@ -236,7 +236,7 @@ def main() -> None:
             torch.cuda.synchronize()
             t1 = time.monotonic()
             t0 = facts.pop("_t0", t0)
-            facts.update(rank=RANK, uuid=UUID, late_rank=late, straggler=RANK == late)
+            facts.update(rank=RANK, local_rank=LOCAL, uuid=UUID, late_rank=late, straggler=late == RANK)
             fh.write(json.dumps({"t0": t0, "t1": t1, "label": own, "name": name, "facts": facts}) + "\n")
             fh.flush()
             print(f"rank {RANK} {name:18s} {own:8s} {t1 - t0:5.1f}s {facts}", flush=True)
