@@ -53,10 +53,13 @@ def _evidence(lab: Label) -> str:
             parts.append(f"power {e.power_w:.0f} W")
         if e.peers:
             peers, away = e.peers, e.peers_elsewhere
-            parts.append(
-                f"peer GPU{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}: "
-                + (f"{', '.join(map(str, away))} not in a collective" if away else "all in collectives")
-            )
+            if len(peers) == 1:  # "peer GPU 1 not in a collective", not "peer GPU 1: 1 not in ..."
+                parts.append(f"peer GPU {peers[0]} {'not ' if away else ''}in a collective")
+            else:
+                parts.append(
+                    f"peer GPUs {', '.join(map(str, peers))}: "
+                    + (f"{', '.join(map(str, away))} not in a collective" if away else "all in collectives")
+                )
     if lab.label in ("cpu", "input", "sync"):
         parts.append(f"main thread CPU {e.proc_cpu} %")
     if e.workers:

@@ -122,6 +122,7 @@ def test_comm_fires_on_the_waiting_gpu_and_not_on_its_busy_peer():
     last = c.labels[0][-1]
     assert last.sub == "wait" and last.evidence.peers_elsewhere == (1,)
     assert last.evidence.power_w == 115.0 and "no stacks" in last.evidence.mode
+    assert "peer GPU 1 not in a collective" in verdict(c.labels[0], gpu=0).evidence
 
 
 def test_comm_confirmed_by_collective_stacks_without_peers():
@@ -180,6 +181,7 @@ def test_straggler_is_the_computing_rank_with_evidence_and_advice():
     assert (s.gpu, s.phase, s.peers) == (1, "compute", (0, 2)) and s.peer_comm > 0.8
     v = straggler_verdict(s, verdict(c.labels[1], gpu=1, window_s=10), None)
     assert v.headline.startswith("GPU 1 is the straggler") and "GPUs 0, 2 of its job wait" in v.evidence
+    assert v.evidence.startswith("straggler: GPU 1 compute")  # the TUI shows the line's start at 80 columns
     assert "-o memtop-straggler-rank%q{RANK}" in v.command
 
 
