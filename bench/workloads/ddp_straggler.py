@@ -148,7 +148,7 @@ def straggler_compute(end: float, late: int) -> dict:
 def fsdp_straggler(end: float, late: int) -> dict:
     from torch.distributed.fsdp import fully_shard
 
-    width, layers, extra = RNG.choice([2048, 4096]), RNG.randint(4, 8), int(RNG.randint(40, 100) * S)
+    width, layers, extra = RNG.choice([2048, 4096]), RNG.randint(4, 8), int(RNG.randint(120, 300) * S)
     model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(layers)]).to(dev)
     for layer in model:
         fully_shard(layer)
