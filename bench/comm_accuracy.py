@@ -15,9 +15,10 @@ import argparse
 import json
 import statistics
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
-from memtop.model import Marker
+from memtop.model import Frame, Marker
 from memtop.phases import Classifier, Label
 from memtop.score import score, truth_of
 from memtop.store import Recording
@@ -36,20 +37,23 @@ def gpu_markers(rec: Recording) -> dict[int, list[Marker]]:
     return out
 
 
-def replay(rec: Recording, window_s: float = WINDOW_S) -> tuple[Classifier, dict[int, set[float]]]:
-    """Labels per GPU, and the bins at which each GPU was flagged as the straggler."""
+def replay(
+    frames: Iterable[Frame], windows: tuple[float, ...] = (WINDOW_S,)
+) -> tuple[Classifier, dict[float, dict[int, set[float]]]]:
+    """Labels per GPU, and per straggler window the bins at which each GPU was flagged."""
     c = Classifier()
-    flagged: dict[int, set[float]] = {}
+    flagged: dict[float, dict[int, set[float]]] = {w: {} for w in windows}
     seen: dict[int, int] = {}
 
     def check() -> None:
         counts = {g: len(ls) for g, ls in c.labels.items()}
         if counts != seen:
             seen.update(counts)
-            for s in stragglers(c.labels, c.jobs, window_s):
-                flagged.setdefault(s.gpu, set()).add(c.labels[s.gpu][-1].t)
+            for w in windows:
+                for s in stragglers(c.labels, c.jobs, w):
+                    flagged[w].setdefault(s.gpu, set()).add(c.labels[s.gpu][-1].t)
 
-    for f in rec.frames():
+    for f in frames:
         c.feed(f)
         check()
     c.flush()
@@ -63,9 +67,20 @@ def _f1(tp: int, fp: int, fn: int) -> float:
 
 def score_file(path: Path, guards: list[float], window_s: float) -> dict:
     rec = Recording(path)
-    c, flagged = replay(rec, window_s)
-    marks = gpu_markers(rec)
-    out: dict = {"name": path.name, "gpus": sorted(marks)}
+    return score_run(path.name, rec.frames(), gpu_markers(rec), guards, window_s)
+
+
+def score_run(
+    name: str,
+    frames: Iterable[Frame],
+    marks: dict[int, list[Marker]],
+    guards: list[float],
+    window_s: float,
+    replayed: tuple[Classifier, dict[float, dict[int, set[float]]]] | None = None,
+) -> dict:
+    c, by_window = replayed or replay(frames, (window_s,))
+    flagged = by_window[window_s]
+    out: dict = {"name": name, "gpus": sorted(marks)}
     for guard in guards:
         comm, strag = Counter(), Counter()
         sub_bw = sub_n = 0
