@@ -29,10 +29,12 @@ class Verdict:
     advice: tuple[str, ...] = ()
     command: str = ""
     shares: dict[str, float] = field(default_factory=dict)
+    straggler: bool = False  # the rest of its job waits for this GPU (straggler_verdict)
 
     @property
     def healthy(self) -> bool:
-        return self.label in HEALTHY or self.label in ("idle", "gathering")
+        """Nothing to act on: a straggler is not healthy, however busy its own GPU is."""
+        return not self.straggler and (self.label in HEALTHY or self.label in ("idle", "gathering"))
 
 
 def _evidence(lab: Label) -> str:
@@ -265,4 +267,5 @@ def straggler_verdict(s: Straggler, v: Verdict, frame: Frame | None = None) -> V
         ),
         _command("straggler-rank%q{RANK}", frame, s.gpu, t0),  # nsys puts each rank's RANK in its file name
         v.shares,
+        straggler=True,
     )
