@@ -67,11 +67,13 @@ torch.manual_seed(A.seed)
 RNG = random.Random(A.seed)  # the same draws on every rank
 
 
-def steps(end: float, body: Callable[[], None], grad: torch.Tensor | None) -> dict:
-    """body() then (with `grad`) its all-reduce, until every rank is past `end`: a MIN all-reduce of a
-    keep-going flag keeps the ranks in lockstep (the waiting rank's main thread waits at .item())."""
+def steps(dur: float, body: Callable[[], None], grad: torch.Tensor | None) -> dict:
+    """body() then (with `grad`) its all-reduce, until every rank has run `dur` seconds (the phase's
+    set-up, before the barrier, is not in it): a MIN all-reduce of a keep-going flag keeps the ranks
+    in lockstep (the waiting rank's main thread waits at .item())."""
     dist.barrier()
     t0, n = time.monotonic(), 0
+    end = t0 + dur
     go = torch.ones(1, device=dev)
     while True:
         body()
@@ -101,7 +103,7 @@ def grad_buffer() -> tuple[torch.Tensor, int]:
     return torch.randn(mib << 19, device=dev, dtype=torch.bfloat16), mib
 
 
-def straggler_host(end: float, late: int) -> dict:
+def straggler_host(dur: float, late: int) -> dict:
     ms, dim, k = RNG.uniform(80, 250) * S, RNG.choice([2048, 4096]), RNG.randint(2, 8)
     m, (g, mib) = mat(dim), grad_buffer()
 
@@ -110,7 +112,7 @@ def straggler_host(end: float, late: int) -> dict:
             spin(ms)  # logging, checkpoint bookkeeping, rank-only evaluation: Python on the main thread
         work(m, k)
 
-    return {**steps(end, body, g), "host_ms": round(ms, 1), "dim": dim, "matmuls": k, "grad_mib": mib}
+    return {**steps(dur, body, g), "host_ms": round(ms, 1), "dim": dim, "matmuls": k, "grad_mib": mib}
 
 
 class SlowItems(Dataset):
@@ -125,7 +127,7 @@ class SlowItems(Dataset):
         return torch.ones(256)
 
 
-def straggler_loader(end: float, late: int) -> dict:
+def straggler_loader(dur: float, late: int) -> dict:
     slow, batch, dim, k = RNG.uniform(25, 60) * S, RNG.choice([4, 8]), RNG.choice([2048, 4096]), 4
     item_ms = slow if late == RANK else 0.05
     m, (g, mib) = mat(dim), grad_buffer()
@@ -135,17 +137,17 @@ def straggler_loader(end: float, late: int) -> dict:
         next(it).to(dev, non_blocking=True)
         work(m, k)
 
-    return {**steps(end, body, g), "item_ms": round(slow, 1), "batch": batch, "workers": 1, "grad_mib": mib}
+    return {**steps(dur, body, g), "item_ms": round(slow, 1), "batch": batch, "workers": 1, "grad_mib": mib}
 
 
-def straggler_compute(end: float, late: int) -> dict:
+def straggler_compute(dur: float, late: int) -> dict:
     dim, base, extra = RNG.choice([4096, 6144]), RNG.randint(1, 4), int(RNG.randint(30, 90) * S)
     m, (g, mib) = mat(dim), grad_buffer()
     k = base + (extra if late == RANK else 0)
-    return {**steps(end, lambda: work(m, k), g), "dim": dim, "matmuls": base, "extra": extra, "grad_mib": mib}
+    return {**steps(dur, lambda: work(m, k), g), "dim": dim, "matmuls": base, "extra": extra, "grad_mib": mib}
 
 
-def fsdp_straggler(end: float, late: int) -> dict:
+def fsdp_straggler(dur: float, late: int) -> dict:
     from torch.distributed.fsdp import fully_shard
 
     width, layers, extra = RNG.choice([2048, 4096]), RNG.randint(4, 8), int(RNG.randint(120, 300) * S)
@@ -166,21 +168,21 @@ def fsdp_straggler(end: float, late: int) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return {**steps(end, body, None), "width": width, "layers": layers, "extra": extra}
+    return {**steps(dur, body, None), "width": width, "layers": layers, "extra": extra}
 
 
-def comm_bandwidth(end: float, late: int) -> dict:
+def comm_bandwidth(dur: float, late: int) -> dict:
     mib = RNG.choice([256, 512, 1024])
     big = torch.empty(mib << 19, device=dev, dtype=torch.bfloat16)
     t = time.monotonic()
-    facts = steps(end, lambda: dist.all_reduce(big), None)
+    facts = steps(dur, lambda: dist.all_reduce(big), None)
     dt = time.monotonic() - t
     # ring all-reduce bus bandwidth: 2 (n-1)/n of the buffer crosses each link per call
     bus = facts["steps"] * (mib << 20) * 2 * (WORLD - 1) / WORLD / dt / 1e9
     return {**facts, "buffer_mib": mib, "bus_gbps": round(bus, 1)}
 
 
-def neg_ddp_overlap(end: float, late: int) -> dict:
+def neg_ddp_overlap(dur: float, late: int) -> dict:
     width, layers = RNG.choice([4096, 6144]), RNG.randint(8, 14)
     seq = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(layers)])
     model = DDP(seq.to(dev, torch.bfloat16), device_ids=[LOCAL], bucket_cap_mb=25)
@@ -192,7 +194,7 @@ def neg_ddp_overlap(end: float, late: int) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return {**steps(end, body, None), "width": width, "layers": layers}
+    return {**steps(dur, body, None), "width": width, "layers": layers}
 
 
 # name -> (the late rank's label, its peers' label, fn); None: no straggler, every rank gets the label
@@ -207,10 +209,10 @@ PHASES: dict[str, tuple[str, str, Callable[[float, int], dict]]] = {
 NO_STRAGGLER = {"comm_bandwidth", "neg_ddp_overlap"}
 
 
-def idle(end: float, late: int) -> dict:
+def idle(dur: float, late: int) -> dict:
     dist.barrier()
     t0 = time.monotonic()
-    time.sleep(max(0.0, end - t0))
+    time.sleep(dur)
     return {"_t0": t0}
 
 
@@ -228,7 +230,7 @@ def main() -> None:
                 own, dur = (late_label if late == RANK or late < 0 else peer_label), A.phase_s
             t0 = time.monotonic()
             try:
-                facts = fn(t0 + dur, late)
+                facts = fn(dur, late)
             except Exception:
                 traceback.print_exc()
                 print(f"rank {RANK} {name}: failed, no marker", flush=True)
