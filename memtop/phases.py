@@ -192,6 +192,17 @@ def nvlink_peak(name: str) -> float:
     return 2 * next((bps for key, bps in NVLINK_PEAK_BPS if key in name), NVLINK_DEFAULT_BPS)
 
 
+# The collective's GPU pattern (from the issue's field reports until labelled 2-GPU runs calibrate
+# them: bench/comm_calibrate.py grids these on training recordings)
+COMM_GRAPHICS_MIN = 80.0  # graphics engine busy with NCCL's kernels...
+COMM_SM_MAX = 30.0  # ...on few SMs (a few CTAs per channel)
+COMM_TENSOR_MAX = 5.0
+COMM_DRAM_MAX = 10.0
+COMM_PCIE_MAX = 0.2  # of the link: more is a transfer
+COMM_NVLINK_BW = 0.5  # of NVLink's peak: a bandwidth-bound collective...
+COMM_BW_SM_MAX = 50.0  # ...moves data with more SMs at work
+
+
 def _collective(f: Features) -> bool:
     """The GPU pattern of a collective. NCCL runs a few CTAs per channel, so the graphics engine reads
     busy while SM activity, tensor pipes and DRAM stay near zero (waiting for a peer); a
@@ -200,11 +211,17 @@ def _collective(f: Features) -> bool:
     tensor and DRAM already mean low power. A 0.5 s bin that waits for only part of it carries the
     step's compute (tensor, DRAM) and stays `other`: missed, never a false comm, until recordings
     calibrate these limits."""
-    if not f.gpm or f.sm is None or f.graphics < 80 or (f.tensor or 0) >= 5 or f.pcie_frac >= 0.2:
+    if (
+        not f.gpm
+        or f.sm is None
+        or f.graphics < COMM_GRAPHICS_MIN
+        or (f.tensor or 0) >= COMM_TENSOR_MAX
+        or f.pcie_frac >= COMM_PCIE_MAX
+    ):
         return False
-    if f.nvlink_frac >= 0.5:
-        return f.sm < 50
-    return f.sm < 30 and (f.dram or 0) < 10
+    if f.nvlink_frac >= COMM_NVLINK_BW:
+        return f.sm < COMM_BW_SM_MAX
+    return f.sm < COMM_SM_MAX and (f.dram or 0) < COMM_DRAM_MAX
 
 
 def _comm_confirmed(f: Features) -> bool:
@@ -213,12 +230,14 @@ def _comm_confirmed(f: Features) -> bool:
     With NCCL a work's .wait() does not block the CPU, so the main thread often waits at the next CUDA
     sync instead: then the peers are the evidence."""
     return (
-        f.shares.get("comm", 0) >= 0.2 or bool(f.peers_elsewhere) or (bool(f.peers) and f.nvlink_frac >= 0.5)
+        f.shares.get("comm", 0) >= 0.2
+        or bool(f.peers_elsewhere)
+        or (bool(f.peers) and f.nvlink_frac >= COMM_NVLINK_BW)
     )
 
 
 def _comm_sub(f: Features) -> str:
-    return "bandwidth" if f.nvlink_frac >= 0.5 else "wait"
+    return "bandwidth" if f.nvlink_frac >= COMM_NVLINK_BW else "wait"
 
 
 RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], str] | None], ...] = (

@@ -54,8 +54,8 @@ class Straggler:
     @property
     def evidence(self) -> str:
         names = ", ".join(str(p) for p in self.peers)
-        return (
-            f"GPU {self.gpu} {self.phase} {100 * self.share:.0f} % of the last {self.window_s:.0f} s while "
+        return (  # "straggler" first: the TUI cuts this line at the panel's width
+            f"straggler: GPU {self.gpu} {self.phase} {100 * self.share:.0f} % of the last {self.window_s:.0f} s while "
             f"GPU{'s' if len(self.peers) > 1 else ''} {names} of its job "
             f"{'wait' if len(self.peers) > 1 else 'waits'} in collectives "
             f"{100 * self.peer_comm:.0f} % of it"

@@ -29,10 +29,12 @@ class Verdict:
     advice: tuple[str, ...] = ()
     command: str = ""
     shares: dict[str, float] = field(default_factory=dict)
+    straggler: bool = False  # the rest of its job waits for this GPU (straggler_verdict)
 
     @property
     def healthy(self) -> bool:
-        return self.label in HEALTHY or self.label in ("idle", "gathering")
+        """Nothing to act on: a straggler is not healthy, however busy its own GPU is."""
+        return not self.straggler and (self.label in HEALTHY or self.label in ("idle", "gathering"))
 
 
 def _evidence(lab: Label) -> str:
@@ -53,10 +55,13 @@ def _evidence(lab: Label) -> str:
             parts.append(f"power {e.power_w:.0f} W")
         if e.peers:
             peers, away = e.peers, e.peers_elsewhere
-            parts.append(
-                f"peer GPU{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}: "
-                + (f"{', '.join(map(str, away))} not in a collective" if away else "all in collectives")
-            )
+            if len(peers) == 1:  # "peer GPU 1 not in a collective", not "peer GPU 1: 1 not in ..."
+                parts.append(f"peer GPU {peers[0]} {'not ' if away else ''}in a collective")
+            else:
+                parts.append(
+                    f"peer GPUs {', '.join(map(str, peers))}: "
+                    + (f"{', '.join(map(str, away))} not in a collective" if away else "all in collectives")
+                )
     if lab.label in ("cpu", "input", "sync"):
         parts.append(f"main thread CPU {e.proc_cpu} %")
     if e.workers:
@@ -262,4 +267,5 @@ def straggler_verdict(s: Straggler, v: Verdict, frame: Frame | None = None) -> V
         ),
         _command("straggler-rank%q{RANK}", frame, s.gpu, t0),  # nsys puts each rank's RANK in its file name
         v.shares,
+        straggler=True,
     )

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from memtop.tui import format as fmt
 from multigpu import multi_gpu
 
 from memtop.model import (
@@ -122,6 +123,7 @@ def test_comm_fires_on_the_waiting_gpu_and_not_on_its_busy_peer():
     last = c.labels[0][-1]
     assert last.sub == "wait" and last.evidence.peers_elsewhere == (1,)
     assert last.evidence.power_w == 115.0 and "no stacks" in last.evidence.mode
+    assert "peer GPU 1 not in a collective" in verdict(c.labels[0], gpu=0).evidence
 
 
 def test_comm_confirmed_by_collective_stacks_without_peers():
@@ -180,6 +182,7 @@ def test_straggler_is_the_computing_rank_with_evidence_and_advice():
     assert (s.gpu, s.phase, s.peers) == (1, "compute", (0, 2)) and s.peer_comm > 0.8
     v = straggler_verdict(s, verdict(c.labels[1], gpu=1, window_s=10), None)
     assert v.headline.startswith("GPU 1 is the straggler") and "GPUs 0, 2 of its job wait" in v.evidence
+    assert v.evidence.startswith("straggler: GPU 1 compute")  # the TUI shows the line's start at 80 columns
     assert "-o memtop-straggler-rank%q{RANK}" in v.command
 
 
@@ -199,9 +202,14 @@ def test_pipeline_turns_the_straggler_into_its_gpu_verdict():
     p = Pipeline(Status("replay"))
     for f in _frames([WAIT, COMPUTE]):
         p.on_frame(f, tick=False)
-    v = p.view().verdicts
+    view = p.view()
+    v = view.verdicts
     assert v[0].label == "comm" and "waits in a collective" in v[0].advice[0]
     assert v[1].headline.startswith("GPU 1 is the straggler") and v[1].label == "compute"
+    # the screen's headline names it first, and its nsys command shows though compute is healthy
+    assert fmt.headline(view, 1).plain.startswith("GPU 1 STRAGGLER now: compute-bound")
+    assert "STRAGGLER" not in fmt.headline(view, 0).plain
+    assert "$ nsys profile" in fmt.verdict_text(view, 1).plain and "straggler-rank" in v[1].command
 
 
 def test_no_straggler_when_every_rank_computes():

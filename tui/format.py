@@ -174,6 +174,9 @@ def headline(v: View, gpu: int, lk: Look = DEFAULT) -> Text:
     name, settling = now_label(v.labels.get(gpu))
     t = Text()
     t.append(f"GPU {gpu} ", style="bold")
+    if vd is not None and vd.straggler:  # the rest of its job waits for this GPU: first, never cut
+        t.append("STRAGGLER", style="bold reverse")
+        t.append(" ")
     t.append("now: ", style="dim")
     now = "warming up" if name == "warmup" else TITLES.get(name, name)
     t.append(now + (" (settling?)" if settling else ""), style=lk.phase(name) + _BOLD)
