@@ -41,7 +41,7 @@ from . import format as fmt
 from .overview import Overview
 from .palette import AsciiFilter, Look, look
 from .table import RowTable
-from .tiles import TextPanel
+from .tiles import TextPanel, TiledLines
 from .timeline import Timeline
 
 if TYPE_CHECKING:
@@ -645,6 +645,8 @@ class MemtopApp(App[int]):
         assert self.playback is not None
         self.playback.seek(offset)
         self.query_one(Overview).update()
+        for panel in self.query(TiledLines):
+            panel.fit()
 
     def action_pause(self) -> None:
         if self.playback is not None:

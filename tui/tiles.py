@@ -163,6 +163,16 @@ class TiledLines(KeepsRender):
     def line_count(self) -> int:
         return len(self._lines)
 
+    def fit(self) -> None:
+        """Drop the blank lines kept from taller texts: after a jump the screen shows another instant,
+        laid out as a fresh start there would be."""
+        self._floor = (0, 0)
+        lines = self._lines
+        while lines and lines[-1].cell_length == 0:  # padding is empty; a text's blank line is not
+            lines = lines[:-1]
+        if len(lines) != len(self._lines):
+            self.set_lines(lines)
+
     def set_lines(self, lines: list[Strip], changed: list[tuple[int, int]] | None = None) -> None:
         """Show ``lines``; ``changed`` (line, tile) pairs, when the caller knows them, spare the diff.
 
