@@ -229,12 +229,13 @@ def _comm_sub(f: Features) -> str:
 RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], str] | None], ...] = (
     (
         "idle",
-        "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on",
+        "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on "
+        "(without stacks: none alive; workers asleep beside an idle GPU wait on storage)",
         lambda f: (
             f.graphics < 5
             and f.pcie_frac < 0.02
             and f.proc_cpu < 20
-            and not (f.workers > 0 and (f.shares.get("data", 0) >= 0.2 or _workers_busy(f)))
+            and not (f.workers > 0 and (f.shares.get("data", 0) >= 0.2 or f.stack_n == 0))
         ),
         None,
     ),
