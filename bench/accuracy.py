@@ -79,7 +79,7 @@ def unsound(rec: Recording, m: Marker, guard: float = 0.5) -> str | None:
     except (ValueError, AttributeError):
         wf = None
     if m.label == "sync" and wf is not None and wf < SOUND_WAIT_FRAC:
-        return f"the loop waited {100 * wf:.0f} % of its time (< {100 * SOUND_WAIT_FRAC:.0f} %)"
+        return f"the loop waited {100 * wf:.1f} % of its time (< {100 * SOUND_WAIT_FRAC:.0f} %)"
     return None
 
 
