@@ -70,7 +70,7 @@ def hf_trainer(end: float, layers: int, width: int, seq: int, bs: int) -> dict:
     with torch.device("cuda"):
         model = GPT2LMHeadModel(cfg)
     seen: dict = {}
-    dur = end - time.monotonic()  # the phase's length, counted from the first warm step
+    dur = A.phase_s  # counted from the first warm step (the import above can take seconds)
 
     class StopAt(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
@@ -134,7 +134,7 @@ def lightning_fit(end: float, loader: DataLoader, width: int, depth: int, batch:
     import lightning as L
 
     seen: dict = {}
-    dur = end - time.monotonic()
+    dur = A.phase_s
 
     class Net(L.LightningModule):
         def __init__(self):
@@ -232,7 +232,7 @@ def tv_train(end: float, workers: int, side: int, arch: str, bs: int, reps: int)
     model = getattr(torchvision.models, arch)(num_classes=1000).to(dev, memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     dl = DataLoader(Pictures(side, tf), batch_size=bs, num_workers=workers, pin_memory=True, shuffle=True)
-    n, dur, t0 = 0, end - time.monotonic(), None
+    n, dur, t0 = 0, A.phase_s, None
     for x, y in dl:
         if t0 is None:  # workers start and fill their first batches: the phase starts at the first step
             t0 = time.monotonic()
