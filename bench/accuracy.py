@@ -1,6 +1,7 @@
 """Classifier accuracy on the labelled H100 recordings, every evidence mode from the same files.
 
-Modes: GPM + stacks; NVML-only (GPM fields dropped on read); GPM without stacks (stacks ignored).
+Modes: GPM + stacks; NVML-only (GPM fields dropped on read); GPM without stacks (stacks ignored);
+neither (an older GPU in a container without ptrace).
 Sets: the first corpus (one synthetic PyTorch workload, 13 seeds), the framework corpus the rules
 were tuned on (train_*), the held-out runs recorded after the rules froze at d4b2494 (heldout_*,
 spent: the rules were tuned again after they were scored), and the held-out runs recorded after the
@@ -117,6 +118,7 @@ MODES = {
     "GPM + stacks": (lambda fr: fr, {}),
     "NVML-only (GPM dropped on read)": (nvml_only, {}),
     "GPM, no stacks (stacks dropped on read)": (lambda fr: fr, {"use_stacks": False}),
+    "NVML-only, no stacks (both dropped on read)": (nvml_only, {"use_stacks": False}),
 }
 
 

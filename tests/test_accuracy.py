@@ -87,6 +87,22 @@ def test_false_sync_stall_on_negative_controls_with_stacks():
     assert sum(s["neg_false_sync_s"] for s in scored("GPM + stacks", "heldout2")) <= 2.5
 
 
+def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
+    """The verdict's "missing ..." line states held-out macro-F1 per evidence mode: it must match
+    bench/accuracy.py on the heldout2 runs."""
+    from memtop.verdict import FULL_F1, MISSING_COST
+
+    modes = {
+        "GPM, no stacks": "GPM, no stacks (stacks dropped on read)",
+        "NVML-only + stacks": "NVML-only (GPM dropped on read)",
+        "NVML-only, no stacks": "NVML-only, no stacks (both dropped on read)",
+    }
+    assert set(modes) == set(MISSING_COST)
+    assert mean_f1("GPM + stacks", sets=("heldout2",))[0] == pytest.approx(FULL_F1, abs=0.002)
+    for ev, mode in modes.items():
+        assert mean_f1(mode, sets=("heldout2",))[0] == pytest.approx(MISSING_COST[ev][1], abs=0.002), ev
+
+
 def test_the_declared_soundness_check_finds_the_phases_judged_unsound_by_hand():
     """The check declared for heldout2 before recording it (the driver's NVML util, the workload's own
     wait fraction) agrees with the judgments made by hand on the first held-out runs."""
