@@ -162,6 +162,11 @@ def _real_kernels(f: Features) -> bool:
     return f.sm >= 0.4 * f.graphics if f.sm is not None else (f.dram or 0) >= 1
 
 
+# NVML's memory util counts the share of time memory was read or written, not bandwidth: matmul
+# training reads 30-70 % (compile, Trainer, Lightning), a bandwidth-bound kernel 100 % (training corpus)
+NVML_MEMORY_UTIL = 85
+
+
 def _pageable(f: Features) -> str:
     return "pageable" if f.shares.get("copy", 0) >= 0.2 or f.pcie_frac < 0.5 else "dma"
 
@@ -243,12 +248,13 @@ def _comm_sub(f: Features) -> str:
 RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], str] | None], ...] = (
     (
         "idle",
-        "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on",
+        "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on "
+        "(without stacks: none alive; workers asleep beside an idle GPU wait on storage)",
         lambda f: (
             f.graphics < 5
             and f.pcie_frac < 0.02
             and f.proc_cpu < 20
-            and not (f.workers > 0 and (f.shares.get("data", 0) >= 0.2 or _workers_busy(f)))
+            and not (f.workers > 0 and (f.shares.get("data", 0) >= 0.2 or f.stack_n == 0))
         ),
         None,
     ),
@@ -281,8 +287,8 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
     ),
     (
         "memory",
-        "DRAM >= 60 % with graphics >= 80 %",
-        lambda f: (f.dram or 0) >= 60 and f.graphics >= 80,
+        "DRAM >= 60 % (NVML-only: memory util >= 85 %) with graphics >= 80 %",
+        lambda f: (f.dram or 0) >= (60 if f.gpm else NVML_MEMORY_UTIL) and f.graphics >= 80,
         None,
     ),
     (
@@ -326,10 +332,9 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
     ),
     (
         "sync",
-        "no stacks, GPM: graphics 15-80 % with real kernels (SM >= 0.4 x graphics), process CPU >= 50 %",
-        lambda f: (
-            f.stack_n == 0 and f.gpm and 15 <= f.graphics < 80 and _real_kernels(f) and f.proc_cpu >= 50
-        ),
+        "graphics 22-80 % with real kernels (SM >= 0.4 x graphics; NVML-only: memory util >= 1 %), "
+        "process CPU >= 50 %: the host and the GPU take turns, whether or not a stack sample caught the wait",
+        lambda f: 22 <= f.graphics < 80 and _real_kernels(f) and f.proc_cpu >= 50,
         None,
     ),
     (
@@ -346,10 +351,11 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
 # Exit thresholds (hysteresis): the current label holds against the labels listed while its exit
 # condition holds, though its entry rule no longer fires. Compute stays down to graphics 75 % /
 # SM 60 %, so a dip under the 80 % entry (79.5 % seen on the H100 under a CPU hog) flips nothing;
-# at 70 % a sync stall that keeps the GPU 70-71 % busy (seed 7) stayed compute by a hair. A sync
-# stall with a short wait is caught by few stack samples: between them it looks CPU-bound, so it
-# stays sync while a sync wait was seen in the last SYNC_HOLD_S with the same GPU pattern, down to
-# graphics 10 % (entry 15 %: a dip to 13 % for a second flipped seed 8).
+# at 70 % a sync stall that keeps the GPU 70-71 % busy (seed 7) stayed compute by a hair. Memory
+# holds the same way (a bandwidth-bound copy loop dipped to 79 % for one bin, seed 6). A sync
+# stall keeps its label down to graphics 10 % with real kernels while a sync wait was seen in the
+# last SYNC_HOLD_S or the process is busy (GPM reads of a 27 % stall dipped to 13-21 % for seconds,
+# seed 8; the entry needs 22 % without a sync stack).
 UNDER_USED = {"sync", "cpu", "input", "other"}
 SYNC_HOLD_S = STACK_WINDOW_S
 STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
@@ -358,10 +364,17 @@ STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
         "graphics >= 75 %, SM >= 60 %",
         lambda f: f.graphics >= 75 and (f.sm is None or f.sm >= 60),
     ),
+    "memory": (
+        UNDER_USED,
+        "graphics >= 75 %, DRAM >= 55 % (NVML-only: memory util >= 80 %)",
+        lambda f: f.graphics >= 75 and (f.dram or 0) >= (55 if f.gpm else NVML_MEMORY_UTIL - 5),
+    ),
     "sync": (
         {"cpu"},
-        f"a sync wait within {SYNC_HOLD_S:.0f} s, graphics 10-80 % with real kernels",
-        lambda f: 10 <= f.graphics < 80 and _real_kernels(f) and f.sync_age <= SYNC_HOLD_S,
+        f"graphics 10-80 % with real kernels, and a sync wait within {SYNC_HOLD_S:.0f} s or process CPU >= 50 %",
+        lambda f: (
+            10 <= f.graphics < 80 and _real_kernels(f) and (f.sync_age <= SYNC_HOLD_S or f.proc_cpu >= 50)
+        ),
     ),
 }
 
@@ -387,13 +400,15 @@ class _Bin:
 class Classifier:
     """Feed Frames in time order; read ``labels`` (per GPU) and ``gaps``.
 
-    ``confirm``: bins a new label must win in a row before it replaces the current one.
+    ``confirm``: bins a new label must win in a row before it replaces the current one; "no rule
+    matched" (other) needs one more. One bin was enough on the training corpus: the rules' exit
+    thresholds (STICKY) are the hysteresis, and two bins cost every phase half a second of latency.
     """
 
     def __init__(
         self,
         bin_s: float = 0.5,
-        confirm: int = 2,
+        confirm: int = 1,
         warmup_bins: int = 2,
         use_stacks: bool = True,
         max_bins: int | None = None,
@@ -601,7 +616,7 @@ class Classifier:
         else:
             run = run + 1 if raw == cand else 1
             cand = raw
-            if not stable or (raw != stable and run >= self.confirm):
+            if not stable or (raw != stable and run >= self.confirm + (raw == "other")):
                 stable = raw
         self._state[f.gpu] = (stable, cand, run)
         conf = 0.9 if f.gpm else 0.65

@@ -94,6 +94,7 @@ def build_report(
                     "evidence": vd.evidence,
                     "advice": list(vd.advice),
                     "command": vd.command,
+                    "missing": vd.missing,
                 },
                 "phase_stacks": {
                     k: [
@@ -249,6 +250,8 @@ def render(rep: dict, fmt: str) -> str:
         v = g["verdict"]
         lines += ["", f"{h2}GPU {g['index']} — {v['headline']}", ""]
         lines.append(f"{'**Evidence:** ' if md else 'evidence: '}{v['evidence']}")
+        if v.get("missing"):
+            lines.append(f"{'**Missing evidence:** ' if md else 'missing evidence: '}{v['missing']}")
         for a in v["advice"]:
             lines.append(f"{'- ' if md else '  -> '}{a}")
         if v["command"]:

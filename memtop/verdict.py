@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from memtop.model import Frame
-from memtop.phases import HEALTHY, TITLES, Label
+from memtop.phases import HEALTHY, TITLES, Label, evidence_mode
 from memtop.sanitize import is_clean
 from memtop.straggler import Straggler
 
@@ -29,12 +29,47 @@ class Verdict:
     advice: tuple[str, ...] = ()
     command: str = ""
     shares: dict[str, float] = field(default_factory=dict)
-    straggler: bool = False  # the rest of its job waits for this GPU (straggler_verdict)
+    # keyword-only: a positional argument must not land in the wrong flag
+    straggler: bool = field(default=False, kw_only=True)  # its job waits for this GPU (straggler_verdict)
+    missing: str = field(default="", kw_only=True)  # which evidence the labels lack, and its cost
 
     @property
     def healthy(self) -> bool:
         """Nothing to act on: a straggler is not healthy, however busy its own GPU is."""
         return not self.straggler and (self.label in HEALTHY or self.label in ("idle", "gathering"))
+
+
+# What a missing source costs: macro-F1 on the runs recorded after the rules froze (heldout2, 8 runs,
+# bench/accuracy.py, 0.5 s guard band; bench/RESULTS.md) with everything, and without it, and what
+# the rules cannot tell apart without it.
+FULL_F1 = 0.998
+MISSING_COST = {
+    "GPM, no stacks": (
+        "stacks",
+        0.994,
+        "no Python line behind a label to fix; input and sync stalls told from the GPU and the "
+        "DataLoader workers alone",
+    ),
+    "NVML-only + stacks": (
+        "GPM",
+        0.981,
+        "no SM, tensor or DRAM activity: a sync stall whose kernels barely touch memory reads as "
+        "CPU-bound, memory-bound needs NVML memory util >= 85 %",
+    ),
+    "NVML-only, no stacks": (
+        "GPM and stacks",
+        0.852,
+        "sync stalls, input pipelines and CPU-bound loops are told from NVML util and process CPU alone",
+    ),
+}
+
+
+def missing_evidence(mode: str) -> str:
+    """Which evidence a GPU's labels lack and what that costs, or "" when nothing is missing."""
+    if mode not in MISSING_COST:
+        return ""
+    what, f1, cost = MISSING_COST[mode]
+    return f"missing {what}: {cost} (held-out macro-F1 {f1:.3f} against {FULL_F1:.3f} with GPM and stacks)"
 
 
 def _evidence(lab: Label) -> str:
@@ -231,6 +266,7 @@ def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 6
         _advice(last),
         _command(label, frame, gpu, first.t),
         shares,
+        missing=missing_evidence(Counter(evidence_mode(lab.features) for lab in win).most_common(1)[0][0]),
     )
 
 
@@ -268,4 +304,5 @@ def straggler_verdict(s: Straggler, v: Verdict, frame: Frame | None = None) -> V
         _command("straggler-rank%q{RANK}", frame, s.gpu, t0),  # nsys puts each rank's RANK in its file name
         v.shares,
         straggler=True,
+        missing=v.missing,
     )

@@ -20,12 +20,43 @@ from memtop.score import GUARD_S, score
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 import accuracy  # noqa: E402
 
-FLOORS = {"GPM + stacks": 0.9, "GPM, no stacks (stacks dropped on read)": 0.78}
+SETS = ("first", "train", "heldout", "heldout2")
+# Floors a little under what bench/accuracy.py measured at the 0.5 s guard (bench/RESULTS.md, rules
+# frozen at 6d1143b): every recording 0.986 / 0.981 / 0.961; the heldout2 runs alone 0.998 / 0.981 / 0.994
+FLOORS = {
+    "GPM + stacks": 0.97,
+    "NVML-only (GPM dropped on read)": 0.96,
+    "GPM, no stacks (stacks dropped on read)": 0.94,
+}
+HELDOUT2_FLOORS = {
+    "GPM + stacks": 0.99,
+    "NVML-only (GPM dropped on read)": 0.97,
+    "GPM, no stacks (stacks dropped on read)": 0.98,
+}
+_CACHE: dict = {}
 
 
-def mean_f1(mode: str, sets=("first", "train", "heldout")) -> tuple[float, list[dict]]:
-    ss = [s for name in sets for s in accuracy.scores(accuracy.SETS[name], mode, GUARD_S)]
+def scored(mode: str, name: str, checked: bool = False) -> list[dict]:
+    """Scores of one set in one mode (memoised: several tests read the same replay)."""
+    key = (mode, name, checked)
+    if key not in _CACHE:
+        old = accuracy.CHECKED
+        accuracy.CHECKED = checked
+        try:
+            _CACHE[key] = accuracy.scores(accuracy.SETS[name], mode, GUARD_S)
+        finally:
+            accuracy.CHECKED = old
+    return _CACHE[key]
+
+
+def mean_f1(mode: str, sets=SETS) -> tuple[float, list[dict]]:
+    ss = [s for name in sets for s in scored(mode, name)]
     return statistics.mean(s["macro_f1"] for s in ss), ss
+
+
+def test_every_set_has_recordings():
+    assert all(accuracy.SETS[name] for name in SETS)
+    assert len(accuracy.SETS["heldout2"]) >= 8
 
 
 @pytest.mark.parametrize("mode", list(FLOORS))
@@ -34,16 +65,61 @@ def test_macro_f1_over_every_recording(mode):
     assert f1 >= FLOORS[mode], [(s["name"], s["macro_f1"]) for s in ss]
 
 
-def test_no_false_sync_stall_on_negative_controls_with_stacks():
-    _, ss = mean_f1("GPM + stacks", sets=("train", "heldout"))
+@pytest.mark.parametrize("mode", list(HELDOUT2_FLOORS))
+def test_macro_f1_on_the_runs_recorded_after_the_freeze(mode):
+    f1, ss = mean_f1(mode, sets=("heldout2",))
+    assert f1 >= HELDOUT2_FLOORS[mode], [(s["name"], s["macro_f1"]) for s in ss]
+
+
+def test_flips_after_detection_on_the_held_out_runs_with_gpm():
+    ss = scored("GPM + stacks", "heldout2")
+    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) < 0.2
+
+
+def test_false_sync_stall_on_negative_controls_with_stacks():
+    """None on the training runs, nor on the first held-out runs without the phases whose own numbers
+    contradict their label (accuracy.HELDOUT_UNSOUND, listed when they were first scored: no known
+    truth). The runs after the freeze had 2.5 s (a resnet50 control's first second, while the GPU
+    ramped up, in three runs, and one bin as an overlapped-copy loop ended): pinned, not hidden."""
+    ss = scored("GPM + stacks", "train") + scored("GPM + stacks", "first")
+    ss += scored("GPM + stacks", "heldout", checked=True)
     assert sum(s["neg_false_sync_s"] for s in ss) == 0, [(s["name"], s["confusion"]) for s in ss]
+    assert sum(s["neg_false_sync_s"] for s in scored("GPM + stacks", "heldout2")) <= 2.5
+
+
+def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
+    """The verdict's "missing ..." line states held-out macro-F1 per evidence mode: it must match
+    bench/accuracy.py on the heldout2 runs."""
+    from memtop.verdict import FULL_F1, MISSING_COST
+
+    modes = {
+        "GPM, no stacks": "GPM, no stacks (stacks dropped on read)",
+        "NVML-only + stacks": "NVML-only (GPM dropped on read)",
+        "NVML-only, no stacks": "NVML-only, no stacks (both dropped on read)",
+    }
+    assert set(modes) == set(MISSING_COST)
+    assert mean_f1("GPM + stacks", sets=("heldout2",))[0] == pytest.approx(FULL_F1, abs=0.002)
+    for ev, mode in modes.items():
+        assert mean_f1(mode, sets=("heldout2",))[0] == pytest.approx(MISSING_COST[ev][1], abs=0.002), ev
+
+
+def test_the_declared_soundness_check_finds_the_phases_judged_unsound_by_hand():
+    """The check declared for heldout2 before recording it (the driver's NVML util, the workload's own
+    wait fraction) agrees with the judgments made by hand on the first held-out runs."""
+    from memtop.store import Recording
+
+    found = set()
+    for p in accuracy.SETS["heldout"]:
+        rec = Recording(p)
+        found |= {m.name for m in rec.markers() if accuracy.unsound(rec, m)}
+    assert found == set(accuracy.HELDOUT_UNSOUND)
 
 
 def test_a_constant_stack_classifier_fails_the_accuracy_floor(monkeypatch):
     """CI tests today's rules: stacks are classified on read, so breaking classify() shows."""
     monkeypatch.setattr(stackclass, "classify", lambda frames, active, gil=None: "other")
-    f1, _ = mean_f1("GPM + stacks", sets=("train",))
-    assert f1 < FLOORS["GPM + stacks"]
+    ss = accuracy.scores(accuracy.SETS["train"], "GPM + stacks", GUARD_S)
+    assert statistics.mean(s["macro_f1"] for s in ss) < FLOORS["GPM + stacks"]
 
 
 def _labels(seq: str, bin_s: float = 0.5) -> list[Label]:

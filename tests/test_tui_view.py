@@ -207,8 +207,10 @@ async def test_copy_command_puts_the_whole_command_on_the_clipboard():
 async def test_row_band_and_headline_name_the_same_label_and_settling_shows():
     """Stop at every paint of a stretch with phase changes: the GPU row's phase, the headline's
     "now" and the band's newest cell agree, and a label held by hysteresis carries a `?`."""
-    frames = _frames()
-    p = _pipeline(1, upto=300)
+    # seed 6: with a new label confirmed after one bin, only "no rule matched" waits a second bin;
+    # this run has such a bin (an input phase's start at ~58 s) inside the stretch
+    frames = list(Recording(REC[6]).frames())
+    p = _pipeline(1, upto=300, frames=frames)
     app = MemtopApp(p, hangup_guard=False)
     settled_seen = settling_seen = False
     async with app.run_test(size=(120, 40)) as pilot:

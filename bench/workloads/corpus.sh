@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Record labelled runs on the GPU machine: memtop record --markers beside each workload.
 # usage: bash bench/workloads/corpus.sh OUTDIR BUDGET_S "NAME:SCRIPT:SEED:SCALE ..."
-# PACK=FILE.tgz: pack OUTDIR there after each run. A run is started only while BUDGET_S seconds have not passed (each takes ~1-3 min).
+# PACK=FILE.tgz: pack OUTDIR there after each run. TRIM=DIR: a trimmed copy of each recording there
+# (bench/workloads/trim.py; what tests/data keeps). A run is started only while BUDGET_S seconds have
+# not passed (each takes ~1-3 min).
 set -u
 out=$1 budget=$2 runs=$3
 mkdir -p "$out"; log=$out/log.txt
@@ -18,5 +20,6 @@ for r in $runs; do
     --phase-s "${PHASE_S:-5}" >>"$log" 2>&1
   sleep 1; kill -INT $rec; wait $rec
   ls -la "$out/$name.memtop" | tee -a "$log"
+  [ -n "${TRIM:-}" ] && python3 bench/workloads/trim.py "$out/$name.memtop" "$TRIM/$name.memtop" >>"$log" 2>&1
   [ -n "${PACK:-}" ] && tar czf "$PACK" -C "$out" .
 done

@@ -10,7 +10,7 @@ import time
 
 import cupy as cp
 import numpy as np
-from wl import args, run, spin
+from wl import Waits, args, run, spin
 
 A = args(__doc__)
 S = A.scale
@@ -35,27 +35,27 @@ def cupy_compute(end: float) -> dict:
 
 
 def cupy_get(end: float) -> dict:
-    n = 0
+    n, w = 0, Waits()
     while time.monotonic() < end:
         spin(4 * S)
         x = MID
         for _ in range(4):
             x = MID @ x
-        v = float(x[0, 0].get())
+        v = float(w.timed(x[0, 0].get))
         n += 1
-    return {"steps": n, "last": v}
+    return {"steps": n, "last": v, "wait_frac": w.frac()}
 
 
 def cupy_stream_sync(end: float) -> dict:
-    n, s = 0, cp.cuda.get_current_stream()
+    n, s, w = 0, cp.cuda.get_current_stream(), Waits()
     while time.monotonic() < end:
         spin(3 * S)
         x = MID
         for _ in range(5):
             x = MID @ x
-        s.synchronize()
+        w.timed(s.synchronize)
         n += 1
-    return {"steps": n}
+    return {"steps": n, "wait_frac": w.frac()}
 
 
 def cupy_transfer(end: float) -> dict:

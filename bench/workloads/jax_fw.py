@@ -15,7 +15,7 @@ import time  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from wl import args, run, spin  # noqa: E402
+from wl import Waits, args, run, spin  # noqa: E402
 
 A = args(__doc__)
 S = A.scale
@@ -68,24 +68,24 @@ def jax_compute(end: float) -> dict:
 
 def jax_float_loss(end: float) -> dict:
     global params
-    n, hist = 0, []
+    n, hist, w = 0, [], Waits()
     while time.monotonic() < end:
         spin(4 * S)
         params, m = train_step(params, X)
-        hist.append(float(m["loss"]))  # the host round trip
+        hist.append(w.timed(float, m["loss"]))  # the host round trip
         n += 1
-    return {"steps": n}
+    return {"steps": n, "wait_frac": w.frac()}
 
 
 def jax_device_get(end: float) -> dict:
     global params
-    n = 0
+    n, w = 0, Waits()
     while time.monotonic() < end:
         spin(3 * S)
         params, m = train_step(params, X)
-        m = jax.device_get(m)
+        m = w.timed(jax.device_get, m)
         n += 1
-    return {"steps": n}
+    return {"steps": n, "wait_frac": w.frac()}
 
 
 def jax_python(end: float) -> dict:

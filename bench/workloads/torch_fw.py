@@ -15,12 +15,13 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from wl import args, run, spin
+from wl import Waits, args, run, spin
 
 dev = torch.device("cuda")
 A = args(__doc__)
 S = A.scale
 torch.manual_seed(A.seed)
+WARM_STEPS = 3  # a framework's first steps allocate and tune: the phase starts after them
 
 
 def mm_chain(n: int, k: int) -> tuple[torch.Tensor, int]:
@@ -69,13 +70,18 @@ def hf_trainer(end: float, layers: int, width: int, seq: int, bs: int) -> dict:
     with torch.device("cuda"):
         model = GPT2LMHeadModel(cfg)
     seen: dict = {}
+    dur = A.phase_s  # counted from the first warm step (the import above can take seconds)
 
     class StopAt(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
-            seen.setdefault("t0", time.monotonic())
+            if state.global_step >= WARM_STEPS:
+                seen.setdefault("t0", time.monotonic())
 
         def on_step_end(self, args, state, control, **kw):
-            if time.monotonic() >= end:
+            seen["t1"] = time.monotonic()
+            if "t0" in seen and seen["t1"] >= seen["t0"] + dur:
+                torch.cuda.synchronize()
+                seen["t1"] = time.monotonic()
                 control.should_training_stop = True
 
     targs = TrainingArguments(
@@ -90,7 +96,14 @@ def hf_trainer(end: float, layers: int, width: int, seq: int, bs: int) -> dict:
     )
     tr = Trainer(model=model, args=targs, train_dataset=Tokens(seq, 8192), callbacks=[StopAt()])
     out = tr.train()
-    return {"steps": out.global_step, "params_m": round(model.num_parameters() / 1e6, 1), "_t0": seen["t0"]}
+    n = out.global_step - WARM_STEPS
+    return {
+        "steps": n,
+        "step_ms": round(1e3 * (seen["t1"] - seen["t0"]) / max(n, 1), 1),
+        "params_m": round(model.num_parameters() / 1e6, 1),
+        "_t0": seen["t0"],
+        "_t1": seen["t1"],
+    }
 
 
 # -- Lightning -------------------------------------------------------------------------------
@@ -121,6 +134,7 @@ def lightning_fit(end: float, loader: DataLoader, width: int, depth: int, batch:
     import lightning as L
 
     seen: dict = {}
+    dur = A.phase_s
 
     class Net(L.LightningModule):
         def __init__(self):
@@ -142,10 +156,14 @@ def lightning_fit(end: float, loader: DataLoader, width: int, depth: int, batch:
 
     class StopAt(L.Callback):
         def on_train_batch_start(self, trainer, *a):
-            seen.setdefault("t0", time.monotonic())
+            if trainer.global_step >= WARM_STEPS:
+                seen.setdefault("t0", time.monotonic())
 
         def on_train_batch_end(self, trainer, *a):
-            if time.monotonic() >= end:
+            seen["t1"] = time.monotonic()
+            if "t0" in seen and seen["t1"] >= seen["t0"] + dur:
+                torch.cuda.synchronize()
+                seen["t1"] = time.monotonic()
                 trainer.should_stop = True
 
     tr = L.Trainer(
@@ -160,7 +178,13 @@ def lightning_fit(end: float, loader: DataLoader, width: int, depth: int, batch:
         callbacks=[StopAt()],
     )
     tr.fit(Net(), loader)
-    return {"steps": tr.global_step, "_t0": seen["t0"]}
+    n = tr.global_step - WARM_STEPS
+    return {
+        "steps": n,
+        "step_ms": round(1e3 * (seen["t1"] - seen["t0"]) / max(n, 1), 1),
+        "_t0": seen["t0"],
+        "_t1": seen["t1"],
+    }
 
 
 def light_input(end: float) -> dict:
@@ -208,8 +232,11 @@ def tv_train(end: float, workers: int, side: int, arch: str, bs: int, reps: int)
     model = getattr(torchvision.models, arch)(num_classes=1000).to(dev, memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     dl = DataLoader(Pictures(side, tf), batch_size=bs, num_workers=workers, pin_memory=True, shuffle=True)
-    n = 0
+    n, dur, t0 = 0, A.phase_s, None
     for x, y in dl:
+        if t0 is None:  # workers start and fill their first batches: the phase starts at the first step
+            t0 = time.monotonic()
+            end = t0 + dur
         x = x.to(dev, non_blocking=True).to(memory_format=torch.channels_last)
         y = y.to(dev, non_blocking=True)
         for _ in range(reps):  # repeated augmentation: several steps per loaded batch
@@ -222,7 +249,16 @@ def tv_train(end: float, workers: int, side: int, arch: str, bs: int, reps: int)
         if time.monotonic() >= end:
             break
     torch.cuda.synchronize()
-    return {"steps": n, "workers": workers, "arch": arch}
+    t1 = time.monotonic()
+    return {
+        "steps": n,
+        "step_ms": round(1e3 * (t1 - t0) / max(n, 1), 1),
+        "workers": workers,
+        "arch": arch,
+        "bs": bs,
+        "_t0": t0,
+        "_t1": t1,
+    }
 
 
 def tv_input(end: float) -> dict:
@@ -230,7 +266,10 @@ def tv_input(end: float) -> dict:
 
 
 def neg_tv_busy_workers(end: float) -> dict:
-    return tv_train(end, workers=3, side=256, arch="resnet50", bs=int(384 * S), reps=int(12 * S) + 4)
+    """resnet50, 8 steps per loaded batch (~0.7 s of GPU at batch 256) while 3 workers each take ~1 s
+    per batch: the GPU is the bottleneck and the workers stay busy. (At batch 384-499 with one step's
+    worth of warm-up the GPU sat idle for the phase's first 2 s waiting for the first batches.)"""
+    return tv_train(end, workers=3, side=256, arch="resnet50", bs=int(256 * S), reps=8)
 
 
 # -- torch.compile ---------------------------------------------------------------------------
@@ -264,14 +303,14 @@ def compile_compute(end: float) -> dict:
 
 
 def compile_sync(end: float) -> dict:
-    n, tot = 0, 0.0
+    n, tot, w = 0, 0.0, Waits()
     while time.monotonic() < end:
         spin(3 * S)
         for _ in range(12):  # ~as much GPU time as the Python above: the two take turns
             y = SMALLNET(XS)
-        tot += y.float().mean().item()
+        tot += w.timed(lambda v: v.float().mean().item(), y)
         n += 1
-    return {"steps": n}
+    return {"steps": n, "wait_frac": w.frac()}
 
 
 # -- implicit synchronisations: CPU and GPU take turns ---------------------------------------
@@ -279,13 +318,13 @@ CPU_MS, GPU_MS = 4 * S, 4 / S
 
 
 def stall(end: float, sync) -> dict:
-    n = 0
+    n, w = 0, Waits()
     while time.monotonic() < end:
         spin(CPU_MS)
         y = gpu_ms(GPU_MS)
-        sync(y)
+        w.timed(sync, y)
         n += 1
-    return {"steps": n, "cpu_ms": CPU_MS, "gpu_ms": GPU_MS}
+    return {"steps": n, "cpu_ms": round(CPU_MS, 2), "gpu_ms": round(GPU_MS, 2), "wait_frac": w.frac()}
 
 
 def _isnan(y):

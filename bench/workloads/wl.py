@@ -24,6 +24,23 @@ def spin(ms: float) -> int:
     return n
 
 
+class Waits:
+    """Wall time a loop spends in its synchronising call, against the loop's: the workload's own
+    measure that a sync phase stalled (a fact in the marker, independent of memtop)."""
+
+    def __init__(self) -> None:
+        self.t0, self.wait = time.perf_counter(), 0.0
+
+    def timed(self, fn: Callable, *a):
+        t = time.perf_counter()
+        out = fn(*a)
+        self.wait += time.perf_counter() - t
+        return out
+
+    def frac(self) -> float:
+        return round(self.wait / max(1e-9, time.perf_counter() - self.t0), 3)
+
+
 def args(doc: str) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("--markers", required=True)
@@ -52,7 +69,8 @@ def run(a: argparse.Namespace, phases: dict[str, tuple[str, Callable[[float], di
                 print(f"{name}: failed, no marker", flush=True)
                 continue
             t1 = time.monotonic()
-            t0 = facts.pop("_t0", t0)  # a framework's own set-up (Trainer, fit) is not the phase
+            t0 = facts.pop("_t0", t0)  # a framework's own set-up and first steps are not the phase...
+            t1 = facts.pop("_t1", t1)  # ...nor its teardown after the last step
             fh.write(json.dumps({"t0": t0, "t1": t1, "label": label, "name": name, "facts": facts}) + "\n")
             fh.flush()
             print(f"{name:22s} {label:9s} {t1 - t0:5.1f}s {facts}", flush=True)
