@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
 import itertools
 import json
 import math
@@ -20,7 +19,7 @@ import sqlite3
 import stat
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import Any, cast
@@ -54,6 +53,8 @@ SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one start
 # a frame time SQLite holds as a finite number (monotonic seconds: far below 1e12)
 _SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
 _SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
+_ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while reading Frames
+READ_WINDOW_S = 30.0  # Frames are read this many seconds of rows at a time
 MAGIC = "memtop-recording"
 
 # GPU columns: one per metric of memtop/metrics.py, stored as round(value * scale). A recording made
@@ -156,23 +157,6 @@ def _num(v: object, what: str) -> float:
     return v
 
 
-def _finite(v: object) -> bool:
-    return not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(v) and abs(v) <= 1e18
-
-
-_CLOCK_EVENTS = 3 + [c for c, _ in GPU_COLS].index("clock_events")
-
-
-def _plain_gpu_row(r: tuple) -> bool:
-    """The common case, fast: every value None or a finite number in range, clock_events an int."""
-    try:
-        ok = all(v is None or (v - v == 0 and -1e18 <= v <= 1e18) for v in r[3:])  # inf - inf is nan
-    except TypeError:  # text or a blob
-        return False
-    ce = r[_CLOCK_EVENTS] if len(r) > _CLOCK_EVENTS else None
-    return ok and (ce is None or type(ce) is int) and isinstance(r[2], str)
-
-
 def _int(v: object, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or abs(v) > 1 << 62:
         raise Damaged(f"{what} is not an integer")
@@ -215,7 +199,7 @@ def _checker(ann: str):
         inner = _checker(ann[: -len(" | None")])
         return lambda v, what: None if v is None else inner(v, what)
     if ann == "float":
-        return lambda v, what: float(_num(v, what))
+        return _float
     if ann == "int":
         return _int
     if ann == "str":
@@ -243,9 +227,22 @@ def _checker(ann: str):
     raise TypeError(f"no decoder for {ann}")
 
 
+def _float(v: object, what: str) -> float:
+    if type(v) is float and -1e18 <= v <= 1e18:  # the common case, fast (NaN fails the comparisons)
+        return v
+    return float(_num(v, what))
+
+
 @functools.cache
-def _fields_of(cls: type) -> tuple[tuple[str, bool, str], ...]:
-    return tuple((f.name, f.default is MISSING, str(f.type)) for f in fields(cls))
+def _fields_of(cls: type) -> tuple[tuple[str, bool, Callable[[object, str], object] | None], ...]:
+    """(name, required, checker) of each field of a model dataclass, parsed once (a report decodes
+    thousands of host samples); None for a tuple of records, which ``_record`` decodes."""
+    out = []
+    for f in fields(cls):
+        ann = str(f.type)
+        nested = ann.startswith("tuple[") and ann[6:7].isupper()
+        out.append((f.name, f.default is MISSING, None if nested else _checker(ann)))
+    return tuple(out)
 
 
 def _record(cls: type, d: object, what: str, nested: dict | None = None) -> object:
@@ -254,15 +251,17 @@ def _record(cls: type, d: object, what: str, nested: dict | None = None) -> obje
     if not isinstance(d, dict):
         raise Damaged(f"{what} is not an object")
     kw = {}
-    for name, required, ann in _fields_of(cls):
+    for name, required, check in _fields_of(cls):
         if name not in d:
             if required:
                 raise Damaged(f"{what} lacks {name}")
             continue
         if nested and name in nested:
             kw[name] = tuple(_record(nested[name], x, what) for x in _seq(d[name], what))
+        elif check is not None:
+            kw[name] = check(d[name], what)
         else:
-            kw[name] = _checker(ann)(d[name], what)
+            raise TypeError(f"no decoder for {cls.__name__}.{name}")
     return cls(**kw)
 
 
@@ -803,7 +802,7 @@ class Recording:
             "note": ("SELECT t, text FROM note", plo, 1),
         }
 
-        # (t, order, stream, kind, row): the stream number breaks ties before rows are compared
+        # (t, order, stream, kind, row): sorted by the first three, so the stream number breaks ties
         def stream(i: int, kind: str, sql: str, tlo: float, o: int) -> Iterator[tuple]:
             for r in self._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (tlo, hi)):
                 yield r[0], o, i, kind, r
@@ -823,12 +822,20 @@ class Recording:
             (r[0], 2, 9, "frame", r)
             for r in self._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (lo, hi))
         )
+        # each stream is cut into windows of READ_WINDOW_S and a window's rows are sorted together:
+        # the same order as merging the streams row by row (a stable sort keeps a stream's own
+        # order), at a fraction of the cost (a C sort instead of a Python merge per row)
+        n = max(1, math.ceil((hi - lo) / READ_WINDOW_S))
+        edges = [lo + READ_WINDOW_S * k for k in range(1, n)] + [math.inf]
         try:
-            for _t, _o, _i, kind, row in heapq.merge(*streams):
-                if kind == "frame":
-                    yield st.frame(row[0])
-                else:
-                    st.apply(self, kind, row)
+            for batch in zip(*(_cut(s, edges) for s in streams), strict=True):
+                rows = list(itertools.chain.from_iterable(batch))
+                rows.sort(key=_ORDER)
+                for _t, _o, _i, kind, row in rows:
+                    if kind == "frame":
+                        yield st.frame(row[0])
+                    else:
+                        st.apply(self, kind, row)
         except (sqlite3.DatabaseError, zlib.error, ValueError, TypeError, KeyError, IndexError) as e:
             raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__}: {e})") from None
 
@@ -889,6 +896,21 @@ class Recording:
             "rows": counts,
             "size_bytes": self.path.stat().st_size,
         }
+
+
+def _cut(rows: Iterator[tuple], edges: list[float]) -> Iterator[list[tuple]]:
+    """A time-sorted stream as one list per window: the rows with t <= each edge (after the last)."""
+    it = iter(edges)
+    edge = next(it)
+    buf: list[tuple] = []
+    for r in rows:
+        while r[0] > edge:
+            yield buf
+            buf, edge = [], next(it)
+        buf.append(r)
+    yield buf
+    for _ in it:
+        yield []
 
 
 def _json(text: object) -> object:
@@ -953,14 +975,8 @@ class _State:
         try:
             if kind in ("gpu", "gpu_state", "series"):
                 _int(r[1], "GPU index")  # a text index would not sort with the others
-            if kind == "gpu" and not _plain_gpu_row(r):  # a value that is no finite number is missing
+            if kind == "gpu":  # its values are numbers in range or NULL: _decode_sql checked them
                 _str(r[2], "GPU mode")
-                vals = tuple(
-                    v if v is None or (_finite(v) and (c != "clock_events" or isinstance(v, int))) else None
-                    for (c, _), v in zip(GPU_COLS, r[3:], strict=False)
-                )
-                rec._note("damaged GPU values skipped")
-                r = (*r[:3], *vals)
             elif kind == "note":
                 _str(r[1], "note")
             self._apply(rec, kind, r)
