@@ -7,6 +7,7 @@ and stacks are deduplicated into a table of their own.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import itertools
@@ -53,6 +54,7 @@ SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one start
 # a frame time SQLite holds as a finite number (monotonic seconds: far below 1e12)
 _SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
 _SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
+_T = operator.itemgetter(0)
 _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while reading Frames
 READ_WINDOW_S = 30.0  # Frames are read this many seconds of rows at a time
 MAGIC = "memtop-recording"
@@ -802,34 +804,32 @@ class Recording:
             "note": ("SELECT t, text FROM note", plo, 1),
         }
 
-        # (t, order, stream, kind, row): sorted by the first three, so the stream number breaks ties
-        def stream(i: int, kind: str, sql: str, tlo: float, o: int) -> Iterator[tuple]:
-            for r in self._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (tlo, hi)):
-                yield r[0], o, i, kind, r
-
-        streams = [stream(i, kind, *q) for i, (kind, q) in enumerate(queries.items()) if kind not in skip]
+        # (order, stream, kind, cursor): rows become (t, order, stream, kind, row), sorted by the first
+        # three, so the stream number breaks ties (parts at a frame's time belong to it)
+        streams = [
+            (o, i, kind, _Ahead(self._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (tlo, hi))))
+            for i, (kind, (sql, tlo, o)) in enumerate(queries.items())
+            if kind not in skip
+        ]
         if "stack" not in skip:
-            streams.append(
-                (
-                    (k[0], 1, 8, "stack", list(rows))
-                    for k, rows in itertools.groupby(
-                        self._q("SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)),
-                        key=_SAMPLE,
-                    )
-                )
-            )
-        streams.append(
-            (r[0], 2, 9, "frame", r)
-            for r in self._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (lo, hi))
-        )
-        # each stream is cut into windows of READ_WINDOW_S and a window's rows are sorted together:
-        # the same order as merging the streams row by row (a stable sort keeps a stream's own
-        # order), at a fraction of the cost (a C sort instead of a Python merge per row)
+            q = self._q("SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi))
+            streams.append((1, 8, "stack", _Ahead(q)))
+        q = self._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (lo, hi))
+        streams.append((2, 9, "frame", _Ahead(q)))
+        # the streams are read READ_WINDOW_S at a time and a window's rows are sorted together: the
+        # same order as merging them row by row (a stable sort keeps a stream's own order), at a
+        # fraction of the cost (a C sort instead of a Python heap merge per row)
         n = max(1, math.ceil((hi - lo) / READ_WINDOW_S))
-        edges = [lo + READ_WINDOW_S * k for k in range(1, n)] + [math.inf]
         try:
-            for batch in zip(*(_cut(s, edges) for s in streams), strict=True):
-                rows = list(itertools.chain.from_iterable(batch))
+            for k in range(1, n + 1):
+                edge = lo + READ_WINDOW_S * k if k < n else math.inf
+                rows: list[tuple] = []
+                for o, i, kind, ahead in streams:
+                    part = ahead.upto(edge)
+                    if kind == "stack":  # all thread rows of one py-spy dump (a window never cuts one)
+                        rows += [(g[0], o, i, kind, list(r)) for g, r in itertools.groupby(part, key=_SAMPLE)]
+                    else:
+                        rows += [(r[0], o, i, kind, r) for r in part]
                 rows.sort(key=_ORDER)
                 for _t, _o, _i, kind, row in rows:
                     if kind == "frame":
@@ -898,19 +898,31 @@ class Recording:
         }
 
 
-def _cut(rows: Iterator[tuple], edges: list[float]) -> Iterator[list[tuple]]:
-    """A time-sorted stream as one list per window: the rows with t <= each edge (after the last)."""
-    it = iter(edges)
-    edge = next(it)
-    buf: list[tuple] = []
-    for r in rows:
-        while r[0] > edge:
-            yield buf
-            buf, edge = [], next(it)
-        buf.append(r)
-    yield buf
-    for _ in it:
-        yield []
+class _Ahead:
+    """A time-sorted cursor read in batches and cut at time edges."""
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cursor = cursor
+        self._buf: list[tuple] = []
+        self._done = False
+
+    def upto(self, edge: float) -> list[tuple]:
+        """The rows not taken yet with t <= edge."""
+        out: list[tuple] = []
+        while True:
+            if not self._buf and not self._done:
+                self._buf = self._cursor.fetchmany(2048)
+                self._done = not self._buf
+            buf = self._buf
+            if not buf:
+                return out
+            k = bisect.bisect_right(buf, edge, key=_T)
+            if k < len(buf):
+                out += buf[:k]
+                self._buf = buf[k:]
+                return out
+            out += buf
+            self._buf = []
 
 
 def _json(text: object) -> object:
