@@ -48,6 +48,7 @@ class Aggregates:
     last: Frame | None = None
     # parts repeat across Frames until their source samples again: take each once
     _seen: list = field(default_factory=lambda: [None, None, None, None])
+    _seen_gpu: dict = field(default_factory=dict)  # gpu -> the sample last taken
 
     def add(self, f: Frame) -> None:
         self.last = f
@@ -56,7 +57,11 @@ class Aggregates:
             seen[0] = f.stacks
             # the report reads only the main thread: keeping the others would cost hours' worth of memory
             self.stacks.update(((s.pid, s.t), _main_only(s)) for s in f.stacks if s.threads)
+        seen_gpu = self._seen_gpu
         for g in f.gpus:
+            if seen_gpu.get(g.index) is g:  # a repeated sample changes no peak, link or throttle span
+                continue
+            seen_gpu[g.index] = g
             pk = self.peaks[g.index]
             pk["rx"] = max(pk["rx"], g.pcie_rx or 0.0)
             pk["tx"] = max(pk["tx"], g.pcie_tx or 0.0)
@@ -112,7 +117,7 @@ class Aggregates:
             {k: dict(v) for k, v in self.peaks.items()},
             dict(self.perf),
         )
-        d["_seen"] = [None] * 4
+        d["_seen"], d["_seen_gpu"] = [None] * 4, {}
         return d
 
     def __setstate__(self, d: dict) -> None:

@@ -160,6 +160,8 @@ def _num(v: object, what: str) -> float:
 
 
 def _int(v: object, what: str) -> int:
+    if type(v) is int and -(1 << 62) <= v <= 1 << 62:  # the common case, fast
+        return v
     if isinstance(v, bool) or not isinstance(v, int) or abs(v) > 1 << 62:
         raise Damaged(f"{what} is not an integer")
     return v
@@ -187,6 +189,13 @@ def _floats(v: object, what: str) -> tuple[float, ...]:
     raise Damaged(f"{what} holds a value that is no finite number")
 
 
+def _strs(v: object, what: str) -> tuple[str, ...]:
+    items = _seq(v, what)
+    if all(isinstance(x, str) for x in items):
+        return tuple(items)
+    raise Damaged(f"{what} is not a string")
+
+
 def _ints(v: object, what: str) -> tuple[int, ...]:
     items = _seq(v, what)
     if all(type(x) is int and abs(x) <= 1 << 62 for x in items):
@@ -206,6 +215,8 @@ def _checker(ann: str):
         return _int
     if ann == "str":
         return _str
+    if ann == "tuple[str, ...]":
+        return _strs
     if ann == "bool":
         return lambda v, what: v if isinstance(v, bool) else bool(_int(v, what))
     if ann.startswith("tuple["):
