@@ -56,7 +56,7 @@ _SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
 _SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
 _T = operator.itemgetter(0)
 _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while reading Frames
-READ_WINDOW_S = 30.0  # Frames are read this many seconds of rows at a time
+READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
 MAGIC = "memtop-recording"
 
 # GPU columns: one per metric of memtop/metrics.py, stored as round(value * scale). A recording made
@@ -922,7 +922,7 @@ class _Ahead:
         out: list[tuple] = []
         while True:
             if not self._buf and not self._done:
-                self._buf = self._cursor.fetchmany(2048)
+                self._buf = self._cursor.fetchmany(128)  # a few series blobs: memory stays flat
                 self._done = not self._buf
             buf = self._buf
             if not buf:
