@@ -54,6 +54,11 @@ EXPLAINED_BY = {
 RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample this recent
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
 STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
+# the GpuSample metrics the features and gaps read (through engine, bandwidth, busy): a report reads
+# only these (and its own) from a recording; tests/test_long_runs.py checks that no Features change
+METRICS_READ = frozenset({"util", "mem_util", "graphics", "sm", "tensor", "dram", "power_w"}) | frozenset(
+    {"pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx"}
+)
 # torch names its DataLoader worker processes so; other children of a GPU process (torch.compile's
 # workers, a logger, wandb-service) are shown but are not an input pipeline
 DATA_WORKER_NAMES = ("pt_data_worker",)

@@ -19,14 +19,19 @@ from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from memtop.metrics import METRICS
 from memtop.model import Frame, StackSample
-from memtop.phases import Classifier
+from memtop.phases import METRICS_READ, Classifier
 from memtop.progress import Progress
 from memtop.store import Recording
 
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
-_SKIP = frozenset({"series", "note"})
+# what the report does not read: series, notes, and the GPU metrics neither the classifier nor
+# Aggregates (PCIe peaks, throttling) look at (SQLite decodes each column of each row)
+_SKIP = frozenset({"series", "note"}) | (
+    frozenset(m.name for m in METRICS) - METRICS_READ - {"pcie_rx", "pcie_tx", "clock_events"}
+)
 
 
 def _main_only(s: StackSample) -> StackSample:

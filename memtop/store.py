@@ -764,18 +764,21 @@ class Recording:
 
     # rows -> parts
     @functools.cached_property
-    def _gpu_select(self) -> tuple[str, tuple[str, ...]]:
-        """(SQL, metric names) for the gpu table: the metrics this recording has a column for."""
-        have = {r[1] for r in self._q("PRAGMA table_info(gpu)")}
-        ms = [m for m in METRICS if m.name in have]
+    def _gpu_columns(self) -> frozenset[str]:
+        return frozenset(r[1] for r in self._q("PRAGMA table_info(gpu)"))
+
+    def _gpu_select(self, skip: frozenset[str] = frozenset()) -> tuple[str, tuple[str, ...]]:
+        """(SQL, metric names) for the gpu table: the metrics this recording has a column for, less
+        those in ``skip`` (they read as None)."""
+        ms = [m for m in METRICS if m.name in self._gpu_columns and m.name not in skip]
         sql = "SELECT t, gpu, mode" + "".join(", " + _decode_sql(m) for m in ms) + " FROM gpu"
         return sql, tuple(m.name for m in ms)
 
-    def _gpu(self, row: tuple, state: tuple | None) -> GpuSample:
-        """A GpuSample from a row of ``_gpu_select`` and its GPU's slow state, by column name."""
+    def _gpu(self, row: tuple, state: tuple | None, names: tuple[str, ...]) -> GpuSample:
+        """A GpuSample from a row of ``_gpu_select`` (metric ``names``) and its GPU's slow state."""
         t, idx, mode, *vals = row
         uuid, name, mig, link, procs = state or ("", "GPU", False, None, ())
-        values: dict[str, Any] = dict(zip(self._gpu_select[1], vals))
+        values: dict[str, Any] = dict(zip(names, vals))
         mode = mode if mode in GPU_MODES else "nvml"  # damaged: claim no more than NVML
         return GpuSample(t, idx, uuid, name, mode, link=link, processes=procs, mig=mig, **values)
 
@@ -796,18 +799,20 @@ class Recording:
     ) -> Iterator[Frame]:
         """Frames in time order from ``start`` (seeking there first) to ``end``.
 
-        ``skip``: part kinds a reader does not need (e.g. {"series", "note"}), left out of the Frames.
+        ``skip``: part kinds a reader does not need (e.g. {"series", "note"}), left out of the Frames,
+        and GPU metrics (names of memtop.metrics), which read as None (SQLite decodes every column).
         """
         lo = self.t0 if start is None else start
         hi = self.t1 if end is None else end
-        st = _State(self.damage)
+        gpu_sql, names = self._gpu_select(skip)
+        st = _State(self.damage, names)
         if start is not None:
-            self._seed(st, lo)
+            self._seed(st, lo, gpu_sql)
         # parts sampled just before the first frame belong to it
         plo = float("-inf") if start is None else lo
         queries = {
             "gpu_state": ("SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state", plo, 0),
-            "gpu": (self._gpu_select[0], plo, 1),
+            "gpu": (gpu_sql, plo, 1),
             "series": ("SELECT * FROM series", lo, 1),
             "host": ("SELECT t, data FROM host", plo, 1),
             "perf": ("SELECT t, pid, data FROM perf", plo, 1),
@@ -850,7 +855,7 @@ class Recording:
         except (sqlite3.DatabaseError, zlib.error, ValueError, TypeError, KeyError, IndexError) as e:
             raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__}: {e})") from None
 
-    def _seed(self, st: _State, t: float) -> None:
+    def _seed(self, st: _State, t: float, gpu_sql: str) -> None:
         """State as it stood at time t: the last part of each source at or before t."""
         gpus = [r[0] for r in self._q("SELECT DISTINCT gpu FROM gpu_state")]
         for g in gpus:
@@ -861,9 +866,7 @@ class Recording:
             ).fetchone()
             if r:
                 st.apply(self, "gpu_state", r)
-            r = self._q(
-                f"{self._gpu_select[0]} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)
-            ).fetchone()
+            r = self._q(f"{gpu_sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
             if r:
                 st.apply(self, "gpu", r)
         # the newest host sample, decoded from the stand-alone blob its chain starts at
@@ -975,8 +978,9 @@ def _processes(text: object) -> tuple[GpuProcess, ...]:
 class _State:
     """Newest part of each source while reading; becomes a Frame at each frame time."""
 
-    def __init__(self, damage: list[str] | None = None) -> None:
+    def __init__(self, damage: list[str] | None = None, gpu_names: tuple[str, ...] = ()) -> None:
         self._damage = damage if damage is not None else []  # the Recording's notes, growing as it reads
+        self._gpu_names = gpu_names  # the metrics of a gpu row, in order
         self._n_damage = 0
         self.gpus: dict[int, GpuSample] = {}
         self.gstate: dict[int, tuple] = {}
@@ -1014,7 +1018,7 @@ class _State:
                 uuid, name, mig, link, procs = self.gstate[r[1]]
                 self.gpus[r[1]] = replace(g, uuid=uuid, name=name, mig=mig, link=link, processes=procs)
         elif kind == "gpu":
-            self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]))
+            self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]), self._gpu_names)
         elif kind == "series":
             dt, v = _series_data(r[2], r[3])
             self.series.append(SeriesChunk(r[1], r[2], tuple((dt + r[0]).tolist()), tuple(v.tolist())))

@@ -9,7 +9,7 @@ import sys
 import tracemalloc
 
 import pytest
-from conftest import REC
+from conftest import DATA, REC, REC_NOGPM
 
 from memtop import progress
 from memtop.export import export_perfetto
@@ -125,3 +125,23 @@ def test_rewritten_recording_is_smaller_and_reports_the_same(rewritten):
     for r in (a, b):
         r["recording"]["path"] = ""
     assert a == b
+
+
+@pytest.mark.parametrize(
+    "path", [REC[2], REC_NOGPM, DATA / "heldout_shared_s6.memtop", DATA / "heldout_cupy_s5.memtop"]
+)
+def test_report_reads_every_metric_the_classifier_uses(path):
+    """The report's scan leaves out the GPU metrics the classifier does not read (memtop.scan._SKIP):
+    every label, feature and gap must be what the classifier makes of the whole Frames."""
+    from memtop.phases import Classifier
+    from memtop.scan import _SKIP
+
+    rec = Recording(path)
+    whole, lean = (Classifier().feed_all(rec.frames(skip=skip)) for skip in (frozenset(), _SKIP))
+    assert any(m in _SKIP for m in ("temp_c", "mem_used"))  # the lean scan does leave some out
+    assert sum(map(len, whole.labels.values())) > 50
+    for g, labels in whole.labels.items():
+        assert [(a.raw, a.label, a.rule, a.features) for a in labels] == [
+            (b.raw, b.label, b.rule, b.features) for b in lean.labels[g]
+        ]
+    assert whole.gaps == lean.gaps
