@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from memtop import __version__, stackclass
 from memtop.errors import UserError
@@ -63,6 +63,11 @@ MAGIC = "memtop-recording"
 # before a metric existed lacks its column; reading it gives None.
 GPU_COLS: tuple[tuple[str, float], ...] = tuple((m.name, m.scale) for m in METRICS)
 GPU_MODES = ("gpm", "nvml", "lost")
+# GpuSample's fields in order: t, index, uuid, name, mode, then metrics and the slow fields of gpu_state
+_GPU_FIELDS = tuple(f.name for f in fields(GpuSample))
+_LINK, _PROCS, _MIG = (_GPU_FIELDS.index(n) for n in ("link", "processes", "mig"))
+if set(_GPU_FIELDS[5:]) != set(BY_NAME) | {"link", "processes", "mig"}:
+    raise TypeError("GpuSample has a field that is neither a metric nor gpu_state's: teach Recording._gpu it")
 
 
 def _decode_sql(m: Metric) -> str:
@@ -767,20 +772,23 @@ class Recording:
     def _gpu_columns(self) -> frozenset[str]:
         return frozenset(r[1] for r in self._q("PRAGMA table_info(gpu)"))
 
-    def _gpu_select(self, skip: frozenset[str] = frozenset()) -> tuple[str, tuple[str, ...]]:
-        """(SQL, metric names) for the gpu table: the metrics this recording has a column for, less
-        those in ``skip`` (they read as None)."""
-        ms = [m for m in METRICS if m.name in self._gpu_columns and m.name not in skip]
-        sql = "SELECT t, gpu, mode" + "".join(", " + _decode_sql(m) for m in ms) + " FROM gpu"
-        return sql, tuple(m.name for m in ms)
+    def _gpu_select(self, skip: frozenset[str] = frozenset()) -> str:
+        """SQL for the gpu table: t, gpu, mode, then each GpuSample field after ``mode`` in its order
+        (a GpuSample is built from the row by position); NULL for the metrics this recording has no
+        column for, for those in ``skip`` (they read as None) and for the slow fields (gpu_state)."""
+        cols = [
+            _decode_sql(BY_NAME[f]) if f in BY_NAME and f in self._gpu_columns and f not in skip else "NULL"
+            for f in _GPU_FIELDS[5:]
+        ]
+        return "SELECT t, gpu, mode, " + ", ".join(cols) + " FROM gpu"
 
-    def _gpu(self, row: tuple, state: tuple | None, names: tuple[str, ...]) -> GpuSample:
-        """A GpuSample from a row of ``_gpu_select`` (metric ``names``) and its GPU's slow state."""
-        t, idx, mode, *vals = row
+    def _gpu(self, row: tuple, state: tuple | None) -> GpuSample:
+        """A GpuSample from a row of ``_gpu_select`` and its GPU's slow state."""
         uuid, name, mig, link, procs = state or ("", "GPU", False, None, ())
-        values: dict[str, Any] = dict(zip(names, vals))
-        mode = mode if mode in GPU_MODES else "nvml"  # damaged: claim no more than NVML
-        return GpuSample(t, idx, uuid, name, mode, link=link, processes=procs, mig=mig, **values)
+        mode = row[2] if row[2] in GPU_MODES else "nvml"  # damaged: claim no more than NVML
+        args = [row[0], row[1], uuid, name, mode, *row[3:]]
+        args[_LINK], args[_PROCS], args[_MIG] = link, procs, mig
+        return GpuSample(*args)
 
     @staticmethod
     def _gpu_state(r: tuple) -> tuple:
@@ -804,8 +812,8 @@ class Recording:
         """
         lo = self.t0 if start is None else start
         hi = self.t1 if end is None else end
-        gpu_sql, names = self._gpu_select(skip)
-        st = _State(self.damage, names)
+        gpu_sql = self._gpu_select(skip)
+        st = _State(self.damage)
         if start is not None:
             self._seed(st, lo, gpu_sql)
         # parts sampled just before the first frame belong to it
@@ -978,9 +986,8 @@ def _processes(text: object) -> tuple[GpuProcess, ...]:
 class _State:
     """Newest part of each source while reading; becomes a Frame at each frame time."""
 
-    def __init__(self, damage: list[str] | None = None, gpu_names: tuple[str, ...] = ()) -> None:
+    def __init__(self, damage: list[str] | None = None) -> None:
         self._damage = damage if damage is not None else []  # the Recording's notes, growing as it reads
-        self._gpu_names = gpu_names  # the metrics of a gpu row, in order
         self._n_damage = 0
         self.gpus: dict[int, GpuSample] = {}
         self.gstate: dict[int, tuple] = {}
@@ -1018,7 +1025,7 @@ class _State:
                 uuid, name, mig, link, procs = self.gstate[r[1]]
                 self.gpus[r[1]] = replace(g, uuid=uuid, name=name, mig=mig, link=link, processes=procs)
         elif kind == "gpu":
-            self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]), self._gpu_names)
+            self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]))
         elif kind == "series":
             dt, v = _series_data(r[2], r[3])
             self.series.append(SeriesChunk(r[1], r[2], tuple((dt + r[0]).tolist()), tuple(v.tolist())))
