@@ -93,8 +93,14 @@ def measure_one(kind: str, args: list[str], env: dict | None = None, stdout: Pat
         "print(json.dumps({'rc':p.returncode,'s':round(w,2),'cpu_s':round(c,2),'peak_rss_mib':round(r/1024,1),"
         "'err':p.stderr.decode()[-300:]}))\n"
     )
+    # run from a neutral directory: `python -m` puts the working directory first on sys.path, which
+    # in a checkout would shadow another tree's PYTHONPATH
     out = subprocess.run(
-        [sys.executable, "-c", code, str(stdout or ""), *args], capture_output=True, check=True, env=env
+        [sys.executable, "-c", code, str(stdout or ""), *args],
+        capture_output=True,
+        check=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
     )
     d = json.loads(out.stdout)
     if d.pop("rc"):
@@ -171,7 +177,7 @@ def main() -> None:
     )
     ap.add_argument("--runs", type=int, default=1, help="cold report runs per tree (min and median kept)")
     a = ap.parse_args()
-    d = a.dir or Path(tempfile.mkdtemp(prefix="memtop-long-"))
+    d = (a.dir or Path(tempfile.mkdtemp(prefix="memtop-long-"))).resolve()
     d.mkdir(parents=True, exist_ok=True)
     res: dict = {"machine": "2-core VM", "date": time.strftime("%Y-%m-%d"), "source": SRC.name}
 
