@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from operator import attrgetter
 
 from memtop.model import Frame, GpuSample, StackSample
 from memtop.records import Evidence, Gap, StackTop
@@ -507,15 +508,7 @@ class Classifier:
             return None
         # the bin's other means, from one pass over its samples
         rx, tx, nvrx, nvtx, sm, tensor, dram, util, power = map(
-            _mean,
-            zip(
-                *[
-                    (v.pcie_rx, v.pcie_tx, v.nvlink_rx, v.nvlink_tx, v.sm, v.tensor, v.bandwidth, v.util)
-                    + (v.power_w,)
-                    for v in vals
-                ],
-                strict=True,
-            ),
+            _mean, zip(*map(_BIN_MEANS, vals), strict=True)
         )
         rx, tx = rx or 0.0, tx or 0.0
         link = vals[-1].link
@@ -633,6 +626,11 @@ def _with_peers(found: dict[int, Features], jobs: dict[int, str]) -> dict[int, F
             f = replace(f, peers=peers, peers_elsewhere=away)
         out[gpu] = f
     return out
+
+
+_BIN_MEANS = attrgetter(
+    "pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor", "bandwidth", "util", "power_w"
+)
 
 
 def _mean(xs: Iterable[float | None]) -> float | None:
