@@ -63,11 +63,15 @@ MAGIC = "memtop-recording"
 # before a metric existed lacks its column; reading it gives None.
 GPU_COLS: tuple[tuple[str, float], ...] = tuple((m.name, m.scale) for m in METRICS)
 GPU_MODES = ("gpm", "nvml", "lost")
-# GpuSample's fields in order: t, index, uuid, name, mode, then metrics and the slow fields of gpu_state
+# GpuSample's fields in order: t, index, uuid, name, mode, then metrics and the slow fields of gpu_state;
+# any other field (none today) takes its default
 _GPU_FIELDS = tuple(f.name for f in fields(GpuSample))
 _LINK, _PROCS, _MIG = (_GPU_FIELDS.index(n) for n in ("link", "processes", "mig"))
-if set(_GPU_FIELDS[5:]) != set(BY_NAME) | {"link", "processes", "mig"}:
-    raise TypeError("GpuSample has a field that is neither a metric nor gpu_state's: teach Recording._gpu it")
+_GPU_OTHER = tuple(
+    (i, f.default)
+    for i, f in enumerate(fields(GpuSample))
+    if i >= 5 and f.name not in BY_NAME and i not in (_LINK, _PROCS, _MIG)
+)
 
 
 def _decode_sql(m: Metric) -> str:
@@ -788,6 +792,8 @@ class Recording:
         mode = row[2] if row[2] in GPU_MODES else "nvml"  # damaged: claim no more than NVML
         args = [row[0], row[1], uuid, name, mode, *row[3:]]
         args[_LINK], args[_PROCS], args[_MIG] = link, procs, mig
+        for i, default in _GPU_OTHER:
+            args[i] = default
         return GpuSample(*args)
 
     @staticmethod
