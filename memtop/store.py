@@ -267,6 +267,9 @@ def _fields_of(cls: type) -> tuple[tuple[str, bool, Callable[[object, str], obje
     return tuple(out)
 
 
+_ABSENT = object()
+
+
 def _record(cls: type, d: object, what: str, nested: dict | None = None) -> object:
     """A model dataclass from a JSON object: every field type-checked, a missing field with a default
     takes it, unknown keys ignored (a newer memtop's extra fields)."""
@@ -274,14 +277,14 @@ def _record(cls: type, d: object, what: str, nested: dict | None = None) -> obje
         raise Damaged(f"{what} is not an object")
     kw = {}
     for name, required, check in _fields_of(cls):
-        if name not in d:
+        v = d.get(name, _ABSENT)
+        if v is _ABSENT:
             if required:
                 raise Damaged(f"{what} lacks {name}")
-            continue
-        if nested and name in nested:
-            kw[name] = tuple(_record(nested[name], x, what) for x in _seq(d[name], what))
         elif check is not None:
-            kw[name] = check(d[name], what)
+            kw[name] = check(v, what)
+        elif nested and name in nested:
+            kw[name] = tuple(_record(nested[name], x, what) for x in _seq(v, what))
         else:
             raise TypeError(f"no decoder for {cls.__name__}.{name}")
     return cls(**kw)
