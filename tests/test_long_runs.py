@@ -145,3 +145,18 @@ def test_report_reads_every_metric_the_classifier_uses(path):
             (b.raw, b.label, b.rule, b.features) for b in lean.labels[g]
         ]
     assert whole.gaps == lean.gaps
+
+
+@pytest.mark.parametrize("start", [None, 33.3])
+def test_frames_do_not_depend_on_the_read_window(start, monkeypatch):
+    """Frames are read a window of rows at a time, sorted per window: edges that cut through every
+    second (and a window wider than the recording) must give the same Frames, stacks and host chains."""
+    from memtop import store
+
+    rec = Recording(REC_NOGPM)
+    t = None if start is None else rec.t0 + start
+    seen = []
+    for window in (0.37, 1e6):
+        monkeypatch.setattr(store, "READ_WINDOW_S", window)
+        seen.append([repr(f) for f in rec.frames(t)])
+    assert len(seen[0]) > 500 and seen[0] == seen[1]
