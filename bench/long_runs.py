@@ -6,6 +6,8 @@ the hour and the 8 hours repeat that tile with shifted timestamps at the SQL lev
 Frames through the Writer would take most of an hour here).
 
 usage: nice python bench/long_runs.py [--hours 1,8] [--dir DIR] [--json OUT.json]
+       nice -n -5 python bench/long_runs.py --only-report --report-before <checkout> --runs 3
+         (cold reports only, this tree and the checkout alternated on the same files)
 """
 
 from __future__ import annotations
@@ -77,23 +79,64 @@ def tile(tile_path: Path, out: Path, seconds: float) -> None:
     db.close()
 
 
-def measure_one(kind: str, args: list[str], env: dict | None = None) -> dict:
-    """One CLI run in a fresh child process (so ru_maxrss is its own); ``env``: e.g. another PYTHONPATH."""
+def measure_one(kind: str, args: list[str], env: dict | None = None, stdout: Path | None = None) -> dict:
+    """One CLI run in a fresh child process (so ru_maxrss is its own); ``env``: e.g. another PYTHONPATH;
+    ``stdout``: where the command's output goes (else it is dropped)."""
     code = (
         "import json,sys,resource,subprocess,time\n"
         "a=time.perf_counter()\n"
-        "p=subprocess.run([sys.executable,'-m','memtop',*sys.argv[1:]],capture_output=True)\n"
+        "p=subprocess.run([sys.executable,'-m','memtop',*sys.argv[2:]],capture_output=True)\n"
         "w=time.perf_counter()-a\n"
-        "r=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-        "print(json.dumps({'rc':p.returncode,'s':round(w,2),'peak_rss_mib':round(r/1024,1),"
+        "sys.argv[1] and open(sys.argv[1],'wb').write(p.stdout)\n"
+        "u=resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "r,c=u.ru_maxrss,u.ru_utime+u.ru_stime\n"
+        "print(json.dumps({'rc':p.returncode,'s':round(w,2),'cpu_s':round(c,2),'peak_rss_mib':round(r/1024,1),"
         "'err':p.stderr.decode()[-300:]}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, check=True, env=env)
+    # run from a neutral directory: `python -m` puts the working directory first on sys.path, which
+    # in a checkout would shadow another tree's PYTHONPATH
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(stdout or ""), *args],
+        capture_output=True,
+        check=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
+    )
     d = json.loads(out.stdout)
     if d.pop("rc"):
         raise SystemExit(f"memtop {kind} failed: {d['err']}")
     d.pop("err")
     return d
+
+
+def report_times(path: Path, runs: int, before: Path | None) -> dict:
+    """Cold `memtop report` (a fresh process each) ``runs`` times; with ``before``, that checkout's
+    report on the same file too, the two alternated so both see the same machine load; their JSON
+    outputs are compared byte for byte."""
+    args = ["report", str(path), "--format", "json"]
+    trees = {"report_cold": None} | ({"report_cold_before": before} if before else {})
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
+    outs = {k: path.with_suffix(f".{k}.json") for k in trees}
+    for _ in range(runs):
+        for key, tree in trees.items():
+            env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+            m = measure_one("report", args, env, outs[key])
+            times[key].append((m["s"], m["cpu_s"]))
+    res: dict = {
+        k: {
+            "min_s": min(s for s, _ in v),
+            "median_s": round(statistics.median(s for s, _ in v), 2),
+            "cpu_min_s": min(c for _, c in v),
+            "cpu_median_s": round(statistics.median(c for _, c in v), 2),
+            "runs": v,
+        }
+        for k, v in times.items()
+    }
+    if before:
+        res["report_same_bytes_as_before"] = (
+            outs["report_cold"].read_bytes() == outs["report_cold_before"].read_bytes()
+        )
+    return res
 
 
 def size_per_gpu_hour(path: Path) -> float:
@@ -126,14 +169,21 @@ def main() -> None:
     ap.add_argument(
         "--before-hours", type=float, default=1.0, help="only for recordings this long or shorter"
     )
+    ap.add_argument("--only-report", action="store_true", help="cold report times only (no export, seek)")
+    ap.add_argument(
+        "--report-before",
+        type=Path,
+        help="a checkout that reads this version's recordings: its cold report on the same file, alternated",
+    )
+    ap.add_argument("--runs", type=int, default=1, help="cold report runs per tree (min and median kept)")
     a = ap.parse_args()
-    d = a.dir or Path(tempfile.mkdtemp(prefix="memtop-long-"))
+    d = (a.dir or Path(tempfile.mkdtemp(prefix="memtop-long-"))).resolve()
     d.mkdir(parents=True, exist_ok=True)
     res: dict = {"machine": "2-core VM", "date": time.strftime("%Y-%m-%d"), "source": SRC.name}
 
     # size per GPU-hour of each real recording, re-written through this Writer
     sizes = {}
-    for p in REAL:
+    for p in [] if a.only_report else REAL:
         out = d / f"rw_{p.name}"
         if out.exists():
             out.unlink()
@@ -156,6 +206,11 @@ def main() -> None:
             "size_mb": round(path.stat().st_size / 1e6, 1),
             "mb_per_gpu_hour": round(size_per_gpu_hour(path), 2),
         }
+        r.update(report_times(path, a.runs, a.report_before))
+        if a.only_report:
+            res[name] = r
+            print(name, json.dumps(r), file=sys.stderr, flush=True)
+            continue
         rec = Recording(path)
         seeks = []
         rnd = random.Random(1)
@@ -174,7 +229,6 @@ def main() -> None:
             m = measure_one("export", ["export", str(path), "--perfetto", str(out)])
             r[f"export_{suffix}"] = {**m, "out_mb": round(out.stat().st_size / 1e6, 1)}
             out.unlink()
-        r["report_cold"] = measure_one("report", ["report", str(path), "--format", "json"])
         if a.before and h <= a.before_hours:
             # the previous version reads the old encoding: tile the real file as it was recorded
             old = d / f"{name}_before.memtop"

@@ -12,8 +12,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from operator import attrgetter
 
-from memtop.model import Frame, StackSample
+from memtop.model import Frame, GpuSample, StackSample
 from memtop.records import Evidence, Gap, StackTop
 from memtop.stackclass import site
 from memtop.straggler import job_groups
@@ -54,6 +55,11 @@ EXPLAINED_BY = {
 RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample this recent
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
 STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
+# the GpuSample metrics the features and gaps read (through engine, bandwidth, busy): a report reads
+# only these (and its own) from a recording; tests/test_long_runs.py checks that no Features change
+METRICS_READ = frozenset({"util", "mem_util", "graphics", "sm", "tensor", "dram", "power_w"}) | frozenset(
+    {"pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx"}
+)
 # torch names its DataLoader worker processes so; other children of a GPU process (torch.compile's
 # workers, a logger, wandb-service) are shown but are not an input pipeline
 DATA_WORKER_NAMES = ("pt_data_worker",)
@@ -430,6 +436,7 @@ class Classifier:
         self._nbins: dict[int, int] = {}
         self._gap: dict[int, tuple[float, float] | None] = {}
         self.jobs: dict[int, str] = {}  # GPU -> job key, as of the newest bin
+        self._last_gpu: dict[int, GpuSample] = {}  # the sample each GPU's gap was tracked at
 
     def feed_all(self, frames: Iterable[Frame]) -> Classifier:
         for f in frames:
@@ -456,14 +463,17 @@ class Classifier:
         while self._stacks and self._stacks[0][0].t < frame.t - STACK_WINDOW_S:
             old, _ = self._stacks.popleft()
             self._seen_stack.discard((old.pid, old.t))
+        last = self._last_gpu
         for g in frame.gpus:
             if g.mode == "lost":
                 continue
             vals = self._bin.gpu_vals.setdefault(g.index, [])
             if not vals or vals[-1].t != g.t:
                 vals.append(g)
-            # NVML util counts copies too: a gap is neither kernels nor copies running
-            self._track_gap(g.index, g.t, g.busy, frame)
+            if last.get(g.index) is not g:  # a sample a Frame repeats changes no gap
+                last[g.index] = g
+                # NVML util counts copies too: a gap is neither kernels nor copies running
+                self._track_gap(g.index, g.t, g.busy, bool(g.processes))
         self._last = frame
 
     def state_key(self) -> tuple:
@@ -485,8 +495,7 @@ class Classifier:
             self._bin = None
 
     # -- gaps ----------------------------------------------------------------------------
-    def _track_gap(self, gpu: int, t: float, busy: float | None, frame: Frame) -> None:
-        alive = any(g.index == gpu and g.processes for g in frame.gpus)
+    def _track_gap(self, gpu: int, t: float, busy: float | None, alive: bool) -> None:
         cur = self._gap.get(gpu)
         if busy is not None and busy < 5 and alive:
             if cur is None:
@@ -527,18 +536,18 @@ class Classifier:
                 del labs[: len(labs) - self.max_bins]
 
     def _features(self, gpu: int, t: float, vals: list, frame: Frame) -> Features | None:
-        def mean(attr: str) -> float | None:
-            xs = [getattr(v, attr) for v in vals if getattr(v, attr) is not None]
-            return sum(xs) / len(xs) if xs else None
-
         gpm = all(v.mode == "gpm" for v in vals)
-        graphics = mean("engine")
+        graphics = _mean([v.engine for v in vals])
         if graphics is None:
             return None
-        rx, tx = mean("pcie_rx") or 0.0, mean("pcie_tx") or 0.0
+        # the bin's other means, from one pass over its samples
+        rx, tx, nvrx, nvtx, sm, tensor, dram, util, power = map(
+            _mean, zip(*map(_BIN_MEANS, vals), strict=True)
+        )
+        rx, tx = rx or 0.0, tx or 0.0
         link = vals[-1].link
         pcie = rx + tx
-        nvlink = (mean("nvlink_rx") or 0.0) + (mean("nvlink_tx") or 0.0)
+        nvlink = (nvrx or 0.0) + (nvtx or 0.0)
         pids = {p.pid for v in vals[-1:] for p in v.processes}
         host = frame.host
         proc_cpu, wk = 0.0, []
@@ -554,15 +563,15 @@ class Classifier:
             gpu=gpu,
             gpm=gpm,
             graphics=graphics,
-            sm=mean("sm") if gpm else None,
-            tensor=mean("tensor") if gpm else None,
-            dram=mean("bandwidth"),
+            sm=sm if gpm else None,
+            tensor=tensor if gpm else None,
+            dram=dram,
             pcie_bps=pcie,
             pcie_frac=pcie / link.bytes_per_s if link and link.bytes_per_s else 0.0,
-            util=mean("util"),
+            util=util,
             nvlink_bps=nvlink,
             nvlink_frac=nvlink / nvlink_peak(vals[-1].name) if gpm else 0.0,
-            power_w=mean("power_w"),
+            power_w=power,
             proc_cpu=proc_cpu,
             workers=len(wk),
             worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,
@@ -581,30 +590,40 @@ class Classifier:
         if not self.use_stacks:
             return {}, 0.0, 0, None, {}, frozenset(), math.inf
         now = self._last.t if self._last is not None else 0.0
-        mains = [
-            (info, math.exp(-(now - s.t) / STACK_TAU_S), s.t)
-            for s, info in self._stacks
-            if s.pid in pids and info is not None
-        ]
-        if not mains:
-            return {}, 0.0, 0, None, {}, frozenset(), math.inf
-        total = sum(w for _, w, _ in mains)
+        # one pass over the window (a report makes 7,200 bins an hour); sums in the window's order
+        ws: list[float] = []
         c: dict[str, float] = {}  # weights are floats, which typeshed's Counter does not admit
         leaves: dict[tuple[str, str, str], float] = {}
         gil = 0.0
-        for (klass, where_, code, owns_gil), w, _ in mains:
+        recent: set[str] = set()
+        sync_age = math.inf
+        since = now - RECENT_S
+        exp = math.exp
+        for s, info in self._stacks:
+            if info is None or s.pid not in pids:
+                continue
+            klass, where_, code, owns_gil = info
+            w = exp(-(now - s.t) / STACK_TAU_S)
+            ws.append(w)
             c[klass] = c.get(klass, 0.0) + w
-            leaves[(klass, where_, code)] = leaves.get((klass, where_, code), 0.0) + w
+            leaf = (klass, where_, code)
+            leaves[leaf] = leaves.get(leaf, 0.0) + w
             gil += w * owns_gil
+            if s.t >= since:
+                recent.add(klass)
+            if klass == "sync" and now - s.t < sync_age:
+                sync_age = now - s.t
+        if not ws:
+            return {}, 0.0, 0, None, {}, frozenset(), math.inf
+        total = sum(ws)
         # the top stack of each class; the label picks the one that explains it (stable, as most_common)
         ranked = sorted(leaves, key=leaves.__getitem__, reverse=True)
         tops: dict[str, tuple[str, str, str]] = {}
         for k in ranked:
             tops.setdefault(k[0], k)
         busy = next((k for k in ranked if k[0] != "idle"), ranked[0])
-        recent = frozenset(info[0] for info, _, t in mains if t >= now - RECENT_S)
-        sync_age = min((now - t for info, _, t in mains if info[0] == "sync"), default=math.inf)
-        return {k: v / total for k, v in c.items()}, gil / total, len(mains), busy, tops, recent, sync_age
+        shares = {k: v / total for k, v in c.items()}
+        return shares, gil / total, len(ws), busy, tops, frozenset(recent), sync_age
 
     def _label(self, f: Features) -> None:
         stable, cand, run = self._state.get(f.gpu, ("", "", 0))
@@ -641,6 +660,17 @@ def _with_peers(found: dict[int, Features], jobs: dict[int, str]) -> dict[int, F
             f = replace(f, peers=peers, peers_elsewhere=away)
         out[gpu] = f
     return out
+
+
+_BIN_MEANS = attrgetter(
+    "pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor", "bandwidth", "util", "power_w"
+)
+
+
+def _mean(xs: Iterable[float | None]) -> float | None:
+    """The mean of the values that are not None (in order: the same float every time)."""
+    got = [x for x in xs if x is not None]
+    return sum(got) / len(got) if got else None
 
 
 def _r(v: float | None) -> float | None:

@@ -19,14 +19,19 @@ from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from memtop.metrics import METRICS
 from memtop.model import Frame, StackSample
-from memtop.phases import Classifier
+from memtop.phases import METRICS_READ, Classifier
 from memtop.progress import Progress
 from memtop.store import Recording
 
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
-_SKIP = frozenset({"series", "note"})
+# what the report does not read: series, notes, and the GPU metrics neither the classifier nor
+# Aggregates (PCIe peaks, throttling) look at (SQLite decodes each column of each row)
+_SKIP = frozenset({"series", "note"}) | (
+    frozenset(m.name for m in METRICS) - METRICS_READ - {"pcie_rx", "pcie_tx", "clock_events"}
+)
 
 
 def _main_only(s: StackSample) -> StackSample:
@@ -48,6 +53,7 @@ class Aggregates:
     last: Frame | None = None
     # parts repeat across Frames until their source samples again: take each once
     _seen: list = field(default_factory=lambda: [None, None, None, None])
+    _seen_gpu: dict = field(default_factory=dict)  # gpu -> the sample last taken
 
     def add(self, f: Frame) -> None:
         self.last = f
@@ -56,7 +62,11 @@ class Aggregates:
             seen[0] = f.stacks
             # the report reads only the main thread: keeping the others would cost hours' worth of memory
             self.stacks.update(((s.pid, s.t), _main_only(s)) for s in f.stacks if s.threads)
+        seen_gpu = self._seen_gpu
         for g in f.gpus:
+            if seen_gpu.get(g.index) is g:  # a repeated sample changes no peak, link or throttle span
+                continue
+            seen_gpu[g.index] = g
             pk = self.peaks[g.index]
             pk["rx"] = max(pk["rx"], g.pcie_rx or 0.0)
             pk["tx"] = max(pk["tx"], g.pcie_tx or 0.0)
@@ -112,7 +122,7 @@ class Aggregates:
             {k: dict(v) for k, v in self.peaks.items()},
             dict(self.perf),
         )
-        d["_seen"] = [None] * 4
+        d["_seen"], d["_seen_gpu"] = [None] * 4, {}
         return d
 
     def __setstate__(self, d: dict) -> None:

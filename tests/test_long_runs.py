@@ -9,7 +9,7 @@ import sys
 import tracemalloc
 
 import pytest
-from conftest import REC
+from conftest import DATA, REC, REC_NOGPM
 
 from memtop import progress
 from memtop.export import export_perfetto
@@ -125,3 +125,38 @@ def test_rewritten_recording_is_smaller_and_reports_the_same(rewritten):
     for r in (a, b):
         r["recording"]["path"] = ""
     assert a == b
+
+
+@pytest.mark.parametrize(
+    "path", [REC[2], REC_NOGPM, DATA / "heldout_shared_s6.memtop", DATA / "heldout_cupy_s5.memtop"]
+)
+def test_report_reads_every_metric_the_classifier_uses(path):
+    """The report's scan leaves out the GPU metrics the classifier does not read (memtop.scan._SKIP):
+    every label, feature and gap must be what the classifier makes of the whole Frames."""
+    from memtop.phases import Classifier
+    from memtop.scan import _SKIP
+
+    rec = Recording(path)
+    whole, lean = (Classifier().feed_all(rec.frames(skip=skip)) for skip in (frozenset(), _SKIP))
+    assert any(m in _SKIP for m in ("temp_c", "mem_used"))  # the lean scan does leave some out
+    assert sum(map(len, whole.labels.values())) > 50
+    for g, labels in whole.labels.items():
+        assert [(a.raw, a.label, a.rule, a.features) for a in labels] == [
+            (b.raw, b.label, b.rule, b.features) for b in lean.labels[g]
+        ]
+    assert whole.gaps == lean.gaps
+
+
+@pytest.mark.parametrize("start", [None, 33.3])
+def test_frames_do_not_depend_on_the_read_window(start, monkeypatch):
+    """Frames are read a window of rows at a time, sorted per window: edges that cut through every
+    second (and a window wider than the recording) must give the same Frames, stacks and host chains."""
+    from memtop import store
+
+    rec = Recording(REC_NOGPM)
+    t = None if start is None else rec.t0 + start
+    seen = []
+    for window in (0.37, 1e6):
+        monkeypatch.setattr(store, "READ_WINDOW_S", window)
+        seen.append([repr(f) for f in rec.frames(t)])
+    assert len(seen[0]) > 500 and seen[0] == seen[1]
