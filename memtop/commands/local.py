@@ -40,18 +40,19 @@ def _need_tty() -> None:
 
 
 class LiveController:
-    """Builds and starts the sampler after the first paint, off the UI thread (importing the
-    collectors and starting NVML take a while); the pipeline's metadata (driver, GPUs) follows."""
+    """Builds and starts the sampler off the UI thread, before the TUI is imported: NVML's start
+    (its ctypes calls release the GIL) overlaps importing and starting Textual, so the first
+    paint already holds a GPU reading. The pipeline's metadata (driver, GPUs) follows."""
 
     def __init__(self, args: argparse.Namespace, pipeline: Pipeline, sampler=None) -> None:
         self.args = args
         self.pipeline = pipeline
         self.sampler = sampler  # built already when recording (the file's metadata names the GPUs)
         self._thread = threading.Thread(target=self._start, name="memtop-start", daemon=True)
+        self._stopped = False
 
     def start(self) -> None:
-        """Idempotent: _run_app starts it before the app (NVML's start-up overlaps Textual's), a
-        test's app after its first paint."""
+        """Idempotent: live() starts it before importing the TUI, a test's app after its first paint."""
         if self._thread.ident is None:
             self._thread.start()
 
@@ -71,6 +72,10 @@ class LiveController:
             self.pipeline.meta = {**self.pipeline.meta, **self.sampler.run_meta()}
 
     def stop(self) -> None:
+        """Idempotent: the app stops it on unmount, live() again if the app never ran."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self._thread.ident is not None:
             self._thread.join(timeout=5)
         if self.sampler is not None:
@@ -123,8 +128,6 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
             hook(a)
 
     threading.excepthook = thread_crash
-    if isinstance(controller, LiveController):  # the first GPU reading then paints on arrival
-        controller.start()
     try:
         app.run(mouse=opts.mouse)
     except Exception as e:  # Textual failed outside its own handler (it has restored the terminal)
@@ -168,9 +171,12 @@ def live(args: argparse.Namespace) -> int:
     pipeline = Pipeline(Status("live", recording=args.record), meta=meta, writer=writer)
     if sampler is not None:
         sampler.on_frame = pipeline.on_frame
+    controller = LiveController(args, pipeline, sampler)
+    controller.start()  # before the TUI's imports: the first paint then holds a GPU reading
     try:
-        return _run_app(pipeline, LiveController(args, pipeline, sampler), args)
+        return _run_app(pipeline, controller, args)
     finally:
+        controller.stop()
         if writer is not None:
             writer.close()
 
