@@ -4,7 +4,9 @@ For timing the ORDER of start-up on a machine without a GPU (what waits for what
 figures: those come from the GPU machine (bench/first_reading.sh). The delays are sleeps, which
 release the GIL as pynvml's ctypes calls do.
 
-usage: python bench/fake_nvml.py [--init-s 0.2] -- [memtop arguments]
+usage: python bench/fake_nvml.py [--init-s 0.2] [--gpu-pid PID] -- [memtop arguments]
+--gpu-pid: the GPU's process is this local one (the recording's pid is not here), so the host,
+stack and perf collectors have a process to watch, as beside a training run.
   e.g. python bench/pty_bench.py 0.5 200x50 3 --until '[0-9]W' -- python bench/fake_nvml.py -- --no-mouse
 """
 
@@ -20,7 +22,7 @@ DELAYS = {"device": 0.005, "gpm_supported": 0.001, "gpm_metrics": 0.002, "proces
 CALL_S = 0.0005
 
 
-def install(init_s: float) -> None:
+def install(init_s: float, gpu_pid: int | None = None) -> None:
     from memtop.collectors import nvml_calls
 
     class SlowNvml(nvml_calls.ReplayNvml):
@@ -32,6 +34,10 @@ def install(init_s: float) -> None:
 
             time.sleep(init_s)
             return super().init()
+
+        def processes(self, i: int) -> list[tuple[int, int | None]]:
+            got = super().processes(i)
+            return [(gpu_pid, mem) for _, mem in got] if gpu_pid is not None else got
 
         def __getattribute__(self, name: str):
             attr = super().__getattribute__(name)
@@ -52,7 +58,8 @@ def main() -> None:
     cut = argv.index("--") if "--" in argv else len(argv)
     opts, rest = argv[:cut], argv[cut + 1 :]
     init_s = float(opts[opts.index("--init-s") + 1]) if "--init-s" in opts else 0.2
-    install(init_s)
+    gpu_pid = int(opts[opts.index("--gpu-pid") + 1]) if "--gpu-pid" in opts else None
+    install(init_s, gpu_pid)
     from memtop.cli import main as memtop_main
 
     sys.argv = ["memtop", *rest]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
 import sys
 import threading
@@ -32,6 +34,20 @@ def demo_path() -> Path:
     from importlib import resources  # ~10 ms: only the demo needs it
 
     return Path(str(resources.files("memtop") / "data" / DEMO))
+
+
+def _lean_process() -> None:
+    """Memory choices for a long-running TUI process, made before its threads start and before
+    Textual loads: asyncio imports ssl for TLS streams the TUI never opens (4 MiB of libcrypto;
+    asyncio runs without it), and glibc would give each thread its own malloc arena, whose freed
+    pages stay resident (MALLOC_ARENA_MAX in the environment wins)."""
+    if "ssl" not in sys.modules:
+        sys.modules["ssl"] = None  # type: ignore[assignment]  # `import ssl` raises ImportError
+    if "MALLOC_ARENA_MAX" not in os.environ and sys.platform == "linux":
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):  # not glibc
+            ctypes.CDLL(None).mallopt(-8, 2)  # M_ARENA_MAX
 
 
 def _need_tty() -> None:
@@ -95,6 +111,8 @@ def display_options(args: argparse.Namespace, cfg: Config) -> Config:
         paint_rate=args.paint_rate or cfg.paint_rate,
         mouse=cfg.mouse and not args.no_mouse,
         ascii=args.ascii or cfg.ascii,
+        letters=cfg.letters,
+        timeline_s=cfg.timeline_s,
     )
 
 
@@ -113,7 +131,9 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
         paint_rate=opts.paint_rate or 1.0,
         ascii_only=opts.ascii,
         theme=opts.theme,
-        save_theme=True,
+        letters=opts.letters,
+        timeline_s=opts.timeline_s,
+        save_config=True,
         no_color=getattr(args, "no_color", False),
     )
     hook = threading.excepthook
@@ -145,6 +165,8 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
 def replay_app(
     path: Path, args: argparse.Namespace, mode: str, loop: bool, speed: float = 1.0, start_at: float = 0.0
 ) -> int:
+    _need_tty()
+    _lean_process()
     rec = open_recording(path)
     pipeline = Pipeline(Status(mode, duration=rec.duration, speed=speed, source=str(path)), meta=rec.meta)
     return _run_app(pipeline, ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at), args)
@@ -155,6 +177,7 @@ def live(args: argparse.Namespace) -> int:
         # start a minute in, so the first screen already shows a timeline of phases
         return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)
     _need_tty()
+    _lean_process()
     from memtop.sampler import check_pids
 
     check_pids(args.pid)
