@@ -44,9 +44,10 @@ def main() -> None:
     import memtop.collectors.nvml  # noqa: F401
     import memtop.collectors.perf  # noqa: F401
     import memtop.collectors.stacks  # noqa: F401
+    import memtop.tui.app  # noqa: F401
+
     import memtop.commands.local  # noqa: F401
     import memtop.sampler  # noqa: F401
-    import memtop.tui.app  # noqa: F401
 
     out["memtop_modules"] = rss_mib()
     out["ssl_loaded"] = sys.modules.get("ssl") is not None  # type: ignore[assignment]

@@ -69,3 +69,29 @@ async def test_a_reading_that_came_before_the_app_is_in_its_first_paint():
         table = app.query_one("#gpus", RowTable)
         assert table.keys == [str(g.index) for g in frames[1].gpus]
         assert f"{power:.0f}W" in _text(table._rows[0][1])
+
+
+async def test_rows_updated_before_the_table_is_split_into_column_tiles():
+    """The first paint now holds a reading, so a second one can come before the table's column
+    tiles are mounted: its changed cells name tiles that do not exist yet (an IndexError once)."""
+    from textual.app import App
+
+    cols = (("a", 4), ("b", 4), ("c", 4))
+
+    class One(App):
+        def compose(self):
+            yield RowTable(cols, id="t")
+
+        def on_mount(self) -> None:
+            t = self.query_one(RowTable)
+            t.set_rows([("0", ("1", "2", "3"))])
+            t.set_rows([("0", ("1", "5", "6"))])  # same key, other cells: the known-cells path
+
+    app = One()
+    async with app.run_test(size=(40, 5)) as pilot:
+        await pilot.pause()
+        t = app.query_one(RowTable)
+        assert len(t._tiles) == len(cols)  # split after the first frame
+        assert app.return_code is None and t._rows == [("0", ("1", "5", "6"))]
+        text = "".join(seg.text for strip in t._lines for seg in strip)
+        assert "5" in text and "6" in text
