@@ -4,8 +4,7 @@
 #    (memtop defaults, memtop --interval 1, the tree installed in $OLD if set, nvitop -m full);
 # 2. ROUNDS interleaved rounds of WARM+SECONDS windows: RSS at the window's end (10 s with the
 #    defaults), CPU % of one core and KiB/s over the window: memtop defaults, --no-stacks,
-#    --no-stacks --interval 1 (1 Hz), defaults with glibc's own malloc arenas (MALLOC_ARENA_MAX=64:
-#    memtop keeps 2 unless the environment says), and nvitop -m full --interval 1;
+#    --no-stacks --interval 1 (1 Hz), and nvitop -m full --interval 1;
 # 3. bench/rss_parts.py: what the RSS is made of (NVML, GPM, Textual, memtop's modules).
 # usage: PY=python3 [OLD=/tmp/oldsite] bash bench/first_reading.sh OUTDIR [STARTS] [SECONDS] [WARM] [ROUNDS]
 # (memtop and nvitop importable by $PY; -P keeps a source checkout in the cwd off sys.path)
@@ -15,7 +14,7 @@ POWER='[0-9]W'  # memtop's GPU row "312W", nvitop's "312W / 700W"
 python3 -c "
 import torch,time
 a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)
-end=time.time()+4*$N*4+5*$K*($S+$W+2)+60
+end=time.time()+4*$N*4+4*$K*($S+$W+2)+60
 while time.time()<end:
     [a@a for _ in range(10)]; torch.cuda.synchronize()" &
 load=$!
@@ -31,7 +30,6 @@ for i in $(seq "$K"); do
   bench "$S" 200x50 "$W" -- $PY -P -m memtop --no-mouse >> "$R/steady.jsonl"
   bench "$S" 200x50 "$W" -- $PY -P -m memtop --no-mouse --no-stacks >> "$R/steady.jsonl"
   bench "$S" 200x50 "$W" -- $PY -P -m memtop --no-mouse --no-stacks --interval 1 >> "$R/steady.jsonl"
-  bench "$S" 200x50 "$W" -- env MALLOC_ARENA_MAX=64 $PY -P -m memtop --no-mouse >> "$R/steady.jsonl"
   bench "$S" 200x50 "$W" -- $PY -P -m nvitop -m full --interval 1 >> "$R/steady.jsonl"
 done
 $PY -P bench/rss_parts.py >> "$R/rss_parts.jsonl"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import platform
 import sys
 import threading
@@ -37,17 +35,10 @@ def demo_path() -> Path:
 
 
 def _lean_process() -> None:
-    """Memory choices for a long-running TUI process, made before its threads start and before
-    Textual loads: asyncio imports ssl for TLS streams the TUI never opens (4 MiB of libcrypto;
-    asyncio runs without it), and glibc would give each thread its own malloc arena, whose freed
-    pages stay resident (MALLOC_ARENA_MAX in the environment wins)."""
+    """Before Textual loads: asyncio imports ssl for TLS streams the TUI never opens, and it is
+    4 MiB of a live view's RSS with libcrypto (bench/RESULTS.md); asyncio runs without it."""
     if "ssl" not in sys.modules:
         sys.modules["ssl"] = None  # type: ignore[assignment]  # `import ssl` raises ImportError
-    if "MALLOC_ARENA_MAX" not in os.environ and sys.platform == "linux":
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):  # not glibc
-            ctypes.CDLL(None).mallopt(-8, 2)  # M_ARENA_MAX
 
 
 def _need_tty() -> None:
