@@ -4,8 +4,11 @@
     paint_rate = 2.0      # UI repaints per second
     mouse = false         # no mouse tracking
     ascii = true          # ASCII-only drawing
+    letters = true        # a letter per phase in the timeline's bands (saved when `l` is pressed)
+    timeline_s = 300.0    # the timeline's span, 15-600 s (saved when `z` / `Z` zoom)
 
-Command-line flags win over the file. A file that cannot be read or has a wrong value is reported
+The layout choices made with keys (letters, zoom) are saved as they are made, as the theme is; the
+selected GPU is not (GPU indices differ between nodes and runs). Command-line flags win over the file. A file that cannot be read or has a wrong value is reported
 as one line and otherwise ignored: a config must never stop the monitor from starting.
 """
 
@@ -25,6 +28,12 @@ class Config:
     paint_rate: float | None = None
     mouse: bool = True
     ascii: bool = False
+    letters: bool = False
+    timeline_s: float | None = None
+
+
+# the timeline's span: Timeline.zoom keeps it inside these
+TIMELINE_S = (15.0, 600.0)
 
 
 def path() -> Path:
@@ -64,7 +73,12 @@ def load() -> Config:
                 kw[f.name] = float(v)
             else:
                 bad.append(f.name)
-        elif f.name in ("mouse", "ascii") and isinstance(v, bool):
+        elif f.name == "timeline_s" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            if math.isfinite(v) and TIMELINE_S[0] <= v <= TIMELINE_S[1]:
+                kw[f.name] = float(v)
+            else:
+                bad.append(f.name)
+        elif f.name in ("mouse", "ascii", "letters") and isinstance(v, bool):
             kw[f.name] = v
         else:
             bad.append(f.name)

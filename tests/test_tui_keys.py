@@ -280,7 +280,7 @@ async def test_a_theme_chosen_in_the_app_is_saved(tmp_path, monkeypatch):
     from memtop import config
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    app = MemtopApp(_live(), hangup_guard=False, save_theme=True)
+    app = MemtopApp(_live(), hangup_guard=False, save_config=True)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         assert not config.path().exists()  # starting is not choosing

@@ -233,7 +233,8 @@ class GpuDetail(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(id="detail")
-            yield Timeline(self.ascii_only, id="detail-timeline")
+            tl = Timeline(self.ascii_only, id="detail-timeline")
+            yield self.app._timeline(tl) if isinstance(self.app, MemtopApp) else tl
 
     def on_mount(self) -> None:
         self.query_one(Timeline).show(self.view, self.gpu)
@@ -300,8 +301,10 @@ class MemtopApp(App[int]):
         ascii_only: bool = False,
         theme: str | None = None,
         hangup_guard: bool = True,
-        save_theme: bool = False,
+        save_config: bool = False,
         no_color: bool = False,
+        letters: bool = False,
+        timeline_s: float | None = None,
     ) -> None:
         super().__init__()
         # no-color.org: NO_COLOR set and non-empty means no colour (Textual also takes an empty one as
@@ -323,7 +326,7 @@ class MemtopApp(App[int]):
         self.paint_rate = paint_rate
         self.ascii_only = ascii_only
         self.hangup_guard = hangup_guard
-        self.save_theme = save_theme  # only the real CLI writes the user's config
+        self.save_config = save_config  # only the real CLI writes the user's config
         name = theme or "ansi-dark"
         if name not in self.available_themes:
             raise UserError(f"unknown theme {name!r}; themes: {', '.join(sorted(self.available_themes))}")
@@ -335,7 +338,8 @@ class MemtopApp(App[int]):
         self._paints = 0
         self._bindings_key: tuple | None = None
         self.crashed: BaseException | None = None  # what ended the app, for the exit code and log
-        self._letters = False  # phase letters in the bands (`l`)
+        self._letters = letters  # phase letters in the bands (`l`)
+        self._timeline_s = timeline_s  # the timeline's span (`z`, `Z`); None: the timeline's own
         self._laid_out: tuple | None = None  # (GPU count, screen size) the layout was made for
 
     def get_driver_class(self) -> type[Driver]:
@@ -355,7 +359,7 @@ class MemtopApp(App[int]):
         yield TextPanel(tiles=4, id="header", ellipsis=ellipsis)
         yield TextPanel(tiles=6, id="verdict", ellipsis=ellipsis)  # one line each: headline to command
         yield RowTable(fmt.GPU_COLUMNS, id="gpus")
-        yield Timeline(self.ascii_only, id="timeline")
+        yield self._timeline(Timeline(self.ascii_only, id="timeline"))
         with Horizontal(id="bottom"):
             with Vertical(id="left"):
                 yield TextPanel(tiles=4, id="host")
@@ -364,6 +368,13 @@ class MemtopApp(App[int]):
                 yield TextPanel(tiles=3, id="stacks")
                 yield TextPanel(tiles=1, id="caps")
         yield Footer()
+
+    def _timeline(self, tl: Timeline) -> Timeline:
+        """A timeline with the letters and span chosen (in this run or a saved one)."""
+        tl.letters = self._letters
+        if self._timeline_s is not None:
+            tl.span_s = self._timeline_s
+        return tl
 
     def on_mount(self) -> None:
         self.theme_changed_signal.subscribe(self, self._new_theme)  # phase colours are per theme
@@ -388,7 +399,7 @@ class MemtopApp(App[int]):
                     loop.add_signal_handler(sig, self._signalled, sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
-        if self.save_theme:
+        if self.save_config:
             self.theme_changed_signal.subscribe(self, self._theme_changed)
         self._paint()
         self.call_after_refresh(self._relayout)
@@ -622,6 +633,7 @@ class MemtopApp(App[int]):
     def action_letters(self) -> None:
         self._letters = not self._letters
         self.query_one(Timeline).set_letters(self._letters)
+        self._save(letters=self._letters)
 
     def action_help(self) -> None:
         self.push_screen(
@@ -639,7 +651,12 @@ class MemtopApp(App[int]):
             self._paint()
 
     def action_zoom(self, factor: float) -> None:
-        self.query_one(Timeline).zoom(factor)
+        tl = self.query_one(Timeline)
+        before = tl.span_s
+        tl.zoom(factor)
+        self._timeline_s = tl.span_s
+        if tl.span_s != before:
+            self._save(timeline_s=tl.span_s)
 
     def _seek(self, offset: float) -> None:
         assert self.playback is not None
@@ -739,10 +756,17 @@ class MemtopApp(App[int]):
         return None
 
     def _theme_changed(self, theme: object) -> None:
+        self._save(theme=self.theme)
+
+    def _save(self, **choice: object) -> None:
+        """A choice made in the app (theme, letters, zoom) outlives the run: the config file."""
+        if not self.save_config:
+            return
         from memtop import config
 
-        if config.save(theme=self.theme) is None:
-            self.notify(f"theme not saved: cannot write {config.path()}", severity="warning", markup=False)
+        if config.save(**choice) is None:
+            what = ", ".join(choice)
+            self.notify(f"{what} not saved: cannot write {config.path()}", severity="warning", markup=False)
 
 
 def _params(action: str) -> tuple[object, ...]:

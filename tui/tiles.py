@@ -195,7 +195,7 @@ class TiledLines(KeepsRender):
                 # height of its first, pre-layout render (wrapped at width 1) at a fresh start
                 self.styles.height = len(lines)
             return
-        if changed is not None:
+        if changed is not None and len(self._tiles) == len(self._plan):  # (line, tile) of the split tiles
             for y, k in changed:
                 self._tiles[k].refresh(Region(0, y, self.geometry(self._tiles[k])[1], 1))
             return

@@ -34,24 +34,32 @@ def demo_path() -> Path:
     return Path(str(resources.files("memtop") / "data" / DEMO))
 
 
+def _lean_process() -> None:
+    """Before Textual loads: asyncio imports ssl for TLS streams the TUI never opens, and it is
+    4 MiB of a live view's RSS with libcrypto (bench/RESULTS.md); asyncio runs without it."""
+    if "ssl" not in sys.modules:
+        sys.modules["ssl"] = None  # type: ignore[assignment]  # `import ssl` raises ImportError
+
+
 def _need_tty() -> None:
     if not (sys.stderr.isatty() and sys.stdin.isatty()):  # Textual paints on stderr
         raise UserError("the TUI needs a terminal; use `memtop record` or `memtop report` when piping")
 
 
 class LiveController:
-    """Builds and starts the sampler after the first paint, off the UI thread (importing the
-    collectors and starting NVML take a while); the pipeline's metadata (driver, GPUs) follows."""
+    """Builds and starts the sampler off the UI thread, before the TUI is imported: NVML's start
+    (its ctypes calls release the GIL) overlaps importing and starting Textual, so the first
+    paint already holds a GPU reading. The pipeline's metadata (driver, GPUs) follows."""
 
     def __init__(self, args: argparse.Namespace, pipeline: Pipeline, sampler=None) -> None:
         self.args = args
         self.pipeline = pipeline
         self.sampler = sampler  # built already when recording (the file's metadata names the GPUs)
         self._thread = threading.Thread(target=self._start, name="memtop-start", daemon=True)
+        self._stopped = False
 
     def start(self) -> None:
-        """Idempotent: _run_app starts it before the app (NVML's start-up overlaps Textual's), a
-        test's app after its first paint."""
+        """Idempotent: live() starts it before importing the TUI, a test's app after its first paint."""
         if self._thread.ident is None:
             self._thread.start()
 
@@ -71,6 +79,10 @@ class LiveController:
             self.pipeline.meta = {**self.pipeline.meta, **self.sampler.run_meta()}
 
     def stop(self) -> None:
+        """Idempotent: the app stops it on unmount, live() again if the app never ran."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self._thread.ident is not None:
             self._thread.join(timeout=5)
         if self.sampler is not None:
@@ -90,6 +102,8 @@ def display_options(args: argparse.Namespace, cfg: Config) -> Config:
         paint_rate=args.paint_rate or cfg.paint_rate,
         mouse=cfg.mouse and not args.no_mouse,
         ascii=args.ascii or cfg.ascii,
+        letters=cfg.letters,
+        timeline_s=cfg.timeline_s,
     )
 
 
@@ -108,7 +122,9 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
         paint_rate=opts.paint_rate or 1.0,
         ascii_only=opts.ascii,
         theme=opts.theme,
-        save_theme=True,
+        letters=opts.letters,
+        timeline_s=opts.timeline_s,
+        save_config=True,
         no_color=getattr(args, "no_color", False),
     )
     hook = threading.excepthook
@@ -123,8 +139,6 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
             hook(a)
 
     threading.excepthook = thread_crash
-    if isinstance(controller, LiveController):  # the first GPU reading then paints on arrival
-        controller.start()
     try:
         app.run(mouse=opts.mouse)
     except Exception as e:  # Textual failed outside its own handler (it has restored the terminal)
@@ -142,6 +156,8 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
 def replay_app(
     path: Path, args: argparse.Namespace, mode: str, loop: bool, speed: float = 1.0, start_at: float = 0.0
 ) -> int:
+    _need_tty()
+    _lean_process()
     rec = open_recording(path)
     pipeline = Pipeline(Status(mode, duration=rec.duration, speed=speed, source=str(path)), meta=rec.meta)
     return _run_app(pipeline, ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at), args)
@@ -152,6 +168,7 @@ def live(args: argparse.Namespace) -> int:
         # start a minute in, so the first screen already shows a timeline of phases
         return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)
     _need_tty()
+    _lean_process()
     from memtop.sampler import check_pids
 
     check_pids(args.pid)
@@ -168,9 +185,12 @@ def live(args: argparse.Namespace) -> int:
     pipeline = Pipeline(Status("live", recording=args.record), meta=meta, writer=writer)
     if sampler is not None:
         sampler.on_frame = pipeline.on_frame
+    controller = LiveController(args, pipeline, sampler)
+    controller.start()  # before the TUI's imports: the first paint then holds a GPU reading
     try:
-        return _run_app(pipeline, LiveController(args, pipeline, sampler), args)
+        return _run_app(pipeline, controller, args)
     finally:
+        controller.stop()
         if writer is not None:
             writer.close()
 
