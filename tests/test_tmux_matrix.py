@@ -112,10 +112,18 @@ def _alive(pane: str, what: str) -> None:
 
 
 def _quit(tmux: Tmux, name: str) -> None:
-    tmux.keys(name, "Escape")  # a modal left open
-    time.sleep(0.3)
-    tmux.keys(name, "q")
-    pane = tmux.wait(name, "EXIT=")
+    for _ in range(3):
+        tmux.keys(name, "Escape")  # a modal left open
+        # on a loaded machine an Escape read together with the q would be one key, Alt+q: quit again
+        time.sleep(1.0)
+        tmux.keys(name, "q")
+        try:
+            pane = tmux.wait(name, "EXIT=", timeout=10)
+            break
+        except AssertionError:
+            continue
+    else:
+        pane = tmux.wait(name, "EXIT=")
     assert "EXIT=0" in pane and "Traceback" not in pane, pane
 
 
