@@ -572,3 +572,17 @@ def test_real_cli_renders_in_every_terminal(env, flags):
         _wait(sock, "EXIT=0")
     finally:
         _kill(sock)
+
+
+async def test_the_screen_says_which_evidence_is_missing_and_its_cost():
+    """An NVML-only recording (real H100, no GPM): the capabilities panel names the missing GPM and
+    its held-out cost; a run with GPM and stacks (seed 0) says nothing of the kind."""
+    from conftest import REC_NOGPM
+
+    frames = list(Recording(REC_NOGPM).frames())
+    for pipeline, want in ((_pipeline(1, upto=len(frames) - 1, frames=frames), True), (_pipeline(1), False)):
+        app = MemtopApp(pipeline, hangup_guard=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _settle(pilot, app)
+            caps = app.query_one("#caps").text.plain
+            assert ("missing GPM:" in caps and "held-out macro-F1" in caps) is want, caps

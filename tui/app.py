@@ -530,7 +530,9 @@ class MemtopApp(App[int]):
             )
             self._update_procs(v, lk)
             self._update_stacks(v, lk)
-            self._set("#caps", fmt.caps_text(f.caps if f else (), f.notes if f else (), lk))
+            vd = v.verdicts.get(self.gpu)
+            missing = vd.missing if vd is not None else ""
+            self._set("#caps", fmt.caps_text(f.caps if f else (), f.notes if f else (), lk, missing))
 
     def _update_gpus(self, v: View, lk: Look) -> None:
         f = v.frame

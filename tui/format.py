@@ -368,11 +368,16 @@ def stacks_text(
     return t
 
 
-def caps_text(caps: tuple[Capability, ...], notes: tuple[str, ...] = (), lk: Look = DEFAULT) -> Text:
-    """What is unavailable (with the fix), then faults seen during the run."""
+def caps_text(
+    caps: tuple[Capability, ...], notes: tuple[str, ...] = (), lk: Look = DEFAULT, missing: str = ""
+) -> Text:
+    """Faults seen during the run, the evidence the selected GPU's labels lack and what it costs,
+    then what is unavailable (with the fix)."""
     t = Text()
     for n in notes[-5:]:
         t.append(f"fault: {clean(n, 300)}\n", style="bold red")
+    if missing:
+        t.append(f"{clean(missing, 300)}\n", style="bold yellow")
     for c in caps:
         if c.ok:
             continue
