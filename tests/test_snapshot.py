@@ -125,3 +125,13 @@ def test_the_model_names_every_job_key_jobid_reads():
     from memtop.model import JOB_KEYS
 
     assert tuple(k for k, _ in FIELDS.values()) == JOB_KEYS
+
+
+def test_the_schema_names_every_phase_and_an_nvml_only_run_says_gpm_is_missing(capsys):
+    phase_enum = SCHEMA["properties"]["gpus"]["items"]["properties"]["phase"]["enum"]
+    assert set(LABELS) | {"warmup", "gathering"} == set(phase_enum)
+    rc, snaps = _snaps(capsys, "--replay", str(ROOT / "tests" / "data" / "labelled_s2_nogpm.memtop"))
+    assert rc == 0 and len(snaps) == 1
+    jsonschema.validate(snaps[0], SCHEMA)
+    v = snaps[0]["gpus"][0]["verdict"]
+    assert v["missing"].startswith("missing GPM:") and v["straggler"] is False

@@ -205,6 +205,8 @@ def snapshot(node: Node) -> dict:
                     "evidence": v.evidence,
                     "advice": list(v.advice),
                     "command": v.command,
+                    "straggler": v.straggler,
+                    "missing": v.missing,
                 },
                 "job": jobs.get(g.index, {}),
             }
