@@ -335,3 +335,16 @@ async def test_a_seek_while_paused_repaints_every_panel():
         assert await _until(pilot, lambda: pipe.status.position > src.duration - 0.2)
         assert await _until(pilot, lambda: any(p > src.duration - 0.2 for p in stacks_painted))
         await pilot.press("q")
+
+
+@pytest.mark.parametrize("ascii_only", [False, True])
+def test_help_keeps_its_columns_in_every_mode(ascii_only):
+    """Each key's text starts in one column, --ascii (where ← is spelled "left") included."""
+    from memtop.tui.app import help_text
+
+    for mode in ("live", "replay"):
+        text = help_text(mode, [k for k in KEYS if mode in k.modes], ascii_only)
+        rows = [line for line in text.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+        keys = rows[: next(i for i, r in enumerate(rows) if "tab" in r) + 1]
+        assert len(keys) > 8
+        assert all(r[14] == " " and r[15] != " " for r in keys), keys  # names padded to 12

@@ -124,11 +124,11 @@ _ASCII = str.maketrans({"←": "left", "→": "right", "—": "-"})
 
 def help_text(mode: str, enabled: Iterable[Key], ascii_only: bool = False) -> str:
     """The help of one mode: only its keys, then the phases."""
-    text = _help_text(mode, enabled)
+    text = _help_text(mode, enabled, ascii_only)
     return text.translate(_ASCII) if ascii_only else text
 
 
-def _help_text(mode: str, enabled: Iterable[Key]) -> str:
+def _help_text(mode: str, enabled: Iterable[Key], ascii_only: bool) -> str:
     lines = [
         f"[b]memtop[/b] — is the GPU busy, and if not, what is it waiting for?  ({mode})",
         "",
@@ -139,7 +139,8 @@ def _help_text(mode: str, enabled: Iterable[Key]) -> str:
         if (k.action, k.help) in seen:
             continue
         seen.add((k.action, k.help))
-        lines.append(f"  {escape(_key_name(k)):<12} {escape(k.help)}")
+        name = _key_name(k).translate(_ASCII) if ascii_only else _key_name(k)  # padded as shown
+        lines.append(f"  {escape(name):<12} {escape(k.help)}")
     lines += [
         "  tab          move focus (GPUs, processes); enter on a GPU: its detail",
         "  ctrl+p       command palette (themes, screenshot)",
