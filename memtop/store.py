@@ -852,10 +852,10 @@ class Recording:
         # the streams are read READ_WINDOW_S at a time and a window's rows are sorted together: the
         # same order as merging them row by row (a stable sort keeps a stream's own order), at a
         # fraction of the cost (a C sort instead of a Python heap merge per row)
-        n = max(1, math.ceil((hi - lo) / READ_WINDOW_S))
+        k = 1
         try:
-            for k in range(1, n + 1):
-                edge = lo + READ_WINDOW_S * k if k < n else math.inf
+            while True:
+                edge = lo + READ_WINDOW_S * k
                 rows: list[tuple] = []
                 for o, i, kind, ahead in streams:
                     part = ahead.upto(edge)
@@ -869,6 +869,12 @@ class Recording:
                         yield st.frame(row[0])
                     else:
                         st.apply(self, kind, row)
+                heads = [h for *_, ahead in streams if (h := ahead.head()) is not None]
+                if not heads:
+                    break
+                # on to the window of the next row: a damaged time far ahead costs one window, not
+                # one per 5 s of the gap
+                k = max(k + 1, math.ceil((min(heads) - lo) / READ_WINDOW_S))
         except (sqlite3.DatabaseError, zlib.error, ValueError, TypeError, KeyError, IndexError) as e:
             raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__}: {e})") from None
 
@@ -937,13 +943,21 @@ class _Ahead:
         self._buf: list[tuple] = []
         self._done = False
 
+    def _fill(self) -> None:
+        if not self._buf and not self._done:
+            self._buf = self._cursor.fetchmany(128)  # a few series blobs: memory stays flat
+            self._done = not self._buf
+
+    def head(self) -> float | None:
+        """The time of the next row not taken yet; None at the end."""
+        self._fill()
+        return self._buf[0][0] if self._buf else None
+
     def upto(self, edge: float) -> list[tuple]:
         """The rows not taken yet with t <= edge."""
         out: list[tuple] = []
         while True:
-            if not self._buf and not self._done:
-                self._buf = self._cursor.fetchmany(128)  # a few series blobs: memory stays flat
-                self._done = not self._buf
+            self._fill()
             buf = self._buf
             if not buf:
                 return out

@@ -16,6 +16,9 @@ CASES = {
     "text frame t": "UPDATE frame SET t = 'x' WHERE t IN (SELECT t FROM frame LIMIT 1)",
     "+inf frame t": "INSERT INTO frame VALUES (1e999)",
     "-inf frame t": "INSERT INTO frame VALUES (-1e999)",
+    # a finite time far ahead: readers must not walk the gap 5 s at a time (they hung)
+    "frame t far ahead": "INSERT INTO frame VALUES (9e11)",
+    "gpu row far ahead": "UPDATE gpu SET t = 5e11 WHERE rowid IN (SELECT rowid FROM gpu LIMIT 1)",
     "gpus not a list": "UPDATE meta SET value = '{\"index\": 0}' WHERE key = 'gpus'",
     "gpus of numbers": "UPDATE meta SET value = '[1, 2]' WHERE key = 'gpus'",
     "gpu index a string": 'UPDATE meta SET value = \'[{"index": "0", "name": 5}]\' WHERE key = \'gpus\'',
