@@ -5,8 +5,10 @@ neither (an older GPU in a container without ptrace).
 Sets: the first corpus (one synthetic PyTorch workload, 13 seeds), the framework corpus the rules
 were tuned on (train_*), the held-out runs recorded after the rules froze at d4b2494 (heldout_*,
 spent: the rules were tuned again after they were scored), and the held-out runs recorded after the
-second freeze (heldout2_*), each scored apart. Guard bands 0.5 s (the target) and 1 s. Prints markdown.
-usage: python bench/accuracy.py [--guard 0.5 1.0] [--set first train heldout heldout2] [--checked]
+second freeze (heldout2_*, spent: looked at for the third round's error classes), and those recorded
+after the third freeze (heldout3_*), each scored apart. Guard bands 0.5 s (the target) and 1 s.
+Prints markdown.
+usage: python bench/accuracy.py [--guard 0.5 1.0] [--set first train heldout heldout2 heldout3] [--checked]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ SETS = {
     "train": sorted(DATA.glob("train_*.memtop")),
     "heldout": sorted(DATA.glob("heldout_*.memtop")),
     "heldout2": sorted(DATA.glob("heldout2_*.memtop")),
+    "heldout3": sorted(DATA.glob("heldout3_*.memtop")),
 }
 # Training phases whose construction missed its label, judged from the workload's own facts (GPU
 # work per step against CPU work per step), not from memtop's output: relabelled, or dropped where
@@ -55,7 +58,7 @@ HELDOUT_UNSOUND = {
 CHECKED = False
 
 
-# For heldout2 the check is declared before recording (committed with the rules' second freeze):
+# For heldout2 and heldout3 the check is declared before recording (committed with the rules' second freeze):
 # a phase is sound when the driver's own NVML util (not memtop's rules) and the workload's own
 # wait fraction agree with its label. Median NVML util over the guard-trimmed phase:
 SOUND_UTIL = {"compute": (80, 101), "memory": (80, 101), "sync": (15, 80), "cpu": (0, 80), "input": (0, 80)}
@@ -88,7 +91,7 @@ def markers_of(rec: Recording, path: Path) -> list[Marker]:
     ms = rec.markers()
     if path.name.startswith("heldout_") and CHECKED:
         return [m for m in ms if m.name not in HELDOUT_UNSOUND]
-    if path.name.startswith("heldout2_") and CHECKED:
+    if path.name.startswith(("heldout2_", "heldout3_")) and CHECKED:
         return [m for m in ms if unsound(rec, m) is None]
     if not path.name.startswith("train_"):
         return ms
@@ -177,16 +180,16 @@ def main() -> None:
     ap.add_argument(
         "--checked",
         action="store_true",
-        help="leave out HELDOUT_UNSOUND phases (heldout) and phases failing the declared check (heldout2)",
+        help="leave out HELDOUT_UNSOUND phases (heldout) and phases failing the declared check (heldout2/3)",
     )
     ap.add_argument(
-        "--soundness", action="store_true", help="list heldout2 phases failing the declared check"
+        "--soundness", action="store_true", help="list heldout2/heldout3 phases failing the declared check"
     )
     a = ap.parse_args()
     global CHECKED
     CHECKED = a.checked
     if a.soundness:
-        for p in SETS["heldout2"]:
+        for p in SETS["heldout2"] + SETS["heldout3"]:
             rec = Recording(p)
             for m in rec.markers():
                 why = unsound(rec, m)

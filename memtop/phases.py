@@ -94,6 +94,7 @@ class Features:
     power_w: float | None = None
     peers: tuple[int, ...] = ()  # other GPUs of the same job on this node (memtop.straggler.job_groups)
     peers_elsewhere: tuple[int, ...] = ()  # those not in a collective's GPU pattern this bin
+    rise: float = 0.0  # graphics minus the previous bin's: a GPU ramping up toward a busy phase
 
 
 @dataclass(frozen=True)
@@ -162,15 +163,23 @@ def _workers_busy(f: Features) -> bool:
     return f.stack_n == 0 and f.worker_cpu >= 15
 
 
-def _real_kernels(f: Features) -> bool:
+def _real_kernels(f: Features, nvml_min: float = 1.0) -> bool:
     """Kernels that do work, not a stream of tiny launches: SM busy for much of the graphics time;
-    NVML-only has no SM, and tiny launches leave NVML memory util at 0 while real kernels move some."""
-    return f.sm >= 0.4 * f.graphics if f.sm is not None else (f.dram or 0) >= 1
+    NVML-only has no SM, and tiny launches leave NVML memory util at 0 while real kernels move some
+    (``nvml_min``, the bin's mean of whole percents)."""
+    return f.sm >= 0.4 * f.graphics if f.sm is not None else (f.dram or 0) >= nvml_min
 
 
 # NVML's memory util counts the share of time memory was read or written, not bandwidth: matmul
 # training reads 30-70 % (compile, Trainer, Lightning), a bandwidth-bound kernel 100 % (training corpus)
 NVML_MEMORY_UTIL = 85
+
+
+# A busy step's first bins while the GPU ramps up (resnet50 after its DataLoader's first batches:
+# graphics 5 -> 39 -> 75 -> 99 %) look like the host and the GPU taking turns; a sync loop's graphics
+# holds within a few points from bin to bin. Without a sync stack, a bin this far above the previous
+# one is not a stall.
+RAMP_RISE = 15.0
 
 
 def _pageable(f: Features) -> str:
@@ -339,8 +348,9 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
     (
         "sync",
         "graphics 22-80 % with real kernels (SM >= 0.4 x graphics; NVML-only: memory util >= 1 %), "
-        "process CPU >= 50 %: the host and the GPU take turns, whether or not a stack sample caught the wait",
-        lambda f: 22 <= f.graphics < 80 and _real_kernels(f) and f.proc_cpu >= 50,
+        f"steady (< {RAMP_RISE:.0f} points above the previous bin), process CPU >= 50 %: the host and the GPU "
+        "take turns, whether or not a stack sample caught the wait",
+        lambda f: 22 <= f.graphics < 80 and f.rise < RAMP_RISE and _real_kernels(f) and f.proc_cpu >= 50,
         None,
     ),
     (
@@ -361,14 +371,17 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
 # holds the same way (a bandwidth-bound copy loop dipped to 79 % for one bin, seed 6). A sync
 # stall keeps its label down to graphics 10 % with real kernels while a sync wait was seen in the
 # last SYNC_HOLD_S or the process is busy (GPM reads of a 27 % stall dipped to 13-21 % for seconds,
-# seed 8; the entry needs 22 % without a sync stack).
+# seed 8; the entry needs 22 % without a sync stack). Without GPM it holds while NVML memory util is
+# above 0 at all: small kernels of a sync loop read 0-1 % (a bin's mean 0.6 flipped it to CPU-bound
+# and back), a launch or Python loop reads 0.
 UNDER_USED = {"sync", "cpu", "input", "other"}
+
 SYNC_HOLD_S = STACK_WINDOW_S
 STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
     "compute": (
         UNDER_USED,
-        "graphics >= 75 %, SM >= 60 %",
-        lambda f: f.graphics >= 75 and (f.sm is None or f.sm >= 60),
+        "graphics >= 75 %, SM >= 60 %; or GPM with NVML util >= 95 % (kernels or copies ran all the time)",
+        lambda f: (f.graphics >= 75 and (f.sm is None or f.sm >= 60)) or (f.gpm and (f.util or 0) >= 95),
     ),
     "memory": (
         UNDER_USED,
@@ -377,9 +390,11 @@ STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
     ),
     "sync": (
         {"cpu"},
-        f"graphics 10-80 % with real kernels, and a sync wait within {SYNC_HOLD_S:.0f} s or process CPU >= 50 %",
+        f"graphics 10-80 % with real kernels (NVML-only: memory util > 0), and a sync wait within {SYNC_HOLD_S:.0f} s or process CPU >= 50 %",
         lambda f: (
-            10 <= f.graphics < 80 and _real_kernels(f) and (f.sync_age <= SYNC_HOLD_S or f.proc_cpu >= 50)
+            10 <= f.graphics < 80
+            and _real_kernels(f, nvml_min=0.1)
+            and (f.sync_age <= SYNC_HOLD_S or f.proc_cpu >= 50)
         ),
     ),
 }
@@ -437,6 +452,7 @@ class Classifier:
         self._gap: dict[int, tuple[float, float] | None] = {}
         self.jobs: dict[int, str] = {}  # GPU -> job key, as of the newest bin
         self._last_gpu: dict[int, GpuSample] = {}  # the sample each GPU's gap was tracked at
+        self._graphics: dict[int, float] = {}  # each GPU's previous bin's graphics (Features.rise)
 
     def feed_all(self, frames: Iterable[Frame]) -> Classifier:
         for f in frames:
@@ -486,6 +502,7 @@ class Classifier:
             None if b is None else (b.t, sorted((g, tuple(v)) for g, v in b.gpu_vals.items())),
             tuple((s.pid, s.t, info) for s, info in self._stacks),
             sorted((g, min(n, self.warmup_bins + 1)) for g, n in self._nbins.items()),
+            sorted(self._graphics.items()),
             self._last,
         )
 
@@ -540,6 +557,8 @@ class Classifier:
         graphics = _mean([v.engine for v in vals])
         if graphics is None:
             return None
+        rise = graphics - self._graphics.get(gpu, graphics)
+        self._graphics[gpu] = graphics
         # the bin's other means, from one pass over its samples
         rx, tx, nvrx, nvtx, sm, tensor, dram, util, power = map(
             _mean, zip(*map(_BIN_MEANS, vals), strict=True)
@@ -584,6 +603,7 @@ class Classifier:
             tops=tops,
             recent=recent,
             sync_age=sync_age,
+            rise=rise,
         )
 
     def _stack_shares(self, pids: set[int]) -> tuple:

@@ -33,6 +33,13 @@ HELDOUT2_FLOORS = {
     "NVML-only (GPM dropped on read)": 0.97,
     "GPM, no stacks (stacks dropped on read)": 0.98,
 }
+# The heldout3 runs (rules frozen at c800a45) were recorded without py-spy on the device's PATH: they
+# hold no stacks, so only the no-stacks modes are measured on them (0.995 and 0.868 at the 0.5 s guard).
+# They stay out of SETS: a stack mode on them would score the no-stacks rules under another name.
+HELDOUT3_FLOORS = {
+    "GPM, no stacks (stacks dropped on read)": 0.985,
+    "NVML-only, no stacks (both dropped on read)": 0.85,
+}
 _CACHE: dict = {}
 
 
@@ -57,6 +64,7 @@ def mean_f1(mode: str, sets=SETS) -> tuple[float, list[dict]]:
 def test_every_set_has_recordings():
     assert all(accuracy.SETS[name] for name in SETS)
     assert len(accuracy.SETS["heldout2"]) >= 8
+    assert len(accuracy.SETS["heldout3"]) >= 4
 
 
 @pytest.mark.parametrize("mode", list(FLOORS))
@@ -71,20 +79,38 @@ def test_macro_f1_on_the_runs_recorded_after_the_freeze(mode):
     assert f1 >= HELDOUT2_FLOORS[mode], [(s["name"], s["macro_f1"]) for s in ss]
 
 
-def test_flips_after_detection_on_the_held_out_runs_with_gpm():
-    ss = scored("GPM + stacks", "heldout2")
+@pytest.mark.parametrize("mode", list(HELDOUT3_FLOORS))
+def test_macro_f1_on_the_runs_recorded_after_the_third_freeze(mode):
+    f1, ss = mean_f1(mode, sets=("heldout3",))
+    assert f1 >= HELDOUT3_FLOORS[mode], [(s["name"], s["macro_f1"]) for s in ss]
+
+
+@pytest.mark.parametrize(
+    ("mode", "name"),
+    [
+        ("GPM + stacks", "heldout2"),
+        ("NVML-only (GPM dropped on read)", "heldout2"),
+        *((mode, "heldout3") for mode in HELDOUT3_FLOORS),
+    ],
+)
+def test_flips_after_detection_on_the_held_out_runs(mode, name):
+    """NVML-only flickered between sync and CPU-bound (0.53/min on heldout2 under 6d1143b) where a
+    sync loop's small kernels left NVML memory util at 0-1 %; measured 0.0 since c800a45."""
+    ss = scored(mode, name)
     assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) < 0.2
 
 
 def test_false_sync_stall_on_negative_controls_with_stacks():
     """None on the training runs, nor on the first held-out runs without the phases whose own numbers
     contradict their label (accuracy.HELDOUT_UNSOUND, listed when they were first scored: no known
-    truth). The runs after the freeze had 2.5 s (a resnet50 control's first second, while the GPU
-    ramped up, in three runs, and one bin as an overlapped-copy loop ended): pinned, not hidden."""
+    truth). The heldout2 runs had 2.5 s under 6d1143b (a resnet50 control's first second while the
+    GPU ramped up, an overlapped-copy loop's dip); none since c800a45, which was tuned with them in
+    view (spent). The heldout3 runs, recorded after it, have none in either mode they can measure."""
     ss = scored("GPM + stacks", "train") + scored("GPM + stacks", "first")
     ss += scored("GPM + stacks", "heldout", checked=True)
+    ss += scored("GPM + stacks", "heldout2")
+    ss += [s for mode in HELDOUT3_FLOORS for s in scored(mode, "heldout3")]
     assert sum(s["neg_false_sync_s"] for s in ss) == 0, [(s["name"], s["confusion"]) for s in ss]
-    assert sum(s["neg_false_sync_s"] for s in scored("GPM + stacks", "heldout2")) <= 2.5
 
 
 def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():

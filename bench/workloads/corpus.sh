@@ -6,6 +6,8 @@
 # not passed (each takes ~1-3 min).
 set -u
 out=$1 budget=$2 runs=$3
+# without py-spy memtop records no stacks, silently (heldout3 was recorded so)
+command -v py-spy >/dev/null || { echo "py-spy is not on PATH: the runs would hold no stacks" >&2; exit 2; }
 mkdir -p "$out"; log=$out/log.txt
 start=$(date +%s)
 for r in $runs; do
