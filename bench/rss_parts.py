@@ -1,6 +1,8 @@
 """What a live memtop's resident memory is made of, step by step in one process (one JSON line):
 the interpreter, NVML started, a GPM sample pair per GPU, Textual imported (with and without ssl,
-which memtop's TUI keeps out), and memtop's TUI and collectors imported.
+which memtop's TUI keeps out), and memtop's TUI and collectors imported; then what a live memtop's
+release_free_memory (gc.collect, glibc's malloc_trim) gives back. Each step's RSS in MiB, and at
+the NVML and last steps also its anonymous and file-backed parts.
 
 usage: python bench/rss_parts.py [--no-ssl]   (on the GPU machine; without a driver NVML's steps are null)
 """
@@ -11,9 +13,13 @@ import json
 import sys
 
 
-def rss_mib() -> float:
+def rss_mib(field: str = "VmRSS") -> float:
     with open("/proc/self/status") as fh:
-        return next(int(x.split()[1]) for x in fh if x.startswith("VmRSS:")) / 1024
+        return next(int(x.split()[1]) for x in fh if x.startswith(field + ":")) / 1024
+
+
+def parts(out: dict, step: str) -> None:
+    out[step + "_anon"], out[step + "_file"] = rss_mib("RssAnon"), rss_mib("RssFile")
 
 
 def main() -> None:
@@ -35,6 +41,7 @@ def main() -> None:
             pynvml.nvmlGpmSampleGet(h, a)
             pynvml.nvmlGpmSampleGet(h, b)
         out["gpm_pair"] = rss_mib()
+        parts(out, "gpm_pair")
     except Exception as e:  # no driver here: the Python side is still measured
         out["nvml_error"] = str(e)  # type: ignore[assignment]
     import textual.app  # noqa: F401
@@ -50,6 +57,10 @@ def main() -> None:
     import memtop.sampler  # noqa: F401
 
     out["memtop_modules"] = rss_mib()
+    parts(out, "memtop_modules")
+    memtop.commands.local.release_free_memory()
+    out["released"] = rss_mib()
+    parts(out, "released")
     out["ssl_loaded"] = sys.modules.get("ssl") is not None  # type: ignore[assignment]
     print(json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in out.items()}))
 

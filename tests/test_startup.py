@@ -42,8 +42,9 @@ _PROBE = textwrap.dedent(
 
     local._run_app = run_app
     rc = local.live(build_parser().parse_args(["--no-stacks", "--no-perf"]))
-    s = seen["controller"].sampler
-    print(rc, seen["started"], seen["textual"], seen["ssl"], seen["sampler"], s._stop.is_set())
+    s, trim = seen["controller"].sampler, seen["controller"]._trim
+    trim.join(2)  # stop() cancelled the start-up trim (it was due 3 s after the start): no thread left
+    print(rc, seen["started"], seen["textual"], seen["ssl"], seen["sampler"], s._stop.is_set(), trim.is_alive())
     """
 )
 
@@ -51,8 +52,20 @@ _PROBE = textwrap.dedent(
 def test_live_starts_sampling_before_textual_is_imported_and_stops_it_after():
     r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    # exit 0; sampling started; Textual not yet loaded; ssl kept out; the sampler built, then stopped
-    assert r.stdout.split() == ["0", "True", "False", "None", "True", "True"], r.stdout + r.stderr
+    # exit 0; sampling started; Textual not yet loaded; ssl kept out; the sampler built, then stopped;
+    # the start-up trim's timer gone with it
+    assert r.stdout.split() == ["0", "True", "False", "None", "True", "True", "False"], r.stdout + r.stderr
+
+
+def test_release_free_memory_keeps_what_is_in_use():
+    """gc.collect and malloc_trim: live objects and the interpreter are untouched (a crash here would
+    kill a live view 3 s in)."""
+    from memtop.commands.local import release_free_memory
+
+    kept = [bytes(1 << 20) for _ in range(4)]
+    del kept[::2]  # half freed: glibc has free pages between the live blocks
+    release_free_memory()
+    assert [len(b) for b in kept] == [1 << 20, 1 << 20] and not any(kept[0])
 
 
 async def test_a_reading_that_came_before_the_app_is_in_its_first_paint():
