@@ -66,6 +66,8 @@ def load() -> Config:
         if f.name not in raw:
             continue
         v = raw[f.name]
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10**6:
+            v = math.nan  # TOML integers are unbounded: 1e400 as an int overflows isfinite()
         if f.name == "theme" and isinstance(v, str) and v:
             kw[f.name] = v
         elif f.name == "paint_rate" and isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -90,15 +92,21 @@ def load() -> Config:
 def _toml(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(float(v))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)  # inf and nan are TOML too
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def save(**changes: object) -> Path | None:
     """Merge ``changes`` into the file (0600, written beside it and renamed: never through a link).
     Keys memtop does not know are kept only if they are plain values; None if it could not write."""
-    raw: dict[str, object] = {k: v for k, v in _read().items() if isinstance(v, (str, bool, int, float))}
+    raw: dict[str, object] = {
+        k: v
+        for k, v in _read().items()
+        if isinstance(v, (str, bool, float)) or (isinstance(v, int) and abs(v) < 2**63)  # TOML's range
+    }
     raw.update(changes)
     p = path()
     tmp = p.with_name(f".config.toml.{os.getpid()}")

@@ -124,3 +124,18 @@ async def test_the_config_is_never_written_through_a_link(tmp_path, monkeypatch)
         await pilot.pause()
     assert target.read_text() == "keep" and not config.path().is_symlink()
     assert config.load().timeline_s == 60.0
+
+
+def test_an_integer_past_any_range_is_a_bad_value_and_saving_keeps_going(tmp_path, monkeypatch, capsys):
+    """TOML integers are unbounded: 10**400 overflowed isfinite() (exit 70 at start, and on `l`)."""
+    from memtop import config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "memtop").mkdir()
+    big = "1" + "0" * 400
+    (tmp_path / "memtop" / "config.toml").write_text(f"timeline_s = {big}\npaint_rate = {big}\nfoo = {big}\n")
+    cfg = config.load()
+    assert cfg.timeline_s == config.Config().timeline_s and cfg.paint_rate == config.Config().paint_rate
+    assert "timeline_s" in capsys.readouterr().err
+    assert config.save(letters=True) is not None
+    assert config.load().letters is True
