@@ -4,10 +4,14 @@ theme; a bad file is one line on stderr and the defaults, never a traceback nor 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import time
+import uuid
 
+import pytest
 from conftest import REC
 from memtop.tui.app import MemtopApp
 from memtop.tui.timeline import Timeline
@@ -139,3 +143,33 @@ def test_an_integer_past_any_range_is_a_bad_value_and_saving_keeps_going(tmp_pat
     assert "timeline_s" in capsys.readouterr().err
     assert config.save(letters=True) is not None
     assert config.load().letters is True
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_an_unknown_theme_in_the_config_is_named_and_the_monitor_starts(tmp_path):
+    """The file's theme (not the flag's) must not stop memtop: one line, then the default theme."""
+    (tmp_path / "memtop").mkdir()
+    (tmp_path / "memtop" / "config.toml").write_text('theme = "bogus"\n')
+    sock = f"config-theme-{uuid.uuid4().hex[:8]}"
+    # stderr stays on the terminal (the TUI needs it): the line shows again once the app has quit
+    cmd = f"XDG_CONFIG_HOME={tmp_path} {sys.executable} -m memtop --demo; echo EXIT=$?; sleep 30"
+    tm = ["tmux", "-L", sock, "-f", "/dev/null"]
+    subprocess.run([*tm, "new-session", "-d", "-x", "120", "-y", "40", cmd], check=True)
+    try:
+        pane = ""
+        for _ in range(200):
+            pane = subprocess.run([*tm, "capture-pane", "-p"], capture_output=True, text=True).stdout
+            if "now:" in pane or "EXIT=" in pane:
+                break
+            time.sleep(0.15)
+        assert "now:" in pane and "EXIT=" not in pane, pane
+        subprocess.run([*tm, "send-keys", "q"])
+        for _ in range(100):
+            pane = subprocess.run([*tm, "capture-pane", "-p"], capture_output=True, text=True).stdout
+            if "EXIT=" in pane:
+                break
+            time.sleep(0.15)
+        assert "EXIT=0" in pane and "Traceback" not in pane, pane
+        assert "ignoring the theme" in pane and "bogus" in pane, pane
+    finally:
+        subprocess.run([*tm, "kill-server"], capture_output=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from memtop.config import Config
 from memtop.errors import UserError
 from memtop.pipeline import Pipeline, ReplaySource, Status
+from memtop.sanitize import clean
 
 if TYPE_CHECKING:
     from memtop.playback import Playback
@@ -136,17 +137,28 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
     from memtop.tui.app import MemtopApp
 
     opts = display_options(args, config.load())
-    app = MemtopApp(
-        pipeline,
-        controller,
-        paint_rate=opts.paint_rate or 1.0,
-        ascii_only=opts.ascii,
-        theme=opts.theme,
-        letters=opts.letters,
-        timeline_s=opts.timeline_s,
-        save_config=True,
-        no_color=getattr(args, "no_color", False),
-    )
+
+    def make(theme: str | None) -> MemtopApp:
+        return MemtopApp(
+            pipeline,
+            controller,
+            paint_rate=opts.paint_rate or 1.0,
+            ascii_only=opts.ascii,
+            theme=theme,
+            letters=opts.letters,
+            timeline_s=opts.timeline_s,
+            save_config=True,
+            no_color=getattr(args, "no_color", False),
+        )
+
+    try:
+        app = make(opts.theme)
+    except UserError as e:
+        if args.theme:  # the flag's theme: the user's error
+            raise
+        # the config file's: it must not stop the monitor from starting
+        print(f"memtop: ignoring the theme in {config.path()}: {clean(str(e), 300)}", file=sys.stderr)
+        app = make(None)
     hook = threading.excepthook
 
     def thread_crash(a: threading.ExceptHookArgs) -> None:
