@@ -266,7 +266,10 @@ def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 6
         _advice(last),
         _command(label, frame, gpu, first.t),
         shares,
-        missing=missing_evidence(Counter(evidence_mode(lab.features) for lab in win).most_common(1)[0][0]),
+        # an idle GPU has nothing a missing source would explain
+        missing=""
+        if label == "idle"
+        else missing_evidence(Counter(evidence_mode(lab.features) for lab in win).most_common(1)[0][0]),
     )
 
 

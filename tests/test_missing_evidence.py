@@ -32,3 +32,12 @@ def test_an_nvml_only_recording_reports_the_missing_gpm_and_its_cost():
         ("markdown", "**Missing evidence:** missing GPM"),
     ):
         assert head in render(rep, fmt)
+
+
+def test_an_idle_gpu_claims_no_missing_evidence_and_its_next_phase_does():
+    """Nothing runs in an idle window, so no source is missing there; the CPU-bound phase after it, read
+    without stacks, says what stacks would add (real H100 run)."""
+    labs = classify(Recording(DATA / "heldout2_cupy_s24.memtop").frames(), use_stacks=False).labels[0]
+    first_busy = next(i for i, lab in enumerate(labs) if lab.label not in ("idle", "warmup"))
+    assert verdict(labs[:first_busy], window_s=1e9).missing == ""
+    assert verdict(labs[: first_busy + 10], window_s=1e9).missing.startswith("missing stacks:")
