@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -313,3 +314,20 @@ def test_damage_found_mid_replay_is_the_clean_error_and_exit_2(tmp_path):
     tail = out[out.rfind(b"\x1b[?1049l") :].decode(errors="replace")
     assert "memtop: x.memtop is damaged or truncated" in tail and "Traceback" not in tail
     assert not (tmp_path / "memtop").exists()  # no crash log: it is not memtop's fault
+
+
+def test_record_says_once_that_it_has_no_py_spy(tmp_path, monkeypatch, capsys):
+    """corpus runs were once recorded without stacks, silently (py-spy was not on PATH)."""
+    import memtop.collectors.stacks as stacks
+
+    monkeypatch.setattr(stacks, "find_pyspy", lambda: None)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:  # in-process, so record's signal handlers are put back afterwards
+        assert main(["record", "-o", str(tmp_path / "r.memtop"), "--duration", "1"]) == 0
+        err = capsys.readouterr().err
+        assert err.count("py-spy not found") == 1 and "--no-stacks" in err
+        assert main(["record", "-o", str(tmp_path / "s.memtop"), "--duration", "1", "--no-stacks"]) == 0
+        assert "py-spy" not in capsys.readouterr().err
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

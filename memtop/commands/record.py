@@ -43,6 +43,15 @@ def record(args: argparse.Namespace) -> int:
     for k, v in sampler.run_meta().items():
         writer.set_meta(k, v)
     sampler.start()
+    if not args.no_stacks:
+        from memtop.collectors.stacks import find_pyspy
+
+        if find_pyspy() is None:  # said once, piped or not: a run without stacks must not go unnoticed
+            print(
+                "memtop: py-spy not found (next to this Python or on PATH): recording without Python "
+                "stacks; install py-spy, or pass --no-stacks",
+                file=sys.stderr,
+            )
     t0 = time.monotonic()
     tty = sys.stderr.isatty()
     try:
