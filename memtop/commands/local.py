@@ -18,6 +18,7 @@ from memtop.sanitize import clean
 
 if TYPE_CHECKING:
     from memtop.playback import Playback
+    from memtop.sampler import Sampler
     from memtop.store import Recording
 
 DEMO = "demo.memtop"
@@ -72,9 +73,12 @@ class LiveController:
         self.args = args
         self.pipeline = pipeline
         self.sampler = sampler  # built already when recording (the file's metadata names the GPUs)
+        self._recording = sampler is not None
         self._thread = threading.Thread(target=self._start, name="memtop-start", daemon=True)
         self._trim = threading.Timer(TRIM_AFTER_S, release_free_memory)
         self._trim.name, self._trim.daemon = "memtop-trim", True
+        self._lock = threading.Lock()  # which of stop() and _start() stops a sampler started late
+        self._running: Sampler | None = None
         self._stopped = False
 
     def start(self) -> None:
@@ -95,19 +99,35 @@ class LiveController:
         except Exception as e:  # the app stays up to say so (and to be quit) rather than going blank
             self.pipeline.set_status(fault=f"sampling could not start: {type(e).__name__}: {e}")
             return
+        with self._lock:
+            late = self._stopped
+            if not late:
+                self._running = self.sampler
+        if late:  # the app ended (a bad flag, a quick q) while NVML was starting: stop it here
+            self.sampler.stop()
+            return
         if not self.pipeline.meta.get("gpus"):
             self.pipeline.meta = {**self.pipeline.meta, **self.sampler.run_meta()}
 
     def stop(self) -> None:
         """Idempotent: the app stops it on unmount, live() again if the app never ran."""
-        if self._stopped:
-            return
-        self._stopped = True
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
         self._trim.cancel()
-        if self._thread.ident is not None:
+        if self._thread.ident is None:  # never started: only a recording's sampler has NVML up
+            if self.sampler is not None:
+                self.sampler.stop()
+            return
+        if self._recording:  # quick (NVML is up already); its file closes after the sampler stops
             self._thread.join(timeout=5)
-        if self.sampler is not None:
-            self.sampler.stop()
+            running = self.sampler
+        else:  # a slow nvmlInit (seconds on some nodes) must not hold up an exit: a sampler that
+            with self._lock:  # starts after this stops itself in _start
+                running = self._running
+        if running is not None:
+            running.stop()
 
     def request_native(self, pid: int) -> bool:
         if self.sampler is None or self.sampler.stacks is None:
