@@ -412,7 +412,7 @@ STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
         f"graphics 10-80 % (GPM: or NVML util >= 10 %) with real kernels (NVML-only: memory util > 0), and a "
         f"sync wait within {SYNC_HOLD_S:.0f} s or process CPU >= 50 %",
         lambda f: (
-            (10 <= f.graphics or (f.gpm and (f.util or 0) >= 10))
+            (f.graphics >= 10 or (f.gpm and (f.util or 0) >= 10))
             and f.graphics < 80
             and _real_kernels(f, nvml_min=0.1)
             and (f.sync_age <= SYNC_HOLD_S or f.proc_cpu >= 50)
