@@ -94,6 +94,14 @@ def unsound(rec: Recording, m: Marker, guard: float = 0.5) -> str | None:
 
 # the training runs recorded before the workloads were fixed (b932853): RELABEL applies to them only
 RELABELLED = ("train_torch_s1", "train_torch_s2", "train_jax_s1", "train_shared_s1", "train_cupy_s1")
+# A training phase that missed its label by the workload's own numbers, left out (the workload was
+# changed before the fifth freeze and validated on train_cupy_s51)
+TRAIN_UNSOUND = {
+    (
+        "train_cupy_s50",
+        "cupy_memory",
+    ): "cp.add moved 1.64 TB/s, half the H100's DRAM bandwidth (GPM DRAM 50 %)",
+}
 
 
 def markers_of(rec: Recording, path: Path) -> list[Marker]:
@@ -103,7 +111,7 @@ def markers_of(rec: Recording, path: Path) -> list[Marker]:
     if path.name.startswith(("heldout2_", "heldout3_", "heldout4_", "heldout5_")) and CHECKED:
         return [m for m in ms if unsound(rec, m) is None]
     if path.stem not in RELABELLED:
-        return ms
+        return [m for m in ms if (path.stem, m.name) not in TRAIN_UNSOUND]
     out = []
     for m in ms:
         new = RELABEL.get(m.name, (m.label, ""))[0]
