@@ -182,6 +182,12 @@ NVML_MEMORY_UTIL = 85
 RAMP_RISE = 15.0
 
 
+# Without stacks, PCIe traffic this large with little memory traffic is a transfer: every training bin
+# of another label with graphics < 80 % moved <= 1 % of the link, pageable copies 3-39 %; compute that
+# overlaps copies (38-44 % of the link) moves memory (NVML memory util 33-36 %)
+NO_STACKS_PCIE = 0.1
+
+
 def _pageable(f: Features) -> str:
     return "pageable" if f.shares.get("copy", 0) >= 0.2 or f.pcie_frac < 0.5 else "dma"
 
@@ -301,6 +307,18 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
         lambda f: "pageable",
     ),
     (
+        "transfer",
+        "no stacks: PCIe (both directions) >= 10 % of link with SM < 30 % and memory < 10 %: without GPM or "
+        "stacks a pageable copy is only its PCIe traffic (NVML util counts the copy engines, up to 82 %)",
+        lambda f: (
+            f.stack_n == 0
+            and f.pcie_frac >= NO_STACKS_PCIE
+            and (f.sm if f.sm is not None else 0) < 30
+            and (f.dram or 0) < 10
+        ),
+        lambda f: "pageable",
+    ),
+    (
         "memory",
         "DRAM >= 60 % (NVML-only: memory util >= 85 %) with graphics >= 80 %",
         lambda f: (f.dram or 0) >= (60 if f.gpm else NVML_MEMORY_UTIL) and f.graphics >= 80,
@@ -373,7 +391,8 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
 # last SYNC_HOLD_S or the process is busy (GPM reads of a 27 % stall dipped to 13-21 % for seconds,
 # seed 8; the entry needs 22 % without a sync stack). Without GPM it holds while NVML memory util is
 # above 0 at all: small kernels of a sync loop read 0-1 % (a bin's mean 0.6 flipped it to CPU-bound
-# and back), a launch or Python loop reads 0.
+# and back), a launch or Python loop reads 0. With GPM, NVML util of 10 % or more also holds it: GPM
+# graphics of a 27 % stall read 9 % for one bin while NVML util stayed at 27 % (seed 8, bins offset).
 UNDER_USED = {"sync", "cpu", "input", "other"}
 
 SYNC_HOLD_S = STACK_WINDOW_S
@@ -390,9 +409,11 @@ STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
     ),
     "sync": (
         {"cpu"},
-        f"graphics 10-80 % with real kernels (NVML-only: memory util > 0), and a sync wait within {SYNC_HOLD_S:.0f} s or process CPU >= 50 %",
+        f"graphics 10-80 % (GPM: or NVML util >= 10 %) with real kernels (NVML-only: memory util > 0), and a "
+        f"sync wait within {SYNC_HOLD_S:.0f} s or process CPU >= 50 %",
         lambda f: (
-            10 <= f.graphics < 80
+            (f.graphics >= 10 or (f.gpm and (f.util or 0) >= 10))
+            and f.graphics < 80
             and _real_kernels(f, nvml_min=0.1)
             and (f.sync_age <= SYNC_HOLD_S or f.proc_cpu >= 50)
         ),

@@ -230,11 +230,33 @@ class Sampler:
             self._python[pid] = is_python(pid)
         return self._python[pid]
 
-    def _pace_stacks(self) -> None:
+    def _pace_stacks(self, t: float | None = None) -> None:
         """Every tick, not with the 1 s retarget: a sync stall starting should speed stacks up at once."""
         if self.stacks is not None:
             with self._lock:
                 self.stacks.set_fast(self._stacks_decide(self._roots, self._gpu_pids))
+                t = now() if t is None else t
+                for pid in self._opaque_waits():
+                    self.stacks.want_native(pid, t)  # sparse: at most one per NATIVE_EVERY_S per pid
+
+    def _opaque_waits(self) -> list[int]:
+        """GPU processes whose main thread waits in native code without the GIL, in no wait its
+        Python stack names, while their GPU is under-used: a sync the Python line does not show
+        (a forward pass that reads a flag, a library's own .item()), or not one. Only a --native
+        dump's leaf (cudaStreamSynchronize, _local_scalar_dense...) tells."""
+        out = []
+        for pid in self._roots:
+            s = self._stacks.get(pid)
+            m = None if s is None or s.native else s.main
+            if m is None or not m.active or m.owns_gil or m.klass != "other":
+                continue
+            for i in self._gpu_pids.get(pid, ()):
+                g = self._gpus.get(i)
+                use = None if g is None else g.engine
+                if use is not None and 10 <= use < 80:
+                    out.append(pid)
+                    break
+        return out
 
     def _stacks_decide(self, roots: tuple[int, ...], gpu_pids: dict[int, tuple[int, ...]]) -> bool:
         """A GPU partly busy while its process burns a core: sync-stall and CPU-bound look alike

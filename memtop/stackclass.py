@@ -86,11 +86,12 @@ _LIB_FRAMES: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (
         "sync",
         re.compile(r""),
         re.compile(
-            r"(^|\.|::)(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|"
-            r"cuStreamSynchronize|cuEventSynchronize|cuCtxSynchronize|_local_scalar_dense\w*|nonzero\w*)$"
+            r"(^|\.|::)((cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cuStreamSynchronize|"
+            r"cuEventSynchronize|cuCtxSynchronize|cuMemcpyDtoH)(_v\d+)?|"  # a synchronous D2H copy waits for the GPU
+            r"_local_scalar_dense\w*|nonzero\w*)$"
         ),
     ),
-    ("copy", re.compile(r""), re.compile(r"(^|\.|::)(cudaMemcpy\w*|cuMemcpy\w*)$")),
+    ("copy", re.compile(r""), re.compile(r"(^|\.|::)(cudaMemcpy\w*|cuMemcpy\w*)$")),  # async and staged
 )
 
 # A dtype or layout argument: x.to(torch.bfloat16) converts on the device, it copies nothing across.
@@ -118,9 +119,14 @@ _LEAF_CODE: tuple[tuple[str, re.Pattern[str]], ...] = (
 _LIB = re.compile(r"(/torch/|/site-packages/|/dist-packages/|<frozen |/lib/python3\.\d+/)")
 
 
+def native(f: StackFrame) -> bool:
+    """A C/C++ frame of a ``py-spy --native`` dump: a shared object, no Python line."""
+    return f.line == 0 and not f.file.endswith(".py")
+
+
 def user_frame(frames: Sequence[StackFrame]) -> StackFrame | None:
     for f in frames:
-        if not _LIB.search(f.file):
+        if not _LIB.search(f.file) and not native(f):
             return f
     return None
 

@@ -48,6 +48,14 @@ HELDOUT4_FLOORS = {
     "GPM, no stacks (stacks dropped on read)": 0.98,
     "NVML-only, no stacks (both dropped on read)": 0.92,
 }
+# The heldout5 runs (rules frozen at 6ce3395; 5 runs with stacks and sparse native dumps, a memory-bound
+# phase in each torch and CuPy run, H100, 2026-11-24): 0.970 / 0.965 / 0.946 / 0.861 at the 0.5 s guard.
+HELDOUT5_FLOORS = {
+    "GPM + stacks": 0.96,
+    "NVML-only (GPM dropped on read)": 0.955,
+    "GPM, no stacks (stacks dropped on read)": 0.935,
+    "NVML-only, no stacks (both dropped on read)": 0.85,
+}
 _CACHE: dict = {}
 
 
@@ -74,6 +82,7 @@ def test_every_set_has_recordings():
     assert len(accuracy.SETS["heldout2"]) >= 8
     assert len(accuracy.SETS["heldout3"]) >= 4
     assert len(accuracy.SETS["heldout4"]) >= 3
+    assert len(accuracy.SETS["heldout5"]) >= 5
 
 
 @pytest.mark.parametrize("mode", list(FLOORS))
@@ -100,6 +109,41 @@ def test_macro_f1_on_the_runs_recorded_after_the_third_freeze_with_stacks(mode):
     assert f1 >= HELDOUT4_FLOORS[mode], [(s["name"], s["macro_f1"]) for s in ss]
 
 
+@pytest.mark.parametrize("mode", list(HELDOUT5_FLOORS))
+def test_macro_f1_on_the_runs_recorded_after_the_fifth_freeze(mode):
+    f1, ss = mean_f1(mode, sets=("heldout5",))
+    assert f1 >= HELDOUT5_FLOORS[mode], [(s["name"], s["macro_f1"]) for s in ss]
+
+
+@pytest.mark.parametrize("mode", list(HELDOUT5_FLOORS))
+def test_the_memory_bound_phases_of_the_fifth_round_are_found(mode):
+    """The first held-out memory-bound phases (torch mem_stream, CuPy copies): most of their bins."""
+    ss = scored(mode, "heldout5")
+    found = sum(s["confusion"].get("memory->memory", 0) for s in ss)
+    total = sum(v for s in ss for k, v in s["confusion"].items() if k.startswith("memory->"))
+    assert total >= 20 and found / total >= 0.9, [s["confusion"] for s in ss]
+
+
+@pytest.mark.parametrize("mode", list(HELDOUT5_FLOORS))
+def test_flips_after_detection_on_the_fifth_round_as_measured(mode):
+    """Missed there in every mode (0.52/min, target < 0.2): two CPU-bound phases of heldout5_torch_s64
+    each left their label for one bin (an idle bin in hf_tiny, an unclassified one in neg_acc_item).
+    Pinned as measured so that it cannot grow unseen; the other four runs read 0.0."""
+    ss = scored(mode, "heldout5")
+    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) <= 0.53
+    assert [s["name"] for s in ss if s["flips_after_detection_per_min"]] == ["heldout5_torch_s64.memtop"]
+
+
+def test_no_stacks_flips_on_the_tuning_runs():
+    """#18's flips target in the two no-stacks modes, on every run the rules may be tuned on: a pageable
+    copy without GPM or stacks read CPU-bound, then sync, then compute (NVML util counts the copy
+    engines); a 27 % sync stall's GPM graphics read 9 % for one bin. Measured 0.0-0.13 since the fix."""
+    for mode in ("GPM, no stacks (stacks dropped on read)", "NVML-only, no stacks (both dropped on read)"):
+        for name in ("first", "train", "heldout2", "heldout3"):
+            ss = scored(mode, name)
+            assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) < 0.2, (mode, name)
+
+
 @pytest.mark.parametrize(
     ("mode", "name"),
     [
@@ -123,18 +167,19 @@ def test_false_sync_stall_on_negative_controls_with_stacks():
     truth). The heldout2 runs had 2.5 s under 6d1143b (a resnet50 control's first second while the
     GPU ramped up, an overlapped-copy loop's dip); none since c800a45, which was tuned with them in
     view (spent). The heldout3 runs, recorded after it, have none in either mode they can measure, nor
-    the heldout4 runs (with stacks) in any mode."""
+    the heldout4 and heldout5 runs (with stacks) in any mode."""
     ss = scored("GPM + stacks", "train") + scored("GPM + stacks", "first")
     ss += scored("GPM + stacks", "heldout", checked=True)
     ss += scored("GPM + stacks", "heldout2")
     ss += [s for mode in HELDOUT3_FLOORS for s in scored(mode, "heldout3")]
     ss += [s for mode in HELDOUT4_FLOORS for s in scored(mode, "heldout4")]  # every mode, with stacks
+    ss += [s for mode in HELDOUT5_FLOORS for s in scored(mode, "heldout5")]
     assert sum(s["neg_false_sync_s"] for s in ss) == 0, [(s["name"], s["confusion"]) for s in ss]
 
 
 def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
     """The verdict's "missing ..." line states held-out macro-F1 per evidence mode: it must match
-    bench/accuracy.py on the heldout2 runs."""
+    bench/accuracy.py on the newest held-out runs (heldout5)."""
     from memtop.verdict import FULL_F1, MISSING_COST
 
     modes = {
@@ -143,9 +188,9 @@ def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
         "NVML-only, no stacks": "NVML-only, no stacks (both dropped on read)",
     }
     assert set(modes) == set(MISSING_COST)
-    assert mean_f1("GPM + stacks", sets=("heldout2",))[0] == pytest.approx(FULL_F1, abs=0.002)
+    assert mean_f1("GPM + stacks", sets=("heldout5",))[0] == pytest.approx(FULL_F1, abs=0.002)
     for ev, mode in modes.items():
-        assert mean_f1(mode, sets=("heldout2",))[0] == pytest.approx(MISSING_COST[ev][1], abs=0.002), ev
+        assert mean_f1(mode, sets=("heldout5",))[0] == pytest.approx(MISSING_COST[ev][1], abs=0.002), ev
 
 
 def test_the_declared_soundness_check_finds_the_phases_judged_unsound_by_hand():

@@ -101,6 +101,42 @@ def test_stacks_speed_up_exactly_where_sync_and_cpu_bound_look_alike():
     assert not any(fast["compute"]) and not any(fast["idle"])
 
 
+def test_native_dumps_are_asked_for_in_opaque_waits_only_and_sparsely():
+    """Replaying a real H100 run (train_torch_s50) through the sampler: a --native dump is asked for
+    only where the main thread waited in native code without the GIL in no wait its Python stack
+    names, beside an under-used GPU, and at most once per NATIVE_EVERY_S."""
+    from memtop.collectors.stacks import NATIVE_EVERY_S
+
+    from memtop.store import Recording
+
+    rec = Recording(DATA / "train_torch_s50.memtop")
+    marks = rec.markers()
+    pids = tuple({p.pid for f in rec.frames() for g in f.gpus for p in g.processes})
+    s = Sampler(
+        SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=True, perf=False, pids=pids),
+        on_frame=lambda f: None,
+    )
+    assert s.stacks is not None
+    asked = []
+    for f in rec.frames():
+        if f.host is None or not f.gpus:
+            continue
+        s._gpus, s._host = {g.index: g for g in f.gpus}, f.host
+        s._retarget()
+        s._stacks = {x.pid: x for x in f.stacks}
+        before = s.stacks.native_asked
+        s._pace_stacks(f.t)
+        if s.stacks.native_asked > before:
+            main = s._stacks[pids[0]].main
+            assert main is not None and main.klass == "other" and not main.owns_gil
+            assert 10 <= f.gpus[0].engine < 80
+            asked.append(f.t)
+    assert 1 <= len(asked) <= rec.duration / NATIVE_EVERY_S + 1
+    assert all(b - a >= NATIVE_EVERY_S for a, b in zip(asked, asked[1:]))
+    phases = {next((m.label for m in marks if m.t0 <= t <= m.t1), "-") for t in asked}
+    assert not phases & {"idle", "compute", "memory", "transfer"}, phases
+
+
 def test_config_from_the_command_line_and_a_missing_pid():
     import os
 

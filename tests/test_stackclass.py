@@ -120,3 +120,51 @@ def test_classes_on_real_framework_stacks():
                     seen[(s.pid, s.t)] = classify(s.main.frames, s.main.active, s.main.owns_gil)
         c = Counter(seen.values())
         assert c[klass] / max(1, sum(c.values())) >= share, (rec_name, phase, c)
+
+
+NATIVE = DATA / "native_h100.json"
+
+
+@pytest.mark.parametrize(
+    ("key", "klass"),
+    [
+        ("sync_torch_cuda_synchronize", "sync"),  # cuCtxSynchronize_v2 <- cudaDeviceSynchronize
+        ("sync_item", "sync"),  # cuStreamSynchronize <- _local_scalar_dense_cuda
+        ("sync_item_2", "sync"),
+        ("sync_nonzero", "sync"),  # cuStreamSynchronize <- nonzero_cuda_out_impl
+        ("other_item_step_in_gemm", "other"),  # the same loop caught launching a product: not a wait
+        ("other_nonzero_launch", "other"),  # nonzero's dispatch, before its copy and wait
+    ],
+)
+def test_native_leaves_of_real_h100_dumps(key, klass):
+    """py-spy --native dumps of a process under GPU load (bench/native_overhead.py on the H100): the
+    native leaf names the wait, the user frame a person would edit stays the Python one."""
+    import json
+
+    from memtop.collectors.stacks import parse_dump
+
+    from memtop.stackclass import site
+
+    dump = json.loads(NATIVE.read_text())[key]
+    s = parse_dump(json.dumps(dump), 1, 0.0)
+    m = s.main
+    assert m is not None and m.active and not m.owns_gil
+    assert classify(m.frames, m.active, m.owns_gil) == klass
+    assert m.klass == klass
+    assert site(m.frames)[0].startswith("<string>:")  # not libcuda.so:0
+
+
+def test_native_leaves_need_their_patterns():
+    """Without the native leaf rules the same real dumps read as plain work: the patterns decide."""
+    import json
+
+    from memtop.collectors.stacks import parse_dump
+
+    from memtop import stackclass
+
+    dump = json.loads(NATIVE.read_text())["sync_item"]
+    frames = parse_dump(json.dumps(dump), 1, 0.0).main.frames
+    python_only = tuple(fr for fr in frames if not stackclass.native(fr))
+    assert classify(frames, True, False) == "sync"
+    assert classify(python_only, True, False) == "other"  # the Python line (`x[0, 0].float().item()`) is
+    # in a string here: without native frames or source text, nothing names the wait

@@ -205,3 +205,20 @@ def test_native_dump_on_request(spawn):
     assert out[0].threads or out[0].error  # py-spy --native may be unsupported on some builds
     (plain,) = col.sample(time.monotonic())
     assert not plain.native
+
+
+def test_native_dumps_the_sampler_asks_for_are_rate_limited_per_pid():
+    """A --native dump pauses the target (0.06-0.85 s measured on the H100): the sampler's asks are
+    granted once per NATIVE_EVERY_S per pid, whatever the cadence of the asks; the UI's are not."""
+    from memtop.collectors.stacks import NATIVE_EVERY_S
+
+    col = StacksCollector(pids=(11, 12))
+    asks = [t * 0.1 for t in range(int(10 * 3 * NATIVE_EVERY_S))]  # asked every tick for 3 periods
+    granted = [t for t in asks if col.want_native(11, t)]
+    assert len(granted) == 3 and all(b - a >= NATIVE_EVERY_S for a, b in zip(granted, granted[1:]))
+    assert col.want_native(12, asks[-1])  # another pid has its own budget
+    assert col._native == {11, 12} and col.native_asked == 4
+    col.request_native(11)  # on request from the UI: never refused
+    assert 11 in col._native
+    col.set_targets({12: None})
+    assert col.want_native(11, asks[-1] + 0.1)  # a pid that left and came back starts afresh

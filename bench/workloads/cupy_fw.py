@@ -1,5 +1,5 @@
 """CuPy workload: a kernel loop that syncs, one that reads results back with .get(), transfers,
-a launch-bound loop, and a compute-bound negative control that waits in synchronize().
+a launch-bound loop, a bandwidth-bound elementwise loop, and a compute-bound negative control that waits in synchronize().
 
 usage: python bench/workloads/cupy_fw.py --markers M.jsonl [--seed S] [--scale X] [--phase-s 5]
 """
@@ -77,7 +77,24 @@ def cupy_launch(end: float) -> dict:
     return {"kernels": n}
 
 
+MEM_A = cp.ones(int(256 * S) << 20, dtype=cp.float32)  # 1 GiB at scale 1: far larger than L2
+MEM_B = cp.empty_like(MEM_A)
+
+
+def cupy_memory(end: float) -> dict:
+    """A device-to-device copy of 1 GiB each time: bandwidth-bound (cp.add(MEM_A, 1.0, out=MEM_B)
+    reached only half the DRAM bandwidth on the H100, train_cupy_s50: not established as memory-bound)."""
+    n = 0
+    while time.monotonic() < end:
+        for _ in range(10):
+            cp.copyto(MEM_B, MEM_A)
+        cp.cuda.Device().synchronize()
+        n += 10
+    return {"copies": n, "bytes_moved": n * 2 * MEM_A.nbytes}
+
+
 PHASES = {
+    "cupy_memory": ("memory", cupy_memory),
     "cupy_compute": ("compute", cupy_compute),
     "cupy_get": ("sync", cupy_get),
     "cupy_stream_sync": ("sync", cupy_stream_sync),

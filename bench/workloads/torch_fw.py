@@ -1,6 +1,7 @@
 """PyTorch-ecosystem workload written the way users write it: a Hugging Face Trainer, a Lightning
 run, a torchvision DataLoader with PIL transforms, a torch.compile'd model, implicit synchronisations,
-bidirectional copies, and a negative control for each rule. Writes ground-truth markers (see wl.py).
+bidirectional copies, a bandwidth-bound elementwise loop, and a negative control for each rule.
+Writes ground-truth markers (see wl.py).
 
 usage: python bench/workloads/torch_fw.py --markers M.jsonl [--seed S] [--scale X] [--phase-s 5]
 """
@@ -490,7 +491,24 @@ def neg_overlap_bidir(end: float) -> dict:
     return {"steps": n}
 
 
+# -- bandwidth-bound: an elementwise kernel over tensors far larger than L2 ----------------------
+MEM_A = torch.ones(int(256 * S) << 20, device=dev)  # 1 GiB of float32 at scale 1
+MEM_B = torch.empty_like(MEM_A)
+
+
+def mem_stream(end: float) -> dict:
+    """Each kernel reads and writes 2 GiB (~0.7 ms on an H100): DRAM bandwidth, not the SMs, limits it."""
+    n = 0
+    while time.monotonic() < end:
+        for _ in range(10):
+            torch.add(MEM_A, 1.0, out=MEM_B)
+        torch.cuda.synchronize()
+        n += 10
+    return {"kernels": n, "bytes_moved": n * 2 * MEM_A.numel() * 4}
+
+
 PHASES = {
+    "mem_stream": ("memory", mem_stream),
     "hf_compute": ("compute", lambda e: hf_trainer(e, int(6 * S), 1536, 1024, 8)),
     "hf_tiny": ("cpu", lambda e: hf_trainer(e, 2, 64, 64, 4)),
     "light_input": ("input", light_input),
