@@ -90,6 +90,12 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
         help="seconds between py-spy dumps of each training process, 0.05-60 (default 0.5)",
     )
     p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
+    p.add_argument(
+        "--no-native",
+        action="store_true",
+        help="never take the sparse automatic `py-spy --native` dumps (each pauses the process 0.06-0.85 s;"
+        " at most one per 30 s, only in an unexplained native wait)",
+    )
     p.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
     p.add_argument("--no-perf", action="store_true", help="do not open perf counters")
 
@@ -211,6 +217,7 @@ def _add_cluster_commands(sub) -> None:
     )
     sn.add_argument("--pid", type=_index, nargs="+", default=[], metavar="PID", help="watch these processes")
     sn.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
+    sn.add_argument("--no-native", action="store_true", help="never take automatic `py-spy --native` dumps")
     sn.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
     sn.add_argument("--no-perf", action="store_true", help="do not open perf counters")
     sn.set_defaults(interval=0.1, stack_interval=0.5)

@@ -48,6 +48,7 @@ class SamplerConfig:
     use_gpm: bool = True
     series: bool = True  # the driver's util/power sample buffers, drained each second (for recordings)
     stacks: bool = True
+    native: bool = True  # the sparse automatic --native dumps (they pause the target: --no-native)
     perf: bool = True
     pids: tuple[int, ...] = ()
     nvml: Nvml | None = None  # a backend (ReplayNvml in tests); None = the real driver
@@ -64,6 +65,7 @@ class SamplerConfig:
             stack_interval=args.stack_interval,
             use_gpm=not args.no_gpm,
             stacks=not args.no_stacks,
+            native=not args.no_native,
             perf=not args.no_perf,
             pids=tuple(args.pid),
             series=recording,
@@ -235,6 +237,8 @@ class Sampler:
         if self.stacks is not None:
             with self._lock:
                 self.stacks.set_fast(self._stacks_decide(self._roots, self._gpu_pids))
+                if not self.cfg.native:
+                    return
                 t = now() if t is None else t
                 for pid in self._opaque_waits():
                     self.stacks.want_native(pid, t)  # sparse: at most one per NATIVE_EVERY_S per pid

@@ -135,6 +135,15 @@ def test_native_dumps_are_asked_for_in_opaque_waits_only_and_sparsely():
     assert all(b - a >= NATIVE_EVERY_S for a, b in zip(asked, asked[1:]))
     phases = {next((m.label for m in marks if m.t0 <= t <= m.t1), "-") for t in asked}
     assert not phases & {"idle", "compute", "memory", "transfer"}, phases
+    # --no-native: the same run asks for none (the user's way out of the dumps' pauses)
+    s.cfg.native = False
+    s.stacks._native_last.clear()
+    for f in rec.frames():
+        if f.host is not None and f.gpus:
+            s._gpus, s._host, s._stacks = {g.index: g for g in f.gpus}, f.host, {x.pid: x for x in f.stacks}
+            s._retarget()
+            s._pace_stacks(f.t)
+    assert s.stacks.native_asked == len(asked)
 
 
 def test_config_from_the_command_line_and_a_missing_pid():

@@ -93,7 +93,7 @@ KEYS = (
         "s",
         "native",
         "native stack",
-        "one native (C/C++) stack dump of the selected process (pauses it ~45 ms)",
+        "one native (C/C++) stack dump of the selected process (pauses it up to ~1 s)",
         LIVE,
         footer=False,
     ),
@@ -726,7 +726,7 @@ class MemtopApp(App[int]):
         if self.selected_pid is None or ask is None or not ask(self.selected_pid):
             self.notify("native stacks: live runs with stack sampling only")
         else:
-            self.notify(f"native dump of {self.selected_pid} requested (pauses it ~45 ms)")
+            self.notify(f"native dump of {self.selected_pid} requested (pauses it up to ~1 s)")
 
     # -- palette, config -------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
