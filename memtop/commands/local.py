@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from memtop.collectors.nvml_calls import RealNvml
     from memtop.pipeline import Pipeline
     from memtop.playback import Playback
+    from memtop.sampler import Sampler
     from memtop.store import Recording
 
 DEMO = "demo.memtop"
@@ -90,12 +91,15 @@ class LiveController:
         self.args = args
         self.pipeline = pipeline
         self.sampler = sampler  # built already when recording (the file's metadata names the GPUs)
-        self._attached = threading.Event()
+        self._recording = sampler is not None
+        self._attached = threading.Event()  # the pipeline is there (or the view has ended)
         if pipeline is not None:
             self._attached.set()
         self._thread = threading.Thread(target=self._start, name="memtop-start", daemon=True)
         self._trim = threading.Timer(TRIM_AFTER_S, release_free_memory)
         self._trim.name, self._trim.daemon = "memtop-trim", True
+        self._lock = threading.Lock()  # which of stop() and _start() stops a sampler started late
+        self._running: Sampler | None = None
         self._stopped = False
 
     def start(self) -> None:
@@ -114,7 +118,7 @@ class LiveController:
             if self.sampler is None:
                 nv = _start_nvml()
             self._attached.wait()
-            if self._stopped or self.pipeline is None:  # live() ended before the app was built
+            if self._stopped or self.pipeline is None:  # the view ended first (a bad flag, a quick q)
                 if nv is not None:
                     nv.shutdown()
                 return
@@ -127,24 +131,42 @@ class LiveController:
                 self.sampler = Sampler(cfg if nv is None else replace(cfg, nvml=nv), self.pipeline.on_frame)
             self.sampler.start()
         except Exception as e:  # the app stays up to say so (and to be quit) rather than going blank
+            if nv is not None and self.sampler is None:
+                nv.shutdown()
             self._attached.wait()
             if self.pipeline is not None:
                 self.pipeline.set_status(fault=f"sampling could not start: {type(e).__name__}: {e}")
+            return
+        with self._lock:
+            late = self._stopped
+            if not late:
+                self._running = self.sampler
+        if late:  # the app ended (a bad flag, a quick q) while NVML was starting: stop it here
+            self.sampler.stop()
             return
         if not self.pipeline.meta.get("gpus"):
             self.pipeline.meta = {**self.pipeline.meta, **self.sampler.run_meta()}
 
     def stop(self) -> None:
         """Idempotent: the app stops it on unmount, live() again if the app never ran."""
-        if self._stopped:
-            return
-        self._stopped = True
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
         self._attached.set()  # a start-up waiting for a pipeline that will not come ends
         self._trim.cancel()
-        if self._thread.ident is not None:
+        if self._thread.ident is None:  # never started: only a recording's sampler has NVML up
+            if self.sampler is not None:
+                self.sampler.stop()
+            return
+        if self._recording:  # quick (NVML is up already); its file closes after the sampler stops
             self._thread.join(timeout=5)
-        if self.sampler is not None:
-            self.sampler.stop()
+            running = self.sampler
+        else:  # a slow nvmlInit (seconds on some nodes) must not hold up an exit: a sampler that
+            with self._lock:  # starts after this stops itself in _start
+                running = self._running
+        if running is not None:
+            running.stop()
 
     def request_native(self, pid: int) -> bool:
         if self.sampler is None or self.sampler.stacks is None:
@@ -240,10 +262,10 @@ def live(args: argparse.Namespace) -> int:
         return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)
     _need_tty()
     _lean_process()
-    controller = LiveController(args)
-    if not args.record:
+    controller = None if args.record else LiveController(args)
+    if controller is not None:
         controller.start()  # first: the driver's start overlaps the imports below and Textual's
-    writer = None
+    writer = sampler = None
     try:
         from memtop.pipeline import Pipeline, Status
         from memtop.sampler import check_pids
@@ -255,18 +277,21 @@ def live(args: argparse.Namespace) -> int:
             from memtop.store import Writer
 
             sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)
-            controller.sampler = sampler
             sampler.nvml.start()
             meta = sampler.run_meta()
             writer = Writer(args.record, meta, force=args.force)
         pipeline = Pipeline(Status("live", recording=args.record), meta=meta, writer=writer)
-        if controller.sampler is not None:
-            controller.sampler.on_frame = pipeline.on_frame
-        controller.attach(pipeline)
+        if sampler is not None:
+            sampler.on_frame = pipeline.on_frame
+        if controller is None:
+            controller = LiveController(args, pipeline, sampler)
+        else:
+            controller.attach(pipeline)
         controller.start()
         return _run_app(pipeline, controller, args)
     finally:
-        controller.stop()
+        if controller is not None:
+            controller.stop()
         if writer is not None:
             writer.close()
 

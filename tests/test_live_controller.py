@@ -1,0 +1,71 @@
+"""LiveController: an exit never waits for a slow NVML start, and a sampler that starts after the
+exit is stopped all the same. The sampler is a stand-in: this tests the hand-off, not a collector."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+import memtop.sampler
+from memtop.commands.local import LiveController
+from memtop.pipeline import Pipeline, Status
+
+
+class SlowSampler:
+    """Starts the way nvmlInit does on a node without persistence mode: seconds."""
+
+    made: list[SlowSampler] = []
+
+    def __init__(self, cfg: object, on_frame: object) -> None:
+        self.started = threading.Event()
+        self.stopped = threading.Event()
+        self.stops = 0
+        SlowSampler.made.append(self)
+
+    def start(self) -> None:
+        time.sleep(1.5)
+        self.started.set()
+
+    def stop(self) -> None:
+        self.stops += 1
+        self.stopped.set()
+
+    def run_meta(self) -> dict:
+        return {"gpus": [{"name": "late"}]}
+
+
+def _controller(monkeypatch) -> LiveController:
+    SlowSampler.made.clear()
+    monkeypatch.setattr(memtop.sampler, "Sampler", SlowSampler)
+    monkeypatch.setattr(
+        memtop.sampler.SamplerConfig, "from_args", classmethod(lambda cls, a, recording: None)
+    )
+    p = Pipeline(Status("live"), meta={"host": "test"})
+    return LiveController(argparse.Namespace(), p)
+
+
+def test_an_exit_during_a_slow_start_does_not_wait_and_the_late_sampler_stops(monkeypatch):
+    c = _controller(monkeypatch)
+    c.start()
+    while not SlowSampler.made:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    c.stop()
+    assert time.monotonic() - t0 < 0.5  # was a join of up to 5 s
+    s = SlowSampler.made[0]
+    assert s.stopped.wait(5), "the sampler that started after the exit was left running"
+    assert s.started.is_set() and s.stops == 1
+    c._thread.join(5)
+    assert "gpus" not in c.pipeline.meta  # an ended view takes no metadata from it
+
+
+def test_a_started_sampler_is_stopped_once_by_stop(monkeypatch):
+    c = _controller(monkeypatch)
+    c.start()
+    c._thread.join(5)
+    s = SlowSampler.made[0]
+    assert c.pipeline.meta["gpus"] == [{"name": "late"}]
+    c.stop()
+    c.stop()
+    assert s.stops == 1
