@@ -42,8 +42,8 @@ def _lean_process() -> None:
     """Before Textual loads: asyncio imports ssl for TLS streams the TUI never opens, and it is
     4 MiB of a live view's RSS with libcrypto (bench/RESULTS.md); asyncio runs without it.
     The cyclic garbage collector waits for the first paint (the app enables it then): importing
-    and starting Textual and memtop makes few cycles, yet the collector scanned the new objects
-    some 110 times on the way, 5 % of the time to the first paint (bench/RESULTS.md)."""
+    and starting Textual and memtop makes few cycles, yet the collector went over the new objects
+    some 100 times on the way (~9 ms of the main thread's CPU on the VM; bench/RESULTS.md)."""
     if "ssl" not in sys.modules:
         sys.modules["ssl"] = None  # type: ignore[assignment]  # `import ssl` raises ImportError
     gc.disable()
