@@ -28,12 +28,15 @@ def install(init_s: float, gpu_pid: int | None = None) -> None:
     class SlowNvml(nvml_calls.ReplayNvml):
         def __init__(self) -> None:
             super().__init__(nvml_calls.json.loads(FIXTURE.read_text())["calls"])
+            self._system = None
 
         def init(self):
-            import pynvml  # noqa: F401  (its import is part of the real start-up)
+            if self._system is None:  # RealNvml.init is idempotent: live starts the driver early
+                import pynvml  # noqa: F401  (its import is part of the real start-up)
 
-            time.sleep(init_s)
-            return super().init()
+                time.sleep(init_s)
+                self._system = super().init()
+            return self._system
 
         def processes(self, i: int) -> list[tuple[int, int | None]]:
             got = super().processes(i)

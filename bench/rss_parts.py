@@ -1,8 +1,9 @@
 """What a live memtop's resident memory is made of, step by step in one process (one JSON line):
 the interpreter, NVML started, a GPM sample pair per GPU, Textual imported (with and without ssl,
 which memtop's TUI keeps out), and memtop's TUI and collectors imported; then what a live memtop's
-release_free_memory (gc.collect, glibc's malloc_trim) gives back. Each step's RSS in MiB, and at
-the NVML and last steps also its anonymous and file-backed parts.
+release_free_memory (gc.collect, glibc's malloc_trim) gives back, and what importing psutil would
+add (memtop no longer does). Each step's RSS in MiB, and at the NVML and last steps also its
+anonymous and file-backed parts.
 
 usage: python bench/rss_parts.py [--no-ssl]   (on the GPU machine; without a driver NVML's steps are null)
 """
@@ -62,6 +63,13 @@ def main() -> None:
     out["released"] = rss_mib()
     parts(out, "released")
     out["ssl_loaded"] = sys.modules.get("ssl") is not None  # type: ignore[assignment]
+    if "psutil" not in sys.modules:  # memtop reads /proc itself now; what psutil would add (startup3)
+        try:
+            import psutil  # noqa: F401
+
+            out["psutil_would_add"] = rss_mib() - out["released"]  # type: ignore[operator]
+        except ImportError:
+            pass
     print(json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in out.items()}))
 
 

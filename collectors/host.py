@@ -1,12 +1,11 @@
-"""Host collector: per-core CPU, memory, NUMA, and the GPU processes with their children."""
+"""Host collector: per-core CPU, memory, NUMA, and the GPU processes with their children (all from
+/proc and /sys: procfs.py)."""
 
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
-
-import psutil
 
 from memtop.model import Capability, CapState, HostSample, ProcSample
 
@@ -38,7 +37,7 @@ class HostCollector:
         self._invisible: set[int] = set()
         self._numa_t = -1e9
         self._numa_nodes: tuple = ()
-        self._swap = psutil.swap_memory()
+        self._swap = procfs.swap(root)
         self._tree: dict[int, int | None] = {}  # the process tree at the last walk of every thread
         self._gpu_nodes: tuple[int, ...] = ()
         self._offset = time.time() - time.monotonic()
@@ -122,7 +121,11 @@ class HostCollector:
                 if not os.path.exists(f"{base}/{t}"):
                     continue  # the thread (or process) has just exited
                 # kernel without CONFIG_PROC_CHILDREN: one full scan
-                return [p.pid for p in psutil.process_iter(["ppid"]) if p.info["ppid"] == pid]
+                return [
+                    int(d)
+                    for d in os.listdir(f"{self.root}/proc")
+                    if d.isdigit() and (st := procfs.proc_stat(self.root, int(d))) and st[1] == pid
+                ]
             kids += [int(x) for x in text.split()]
         return kids
 
@@ -140,10 +143,10 @@ class HostCollector:
         self._cpu_used[pid] = (start, now, used_s)
         static = self._static.get(pid)
         if static is None:
-            try:
-                static = self._static[pid] = self._static_of(psutil.Process(pid))
-            except psutil.Error:
+            static = self._static_of(pid, state, start)
+            if static is None:
                 return None
+            self._static[pid] = static
         name, cmd, user, started, argv = static
         if parent is not None and name not in WORKER_NAMES:
             # torch names a DataLoader worker once its loop starts, maybe after we first saw it;
@@ -179,17 +182,28 @@ class HostCollector:
             argv,
         )
 
-    def _static_of(self, p: psutil.Process) -> tuple[str, str, str, float, tuple[str, ...]]:
-        name = p.name()
-        try:
-            user = p.username()
-        except (KeyError, psutil.Error):
-            user = "?"
-        try:
-            argv = tuple(a[:1000] for a in p.cmdline()[:200])  # /proc/PID/cmdline split on NUL, bounded
-        except psutil.AccessDenied:
-            argv = (name,)
-        return name, " ".join(argv)[:500], user, p.create_time() - self._offset, argv
+    def _static_of(
+        self, pid: int, state: str, start: int
+    ) -> tuple[str, str, str, float, tuple[str, ...]] | None:
+        """Name, command line, user and start time, as psutil.Process gave them: the kernel's name,
+        or argv[0]'s file name where that begins with a name the kernel cut at 15 characters; None
+        once the process is gone (or a zombie without arguments)."""
+        name = procfs.comm(self.root, pid)
+        if name is None:
+            return None
+        args = procfs.cmdline(self.root, pid)
+        if args is None:  # unreadable: gone, or not ours to read
+            if not os.path.exists(f"{self.root}/proc/{pid}"):
+                return None
+            args = [name]
+        elif not args and state == "Z":
+            return None
+        if len(name) >= 15 and args and os.path.basename(args[0]).startswith(name):
+            name = os.path.basename(args[0])
+        user = procfs.user(self.root, pid) or "?"
+        argv = tuple(a[:1000] for a in args[:200])  # /proc/PID/cmdline split on NUL, bounded
+        started = start / procfs.TICK + procfs.boot_time(self.root) - self._offset
+        return name, " ".join(argv)[:500], user, started, argv
 
     def sample(self, now: float) -> list[object]:
         percore, iowait = self._cpu.sample()
@@ -198,8 +212,8 @@ class HostCollector:
         if slow:
             self._numa_t = now
             self._numa_nodes = self._numa.read(now)
-            self._swap = psutil.swap_memory()  # parses /proc/vmstat too: slow-moving, not each sample
-        sw = self._swap
+            self._swap = procfs.swap(self.root)  # slow-moving: not each sample
+        swap_used, swap_total = self._swap
         targets = self._targets(all_threads=slow)
         for cache in (self._cpu_used, self._static, self._placed):
             for gone in set(cache) - set(targets):
@@ -217,8 +231,8 @@ class HostCollector:
                 load=os.getloadavg(),
                 mem_used=mem_total - mem_avail,
                 mem_total=mem_total,
-                swap_used=sw.used,
-                swap_total=sw.total,
+                swap_used=swap_used,
+                swap_total=swap_total,
                 numa=self._numa_nodes,
                 gpu_nodes=self._gpu_nodes,
                 procs=procs,

@@ -86,6 +86,7 @@ class RealNvml:
         self._nv: Any = None
         self._handles: list[Any] = []
         self._gpm_prev: dict[int, Any] = {}
+        self._system: SystemInfo | None = None
 
     def _call(self, fn: str, *args: Any) -> Any:
         try:
@@ -94,6 +95,9 @@ class RealNvml:
             raise NvmlCallError(e.value, str(e)) from None
 
     def init(self) -> SystemInfo:
+        """Idempotent: live starts the driver before the collectors exist (commands/local.py)."""
+        if self._system is not None:
+            return self._system
         try:
             import pynvml
         except ImportError as e:  # pragma: no cover - it is a dependency
@@ -107,12 +111,13 @@ class RealNvml:
             raise NvmlUnavailable(f"NVML failed to initialise: {e}") from None
         count = pynvml.nvmlDeviceGetCount()
         self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        return {
+        self._system = {
             "driver": _s(pynvml.nvmlSystemGetDriverVersion()),
             "nvml_version": _s(pynvml.nvmlSystemGetNVMLVersion()),
             "cuda_driver": pynvml.nvmlSystemGetCudaDriverVersion(),
             "count": count,
         }
+        return self._system
 
     def device(self, i: int) -> DeviceInfo:
         h = self._handles[i]
@@ -224,6 +229,7 @@ class RealNvml:
                 with contextlib.suppress(Exception):
                     self._nv.nvmlGpmSampleFree(s)
             self._gpm_prev.clear()
+            self._system = None
             with contextlib.suppress(Exception):
                 self._nv.nvmlShutdown()
 

@@ -3,11 +3,14 @@
 A 1 Hz monitor reads a few dozen such files a second (one per thread of the training process
 for placement and context switches); ``os.read`` on a raw descriptor costs a third of
 ``Path.read_text`` (bench/RESULTS.md), and one pass over /proc/stat replaces psutil's two.
+The few things memtop took from psutil are read here as psutil reads them (its import alone was
+1 MiB of a live view's RSS: bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 from pathlib import Path
 
 
@@ -102,3 +105,59 @@ def proc_stat(root: Path, pid: int) -> tuple[str, int, float, int, int] | None:
         return None
     # fields 3, 4, 14, 15, 20, 22 of proc(5); two precede this slice
     return f[0], int(f[1]), (int(f[11]) + int(f[12])) / TICK, int(f[17]), int(f[19])
+
+
+def swap(root: Path = Path("/")) -> tuple[int, int]:
+    """(used, total) swap in bytes from /proc/meminfo: used is SwapTotal - SwapFree, as psutil counts it."""
+    found = {}
+    for line in (read(f"{root}/proc/meminfo") or "").splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("SwapTotal", "SwapFree"):
+            found[key] = int(rest.split()[0]) * 1024
+            if len(found) == 2:
+                break
+    total = found.get("SwapTotal", 0)
+    return total - found.get("SwapFree", total), total
+
+
+def boot_time(root: Path = Path("/")) -> float:
+    """The boot time in Unix seconds (/proc/stat's btime); 0 if it cannot be read."""
+    for line in (read(f"{root}/proc/stat") or "").splitlines():
+        if line.startswith("btime"):
+            return float(line.split()[1])
+    return 0.0
+
+
+def comm(root: Path, pid: int) -> str | None:
+    """The kernel's name of a process (cut at 15 characters), from /proc/PID/stat; None if it is gone."""
+    text = read(f"{root}/proc/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    return text[text.find("(") + 1 : text.rfind(")")]
+
+
+def cmdline(root: Path, pid: int) -> list[str] | None:
+    """A process's arguments, split as psutil splits them: on NUL, or on spaces where the process
+    rewrote its title that way (setproctitle); [] for a kernel thread or a zombie; None if unreadable."""
+    text = read(f"{root}/proc/{pid}/cmdline")
+    if not text:
+        return None if text is None else []
+    sep = "\0" if text.endswith("\0") else " "
+    if text.endswith(sep):
+        text = text[:-1]
+    args = text.split(sep)
+    if sep == "\0" and len(args) == 1 and " " in text:
+        args = text.split(" ")
+    return args
+
+
+def user(root: Path, pid: int) -> str | None:
+    """The name of the process's real user (the uid itself when it has none); None if it is gone."""
+    for line in (read(f"{root}/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:"):
+            uid = int(line.split()[1])
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None

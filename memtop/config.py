@@ -42,20 +42,28 @@ def path() -> Path:
 
 
 def _read() -> dict:
+    try:
+        f = open(path(), "rb")  # noqa: SIM115  (closed below: tomllib loads only when there is a file)
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        return _ignore(e)
     if sys.version_info >= (3, 11):  # here, not at import: report and export never read the file
         import tomllib
     else:  # pragma: no cover - 3.10
         import tomli as tomllib
-    try:
-        with open(path(), "rb") as f:
+    with f:
+        try:
             return tomllib.load(f)
-    except FileNotFoundError:
-        return {}
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        from memtop.sanitize import clean
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            return _ignore(e)
 
-        print(f"memtop: ignoring {path()}: {clean(e, 200)}", file=sys.stderr)
-        return {}
+
+def _ignore(e: Exception) -> dict:
+    from memtop.sanitize import clean
+
+    print(f"memtop: ignoring {path()}: {clean(e, 200)}", file=sys.stderr)
+    return {}
 
 
 def load() -> Config:

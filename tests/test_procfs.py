@@ -4,7 +4,10 @@ show (a busy second core, a comm with parentheses)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -68,3 +71,57 @@ def test_proc_stat_with_parentheses_in_the_name_and_a_gone_pid(tmp_path: Path):
     assert cpu_s == 400 / procfs.TICK
     assert procfs.proc_stat(tmp_path, 43) is None and procfs.tasks(tmp_path, 43) == []
     assert procfs.read(tmp_path / "nothing") is None
+
+
+def test_swap_and_boot_time_match_psutil():
+    used, total = procfs.swap()
+    ref = psutil.swap_memory()
+    assert total == ref.total and abs(used - ref.used) <= max(1 << 20, 0.01 * total)
+    assert procfs.boot_time() == psutil.boot_time()
+
+
+def test_a_process_named_as_psutil_names_it(tmp_path: Path):
+    """The host collector's name, user, arguments and start time of a process are psutil's: here a
+    command whose name the kernel cuts at 15 characters (psutil gives argv[0]'s longer file name)."""
+    from memtop.collectors.host import HostCollector
+
+    exe = tmp_path / "a-sleeper-with-a-long-name"
+    exe.symlink_to(sys.executable)
+    p = subprocess.Popen([str(exe), "-c", "import time; time.sleep(30)", "an argument with spaces"])
+    try:
+        # exec'd (the kernel names the process before it sets up the arguments)
+        while procfs.comm(Path("/"), p.pid) != "a-sleeper-with-" or not procfs.cmdline(Path("/"), p.pid):
+            time.sleep(0.01)
+        h = HostCollector(pids=(p.pid, os.getpid()))
+        h.start()
+        (s,) = h.sample(time.monotonic())
+        assert {x.pid for x in s.procs} >= {p.pid, os.getpid()}
+        for x in s.procs:
+            if x.pid not in (p.pid, os.getpid()):
+                continue
+            ref = psutil.Process(x.pid)
+            assert (x.name, x.user, x.argv) == (ref.name(), ref.username(), tuple(ref.cmdline()))
+            assert abs(x.started + time.time() - time.monotonic() - ref.create_time()) < 0.05
+        assert next(x for x in s.procs if x.pid == p.pid).name == "a-sleeper-with-a-long-name"
+    finally:
+        p.kill()
+        p.wait()
+    assert procfs.comm(Path("/"), p.pid) is None and procfs.user(Path("/"), p.pid) is None
+
+
+def test_command_lines_split_as_psutil_splits_them(tmp_path: Path):
+    (tmp_path / "proc/42").mkdir(parents=True)
+    cases = {
+        "python\0train.py\0--lr\0\0": ["python", "train.py", "--lr", ""],  # an empty last argument
+        "python\0train.py\0": ["python", "train.py"],
+        "worker: rank 3 of 8": ["worker:", "rank", "3", "of", "8"],  # a title rewritten with spaces
+        "worker: rank 3\0": ["worker:", "rank", "3"],  # ... and a NUL after it
+        "": [],  # a kernel thread, or a zombie
+    }
+    for text, args in cases.items():
+        (tmp_path / "proc/42/cmdline").write_text(text)
+        assert procfs.cmdline(tmp_path, 42) == args, text
+    assert procfs.cmdline(tmp_path, 43) is None and procfs.comm(tmp_path, 43) is None
+    (tmp_path / "proc/42/status").write_text("Name:\tx\nUid:\t4242999\t0\t0\t0\n")
+    assert procfs.user(tmp_path, 42) == "4242999"  # a uid without a name
+    assert procfs.swap(tmp_path) == (0, 0) and procfs.boot_time(tmp_path) == 0.0

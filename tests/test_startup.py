@@ -108,3 +108,70 @@ async def test_rows_updated_before_the_table_is_split_into_column_tiles():
         assert app.return_code is None and t._rows == [("0", ("1", "5", "6"))]
         text = "".join(seg.text for strip in t._lines for seg in strip)
         assert "5" in text and "6" in text
+
+
+# live() in a fresh process with the driver stood in for: what was imported when nvmlInit began
+_EARLY = textwrap.dedent(
+    """
+    import sys, time
+    from memtop.cli import build_parser
+    from memtop.collectors import nvml_calls
+    from memtop.commands import local
+
+    seen = {}
+
+    class Driver(nvml_calls.RealNvml):
+        calls = 0
+
+        def init(self):
+            if self._system is None:
+                Driver.calls += 1
+                seen.setdefault("loaded", [m for m in ("memtop.pipeline", "memtop.collectors.host") if m in sys.modules])
+                time.sleep(0.2)  # nvmlInit's own time, the GIL released
+                self._system = {"driver": "x", "nvml_version": "x", "cuda_driver": 0, "count": 0}
+            return self._system
+
+        def shutdown(self):
+            self._system = None
+
+    nvml_calls.RealNvml = Driver
+    local._need_tty = lambda: None
+
+    def run_app(pipeline, controller, args):
+        controller._thread.join(10)
+        seen["caps"] = [c.detail for c in controller.sampler.capabilities() if c.source == "nvml"]
+        return 0
+
+    local._run_app = run_app
+    rc = local.live(build_parser().parse_args(["--no-stacks", "--no-perf"]))
+    print(rc, seen["loaded"], Driver.calls, seen["caps"])
+    """
+)
+
+
+def test_live_starts_the_driver_before_it_imports_the_pipeline_and_the_collectors():
+    """nvmlInit (0.1-0.3 s on the H100) overlaps every import after the flags are read, and the
+    sampler uses the driver so started: one nvmlInit, not two."""
+    r = subprocess.run([sys.executable, "-c", _EARLY], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split(" ", 3) == [
+        "0",
+        "[]",
+        "1",
+        "['driver x, NVML x', 'the driver reports no GPUs']\n",
+    ], r.stdout + r.stderr
+
+
+async def test_the_app_turns_the_garbage_collector_back_on_after_its_first_paint():
+    """The TUI commands start without the cyclic collector (commands/local.py): the app's first
+    paint ends that, whatever started it."""
+    import gc
+
+    gc.disable()
+    try:
+        app = MemtopApp(Pipeline(Status("live"), meta={"host": "test"}), hangup_guard=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            assert gc.isenabled() and app._paints >= 1
+    finally:
+        gc.enable()

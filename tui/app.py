@@ -7,6 +7,7 @@ shows only the keys that do something there. Replay drives a Playback; live has 
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -387,6 +388,7 @@ class MemtopApp(App[int]):
             )
         if self.controller is not None:  # after the first paint: the first frame shows at once
             self.call_after_refresh(self.controller.start)
+        self.call_after_refresh(gc.enable)  # the CLI starts the app without it (commands/local.py)
         self.set_interval(1.0 / self.paint_rate, self._paint)  # also paints when no frames come
         self.set_interval(0.5, self._refresh_keys)
         if self.hangup_guard:

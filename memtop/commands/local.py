@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import platform
 import sys
 import threading
@@ -13,10 +12,11 @@ from typing import TYPE_CHECKING
 
 from memtop.config import Config
 from memtop.errors import UserError
-from memtop.pipeline import Pipeline, ReplaySource, Status
 from memtop.sanitize import clean
 
 if TYPE_CHECKING:
+    from memtop.collectors.nvml_calls import RealNvml
+    from memtop.pipeline import Pipeline
     from memtop.playback import Playback
     from memtop.sampler import Sampler
     from memtop.store import Recording
@@ -40,9 +40,13 @@ def demo_path() -> Path:
 
 def _lean_process() -> None:
     """Before Textual loads: asyncio imports ssl for TLS streams the TUI never opens, and it is
-    4 MiB of a live view's RSS with libcrypto (bench/RESULTS.md); asyncio runs without it."""
+    4 MiB of a live view's RSS with libcrypto (bench/RESULTS.md); asyncio runs without it.
+    The cyclic garbage collector waits for the first paint (the app enables it then): importing
+    and starting Textual and memtop makes few cycles, yet the collector went over the new objects
+    some 100 times on the way (~9 ms of the main thread's CPU on the VM; bench/RESULTS.md)."""
     if "ssl" not in sys.modules:
         sys.modules["ssl"] = None  # type: ignore[assignment]  # `import ssl` raises ImportError
+    gc.disable()
 
 
 def release_free_memory() -> None:
@@ -59,21 +63,38 @@ def release_free_memory() -> None:
     trim(0)
 
 
+def _start_nvml() -> RealNvml | None:
+    """The driver started before the collectors are imported; None where NVML cannot start (the
+    collector then says why, as it would without this)."""
+    from memtop.collectors.nvml_calls import NvmlUnavailable, RealNvml
+
+    nv = RealNvml()
+    try:
+        nv.init()
+    except NvmlUnavailable:
+        return None
+    return nv
+
+
 def _need_tty() -> None:
     if not (sys.stderr.isatty() and sys.stdin.isatty()):  # Textual paints on stderr
         raise UserError("the TUI needs a terminal; use `memtop record` or `memtop report` when piping")
 
 
 class LiveController:
-    """Builds and starts the sampler off the UI thread, before the TUI is imported: NVML's start
-    (its ctypes calls release the GIL) overlaps importing and starting Textual, so the first
-    paint already holds a GPU reading. The pipeline's metadata (driver, GPUs) follows."""
+    """Starts sampling off the UI thread, as early as live() can: the driver first (nvmlInit, 0.1-0.3 s
+    on the H100, in ctypes calls that release the GIL), while the main thread imports the pipeline
+    and Textual, so the first paint already holds a GPU reading. The sampler is built once the
+    pipeline is attached (its frames go there); the pipeline's metadata (driver, GPUs) follows."""
 
-    def __init__(self, args: argparse.Namespace, pipeline: Pipeline, sampler=None) -> None:
+    def __init__(self, args: argparse.Namespace, pipeline: Pipeline | None = None, sampler=None) -> None:
         self.args = args
         self.pipeline = pipeline
         self.sampler = sampler  # built already when recording (the file's metadata names the GPUs)
         self._recording = sampler is not None
+        self._attached = threading.Event()  # the pipeline is there (or the view has ended)
+        if pipeline is not None:
+            self._attached.set()
         self._thread = threading.Thread(target=self._start, name="memtop-start", daemon=True)
         self._trim = threading.Timer(TRIM_AFTER_S, release_free_memory)
         self._trim.name, self._trim.daemon = "memtop-trim", True
@@ -82,22 +103,39 @@ class LiveController:
         self._stopped = False
 
     def start(self) -> None:
-        """Idempotent: live() starts it before importing the TUI, a test's app after its first paint."""
+        """Idempotent: live() starts it before its imports, a test's app after its first paint."""
         if self._thread.ident is None:
             self._thread.start()
             self._trim.start()
 
-    def _start(self) -> None:
-        from memtop.sampler import Sampler, SamplerConfig
+    def attach(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self._attached.set()
 
+    def _start(self) -> None:
+        nv: RealNvml | None = None
         try:
             if self.sampler is None:
-                self.sampler = Sampler(
-                    SamplerConfig.from_args(self.args, recording=False), on_frame=self.pipeline.on_frame
-                )
+                nv = _start_nvml()
+            self._attached.wait()
+            if self._stopped or self.pipeline is None:  # the view ended first (a bad flag, a quick q)
+                if nv is not None:
+                    nv.shutdown()
+                return
+            from dataclasses import replace
+
+            from memtop.sampler import Sampler, SamplerConfig
+
+            if self.sampler is None:
+                cfg = SamplerConfig.from_args(self.args, recording=False)
+                self.sampler = Sampler(cfg if nv is None else replace(cfg, nvml=nv), self.pipeline.on_frame)
             self.sampler.start()
         except Exception as e:  # the app stays up to say so (and to be quit) rather than going blank
-            self.pipeline.set_status(fault=f"sampling could not start: {type(e).__name__}: {e}")
+            if nv is not None and self.sampler is None:
+                nv.shutdown()
+            self._attached.wait()
+            if self.pipeline is not None:
+                self.pipeline.set_status(fault=f"sampling could not start: {type(e).__name__}: {e}")
             return
         with self._lock:
             late = self._stopped
@@ -115,6 +153,7 @@ class LiveController:
             if self._stopped:
                 return
             self._stopped = True
+        self._attached.set()  # a start-up waiting for a pipeline that will not come ends
         self._trim.cancel()
         if self._thread.ident is None:  # never started: only a recording's sampler has NVML up
             if self.sampler is not None:
@@ -210,6 +249,8 @@ def replay_app(
 ) -> int:
     _need_tty()
     _lean_process()
+    from memtop.pipeline import Pipeline, ReplaySource, Status
+
     rec = open_recording(path)
     pipeline = Pipeline(Status(mode, duration=rec.duration, speed=speed, source=str(path)), meta=rec.meta)
     return _run_app(pipeline, ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at), args)
@@ -221,28 +262,36 @@ def live(args: argparse.Namespace) -> int:
         return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)
     _need_tty()
     _lean_process()
-    from memtop.sampler import check_pids
-
-    check_pids(args.pid)
+    controller = None if args.record else LiveController(args)
+    if controller is not None:
+        controller.start()  # first: the driver's start overlaps the imports below and Textual's
     writer = sampler = None
-    meta = {"host": platform.node()}  # the rest once NVML is up (LiveController)
-    if args.record:  # a recording names its GPUs in its metadata: NVML first
-        from memtop.sampler import Sampler, SamplerConfig
-        from memtop.store import Writer
-
-        sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)
-        sampler.nvml.start()
-        meta = sampler.run_meta()
-        writer = Writer(args.record, meta, force=args.force)
-    pipeline = Pipeline(Status("live", recording=args.record), meta=meta, writer=writer)
-    if sampler is not None:
-        sampler.on_frame = pipeline.on_frame
-    controller = LiveController(args, pipeline, sampler)
-    controller.start()  # before the TUI's imports: the first paint then holds a GPU reading
     try:
+        from memtop.pipeline import Pipeline, Status
+        from memtop.sampler import check_pids
+
+        check_pids(args.pid)
+        meta = {"host": platform.node()}  # the rest once NVML is up (LiveController)
+        if args.record:  # a recording names its GPUs in its metadata: NVML first
+            from memtop.sampler import Sampler, SamplerConfig
+            from memtop.store import Writer
+
+            sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)
+            sampler.nvml.start()
+            meta = sampler.run_meta()
+            writer = Writer(args.record, meta, force=args.force)
+        pipeline = Pipeline(Status("live", recording=args.record), meta=meta, writer=writer)
+        if sampler is not None:
+            sampler.on_frame = pipeline.on_frame
+        if controller is None:
+            controller = LiveController(args, pipeline, sampler)
+        else:
+            controller.attach(pipeline)
+        controller.start()
         return _run_app(pipeline, controller, args)
     finally:
-        controller.stop()
+        if controller is not None:
+            controller.stop()
         if writer is not None:
             writer.close()
 
@@ -250,6 +299,8 @@ def live(args: argparse.Namespace) -> int:
 def replay(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if args.summary:
+        import json
+
         rec = open_recording(path)
         print(json.dumps(rec.summary(), indent=2))
         return 0
