@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memtop.commands.firstlook import FirstLook
 from memtop.config import Config
 from memtop.errors import UserError
 from memtop.sanitize import clean
@@ -87,8 +88,15 @@ class LiveController:
     and Textual, so the first paint already holds a GPU reading. The sampler is built once the
     pipeline is attached (its frames go there); the pipeline's metadata (driver, GPUs) follows."""
 
-    def __init__(self, args: argparse.Namespace, pipeline: Pipeline | None = None, sampler=None) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        pipeline: Pipeline | None = None,
+        sampler=None,
+        first_look: FirstLook | None = None,
+    ) -> None:
         self.args = args
+        self.first_look = first_look  # readings on screen before the TUI's imports are done
         self.pipeline = pipeline
         self.sampler = sampler  # built already when recording (the file's metadata names the GPUs)
         self._recording = sampler is not None
@@ -117,6 +125,8 @@ class LiveController:
         try:
             if self.sampler is None:
                 nv = _start_nvml()
+            if nv is not None and self.first_look is not None:
+                self.first_look.paint(nv)
             self._attached.wait()
             if self._stopped or self.pipeline is None:  # the view ended first (a bad flag, a quick q)
                 if nv is not None:
@@ -155,6 +165,8 @@ class LiveController:
             self._stopped = True
         self._attached.set()  # a start-up waiting for a pipeline that will not come ends
         self._trim.cancel()
+        if self.first_look is not None:
+            self.first_look.close()
         if self._thread.ident is None:  # never started: only a recording's sampler has NVML up
             if self.sampler is not None:
                 self.sampler.stop()
@@ -215,7 +227,9 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
     except UserError as e:
         if args.theme:  # the flag's theme: the user's error
             raise
-        # the config file's: it must not stop the monitor from starting
+        # the config file's: it must not stop the monitor from starting (said on the normal screen)
+        if isinstance(controller, LiveController) and controller.first_look is not None:
+            controller.first_look.close()
         print(f"memtop: ignoring the theme in {config.path()}: {clean(str(e), 300)}", file=sys.stderr)
         app = make(None)
     hook = threading.excepthook
@@ -230,6 +244,8 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
             hook(a)
 
     threading.excepthook = thread_crash
+    if isinstance(controller, LiveController) and controller.first_look is not None:
+        controller.first_look.hand_over()
     try:
         app.run(mouse=opts.mouse)
     except Exception as e:  # Textual failed outside its own handler (it has restored the terminal)
@@ -262,7 +278,7 @@ def live(args: argparse.Namespace) -> int:
         return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)
     _need_tty()
     _lean_process()
-    controller = None if args.record else LiveController(args)
+    controller = None if args.record else LiveController(args, first_look=FirstLook(sys.stderr))
     if controller is not None:
         controller.start()  # first: the driver's start overlaps the imports below and Textual's
     writer = sampler = None
