@@ -333,7 +333,7 @@ def _series_data(metric: str, data: bytes):
 
 def _host_from_blob(raw: bytes) -> HostSample:
     """A HostSample from a host blob's JSON (``_inflate_host``), every field type-checked."""
-    d = json.loads(raw.decode("utf-8", "surrogateescape"))  # a process's bad UTF-8 name stays readable
+    d = host_json(raw)  # a process's bad UTF-8 name stays readable
     if isinstance(d, dict) and isinstance(d.get("procs"), list):  # before argv was recorded
         d["procs"] = [
             {**p, "argv": p["cmdline"].split()}
@@ -342,6 +342,64 @@ def _host_from_blob(raw: bytes) -> HostSample:
             for p in d["procs"]
         ]
     return cast(HostSample, _record(HostSample, d, "host", {"numa": NumaNode, "procs": ProcSample}))
+
+
+_F_LIM, _I_LIM = 1e18, 1 << 62  # the ranges _float and _int accept
+
+
+@functools.cache
+def _canonical(cls: type) -> tuple:
+    """(field names in order, the allowed tuples of JSON value types, per-field value checks) of a
+    model dataclass written by asdict + json.dumps: what ``canonical`` tests."""
+    names, variants, checks = [], [()], []
+    for i, f in enumerate(fields(cls)):
+        ann = str(f.type)
+        names.append(f.name)
+        opts: tuple = {"float": (float,), "int": (int,), "str": (str,), "int | None": (int, type(None))}.get(
+            ann, (list,)
+        )
+        variants = [v + (o,) for v in variants for o in opts]
+        if ann in ("float", "int", "int | None") or ann.startswith("tuple["):
+            checks.append((i, ann))
+    return tuple(names), frozenset(variants), tuple(checks)
+
+
+def _canon_value(v: object, ann: str) -> bool:
+    if ann == "float":
+        return -_F_LIM <= v <= _F_LIM  # type: ignore[operator]  # NaN fails
+    if ann in ("int", "int | None"):
+        return v is None or -_I_LIM <= v <= _I_LIM  # type: ignore[operator]
+    items = cast(list, v)
+    if ann == "tuple[float, ...]":
+        return all(type(x) is float and -_F_LIM <= x <= _F_LIM for x in items)
+    if ann == "tuple[int, ...]":
+        return all(type(x) is int and -_I_LIM <= x <= _I_LIM for x in items)
+    if ann == "tuple[str, ...]":
+        return all(type(x) is str for x in items)
+    if ann == "tuple[float, float, float]":
+        return len(items) == 3 and all(type(x) is float and -_F_LIM <= x <= _F_LIM for x in items)
+    nested = {"tuple[NumaNode, ...]": NumaNode, "tuple[ProcSample, ...]": ProcSample}.get(ann)
+    return nested is not None and all(canonical(nested, x) for x in items)
+
+
+def canonical(cls: type, d: object) -> bool:
+    """Whether ``d`` (decoded JSON) holds exactly the fields of ``cls`` in order, each of its canonical
+    type and in range: then ``_record`` accepts it unchanged (lists become tuples), and its values can
+    be read straight from the dict (memtop.colscan does, to skip building a HostSample per sample)."""
+    if type(d) is not dict:
+        return False
+    names, variants, checks = _canonical(cls)
+    if tuple(d) != names:
+        return False
+    vals = tuple(d.values())
+    if tuple(map(type, vals)) not in variants:
+        return False
+    return all(_canon_value(vals[i], ann) for i, ann in checks)
+
+
+def host_json(raw: bytes) -> object:
+    """A host blob's JSON (``_inflate_host``) decoded as ``_host_from_blob`` decodes it."""
+    return json.loads(raw.decode("utf-8", "surrogateescape"))
 
 
 def _caps_json(caps: tuple[Capability, ...]) -> str:
@@ -1006,6 +1064,32 @@ def _processes(text: object) -> tuple[GpuProcess, ...]:
     return tuple(out)
 
 
+def stack_sample(rec: Recording, r: tuple) -> StackSample:
+    """One py-spy dump from all its stack_sample rows (raises one of _DECODE_ERRORS when damaged)."""
+    t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
+    for row in r:
+        # the stored class is never read (classes come from today's rules): not checked
+        for v, check in ((row[2], _int), (row[3], _str), (row[8], _str)):
+            if v is not None:
+                check(v, "stack row")
+    if r[0][8] is not None:
+        return StackSample(t, pid, (), r[0][8])
+    return StackSample(
+        t,
+        pid,
+        tuple(
+            ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), rec._klass(sid, active, gil))
+            for _, _, tid, name, active, gil, _, sid, _ in r
+        ),
+    )
+
+
+def perf_sample(r: tuple) -> PerfSample:
+    """A perf row (t, pid, rates as JSON) decoded (raises one of _DECODE_ERRORS when damaged)."""
+    rates = tuple((_str(k, "perf"), _num(v, "perf")) for k, v in _seq(json.loads(r[2]), "perf"))
+    return PerfSample(_num(r[0], "perf t"), _int(r[1], "perf pid"), rates)
+
+
 class _State:
     """Newest part of each source while reading; becomes a Frame at each frame time."""
 
@@ -1056,35 +1140,13 @@ class _State:
             self.host_raw = _inflate_host(r[1], self.host_raw)
             self.host = _host_from_blob(self.host_raw)
         elif kind == "stack":  # all thread rows of one py-spy dump
-            t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
-            for row in r:
-                # the stored class is never read (classes come from today's rules): not checked
-                for v, check in ((row[2], _int), (row[3], _str), (row[8], _str)):
-                    if v is not None:
-                        check(v, "stack row")
-            if r[0][8] is not None:
-                self.stacks[pid] = StackSample(t, pid, (), r[0][8])
-            else:
-                self.stacks[pid] = StackSample(
-                    t,
-                    pid,
-                    tuple(
-                        ThreadStack(
-                            tid,
-                            name,
-                            bool(active),
-                            bool(gil),
-                            rec._frames_of(sid),
-                            rec._klass(sid, active, gil),
-                        )
-                        for _, _, tid, name, active, gil, _, sid, _ in r
-                    ),
-                )
+            s = stack_sample(rec, r)
+            self.stacks[s.pid] = s
             self._stacks_t = None
             self._oldest_stack = min(s.t for s in self.stacks.values())
         elif kind == "perf":
-            rates = tuple((_str(k, "perf"), _num(v, "perf")) for k, v in _seq(json.loads(r[2]), "perf"))
-            self.perf[_int(r[1], "perf pid")] = PerfSample(_num(r[0], "perf t"), r[1], rates)
+            q = perf_sample(r)
+            self.perf[q.pid] = q
             self._perf_t = None
         elif kind == "caps":
             self.caps = _caps_from_json(r[1])
