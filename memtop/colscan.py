@@ -39,9 +39,8 @@ from memtop.store import (
     _host_from_blob,
     _inflate_host,
     _record,
-    canonical,
-    host_json,
     perf_sample,
+    plain_host,
     stack_sample,
 )
 
@@ -360,9 +359,8 @@ class _Hosts:
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
 
     def _decode(self, h: int) -> None:
-        d = host_json(self.raw[h])
-        if canonical(HostSample, d):  # its values are read straight from the JSON
-            assert isinstance(d, dict)
+        d = plain_host(self.raw[h])
+        if d is not None:  # its values are read straight from the JSON
             procs = d["procs"]
             self._load[h] = (d["iowait_pct"], tuple(_Proc(*_PROC(p)) for p in procs))
             self._procs[h] = [(p["pid"], p) for p in procs]

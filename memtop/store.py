@@ -344,14 +344,25 @@ def _host_from_blob(raw: bytes) -> HostSample:
     return cast(HostSample, _record(HostSample, d, "host", {"numa": NumaNode, "procs": ProcSample}))
 
 
-_F_LIM, _I_LIM = 1e18, 1 << 62  # the ranges _float and _int accept
+# a number json.loads reads that _float or _int could refuse (not finite, or past their ranges) has an
+# exponent or 19 digits in a row in the text, or is NaN / Infinity: none, and every number of the
+# blob is finite and under 1e18 (the text with every digit made 0 is searched: a C substring search)
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _plain_numbers(raw: bytes) -> bool:
+    z = raw.translate(_ZEROS)
+    return not (b"0e" in z or b"0E" in z or b"0" * 19 in z or b"NaN" in raw or b"Infinity" in raw)
+
+
+_ELEMENT = {"tuple[float, ...]": {float}, "tuple[int, ...]": {int}, "tuple[str, ...]": {str}}
 
 
 @functools.cache
-def _canonical(cls: type) -> tuple:
-    """(field names in order, the allowed tuples of JSON value types, per-field value checks) of a
-    model dataclass written by asdict + json.dumps: what ``canonical`` tests."""
-    names, variants, checks = [], [()], []
+def _shape(cls: type) -> tuple:
+    """(field names in order, the allowed tuples of JSON value types, (field, element types or a
+    nested class) of each list field) of a model dataclass as asdict + json.dumps write it."""
+    names, variants, lists = [], [()], []
     for i, f in enumerate(fields(cls)):
         ann = str(f.type)
         names.append(f.name)
@@ -359,42 +370,51 @@ def _canonical(cls: type) -> tuple:
             ann, (list,)
         )
         variants = [v + (o,) for v in variants for o in opts]
-        if ann in ("float", "int", "int | None") or ann.startswith("tuple["):
-            checks.append((i, ann))
-    return tuple(names), frozenset(variants), tuple(checks)
+        if ann == "tuple[float, float, float]":
+            lists.append((i, 3))
+        elif ann in _ELEMENT:
+            lists.append((i, frozenset(_ELEMENT[ann])))
+        elif ann.startswith("tuple["):
+            lists.append((i, {"tuple[NumaNode, ...]": NumaNode, "tuple[ProcSample, ...]": ProcSample}[ann]))
+        elif ann not in ("float", "int", "str", "int | None"):
+            raise TypeError(f"no shape for {cls.__name__}.{f.name}")
+    return tuple(names), frozenset(variants), tuple(lists)
 
 
-def _canon_value(v: object, ann: str) -> bool:
-    if ann == "float":
-        return -_F_LIM <= v <= _F_LIM  # type: ignore[operator]  # NaN fails
-    if ann in ("int", "int | None"):
-        return v is None or -_I_LIM <= v <= _I_LIM  # type: ignore[operator]
-    items = cast(list, v)
-    if ann == "tuple[float, ...]":
-        return all(type(x) is float and -_F_LIM <= x <= _F_LIM for x in items)
-    if ann == "tuple[int, ...]":
-        return all(type(x) is int and -_I_LIM <= x <= _I_LIM for x in items)
-    if ann == "tuple[str, ...]":
-        return all(type(x) is str for x in items)
-    if ann == "tuple[float, float, float]":
-        return len(items) == 3 and all(type(x) is float and -_F_LIM <= x <= _F_LIM for x in items)
-    nested = {"tuple[NumaNode, ...]": NumaNode, "tuple[ProcSample, ...]": ProcSample}.get(ann)
-    return nested is not None and all(canonical(nested, x) for x in items)
+def _typed(cls: type, items: list | tuple) -> bool:
+    """Whether each item holds exactly the fields of ``cls`` in order, each of its canonical JSON type."""
+    names, variants, lists = _shape(cls)
+    for d in items:
+        if type(d) is not dict or tuple(d) != names:
+            return False
+        vals = tuple(d.values())
+        if tuple(map(type, vals)) not in variants:
+            return False
+        for i, kind in lists:
+            v = vals[i]
+            if kind == 3:
+                if len(v) != 3 or not set(map(type, v)) <= _FLOAT:
+                    return False
+            elif isinstance(kind, frozenset):
+                if not set(map(type, v)) <= kind:
+                    return False
+            elif not _typed(kind, v):
+                return False
+    return True
 
 
-def canonical(cls: type, d: object) -> bool:
-    """Whether ``d`` (decoded JSON) holds exactly the fields of ``cls`` in order, each of its canonical
-    type and in range: then ``_record`` accepts it unchanged (lists become tuples), and its values can
-    be read straight from the dict (memtop.colscan does, to skip building a HostSample per sample)."""
-    if type(d) is not dict:
-        return False
-    names, variants, checks = _canonical(cls)
-    if tuple(d) != names:
-        return False
-    vals = tuple(d.values())
-    if tuple(map(type, vals)) not in variants:
-        return False
-    return all(_canon_value(vals[i], ann) for i, ann in checks)
+_FLOAT = frozenset({float})
+
+
+def plain_host(raw: bytes) -> dict | None:
+    """A host blob's JSON (``_inflate_host``) as a dict when it is as this version writes it: every
+    field of its canonical type, every number finite and under 1e18. ``_host_from_blob`` accepts
+    such a sample unchanged (lists become tuples), so its values can be read straight from the dict
+    (memtop.colscan does, to skip building a HostSample per sample); None for anything else."""
+    if not _plain_numbers(raw):
+        return None
+    d = host_json(raw)
+    return d if _typed(HostSample, (d,)) else None
 
 
 def host_json(raw: bytes) -> object:
