@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
+import multiprocessing
 import operator
+import os
 import sqlite3
+import threading
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, wait
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -25,7 +31,7 @@ import numpy as np
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
 from memtop.phases import STACK_WINDOW_S, Classifier, Features, _mean, stack_info
 from memtop.progress import Progress
-from memtop.scan import Aggregates, _main_only, scan
+from memtop.scan import CHUNK_MIN_S, WARM_S, Aggregates, _main_only, scan
 from memtop.store import (
     _DECODE_ERRORS,
     _SAMPLE,
@@ -96,19 +102,148 @@ def report_scan(
 
 
 def scan_columns(
-    rec: Recording, read_from: float | None, lo: float, hi: float, tick: Callable[[float], None] | None = None
+    rec: Recording,
+    read_from: float | None,
+    lo: float,
+    hi: float,
+    tick: Callable[[float], None] | None = None,
+    workers: int | None = None,
+    chunk_s: float | None = None,
 ) -> tuple[dict, list, Aggregates]:
     """(labels per GPU, gaps, aggregates) as ``memtop.scan._scan(rec.path, read_from, lo, hi, None,
-    True)`` gives them; raises Unusual where it cannot be sure of that."""
+    True)`` gives them; raises Unusual where it cannot be sure of that.
+
+    A long range is cut into chunks at bin edges, scanned in parallel processes as memtop.scan does:
+    each chunk reads WARM_S early; where the classifier's state it reached at its start differs from
+    the one the chunk before ended in, the chunk is scanned again from that state."""
+    workers = workers or min(8, os.cpu_count() or 1)
+    n = 1 if workers < 2 else max(1, min(workers, int((hi - lo) // (chunk_s or CHUNK_MIN_S))))
+    if n > 1:
+        got = _parallel(rec, read_from, lo, hi, n, tick)
+        if got is not None:
+            return got
     try:
-        return _scan(rec, read_from, lo, hi, tick)
+        p = _scan(rec, read_from, lo, hi, tick)
     except (*_DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
         raise Unusual(f"{type(e).__name__}: {e}") from None
+    return p.labels, p.gaps, p.agg
+
+
+class _Part(NamedTuple):
+    labels: dict
+    gaps: list
+    agg: Aggregates
+    start: tuple  # the classifier's state at lo (_state_key)
+    end: tuple  # and at the end
+
+
+def _state_key(clf: Classifier, gap: dict) -> tuple:
+    """What decides the labels still to come besides the Frames: hysteresis, warm-up, rise, gaps
+    (``gap``: each GPU's open gap), the stack window."""
+    return (
+        (
+            sorted(clf._state.items()),
+            sorted((g, min(n, clf.warmup_bins + 1)) for g, n in clf._nbins.items()),
+            sorted(clf._graphics.items()),
+            sorted((g, v) for g, v in gap.items() if v is not None),
+        ),
+        tuple((s.pid, s.t) for s, _ in clf._stacks),
+    )
+
+
+_DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
+
+
+def _share(done) -> None:
+    global _DONE
+    _DONE = done
+
+
+def _chunk(path: Path, read_from: float | None, lo: float, hi: float, slot: int) -> _Part | None:
+    done = _DONE
+
+    def tick(s: float) -> None:
+        if done is not None:
+            done[slot] = s
+
+    rec = Recording(path)
+    try:
+        return _scan(rec, read_from, lo, hi, tick, edge=slot > 0)
+    except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
+        return None
+    finally:
+        rec.close()
+
+
+def _parallel(
+    rec: Recording,
+    read_from: float | None,
+    lo: float,
+    hi: float,
+    n: int,
+    tick: Callable[[float], None] | None,
+) -> tuple[dict, list, Aggregates] | None:
+    """The chunked scan; None where a chunk is unusual (the caller scans serially)."""
+    b = Classifier().bin_s
+    edges = [lo] + [math.floor((lo + (hi - lo) * k / n) / b) * b for k in range(1, n)] + [hi]
+    his = []
+    for e in edges[1:-1]:  # a chunk ends at its last Frame before the next one's first bin
+        r = rec._q(f"SELECT max(t) FROM frame WHERE t<? AND {_SANE_T}", (e,)).fetchone()
+        his.append(r[0])
+    his.append(hi)
+    floor = lo if read_from is not None else rec.t0
+    jobs = [
+        (rec.path, read_from if k == 0 else max(edges[k] - WARM_S, floor), edges[k], his[k], k)
+        for k in range(n)
+    ]
+    if any(h is None or h < e for h, e in zip(his, edges, strict=False)):
+        return None
+    # fork is cheap but unsafe in a process with threads (a test runner, a TUI): spawn there
+    ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
+    done = ctx.Array("d", n, lock=False)
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_share, initargs=(done,)) as ex:
+        futures = [ex.submit(_chunk, *job) for job in jobs]
+        while wait(futures, timeout=0.25).not_done:
+            if tick:
+                tick(sum(done))
+        parts = [f.result() for f in futures]
+    if any(p is None for p in parts):
+        return None
+    for k in range(1, n):
+        prev, cur = parts[k - 1], parts[k]
+        assert prev is not None and cur is not None
+        if cur.start[1] != prev.end[1]:  # the stack windows differ: not a state to resume from
+            return None
+        if cur.start != prev.end:  # the classifier had not caught up: on from the real state
+            try:
+                parts[k] = _scan(rec, jobs[k][1], jobs[k][2], jobs[k][3], None, resume=prev.end, edge=True)
+            except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
+                return None
+    labels: dict = {}
+    gaps: list = []
+    agg = Aggregates()
+    for p in parts:
+        assert p is not None
+        for g, ls in p.labels.items():
+            labels.setdefault(g, []).extend(ls)
+        gaps += p.gaps
+        agg.merge(p.agg)
+    return labels, gaps, agg
 
 
 def _scan(
-    rec: Recording, read_from: float | None, lo: float, hi: float, tick: Callable[[float], None] | None
-) -> tuple[dict, list, Aggregates]:
+    rec: Recording,
+    read_from: float | None,
+    lo: float,
+    hi: float,
+    tick: Callable[[float], None] | None,
+    resume: tuple | None = None,
+    edge: bool = False,
+) -> _Part:
+    """Frames from ``read_from`` (seeded there, as Recording.frames(start) is; None: the recording's
+    start) to ``hi``; those before ``lo`` only warm the classifier up. ``resume``: the classifier's
+    state at ``lo`` (a _state_key), replacing what the warm-up reached. ``edge``: ``lo`` is a bin edge
+    between chunks, and the bin before it is the previous chunk's."""
     seed = read_from  # Recording.frames(start) seeds its state as it stood at the start
     flo = rec.t0 if seed is None else seed
     plo = float("-inf") if seed is None else seed
@@ -132,7 +267,9 @@ def _scan(
     bin_of = np.repeat(np.arange(len(ends)), np.diff(np.array([-1, *ends])))
     per_gpu = [g.binner(bin_of, len(ends)) for g in gpus]
     # gaps: each GPU's new samples in Frame order (feed tracks them after the Frame's stacks)
-    gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf))
+    gap_lo: dict[int, tuple | None] = {}  # each GPU's open gap at Frame i_lo
+    reset = None if resume is None else dict(resume[0][3])
+    gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf, i_lo, gap_lo, reset))
 
     window, order = clf._stacks, stacks.window
     nxt = 0
@@ -149,6 +286,7 @@ def _scan(
     n_labels: dict[int, int] = {}
     n_gaps = 0
     gi = 0
+    start = _state_key(clf, gap_lo) if i_lo == 0 else None
     for n, k in enumerate(ends):
         while gi < len(gap_at) and gap_at[gi][0] <= k:
             fk, g, span = gap_at[gi]
@@ -169,13 +307,20 @@ def _scan(
             clf.emit(found, Frame(now, gpus=_samples_at(gpus, k), host=hosts.sample(k)))
         else:
             clf.emit(found, Frame(now))
-        if k + 1 < i_lo:  # closed by a Frame before lo: labels the result leaves out
-            n_labels = {g: len(ls) for g, ls in clf.labels.items()}
+        if k + 1 < i_lo or (edge and k + 1 == i_lo):  # labels the result leaves out: closed by a Frame
+            n_labels = {g: len(ls) for g, ls in clf.labels.items()}  # before lo, or the chunk before's
+        if k + 1 == i_lo:  # the state lo starts from
+            start = _state_key(clf, gap_lo)
+            if resume is not None:
+                (state, nbins, graphics, _), _ = resume
+                clf._state, clf._nbins, clf._graphics = dict(state), dict(nbins), dict(graphics)
         if tick and n % 4000 == 0:
             tick(max(0.0, now - lo))
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
     labels = {g: ls[n_labels.get(g, 0) :] for g, ls in clf.labels.items()}
-    return labels, clf.gaps[n_gaps:], agg
+    if (edge or resume is not None) and (start is None or (resume is not None and start[1] != resume[1])):
+        raise Unusual("no state to resume at lo")
+    return _Part(labels, clf.gaps[n_gaps:], agg, start or ((), ()), _state_key(clf, dict(clf._gap)))
 
 
 def _samples_at(gpus: list[_Gpu], k: int) -> tuple[GpuSample, ...]:
@@ -276,12 +421,14 @@ class _Gpu:
 
         return features
 
-    def gaps(self, clf: Classifier) -> list[tuple[int, tuple[float, float]]]:
-        """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample."""
+    def gaps(
+        self, clf: Classifier, i_lo: int, at_lo: dict, reset: dict | None
+    ) -> list[tuple[int, tuple[float, float]]]:
+        """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample.
+        ``at_lo`` gets the GPU's open gap as Frame i_lo finds it; ``reset``: the open gaps to go on
+        from there instead."""
         r, s = self.r, self.s
         at = np.flatnonzero(self.valid)
-        if not len(at):
-            return []
         ra, sa = r[at], s[at]
         new = np.ones(len(at), dtype=bool)
         new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
@@ -289,11 +436,21 @@ class _Gpu:
         alive = [bool(st[4]) for st in self.states]
         out = []
         track, index, times = clf._track_gap, self.index, self.t
+        marked = False
         for k, row, st in zip(at[new].tolist(), ra[new].tolist(), sa[new].tolist(), strict=True):
+            if not marked and k >= i_lo:
+                marked = True
+                at_lo[index] = clf._gap.get(index)
+                if reset is not None:
+                    clf._gap[index] = reset.get(index)
             busy = util[row] if util[row] is not None else graphics[row]
             span = track(index, times[row], busy, alive[st] if st >= 0 else False)
             if span is not None:
                 out.append((k, span))
+        if not marked:
+            at_lo[index] = clf._gap.get(index)
+            if reset is not None:
+                clf._gap[index] = reset.get(index)
         return out
 
     def seen(self, i_lo: int) -> list[tuple[int, int]]:

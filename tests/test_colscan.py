@@ -145,3 +145,36 @@ def test_damaged_recordings_report_the_same(case, tmp_path, monkeypatch):
     path = _damage(tmp_path, CASES[case])
     for fmt, kw in VARIANTS[::2]:
         assert _report(path, True, fmt, kw) == _report(path, False, fmt, kw), (case, kw)
+
+
+def _result(r) -> tuple:
+    labels, gaps, agg = r
+    state = agg.__getstate__()
+    state["last"] = (agg.last.t, agg.last.host, [(g.index, g.processes) for g in agg.last.gpus])
+    return (
+        {g: [(x.t, x.raw, x.label, x.rule, x.sub, x.features) for x in ls] for g, ls in labels.items()},
+        gaps,
+        state,
+    )
+
+
+@pytest.mark.parametrize("warm_s", [colscan.WARM_S, 6.5])
+def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch):
+    """Chunks scanned in parallel give what one serial pass gives; with a warm-up too short for the
+    classifier to catch up, chunks are scanned again from the state the chunk before ended in."""
+    monkeypatch.setattr(colscan, "WARM_S", warm_s)
+    resumed = []
+    scan = colscan._scan
+
+    def counting(*a, **kw):
+        resumed.append(kw.get("resume") is not None)
+        return scan(*a, **kw)
+
+    monkeypatch.setattr(colscan, "_scan", counting)
+    for path in (REC[2], two_gpus):
+        rec = Recording(path)
+        for args in [(None, rec.t0, rec.t1), (rec.t0 + 20, rec.t0 + 20, rec.t0 + 90)]:
+            serial = _result(colscan.scan_columns(rec, *args, workers=1))
+            for workers, chunk_s in [(8, 3.0), (3, 10.0)]:
+                assert _result(colscan.scan_columns(rec, *args, workers=workers, chunk_s=chunk_s)) == serial
+    assert any(resumed) == (warm_s < 10)
