@@ -336,21 +336,21 @@ def _int(v: object) -> int:
 class _Gpu:
     """One GPU's rows and states, and which of them each Frame holds."""
 
-    def __init__(self, index: int, rows: list, states: list, ft: np.ndarray) -> None:
+    def __init__(
+        self, index: int, t: list, code: np.ndarray, cols: dict, states: list, ft: np.ndarray
+    ) -> None:
         self.index = index
-        self.t = [r[0] for r in rows]
-        t = np.array(self.t, dtype=np.float64)
-        if len(t) > 1 and not (np.diff(t) > 0).all():
+        self.t = t  # the rows' times as stored (floats)
+        ta = np.array(t, dtype=np.float64)
+        if len(ta) > 1 and not (np.diff(ta) > 0).all():
             raise Unusual("GPU rows out of order or repeated")
-        self.mode = [r[2] for r in rows]
-        if not set(self.mode) <= set(GPU_MODES):
-            raise Unusual("a GPU mode memtop does not know")
-        self.cols = {c: [r[3 + i] for r in rows] for i, c in enumerate(_COLS)}
+        self.code = code  # index into GPU_MODES
+        self.cols = cols  # metric -> float array, NaN for None
         self.states = [st for _, st in states]
         st_t = np.array([s[0] for s in states], dtype=np.float64)
-        self.r = np.searchsorted(t, ft, "right") - 1  # each Frame's row (-1: none yet)
+        self.r = np.searchsorted(ta, ft, "right") - 1  # each Frame's row (-1: none yet)
         self.s = np.searchsorted(st_t, ft, "right") - 1  # and state: its sample is the pair
-        lost = np.array([m == "lost" for m in self.mode] + [True], dtype=bool)
+        lost = np.append(code == GPU_MODES.index("lost"), True)
         self.valid = ~lost[self.r]  # the classifier skips lost samples (r == -1 reads the True)
 
     def state(self, s: int) -> tuple:
@@ -362,7 +362,8 @@ class _Gpu:
         if r < 0:
             return None
         uuid, name, mig, link, procs = self.state(int(self.s[k]))
-        return GpuSample(self.t[r], self.index, uuid, name, self.mode[r], link=link, processes=procs, mig=mig)
+        mode = GPU_MODES[self.code[r]]
+        return GpuSample(self.t[r], self.index, uuid, name, mode, link=link, processes=procs, mig=mig)
 
     def binner(self, bin_of: np.ndarray, nbins: int) -> Callable[..., Features | None]:
         """A function of a bin number giving this GPU's Features for the bin (or None), as
@@ -373,18 +374,21 @@ class _Gpu:
         at = np.flatnonzero(valid & new)  # Frames that append a sample to their bin (feed's vals)
         rows, e_bin, e_state = r[at], bin_of[at], self.s[at]
         first = np.searchsorted(e_bin, np.arange(nbins + 1), "left").tolist()
-        gpm_row = np.array([m == "gpm" for m in self.mode], dtype=bool)
-        gpm = gpm_row[rows]
-        cols = {c: np.array(v, dtype=np.float64)[rows] for c, v in self.cols.items() if c != "clock_events"}
+        gpm = self.code[rows] == GPU_MODES.index("gpm")
+        cols = {c: v[rows] for c, v in self.cols.items() if c != "clock_events"}
         engine = np.where(gpm, cols["graphics"], cols["util"])
         bandwidth = np.where(gpm, cols["dram"], cols["mem_util"])
         series = [engine] + [
             cols[c] for c in ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor")
         ]
         series += [bandwidth, cols["util"], cols["power_w"]]
-        # a column without None (NaN here) is averaged by a plain sum: the same float as _mean's
-        lists = [(a.tolist(), bool(np.isnan(a).any())) for a in series]
-        lists = [([None if x != x else x for x in v] if holes else v, holes) for v, holes in lists]
+        # _mean: a column without None (NaN here) by a plain sum (the same float), one of only None is None
+        lists = []
+        for a in series:
+            holes = np.isnan(a)
+            lists.append(
+                (a.tolist(), 0) if not holes.any() else ([], 2) if holes.all() else (_nones(a.tolist()), 1)
+            )
         (eng, eng_holes), means = lists[0], lists[1:]
         not_gpm = np.concatenate([[0], np.cumsum(~gpm)]).tolist()
         states = e_state.tolist()
@@ -399,10 +403,13 @@ class _Gpu:
             a, b = first[n], first[n + 1]
             if a == b:
                 return None
-            graphics = _mean(eng[a:b]) if eng_holes else sum(eng[a:b]) / (b - a)
+            graphics = (
+                sum(eng[a:b]) / (b - a) if not eng_holes else _mean(eng[a:b]) if eng_holes == 1 else None
+            )
             if graphics is None:
                 return None
-            m = tuple(_mean(v[a:b]) if holes else sum(v[a:b]) / (b - a) for v, holes in means)
+            n = b - a
+            m = tuple([sum(v[a:b]) / n if not h else _mean(v[a:b]) if h == 1 else None for v, h in means])
             s = states[b - 1]
             _, name, _, link, _ = state(s)
             return clf.bin_features(
@@ -432,7 +439,7 @@ class _Gpu:
         ra, sa = r[at], s[at]
         new = np.ones(len(at), dtype=bool)
         new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
-        util, graphics = self.cols["util"], self.cols["graphics"]
+        util, graphics = (_nones(self.cols[c].tolist()) for c in ("util", "graphics"))
         alive = [bool(st[4]) for st in self.states]
         out = []
         track, index, times = clf._track_gap, self.index, self.t
@@ -465,14 +472,25 @@ class _Gpu:
         return list(zip(ra[new].tolist(), sa[new].tolist(), strict=True))
 
 
+def _nones(v: list) -> list:
+    """A column's values with None where the array holds NaN (SQLite has no NaN: it was NULL)."""
+    return [None if x != x else x for x in v]
+
+
+# the mode as an index into GPU_MODES and the GPU index as an integer in _int's range, else -1 / NULL
+# (what the Frame path would skip as damaged or read as "nvml" takes the Frame path)
+_MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
+_GPU_SQL = f"CASE WHEN typeof(gpu) = 'integer' AND abs(gpu) <= {_INT_LIM} THEN gpu END"
+
+
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
     have = rec._gpu_columns
     sql = (
-        "SELECT t, gpu, mode, "
+        f"SELECT t, {_GPU_SQL}, {_MODE_SQL}, "
         + ", ".join(_decode_sql(BY_NAME[c]) if c in have else "NULL" for c in _COLS)
         + " FROM gpu"
     )
-    rows: dict[int, list] = {}
+    rows: list = []
     states: dict[int, list] = {}
     if seed is not None:  # Recording._seed: each GPU with a state, as it stood at the start
         for g in [r[0] for r in rec._q("SELECT DISTINCT gpu FROM gpu_state")]:
@@ -481,12 +499,23 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
                 states.setdefault(_int(r[1]), []).append((r[0], rec._gpu_state(r)))
             r = rec._q(f"{sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
             if r:
-                rows.setdefault(_int(r[1]), []).append(r)
+                rows.append(r)
     for r in rec._q(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
         states.setdefault(_int(r[1]), []).append((r[0], rec._gpu_state(r)))
-    for r in rec._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
-        rows.setdefault(_int(r[1]), []).append(r)
-    return [_Gpu(g, rows[g], states.get(g, []), ft) for g in sorted(rows)]
+    rows += rec._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+    if not rows:
+        return []
+    t, gpu, mode, *metrics = zip(*rows, strict=True)
+    if not set(map(type, t)) <= {float} or None in gpu or -1 in mode:
+        raise Unusual("GPU rows memtop would skip as damaged")
+    ga, code = np.array(gpu, dtype=np.int64), np.array(mode, dtype=np.int64)
+    cols = {c: np.array(v, dtype=np.float64) for c, v in zip(_COLS, metrics, strict=True)}
+    out = []
+    for g in sorted(set(gpu)):
+        at = np.flatnonzero(ga == g)
+        times = [t[i] for i in at.tolist()]
+        out.append(_Gpu(g, times, code[at], {c: v[at] for c, v in cols.items()}, states.get(g, []), ft))
+    return out
 
 
 class _Hosts:
@@ -622,21 +651,26 @@ def _aggregate(
     """Aggregates as Aggregates.add over the Frames from i_lo on makes them."""
     agg = Aggregates()
     agg.stacks.update(((s.pid, s.t), _main_only(s)) for s in stacks.seen(i_lo))
+    reasons: dict[int, tuple[str, ...]] = {}
     for g in gpus:
         seen = g.seen(i_lo)
         if not seen:
             continue
-        rx, tx, ev = g.cols["pcie_rx"], g.cols["pcie_tx"], g.cols["clock_events"]
+        rows = np.array([r for r, _ in seen])
         pk = agg.peaks[g.index]
-        for row, st in seen:
-            pk["rx"] = max(pk["rx"], rx[row] or 0.0)
-            pk["tx"] = max(pk["tx"], tx[row] or 0.0)
-            link = g.state(st)[3]
-            if link is not None:
-                agg.links[g.index] = link
-            if ev[row] and ev[row] & THROTTLE_MASK:
-                s = GpuSample(g.t[row], g.index, "", "", g.mode[row], clock_events=ev[row])
-                agg._throttle(g.index, [s.t, s.t, s.throttle_reasons])
+        for d in ("rx", "tx"):  # max(peak, value or 0.0) over the samples: values are >= 0
+            v = g.cols[f"pcie_{d}"][rows]
+            pk[d] = max(pk[d], float(np.nanmax(v, initial=0.0)))
+        links = [link for _, st in seen if (link := g.state(st)[3]) is not None]
+        if links:
+            agg.links[g.index] = links[-1]
+        ev = g.cols["clock_events"][rows]
+        for k in np.flatnonzero((np.nan_to_num(ev).astype(np.int64) & THROTTLE_MASK) != 0).tolist():
+            e = int(ev[k])
+            if e not in reasons:  # the model's names for the bits
+                reasons[e] = GpuSample(0.0, g.index, "", "", "gpm", clock_events=e).throttle_reasons
+            t = g.t[seen[k][0]]
+            agg._throttle(g.index, [t, t, reasons[e]])
     # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place
     latest: dict[int, object] = {}
     for h in sorted(set(hosts.at[i_lo:]) - {-1}):
