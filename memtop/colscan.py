@@ -542,10 +542,11 @@ class _Hosts:
             raise Unusual("host rows out of order")
         self.at = (np.searchsorted(t, ft, "right") - 1).tolist()  # each Frame's host sample (-1: none)
         self._load: dict[int, tuple[float, tuple]] = {}
+        self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
 
     def _decode(self, h: int) -> None:
-        d = plain_host(self.raw[h])
+        d = plain_host(self.raw[h], self._shapes)
         if d is not None:  # its values are read straight from the JSON
             procs = d["procs"]
             self._load[h] = (d["iowait_pct"], tuple(_Proc(*_PROC(p)) for p in procs))

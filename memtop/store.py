@@ -350,9 +350,16 @@ def _host_from_blob(raw: bytes) -> HostSample:
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 
 
-def _plain_numbers(raw: bytes) -> bool:
+def _number_shape(raw: bytes) -> bytes | None:
+    """The text with each run of digits made one 0 (its shape: the same shape, the same JSON types
+    everywhere, exponents being refused), or None where a number could be out of _float's or _int's
+    range."""
     z = raw.translate(_ZEROS)
-    return not (b"0e" in z or b"0E" in z or b"0" * 19 in z or b"NaN" in raw or b"Infinity" in raw)
+    if b"0e" in z or b"0E" in z or b"0" * 19 in z or b"NaN" in raw or b"Infinity" in raw:
+        return None
+    while b"00" in z:
+        z = z.replace(b"00", b"0")
+    return z
 
 
 _ELEMENT = {"tuple[float, ...]": {float}, "tuple[int, ...]": {int}, "tuple[str, ...]": {str}}
@@ -406,15 +413,26 @@ def _typed(cls: type, items: list | tuple) -> bool:
 _FLOAT = frozenset({float})
 
 
-def plain_host(raw: bytes) -> dict | None:
+def plain_host(raw: bytes, shapes: set[bytes] | None = None) -> dict | None:
     """A host blob's JSON (``_inflate_host``) as a dict when it is as this version writes it: every
     field of its canonical type, every number finite and under 1e18. ``_host_from_blob`` accepts
     such a sample unchanged (lists become tuples), so its values can be read straight from the dict
-    (memtop.colscan does, to skip building a HostSample per sample); None for anything else."""
-    if not _plain_numbers(raw):
+    (memtop.colscan does, to skip building a HostSample per sample); None for anything else.
+    ``shapes``: the shapes (``_number_shape``) of samples found so already, kept across calls: a
+    sample of one of them has the same types, and is not checked again."""
+    shape = _number_shape(raw)
+    if shape is None:
         return None
     d = host_json(raw)
-    return d if _typed(HostSample, (d,)) else None
+    if shapes is not None and shape in shapes:
+        return d  # type: ignore[return-value]  # the shape of a dict of these types
+    if not _typed(HostSample, (d,)):
+        return None
+    if shapes is not None:
+        if len(shapes) > 64:  # a few shapes in a run (process lists); never many kept
+            shapes.clear()
+        shapes.add(shape)
+    return d  # type: ignore[return-value]
 
 
 def host_json(raw: bytes) -> object:
