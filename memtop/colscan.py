@@ -201,12 +201,23 @@ def _parallel(
     # fork is cheap but unsafe in a process with threads (a test runner, a TUI): spawn there
     ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
     done = ctx.Array("d", n, lock=False)
-    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_share, initargs=(done,)) as ex:
-        futures = [ex.submit(_chunk, *job) for job in jobs]
+
+    def tick0(s: float) -> None:
+        done[0] = s
+        if tick:
+            tick(sum(done))
+
+    # this process scans the first chunk itself: one result fewer to pickle, one process fewer
+    with ProcessPoolExecutor(n - 1, mp_context=ctx, initializer=_share, initargs=(done,)) as ex:
+        futures = [ex.submit(_chunk, *job) for job in jobs[1:]]
+        try:
+            first: _Part | None = _scan(rec, *jobs[0][1:4], tick0)
+        except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
+            first = None
         while wait(futures, timeout=0.25).not_done:
             if tick:
                 tick(sum(done))
-        parts = [f.result() for f in futures]
+        parts = [first] + [f.result() for f in futures]
     if any(p is None for p in parts):
         return None
     for k in range(1, n):
