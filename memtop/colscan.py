@@ -51,19 +51,8 @@ from memtop.store import (
 )
 
 # the GPU columns read: what the features, gaps and aggregates use (phases._BIN_MEANS, busy, throttling)
-_COLS = (
-    "util",
-    "mem_util",
-    "graphics",
-    "dram",
-    "sm",
-    "tensor",
-    "pcie_rx",
-    "pcie_tx",
-    "nvlink_rx",
-    "nvlink_tx",
-)
-_COLS += ("power_w", "clock_events")
+_COLS: tuple[str, ...] = ("util", "mem_util", "graphics", "dram", "sm", "tensor", "pcie_rx", "pcie_tx")
+_COLS += ("nvlink_rx", "nvlink_tx", "power_w", "clock_events")
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
 _PROC = operator.itemgetter("pid", "cpu_pct", "worker_of", "name", "state")
@@ -310,10 +299,10 @@ def _scan(
         now = frames[k]
         iowait, procs = hosts.load(k)
         found: dict[int, Features] = {}
-        for g, feats in zip(gpus, per_gpu, strict=True):
+        for gpu, feats in zip(gpus, per_gpu, strict=True):
             f = feats(n, starts[k], clf, now, iowait, procs)
             if f is not None:
-                found[g.index] = f
+                found[gpu.index] = f
         if len(found) > 1:  # jobs: the GPUs' processes and the host's, at the bin's last Frame
             clf.emit(found, Frame(now, gpus=_samples_at(gpus, k), host=hosts.sample(k)))
         else:

@@ -362,14 +362,20 @@ def _number_shape(raw: bytes) -> bytes | None:
     return z
 
 
-_ELEMENT = {"tuple[float, ...]": {float}, "tuple[int, ...]": {int}, "tuple[str, ...]": {str}}
+_ELEMENT: dict[str, frozenset[type]] = {
+    "tuple[float, ...]": frozenset({float}),
+    "tuple[int, ...]": frozenset({int}),
+    "tuple[str, ...]": frozenset({str}),
+}
 
 
 @functools.cache
 def _shape(cls: type) -> tuple:
     """(field names in order, the allowed tuples of JSON value types, (field, element types or a
     nested class) of each list field) of a model dataclass as asdict + json.dumps write it."""
-    names, variants, lists = [], [()], []
+    names: list[str] = []
+    variants: list[tuple] = [()]
+    lists: list[tuple[int, object]] = []
     for i, f in enumerate(fields(cls)):
         ann = str(f.type)
         names.append(f.name)
@@ -380,7 +386,7 @@ def _shape(cls: type) -> tuple:
         if ann == "tuple[float, float, float]":
             lists.append((i, 3))
         elif ann in _ELEMENT:
-            lists.append((i, frozenset(_ELEMENT[ann])))
+            lists.append((i, _ELEMENT[ann]))
         elif ann.startswith("tuple["):
             lists.append((i, {"tuple[NumaNode, ...]": NumaNode, "tuple[ProcSample, ...]": ProcSample}[ann]))
         elif ann not in ("float", "int", "str", "int | None"):
@@ -1102,7 +1108,7 @@ def _processes(text: object) -> tuple[GpuProcess, ...]:
     return tuple(out)
 
 
-def stack_sample(rec: Recording, r: tuple) -> StackSample:
+def stack_sample(rec: Recording, r: tuple | list) -> StackSample:
     """One py-spy dump from all its stack_sample rows (raises one of _DECODE_ERRORS when damaged)."""
     t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
     for row in r:
