@@ -347,7 +347,7 @@ def _host_from_blob(raw: bytes) -> HostSample:
 # a number json.loads reads that _float or _int could refuse (not finite, or past their ranges) has an
 # exponent or 19 digits in a row in the text, or is NaN / Infinity: none, and every number of the
 # blob is finite and under 1e18 (the text with every digit made 0 is searched: a C substring search)
-_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_ZEROS = bytes.maketrans(b"123456789E", b"000000000e")  # digits made 0, E made e
 
 
 def _number_shape(raw: bytes) -> bytes | None:
@@ -355,11 +355,9 @@ def _number_shape(raw: bytes) -> bytes | None:
     everywhere, exponents being refused), or None where a number could be out of _float's or _int's
     range."""
     z = raw.translate(_ZEROS)
-    if b"0e" in z or b"0E" in z or b"0" * 19 in z or b"NaN" in raw or b"Infinity" in raw:
+    if b"0e" in z or b"0" * 19 in z or b"NaN" in raw or b"Infinity" in raw:
         return None
-    while b"00" in z:
-        z = z.replace(b"00", b"0")
-    return z
+    return b"0".join(filter(None, z.split(b"0")))  # a blob starts with { and ends with }
 
 
 _ELEMENT: dict[str, frozenset[type]] = {
