@@ -286,7 +286,16 @@ def _scan(
     n_labels: dict[int, int] = {}
     n_gaps = 0
     gi = 0
-    start = _state_key(clf, gap_lo) if i_lo == 0 else None
+    start = None
+
+    def at_lo(key: tuple) -> tuple:  # the state lo starts from; with ``resume``, replaced by that
+        if resume is not None:
+            (state, nbins, graphics, _), _ = resume
+            clf._state, clf._nbins, clf._graphics = dict(state), dict(nbins), dict(graphics)
+        return key
+
+    if i_lo == 0:
+        start = at_lo(_state_key(clf, gap_lo))
     for n, k in enumerate(ends):
         while gi < len(gap_at) and gap_at[gi][0] <= k:
             fk, g, span = gap_at[gi]
@@ -309,11 +318,8 @@ def _scan(
             clf.emit(found, Frame(now))
         if k + 1 < i_lo or (edge and k + 1 == i_lo):  # labels the result leaves out: closed by a Frame
             n_labels = {g: len(ls) for g, ls in clf.labels.items()}  # before lo, or the chunk before's
-        if k + 1 == i_lo:  # the state lo starts from
-            start = _state_key(clf, gap_lo)
-            if resume is not None:
-                (state, nbins, graphics, _), _ = resume
-                clf._state, clf._nbins, clf._graphics = dict(state), dict(nbins), dict(graphics)
+        if k + 1 == i_lo:
+            start = at_lo(_state_key(clf, gap_lo))
         if tick and n % 4000 == 0:
             tick(max(0.0, now - lo))
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)

@@ -159,7 +159,7 @@ def _result(r) -> tuple:
 
 
 @pytest.mark.parametrize("warm_s", [colscan.WARM_S, 6.5])
-def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch):
+def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch, tmp_path):
     """Chunks scanned in parallel give what one serial pass gives; with a warm-up too short for the
     classifier to catch up, chunks are scanned again from the state the chunk before ended in."""
     monkeypatch.setattr(colscan, "WARM_S", warm_s)
@@ -171,10 +171,18 @@ def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch):
         return scan(*a, **kw)
 
     monkeypatch.setattr(colscan, "_scan", counting)
-    for path in (REC[2], two_gpus):
+    holed = tmp_path / "holed.memtop"  # no Frames for 45 s: a chunk's warm-up may find none
+    shutil.copyfile(REC[2], holed)
+    db = sqlite3.connect(holed)
+    db.execute(
+        "DELETE FROM frame WHERE t BETWEEN (SELECT min(t) FROM frame) + 50 AND (SELECT min(t) FROM frame) + 95"
+    )
+    db.commit()
+    db.close()
+    for path in (REC[2], two_gpus, holed):
         rec = Recording(path)
         for args in [(None, rec.t0, rec.t1), (rec.t0 + 20, rec.t0 + 20, rec.t0 + 90)]:
             serial = _result(colscan.scan_columns(rec, *args, workers=1))
-            for workers, chunk_s in [(8, 3.0), (3, 10.0)]:
+            for workers, chunk_s in [(8, 3.0), (3, 10.0), (3, 40.0)]:
                 assert _result(colscan.scan_columns(rec, *args, workers=workers, chunk_s=chunk_s)) == serial
     assert any(resumed) == (warm_s < 10)
