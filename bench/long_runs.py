@@ -117,9 +117,11 @@ def report_times(path: Path, runs: int, before: Path | None) -> dict:
     trees = {"report_cold": None} | ({"report_cold_before": before} if before else {})
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
     outs = {k: path.with_suffix(f".{k}.json") for k in trees}
+    loads = []  # the 1-minute load average before each run (the VM is shared)
     for _ in range(runs):
         for key, tree in trees.items():
             env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+            loads.append(round(os.getloadavg()[0], 2))
             m = measure_one("report", args, env, outs[key])
             times[key].append((m["s"], m["cpu_s"]))
     res: dict = {
@@ -132,6 +134,7 @@ def report_times(path: Path, runs: int, before: Path | None) -> dict:
         }
         for k, v in times.items()
     }
+    res["loadavg_1m_before_runs"] = loads
     if before:
         res["report_same_bytes_as_before"] = (
             outs["report_cold"].read_bytes() == outs["report_cold_before"].read_bytes()

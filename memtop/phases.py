@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import attrgetter
 
-from memtop.model import Frame, GpuSample, StackSample
+from memtop.model import Frame, GpuSample, PcieLink, StackSample
 from memtop.records import Evidence, Gap, StackTop
 from memtop.stackclass import site
 from memtop.straggler import job_groups
@@ -495,8 +495,7 @@ class Classifier:
             key = (s.pid, s.t)
             if key not in self._seen_stack and s.threads:
                 self._seen_stack.add(key)
-                m = s.main
-                self._stacks.append((s, None if m is None else (m.klass, *site(m.frames), m.owns_gil)))
+                self._stacks.append((s, stack_info(s)))
         while self._stacks and self._stacks[0][0].t < frame.t - STACK_WINDOW_S:
             old, _ = self._stacks.popleft()
             self._seen_stack.discard((old.pid, old.t))
@@ -510,7 +509,9 @@ class Classifier:
             if last.get(g.index) is not g:  # a sample a Frame repeats changes no gap
                 last[g.index] = g
                 # NVML util counts copies too: a gap is neither kernels nor copies running
-                self._track_gap(g.index, g.t, g.busy, bool(g.processes))
+                span = self._track_gap(g.index, g.t, g.busy, bool(g.processes))
+                if span is not None:
+                    self.gaps.append(self._gap_event(g.index, span))
         self._last = frame
 
     def state_key(self) -> tuple:
@@ -533,17 +534,17 @@ class Classifier:
             self._bin = None
 
     # -- gaps ----------------------------------------------------------------------------
-    def _track_gap(self, gpu: int, t: float, busy: float | None, alive: bool) -> None:
+    def _track_gap(self, gpu: int, t: float, busy: float | None, alive: bool) -> tuple[float, float] | None:
+        """A GPU's new sample; the span of the gap it ends, if one >= 0.5 s did."""
         cur = self._gap.get(gpu)
         if busy is not None and busy < 5 and alive:
             if cur is None:
                 self._gap[gpu] = (t, t)
             else:
                 self._gap[gpu] = (cur[0], t)
-            return
-        if cur is not None and cur[1] - cur[0] >= 0.5:
-            self.gaps.append(self._gap_event(gpu, cur))
+            return None
         self._gap[gpu] = None
+        return cur if cur is not None and cur[1] - cur[0] >= 0.5 else None
 
     def _gap_event(self, gpu: int, span: tuple[float, float]) -> Gap:
         inside = [info for s, info in self._stacks if span[0] <= s.t <= span[1] + 0.5 and info is not None]
@@ -556,12 +557,20 @@ class Classifier:
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
         assert self._bin is not None and self._last is not None
+        last = self._last
+        host = last.host
+        iowait, procs = (0.0, ()) if host is None else (host.iowait_pct, host.procs)
         found = {}
         for gpu, vals in self._bin.gpu_vals.items():
-            f = self._features(gpu, self._bin.t, vals, self._last)
+            f = self._features(gpu, self._bin.t, vals, last.t, iowait, procs)
             if f is not None:
                 found[gpu] = f
-        self.jobs = job_groups(self._last) if len(found) > 1 else {}  # one GPU has no peers
+        self.emit(found, last)
+
+    def emit(self, found: dict[int, Features], last: Frame) -> None:
+        """Label one bin's features (per GPU) with ``last`` the bin's last Frame (its host and GPU
+        processes group the GPUs into jobs). The column-wise report (memtop.colscan) calls it too."""
+        self.jobs = job_groups(last) if len(found) > 1 else {}  # one GPU has no peers
         if self.jobs:
             found = _with_peers(found, self.jobs)
         for gpu, f in found.items():
@@ -573,31 +582,57 @@ class Classifier:
                 labs = self.labels[gpu]
                 del labs[: len(labs) - self.max_bins]
 
-    def _features(self, gpu: int, t: float, vals: list, frame: Frame) -> Features | None:
-        gpm = all(v.mode == "gpm" for v in vals)
+    def _features(
+        self, gpu: int, t: float, vals: list, now: float, iowait: float, procs: Sequence
+    ) -> Features | None:
         graphics = _mean([v.engine for v in vals])
         if graphics is None:
             return None
+        # the bin's other means, from one pass over its samples
+        means = tuple(map(_mean, zip(*map(_BIN_MEANS, vals), strict=True)))
+        v = vals[-1]
+        return self.bin_features(
+            gpu,
+            t,
+            all(v.mode == "gpm" for v in vals),
+            graphics,
+            means,
+            v.link,
+            v.name,
+            {p.pid for p in v.processes},
+            now,
+            iowait,
+            procs,
+        )
+
+    def bin_features(
+        self,
+        gpu: int,
+        t: float,
+        gpm: bool,
+        graphics: float,
+        means: tuple,
+        link: PcieLink | None,
+        name: str,
+        pids: set[int],
+        now: float,
+        iowait: float,
+        procs: Sequence,
+    ) -> Features:
+        """One GPU's features of the bin starting at ``t`` from its samples' means (``graphics`` the
+        engine's, ``means`` in _BIN_MEANS order), the newest sample's link, board name and process
+        ids, and the host at the bin's last Frame (``now``): its iowait and processes (objects with
+        pid, cpu_pct, worker_of, name, state). Both the Frame path and memtop.colscan come here."""
         rise = graphics - self._graphics.get(gpu, graphics)
         self._graphics[gpu] = graphics
-        # the bin's other means, from one pass over its samples
-        rx, tx, nvrx, nvtx, sm, tensor, dram, util, power = map(
-            _mean, zip(*map(_BIN_MEANS, vals), strict=True)
-        )
+        rx, tx, nvrx, nvtx, sm, tensor, dram, util, power = means
         rx, tx = rx or 0.0, tx or 0.0
-        link = vals[-1].link
         pcie = rx + tx
         nvlink = (nvrx or 0.0) + (nvtx or 0.0)
-        pids = {p.pid for v in vals[-1:] for p in v.processes}
-        host = frame.host
-        proc_cpu, wk = 0.0, []
-        iowait = 0.0
-        if host is not None:
-            iowait = host.iowait_pct
-            mains = [p for p in host.procs if p.pid in pids]
-            proc_cpu = max((p.cpu_pct for p in mains), default=0.0)
-            wk = [p for p in host.procs if p.worker_of in pids and p.name in DATA_WORKER_NAMES]
-        shares, gil, n, top, tops, recent, sync_age = self._stack_shares(pids)
+        mains = [p for p in procs if p.pid in pids]
+        proc_cpu = max((p.cpu_pct for p in mains), default=0.0)
+        wk = [p for p in procs if p.worker_of in pids and p.name in DATA_WORKER_NAMES]
+        shares, gil, n, top, tops, recent, sync_age = self._stack_shares(pids, now)
         return Features(
             t=t,
             gpu=gpu,
@@ -610,7 +645,7 @@ class Classifier:
             pcie_frac=pcie / link.bytes_per_s if link and link.bytes_per_s else 0.0,
             util=util,
             nvlink_bps=nvlink,
-            nvlink_frac=nvlink / nvlink_peak(vals[-1].name) if gpm else 0.0,
+            nvlink_frac=nvlink / nvlink_peak(name) if gpm else 0.0,
             power_w=power,
             proc_cpu=proc_cpu,
             workers=len(wk),
@@ -627,10 +662,9 @@ class Classifier:
             rise=rise,
         )
 
-    def _stack_shares(self, pids: set[int]) -> tuple:
+    def _stack_shares(self, pids: set[int], now: float) -> tuple:
         if not self.use_stacks:
             return {}, 0.0, 0, None, {}, frozenset(), math.inf
-        now = self._last.t if self._last is not None else 0.0
         # one pass over the window (a report makes 7,200 bins an hour); sums in the window's order
         ws: list[float] = []
         c: dict[str, float] = {}  # weights are floats, which typeshed's Counter does not admit
@@ -688,6 +722,12 @@ class Classifier:
             f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, f, sub if stable == raw else ""
         )
         self.labels.setdefault(f.gpu, []).append(lab)
+
+
+def stack_info(s: StackSample) -> tuple[str, str, str, bool] | None:
+    """(class, file:line, code, owns_gil) of a sample's main thread, as the stack window holds it."""
+    m = s.main
+    return None if m is None else (m.klass, *site(m.frames), m.owns_gil)
 
 
 def _with_peers(found: dict[int, Features], jobs: dict[int, str]) -> dict[int, Features]:

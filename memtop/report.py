@@ -13,10 +13,10 @@ import time
 from collections import Counter, defaultdict
 from typing import cast
 
+from memtop.colscan import report_scan
 from memtop.errors import UserError
 from memtop.phases import CHARS, TITLES, Classifier
 from memtop.sanitize import clean
-from memtop.scan import scan
 from memtop.stackclass import site
 from memtop.store import Recording
 from memtop.verdict import verdict
@@ -25,8 +25,14 @@ SCHEMA = "memtop-report/1"
 
 
 def build_report(
-    rec: Recording, gpu: int | None = None, t_from: float | None = None, t_to: float | None = None
+    rec: Recording,
+    gpu: int | None = None,
+    t_from: float | None = None,
+    t_to: float | None = None,
+    columns: bool = True,
 ) -> dict:
+    """The report of [t_from, t_to] (seconds into the recording). ``columns``: scan by columns where
+    memtop.colscan can (the same result, several times faster), else by Frames as live mode reads."""
     lo = rec.t0 + (t_from or 0.0)
     hi = rec.t0 + t_to if t_to is not None else rec.t1
     if hi <= lo or lo > rec.t1:
@@ -37,7 +43,7 @@ def build_report(
         raise UserError(
             f"no GPU {gpu} in this recording (it has: {', '.join(map(str, sorted(known))) or 'none'})"
         )
-    labels_by_gpu, all_gaps, agg = scan(rec, lo, hi, fresh_at_lo=bool(t_from))
+    labels_by_gpu, all_gaps, agg = report_scan(rec, lo, hi, bool(t_from), columns)
     last = agg.last
     if last is None:
         raise UserError("empty time range: no samples in it")

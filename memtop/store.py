@@ -333,7 +333,7 @@ def _series_data(metric: str, data: bytes):
 
 def _host_from_blob(raw: bytes) -> HostSample:
     """A HostSample from a host blob's JSON (``_inflate_host``), every field type-checked."""
-    d = json.loads(raw.decode("utf-8", "surrogateescape"))  # a process's bad UTF-8 name stays readable
+    d = host_json(raw)  # a process's bad UTF-8 name stays readable
     if isinstance(d, dict) and isinstance(d.get("procs"), list):  # before argv was recorded
         d["procs"] = [
             {**p, "argv": p["cmdline"].split()}
@@ -342,6 +342,106 @@ def _host_from_blob(raw: bytes) -> HostSample:
             for p in d["procs"]
         ]
     return cast(HostSample, _record(HostSample, d, "host", {"numa": NumaNode, "procs": ProcSample}))
+
+
+# a number json.loads reads that _float or _int could refuse (not finite, or past their ranges) has an
+# exponent or 19 digits in a row in the text, or is NaN / Infinity: none, and every number of the
+# blob is finite and under 1e18 (the text with every digit made 0 is searched: a C substring search)
+_ZEROS = bytes.maketrans(b"123456789E", b"000000000e")  # digits made 0, E made e
+
+
+def _number_shape(raw: bytes) -> bytes | None:
+    """The text with each run of digits made one 0 (its shape: the same shape, the same JSON types
+    everywhere, exponents being refused), or None where a number could be out of _float's or _int's
+    range."""
+    z = raw.translate(_ZEROS)
+    if b"0e" in z or b"0" * 19 in z or b"NaN" in raw or b"Infinity" in raw:
+        return None
+    return b"0".join(filter(None, z.split(b"0")))  # a blob starts with { and ends with }
+
+
+_ELEMENT: dict[str, frozenset[type]] = {
+    "tuple[float, ...]": frozenset({float}),
+    "tuple[int, ...]": frozenset({int}),
+    "tuple[str, ...]": frozenset({str}),
+}
+
+
+@functools.cache
+def _shape(cls: type) -> tuple:
+    """(field names in order, the allowed tuples of JSON value types, (field, element types or a
+    nested class) of each list field) of a model dataclass as asdict + json.dumps write it."""
+    names: list[str] = []
+    variants: list[tuple] = [()]
+    lists: list[tuple[int, object]] = []
+    for i, f in enumerate(fields(cls)):
+        ann = str(f.type)
+        names.append(f.name)
+        opts: tuple = {"float": (float,), "int": (int,), "str": (str,), "int | None": (int, type(None))}.get(
+            ann, (list,)
+        )
+        variants = [v + (o,) for v in variants for o in opts]
+        if ann == "tuple[float, float, float]":
+            lists.append((i, 3))
+        elif ann in _ELEMENT:
+            lists.append((i, _ELEMENT[ann]))
+        elif ann.startswith("tuple["):
+            lists.append((i, {"tuple[NumaNode, ...]": NumaNode, "tuple[ProcSample, ...]": ProcSample}[ann]))
+        elif ann not in ("float", "int", "str", "int | None"):
+            raise TypeError(f"no shape for {cls.__name__}.{f.name}")
+    return tuple(names), frozenset(variants), tuple(lists)
+
+
+def _typed(cls: type, items: list | tuple) -> bool:
+    """Whether each item holds exactly the fields of ``cls`` in order, each of its canonical JSON type."""
+    names, variants, lists = _shape(cls)
+    for d in items:
+        if type(d) is not dict or tuple(d) != names:
+            return False
+        vals = tuple(d.values())
+        if tuple(map(type, vals)) not in variants:
+            return False
+        for i, kind in lists:
+            v = vals[i]
+            if kind == 3:
+                if len(v) != 3 or not set(map(type, v)) <= _FLOAT:
+                    return False
+            elif isinstance(kind, frozenset):
+                if not set(map(type, v)) <= kind:
+                    return False
+            elif not _typed(kind, v):
+                return False
+    return True
+
+
+_FLOAT = frozenset({float})
+
+
+def plain_host(raw: bytes, shapes: set[bytes] | None = None) -> dict | None:
+    """A host blob's JSON (``_inflate_host``) as a dict when it is as this version writes it: every
+    field of its canonical type, every number finite and under 1e18. ``_host_from_blob`` accepts
+    such a sample unchanged (lists become tuples), so its values can be read straight from the dict
+    (memtop.colscan does, to skip building a HostSample per sample); None for anything else.
+    ``shapes``: the shapes (``_number_shape``) of samples found so already, kept across calls: a
+    sample of one of them has the same types, and is not checked again."""
+    shape = _number_shape(raw)
+    if shape is None:
+        return None
+    d = host_json(raw)
+    if shapes is not None and shape in shapes:
+        return d  # type: ignore[return-value]  # the shape of a dict of these types
+    if not _typed(HostSample, (d,)):
+        return None
+    if shapes is not None:
+        if len(shapes) > 64:  # a few shapes in a run (process lists); never many kept
+            shapes.clear()
+        shapes.add(shape)
+    return d  # type: ignore[return-value]
+
+
+def host_json(raw: bytes) -> object:
+    """A host blob's JSON (``_inflate_host``) decoded as ``_host_from_blob`` decodes it."""
+    return json.loads(raw.decode("utf-8", "surrogateescape"))
 
 
 def _caps_json(caps: tuple[Capability, ...]) -> str:
@@ -1006,6 +1106,32 @@ def _processes(text: object) -> tuple[GpuProcess, ...]:
     return tuple(out)
 
 
+def stack_sample(rec: Recording, r: tuple | list) -> StackSample:
+    """One py-spy dump from all its stack_sample rows (raises one of _DECODE_ERRORS when damaged)."""
+    t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
+    for row in r:
+        # the stored class is never read (classes come from today's rules): not checked
+        for v, check in ((row[2], _int), (row[3], _str), (row[8], _str)):
+            if v is not None:
+                check(v, "stack row")
+    if r[0][8] is not None:
+        return StackSample(t, pid, (), r[0][8])
+    return StackSample(
+        t,
+        pid,
+        tuple(
+            ThreadStack(tid, name, bool(active), bool(gil), rec._frames_of(sid), rec._klass(sid, active, gil))
+            for _, _, tid, name, active, gil, _, sid, _ in r
+        ),
+    )
+
+
+def perf_sample(r: tuple) -> PerfSample:
+    """A perf row (t, pid, rates as JSON) decoded (raises one of _DECODE_ERRORS when damaged)."""
+    rates = tuple((_str(k, "perf"), _num(v, "perf")) for k, v in _seq(json.loads(r[2]), "perf"))
+    return PerfSample(_num(r[0], "perf t"), _int(r[1], "perf pid"), rates)
+
+
 class _State:
     """Newest part of each source while reading; becomes a Frame at each frame time."""
 
@@ -1056,35 +1182,13 @@ class _State:
             self.host_raw = _inflate_host(r[1], self.host_raw)
             self.host = _host_from_blob(self.host_raw)
         elif kind == "stack":  # all thread rows of one py-spy dump
-            t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
-            for row in r:
-                # the stored class is never read (classes come from today's rules): not checked
-                for v, check in ((row[2], _int), (row[3], _str), (row[8], _str)):
-                    if v is not None:
-                        check(v, "stack row")
-            if r[0][8] is not None:
-                self.stacks[pid] = StackSample(t, pid, (), r[0][8])
-            else:
-                self.stacks[pid] = StackSample(
-                    t,
-                    pid,
-                    tuple(
-                        ThreadStack(
-                            tid,
-                            name,
-                            bool(active),
-                            bool(gil),
-                            rec._frames_of(sid),
-                            rec._klass(sid, active, gil),
-                        )
-                        for _, _, tid, name, active, gil, _, sid, _ in r
-                    ),
-                )
+            s = stack_sample(rec, r)
+            self.stacks[s.pid] = s
             self._stacks_t = None
             self._oldest_stack = min(s.t for s in self.stacks.values())
         elif kind == "perf":
-            rates = tuple((_str(k, "perf"), _num(v, "perf")) for k, v in _seq(json.loads(r[2]), "perf"))
-            self.perf[_int(r[1], "perf pid")] = PerfSample(_num(r[0], "perf t"), r[1], rates)
+            q = perf_sample(r)
+            self.perf[q.pid] = q
             self._perf_t = None
         elif kind == "caps":
             self.caps = _caps_from_json(r[1])

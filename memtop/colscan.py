@@ -1,0 +1,716 @@
+"""The report's scan by columns: the labels, gaps and aggregates that feeding every Frame to the
+Classifier gives (memtop.scan), computed from the recording's rows bin by bin instead of Frame by Frame.
+
+A Frame holds the newest part of each source at its time, so which GPU row, GPU state, host sample
+and stack sample each Frame holds is a search over sorted times; a bin's samples, the stack window at
+its last Frame, a GPU's gap events and the aggregates follow from those searches without building a
+Frame. The numbers then go through the Classifier's own code (``bin_features``, ``emit``,
+``_track_gap``, ``_gap_event``, the stack shares) in the same order, so the rules stay in one place
+(memtop.phases) and every float comes out of the same operations on the same values.
+What this path does not reproduce exactly (damaged or unusual rows) raises ``Unusual``: the caller
+then scans by Frames. tests/test_colscan.py compares the two on every recording.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import multiprocessing
+import operator
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
+from memtop.phases import STACK_WINDOW_S, Classifier, Features, _mean, stack_info
+from memtop.progress import Progress
+from memtop.scan import CHUNK_MIN_S, WARM_S, Aggregates, _main_only, scan
+from memtop.store import (
+    _DECODE_ERRORS,
+    _SAMPLE,
+    _SANE_T,
+    BY_NAME,
+    GPU_MODES,
+    HOST_KEY_EVERY,
+    Recording,
+    _caps_from_json,
+    _decode_sql,
+    _host_from_blob,
+    _inflate_host,
+    _record,
+    perf_sample,
+    plain_host,
+    stack_sample,
+)
+
+# the GPU columns read: what the features, gaps and aggregates use (phases._BIN_MEANS, busy, throttling)
+_COLS: tuple[str, ...] = ("util", "mem_util", "graphics", "dram", "sm", "tensor", "pcie_rx", "pcie_tx")
+_COLS += ("nvlink_rx", "nvlink_tx", "power_w", "clock_events")
+_NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
+_STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
+_PROC = operator.itemgetter("pid", "cpu_pct", "worker_of", "name", "state")
+_INT_LIM = 1 << 62
+
+
+class Unusual(Exception):
+    """The recording has something this path does not reproduce exactly."""
+
+
+class _Proc(NamedTuple):  # what the features read of a process
+    pid: int
+    cpu_pct: float
+    worker_of: int | None
+    name: str
+    state: str
+
+
+def report_scan(
+    rec: Recording,
+    lo: float,
+    hi: float,
+    fresh_at_lo: bool,
+    columns: bool = True,
+    progress: bool | None = None,
+) -> tuple[dict, list, Aggregates]:
+    """memtop.scan.scan's result (labels per GPU, gaps, aggregates of [lo, hi]), by columns where this
+    path can be sure of it, else by Frames (``columns=False``: always by Frames)."""
+    if columns:
+        with Progress("reading", hi - lo, enabled=progress) as bar:
+            try:
+                return scan_columns(rec, lo if fresh_at_lo else None, lo, hi, tick=bar.update)
+            except Unusual:
+                pass
+    return scan(rec, lo, hi, fresh_at_lo, progress=progress)
+
+
+def scan_columns(
+    rec: Recording,
+    read_from: float | None,
+    lo: float,
+    hi: float,
+    tick: Callable[[float], None] | None = None,
+    workers: int | None = None,
+    chunk_s: float | None = None,
+) -> tuple[dict, list, Aggregates]:
+    """(labels per GPU, gaps, aggregates) as ``memtop.scan._scan(rec.path, read_from, lo, hi, None,
+    True)`` gives them; raises Unusual where it cannot be sure of that.
+
+    A long range is cut into chunks at bin edges, scanned in parallel processes as memtop.scan does:
+    each chunk reads WARM_S early; where the classifier's state it reached at its start differs from
+    the one the chunk before ended in, the chunk is scanned again from that state."""
+    workers = workers or min(8, os.cpu_count() or 1)
+    n = 1 if workers < 2 else max(1, min(workers, int((hi - lo) // (chunk_s or CHUNK_MIN_S))))
+    if n > 1:
+        got = _parallel(rec, read_from, lo, hi, n, tick)
+        if got is not None:
+            return got
+    try:
+        p = _scan(rec, read_from, lo, hi, tick)
+    except (*_DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
+        raise Unusual(f"{type(e).__name__}: {e}") from None
+    return p.labels, p.gaps, p.agg
+
+
+class _Part(NamedTuple):
+    labels: dict
+    gaps: list
+    agg: Aggregates
+    start: tuple  # the classifier's state at lo (_state_key)
+    end: tuple  # and at the end
+
+
+def _state_key(clf: Classifier, gap: dict) -> tuple:
+    """What decides the labels still to come besides the Frames: hysteresis, warm-up, rise, gaps
+    (``gap``: each GPU's open gap), the stack window."""
+    return (
+        (
+            sorted(clf._state.items()),
+            sorted((g, min(n, clf.warmup_bins + 1)) for g, n in clf._nbins.items()),
+            sorted(clf._graphics.items()),
+            sorted((g, v) for g, v in gap.items() if v is not None),
+        ),
+        tuple((s.pid, s.t) for s, _ in clf._stacks),
+    )
+
+
+_DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
+
+
+def _share(done) -> None:
+    global _DONE
+    _DONE = done
+
+
+def _chunk(path: Path, read_from: float | None, lo: float, hi: float, slot: int) -> _Part | None:
+    done = _DONE
+
+    def tick(s: float) -> None:
+        if done is not None:
+            done[slot] = s
+
+    rec = Recording(path)
+    try:
+        return _scan(rec, read_from, lo, hi, tick, edge=slot > 0)
+    except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
+        return None
+    finally:
+        rec.close()
+
+
+def _parallel(
+    rec: Recording,
+    read_from: float | None,
+    lo: float,
+    hi: float,
+    n: int,
+    tick: Callable[[float], None] | None,
+) -> tuple[dict, list, Aggregates] | None:
+    """The chunked scan; None where a chunk is unusual (the caller scans serially)."""
+    b = Classifier().bin_s
+    edges = [lo] + [math.floor((lo + (hi - lo) * k / n) / b) * b for k in range(1, n)] + [hi]
+    his = []
+    for e in edges[1:-1]:  # a chunk ends at its last Frame before the next one's first bin
+        r = rec._q(f"SELECT max(t) FROM frame WHERE t<? AND {_SANE_T}", (e,)).fetchone()
+        his.append(r[0])
+    his.append(hi)
+    floor = lo if read_from is not None else rec.t0
+    jobs = [
+        (rec.path, read_from if k == 0 else max(edges[k] - WARM_S, floor), edges[k], his[k], k)
+        for k in range(n)
+    ]
+    if any(h is None or h < e for h, e in zip(his, edges, strict=False)):
+        return None
+    # fork is cheap but unsafe in a process with threads (a test runner, a TUI): spawn there
+    ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
+    done = ctx.Array("d", n, lock=False)
+
+    def tick0(s: float) -> None:
+        done[0] = s
+        if tick:
+            tick(sum(done))
+
+    # this process scans the first chunk itself: one result fewer to pickle, one process fewer
+    with ProcessPoolExecutor(n - 1, mp_context=ctx, initializer=_share, initargs=(done,)) as ex:
+        futures = [ex.submit(_chunk, *job) for job in jobs[1:]]
+        try:
+            first: _Part | None = _scan(rec, *jobs[0][1:4], tick0)
+        except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
+            first = None
+        while wait(futures, timeout=0.25).not_done:
+            if tick:
+                tick(sum(done))
+        parts = [first] + [f.result() for f in futures]
+    if any(p is None for p in parts):
+        return None
+    for k in range(1, n):
+        prev, cur = parts[k - 1], parts[k]
+        assert prev is not None and cur is not None
+        if cur.start[1] != prev.end[1]:  # the stack windows differ: not a state to resume from
+            return None
+        if cur.start != prev.end:  # the classifier had not caught up: on from the real state
+            try:
+                parts[k] = _scan(rec, jobs[k][1], jobs[k][2], jobs[k][3], None, resume=prev.end, edge=True)
+            except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
+                return None
+    labels: dict = {}
+    gaps: list = []
+    agg = Aggregates()
+    for p in parts:
+        assert p is not None
+        for g, ls in p.labels.items():
+            labels.setdefault(g, []).extend(ls)
+        gaps += p.gaps
+        agg.merge(p.agg)
+    return labels, gaps, agg
+
+
+def _scan(
+    rec: Recording,
+    read_from: float | None,
+    lo: float,
+    hi: float,
+    tick: Callable[[float], None] | None,
+    resume: tuple | None = None,
+    edge: bool = False,
+) -> _Part:
+    """Frames from ``read_from`` (seeded there, as Recording.frames(start) is; None: the recording's
+    start) to ``hi``; those before ``lo`` only warm the classifier up. ``resume``: the classifier's
+    state at ``lo`` (a _state_key), replacing what the warm-up reached. ``edge``: ``lo`` is a bin edge
+    between chunks, and the bin before it is the previous chunk's."""
+    seed = read_from  # Recording.frames(start) seeds its state as it stood at the start
+    flo = rec.t0 if seed is None else seed
+    plo = float("-inf") if seed is None else seed
+    frames = [
+        r[0] for r in rec._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (flo, hi))
+    ]
+    if not frames or frames[-1] < lo:
+        raise Unusual("no frames in the range")
+    ft = np.array(frames, dtype=np.float64)
+    i_lo = bisect.bisect_left(frames, lo)  # the first Frame the aggregates (and the result) take
+    gpus = _gpus(rec, ft, plo, hi, seed)
+    hosts = _Hosts(rec, ft, plo, hi, seed)
+    stacks = _Stacks(rec, frames, plo, hi, seed)
+    if tick:
+        tick(0.0)
+
+    clf = Classifier()
+    b = clf.bin_s
+    starts = [(t // b) * b for t in frames]  # Classifier.feed's bin start of each Frame
+    ends = [k for k in range(len(starts) - 1) if starts[k + 1] != starts[k]] + [len(starts) - 1]
+    bin_of = np.repeat(np.arange(len(ends)), np.diff(np.array([-1, *ends])))
+    per_gpu = [g.binner(bin_of, len(ends)) for g in gpus]
+    # gaps: each GPU's new samples in Frame order (feed tracks them after the Frame's stacks)
+    gap_lo: dict[int, tuple | None] = {}  # each GPU's open gap at Frame i_lo
+    reset = None if resume is None else dict(resume[0][3])
+    gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf, i_lo, gap_lo, reset))
+
+    window, order = clf._stacks, stacks.window
+    nxt = 0
+
+    def advance(k: int) -> None:  # the stack window as Classifier.feed leaves it after Frame k
+        nonlocal nxt
+        while nxt < len(order) and order[nxt][0] <= k:
+            window.append(order[nxt][1:])
+            nxt += 1
+        edge = frames[k] - STACK_WINDOW_S
+        while window and window[0][0].t < edge:
+            window.popleft()
+
+    n_labels: dict[int, int] = {}
+    n_gaps = 0
+    gi = 0
+    start = None
+
+    def at_lo(key: tuple) -> tuple:  # the state lo starts from; with ``resume``, replaced by that
+        if resume is not None:
+            (state, nbins, graphics, _), _ = resume
+            clf._state, clf._nbins, clf._graphics = dict(state), dict(nbins), dict(graphics)
+        return key
+
+    if i_lo == 0:
+        start = at_lo(_state_key(clf, gap_lo))
+    for n, k in enumerate(ends):
+        while gi < len(gap_at) and gap_at[gi][0] <= k:
+            fk, g, span = gap_at[gi]
+            if fk < i_lo:
+                n_gaps += 1
+            advance(fk)
+            clf.gaps.append(clf._gap_event(g, span))
+            gi += 1
+        advance(k)
+        now = frames[k]
+        iowait, procs = hosts.load(k)
+        found: dict[int, Features] = {}
+        for gpu, feats in zip(gpus, per_gpu, strict=True):
+            f = feats(n, starts[k], clf, now, iowait, procs)
+            if f is not None:
+                found[gpu.index] = f
+        if len(found) > 1:  # jobs: the GPUs' processes and the host's, at the bin's last Frame
+            clf.emit(found, Frame(now, gpus=_samples_at(gpus, k), host=hosts.sample(k)))
+        else:
+            clf.emit(found, Frame(now))
+        if k + 1 < i_lo or (edge and k + 1 == i_lo):  # labels the result leaves out: closed by a Frame
+            n_labels = {g: len(ls) for g, ls in clf.labels.items()}  # before lo, or the chunk before's
+        if k + 1 == i_lo:
+            start = at_lo(_state_key(clf, gap_lo))
+        if tick and n % 4000 == 0:
+            tick(max(0.0, now - lo))
+    agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
+    labels = {g: ls[n_labels.get(g, 0) :] for g, ls in clf.labels.items()}
+    if (edge or resume is not None) and (start is None or (resume is not None and start[1] != resume[1])):
+        raise Unusual("no state to resume at lo")
+    return _Part(labels, clf.gaps[n_gaps:], agg, start or ((), ()), _state_key(clf, dict(clf._gap)))
+
+
+def _samples_at(gpus: list[_Gpu], k: int) -> tuple[GpuSample, ...]:
+    return tuple(s for g in gpus if (s := g.sample(k)) is not None)
+
+
+def _int(v: object) -> int:
+    if type(v) is not int or not -_INT_LIM <= v <= _INT_LIM:
+        raise Unusual("a GPU index that is no integer")
+    return v
+
+
+class _Gpu:
+    """One GPU's rows and states, and which of them each Frame holds."""
+
+    def __init__(
+        self, index: int, t: list, code: np.ndarray, cols: dict, states: list, ft: np.ndarray
+    ) -> None:
+        self.index = index
+        self.t = t  # the rows' times as stored (floats)
+        ta = np.array(t, dtype=np.float64)
+        if len(ta) > 1 and not (np.diff(ta) > 0).all():
+            raise Unusual("GPU rows out of order or repeated")
+        self.code = code  # index into GPU_MODES
+        self.cols = cols  # metric -> float array, NaN for None
+        self.states = [st for _, st in states]
+        st_t = np.array([s[0] for s in states], dtype=np.float64)
+        self.r = np.searchsorted(ta, ft, "right") - 1  # each Frame's row (-1: none yet)
+        self.s = np.searchsorted(st_t, ft, "right") - 1  # and state: its sample is the pair
+        lost = np.append(code == GPU_MODES.index("lost"), True)
+        self.valid = ~lost[self.r]  # the classifier skips lost samples (r == -1 reads the True)
+
+    def state(self, s: int) -> tuple:
+        return self.states[s] if s >= 0 else _NO_STATE
+
+    def sample(self, k: int) -> GpuSample | None:
+        """Frame k's sample of this GPU, with the fields job_groups and the report read."""
+        r = int(self.r[k])
+        if r < 0:
+            return None
+        uuid, name, mig, link, procs = self.state(int(self.s[k]))
+        mode = GPU_MODES[self.code[r]]
+        return GpuSample(self.t[r], self.index, uuid, name, mode, link=link, processes=procs, mig=mig)
+
+    def binner(self, bin_of: np.ndarray, nbins: int) -> Callable[..., Features | None]:
+        """A function of a bin number giving this GPU's Features for the bin (or None), as
+        Classifier._features computes them from the bin's samples."""
+        r, valid = self.r, self.valid
+        new = np.ones(len(r), dtype=bool)
+        new[1:] = (bin_of[1:] != bin_of[:-1]) | (r[1:] != r[:-1])
+        at = np.flatnonzero(valid & new)  # Frames that append a sample to their bin (feed's vals)
+        rows, e_bin, e_state = r[at], bin_of[at], self.s[at]
+        first = np.searchsorted(e_bin, np.arange(nbins + 1), "left").tolist()
+        gpm = self.code[rows] == GPU_MODES.index("gpm")
+        cols = {c: v[rows] for c, v in self.cols.items() if c != "clock_events"}
+        engine = np.where(gpm, cols["graphics"], cols["util"])
+        bandwidth = np.where(gpm, cols["dram"], cols["mem_util"])
+        series = [engine] + [
+            cols[c] for c in ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor")
+        ]
+        series += [bandwidth, cols["util"], cols["power_w"]]
+        # _mean: a column without None (NaN here) by a plain sum (the same float), one of only None is None
+        lists = []
+        for a in series:
+            holes = np.isnan(a)
+            lists.append(
+                (a.tolist(), 0) if not holes.any() else ([], 2) if holes.all() else (_nones(a.tolist()), 1)
+            )
+        (eng, eng_holes), means = lists[0], lists[1:]
+        not_gpm = np.concatenate([[0], np.cumsum(~gpm)]).tolist()
+        states = e_state.tolist()
+        pids = [{p.pid for p in st[4]} for st in self.states]
+        no_pids: set[int] = set()
+        index = self.index
+        state = self.state
+
+        def features(
+            n: int, start: float, clf: Classifier, now: float, iowait: float, procs: tuple
+        ) -> Features | None:
+            a, b = first[n], first[n + 1]
+            if a == b:
+                return None
+            graphics = (
+                sum(eng[a:b]) / (b - a) if not eng_holes else _mean(eng[a:b]) if eng_holes == 1 else None
+            )
+            if graphics is None:
+                return None
+            n = b - a
+            m = tuple([sum(v[a:b]) / n if not h else _mean(v[a:b]) if h == 1 else None for v, h in means])
+            s = states[b - 1]
+            _, name, _, link, _ = state(s)
+            return clf.bin_features(
+                index,
+                start,
+                not_gpm[b] == not_gpm[a],
+                graphics,
+                m,
+                link,
+                name,
+                pids[s] if s >= 0 else no_pids,
+                now,
+                iowait,
+                procs,
+            )
+
+        return features
+
+    def gaps(
+        self, clf: Classifier, i_lo: int, at_lo: dict, reset: dict | None
+    ) -> list[tuple[int, tuple[float, float]]]:
+        """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample.
+        ``at_lo`` gets the GPU's open gap as Frame i_lo finds it; ``reset``: the open gaps to go on
+        from there instead."""
+        r, s = self.r, self.s
+        at = np.flatnonzero(self.valid)
+        ra, sa = r[at], s[at]
+        new = np.ones(len(at), dtype=bool)
+        new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
+        util, graphics = (_nones(self.cols[c].tolist()) for c in ("util", "graphics"))
+        alive = [bool(st[4]) for st in self.states]
+        out = []
+        track, index, times = clf._track_gap, self.index, self.t
+        marked = False
+        for k, row, st in zip(at[new].tolist(), ra[new].tolist(), sa[new].tolist(), strict=True):
+            if not marked and k >= i_lo:
+                marked = True
+                at_lo[index] = clf._gap.get(index)
+                if reset is not None:
+                    clf._gap[index] = reset.get(index)
+            busy = util[row] if util[row] is not None else graphics[row]
+            span = track(index, times[row], busy, alive[st] if st >= 0 else False)
+            if span is not None:
+                out.append((k, span))
+        if not marked:
+            at_lo[index] = clf._gap.get(index)
+            if reset is not None:
+                clf._gap[index] = reset.get(index)
+        return out
+
+    def seen(self, i_lo: int) -> list[tuple[int, int]]:
+        """(row, state) of each sample the Frames from i_lo on take, once (Aggregates.add)."""
+        r, s = self.r[i_lo:], self.s[i_lo:]
+        at = np.flatnonzero(r >= 0)
+        if not len(at):
+            return []
+        ra, sa = r[at], s[at]
+        new = np.ones(len(at), dtype=bool)
+        new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
+        return list(zip(ra[new].tolist(), sa[new].tolist(), strict=True))
+
+
+def _nones(v: list) -> list:
+    """A column's values with None where the array holds NaN (SQLite has no NaN: it was NULL)."""
+    return [None if x != x else x for x in v]
+
+
+# the mode as an index into GPU_MODES and the GPU index as an integer in _int's range, else -1 / NULL
+# (what the Frame path would skip as damaged or read as "nvml" takes the Frame path)
+_MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
+_GPU_SQL = f"CASE WHEN typeof(gpu) = 'integer' AND abs(gpu) <= {_INT_LIM} THEN gpu END"
+
+
+def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
+    have = rec._gpu_columns
+    sql = (
+        f"SELECT t, {_GPU_SQL}, {_MODE_SQL}, "
+        + ", ".join(_decode_sql(BY_NAME[c]) if c in have else "NULL" for c in _COLS)
+        + " FROM gpu"
+    )
+    rows: list = []
+    states: dict[int, list] = {}
+    if seed is not None:  # Recording._seed: each GPU with a state, as it stood at the start
+        for g in [r[0] for r in rec._q("SELECT DISTINCT gpu FROM gpu_state")]:
+            r = rec._q(f"{_STATE_SQL} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
+            if r:
+                states.setdefault(_int(r[1]), []).append((r[0], rec._gpu_state(r)))
+            r = rec._q(f"{sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
+            if r:
+                rows.append(r)
+    for r in rec._q(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
+        states.setdefault(_int(r[1]), []).append((r[0], rec._gpu_state(r)))
+    rows += rec._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+    if not rows:
+        return []
+    t, gpu, mode, *metrics = zip(*rows, strict=True)
+    if not set(map(type, t)) <= {float} or None in gpu or -1 in mode:
+        raise Unusual("GPU rows memtop would skip as damaged")
+    ga, code = np.array(gpu, dtype=np.int64), np.array(mode, dtype=np.int64)
+    cols = {c: np.array(v, dtype=np.float64) for c, v in zip(_COLS, metrics, strict=True)}
+    out = []
+    for g in sorted(set(gpu)):
+        at = np.flatnonzero(ga == g)
+        times = [t[i] for i in at.tolist()]
+        out.append(_Gpu(g, times, code[at], {c: v[at] for c, v in cols.items()}, states.get(g, []), ft))
+    return out
+
+
+class _Hosts:
+    """The host samples, and which one each Frame holds."""
+
+    def __init__(self, rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> None:
+        rows = []
+        if seed is not None:  # Recording._seed: the newest sample, from the blob its chain starts at
+            chain = rec._q(
+                "SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (seed, HOST_KEY_EVERY)
+            ).fetchall()
+            start = next(
+                (i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1
+            )
+            rows = list(reversed(chain[: start + 1]))
+        rows += rec._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+        self.raw: list[bytes] = []
+        prev = None
+        for _, blob in rows:
+            prev = _inflate_host(blob, prev)
+            self.raw.append(prev)
+        t = np.array([r[0] for r in rows], dtype=np.float64)
+        if len(t) > 1 and not (np.diff(t) >= 0).all():
+            raise Unusual("host rows out of order")
+        self.at = (np.searchsorted(t, ft, "right") - 1).tolist()  # each Frame's host sample (-1: none)
+        self._load: dict[int, tuple[float, tuple]] = {}
+        self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
+        self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
+
+    def _decode(self, h: int) -> None:
+        d = plain_host(self.raw[h], self._shapes)
+        if d is not None:  # its values are read straight from the JSON
+            procs = d["procs"]
+            self._load[h] = (d["iowait_pct"], tuple(_Proc(*_PROC(p)) for p in procs))
+            self._procs[h] = [(p["pid"], p) for p in procs]
+        else:  # another layout (an older memtop): decoded whole, as the Frame path does
+            s = _host_from_blob(self.raw[h])
+            self._load[h] = (s.iowait_pct, s.procs)
+            self._procs[h] = [(p.pid, p) for p in s.procs]
+
+    def load(self, k: int) -> tuple[float, tuple]:
+        """(iowait, processes) of Frame k's host sample; (0.0, ()) without one."""
+        h = self.at[k]
+        if h < 0:
+            return 0.0, ()
+        if h not in self._load:
+            self._decode(h)
+        return self._load[h]
+
+    def procs(self, h: int) -> list:
+        if h not in self._procs:
+            self._decode(h)
+        return self._procs[h]
+
+    def sample(self, k: int) -> HostSample | None:
+        h = self.at[k]
+        return None if h < 0 else _host_from_blob(self.raw[h])
+
+
+class _Stacks:
+    """The stack samples, the Frames they are in, and the order the classifier's window takes them."""
+
+    def __init__(
+        self, rec: Recording, frames: list[float], plo: float, hi: float, seed: float | None
+    ) -> None:
+        rows: list = []
+        if seed is not None:  # Recording._seed: the samples of the last 3 s
+            rows += rec._q(
+                "SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0)
+            ).fetchall()
+        rows += rec._q("SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)).fetchall()
+        samples = [stack_sample(rec, list(g)) for _, g in itertools.groupby(rows, key=_SAMPLE)]
+        # a pid's sample is in the Frames from its time until the pid's next sample, at most 5 s
+        # (store._State.frame); the window takes it at the first of them, in pid order
+        nxt: dict[int, float] = {}
+        until = [0.0] * len(samples)
+        for i in range(len(samples) - 1, -1, -1):
+            s = samples[i]
+            until[i] = nxt.get(s.pid, float("inf"))
+            nxt[s.pid] = s.t
+        self.frames = frames
+        self.samples = samples
+        self.until = until
+        self.first = [bisect.bisect_left(frames, s.t) for s in samples]
+        self.window = sorted(
+            (
+                (k, s, stack_info(s))
+                for k, s, u in zip(self.first, samples, until, strict=True)
+                if s.threads and self._in(k, s, u)
+            ),
+            key=lambda e: (e[0], e[1].pid),
+        )
+
+    def _in(self, k: int, s: StackSample, until: float) -> bool:
+        """Whether Frame k holds sample s (k at or after its time)."""
+        return k < len(self.frames) and self.frames[k] < until and not self.frames[k] - s.t > 5.0
+
+    def seen(self, i_lo: int) -> list[StackSample]:
+        """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them."""
+        out = []
+        for k, s, u in zip(self.first, self.samples, self.until, strict=True):
+            k = max(k, i_lo)
+            if s.threads and self._in(k, s, u):
+                out.append((k, s.pid, s))
+        out.sort(key=lambda e: (e[0], e[1]))
+        return [s for _, _, s in out]
+
+
+def _changes(times: list[float], frames: list[float], i_lo: int) -> list[tuple[int, int]]:
+    """(Frame, number of rows applied by then) at Frame i_lo and each later Frame that new rows reach."""
+    out = []
+    n_prev = -1
+    for k in sorted({i_lo, *(bisect.bisect_left(frames, t) for t in times)}):
+        if k < i_lo or k >= len(frames):
+            continue
+        n = bisect.bisect_right(times, frames[k])
+        if n != n_prev or k == i_lo:
+            out.append((k, n))
+        n_prev = n
+    return out
+
+
+def _aggregate(
+    rec: Recording,
+    frames: list[float],
+    i_lo: int,
+    gpus: list[_Gpu],
+    hosts: _Hosts,
+    stacks: _Stacks,
+    plo: float,
+    hi: float,
+    seed: float | None,
+) -> Aggregates:
+    """Aggregates as Aggregates.add over the Frames from i_lo on makes them."""
+    agg = Aggregates()
+    agg.stacks.update(((s.pid, s.t), _main_only(s)) for s in stacks.seen(i_lo))
+    reasons: dict[int, tuple[str, ...]] = {}
+    for g in gpus:
+        seen = g.seen(i_lo)
+        if not seen:
+            continue
+        rows = np.array([r for r, _ in seen])
+        pk = agg.peaks[g.index]
+        for d in ("rx", "tx"):  # max(peak, value or 0.0) over the samples: values are >= 0
+            v = g.cols[f"pcie_{d}"][rows]
+            pk[d] = max(pk[d], float(np.nanmax(v, initial=0.0)))
+        links = [link for _, st in seen if (link := g.state(st)[3]) is not None]
+        if links:
+            agg.links[g.index] = links[-1]
+        ev = g.cols["clock_events"][rows]
+        for k in np.flatnonzero((np.nan_to_num(ev).astype(np.int64) & THROTTLE_MASK) != 0).tolist():
+            e = int(ev[k])
+            if e not in reasons:  # the model's names for the bits
+                reasons[e] = GpuSample(0.0, g.index, "", "", "gpm", clock_events=e).throttle_reasons
+            t = g.t[seen[k][0]]
+            agg._throttle(g.index, [t, t, reasons[e]])
+    # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place
+    latest: dict[int, object] = {}
+    for h in sorted(set(hosts.at[i_lo:]) - {-1}):
+        for pid, p in hosts.procs(h):
+            latest[pid] = p
+    agg.procs.update(
+        (pid, p if isinstance(p, ProcSample) else _record(ProcSample, p, "host")) for pid, p in latest.items()
+    )
+    # perf and caps: few rows; as the Frames from i_lo on hold them
+    prow: list = []
+    if seed is not None:
+        prow += rec._q(
+            "SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (seed, seed - 3.0)
+        ).fetchall()
+    prow += rec._q("SELECT t, pid, data FROM perf WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+    perf = [perf_sample(r) for r in prow]
+    cur: dict = {}
+    done = 0
+    for _, n in _changes([q.t for q in perf], frames, i_lo):
+        for q in perf[done:n]:
+            cur[q.pid] = q
+        done = n
+        for pid in sorted(cur):
+            q = cur[pid]
+            agg._perf(pid, (q.t, dict(q.rates)))
+    crow: list = []
+    if seed is not None:
+        crow += rec._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (seed,)).fetchall()
+    crow += rec._q("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+    caps = [_caps_from_json(r[1]) for r in crow]
+    for _, n in _changes([r[0] for r in crow], frames, i_lo):
+        for c in caps[n - 1] if n else ():
+            agg.caps[(c.source, c.name)] = c
+    k = len(frames) - 1
+    agg.last = Frame(frames[k], gpus=_samples_at(gpus, k), host=hosts.sample(k))
+    return agg

@@ -1,0 +1,188 @@
+"""The column-wise report scan (memtop.colscan) gives the bytes the Frame path gives (the classifier
+live mode runs), on every real recording, a 2-GPU one, an hour of tiled real data and damaged ones."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DATA, REC
+
+from memtop import colscan
+from memtop.errors import UserError
+from memtop.report import build_report, render
+from memtop.store import Recording, Writer
+
+ROOT = Path(__file__).parent.parent
+RECORDINGS = sorted(DATA.glob("*.memtop")) + [ROOT / "memtop/data/demo.memtop"]
+# (format, build_report arguments): whole, a range (a fresh classifier at --from), one GPU from a time
+VARIANTS = [
+    ("json", {}),
+    ("text", {}),
+    ("json", {"t_from": 20, "t_to": 90}),
+    ("text", {"gpu": 0, "t_from": 5}),
+]
+
+
+def _report(path: Path, columns: bool, fmt: str, kw: dict) -> str:
+    try:
+        return render(build_report(Recording(path), columns=columns, **kw), fmt)
+    except UserError as e:
+        return f"UserError: {e}"
+
+
+def _same(path: Path, variants=VARIANTS) -> None:
+    for fmt, kw in variants:
+        assert _report(path, True, fmt, kw) == _report(path, False, fmt, kw), (path.name, fmt, kw)
+
+
+@pytest.fixture(autouse=True)
+def strict(monkeypatch):
+    """On these recordings the column path must run itself, not fall back to Frames."""
+
+    def no_fallback(rec, lo, hi, fresh_at_lo, columns=True, progress=None):
+        if columns:
+            return colscan.scan_columns(rec, lo if fresh_at_lo else None, lo, hi)
+        return colscan.scan(rec, lo, hi, fresh_at_lo, progress=progress)
+
+    monkeypatch.setattr("memtop.report.report_scan", no_fallback)
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: p.stem)
+def test_columns_report_the_same_bytes_as_frames(path):
+    _same(path)
+
+
+@pytest.fixture(scope="module")
+def two_gpus(tmp_path_factory):
+    """labelled_s2 as two GPUs of one job (tests/multigpu.py), written through the Writer."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from multigpu import multi_gpu
+
+    rec = Recording(REC[2])
+    out = tmp_path_factory.mktemp("two") / "two.memtop"
+    meta = dict(rec.meta)
+    meta["gpus"] = [dict(rec.meta["gpus"][0], index=i) for i in range(2)]
+    w = Writer(out, meta, force=True)
+    for f in multi_gpu(list(rec.frames()), 2):
+        w.add(f)
+    w.add_markers(rec.markers())
+    w.close()
+    return out
+
+
+def test_columns_report_two_gpus_the_same(two_gpus):
+    rep = build_report(Recording(two_gpus))
+    assert [g["index"] for g in rep["gpus"]] == [0, 1]
+    _same(two_gpus, [*VARIANTS, ("text", {"gpu": 1, "t_from": 30})])
+
+
+@pytest.fixture(scope="module")
+def hour(tmp_path_factory):
+    """The real labelled run tiled to an hour (bench/long_runs.py): the Frame path scans it in
+    parallel chunks."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from long_runs import rewrite, tile
+
+    d = tmp_path_factory.mktemp("hour")
+    rewrite(REC[2], d / "tile.memtop")
+    tile(d / "tile.memtop", d / "1h.memtop", 3600)
+    return d / "1h.memtop"
+
+
+def test_columns_report_an_hour_the_same(hour):
+    assert Recording(hour).duration > 3500
+    _same(hour, [*VARIANTS, ("json", {"t_from": 1234.5, "t_to": 2400})])
+
+
+def test_the_comparison_sees_a_difference(monkeypatch):
+    """A column path off by one rule use (the stack window 5 s instead of 6 s) reports otherwise."""
+    path = REC[2]
+    assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+    monkeypatch.setattr(colscan, "STACK_WINDOW_S", 5.0)
+    assert _report(path, True, "json", {}) != _report(path, False, "json", {})
+
+
+def _damage(tmp_path: Path, sql: str) -> Path:
+    p = tmp_path / "d.memtop"
+    shutil.copyfile(REC[0], p)
+    db = sqlite3.connect(p)
+    db.execute(sql)
+    db.commit()
+    db.close()
+    return p
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)",
+        "UPDATE gpu SET gpu = 'x' WHERE rowid IN (SELECT rowid FROM gpu LIMIT 5)",
+        "UPDATE gpu SET mode = 'weird' WHERE rowid IN (SELECT rowid FROM gpu LIMIT 5)",
+        'UPDATE perf SET data = \'{"a": "b"}\'',
+        "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
+    ],
+)
+def test_damaged_parts_fall_back_to_frames(sql, tmp_path, monkeypatch):
+    """What the column path cannot be sure of, it leaves to the Frame path: the same report."""
+    path = _damage(tmp_path, sql)
+    rec = Recording(path)
+    with pytest.raises(colscan.Unusual):
+        colscan.scan_columns(rec, None, rec.t0, rec.t1)
+    monkeypatch.undo()  # the real report_scan, with its fallback
+    assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+
+
+@pytest.mark.parametrize("case", sorted(__import__("test_damaged").CASES))
+def test_damaged_recordings_report_the_same(case, tmp_path, monkeypatch):
+    """Every damage case of tests/test_damaged.py: the same report, or the same one-line refusal."""
+    from test_damaged import CASES
+
+    monkeypatch.undo()  # the real report_scan, with its fallback
+    path = _damage(tmp_path, CASES[case])
+    for fmt, kw in VARIANTS[::2]:
+        assert _report(path, True, fmt, kw) == _report(path, False, fmt, kw), (case, kw)
+
+
+def _result(r) -> tuple:
+    labels, gaps, agg = r
+    state = agg.__getstate__()
+    state["last"] = (agg.last.t, agg.last.host, [(g.index, g.processes) for g in agg.last.gpus])
+    return (
+        {g: [(x.t, x.raw, x.label, x.rule, x.sub, x.features) for x in ls] for g, ls in labels.items()},
+        gaps,
+        state,
+    )
+
+
+@pytest.mark.parametrize("warm_s", [colscan.WARM_S, 6.5])
+def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch, tmp_path):
+    """Chunks scanned in parallel give what one serial pass gives; with a warm-up too short for the
+    classifier to catch up, chunks are scanned again from the state the chunk before ended in."""
+    monkeypatch.setattr(colscan, "WARM_S", warm_s)
+    resumed = []
+    scan = colscan._scan
+
+    def counting(*a, **kw):
+        resumed.append(kw.get("resume") is not None)
+        return scan(*a, **kw)
+
+    monkeypatch.setattr(colscan, "_scan", counting)
+    holed = tmp_path / "holed.memtop"  # no Frames for 45 s: a chunk's warm-up may find none
+    shutil.copyfile(REC[2], holed)
+    db = sqlite3.connect(holed)
+    db.execute(
+        "DELETE FROM frame WHERE t BETWEEN (SELECT min(t) FROM frame) + 50 AND (SELECT min(t) FROM frame) + 95"
+    )
+    db.commit()
+    db.close()
+    for path in (REC[2], two_gpus, holed):
+        rec = Recording(path)
+        for args in [(None, rec.t0, rec.t1), (rec.t0 + 20, rec.t0 + 20, rec.t0 + 90)]:
+            serial = _result(colscan.scan_columns(rec, *args, workers=1))
+            for workers, chunk_s in [(8, 3.0), (3, 10.0), (3, 40.0)]:
+                assert _result(colscan.scan_columns(rec, *args, workers=workers, chunk_s=chunk_s)) == serial
+    assert any(resumed) == (warm_s < 10)
