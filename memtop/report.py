@@ -153,7 +153,7 @@ def build_report(
             k: round(sum(r.get(k, 0.0) for _, r in ps) / len(ps), 3) for k in sorted(keys)
         }
     started = rec.meta.get("started_wall")
-    return {
+    rep = {
         "schema": SCHEMA,
         "recording": {
             "path": str(rec.path),
@@ -185,6 +185,11 @@ def build_report(
             if m.t1 >= lo and m.t0 <= hi
         ],
     }
+    # what was skipped as damaged: the file's own checks (at open, markers) and the scan's
+    damage = [*rec.damage, *(n for n in agg.damage if n not in rec.damage)]
+    if damage:
+        rep["damage"] = damage
+    return rep
 
 
 def _timeline(labels: list, lo: float, hi: float, bin_s: float, width: int = 60) -> str:
@@ -252,6 +257,8 @@ def render(rep: dict, fmt: str) -> str:
             f"{'- ' if md else ''}unavailable: "
             + "; ".join(f"{u['source']} {u['name']}: {u['detail']}" for u in rep["unavailable"])
         )
+    if rep.get("damage"):
+        lines.append(f"{'- ' if md else ''}damaged parts skipped: " + "; ".join(rep["damage"]))
     for g in rep["gpus"]:
         v = g["verdict"]
         lines += ["", f"{h2}GPU {g['index']} — {v['headline']}", ""]

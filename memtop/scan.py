@@ -50,6 +50,7 @@ class Aggregates:
     procs: dict = field(default_factory=dict)  # pid -> newest ProcSample
     perf: dict = field(default_factory=lambda: defaultdict(list))  # pid -> [(t, rates)]
     caps: dict = field(default_factory=dict)
+    damage: list[str] = field(default_factory=list)  # what the store skipped as damaged (its notes)
     last: Frame | None = None
     # parts repeat across Frames until their source samples again: take each once
     _seen: list = field(default_factory=lambda: [None, None, None, None])
@@ -86,6 +87,9 @@ class Aggregates:
             seen[3] = f.caps
             for c in f.caps:
                 self.caps[(c.source, c.name)] = c
+        for n in f.notes:
+            if n.startswith("damaged") and n not in self.damage:
+                self.damage.append(n)
 
     def _throttle(self, gpu: int, span: list) -> None:
         tl = self.throttle[gpu]
@@ -113,6 +117,7 @@ class Aggregates:
             for sample in samples:
                 self._perf(pid, sample)
         self.caps.update(later.caps)
+        self.damage += [n for n in later.damage if n not in self.damage]
         self.last = later.last if later.last is not None else self.last
 
     def __getstate__(self) -> dict:  # defaultdicts with lambdas do not pickle

@@ -78,6 +78,21 @@ def test_a_damaged_recording_reads_or_is_refused_in_one_line(capsys, damaged, tm
             json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
 
 
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [("bad zlib host", "host"), ("text frame t", "invalid time"), ("text marker t0", "marker")],
+)
+def test_a_report_on_a_damaged_recording_says_what_it_skipped(capsys, damaged, name, said):
+    assert main(["report", str(damaged[name])]) == 0
+    out, _ = capsys.readouterr()
+    line = next((s for s in out.splitlines() if s.startswith("damaged parts skipped: ")), "")
+    assert said in line, out
+    assert main(["report", str(damaged[name]), "--format", "json"]) == 0
+    assert any(said in n for n in json.loads(capsys.readouterr()[0])["damage"])
+    assert main(["report", str(REC[0])]) == 0
+    assert "damaged" not in capsys.readouterr()[0]  # a sound recording claims no damage
+
+
 def test_damage_is_a_note_in_every_frame_and_the_rest_plays(damaged):
     from memtop.store import Recording
 
