@@ -12,10 +12,10 @@ import struct
 import termios
 from pathlib import Path
 
+from hostile import HOSTILE
 from memtop.collectors.nvml_calls import ReplayNvml
 
 from memtop.commands.firstlook import ENTER, LEAVE, FirstLook, lines
-from tests.hostile import HOSTILE
 
 DATA = Path(__file__).parent / "data"
 
