@@ -1,9 +1,10 @@
 """One-bin excursions (memtop.phases.confirm_bins) on a real H100 run, train_torch_s50.
 
-A bin holds about one host sample, so a CPU-bound loop's process CPU is one psutil reading over
-0.5 s: heldout5_torch_s64 showed an .item() loop reading 32-48 % (no rule matched) and a tiny
-Trainer reading 0 % (idle) for a bin inside their phases. Here the real run's readings are kept
-and only the GPU process's CPU reading is set, for the bins named, to such a value.
+A bin holds about one host sample, so the process's CPU is one psutil reading over 0.5 s:
+heldout5_torch_s64 showed an .item() loop reading 32-48 % (no rule matched) and a tiny Trainer
+reading 0 % (idle) for a bin inside their phases (bins in which, found later, memtop's own py-spy
+dump had stopped the process). Here the real run's readings are kept and only the GPU process's
+CPU reading is set, for the bins named, to such a value.
 """
 
 from __future__ import annotations
