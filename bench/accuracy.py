@@ -7,7 +7,7 @@ were tuned on (train_*), the held-out runs recorded after the rules froze at d4b
 spent: the rules were tuned again after they were scored), and the held-out runs recorded after the
 second freeze (heldout2_*, spent: looked at for the third round's error classes), and those recorded
 after the third freeze (heldout3_*; no stacks: py-spy was not on PATH) and again with stacks
-(heldout4_*), and those recorded after the fifth freeze (heldout5_*), each scored apart. Guard bands 0.5 s (the target) and 1 s.
+(heldout4_*), and those recorded after the fifth freeze (heldout5_*) and the sixth (heldout6_*), each scored apart. Guard bands 0.5 s (the target) and 1 s.
 Prints markdown.
 usage: python bench/accuracy.py [--guard 0.5 1.0] [--set first train ... heldout5] [--checked]
 """
@@ -39,6 +39,8 @@ SETS = {
     "heldout4": sorted(DATA.glob("heldout4_*.memtop")),
     # recorded after the fifth freeze (branch accuracy5), with stacks and the sparse native dumps
     "heldout5": sorted(DATA.glob("heldout5_*.memtop")),
+    # recorded after the sixth freeze (branch accuracy6: one-bin excursions held)
+    "heldout6": sorted(DATA.glob("heldout6_*.memtop")),
 }
 # Training phases whose construction missed its label, judged from the workload's own facts (GPU
 # work per step against CPU work per step), not from memtop's output: relabelled, or dropped where
@@ -108,7 +110,7 @@ def markers_of(rec: Recording, path: Path) -> list[Marker]:
     ms = rec.markers()
     if path.name.startswith("heldout_") and CHECKED:
         return [m for m in ms if m.name not in HELDOUT_UNSOUND]
-    if path.name.startswith(("heldout2_", "heldout3_", "heldout4_", "heldout5_")) and CHECKED:
+    if path.name.startswith(("heldout2_", "heldout3_", "heldout4_", "heldout5_", "heldout6_")) and CHECKED:
         return [m for m in ms if unsound(rec, m) is None]
     if path.stem not in RELABELLED:
         return [m for m in ms if (path.stem, m.name) not in TRAIN_UNSOUND]
@@ -206,7 +208,7 @@ def main() -> None:
     global CHECKED
     CHECKED = a.checked
     if a.soundness:
-        for p in SETS["heldout2"] + SETS["heldout3"] + SETS["heldout4"] + SETS["heldout5"]:
+        for p in SETS["heldout2"] + SETS["heldout3"] + SETS["heldout4"] + SETS["heldout5"] + SETS["heldout6"]:
             rec = Recording(p)
             for m in rec.markers():
                 why = unsound(rec, m)

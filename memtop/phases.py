@@ -95,6 +95,7 @@ class Features:
     peers: tuple[int, ...] = ()  # other GPUs of the same job on this node (memtop.straggler.job_groups)
     peers_elsewhere: tuple[int, ...] = ()  # those not in a collective's GPU pattern this bin
     rise: float = 0.0  # graphics minus the previous bin's: a GPU ramping up toward a busy phase
+    alive: bool = True  # the GPU still holds a process (False: the job is gone)
 
 
 @dataclass(frozen=True)
@@ -421,6 +422,35 @@ STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
 }
 
 
+# One-bin excursions (hysteresis over bins, after the rules' exit thresholds). A bin holds about one
+# host sample (0.5 s): a process's CPU is one psutil reading over that span, so a CPU-bound loop that
+# waits now and then (an .item() per step) reads 30-50 % for a bin, under every rule's 50 %, and a
+# tiny step loop can read 0 % when its interval falls between steps; a bin that straddles a step
+# mixes both. Such a bin matches no rule, or the idle rule, while the phase goes on:
+# - "no rule matched" keeps the current label (shown settling) for up to OTHER_HOLD_S; it takes
+#   the bin after that to show "unclassified" (it was one bin; "other" is never a phase's truth);
+# - a busy label gives way to idle only after IDLE_CONFIRM bins in a row, unless the GPU is quiet
+#   beyond doubt (`quiet`): its process is gone, or it did nothing at all. The GPU is read 10 times
+#   a bin and does not jitter so; the process's CPU, which lags a bin at a phase's end, is not asked.
+OTHER_HOLD_S = 1.0
+IDLE_CONFIRM = 2
+
+
+def quiet(f: Features) -> bool:
+    """Idle beyond one reading's doubt: no process left on the GPU, or no kernel, copy or PCIe traffic
+    across the bin's GPU samples (10 a second; a tiny step loop still reads NVML util above 0)."""
+    return not f.alive or (f.graphics < 1 and (f.util or 0) < 1 and f.pcie_frac < 0.005)
+
+
+def confirm_bins(raw: str, stable: str, f: Features, confirm: int, bin_s: float) -> int:
+    """Bins in a row the candidate ``raw`` must win to replace ``stable`` (one-bin excursions above)."""
+    if raw == "other":
+        return confirm + math.ceil(OTHER_HOLD_S / bin_s - 1e-9)
+    if raw == "idle" and stable not in ("", "idle", "other") and not quiet(f):
+        return max(confirm, IDLE_CONFIRM)
+    return confirm
+
+
 def evaluate(f: Features, current: str = "") -> tuple[str, str, str]:
     """(label, rule text, sub-tag) for one bin's features, given the current stable label."""
     label, text, sub = next(
@@ -443,8 +473,10 @@ class Classifier:
     """Feed Frames in time order; read ``labels`` (per GPU) and ``gaps``.
 
     ``confirm``: bins a new label must win in a row before it replaces the current one; "no rule
-    matched" (other) needs one more. One bin was enough on the training corpus: the rules' exit
-    thresholds (STICKY) are the hysteresis, and two bins cost every phase half a second of latency.
+    matched" (other) waits OTHER_HOLD_S more, and idle after a busy label needs IDLE_CONFIRM bins
+    unless quiet (`confirm_bins`). One bin was enough for the other labels on the training corpus:
+    the rules' exit thresholds (STICKY) are the hysteresis, and two bins cost every phase half a
+    second of latency.
     """
 
     def __init__(
@@ -660,6 +692,7 @@ class Classifier:
             recent=recent,
             sync_age=sync_age,
             rise=rise,
+            alive=bool(pids),
         )
 
     def _stack_shares(self, pids: set[int], now: float) -> tuple:
@@ -710,7 +743,9 @@ class Classifier:
         else:
             run = run + 1 if raw == cand else 1
             cand = raw
-            if not stable or (raw != stable and run >= self.confirm + (raw == "other")):
+            if not stable or (
+                raw != stable and run >= confirm_bins(raw, stable, f, self.confirm, self.bin_s)
+            ):
                 stable = raw
         self._state[f.gpu] = (stable, cand, run)
         conf = 0.9 if f.gpm else 0.65

@@ -56,6 +56,14 @@ HELDOUT5_FLOORS = {
     "GPM, no stacks (stacks dropped on read)": 0.935,
     "NVML-only, no stacks (both dropped on read)": 0.85,
 }
+# The heldout6 runs (rules frozen at ca6d729: one-bin excursions held; 5 runs with stacks, H100,
+# 2026-11-24): 0.969 / 0.968 / 0.995 / 0.895 at the 0.5 s guard.
+HELDOUT6_FLOORS = {
+    "GPM + stacks": 0.96,
+    "NVML-only (GPM dropped on read)": 0.96,
+    "GPM, no stacks (stacks dropped on read)": 0.985,
+    "NVML-only, no stacks (both dropped on read)": 0.885,
+}
 _CACHE: dict = {}
 
 
@@ -83,6 +91,7 @@ def test_every_set_has_recordings():
     assert len(accuracy.SETS["heldout3"]) >= 4
     assert len(accuracy.SETS["heldout4"]) >= 3
     assert len(accuracy.SETS["heldout5"]) >= 5
+    assert len(accuracy.SETS["heldout6"]) >= 5
 
 
 @pytest.mark.parametrize("mode", list(FLOORS))
@@ -125,13 +134,29 @@ def test_the_memory_bound_phases_of_the_fifth_round_are_found(mode):
 
 
 @pytest.mark.parametrize("mode", list(HELDOUT5_FLOORS))
-def test_flips_after_detection_on_the_fifth_round_as_measured(mode):
-    """Missed there in every mode (0.52/min, target < 0.2): two CPU-bound phases of heldout5_torch_s64
-    each left their label for one bin (an idle bin in hf_tiny, an unclassified one in neg_acc_item).
-    Pinned as measured so that it cannot grow unseen; the other four runs read 0.0."""
+def test_flips_after_detection_on_the_fifth_round_under_the_excursion_hold(mode):
+    """0.52/min there under 6ce3395 (target < 0.2): two CPU-bound phases of heldout5_torch_s64 each
+    left their label for one bin (an idle bin in hf_tiny, an unclassified one in neg_acc_item). The
+    sixth round's hold (phases.confirm_bins) was designed knowing them, so heldout5 is seen data now:
+    0.0 in every mode."""
     ss = scored(mode, "heldout5")
-    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) <= 0.53
-    assert [s["name"] for s in ss if s["flips_after_detection_per_min"]] == ["heldout5_torch_s64.memtop"]
+    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) < 0.2
+
+
+@pytest.mark.parametrize("mode", list(HELDOUT6_FLOORS))
+def test_macro_f1_on_the_runs_recorded_after_the_sixth_freeze(mode):
+    f1, ss = mean_f1(mode, sets=("heldout6",))
+    assert f1 >= HELDOUT6_FLOORS[mode], [(s["name"], s["macro_f1"]) for s in ss]
+
+
+@pytest.mark.parametrize("mode", list(HELDOUT6_FLOORS))
+def test_flips_after_detection_on_the_sixth_round_as_measured(mode):
+    """Missed there (0.39/min with GPM, 0.65 NVML-only; target < 0.2), all in heldout6_torch_s75: three
+    sync loops left their label for a bin each while the process stood stopped ('t', ~0.5 s: a
+    py-spy dump) and the GPU drained. Pinned as measured so that it cannot grow unseen."""
+    ss = scored(mode, "heldout6")
+    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) <= 0.66
+    assert [s["name"] for s in ss if s["flips_after_detection_per_min"]] == ["heldout6_torch_s75.memtop"]
 
 
 def test_no_stacks_flips_on_the_tuning_runs():
@@ -167,19 +192,20 @@ def test_false_sync_stall_on_negative_controls_with_stacks():
     truth). The heldout2 runs had 2.5 s under 6d1143b (a resnet50 control's first second while the
     GPU ramped up, an overlapped-copy loop's dip); none since c800a45, which was tuned with them in
     view (spent). The heldout3 runs, recorded after it, have none in either mode they can measure, nor
-    the heldout4 and heldout5 runs (with stacks) in any mode."""
+    the heldout4, heldout5 and heldout6 runs (with stacks) in any mode."""
     ss = scored("GPM + stacks", "train") + scored("GPM + stacks", "first")
     ss += scored("GPM + stacks", "heldout", checked=True)
     ss += scored("GPM + stacks", "heldout2")
     ss += [s for mode in HELDOUT3_FLOORS for s in scored(mode, "heldout3")]
     ss += [s for mode in HELDOUT4_FLOORS for s in scored(mode, "heldout4")]  # every mode, with stacks
     ss += [s for mode in HELDOUT5_FLOORS for s in scored(mode, "heldout5")]
+    ss += [s for mode in HELDOUT6_FLOORS for s in scored(mode, "heldout6")]
     assert sum(s["neg_false_sync_s"] for s in ss) == 0, [(s["name"], s["confusion"]) for s in ss]
 
 
 def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
     """The verdict's "missing ..." line states held-out macro-F1 per evidence mode: it must match
-    bench/accuracy.py on the newest held-out runs (heldout5)."""
+    bench/accuracy.py on the newest held-out runs (heldout6)."""
     from memtop.verdict import FULL_F1, MISSING_COST
 
     modes = {
@@ -188,9 +214,9 @@ def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
         "NVML-only, no stacks": "NVML-only, no stacks (both dropped on read)",
     }
     assert set(modes) == set(MISSING_COST)
-    assert mean_f1("GPM + stacks", sets=("heldout5",))[0] == pytest.approx(FULL_F1, abs=0.002)
+    assert mean_f1("GPM + stacks", sets=("heldout6",))[0] == pytest.approx(FULL_F1, abs=0.002)
     for ev, mode in modes.items():
-        assert mean_f1(mode, sets=("heldout5",))[0] == pytest.approx(MISSING_COST[ev][1], abs=0.002), ev
+        assert mean_f1(mode, sets=("heldout6",))[0] == pytest.approx(MISSING_COST[ev][1], abs=0.002), ev
 
 
 def test_the_declared_soundness_check_finds_the_phases_judged_unsound_by_hand():
