@@ -41,6 +41,7 @@ SETS = {
     "heldout5": sorted(DATA.glob("heldout5_*.memtop")),
     # recorded after the sixth freeze (branch accuracy6: one-bin excursions held)
     "heldout6": sorted(DATA.glob("heldout6_*.memtop")),
+    "heldout7": sorted(DATA.glob("heldout7_*.memtop")),
 }
 # Training phases whose construction missed its label, judged from the workload's own facts (GPU
 # work per step against CPU work per step), not from memtop's output: relabelled, or dropped where
@@ -110,7 +111,7 @@ def markers_of(rec: Recording, path: Path) -> list[Marker]:
     ms = rec.markers()
     if path.name.startswith("heldout_") and CHECKED:
         return [m for m in ms if m.name not in HELDOUT_UNSOUND]
-    if path.name.startswith(("heldout2_", "heldout3_", "heldout4_", "heldout5_", "heldout6_")) and CHECKED:
+    if path.name.startswith(("heldout2_", "heldout3_", "heldout4_", "heldout5_", "heldout6_", "heldout7_")) and CHECKED:
         return [m for m in ms if unsound(rec, m) is None]
     if path.stem not in RELABELLED:
         return [m for m in ms if (path.stem, m.name) not in TRAIN_UNSOUND]
@@ -208,7 +209,7 @@ def main() -> None:
     global CHECKED
     CHECKED = a.checked
     if a.soundness:
-        for p in SETS["heldout2"] + SETS["heldout3"] + SETS["heldout4"] + SETS["heldout5"] + SETS["heldout6"]:
+        for p in SETS["heldout2"] + SETS["heldout3"] + SETS["heldout4"] + SETS["heldout5"] + SETS["heldout6"] + SETS["heldout7"]:
             rec = Recording(p)
             for m in rec.markers():
                 why = unsound(rec, m)

@@ -91,10 +91,10 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
     p.add_argument(
-        "--no-native",
+        "--native",
         action="store_true",
-        help="never take the sparse automatic `py-spy --native` dumps (each pauses the process 0.06-0.85 s;"
-        " at most one per 30 s, only in an unexplained native wait)",
+        help="also take sparse automatic `py-spy --native` dumps (a sync told by its native leaf; at most one"
+        " per 30 s, only in an unexplained native wait; each pauses the process 0.06-0.85 s)",
     )
     p.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
     p.add_argument("--no-perf", action="store_true", help="do not open perf counters")
@@ -217,7 +217,9 @@ def _add_cluster_commands(sub) -> None:
     )
     sn.add_argument("--pid", type=_index, nargs="+", default=[], metavar="PID", help="watch these processes")
     sn.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
-    sn.add_argument("--no-native", action="store_true", help="never take automatic `py-spy --native` dumps")
+    sn.add_argument(
+        "--native", action="store_true", help="also take sparse automatic `py-spy --native` dumps"
+    )
     sn.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
     sn.add_argument("--no-perf", action="store_true", help="do not open perf counters")
     sn.set_defaults(interval=0.1, stack_interval=0.5)

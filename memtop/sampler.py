@@ -48,7 +48,7 @@ class SamplerConfig:
     use_gpm: bool = True
     series: bool = True  # the driver's util/power sample buffers, drained each second (for recordings)
     stacks: bool = True
-    native: bool = True  # the sparse automatic --native dumps (they pause the target: --no-native)
+    native: bool = False  # the sparse automatic --native dumps: they pause the target (opt-in: --native)
     perf: bool = True
     pids: tuple[int, ...] = ()
     nvml: Nvml | None = None  # a backend (ReplayNvml in tests); None = the real driver
@@ -65,7 +65,7 @@ class SamplerConfig:
             stack_interval=args.stack_interval,
             use_gpm=not args.no_gpm,
             stacks=not args.no_stacks,
-            native=not args.no_native,
+            native=args.native,
             perf=not args.no_perf,
             pids=tuple(args.pid),
             series=recording,

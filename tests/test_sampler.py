@@ -113,7 +113,9 @@ def test_native_dumps_are_asked_for_in_opaque_waits_only_and_sparsely():
     marks = rec.markers()
     pids = tuple({p.pid for f in rec.frames() for g in f.gpus for p in g.processes})
     s = Sampler(
-        SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=True, perf=False, pids=pids),
+        SamplerConfig(
+            nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=True, native=True, perf=False, pids=pids
+        ),
         on_frame=lambda f: None,
     )
     assert s.stacks is not None
@@ -135,7 +137,7 @@ def test_native_dumps_are_asked_for_in_opaque_waits_only_and_sparsely():
     assert all(b - a >= NATIVE_EVERY_S for a, b in zip(asked, asked[1:]))
     phases = {next((m.label for m in marks if m.t0 <= t <= m.t1), "-") for t in asked}
     assert not phases & {"idle", "compute", "memory", "transfer"}, phases
-    # --no-native: the same run asks for none (the user's way out of the dumps' pauses)
+    # without --native (the default): the same run asks for none (the dumps pause the process)
     s.cfg.native = False
     s.stacks._native_last.clear()
     for f in rec.frames():
