@@ -111,7 +111,10 @@ def markers_of(rec: Recording, path: Path) -> list[Marker]:
     ms = rec.markers()
     if path.name.startswith("heldout_") and CHECKED:
         return [m for m in ms if m.name not in HELDOUT_UNSOUND]
-    if path.name.startswith(("heldout2_", "heldout3_", "heldout4_", "heldout5_", "heldout6_", "heldout7_")) and CHECKED:
+    if (
+        path.name.startswith(("heldout2_", "heldout3_", "heldout4_", "heldout5_", "heldout6_", "heldout7_"))
+        and CHECKED
+    ):
         return [m for m in ms if unsound(rec, m) is None]
     if path.stem not in RELABELLED:
         return [m for m in ms if (path.stem, m.name) not in TRAIN_UNSOUND]
@@ -209,7 +212,14 @@ def main() -> None:
     global CHECKED
     CHECKED = a.checked
     if a.soundness:
-        for p in SETS["heldout2"] + SETS["heldout3"] + SETS["heldout4"] + SETS["heldout5"] + SETS["heldout6"] + SETS["heldout7"]:
+        for p in (
+            SETS["heldout2"]
+            + SETS["heldout3"]
+            + SETS["heldout4"]
+            + SETS["heldout5"]
+            + SETS["heldout6"]
+            + SETS["heldout7"]
+        ):
             rec = Recording(p)
             for m in rec.markers():
                 why = unsound(rec, m)

@@ -64,6 +64,14 @@ HELDOUT6_FLOORS = {
     "GPM, no stacks (stacks dropped on read)": 0.985,
     "NVML-only, no stacks (both dropped on read)": 0.885,
 }
+# The heldout7 runs (the same rules, ca6d729; automatic native dumps off by default; 5 runs with stacks,
+# H100, 2026-11-24): 0.995 / 0.989 / 0.994 / 0.881 at the 0.5 s guard.
+HELDOUT7_FLOORS = {
+    "GPM + stacks": 0.99,
+    "NVML-only (GPM dropped on read)": 0.985,
+    "GPM, no stacks (stacks dropped on read)": 0.99,
+    "NVML-only, no stacks (both dropped on read)": 0.875,
+}
 _CACHE: dict = {}
 
 
@@ -157,6 +165,23 @@ def test_flips_after_detection_on_the_sixth_round_as_measured(mode):
     ss = scored(mode, "heldout6")
     assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) <= 0.66
     assert [s["name"] for s in ss if s["flips_after_detection_per_min"]] == ["heldout6_torch_s75.memtop"]
+
+
+@pytest.mark.parametrize("mode", list(HELDOUT7_FLOORS))
+def test_macro_f1_on_the_seventh_round(mode):
+    f1, ss = mean_f1(mode, sets=("heldout7",))
+    assert f1 >= HELDOUT7_FLOORS[mode], [(s["name"], s["macro_f1"]) for s in ss]
+
+
+@pytest.mark.parametrize("mode", list(HELDOUT7_FLOORS))
+def test_flips_and_false_sync_on_the_seventh_round_as_measured(mode):
+    """Without memtop's native-dump pauses: 0.0 flips a minute in the NVML-only modes, 0.26 with GPM
+    (target < 0.2: missed), all in heldout7_torch_s85; 0.5 s of false sync-stall in one negative
+    control of that run in the stack modes (target 0: missed). Pinned as measured, not tuned on."""
+    ss = scored(mode, "heldout7")
+    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) <= 0.27
+    assert {s["name"] for s in ss if s["flips_after_detection_per_min"]} <= {"heldout7_torch_s85.memtop"}
+    assert sum(s["neg_false_sync_s"] for s in ss) <= 0.5
 
 
 def test_no_stacks_flips_on_the_tuning_runs():
