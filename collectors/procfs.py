@@ -80,16 +80,21 @@ class CpuTimes:
         return tuple(pct(k)[0] for k in cores), iowait
 
 
-def meminfo(root: Path = Path("/")) -> tuple[int, int]:
-    """(MemTotal, MemAvailable) in bytes; zeros if /proc/meminfo cannot be read."""
+def _meminfo(root: Path, keys: tuple[str, str]) -> tuple[int, int] | None:
+    """Two fields of /proc/meminfo in bytes; None if either cannot be read."""
     found = {}
     for line in (read(f"{root}/proc/meminfo") or "").splitlines():
         key, _, rest = line.partition(":")
-        if key in ("MemTotal", "MemAvailable"):
+        if key in keys:
             found[key] = int(rest.split()[0]) * 1024
             if len(found) == 2:
-                break
-    return found.get("MemTotal", 0), found.get("MemAvailable", 0)
+                return found[keys[0]], found[keys[1]]
+    return None
+
+
+def meminfo(root: Path = Path("/")) -> tuple[int, int]:
+    """(MemTotal, MemAvailable) in bytes; zeros if /proc/meminfo cannot be read."""
+    return _meminfo(root, ("MemTotal", "MemAvailable")) or (0, 0)
 
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -109,15 +114,8 @@ def proc_stat(root: Path, pid: int) -> tuple[str, int, float, int, int] | None:
 
 def swap(root: Path = Path("/")) -> tuple[int, int]:
     """(used, total) swap in bytes from /proc/meminfo: used is SwapTotal - SwapFree, as psutil counts it."""
-    found = {}
-    for line in (read(f"{root}/proc/meminfo") or "").splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("SwapTotal", "SwapFree"):
-            found[key] = int(rest.split()[0]) * 1024
-            if len(found) == 2:
-                break
-    total = found.get("SwapTotal", 0)
-    return total - found.get("SwapFree", total), total
+    total, free = _meminfo(root, ("SwapTotal", "SwapFree")) or (0, 0)
+    return total - free, total
 
 
 def boot_time(root: Path = Path("/")) -> float:

@@ -4,6 +4,7 @@ never started gives the terminal back."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import os
@@ -57,17 +58,28 @@ def test_a_hostile_gpu_name_writes_no_control_sequence():
         assert "\x1b" not in text and "\x07" not in text and text.isascii()
 
 
-def _tty_stream():
-    """A real terminal for get_terminal_size (a pty), its writes captured."""
+@contextlib.contextmanager
+def _tty():
+    """A real terminal for get_terminal_size (a pty): the stream to write and the master to read."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     stream = os.fdopen(slave, "w")
-    return master, stream
+    try:
+        yield stream, master
+    finally:
+        stream.close()
+        os.close(master)
+
+
+def _written_next(stream, master) -> bool:
+    """Whether the next bytes on the terminal are a marker written now (nothing else came before)."""
+    stream.write("end")
+    stream.flush()
+    return os.read(master, 65536).decode() == "end"
 
 
 def test_paint_then_hand_over_writes_nothing_more_and_close_leaves_the_screen_only_if_needed():
-    master, stream = _tty_stream()
-    try:
+    with _tty() as (stream, master):
         fl = FirstLook(stream)
         fl.paint(_nv())
         got = os.read(master, 65536).decode()
@@ -75,29 +87,18 @@ def test_paint_then_hand_over_writes_nothing_more_and_close_leaves_the_screen_on
         fl.hand_over()
         fl.paint(_nv())
         fl.close()  # the app had the terminal: Textual leaves the alternate screen itself
-        stream.write("end")
-        stream.flush()
-        assert os.read(master, 65536).decode() == "end"
-    finally:
-        stream.close()
-        os.close(master)
+        assert _written_next(stream, master)
 
 
 def test_a_view_that_never_started_gives_the_terminal_back():
-    master, stream = _tty_stream()
-    try:
+    with _tty() as (stream, master):
         fl = FirstLook(stream)
         fl.paint(_nv())
         os.read(master, 65536)
         fl.close()
         assert os.read(master, 65536).decode() == LEAVE
         fl.paint(_nv())  # a start-up thread late after the exit: nothing
-        stream.write("end")
-        stream.flush()
-        assert os.read(master, 65536).decode() == "end"
-    finally:
-        stream.close()
-        os.close(master)
+        assert _written_next(stream, master)
 
 
 def test_no_terminal_or_a_failed_reading_paints_nothing():
