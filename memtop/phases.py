@@ -423,10 +423,10 @@ STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
 
 
 # One-bin excursions (hysteresis over bins, after the rules' exit thresholds). A bin holds about one
-# host sample (0.5 s): a process's CPU is one psutil reading over that span, so a CPU-bound loop that
-# waits now and then (an .item() per step) reads 30-50 % for a bin, under every rule's 50 %, and a
-# tiny step loop can read 0 % when its interval falls between steps; a bin that straddles a step
-# mixes both. Such a bin matches no rule, or the idle rule, while the phase goes on:
+# host sample (0.5 s): a process's CPU is one reading over that span, so a process paused for part of
+# it (in the held-out runs: py-spy --native dumps, 0.06-0.85 s each; bench/RESULTS.md) or a loop that
+# waits now and then reads 30-50 % or 0 % for a bin while its phase goes on. Such a bin matches no
+# rule, or the idle rule:
 # - "no rule matched" keeps the current label (shown settling) for up to OTHER_HOLD_S; it takes
 #   the bin after that to show "unclassified" (it was one bin; "other" is never a phase's truth);
 # - a busy label gives way to idle only after IDLE_CONFIRM bins in a row, unless the GPU is quiet

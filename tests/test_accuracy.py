@@ -230,7 +230,7 @@ def test_false_sync_stall_on_negative_controls_with_stacks():
 
 def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
     """The verdict's "missing ..." line states held-out macro-F1 per evidence mode: it must match
-    bench/accuracy.py on the newest held-out runs (heldout6)."""
+    bench/accuracy.py on the newest held-out runs (heldout7, recorded with the defaults)."""
     from memtop.verdict import FULL_F1, MISSING_COST
 
     modes = {
@@ -239,9 +239,9 @@ def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
         "NVML-only, no stacks": "NVML-only, no stacks (both dropped on read)",
     }
     assert set(modes) == set(MISSING_COST)
-    assert mean_f1("GPM + stacks", sets=("heldout6",))[0] == pytest.approx(FULL_F1, abs=0.002)
+    assert mean_f1("GPM + stacks", sets=("heldout7",))[0] == pytest.approx(FULL_F1, abs=0.002)
     for ev, mode in modes.items():
-        assert mean_f1(mode, sets=("heldout6",))[0] == pytest.approx(MISSING_COST[ev][1], abs=0.002), ev
+        assert mean_f1(mode, sets=("heldout7",))[0] == pytest.approx(MISSING_COST[ev][1], abs=0.002), ev
 
 
 def test_the_declared_soundness_check_finds_the_phases_judged_unsound_by_hand():
