@@ -225,6 +225,7 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
     from memtop.tui.app import MemtopApp
 
     opts = display_options(args, config.load())
+    first_look = controller.first_look if isinstance(controller, LiveController) else None
 
     def make(theme: str | None) -> MemtopApp:
         return MemtopApp(
@@ -245,8 +246,8 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
         if args.theme:  # the flag's theme: the user's error
             raise
         # the config file's: it must not stop the monitor from starting (said on the normal screen)
-        if isinstance(controller, LiveController) and controller.first_look is not None:
-            controller.first_look.close()
+        if first_look is not None:
+            first_look.close()
         print(f"memtop: ignoring the theme in {config.path()}: {clean(str(e), 300)}", file=sys.stderr)
         app = make(None)
     hook = threading.excepthook
@@ -261,8 +262,8 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
             hook(a)
 
     threading.excepthook = thread_crash
-    if isinstance(controller, LiveController) and controller.first_look is not None:
-        controller.first_look.hand_over()
+    if first_look is not None:
+        first_look.hand_over()
     try:
         app.run(mouse=opts.mouse)
     except Exception as e:  # Textual failed outside its own handler (it has restored the terminal)
