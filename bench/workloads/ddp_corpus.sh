@@ -18,7 +18,7 @@ for r in $runs; do
   memtop record -o "$out/$name.memtop" --force --markers "$m" >>"$log" 2>&1 &
   rec=$!
   sleep 2
-  timeout "${RUN_S:-150}" torchrun --standalone --nproc_per_node 2 bench/workloads/ddp_straggler.py \
+  timeout "${RUN_S:-150}" python3 -m torch.distributed.run --standalone --nproc_per_node 2 bench/workloads/ddp_straggler.py \
     --markers "$m" --seed "$seed" --scale "$scale" --phase-s "${PHASE_S:-8}" >>"$log" 2>&1
   echo "torchrun rc $?" | tee -a "$log"
   cat "$out/$name".rank*.jsonl > "$m"

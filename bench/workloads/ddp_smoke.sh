@@ -3,12 +3,15 @@
 # gives (GPU count, topology, NVLink state, py-spy, GPM NVLink ids, one GPM NVLink reading per GPU,
 # NVML's NVLink throughput fields as the non-GPM fallback).
 # usage (from the tree's root): bash bench/workloads/ddp_smoke.sh WHEELS_DIR OUTFILE
+# (WHEELS_DIR "-": memtop and its wheels are installed already)
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 whl=$1 out=$2
 {
-  python3 -m pip install -q --no-index --find-links "$whl" textual py-spy nvitop
-  python3 -m pip install -q --no-index --no-deps --no-build-isolation .
+  if [ "$whl" != - ]; then
+    python3 -m pip install -q --no-index --find-links "$whl" textual py-spy nvitop
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation .
+  fi
   python3 -c 'import torch; print("torch", torch.__version__, "devices", torch.cuda.device_count())'
   nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version --format=csv
   nvidia-smi topo -m
