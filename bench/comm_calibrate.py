@@ -27,7 +27,7 @@ GRID = {
     "COMM_TENSOR_MAX": (5.0, 10.0, 20.0),
     "COMM_DRAM_MAX": (10.0, 20.0),
 }
-WINDOWS = (2.0, 3.0, 5.0, 10.0)
+WINDOWS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 FEATURES = ("graphics", "sm", "tensor", "dram", "nvlink_frac", "pcie_frac", "power_w")
 
 
