@@ -6,7 +6,7 @@ and GPU (truth: that GPU's rank was the late one in that phase; flagged: memtop.
 the labels as they stood at that bin, as the live pipeline does). Guard bands at each phase edge
 as in bench/accuracy.py; F1 pooled over every GPU and bin of the set. Also the bandwidth sub-tag's
 share of comm bins in the comm_bandwidth phases, and the macro-F1 over all classes (memtop.score).
-usage: python bench/comm_accuracy.py [--guard 0.5 1.0] [--window S] RUN.memtop ...
+usage: python bench/comm_accuracy.py RUN.memtop ... [--guard 0.5 1.0] [--window S] [--no-stacks]
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def gpu_markers(rec: Recording) -> dict[int, list[Marker]]:
 
 
 def replay(
-    frames: Iterable[Frame], windows: tuple[float, ...] = (WINDOW_S,)
+    frames: Iterable[Frame], windows: tuple[float, ...] = (WINDOW_S,), use_stacks: bool = True
 ) -> tuple[Classifier, dict[float, dict[int, set[float]]]]:
     """Labels per GPU, and per straggler window the bins at which each GPU was flagged."""
-    c = Classifier()
+    c = Classifier(use_stacks=use_stacks)
     flagged: dict[float, dict[int, set[float]]] = {w: {} for w in windows}
     seen: dict[int, int] = {}
 
@@ -65,9 +65,10 @@ def _f1(tp: int, fp: int, fn: int) -> float:
     return round(2 * tp / (2 * tp + fp + fn), 3) if tp else 0.0
 
 
-def score_file(path: Path, guards: list[float], window_s: float) -> dict:
+def score_file(path: Path, guards: list[float], window_s: float, use_stacks: bool = True) -> dict:
     rec = Recording(path)
-    return score_run(path.name, rec.frames(), gpu_markers(rec), guards, window_s)
+    replayed = replay(rec.frames(), (window_s,), use_stacks)
+    return score_run(path.name, rec.frames(), gpu_markers(rec), guards, window_s, replayed)
 
 
 def score_run(
@@ -120,8 +121,9 @@ def main() -> None:
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--guard", type=float, nargs="*", default=[0.5, 1.0])
     ap.add_argument("--window", type=float, default=WINDOW_S, help="straggler window, seconds")
+    ap.add_argument("--no-stacks", action="store_true", help="drop the stacks on read (a container without ptrace)")
     a = ap.parse_args()
-    results = [score_file(p, a.guard, a.window) for p in a.files]
+    results = [score_file(p, a.guard, a.window, not a.no_stacks) for p in a.files]
     print("| recording | guard (s) | comm F1 | straggler F1 | macro-F1 (all classes) | bandwidth sub-tag |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in results:

@@ -3,8 +3,7 @@
 SYNTHETIC FRAMES: except for the single-GPU corpus control, these tests build Frames by hand from
 GpuSample / StackSample with the shapes issue #22 describes (a rank waiting in NCCL: graphics busy,
 SM, tensor and DRAM near zero, low power; its peer computing). They check the rule's logic, not
-that it is right on hardware: labelled multi-GPU recordings (bench/workloads/ddp_straggler.py) are
-pending a two-GPU device kind, and so are F1 figures on held-out multi-GPU runs.
+that it is right on hardware: tests/test_comm_recorded.py does that on real 2-GPU recordings.
 """
 
 from __future__ import annotations
