@@ -121,7 +121,9 @@ def main() -> None:
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--guard", type=float, nargs="*", default=[0.5, 1.0])
     ap.add_argument("--window", type=float, default=WINDOW_S, help="straggler window, seconds")
-    ap.add_argument("--no-stacks", action="store_true", help="drop the stacks on read (a container without ptrace)")
+    ap.add_argument(
+        "--no-stacks", action="store_true", help="drop the stacks on read (a container without ptrace)"
+    )
     a = ap.parse_args()
     results = [score_file(p, a.guard, a.window, not a.no_stacks) for p in a.files]
     print("| recording | guard (s) | comm F1 | straggler F1 | macro-F1 (all classes) | bandwidth sub-tag |")

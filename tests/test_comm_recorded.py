@@ -35,7 +35,9 @@ def scored() -> dict[str, list[dict]]:
     for prefix in FLOORS:
         for p in _runs(prefix):
             rec = Recording(p)
-            out.setdefault(prefix, []).append(score_run(p.name, rec.frames(), gpu_markers(rec), [GUARD], WINDOW_S))
+            out.setdefault(prefix, []).append(
+                score_run(p.name, rec.frames(), gpu_markers(rec), [GUARD], WINDOW_S)
+            )
     return out
 
 
