@@ -2,10 +2,11 @@
 
 Each shot replays the recording up to a moment inside one phase (a copy cut there, replayed at x64:
 the replay stops, paused, at its last frame), captures the tmux pane with its colours and writes it
-as SVG (Rich's export; PNG too when `rsvg-convert` is installed). The 8-GPU shot replays a
-recording synthesized from the 1-GPU one (tests/multigpu.py): its caption says so.
+as SVG (Rich's export; PNG too when `rsvg-convert` is installed). The straggler shot replays a real
+2-GPU recording (two H200s, torchrun FSDP with one late rank); the 8-GPU shot replays a recording
+synthesized from the 1-GPU one (tests/multigpu.py): its caption says so.
 
-usage: python bench/screenshots.py   (writes screenshots/*.svg)
+usage: python bench/screenshots.py [NAME ...]   (writes screenshots/NAME.svg; all of them by default)
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ REC = ROOT / "tests" / "data" / "labelled_s0.memtop"
 OUT = ROOT / "screenshots"
 
 
-def cut(upto_phase: str, gpus: int, path: Path) -> None:
-    rec = Recording(REC)
+def cut(upto_phase: str, gpus: int, path: Path, src: Path = REC) -> None:
+    rec = Recording(src)
     m = next(m for m in rec.markers() if m.name == upto_phase)
     frames = list(rec.frames(end=m.t1 - 1.0))
     meta = dict(rec.meta)
@@ -53,10 +54,14 @@ def _tmux(sock: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
 
 
-def shot(name: str, size: tuple[int, int], upto_phase: str, title: str, gpus: int = 1) -> Path:
+def shot(
+    name: str, size: tuple[int, int], upto_phase: str, title: str, gpus: int = 1, src: Path = REC
+) -> Path | None:
+    if len(sys.argv) > 1 and name not in sys.argv[1:]:
+        return None
     with tempfile.TemporaryDirectory() as tmp:
         rec = Path(tmp) / f"{name}.memtop"
-        cut(upto_phase, gpus, rec)
+        cut(upto_phase, gpus, rec, src)
         sock = f"memtop-shot-{uuid.uuid4().hex[:8]}"
         cmd = f"{sys.executable} -m memtop replay {rec} --speed 64; sleep 60"
         env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor"}
@@ -98,6 +103,13 @@ def main() -> None:
         "dl_saturated",
         "SYNTHESIZED 8-GPU view (one real H100 run, shifted per GPU): DataLoader-bound",
         gpus=8,
+    )
+    shot(
+        "straggler-2gpu",
+        (120, 40),
+        "fsdp_straggler",
+        "memtop replay: a real 2-GPU FSDP run on two H200s, GPU 0 the straggler",
+        src=ROOT / "tests" / "data" / "multi" / "heldout_ddp_s13.memtop",
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from memtop.model import Frame
+from memtop.model import Frame, StackSample
 from memtop.phases import Classifier, Label
 from memtop.records import Gap
 from memtop.straggler import stragglers
@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # SQLite and the store load when a recording is opened, not b
 
 HISTORY_S = 600.0  # the timeline can zoom out to 10 minutes
 KEEP_FRAME_S = 1.0  # a paused live view can scroll back to any second of the history
+# py-spy's non-blocking read fails now and then on a moving target (2-3 % of samples on 2 H200s under
+# DDP, "Failed to get stack traces"): the last good stack stands in for this long before the error shows
+STACK_HOLD_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,20 @@ class View:
     meta: dict = field(default_factory=dict)
     version: int = 0
     events: tuple[Event, ...] = ()
+    stacks: dict[int, StackSample] = field(default_factory=dict)  # pid -> the stack to show
+
+
+def shown_stacks(frame: Frame | None, good: dict[int, StackSample]) -> dict[int, StackSample]:
+    """The frame's stacks by pid, a failed read replaced by that process's last good stack when it is
+    at most STACK_HOLD_S older (and not newer than the frame: a paused view shows its instant)."""
+    if frame is None:
+        return {}
+    out = {s.pid: s for s in frame.stacks}
+    for pid, s in out.items():
+        g = good.get(pid)
+        if not s.threads and g is not None and frame.t - STACK_HOLD_S <= g.t <= frame.t:
+            out[pid] = g
+    return out
 
 
 class Pipeline:
@@ -105,6 +122,7 @@ class Pipeline:
             self._kept: deque[Frame] = deque()  # one frame a second, for a paused live view
             self._frozen: float | None = None  # the instant (frame clock) a paused view shows
             self._frozen_version = 0
+            self._good_stacks: dict[int, StackSample] = {}
 
     def on_frame(self, frame: Frame, tick: bool = True) -> None:
         if self.writer is not None:
@@ -118,6 +136,12 @@ class Pipeline:
                 while self._kept[0].t < frame.t - HISTORY_S:
                     self._kept.popleft()
             self.classifier.feed(frame)
+            for st in frame.stacks:
+                if st.threads:
+                    self._good_stacks[st.pid] = st
+            if len(self._good_stacks) > 64:  # processes come and go: keep the recent ones
+                for pid in [p for p, st in self._good_stacks.items() if st.t < frame.t - STACK_HOLD_S]:
+                    del self._good_stacks[pid]
             cpu = None
             if frame.host is not None and frame.host.cpu_pct:
                 cpu = sum(frame.host.cpu_pct) / len(frame.host.cpu_pct)
@@ -213,13 +237,14 @@ class Pipeline:
             events = tuple(e for e in self.events if at is None or e.t <= at) + tuple(
                 Event(g.t0, g.gpu, "gap", f"GPU idle {g.duration_s} s") for g in gaps
             )
+            stacks = shown_stacks(frame, self._good_stacks)
         verdicts = {
             g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)
             for g, ls in labels.items()
         }
         for s in stragglers(labels, jobs):
             verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame)
-        return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events)
+        return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events, stacks)
 
     def set_status(self, **kw: Any) -> None:
         self.status = replace(self.status, **kw)

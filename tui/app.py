@@ -535,7 +535,8 @@ class MemtopApp(App[int]):
             self._update_stacks(v, lk)
             vd = v.verdicts.get(self.gpu)
             missing = vd.missing if vd is not None else ""
-            self._set("#caps", fmt.caps_text(f.caps if f else (), f.notes if f else (), lk, missing))
+            caps = fmt.unheld(f.caps, v.stacks) if f else ()
+            self._set("#caps", fmt.caps_text(caps, f.notes if f else (), lk, missing))
 
     def _update_gpus(self, v: View, lk: Look) -> None:
         f = v.frame
@@ -556,7 +557,7 @@ class MemtopApp(App[int]):
 
     def _update_stacks(self, v: View, lk: Look | None = None) -> None:
         f = v.frame
-        s = next((s for s in f.stacks if s.pid == self.selected_pid), None) if f else None
+        s = v.stacks.get(self.selected_pid) if self.selected_pid is not None else None
         labs = None
         if f is not None and f.host is not None:
             gpus = next((p.gpus or () for p in f.host.procs if p.pid == self.selected_pid), ())
@@ -565,7 +566,9 @@ class MemtopApp(App[int]):
         procs = bool(f is not None and f.host is not None and f.host.procs)
         self._set(
             "#stacks",
-            fmt.stacks_text(s, f.caps if f else (), self.selected_pid, window, lk or self.look, procs),
+            fmt.stacks_text(
+                s, f.caps if f else (), self.selected_pid, window, lk or self.look, procs, f.t if f else None
+            ),
         )
 
     @on(RowTable.Highlighted, "#procs")

@@ -8,6 +8,8 @@ as markup.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.style import Style
 from rich.text import Text
 
@@ -288,7 +290,7 @@ def proc_rows(v: View, lk: Look = DEFAULT, top_w: int = TOP_FRAME[1]) -> list[tu
     if f is None or f.host is None:
         return []
     gpu_mem = {p.pid: p.used_memory for g in f.gpus for p in g.processes}
-    stacks = {s.pid: s for s in f.stacks}
+    stacks = v.stacks
     rows = []
     for p in f.host.procs:
         mem = gpu_mem.get(p.pid)
@@ -335,7 +337,10 @@ def stacks_text(
     window: Evidence | None = None,
     lk: Look = DEFAULT,
     any_procs: bool = True,
+    now: float | None = None,
 ) -> Text:
+    """The selected process's threads; `now` (the frame's time) dates a held stack (the pipeline shows
+    the last good one for a moment when a read fails)."""
     if pid is None:
         if not any_procs:
             return Text("no watched process yet: stacks show here once one runs", style="dim")
@@ -350,6 +355,8 @@ def stacks_text(
             )
         return Text(f"no stack sample for {pid} yet", style="dim")
     t = window_text(window, lk)
+    if now is not None and now - s.t >= 1.0:
+        t.append(f"stack from {now - s.t:.1f} s ago: the newest reads failed\n", style="dim")
     if s.native:
         t.append("native dump (on request)\n", style="bold")
     for th in sorted(s.threads, key=lambda th: (th.tid != s.pid, not th.active)):
@@ -366,6 +373,20 @@ def stacks_text(
                 t.append(f"  {clean(fr.code, 60)}", style="italic")
             t.append("\n")
     return t
+
+
+def unheld(caps: tuple[Capability, ...], stacks: Mapping[int, StackSample]) -> tuple[Capability, ...]:
+    """The capabilities to list: a failed stack read is left out while a good stack of that process
+    stands in for it (the pipeline holds one for STACK_HOLD_S)."""
+    return tuple(
+        c
+        for c in caps
+        if not (c.source == "stacks" and (s := stacks.get(_pid_of(c.name))) is not None and s.threads)
+    )
+
+
+def _pid_of(name: str) -> int:
+    return int(name[4:]) if name.startswith("pid ") and name[4:].isdigit() else -1
 
 
 def caps_text(
