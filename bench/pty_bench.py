@@ -9,7 +9,9 @@ and memtop's first frames (the sampler starts after the first paint) redraw the 
 the measured window (Python does not name its threads for the OS).
 --until REGEX: also the seconds until REGEX (bytes) first matches the screen text with escape sequences
 taken out (until_s), e.g. '[0-9]+W' for the first power reading. rss_mib: the command's resident
-memory at the end of the window.
+memory at the end of the window. --dump FILE: every byte the command wrote to the terminal before `q`
+(replay it with `cat FILE` in a terminal of the same size to see the last screen). exit: the command's
+exit status after `q` (None: killed after 5 s).
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ def main() -> None:
         i = args.index("--until")
         until = re.compile(args[i + 1].encode())
         del args[i : i + 2]
+    dump = None
+    if "--dump" in args:
+        i = args.index("--dump")
+        dump = open(args[i + 1], "wb")  # noqa: SIM115 (closed after the window)
+        del args[i : i + 2]
     until_s = None
     text = b""
     secs = float(args[0])
@@ -95,6 +102,8 @@ def main() -> None:
             except OSError:
                 break
             total += len(data)
+            if dump is not None:
+                dump.write(data)
             buf = (buf + data)[-4096:]
             if first is None and any(k in buf for k in (b"memtop", b"nvitop", b"NVITOP", b"GPU")):
                 first = time.monotonic() - t0
@@ -117,11 +126,15 @@ def main() -> None:
         for tid, used in thread_cpu_s(pid).items():
             if used > t0s.get(tid, 0.0):
                 threads[names.get(tid, str(tid))] = round(100 * (used - t0s.get(tid, 0.0)) / (w1 - w0), 3)
+    if dump is not None:
+        dump.close()
     os.write(fd, b"q")
     deadline = time.monotonic() + 5
+    status = None
     while time.monotonic() < deadline:
-        done, _ = os.waitpid(pid, os.WNOHANG)
+        done, st = os.waitpid(pid, os.WNOHANG)
         if done:
+            status = os.waitstatus_to_exitcode(st)
             break
         with contextlib.suppress(OSError):
             os.read(fd, 65536)
@@ -140,6 +153,7 @@ def main() -> None:
                 "first_output_s": None if first is None else round(first, 3),
                 **({"until_s": None if until_s is None else round(until_s, 3)} if until else {}),
                 "rss_mib": None if rss is None else round(rss, 1),
+                "exit": status,
                 **({"threads": threads} if per_thread else {}),
             }
         )
