@@ -43,12 +43,14 @@ from .overview import Overview
 from .palette import AsciiFilter, Look, look
 from .table import RowTable
 from .tiles import TextPanel, TiledLines
-from .timeline import Timeline
+from .timeline import ROWS, Timeline
 
 if TYPE_CHECKING:
     from memtop.commands.local import LiveController
 
 SEEK_S = 10.0  # ←/→ in replay, and scrolling a paused live view
+BOTTOM_MIN = 14  # rows kept for the host, processes and stacks before the timeline grows
+MAX_SERIES_H = 4
 
 
 @dataclass(frozen=True)
@@ -337,6 +339,7 @@ class MemtopApp(App[int]):
         self.gpu = 0
         self.view: View | None = None
         self.selected_pid: int | None = None
+        self.stack_depth = 4  # frames shown per thread (set by _layout)
         self._paints = 0
         self._bindings_key: tuple | None = None
         self.crashed: BaseException | None = None  # what ended the app, for the exit code and log
@@ -476,15 +479,21 @@ class MemtopApp(App[int]):
             self._update_procs(self.view)
 
     def _layout(self, v: View) -> None:
-        """Where the screen has room (40 rows and more), the timeline gets one phase band per GPU
-        and the GPU table all its rows; on smaller screens one band and a scrolling table."""
+        """Where the screen has room (32 rows and more), the timeline gets one phase band per GPU
+        and the GPU table all its rows; on smaller screens one band and a scrolling table. Rows left
+        over beyond BOTTOM_MIN for the processes and stacks make the series taller (up to
+        MAX_SERIES_H rows each: 8 steps a row), and a tall stacks panel shows deeper stacks, so a tall
+        terminal with few GPUs is not half empty."""
         self._laid_out = (len(v.history), self.size)
         n = max(1, len(v.history))
         h = self.size.height
         roomy = h >= 32 and n > 1
         tl = self.query_one(Timeline)
         tl.set_all_bands(roomy)
-        tl.styles.height = tl.rows_wanted(v, roomy)
+        top = 1 + 4 + (n + 1 if h >= 32 else 2) + tl.rows_wanted(v, roomy)  # header, verdict, GPUs
+        tl.set_series_height(1 + max(0, min(MAX_SERIES_H - 1, (h - top - BOTTOM_MIN) // len(ROWS))))
+        self.stack_depth = 4 if h - top < 24 else 8  # frames per thread: deeper where the panel is tall
+        tl.styles.height = tl.rows_wanted(v, roomy, tl.series_h)
         self.query_one("#gpus", RowTable).styles.max_height = n + 1 if h >= 32 else max(2, min(n + 1, h // 5))
 
     def _set(self, selector: str, content) -> None:
@@ -567,7 +576,14 @@ class MemtopApp(App[int]):
         self._set(
             "#stacks",
             fmt.stacks_text(
-                s, f.caps if f else (), self.selected_pid, window, lk or self.look, procs, f.t if f else None
+                s,
+                f.caps if f else (),
+                self.selected_pid,
+                window,
+                lk or self.look,
+                procs,
+                f.t if f else None,
+                self.stack_depth,
             ),
         )
 

@@ -338,6 +338,7 @@ def stacks_text(
     lk: Look = DEFAULT,
     any_procs: bool = True,
     now: float | None = None,
+    depth: int = 4,
 ) -> Text:
     """The selected process's threads; `now` (the frame's time) dates a held stack (the pipeline shows
     the last good one for a moment when a read fails)."""
@@ -364,7 +365,7 @@ def stacks_text(
         t.append(f"{clean(th.name, 60)} ({th.tid}) ", style="bold")
         t.append(clean(th.klass, 12), style=color + _BOLD)
         t.append(f"{' active' if th.active else ' idle'}{' GIL' if th.owns_gil else ''}\n", style="dim")
-        for fr in th.frames[:4]:
+        for fr in th.frames[:depth]:
             t.append(
                 f"  {clean(fr.name, 80)} {clean(fr.file.rsplit('/', 1)[-1], 60)}:{fr.line}",
                 style=color if fr is th.frames[0] else "",

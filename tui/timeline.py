@@ -50,6 +50,7 @@ class Timeline(TiledLines):
         self.ascii_only = ascii_only
         self.letters = False  # a letter per phase in the band (any mode; `--ascii` always)
         self.all_bands = False  # one band per GPU (the app turns it on where the screen has room)
+        self.series_h = 1  # rows per series (SM, DRAM, PCIe, CPU): taller where the screen has room
         self.span_s = 120.0
         self.gpu = 0
         self._view: View | None = None
@@ -59,9 +60,14 @@ class Timeline(TiledLines):
         self._rows: list[tuple[str, Strip]] = []  # (signature, strip) per row, last built
         self._kinds: dict[int, tuple[tuple, list[str | None], float]] = {}  # gpu -> (window, cells, last t)
 
-    def rows_wanted(self, view: View | None, all_bands: bool) -> int:
+    def rows_wanted(self, view: View | None, all_bands: bool, series_h: int = 1) -> int:
         n = len(view.history) if view is not None and all_bands else 1
-        return len(ROWS) + max(1, n) + 3
+        return len(ROWS) * series_h + max(1, n) + 3
+
+    def set_series_height(self, rows: int) -> None:
+        if rows != self.series_h:
+            self.series_h = rows
+            self._sigs = None  # every row moves
 
     def set_all_bands(self, on: bool) -> None:
         if on != self.all_bands:
@@ -115,9 +121,10 @@ class Timeline(TiledLines):
         theme = self.app.current_theme if self.is_attached else None
         self._look = look(theme, self.ascii_only, self.letters)
         bands = self._bands()
-        n = len(ROWS) + len(bands) + 3
+        series = len(ROWS) * self.series_h
+        n = series + len(bands) + 3
         keep = bands_only and self._sigs is not None and self._sigs[0] == width and len(self._rows) == n
-        band_rows = range(len(ROWS), len(ROWS) + len(bands))
+        band_rows = range(series, series + len(bands))
         rows = [
             self._rows[y] if keep and y not in band_rows else self._build(y, width, bands) for y in range(n)
         ]
@@ -153,10 +160,11 @@ class Timeline(TiledLines):
         # history holds 10 minutes at the GPU rate; only the window's points are drawn
         pts = pts[bisect_left(pts, start, key=_t) :]
         dt = self.span_s / cols
-        if y < len(ROWS):
-            name, attr, phase = ROWS[y]
-            return self._series(name, attr, self._look.phase(phase), pts, start, dt, cols)
-        y -= len(ROWS)
+        h = self.series_h
+        if y < len(ROWS) * h:
+            name, attr, phase = ROWS[y // h]
+            return self._series(name, attr, self._look.phase(phase), pts, start, dt, cols, h - 1 - y % h)
+        y -= len(ROWS) * h
         if y < len(bands):
             return self._band(v, bands[y], len(bands) > 1, start, dt, cols)
         y -= len(bands)
@@ -167,18 +175,35 @@ class Timeline(TiledLines):
         return self._legend()
 
     def _series(
-        self, name: str, attr: str, color: Style, pts: tuple[Point, ...], start: float, dt: float, cols: int
+        self,
+        name: str,
+        attr: str,
+        color: Style,
+        pts: tuple[Point, ...],
+        start: float,
+        dt: float,
+        cols: int,
+        level: int = 0,
     ) -> tuple[str, Strip]:
+        """One row of a series `series_h` rows tall (`level` 0 the bottom one, which carries the name
+        and the newest value): 8 steps a row."""
         chars = self._look.glyphs.blocks
+        h = self.series_h
         top = [-1.0] * cols  # the highest value in each column; -1: none
         for p in pts:
             i = int((p.t - start) / dt)
             val = getattr(p, attr)
             if 0 <= i < cols and val is not None and val > top[i]:
                 top[i] = val
-        text = "".join(" " if v < 0 else chars[min(8, max(0, round(v / 12.5)))] for v in top)
+        eighths = 8 * h / 100  # a percentage in eighths of a cell over the series' rows
+        text = "".join(
+            " "
+            if v < 0 or (level and v * eighths <= 8 * level)
+            else chars[min(8, max(0, round(v * eighths) - 8 * level))]
+            for v in top
+        )
         last = next((getattr(p, attr) for p in reversed(pts) if getattr(p, attr) is not None), None)
-        head = f"{name:<5}{'' if last is None else f'{min(last, 999):3.0f}'}"
+        head = f"{name:<5}{'' if last is None else f'{min(last, 999):3.0f}'}" if level == 0 else ""
         head = f"{head:<{LABEL_W}}"
         return head + text, Strip([Segment(head, LABEL), Segment(text, color)])
 
