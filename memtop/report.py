@@ -19,6 +19,7 @@ from memtop.phases import CHARS, TITLES, Classifier
 from memtop.sanitize import clean
 from memtop.stackclass import site
 from memtop.store import Recording
+from memtop.straggler import episodes, jobs_of
 from memtop.verdict import verdict
 
 SCHEMA = "memtop-report/1"
@@ -57,6 +58,7 @@ def build_report(
         agg.caps,
     )
     bin_s = Classifier().bin_s
+    spans = episodes(labels_by_gpu, jobs_of(procs), bin_s)  # none unless a job spans two GPUs
 
     out_gpus = []
     for idx in sorted(labels_by_gpu):
@@ -121,6 +123,16 @@ def build_report(
                 "throttle": [
                     {"at_s": round(a - rec.t0, 1), "duration_s": round(b - a + 0.1, 1), "reasons": list(r)}
                     for a, b, r in throttle[idx]
+                ],
+                "straggler": [
+                    {
+                        "at_s": round(e.t0 - rec.t0, 1),
+                        "duration_s": round(e.t1 - e.t0, 1),
+                        "phase": e.phase,
+                        "peers": list(e.peers),
+                    }
+                    for e in spans
+                    if e.gpu == idx
                 ],
                 "pcie": None
                 if link is None
@@ -281,7 +293,7 @@ def render(rep: dict, fmt: str) -> str:
         lines += [
             "",
             f"timeline: {'`' if md else '['}{g['timeline']}{'`' if md else ']'}  "
-            "(C compute, M memory, T transfer, S sync, I input, P cpu, . idle)",
+            "(C compute, M memory, T transfer, S sync, I input, P cpu, N comm, . idle)",
         ]
         if g["phase_stacks"]:
             lines += ["", "stacks behind each phase (main thread, samples):"]
@@ -299,9 +311,23 @@ def render(rep: dict, fmt: str) -> str:
                     f"{'- ' if md else '  '}at {gp['at_s']} s for {gp['duration_s']} s: "
                     f"{st.get('class', '?')} at {st.get('where', '?')}"
                 )
+        if g.get("straggler"):
+            st = g["straggler"]
+            lines += [
+                "",
+                f"straggler (its job's other GPUs waited for it in collectives): {len(st)} "
+                f"episode{'s' if len(st) > 1 else ''}, "
+                f"{sum(e['duration_s'] for e in st):.1f} s in all",
+            ]
+            for e in st[:5]:
+                peers = ", ".join(map(str, e["peers"]))
+                lines.append(
+                    f"{'- ' if md else '  '}at {e['at_s']} s for {e['duration_s']} s: {TITLES.get(e['phase'], e['phase'])}"
+                    f" while GPU{'s' if len(e['peers']) > 1 else ''} {peers} waited"
+                )
         if g["throttle"]:
             lines.append(
-                f"throttling: {len(g['throttle'])} episodes, e.g. "
+                f"throttling: {len(g['throttle'])} episode{'s' if len(g['throttle']) > 1 else ''}, e.g. "
                 + ", ".join(
                     f"{t['at_s']} s {'/'.join(t['reasons'])} {t['duration_s']} s" for t in g["throttle"][:3]
                 )

@@ -7,12 +7,13 @@ Pure functions over Frames and per-GPU labels; the pipeline turns a finding into
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memtop.model import Frame
+from memtop.model import Frame, ProcSample
 
 if TYPE_CHECKING:
     from memtop.phases import Label
@@ -36,11 +37,25 @@ def job_groups(frame: Frame) -> dict[int, str]:
     if frame.host is None:
         return {}
     procs = {p.pid: p for p in frame.host.procs}
+    return _groups({g.index: [p.pid for p in g.processes] for g in frame.gpus}, procs)
+
+
+def jobs_of(procs: Mapping[int, ProcSample]) -> dict[int, str]:
+    """job_groups over a whole recording: every process seen with a context on a GPU (a report reads
+    the run after its ranks have exited)."""
+    by_gpu: dict[int, list[int]] = {}
+    for p in procs.values():
+        for g in p.gpus:
+            by_gpu.setdefault(g, []).append(p.pid)
+    return _groups(by_gpu, procs)
+
+
+def _groups(pids_by_gpu: Mapping[int, Sequence[int]], procs: Mapping[int, ProcSample]) -> dict[int, str]:
     out = {}
-    for g in frame.gpus:
-        keys = sorted((p.ppid, p.cmdline or p.name) for gp in g.processes if (p := procs.get(gp.pid)))
+    for gpu, pids in pids_by_gpu.items():
+        keys = sorted((p.ppid, p.cmdline or p.name) for pid in pids if (p := procs.get(pid)))
         if keys:
-            out[g.index] = f"{keys[0][0]} {keys[0][1]}"
+            out[gpu] = f"{keys[0][0]} {keys[0][1]}"
     return out
 
 
@@ -96,4 +111,41 @@ def stragglers(
             )
             if share >= OWN_WORK_MIN and own.get("comm", 0.0) <= OWN_COMM_MAX and peer_comm >= PEER_COMM_MIN:
                 out.append(Straggler(g, phase, share, peers, peer_comm, window_s))
+    return out
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A stretch of bins in which one GPU was flagged as its job's straggler."""
+
+    gpu: int
+    t0: float
+    t1: float  # the end of its last flagged bin
+    phase: str  # its own work phase while flagged
+    peers: tuple[int, ...]
+
+
+def episodes(
+    labels: Mapping[int, Sequence[Label]], jobs: Mapping[int, str], bin_s: float, window_s: float = WINDOW_S
+) -> list[Episode]:
+    """Every straggler flag of a recording, judged at each bin on the labels as they stood then (as
+    the live pipeline flags), merged into episodes per GPU: a gap of one bin, or another own phase
+    (the rank late for another reason), splits them."""
+    if len(set(jobs.values())) == len(jobs):  # no job spans two GPUs
+        return []
+    times = {g: [lab.t for lab in ls] for g, ls in labels.items()}
+    flags: dict[int, list[tuple[float, str, tuple[int, ...]]]] = {}
+    for t in sorted({lab.t for ls in labels.values() for lab in ls}):
+        upto = {g: ls[: bisect_right(times[g], t)] for g, ls in labels.items()}
+        cut = {g: ls[bisect_right(times[g], t - window_s - bin_s) :] for g, ls in upto.items()}
+        for s in stragglers(cut, jobs, window_s):
+            flags.setdefault(s.gpu, []).append((t, s.phase, s.peers))
+    out = []
+    for gpu, fs in sorted(flags.items()):
+        run = [fs[0]]
+        for f in fs[1:] + [(float("inf"), "", ())]:
+            if f[0] - run[-1][0] > 1.5 * bin_s or f[1] != run[-1][1]:
+                out.append(Episode(gpu, run[0][0], run[-1][0] + bin_s, run[-1][1], run[-1][2]))
+                run = []
+            run.append(f)
     return out

@@ -87,3 +87,27 @@ def test_the_straggler_is_the_late_rank_with_its_own_phase(scored):
                 assert len(mid) >= 8, (m.name, gpu)
             else:
                 assert not mid, (m.name, gpu)
+
+
+def test_the_report_names_each_straggler_episode_of_a_real_run():
+    """`memtop report` on a held-out 2-GPU run: every late phase of the markers overlaps an episode
+    on the late rank's GPU in its own phase, and the schema validates."""
+    import jsonschema
+
+    from memtop.report import build_report, render
+
+    path = _runs("heldout_ddp")[0]
+    rec = Recording(path)
+    rep = build_report(rec)
+    schema = json.loads((Path(__file__).parent.parent / "docs" / "report.schema.json").read_text())
+    jsonschema.validate(json.loads(render(rep, "json")), schema)
+    by_gpu = {g["index"]: g["straggler"] for g in rep["gpus"]}
+    for gpu, marks in gpu_markers(rec).items():
+        for m in marks:
+            if not json.loads(m.facts or "{}").get("straggler"):
+                continue
+            a, b = m.t0 - rec.t0, m.t1 - rec.t0
+            hit = [e for e in by_gpu[gpu] if e["at_s"] < b and e["at_s"] + e["duration_s"] > a]
+            assert hit and any(e["phase"] == m.label for e in hit), (m.name, gpu, by_gpu[gpu])
+            assert all(e["peers"] == [1 - gpu] for e in hit)
+    assert "straggler (its job's other GPUs waited for it in collectives)" in render(rep, "text")
