@@ -7,7 +7,6 @@ Pure functions over Frames and per-GPU labels; the pipeline turns a finding into
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -80,9 +79,12 @@ class Straggler:
 
 
 def _shares(labels: Sequence[Label], since: float) -> dict[str, float]:
-    c = Counter(lab.label for lab in labels if lab.t > since and lab.label != "warmup")
-    n = sum(c.values())
-    return {k: v / n for k, v in c.items()} if n else {}
+    return _fractions(Counter(lab.label for lab in labels if lab.t > since))
+
+
+def _fractions(c: Counter[str]) -> dict[str, float]:
+    n = sum(v for k, v in c.items() if k != "warmup")
+    return {k: v / n for k, v in c.items() if k != "warmup" and v} if n else {}
 
 
 def stragglers(
@@ -93,7 +95,12 @@ def stragglers(
     if not ends:
         return []
     since = max(ends) - window_s
-    shares = {g: _shares(ls, since) for g, ls in labels.items() if g in jobs}
+    return _judge({g: _shares(ls, since) for g, ls in labels.items() if g in jobs}, jobs, window_s)
+
+
+def _judge(
+    shares: Mapping[int, dict[str, float]], jobs: Mapping[int, str], window_s: float
+) -> list[Straggler]:
     groups: dict[str, list[int]] = {}
     for g in sorted(shares):
         if shares[g]:
@@ -133,13 +140,23 @@ def episodes(
     (the rank late for another reason), splits them."""
     if len(set(jobs.values())) == len(jobs):  # no job spans two GPUs
         return []
-    times = {g: [lab.t for lab in ls] for g, ls in labels.items()}
+    # one sweep over time: each GPU's label counts over the newest window_s, as stragglers() takes
+    # them at that instant (labels newer than the instant's end - window_s)
+    seq = sorted((lab.t, g, lab.label) for g, ls in labels.items() if g in jobs for lab in ls)
+    counts: dict[int, Counter[str]] = {g: Counter() for g in labels if g in jobs}
     flags: dict[int, list[tuple[float, str, tuple[int, ...]]]] = {}
-    for t in sorted({lab.t for ls in labels.values() for lab in ls}):
-        upto = {g: ls[: bisect_right(times[g], t)] for g, ls in labels.items()}
-        cut = {g: ls[bisect_right(times[g], t - window_s - bin_s) :] for g, ls in upto.items()}
-        for s in stragglers(cut, jobs, window_s):
-            flags.setdefault(s.gpu, []).append((t, s.phase, s.peers))
+    head = tail = 0
+    while head < len(seq):
+        t = seq[head][0]
+        while head < len(seq) and seq[head][0] == t:
+            counts[seq[head][1]][seq[head][2]] += 1
+            head += 1
+        while seq[tail][0] <= t - window_s:
+            counts[seq[tail][1]][seq[tail][2]] -= 1
+            tail += 1
+        if any(c["comm"] for c in counts.values()):  # no GPU waits: nobody is late
+            for s in _judge({g: _fractions(c) for g, c in counts.items()}, jobs, window_s):
+                flags.setdefault(s.gpu, []).append((t, s.phase, s.peers))
     out = []
     for gpu, fs in sorted(flags.items()):
         run = [fs[0]]
