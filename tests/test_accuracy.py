@@ -103,6 +103,15 @@ def test_every_set_has_recordings():
     assert len(accuracy.SETS["heldout7"]) >= 5
 
 
+def test_the_eighth_round_holds_only_the_runs_declared_before_recording():
+    """heldout8's names were committed with the freeze; a run recorded under another name (or a second
+    try of one) is not part of the held-out set."""
+    assert len(accuracy.HELDOUT8) == 5 and len(set(accuracy.HELDOUT8)) == 5
+    recorded = {p.stem for p in accuracy.DATA.glob("heldout8_*.memtop")}
+    assert recorded <= set(accuracy.HELDOUT8)
+    assert [p.stem for p in accuracy.SETS["heldout8"]] == [n for n in accuracy.HELDOUT8 if n in recorded]
+
+
 @pytest.mark.parametrize("mode", list(FLOORS))
 def test_macro_f1_over_every_recording(mode):
     f1, ss = mean_f1(mode)
