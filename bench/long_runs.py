@@ -33,6 +33,8 @@ TIMED = {
     "gpu": ("t",),
     "series": ("t",),
     "host": ("t",),
+    "host_load": ("t",),
+    "host_proc": ("t",),
     "stack_sample": ("t",),
     "perf": ("t",),
     "note": ("t",),
@@ -67,10 +69,13 @@ def tile(tile_path: Path, out: Path, seconds: float) -> None:
     db.execute("PRAGMA synchronous=OFF")
     db.execute("ATTACH ? AS src", (str(tile_path),))
     cols = {tbl: [r[1] for r in db.execute(f"PRAGMA src.table_info({tbl})")] for tbl in TIMED}
+    cols = {tbl: c for tbl, c in cols.items() if c}  # a tile from before a table has none
     k = 1
     while k * span < seconds - span / 2:
         dt = k * span
         for tbl, tcols in TIMED.items():
+            if tbl not in cols:
+                continue
             sel = ", ".join(f"{c} + {dt!r}" if c in tcols else c for c in cols[tbl])
             db.execute(f"INSERT INTO main.{tbl} SELECT {sel} FROM src.{tbl}")
         k += 1

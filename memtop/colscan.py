@@ -39,6 +39,7 @@ from memtop.store import (
     BY_NAME,
     GPU_MODES,
     HOST_KEY_EVERY,
+    HOST_PROC_FIELDS,
     Recording,
     _caps_from_json,
     _decode_sql,
@@ -55,7 +56,7 @@ _COLS: tuple[str, ...] = ("util", "mem_util", "graphics", "dram", "sm", "tensor"
 _COLS += ("nvlink_rx", "nvlink_tx", "power_w", "clock_events")
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
-_PROC = operator.itemgetter("pid", "cpu_pct", "worker_of", "name", "state")
+_PROC = operator.itemgetter(*HOST_PROC_FIELDS)
 _INT_LIM = 1 << 62
 
 
@@ -525,7 +526,8 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
 
 
 class _Hosts:
-    """The host samples, and which one each Frame holds."""
+    """The host samples, and which one each Frame holds. Where the recording holds a sample's figures
+    as columns (host_load, host_proc: what the classifier reads), those are read instead of its JSON."""
 
     def __init__(self, rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> None:
         rows = []
@@ -540,16 +542,43 @@ class _Hosts:
         rows += rec._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
         self.raw: list[bytes] = []
         prev = None
-        for _, blob in rows:
+        for _, blob in rows:  # every blob inflated: a damaged one takes the Frame path, as it skips it
             prev = _inflate_host(blob, prev)
             self.raw.append(prev)
-        t = np.array([r[0] for r in rows], dtype=np.float64)
+        self.t = [r[0] for r in rows]
+        t = np.array(self.t, dtype=np.float64)
         if len(t) > 1 and not (np.diff(t) >= 0).all():
             raise Unusual("host rows out of order")
         self.at = (np.searchsorted(t, ft, "right") - 1).tolist()  # each Frame's host sample (-1: none)
         self._load: dict[int, tuple[float, tuple]] = {}
         self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
+        if rows:
+            self._figures(rec, rows[0][0], rows[-1][0])
+
+    def _figures(self, rec: Recording, t0: float, t1: float) -> None:
+        """The samples' figures stored as columns (a recording from before them has none)."""
+        if not rec._q("SELECT 1 FROM sqlite_master WHERE name='host_load'").fetchone():
+            return
+        at = {t: h for h, t in enumerate(self.t)}
+        load = rec._q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", (t0, t1))
+        procs = rec._q(
+            "SELECT t, pid, cpu_pct, worker_of, name, state FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i",
+            (t0, t1),
+        ).fetchall()
+        i = 0
+        for t, iowait, n in load:
+            got = procs[i : i + n]
+            i += n
+            h = at.get(t)
+            if h is None or type(iowait) is not float or type(n) is not int:
+                raise Unusual("host figures without their sample")
+            ps = tuple(_Proc(*p[1:]) for p in got)
+            if len(got) != n or any(p[0] != t for p in got) or not all(map(_plain_proc, ps)):
+                raise Unusual("host figures that are not as written")
+            self._load[h] = (iowait, ps)
+        if i != len(procs):
+            raise Unusual("host figures without their sample")
 
     def _decode(self, h: int) -> None:
         d = plain_host(self.raw[h], self._shapes)
@@ -571,6 +600,12 @@ class _Hosts:
             self._decode(h)
         return self._load[h]
 
+    def pids(self, h: int) -> list[int]:
+        """The process ids of sample h, in its order."""
+        if h not in self._load:
+            self._decode(h)
+        return [p.pid for p in self._load[h][1]]
+
     def procs(self, h: int) -> list:
         if h not in self._procs:
             self._decode(h)
@@ -579,6 +614,18 @@ class _Hosts:
     def sample(self, k: int) -> HostSample | None:
         h = self.at[k]
         return None if h < 0 else _host_from_blob(self.raw[h])
+
+
+def _plain_proc(p: _Proc) -> bool:
+    """A process's figures of the types and ranges store.plain_host admits."""
+    return (
+        type(p.pid) is int
+        and type(p.cpu_pct) is float
+        and abs(p.cpu_pct) < 1e18
+        and (p.worker_of is None or type(p.worker_of) is int)
+        and type(p.name) is str
+        and type(p.state) is str
+    )
 
 
 class _Stacks:
@@ -678,13 +725,17 @@ def _aggregate(
                 reasons[e] = GpuSample(0.0, g.index, "", "", "gpm", clock_events=e).throttle_reasons
             t = g.t[seen[k][0]]
             agg._throttle(g.index, [t, t, reasons[e]])
-    # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place
-    latest: dict[int, object] = {}
+    # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place and takes
+    # its newest figures (only the samples with a process's newest are decoded whole)
+    latest: dict[int, int] = {}
     for h in sorted(set(hosts.at[i_lo:]) - {-1}):
-        for pid, p in hosts.procs(h):
-            latest[pid] = p
+        for pid in hosts.pids(h):
+            latest[pid] = h
+    newest = {h: dict(hosts.procs(h)) for h in set(latest.values())}
     agg.procs.update(
-        (pid, p if isinstance(p, ProcSample) else _record(ProcSample, p, "host")) for pid, p in latest.items()
+        (pid, p if isinstance(p, ProcSample) else _record(ProcSample, p, "host"))
+        for pid, h in latest.items()
+        for p in [newest[h][pid]]
     )
     # perf and caps: few rows; as the Frames from i_lo on hold them
     prow: list = []
