@@ -45,6 +45,7 @@ from memtop.store import (
     _decode_sql,
     _host_from_blob,
     _inflate_host,
+    _num,
     _record,
     perf_sample,
     plain_host,
@@ -557,28 +558,24 @@ class _Hosts:
             self._figures(rec, rows[0][0], rows[-1][0])
 
     def _figures(self, rec: Recording, t0: float, t1: float) -> None:
-        """The samples' figures stored as columns (a recording from before them has none)."""
+        """The samples' figures stored as columns (a recording from before them has none). Their types
+        and counts are checked in SQL (as store.plain_host admits them); odd ones take the Frame path."""
         if not rec._q("SELECT 1 FROM sqlite_master WHERE name='host_load'").fetchone():
             return
+        span = (t0, t1)
+        odd = rec._q(_ODD_FIGURES, span * 3).fetchone()[0]
+        if odd:
+            raise Unusual("host figures that are not as written")
+        load = rec._q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", span)
+        procs = list(map(_Proc._make, rec._q(_FIGURES_SQL, span)))
         at = {t: h for h, t in enumerate(self.t)}
-        load = rec._q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", (t0, t1))
-        procs = rec._q(
-            "SELECT t, pid, cpu_pct, worker_of, name, state FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i",
-            (t0, t1),
-        ).fetchall()
         i = 0
         for t, iowait, n in load:
-            got = procs[i : i + n]
-            i += n
             h = at.get(t)
-            if h is None or type(iowait) is not float or type(n) is not int:
+            if h is None:
                 raise Unusual("host figures without their sample")
-            ps = tuple(_Proc(*p[1:]) for p in got)
-            if len(got) != n or any(p[0] != t for p in got) or not all(map(_plain_proc, ps)):
-                raise Unusual("host figures that are not as written")
-            self._load[h] = (iowait, ps)
-        if i != len(procs):
-            raise Unusual("host figures without their sample")
+            self._load[h] = (iowait, tuple(procs[i : i + n]))
+            i += n
 
     def _decode(self, h: int) -> None:
         d = plain_host(self.raw[h], self._shapes)
@@ -616,16 +613,18 @@ class _Hosts:
         return None if h < 0 else _host_from_blob(self.raw[h])
 
 
-def _plain_proc(p: _Proc) -> bool:
-    """A process's figures of the types and ranges store.plain_host admits."""
-    return (
-        type(p.pid) is int
-        and type(p.cpu_pct) is float
-        and abs(p.cpu_pct) < 1e18
-        and (p.worker_of is None or type(p.worker_of) is int)
-        and type(p.name) is str
-        and type(p.state) is str
-    )
+_FIGURES_SQL = f"SELECT {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
+# host figures a reader of the JSON would not give as they are: of other types or ranges than
+# store.plain_host admits, a process without its sample, or a sample whose count is not its rows'
+_ODD_FIGURES = """SELECT
+ (SELECT count(*) FROM host_load WHERE t>=? AND t<=? AND NOT (typeof(iowait_pct) = 'real'
+   AND abs(iowait_pct) < 1e18 AND typeof(procs) = 'integer'
+   AND procs = (SELECT count(*) FROM host_proc p WHERE p.t = host_load.t)))
+ + (SELECT count(*) FROM host_proc WHERE t>=? AND t<=? AND NOT (typeof(pid) = 'integer'
+   AND typeof(cpu_pct) = 'real' AND abs(cpu_pct) < 1e18 AND typeof(worker_of) IN ('integer', 'null')
+   AND typeof(name) = 'text' AND typeof(state) = 'text'))
+ + (SELECT count(*) FROM host_proc p WHERE t>=? AND t<=? AND NOT EXISTS (SELECT 1 FROM host_load l WHERE l.t = p.t))
+"""
 
 
 class _Stacks:
@@ -640,7 +639,27 @@ class _Stacks:
                 "SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0)
             ).fetchall()
         rows += rec._q("SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)).fetchall()
-        samples = [stack_sample(rec, list(g)) for _, g in itertools.groupby(rows, key=_SAMPLE)]
+        # a dump whose rows (all but the time) are those of an earlier one is that dump again: its
+        # threads, main-thread summary (phases.stack_info) and main-only form are the earlier one's
+        known: dict[tuple, tuple[StackSample, tuple | None, StackSample]] = {}
+        samples: list[StackSample] = []
+        infos: list[tuple | None] = []
+        self.mains: list[StackSample] = []  # each sample as the report keeps it (scan._main_only)
+        for _, grp in itertools.groupby(rows, key=_SAMPLE):
+            g = list(grp)
+            key = tuple(r[1:] for r in g)
+            got = known.get(key)
+            if got is None:
+                s = stack_sample(rec, g)
+                known[key] = got = (s, stack_info(s) if s.threads else None, _main_only(s))
+            else:
+                s0, _, m0 = got
+                s = StackSample(_num(g[0][0], "stack t"), s0.pid, s0.threads, s0.error)
+                m0 = s if m0 is s0 else StackSample(s.t, s.pid, m0.threads, s.error)
+                got = (s, got[1], m0)
+            samples.append(s)
+            infos.append(got[1])
+            self.mains.append(got[2])
         # a pid's sample is in the Frames from its time until the pid's next sample, at most 5 s
         # (store._State.frame); the window takes it at the first of them, in pid order
         nxt: dict[int, float] = {}
@@ -655,8 +674,8 @@ class _Stacks:
         self.first = [bisect.bisect_left(frames, s.t) for s in samples]
         self.window = sorted(
             (
-                (k, s, stack_info(s))
-                for k, s, u in zip(self.first, samples, until, strict=True)
+                (k, s, info)
+                for k, s, u, info in zip(self.first, samples, until, infos, strict=True)
                 if s.threads and self._in(k, s, u)
             ),
             key=lambda e: (e[0], e[1].pid),
@@ -667,14 +686,15 @@ class _Stacks:
         return k < len(self.frames) and self.frames[k] < until and not self.frames[k] - s.t > 5.0
 
     def seen(self, i_lo: int) -> list[StackSample]:
-        """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them."""
+        """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them,
+        each as the report keeps it (main thread only)."""
         out = []
-        for k, s, u in zip(self.first, self.samples, self.until, strict=True):
+        for k, s, u, m in zip(self.first, self.samples, self.until, self.mains, strict=True):
             k = max(k, i_lo)
             if s.threads and self._in(k, s, u):
-                out.append((k, s.pid, s))
+                out.append((k, s.pid, m))
         out.sort(key=lambda e: (e[0], e[1]))
-        return [s for _, _, s in out]
+        return [m for _, _, m in out]
 
 
 def _changes(times: list[float], frames: list[float], i_lo: int) -> list[tuple[int, int]]:
@@ -704,7 +724,7 @@ def _aggregate(
 ) -> Aggregates:
     """Aggregates as Aggregates.add over the Frames from i_lo on makes them."""
     agg = Aggregates()
-    agg.stacks.update(((s.pid, s.t), _main_only(s)) for s in stacks.seen(i_lo))
+    agg.stacks.update(((s.pid, s.t), s) for s in stacks.seen(i_lo))
     reasons: dict[int, tuple[str, ...]] = {}
     for g in gpus:
         seen = g.seen(i_lo)
