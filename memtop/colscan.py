@@ -558,24 +558,36 @@ class _Hosts:
             self._figures(rec, rows[0][0], rows[-1][0])
 
     def _figures(self, rec: Recording, t0: float, t1: float) -> None:
-        """The samples' figures stored as columns (a recording from before them has none). Their types
-        and counts are checked in SQL (as store.plain_host admits them); odd ones take the Frame path."""
+        """The samples' figures stored as columns (a recording from before them has none), of the
+        types and ranges store.plain_host admits, each sample with its count of processes; anything
+        else takes the Frame path."""
         if not rec._q("SELECT 1 FROM sqlite_master WHERE name='host_load'").fetchone():
             return
         span = (t0, t1)
-        odd = rec._q(_ODD_FIGURES, span * 3).fetchone()[0]
-        if odd:
-            raise Unusual("host figures that are not as written")
         load = rec._q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", span)
-        procs = list(map(_Proc._make, rec._q(_FIGURES_SQL, span)))
+        lt, iowait, n = zip(*load) if (load := load.fetchall()) else ((), (), ())
+        rows = rec._q(_FIGURES_SQL, span).fetchall()
+        pt, pid, cpu, worker_of, name, state = zip(*rows) if rows else ((),) * 6
         at = {t: h for h, t in enumerate(self.t)}
+        if not (
+            _types(iowait, float)
+            and _types(n, int)
+            and _types(pid, int)
+            and _types(cpu, float)
+            and _types(worker_of, int, type(None))
+            and _types(name, str)
+            and _types(state, str)
+            and all(abs(x) < 1e18 for x in (*iowait, *cpu))
+            and min(n, default=0) >= 0
+            and np.array_equal(np.repeat(np.array(lt, dtype=np.float64), n), np.array(pt, dtype=np.float64))
+            and all(t in at for t in lt)
+        ):
+            raise Unusual("host figures that are not as written")
+        procs = list(map(_Proc, pid, cpu, worker_of, name, state))
         i = 0
-        for t, iowait, n in load:
-            h = at.get(t)
-            if h is None:
-                raise Unusual("host figures without their sample")
-            self._load[h] = (iowait, tuple(procs[i : i + n]))
-            i += n
+        for t, io, k in zip(lt, iowait, n, strict=True):
+            self._load[at[t]] = (io, tuple(procs[i : i + k]))
+            i += k
 
     def _decode(self, h: int) -> None:
         d = plain_host(self.raw[h], self._shapes)
@@ -613,18 +625,11 @@ class _Hosts:
         return None if h < 0 else _host_from_blob(self.raw[h])
 
 
-_FIGURES_SQL = f"SELECT {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
-# host figures a reader of the JSON would not give as they are: of other types or ranges than
-# store.plain_host admits, a process without its sample, or a sample whose count is not its rows'
-_ODD_FIGURES = """SELECT
- (SELECT count(*) FROM host_load WHERE t>=? AND t<=? AND NOT (typeof(iowait_pct) = 'real'
-   AND abs(iowait_pct) < 1e18 AND typeof(procs) = 'integer'
-   AND procs = (SELECT count(*) FROM host_proc p WHERE p.t = host_load.t)))
- + (SELECT count(*) FROM host_proc WHERE t>=? AND t<=? AND NOT (typeof(pid) = 'integer'
-   AND typeof(cpu_pct) = 'real' AND abs(cpu_pct) < 1e18 AND typeof(worker_of) IN ('integer', 'null')
-   AND typeof(name) = 'text' AND typeof(state) = 'text'))
- + (SELECT count(*) FROM host_proc p WHERE t>=? AND t<=? AND NOT EXISTS (SELECT 1 FROM host_load l WHERE l.t = p.t))
-"""
+_FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
+
+
+def _types(values: tuple, *kinds: type) -> bool:
+    return set(map(type, values)) <= set(kinds)
 
 
 class _Stacks:
