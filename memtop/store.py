@@ -159,7 +159,7 @@ def _host_blob(h: HostSample, prev: bytes | None) -> tuple[bytes, bytes]:
 
 # what the classifier reads of a process (phases.Classifier.bin_features), stored as host_proc's columns
 HOST_PROC_FIELDS = ("pid", "cpu_pct", "worker_of", "name", "state")
-_FIGURES = operator.itemgetter(*HOST_PROC_FIELDS)
+_FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)
 
 
 def _utf8(s: str) -> bool:
@@ -614,15 +614,16 @@ class Writer:
     def _host_figures(self, t: float, raw: bytes) -> None:
         """What the classifier reads of a host sample (iowait; each process's pid, CPU, parent GPU
         process, name and state) as columns too, so a report reads them without decoding the JSON
-        (memtop.colscan). Only for a sample a reader takes as it is (``plain_host``), and its values as
-        a reader gets them from the JSON: the two copies cannot disagree."""
-        d = plain_host(raw)
-        if d is None:
+        (memtop.colscan). The values are the JSON's as a reader decodes it (``_host_from_blob``): the
+        two copies cannot disagree; a sample a reader would refuse gets none."""
+        try:
+            h = _host_from_blob(raw)
+        except _DECODE_ERRORS:
             return
-        rows = [(t, i, *_FIGURES(p)) for i, p in enumerate(d["procs"])]
+        rows = [(t, i, *_FIGURES(p)) for i, p in enumerate(h.procs)]
         if not all(_utf8(r[5]) and _utf8(r[6]) for r in rows):
             return  # a name with bad UTF-8 (kept as surrogates in the JSON) has no TEXT form
-        self._db.execute("INSERT INTO host_load VALUES (?, ?, ?)", (t, d["iowait_pct"], len(rows)))
+        self._db.execute("INSERT INTO host_load VALUES (?, ?, ?)", (t, h.iowait_pct, len(rows)))
         self._db.executemany("INSERT INTO host_proc VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
     def _write(self, f: Frame) -> None:
