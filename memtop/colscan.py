@@ -561,12 +561,16 @@ class _Hosts:
         """The samples' figures stored as columns (a recording from before them has none), of the
         types and ranges store.plain_host admits, each sample with its count of processes; anything
         else takes the Frame path."""
-        if not rec._q("SELECT 1 FROM sqlite_master WHERE name='host_load'").fetchone():
+        q = rec.db.execute  # a damaged table raises sqlite3.DatabaseError: the Frame path
+        tables = q("SELECT count(*) FROM sqlite_master WHERE name IN ('host_load', 'host_proc')").fetchone()[0]
+        if tables != 2:
+            if tables:
+                raise Unusual("one of the host figures' tables")
             return
         span = (t0, t1)
-        load = rec._q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", span)
-        lt, iowait, n = zip(*load) if (load := load.fetchall()) else ((), (), ())
-        rows = rec._q(_FIGURES_SQL, span).fetchall()
+        load = q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", span).fetchall()
+        lt, iowait, n = zip(*load) if load else ((), (), ())
+        rows = q(_FIGURES_SQL, span).fetchall()
         pt, pid, cpu, worker_of, name, state = zip(*rows) if rows else ((),) * 6
         at = {t: h for h, t in enumerate(self.t)}
         if not (
