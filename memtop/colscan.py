@@ -562,7 +562,9 @@ class _Hosts:
         types and ranges store.plain_host admits, each sample with its count of processes; anything
         else takes the Frame path."""
         q = rec.db.execute  # a damaged table raises sqlite3.DatabaseError: the Frame path
-        tables = q("SELECT count(*) FROM sqlite_master WHERE name IN ('host_load', 'host_proc')").fetchone()[0]
+        tables = q("SELECT count(*) FROM sqlite_master WHERE name IN ('host_load', 'host_proc')").fetchone()[
+            0
+        ]
         if tables != 2:
             if tables:
                 raise Unusual("one of the host figures' tables")
@@ -697,13 +699,17 @@ class _Stacks:
     def seen(self, i_lo: int) -> list[StackSample]:
         """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them,
         each as the report keeps it (main thread only)."""
-        out = []
-        for k, s, u, m in zip(self.first, self.samples, self.until, self.mains, strict=True):
-            k = max(k, i_lo)
-            if s.threads and self._in(k, s, u):
-                out.append((k, s.pid, m))
-        out.sort(key=lambda e: (e[0], e[1]))
-        return [m for _, _, m in out]
+        nf = len(self.frames)
+        if not self.samples:
+            return []
+        k = np.maximum(np.array(self.first, dtype=np.int64), i_lo)
+        fk = np.array(self.frames, dtype=np.float64)[np.minimum(k, nf - 1)]  # as _in, over arrays
+        t = np.array([s.t for s in self.samples], dtype=np.float64)
+        threads = np.array([bool(s.threads) for s in self.samples])
+        held = np.flatnonzero(threads & (k < nf) & (fk < np.array(self.until)) & ~(fk - t > 5.0))
+        pid = np.array([self.samples[i].pid for i in held.tolist()], dtype=np.int64)
+        order = held[np.lexsort((pid, k[held]))]  # by Frame, then pid
+        return [self.mains[i] for i in order.tolist()]
 
 
 def _changes(times: list[float], frames: list[float], i_lo: int) -> list[tuple[int, int]]:

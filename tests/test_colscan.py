@@ -226,7 +226,9 @@ def test_host_figures_are_read_instead_of_the_json(rewritten, monkeypatch, tmp_p
     shutil.copyfile(rewritten["heldout_torch_s3"], path)
     decoded = []
     real = colscan.plain_host
-    monkeypatch.setattr(colscan, "plain_host", lambda raw, shapes=None: decoded.append(1) or real(raw, shapes))
+    monkeypatch.setattr(
+        colscan, "plain_host", lambda raw, shapes=None: decoded.append(1) or real(raw, shapes)
+    )
     before = _report(path, True, "json", {})
     assert 0 < len(decoded) < 0.05 * _count(path, "SELECT count(*) FROM host")
     db = sqlite3.connect(path)
