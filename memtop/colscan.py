@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from memtop.metrics import Metric
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
 from memtop.phases import STACK_WINDOW_S, Classifier, Features, _mean, stack_info
 from memtop.progress import Progress
@@ -42,7 +43,6 @@ from memtop.store import (
     HOST_PROC_FIELDS,
     Recording,
     _caps_from_json,
-    _decode_sql,
     _host_from_blob,
     _inflate_host,
     _num,
@@ -485,19 +485,32 @@ def _nones(v: list) -> list:
     return [None if x != x else x for x in v]
 
 
-# the mode as an index into GPU_MODES and the GPU index as an integer in _int's range, else -1 / NULL
-# (what the Frame path would skip as damaged or read as "nvml" takes the Frame path)
-_MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
-_GPU_SQL = f"CASE WHEN typeof(gpu) = 'integer' AND abs(gpu) <= {_INT_LIM} THEN gpu END"
+# the mode as an index into GPU_MODES (another mode, which the Frame path reads as "nvml", and a
+# GPU index that is no integer in _int's range take the Frame path)
+_MODE_CODE = {m: i for i, m in enumerate(GPU_MODES)}
+
+
+def _decoded(m: Metric, values: tuple) -> np.ndarray:
+    """A gpu column's stored values decoded as store._decode_sql decodes them: NaN where it gives
+    NULL (not a number, out of the valid range), else the value at its scale by the same float
+    operations (tests/test_colscan.py compares the two on edge values)."""
+    if not _types(values, int, float, type(None)):  # text or a blob: NULL
+        values = tuple(v if type(v) in (int, float) else None for v in values)
+    a = np.array(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        ok = (a >= m.lo * m.scale) & (a <= m.hi * m.scale)
+    if m.as_int:
+        v = np.trunc(a) * round(1 / m.scale) if m.scale < 1 else np.trunc(a)
+    else:
+        v = a / float(m.scale) if m.scale >= 1 else a * (1 / m.scale)
+    return np.where(ok, v, np.nan)
 
 
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
     have = rec._gpu_columns
-    sql = (
-        f"SELECT t, {_GPU_SQL}, {_MODE_SQL}, "
-        + ", ".join(_decode_sql(BY_NAME[c]) if c in have else "NULL" for c in _COLS)
-        + " FROM gpu"
-    )
+    # raw values, decoded over arrays below as _decode_sql decodes them (SQLite's CASE per value and
+    # column costs more than the rest of the read)
+    sql = "SELECT t, gpu, mode, " + ", ".join(c if c in have else "NULL" for c in _COLS) + " FROM gpu"
     rows: list = []
     states: dict[int, list] = {}
     if seed is not None:  # Recording._seed: each GPU with a state, as it stood at the start
@@ -514,10 +527,11 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
     if not rows:
         return []
     t, gpu, mode, *metrics = zip(*rows, strict=True)
-    if not set(map(type, t)) <= {float} or None in gpu or -1 in mode:
+    modes = list(map(_MODE_CODE.get, mode, itertools.repeat(-1)))
+    if not _types(t, float) or not _types(gpu, int) or max(map(abs, gpu)) > _INT_LIM or -1 in modes:
         raise Unusual("GPU rows memtop would skip as damaged")
-    ga, code = np.array(gpu, dtype=np.int64), np.array(mode, dtype=np.int64)
-    cols = {c: np.array(v, dtype=np.float64) for c, v in zip(_COLS, metrics, strict=True)}
+    ga, code = np.array(gpu, dtype=np.int64), np.array(modes, dtype=np.int64)
+    cols = {c: _decoded(BY_NAME[c], v) for c, v in zip(_COLS, metrics, strict=True)}
     out = []
     for g in sorted(set(gpu)):
         at = np.flatnonzero(ga == g)

@@ -282,3 +282,25 @@ def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path):
     w.close()
     assert 0 < _count(out, "SELECT count(*) FROM host_load") < _count(out, "SELECT count(*) FROM host")
     _same(out, VARIANTS[:2])
+
+
+def test_gpu_columns_decode_as_sql_does():
+    """colscan decodes the gpu columns over arrays: the same values (or missing) as the SQL the
+    Frame path reads them with, on the edges of each column's range and on values of other types."""
+    import numpy as np
+
+    from memtop.store import BY_NAME, _decode_sql
+
+    db = sqlite3.connect(":memory:")
+    for c in colscan._COLS:
+        m = BY_NAME[c]
+        lo, hi = m.lo * m.scale, m.hi * m.scale
+        values = [lo, hi, int(lo), int(hi), int(hi) + 1, -1, 0, 1, 7, 0.5, hi - 0.5, hi + 0.5, 1e999, -1e999]
+        values += [None, "5", b"\x01", 2**62, -(2**62), 1234567, 12.25, 2**53 + 1]
+        db.execute(f"CREATE TABLE t_{c}({c})")
+        db.executemany(f"INSERT INTO t_{c} VALUES (?)", [(v,) for v in values])
+        raw = tuple(r[0] for r in db.execute(f"SELECT {c} FROM t_{c}"))
+        want = [r[0] for r in db.execute(f"SELECT {_decode_sql(m)} FROM t_{c}")]
+        got = colscan._decoded(m, raw)
+        assert np.array_equal(got, np.array(want, dtype=np.float64), equal_nan=True), c
+        assert np.isnan(got).sum() == want.count(None) >= 6, c
