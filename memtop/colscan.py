@@ -264,8 +264,11 @@ def _scan(
 
     clf = Classifier()
     b = clf.bin_s
-    starts = [(t // b) * b for t in frames]  # Classifier.feed's bin start of each Frame
-    ends = [k for k in range(len(starts) - 1) if starts[k + 1] != starts[k]] + [len(starts) - 1]
+    # Classifier.feed's bin start of each Frame, (t // b) * b: numpy's float floor division is
+    # CPython's algorithm (fmod, then the same corrections), so these are the same floats
+    sa = np.floor_divide(ft, b) * b
+    starts = sa.tolist()
+    ends = np.flatnonzero(sa[1:] != sa[:-1]).tolist() + [len(starts) - 1]
     bin_of = np.repeat(np.arange(len(ends)), np.diff(np.array([-1, *ends])))
     per_gpu = [g.binner(bin_of, len(ends)) for g in gpus]
     # gaps: each GPU's new samples in Frame order (feed tracks them after the Frame's stacks)
