@@ -59,6 +59,7 @@ _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
 _PROC = operator.itemgetter(*HOST_PROC_FIELDS)
 _INT_LIM = 1 << 62
+_REST = operator.itemgetter(slice(1, None))  # a stack_sample row but its time
 
 
 class Unusual(Exception):
@@ -675,7 +676,7 @@ class _Stacks:
         self.mains: list[StackSample] = []  # each sample as the report keeps it (scan._main_only)
         for _, grp in itertools.groupby(rows, key=_SAMPLE):
             g = list(grp)
-            key = tuple(r[1:] for r in g)
+            key = tuple(map(_REST, g))
             got = known.get(key)
             if got is None:
                 s = stack_sample(rec, g)
@@ -699,7 +700,8 @@ class _Stacks:
         self.frames = frames
         self.samples = samples
         self.until = until
-        self.first = [bisect.bisect_left(frames, s.t) for s in samples]
+        ts = np.array([s.t for s in samples], dtype=np.float64)
+        self.first = np.searchsorted(np.array(frames, dtype=np.float64), ts, "left").tolist()  # bisect_left
         self.window = sorted(
             (
                 (k, s, info)
