@@ -135,7 +135,7 @@ def report_times(path: Path, runs: int, before: Path | None) -> dict:
             "median_s": round(statistics.median(s for s, _, _ in v), 2),
             "cpu_min_s": min(c for _, c, _ in v),
             "cpu_median_s": round(statistics.median(c for _, c, _ in v), 2),
-            "peak_rss_mib_max": max(r for _, _, r in v),  # the report process's, not its workers'
+            "peak_rss_mib_max": max(r for _, _, r in v),  # the largest of the report process and its workers
             "runs": v,
         }
         for k, v in times.items()
