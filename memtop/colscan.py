@@ -112,7 +112,7 @@ def scan_columns(
     the one the chunk before ended in, the chunk is scanned again from that state."""
     workers = workers or min(8, os.cpu_count() or 1)
     n = 1 if workers < 2 else max(1, min(workers, int((hi - lo) // (chunk_s or CHUNK_MIN_S))))
-    with _no_gc():
+    with no_gc():
         if n > 1:
             got = _parallel(rec, read_from, lo, hi, n, tick)
             if got is not None:
@@ -125,7 +125,7 @@ def scan_columns(
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """The cyclic garbage collector off for a scan: it builds hundreds of thousands of objects that
     live to its end (labels, their features, stack samples) and no cycles, and the collector's passes
     over them cost a tenth of a long scan and half of unpickling a chunk's result (reference counting
@@ -178,7 +178,7 @@ def _chunk(path: Path, read_from: float | None, lo: float, hi: float, slot: int)
 
     rec = Recording(path)
     try:
-        with _no_gc():  # (a spawned worker does not inherit it)
+        with no_gc():  # (a spawned worker does not inherit it)
             return _scan(rec, read_from, lo, hi, tick, edge=slot > 0)
     except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
         return None
