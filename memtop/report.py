@@ -93,7 +93,8 @@ def _build_report(
             if pid in gpu_pids and m is not None and m.frames:
                 lab = label_at.get(round((t // bin_s * bin_s) / bin_s))
                 if lab:
-                    by_label[lab][(m.klass, *_site(sites, m.frames))] += 1
+                    key = (m.klass, *_site(sites, m.frames))
+                    by_label[lab][key] += 1
         vd = verdict(labels, last, window_s=max(1.0, hi - lo), gpu=idx)
         link = links.get(idx)
         pk = peaks[idx]
