@@ -33,6 +33,8 @@ TIMED = {
     "gpu": ("t",),
     "series": ("t",),
     "host": ("t",),
+    "host_load": ("t",),
+    "host_proc": ("t",),
     "stack_sample": ("t",),
     "perf": ("t",),
     "note": ("t",),
@@ -67,10 +69,13 @@ def tile(tile_path: Path, out: Path, seconds: float) -> None:
     db.execute("PRAGMA synchronous=OFF")
     db.execute("ATTACH ? AS src", (str(tile_path),))
     cols = {tbl: [r[1] for r in db.execute(f"PRAGMA src.table_info({tbl})")] for tbl in TIMED}
+    cols = {tbl: c for tbl, c in cols.items() if c}  # a tile from before a table has none
     k = 1
     while k * span < seconds - span / 2:
         dt = k * span
         for tbl, tcols in TIMED.items():
+            if tbl not in cols:
+                continue
             sel = ", ".join(f"{c} + {dt!r}" if c in tcols else c for c in cols[tbl])
             db.execute(f"INSERT INTO main.{tbl} SELECT {sel} FROM src.{tbl}")
         k += 1
@@ -115,7 +120,7 @@ def report_times(path: Path, runs: int, before: Path | None) -> dict:
     outputs are compared byte for byte."""
     args = ["report", str(path), "--format", "json"]
     trees = {"report_cold": None} | ({"report_cold_before": before} if before else {})
-    times: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
+    times: dict[str, list[tuple[float, float, float]]] = {k: [] for k in trees}
     outs = {k: path.with_suffix(f".{k}.json") for k in trees}
     loads = []  # the 1-minute load average before each run (the VM is shared)
     for _ in range(runs):
@@ -123,13 +128,14 @@ def report_times(path: Path, runs: int, before: Path | None) -> dict:
             env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
             loads.append(round(os.getloadavg()[0], 2))
             m = measure_one("report", args, env, outs[key])
-            times[key].append((m["s"], m["cpu_s"]))
+            times[key].append((m["s"], m["cpu_s"], m["peak_rss_mib"]))
     res: dict = {
         k: {
-            "min_s": min(s for s, _ in v),
-            "median_s": round(statistics.median(s for s, _ in v), 2),
-            "cpu_min_s": min(c for _, c in v),
-            "cpu_median_s": round(statistics.median(c for _, c in v), 2),
+            "min_s": min(s for s, _, _ in v),
+            "median_s": round(statistics.median(s for s, _, _ in v), 2),
+            "cpu_min_s": min(c for _, c, _ in v),
+            "cpu_median_s": round(statistics.median(c for _, c, _ in v), 2),
+            "peak_rss_mib_max": max(r for _, _, r in v),  # the largest of the report process and its workers
             "runs": v,
         }
         for k, v in times.items()

@@ -14,6 +14,8 @@ then scans by Frames. tests/test_colscan.py compares the two on every recording.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import itertools
 import math
 import multiprocessing
@@ -21,13 +23,14 @@ import operator
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from memtop.metrics import Metric
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
 from memtop.phases import STACK_WINDOW_S, Classifier, Features, _mean, stack_info
 from memtop.progress import Progress
@@ -39,11 +42,12 @@ from memtop.store import (
     BY_NAME,
     GPU_MODES,
     HOST_KEY_EVERY,
+    HOST_PROC_FIELDS,
     Recording,
     _caps_from_json,
-    _decode_sql,
     _host_from_blob,
     _inflate_host,
+    _num,
     _record,
     perf_sample,
     plain_host,
@@ -55,8 +59,9 @@ _COLS: tuple[str, ...] = ("util", "mem_util", "graphics", "dram", "sm", "tensor"
 _COLS += ("nvlink_rx", "nvlink_tx", "power_w", "clock_events")
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
-_PROC = operator.itemgetter("pid", "cpu_pct", "worker_of", "name", "state")
+_PROC = operator.itemgetter(*HOST_PROC_FIELDS)
 _INT_LIM = 1 << 62
+_REST = operator.itemgetter(slice(1, None))  # a stack_sample row but its time
 
 
 class Unusual(Exception):
@@ -107,15 +112,31 @@ def scan_columns(
     the one the chunk before ended in, the chunk is scanned again from that state."""
     workers = workers or min(8, os.cpu_count() or 1)
     n = 1 if workers < 2 else max(1, min(workers, int((hi - lo) // (chunk_s or CHUNK_MIN_S))))
-    if n > 1:
-        got = _parallel(rec, read_from, lo, hi, n, tick)
-        if got is not None:
-            return got
-    try:
-        p = _scan(rec, read_from, lo, hi, tick)
-    except (*_DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
-        raise Unusual(f"{type(e).__name__}: {e}") from None
+    with no_gc():
+        if n > 1:
+            got = _parallel(rec, read_from, lo, hi, n, tick)
+            if got is not None:
+                return got
+        try:
+            p = _scan(rec, read_from, lo, hi, tick)
+        except (*_DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
+            raise Unusual(f"{type(e).__name__}: {e}") from None
     return p.labels, p.gaps, p.agg
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off for a scan: it builds hundreds of thousands of objects that
+    live to its end (labels, their features, stack samples) and no cycles, and the collector's passes
+    over them cost a tenth of a long scan and half of unpickling a chunk's result (reference counting
+    still frees the rest)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class _Part(NamedTuple):
@@ -157,7 +178,8 @@ def _chunk(path: Path, read_from: float | None, lo: float, hi: float, slot: int)
 
     rec = Recording(path)
     try:
-        return _scan(rec, read_from, lo, hi, tick, edge=slot > 0)
+        with no_gc():  # (a spawned worker does not inherit it)
+            return _scan(rec, read_from, lo, hi, tick, edge=slot > 0)
     except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
         return None
     finally:
@@ -262,8 +284,11 @@ def _scan(
 
     clf = Classifier()
     b = clf.bin_s
-    starts = [(t // b) * b for t in frames]  # Classifier.feed's bin start of each Frame
-    ends = [k for k in range(len(starts) - 1) if starts[k + 1] != starts[k]] + [len(starts) - 1]
+    # Classifier.feed's bin start of each Frame, (t // b) * b: numpy's float floor division is
+    # CPython's algorithm (fmod, then the same corrections), so these are the same floats
+    sa = np.floor_divide(ft, b) * b
+    starts = sa.tolist()
+    ends = np.flatnonzero(sa[1:] != sa[:-1]).tolist() + [len(starts) - 1]
     bin_of = np.repeat(np.arange(len(ends)), np.diff(np.array([-1, *ends])))
     per_gpu = [g.binner(bin_of, len(ends)) for g in gpus]
     # gaps: each GPU's new samples in Frame order (feed tracks them after the Frame's stacks)
@@ -483,19 +508,32 @@ def _nones(v: list) -> list:
     return [None if x != x else x for x in v]
 
 
-# the mode as an index into GPU_MODES and the GPU index as an integer in _int's range, else -1 / NULL
-# (what the Frame path would skip as damaged or read as "nvml" takes the Frame path)
-_MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
-_GPU_SQL = f"CASE WHEN typeof(gpu) = 'integer' AND abs(gpu) <= {_INT_LIM} THEN gpu END"
+# the mode as an index into GPU_MODES (another mode, which the Frame path reads as "nvml", and a
+# GPU index that is no integer in _int's range take the Frame path)
+_MODE_CODE = {m: i for i, m in enumerate(GPU_MODES)}
+
+
+def _decoded(m: Metric, values: tuple) -> np.ndarray:
+    """A gpu column's stored values decoded as store._decode_sql decodes them: NaN where it gives
+    NULL (not a number, out of the valid range), else the value at its scale by the same float
+    operations (tests/test_colscan.py compares the two on edge values)."""
+    if not _types(values, int, float, type(None)):  # text or a blob: NULL
+        values = tuple(v if type(v) in (int, float) else None for v in values)
+    a = np.array(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        ok = (a >= m.lo * m.scale) & (a <= m.hi * m.scale)
+    if m.as_int:
+        v = np.trunc(a) * round(1 / m.scale) if m.scale < 1 else np.trunc(a)
+    else:
+        v = a / float(m.scale) if m.scale >= 1 else a * (1 / m.scale)
+    return np.where(ok, v, np.nan)
 
 
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
     have = rec._gpu_columns
-    sql = (
-        f"SELECT t, {_GPU_SQL}, {_MODE_SQL}, "
-        + ", ".join(_decode_sql(BY_NAME[c]) if c in have else "NULL" for c in _COLS)
-        + " FROM gpu"
-    )
+    # raw values, decoded over arrays below as _decode_sql decodes them (SQLite's CASE per value and
+    # column costs more than the rest of the read)
+    sql = "SELECT t, gpu, mode, " + ", ".join(c if c in have else "NULL" for c in _COLS) + " FROM gpu"
     rows: list = []
     states: dict[int, list] = {}
     if seed is not None:  # Recording._seed: each GPU with a state, as it stood at the start
@@ -512,10 +550,11 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
     if not rows:
         return []
     t, gpu, mode, *metrics = zip(*rows, strict=True)
-    if not set(map(type, t)) <= {float} or None in gpu or -1 in mode:
+    modes = list(map(_MODE_CODE.get, mode, itertools.repeat(-1)))
+    if not _types(t, float) or not _types(gpu, int) or max(map(abs, gpu)) > _INT_LIM or -1 in modes:
         raise Unusual("GPU rows memtop would skip as damaged")
-    ga, code = np.array(gpu, dtype=np.int64), np.array(mode, dtype=np.int64)
-    cols = {c: np.array(v, dtype=np.float64) for c, v in zip(_COLS, metrics, strict=True)}
+    ga, code = np.array(gpu, dtype=np.int64), np.array(modes, dtype=np.int64)
+    cols = {c: _decoded(BY_NAME[c], v) for c, v in zip(_COLS, metrics, strict=True)}
     out = []
     for g in sorted(set(gpu)):
         at = np.flatnonzero(ga == g)
@@ -525,7 +564,8 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
 
 
 class _Hosts:
-    """The host samples, and which one each Frame holds."""
+    """The host samples, and which one each Frame holds. Where the recording holds a sample's figures
+    as columns (host_load, host_proc: what the classifier reads), those are read instead of its JSON."""
 
     def __init__(self, rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> None:
         rows = []
@@ -540,16 +580,57 @@ class _Hosts:
         rows += rec._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
         self.raw: list[bytes] = []
         prev = None
-        for _, blob in rows:
+        for _, blob in rows:  # every blob inflated: a damaged one takes the Frame path, as it skips it
             prev = _inflate_host(blob, prev)
             self.raw.append(prev)
-        t = np.array([r[0] for r in rows], dtype=np.float64)
+        self.t = [r[0] for r in rows]
+        t = np.array(self.t, dtype=np.float64)
         if len(t) > 1 and not (np.diff(t) >= 0).all():
             raise Unusual("host rows out of order")
         self.at = (np.searchsorted(t, ft, "right") - 1).tolist()  # each Frame's host sample (-1: none)
         self._load: dict[int, tuple[float, tuple]] = {}
         self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
+        if rows:
+            self._figures(rec, rows[0][0], rows[-1][0])
+
+    def _figures(self, rec: Recording, t0: float, t1: float) -> None:
+        """The samples' figures stored as columns (a recording from before them has none), of the
+        types and ranges store.plain_host admits, each sample with its count of processes; anything
+        else takes the Frame path."""
+        q = rec.db.execute  # a damaged table raises sqlite3.DatabaseError: the Frame path
+        tables = q("SELECT count(*) FROM sqlite_master WHERE name IN ('host_load', 'host_proc')").fetchone()[
+            0
+        ]
+        if tables != 2:
+            if tables:
+                raise Unusual("one of the host figures' tables")
+            return
+        span = (t0, t1)
+        load = q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", span).fetchall()
+        lt, iowait, n = zip(*load) if load else ((), (), ())
+        rows = q(_FIGURES_SQL, span).fetchall()
+        pt, pid, cpu, worker_of, name, state = zip(*rows) if rows else ((),) * 6
+        at = {t: h for h, t in enumerate(self.t)}
+        if not (
+            _types(iowait, float)
+            and _types(n, int)
+            and _types(pid, int)
+            and _types(cpu, float)
+            and _types(worker_of, int, type(None))
+            and _types(name, str)
+            and _types(state, str)
+            and all(abs(x) < 1e18 for x in (*iowait, *cpu))
+            and min(n, default=0) >= 0
+            and np.array_equal(np.repeat(np.array(lt, dtype=np.float64), n), np.array(pt, dtype=np.float64))
+            and all(t in at for t in lt)
+        ):
+            raise Unusual("host figures that are not as written")
+        procs = list(map(_Proc, pid, cpu, worker_of, name, state))
+        i = 0
+        for t, io, k in zip(lt, iowait, n, strict=True):
+            self._load[at[t]] = (io, tuple(procs[i : i + k]))
+            i += k
 
     def _decode(self, h: int) -> None:
         d = plain_host(self.raw[h], self._shapes)
@@ -571,6 +652,12 @@ class _Hosts:
             self._decode(h)
         return self._load[h]
 
+    def pids(self, h: int) -> list[int]:
+        """The process ids of sample h, in its order."""
+        if h not in self._load:
+            self._decode(h)
+        return [p.pid for p in self._load[h][1]]
+
     def procs(self, h: int) -> list:
         if h not in self._procs:
             self._decode(h)
@@ -579,6 +666,13 @@ class _Hosts:
     def sample(self, k: int) -> HostSample | None:
         h = self.at[k]
         return None if h < 0 else _host_from_blob(self.raw[h])
+
+
+_FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
+
+
+def _types(values: tuple, *kinds: type) -> bool:
+    return set(map(type, values)) <= set(kinds)
 
 
 class _Stacks:
@@ -593,7 +687,27 @@ class _Stacks:
                 "SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0)
             ).fetchall()
         rows += rec._q("SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)).fetchall()
-        samples = [stack_sample(rec, list(g)) for _, g in itertools.groupby(rows, key=_SAMPLE)]
+        # a dump whose rows (all but the time) are those of an earlier one is that dump again: its
+        # threads, main-thread summary (phases.stack_info) and main-only form are the earlier one's
+        known: dict[tuple, tuple[StackSample, tuple | None, StackSample]] = {}
+        samples: list[StackSample] = []
+        infos: list[tuple | None] = []
+        self.mains: list[StackSample] = []  # each sample as the report keeps it (scan._main_only)
+        for _, grp in itertools.groupby(rows, key=_SAMPLE):
+            g = list(grp)
+            key = tuple(map(_REST, g))
+            got = known.get(key)
+            if got is None:
+                s = stack_sample(rec, g)
+                known[key] = got = (s, stack_info(s) if s.threads else None, _main_only(s))
+            else:
+                s0, _, m0 = got
+                s = StackSample(_num(g[0][0], "stack t"), s0.pid, s0.threads, s0.error)
+                m0 = s if m0 is s0 else StackSample(s.t, s.pid, m0.threads, s.error)
+                got = (s, got[1], m0)
+            samples.append(s)
+            infos.append(got[1])
+            self.mains.append(got[2])
         # a pid's sample is in the Frames from its time until the pid's next sample, at most 5 s
         # (store._State.frame); the window takes it at the first of them, in pid order
         nxt: dict[int, float] = {}
@@ -605,11 +719,12 @@ class _Stacks:
         self.frames = frames
         self.samples = samples
         self.until = until
-        self.first = [bisect.bisect_left(frames, s.t) for s in samples]
+        ts = np.array([s.t for s in samples], dtype=np.float64)
+        self.first = np.searchsorted(np.array(frames, dtype=np.float64), ts, "left").tolist()  # bisect_left
         self.window = sorted(
             (
-                (k, s, stack_info(s))
-                for k, s, u in zip(self.first, samples, until, strict=True)
+                (k, s, info)
+                for k, s, u, info in zip(self.first, samples, until, infos, strict=True)
                 if s.threads and self._in(k, s, u)
             ),
             key=lambda e: (e[0], e[1].pid),
@@ -620,14 +735,19 @@ class _Stacks:
         return k < len(self.frames) and self.frames[k] < until and not self.frames[k] - s.t > 5.0
 
     def seen(self, i_lo: int) -> list[StackSample]:
-        """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them."""
-        out = []
-        for k, s, u in zip(self.first, self.samples, self.until, strict=True):
-            k = max(k, i_lo)
-            if s.threads and self._in(k, s, u):
-                out.append((k, s.pid, s))
-        out.sort(key=lambda e: (e[0], e[1]))
-        return [s for _, _, s in out]
+        """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them,
+        each as the report keeps it (main thread only)."""
+        nf = len(self.frames)
+        if not self.samples:
+            return []
+        k = np.maximum(np.array(self.first, dtype=np.int64), i_lo)
+        fk = np.array(self.frames, dtype=np.float64)[np.minimum(k, nf - 1)]  # as _in, over arrays
+        t = np.array([s.t for s in self.samples], dtype=np.float64)
+        threads = np.array([bool(s.threads) for s in self.samples])
+        held = np.flatnonzero(threads & (k < nf) & (fk < np.array(self.until)) & ~(fk - t > 5.0))
+        pid = np.array([self.samples[i].pid for i in held.tolist()], dtype=np.int64)
+        order = held[np.lexsort((pid, k[held]))]  # by Frame, then pid
+        return [self.mains[i] for i in order.tolist()]
 
 
 def _changes(times: list[float], frames: list[float], i_lo: int) -> list[tuple[int, int]]:
@@ -657,7 +777,7 @@ def _aggregate(
 ) -> Aggregates:
     """Aggregates as Aggregates.add over the Frames from i_lo on makes them."""
     agg = Aggregates()
-    agg.stacks.update(((s.pid, s.t), _main_only(s)) for s in stacks.seen(i_lo))
+    agg.stacks.update(((s.pid, s.t), s) for s in stacks.seen(i_lo))
     reasons: dict[int, tuple[str, ...]] = {}
     for g in gpus:
         seen = g.seen(i_lo)
@@ -678,13 +798,17 @@ def _aggregate(
                 reasons[e] = GpuSample(0.0, g.index, "", "", "gpm", clock_events=e).throttle_reasons
             t = g.t[seen[k][0]]
             agg._throttle(g.index, [t, t, reasons[e]])
-    # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place
-    latest: dict[int, object] = {}
+    # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place and takes
+    # its newest figures (only the samples with a process's newest are decoded whole)
+    latest: dict[int, int] = {}
     for h in sorted(set(hosts.at[i_lo:]) - {-1}):
-        for pid, p in hosts.procs(h):
-            latest[pid] = p
+        for pid in hosts.pids(h):
+            latest[pid] = h
+    newest = {h: dict(hosts.procs(h)) for h in set(latest.values())}
     agg.procs.update(
-        (pid, p if isinstance(p, ProcSample) else _record(ProcSample, p, "host")) for pid, p in latest.items()
+        (pid, p if isinstance(p, ProcSample) else _record(ProcSample, p, "host"))
+        for pid, h in latest.items()
+        for p in [newest[h][pid]]
     )
     # perf and caps: few rows; as the Frames from i_lo on hold them
     prow: list = []

@@ -7,6 +7,7 @@ runs are classified identically. Rules are a table, first match wins; then hyste
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -228,6 +229,7 @@ NVLINK_PEAK_BPS = (
 NVLINK_DEFAULT_BPS = 300e9
 
 
+@functools.cache  # a report asks once per bin, with a board name or two
 def nvlink_peak(name: str) -> float:
     """Both directions' NVLink peak of a board, bytes/s."""
     return 2 * next((bps for key, bps in NVLINK_PEAK_BPS if key in name), NVLINK_DEFAULT_BPS)

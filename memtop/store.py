@@ -98,6 +98,9 @@ CREATE TABLE gpu_state(t REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name TE
 CREATE TABLE series(t REAL NOT NULL, gpu INTEGER NOT NULL, metric TEXT NOT NULL, data BLOB NOT NULL,
                     PRIMARY KEY (t, gpu, metric)) WITHOUT ROWID;
 CREATE TABLE host(t REAL PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE host_load(t REAL PRIMARY KEY, iowait_pct REAL NOT NULL, procs INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE host_proc(t REAL NOT NULL, i INTEGER NOT NULL, pid INTEGER NOT NULL, cpu_pct REAL NOT NULL,
+                       worker_of INTEGER, name TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY (t, i)) WITHOUT ROWID;
 CREATE TABLE stack(id INTEGER PRIMARY KEY, frames TEXT NOT NULL UNIQUE);
 CREATE TABLE stack_sample(t REAL NOT NULL, pid INTEGER NOT NULL, tid INTEGER, name TEXT, active INTEGER,
                           gil INTEGER, klass TEXT, stack INTEGER REFERENCES stack(id), error TEXT);
@@ -152,6 +155,19 @@ def _host_blob(h: HostSample, prev: bytes | None) -> tuple[bytes, bytes]:
     raw = json.dumps(d, separators=(",", ":")).encode()
     z = zlib.compressobj(6, zdict=prev) if prev else zlib.compressobj(6)
     return z.compress(raw) + z.flush(), raw
+
+
+# what the classifier reads of a process (phases.Classifier.bin_features), stored as host_proc's columns
+HOST_PROC_FIELDS = ("pid", "cpu_pct", "worker_of", "name", "state")
+_FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)
+
+
+def _utf8(s: str) -> bool:
+    try:
+        s.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Damaged(ValueError):
@@ -595,6 +611,21 @@ class Writer:
             self._stack_ids[text] = sid
         return sid
 
+    def _host_figures(self, t: float, raw: bytes) -> None:
+        """What the classifier reads of a host sample (iowait; each process's pid, CPU, parent GPU
+        process, name and state) as columns too, so a report reads them without decoding the JSON
+        (memtop.colscan). The values are the JSON's as a reader decodes it (``_host_from_blob``): the
+        two copies cannot disagree; a sample a reader would refuse gets none."""
+        try:
+            h = _host_from_blob(raw)
+        except _DECODE_ERRORS:
+            return
+        rows = [(t, i, *_FIGURES(p)) for i, p in enumerate(h.procs)]
+        if not all(_utf8(r[5]) and _utf8(r[6]) for r in rows):
+            return  # a name with bad UTF-8 (kept as surrogates in the JSON) has no TEXT form
+        self._db.execute("INSERT INTO host_load VALUES (?, ?, ?)", (t, h.iowait_pct, len(rows)))
+        self._db.executemany("INSERT INTO host_proc VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
     def _write(self, f: Frame) -> None:
         db = self._db
         db.execute("INSERT OR IGNORE INTO frame VALUES (?)", (f.t,))
@@ -626,6 +657,7 @@ class Writer:
             blob, self._host_prev = _host_blob(f.host, prev)
             if db.execute("INSERT OR IGNORE INTO host VALUES (?, ?)", (f.host.t, blob)).rowcount:
                 self._host_n += 1
+                self._host_figures(f.host.t, self._host_prev)
             else:  # not stored (same t): the next one must not be chained to it
                 self._host_n = 0
         for s in f.stacks:

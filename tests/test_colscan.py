@@ -186,3 +186,121 @@ def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch, tmp_path):
             for workers, chunk_s in [(8, 3.0), (3, 10.0), (3, 40.0)]:
                 assert _result(colscan.scan_columns(rec, *args, workers=workers, chunk_s=chunk_s)) == serial
     assert any(resumed) == (warm_s < 10)
+
+
+@pytest.fixture(scope="module")
+def rewritten(tmp_path_factory):
+    """Real recordings re-written through this Writer, so their host figures are stored as columns
+    too: labelled_s2, and heldout_torch_s3 (20 DataLoader workers: the input rules read them)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from long_runs import rewrite
+
+    d = tmp_path_factory.mktemp("rewritten")
+    out = {}
+    for p in (REC[2], DATA / "heldout_torch_s3.memtop"):
+        rewrite(p, d / p.name)
+        out[p.stem] = d / p.name
+    return out
+
+
+def _count(path: Path, sql: str) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(sql).fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_host_figures_report_the_same_bytes(rewritten):
+    for path in rewritten.values():
+        assert _count(path, "SELECT count(*) FROM host_load") == _count(path, "SELECT count(*) FROM host") > 0
+        _same(path)
+    torch = rewritten["heldout_torch_s3"]
+    assert _count(torch, "SELECT count(worker_of) FROM host_proc") > 1000  # DataLoader workers
+
+
+def test_host_figures_are_read_instead_of_the_json(rewritten, monkeypatch, tmp_path):
+    """The column path decodes a host sample's JSON only for a process's newest figures, and a
+    change to the stored figures changes its report (not the Frame path's, which reads the JSON)."""
+    path = tmp_path / "r.memtop"
+    shutil.copyfile(rewritten["heldout_torch_s3"], path)
+    decoded = []
+    real = colscan.plain_host
+    monkeypatch.setattr(
+        colscan, "plain_host", lambda raw, shapes=None: decoded.append(1) or real(raw, shapes)
+    )
+    before = _report(path, True, "json", {})
+    assert 0 < len(decoded) < 0.05 * _count(path, "SELECT count(*) FROM host")
+    db = sqlite3.connect(path)
+    db.execute("UPDATE host_proc SET cpu_pct = 100.0 WHERE worker_of IS NULL")
+    db.commit()
+    db.close()
+    assert _report(path, True, "json", {}) != before
+    assert _report(path, False, "json", {}) == before
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE host_proc SET pid = 'x' WHERE t IN (SELECT t FROM host_proc LIMIT 5)",
+        "UPDATE host_proc SET cpu_pct = 1e300 WHERE t IN (SELECT t FROM host_proc LIMIT 5)",
+        "DELETE FROM host_proc WHERE t IN (SELECT t FROM host_proc LIMIT 3)",
+        "UPDATE host_load SET procs = procs + 1 WHERE t IN (SELECT t FROM host_load LIMIT 2)",
+        "UPDATE host_load SET t = t + 0.001 WHERE t IN (SELECT t FROM host_load LIMIT 2)",
+        "DROP TABLE host_proc",
+        "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)",
+    ],
+)
+def test_damaged_host_figures_fall_back_to_frames(sql, rewritten, tmp_path, monkeypatch):
+    """Figures that are not as the Writer stores them, or a damaged blob beside them: the Frame path."""
+    path = tmp_path / "d.memtop"
+    shutil.copyfile(rewritten["labelled_s2"], path)
+    db = sqlite3.connect(path)
+    db.execute(sql)
+    db.commit()
+    db.close()
+    rec = Recording(path)
+    with pytest.raises(colscan.Unusual):
+        colscan.scan_columns(rec, None, rec.t0, rec.t1)
+    monkeypatch.undo()
+    assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+
+
+def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path):
+    """A process name with bad UTF-8 has no TEXT form: that sample gets no figures, and the report
+    reads its JSON; the result is the same."""
+    from dataclasses import replace
+
+    rec = Recording(REC[2])
+    out = tmp_path / "bad.memtop"
+    w = Writer(out, rec.meta, force=True)
+    for i, f in enumerate(rec.frames()):
+        if f.host is not None and f.host.procs and i % 7 == 0:
+            procs = (replace(f.host.procs[0], name="py\udcff"), *f.host.procs[1:])
+            f = replace(f, host=replace(f.host, procs=procs))
+        w.add(f)
+    w.close()
+    assert 0 < _count(out, "SELECT count(*) FROM host_load") < _count(out, "SELECT count(*) FROM host")
+    _same(out, VARIANTS[:2])
+
+
+def test_gpu_columns_decode_as_sql_does():
+    """colscan decodes the gpu columns over arrays: the same values (or missing) as the SQL the
+    Frame path reads them with, on the edges of each column's range and on values of other types."""
+    import numpy as np
+
+    from memtop.store import BY_NAME, _decode_sql
+
+    db = sqlite3.connect(":memory:")
+    for c in colscan._COLS:
+        m = BY_NAME[c]
+        lo, hi = m.lo * m.scale, m.hi * m.scale
+        values = [lo, hi, int(lo), int(hi), int(hi) + 1, -1, 0, 1, 7, 0.5, hi - 0.5, hi + 0.5, 1e999, -1e999]
+        values += [None, "5", b"\x01", 2**62, -(2**62), 1234567, 12.25, 2**53 + 1]
+        db.execute(f"CREATE TABLE t_{c}({c})")
+        db.executemany(f"INSERT INTO t_{c} VALUES (?)", [(v,) for v in values])
+        raw = tuple(r[0] for r in db.execute(f"SELECT {c} FROM t_{c}"))
+        want = [r[0] for r in db.execute(f"SELECT {_decode_sql(m)} FROM t_{c}")]
+        got = colscan._decoded(m, raw)
+        assert np.array_equal(got, np.array(want, dtype=np.float64), equal_nan=True), c
+        assert np.isnan(got).sum() == want.count(None) >= 6, c
