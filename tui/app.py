@@ -477,6 +477,7 @@ class MemtopApp(App[int]):
         if self.view is not None:
             self._layout(self.view)
             self._update_procs(self.view)
+            self._update_stacks(self.view)  # the depth follows the height: a paused view paints no more
 
     def _layout(self, v: View) -> None:
         """Where the screen has room (32 rows and more), the timeline gets one phase band per GPU
