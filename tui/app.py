@@ -162,6 +162,17 @@ class Refresh(Message):
         return isinstance(message, Refresh)
 
 
+class LeftColumn(Vertical):
+    """The host and process panels. The process table's top-frame column takes this column's width,
+    known only once the screen is laid out: the app's own Resize comes before that."""
+
+    class Resized(Message):
+        pass
+
+    def on_resize(self) -> None:
+        self.post_message(self.Resized())
+
+
 class HelpScreen(ModalScreen[None]):
     """Scrolls (arrows, pages) and fits 80x24; esc, q or ? closes it."""
 
@@ -366,7 +377,7 @@ class MemtopApp(App[int]):
         yield RowTable(fmt.GPU_COLUMNS, id="gpus")
         yield self._timeline(Timeline(self.ascii_only, id="timeline"))
         with Horizontal(id="bottom"):
-            with Vertical(id="left"):
+            with LeftColumn(id="left"):
                 yield TextPanel(tiles=4, id="host")
                 yield RowTable((*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL), id="procs")
             with VerticalScroll(id="right"):
@@ -476,8 +487,12 @@ class MemtopApp(App[int]):
     def _relayout(self) -> None:
         if self.view is not None:
             self._layout(self.view)
-            self._update_procs(self.view)
             self._update_stacks(self.view)  # the depth follows the height: a paused view paints no more
+
+    @on(LeftColumn.Resized)
+    def _left_resized(self) -> None:
+        if self.view is not None:
+            self._update_procs(self.view)
 
     def _layout(self, v: View) -> None:
         """Where the screen has room (32 rows and more), the timeline gets one phase band per GPU
