@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Region, Size
 from textual.containers import ScrollableContainer
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
