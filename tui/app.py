@@ -167,10 +167,12 @@ class LeftColumn(Vertical):
     known only once the screen is laid out: the app's own Resize comes before that."""
 
     class Resized(Message):
-        pass
+        def __init__(self, column: LeftColumn) -> None:
+            super().__init__()
+            self.column = column
 
     def on_resize(self) -> None:
-        self.post_message(self.Resized())
+        self.post_message(self.Resized(self))
 
 
 class HelpScreen(ModalScreen[None]):
@@ -490,9 +492,11 @@ class MemtopApp(App[int]):
             self._update_stacks(self.view)  # the depth follows the height: a paused view paints no more
 
     @on(LeftColumn.Resized)
-    def _left_resized(self) -> None:
-        if self.view is not None:
-            self._update_procs(self.view)
+    def _left_resized(self, ev: LeftColumn.Resized) -> None:
+        # the column itself, not the active screen (a modal one has no table), and not while its
+        # children are mounted or removed (at the start and the end)
+        if self.view is not None and ev.column.query("#procs"):
+            self._update_procs(self.view, column=ev.column)
 
     def _layout(self, v: View) -> None:
         """Where the screen has room (32 rows and more), the timeline gets one phase band per GPU
@@ -568,12 +572,13 @@ class MemtopApp(App[int]):
         rows = [(str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk)) for g in (f.gpus if f else ())]
         self.query_one("#gpus", RowTable).set_rows(rows)
 
-    def _update_procs(self, v: View, lk: Look | None = None) -> None:
-        table = self.query_one("#procs", RowTable)
+    def _update_procs(self, v: View, lk: Look | None = None, column: LeftColumn | None = None) -> None:
+        left = column or self.query_one("#left", LeftColumn)
+        table = left.query_one("#procs", RowTable)
         # the top frame takes the width the left column has (at least 24 cells; columns after the
         # table's edge are cut, the least useful last)
         fixed = sum(w + 1 for _, w in (*fmt.PROC_COLUMNS, *fmt.PROC_TAIL)) + 1
-        top_w = max(fmt.TOP_FRAME[1], self.query_one("#left").size.width - fixed)
+        top_w = max(fmt.TOP_FRAME[1], left.size.width - fixed)
         table.set_width(len(fmt.PROC_COLUMNS), top_w)
         rows = fmt.proc_rows(v, lk or self.look, top_w)
         table.set_rows(rows)
