@@ -162,6 +162,19 @@ class Refresh(Message):
         return isinstance(message, Refresh)
 
 
+class LeftColumn(Vertical):
+    """The host and process panels. The process table's top-frame column takes this column's width,
+    known only once the screen is laid out: the app's own Resize comes before that."""
+
+    class Resized(Message):
+        def __init__(self, column: LeftColumn) -> None:
+            super().__init__()
+            self.column = column
+
+    def on_resize(self) -> None:
+        self.post_message(self.Resized(self))
+
+
 class HelpScreen(ModalScreen[None]):
     """Scrolls (arrows, pages) and fits 80x24; esc, q or ? closes it."""
 
@@ -366,7 +379,7 @@ class MemtopApp(App[int]):
         yield RowTable(fmt.GPU_COLUMNS, id="gpus")
         yield self._timeline(Timeline(self.ascii_only, id="timeline"))
         with Horizontal(id="bottom"):
-            with Vertical(id="left"):
+            with LeftColumn(id="left"):
                 yield TextPanel(tiles=4, id="host")
                 yield RowTable((*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL), id="procs")
             with VerticalScroll(id="right"):
@@ -476,7 +489,14 @@ class MemtopApp(App[int]):
     def _relayout(self) -> None:
         if self.view is not None:
             self._layout(self.view)
-            self._update_procs(self.view)
+            self._update_stacks(self.view)  # the depth follows the height: a paused view paints no more
+
+    @on(LeftColumn.Resized)
+    def _left_resized(self, ev: LeftColumn.Resized) -> None:
+        # the column itself, not the active screen (a modal one has no table), and not while its
+        # children are mounted or removed (at the start and the end)
+        if self.view is not None and ev.column.query("#procs"):
+            self._update_procs(self.view, column=ev.column)
 
     def _layout(self, v: View) -> None:
         """Where the screen has room (32 rows and more), the timeline gets one phase band per GPU
@@ -552,12 +572,13 @@ class MemtopApp(App[int]):
         rows = [(str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk)) for g in (f.gpus if f else ())]
         self.query_one("#gpus", RowTable).set_rows(rows)
 
-    def _update_procs(self, v: View, lk: Look | None = None) -> None:
-        table = self.query_one("#procs", RowTable)
+    def _update_procs(self, v: View, lk: Look | None = None, column: LeftColumn | None = None) -> None:
+        left = column or self.query_one("#left", LeftColumn)
+        table = left.query_one("#procs", RowTable)
         # the top frame takes the width the left column has (at least 24 cells; columns after the
         # table's edge are cut, the least useful last)
         fixed = sum(w + 1 for _, w in (*fmt.PROC_COLUMNS, *fmt.PROC_TAIL)) + 1
-        top_w = max(fmt.TOP_FRAME[1], self.query_one("#left").size.width - fixed)
+        top_w = max(fmt.TOP_FRAME[1], left.size.width - fixed)
         table.set_width(len(fmt.PROC_COLUMNS), top_w)
         rows = fmt.proc_rows(v, lk or self.look, top_w)
         table.set_rows(rows)

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.containers import ScrollableContainer
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
@@ -173,6 +174,17 @@ class TiledLines(KeepsRender):
         if len(lines) != len(self._lines):
             self.set_lines(lines)
 
+    def _room(self) -> int:
+        """The most lines the kept height may pad to: in a scrolling container (the stacks and caps
+        panels), no more than its visible rows leave beside the other panels there. Padding past them
+        made the container scroll through blank lines: a scrollbar (its thumb's end a block character
+        beside blank rows) and the panels below pushed out of sight."""
+        box = self.parent
+        if not isinstance(box, ScrollableContainer):
+            return self._floor[1]
+        others = sum(w.outer_size.height for w in box.children if w is not self and w.display)
+        return box.scrollable_content_region.height - others
+
     def set_lines(self, lines: list[Strip], changed: list[tuple[int, int]] | None = None) -> None:
         """Show ``lines``; ``changed`` (line, tile) pairs, when the caller knows them, spare the diff.
 
@@ -181,6 +193,7 @@ class TiledLines(KeepsRender):
         """
         lines = [styled(line) for line in lines]
         width, floor = self._floor
+        floor = min(floor, self._room())
         if width == self.size.width and len(lines) < floor:
             lines = lines + [Strip([])] * (floor - len(lines))
         self._floor = (self.size.width, len(lines))
