@@ -243,7 +243,7 @@ class Pipeline:
             for g, ls in labels.items()
         }
         for s in stragglers(labels, jobs):
-            verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame)
+            verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame, labels[s.gpu][-1])
         return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events, stacks)
 
     def set_status(self, **kw: Any) -> None:

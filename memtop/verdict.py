@@ -284,8 +284,12 @@ _STRAGGLER_ADVICE = {
 }
 
 
-def straggler_verdict(s: Straggler, v: Verdict, frame: Frame | None = None) -> Verdict:
-    """The verdict of a GPU the rest of its job waits for: the straggler first, its own verdict after."""
+def straggler_verdict(
+    s: Straggler, v: Verdict, frame: Frame | None = None, now: Label | None = None
+) -> Verdict:
+    """The verdict of a GPU the rest of its job waits for: the straggler first, then the numbers of its
+    newest label (`now`: what it is doing while the others wait; the window verdict's evidence
+    otherwise), its own advice after."""
     t0 = frame.t - s.window_s if frame is not None else 0.0
     return Verdict(
         s.gpu,
@@ -294,7 +298,7 @@ def straggler_verdict(s: Straggler, v: Verdict, frame: Frame | None = None) -> V
         v.window_s,
         f"GPU {s.gpu} is the straggler: its peers wait for it in collectives "
         f"({100 * s.peer_comm:.0f} % of the last {s.window_s:.0f} s)",
-        s.evidence + "; " + v.evidence,
+        s.evidence + "; " + (f"now {_evidence(now)}" if now is not None else v.evidence),
         (
             _STRAGGLER_ADVICE.get(
                 s.phase,

@@ -111,3 +111,26 @@ def test_the_report_names_each_straggler_episode_of_a_real_run():
             assert hit and any(e["phase"] == m.label for e in hit), (m.name, gpu, by_gpu[gpu])
             assert all(e["peers"] == [1 - gpu] for e in hit)
     assert "straggler (its job's other GPUs waited for it in collectives)" in render(rep, "text")
+
+
+def test_the_live_straggler_verdict_quotes_what_the_late_gpu_does_now():
+    """Through the live pipeline on a real run: in the late rank's compute phase its verdict is the
+    straggler's, with the numbers of its newest label (SM high), not the 60 s window's."""
+    from memtop.pipeline import Pipeline, Status
+
+    path = _runs("heldout_ddp")[2]
+    rec = Recording(path)
+    (late,) = [
+        (gpu, m)
+        for gpu, ms in gpu_markers(rec).items()
+        for m in ms
+        if m.name == "straggler_compute" and json.loads(m.facts or "{}").get("straggler")
+    ]
+    gpu, m = late
+    p = Pipeline(Status("replay"))
+    for f in rec.frames(end=m.t1 - 1.0):
+        p.on_frame(f, tick=False)
+    v = p.view().verdicts[gpu]
+    assert v.straggler and v.evidence.startswith(f"straggler: GPU {gpu} compute")
+    now = v.evidence.split("; now ", 1)[1]
+    assert int(now.split("SM ")[1].split(" %")[0]) >= 70, v.evidence
