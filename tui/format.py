@@ -378,16 +378,10 @@ def stacks_text(
 
 def unheld(caps: tuple[Capability, ...], stacks: Mapping[int, StackSample]) -> tuple[Capability, ...]:
     """The capabilities to list: a failed stack read is left out while a good stack of that process
-    stands in for it (the pipeline holds one for STACK_HOLD_S)."""
-    return tuple(
-        c
-        for c in caps
-        if not (c.source == "stacks" and (s := stacks.get(_pid_of(c.name))) is not None and s.threads)
-    )
-
-
-def _pid_of(name: str) -> int:
-    return int(name[4:]) if name.startswith("pid ") and name[4:].isdigit() else -1
+    stands in for it (the pipeline holds one for STACK_HOLD_S). Stack capabilities are named
+    "pid N", as stacks_text looks them up."""
+    held = {f"pid {pid}" for pid, s in stacks.items() if s.threads}
+    return tuple(c for c in caps if not (c.source == "stacks" and c.name in held))
 
 
 def caps_text(
