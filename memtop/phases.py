@@ -8,6 +8,7 @@ runs are classified identically. Rules are a table, first match wins; then hyste
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -17,6 +18,7 @@ from operator import attrgetter
 
 from memtop.model import Frame, GpuSample, PcieLink, StackSample
 from memtop.records import Evidence, Gap, StackTop
+from memtop.ruleview import Bool, One, Str, View
 from memtop.stackclass import site
 from memtop.straggler import job_groups
 
@@ -151,26 +153,30 @@ def evidence_mode(f: Features) -> str:
     return ("GPM" if f.gpm else "NVML-only") + (" + stacks" if f.stack_n else ", no stacks")
 
 
+# The rules read a bin's features through a view (memtop.ruleview): one bin's Features as scalars (live
+# mode, one bin at a time) or every bin's as arrays (the report), by the same expressions. So they are
+# written with & | for and/or, ``v.no`` for not and ``v.where`` for a conditional, which both forms
+# evaluate alike; a missing value (SM without GPM) reads as 0 beside a ``has_`` flag.
 # Each rule: (label, description, predicate, sub-tag function or None). First match wins.
-def _under(f: Features) -> bool:
-    return f.graphics < 80
+def _under(v: View) -> Bool:
+    return v.graphics < 80
 
 
-def _copy_engines(f: Features) -> bool:
+def _copy_engines(v: View) -> Bool:
     """GPM graphics near zero while NVML util (which counts copies) is high: the copy engines run."""
-    return f.gpm and f.graphics < 5 and (f.util or 0) >= 50
+    return v.gpm & (v.graphics < 5) & (v.util0 >= 50)
 
 
-def _workers_busy(f: Features) -> bool:
+def _workers_busy(v: View) -> Bool:
     """Without stacks, DataLoader workers at work are the input pipeline's only trace."""
-    return f.stack_n == 0 and f.worker_cpu >= 15
+    return (v.stack_n == 0) & (v.worker_cpu >= 15)
 
 
-def _real_kernels(f: Features, nvml_min: float = 1.0) -> bool:
+def _real_kernels(v: View, nvml_min: float = 1.0) -> Bool:
     """Kernels that do work, not a stream of tiny launches: SM busy for much of the graphics time;
     NVML-only has no SM, and tiny launches leave NVML memory util at 0 while real kernels move some
     (``nvml_min``, the bin's mean of whole percents)."""
-    return f.sm >= 0.4 * f.graphics if f.sm is not None else (f.dram or 0) >= nvml_min
+    return v.where(v.has_sm, v.sm0 >= 0.4 * v.graphics, v.dram0 >= nvml_min)
 
 
 # NVML's memory util counts the share of time memory was read or written, not bandwidth: matmul
@@ -191,28 +197,28 @@ RAMP_RISE = 15.0
 NO_STACKS_PCIE = 0.1
 
 
-def _sync_seen(f: Features) -> bool:
+def _sync_seen(v: View) -> Bool:
     """The stack window holds the main thread waiting in a sync: direct evidence of a stall."""
-    return f.shares.get("sync", 0) >= 0.1
+    return v.share("sync") >= 0.1
 
 
-def _main_awake(f: Features) -> bool:
+def _main_awake(v: View) -> Bool:
     """The host's turn is Python at work: where stacks were sampled in the last second, the main thread
     was seen doing something, not only asleep. No sample there (no stacks, or none that recent) is no
     evidence either way. A resnet50 step's first second (heldout7_torch_s85, heldout_torch_s3: the GPU
     ramping 8 -> 79 -> 56 -> 100 %, the main thread asleep while workers fed it) read as a stall."""
-    return not f.recent or bool(f.recent - {"idle"})
+    return v.awake
 
 
-def _pageable(f: Features) -> str:
-    return "pageable" if f.shares.get("copy", 0) >= 0.2 or f.pcie_frac < 0.5 else "dma"
+def _pageable(v: View) -> Str:
+    return v.where((v.share("copy") >= 0.2) | (v.pcie_frac < 0.5), "pageable", "dma")
 
 
-def _input_sub(f: Features) -> str:
-    if f.workers == 0:
-        return "main"  # num_workers=0: __getitem__ runs in the training process
-    # saturated workers prepare data; sleeping ones (S/D state, iowait) wait on storage
-    return "prep" if f.worker_cpu >= 60 and f.worker_sleeping < 0.5 else "fetch"
+def _input_sub(v: View) -> Str:
+    # num_workers=0: __getitem__ runs in the training process ("main"); saturated workers prepare
+    # data, sleeping ones (S/D state, iowait) wait on storage
+    busy = (v.worker_cpu >= 60) & (v.worker_sleeping < 0.5)
+    return v.where(v.workers == 0, "main", v.where(busy, "prep", "fetch"))
 
 
 # NVLink peak per direction by GPU name, first match. An unknown board gets the lowest listed
@@ -246,7 +252,7 @@ COMM_NVLINK_BW = 0.5  # of NVLink's peak: a bandwidth-bound collective...
 COMM_BW_SM_MAX = 50.0  # ...moves data with more SMs at work
 
 
-def _collective(f: Features) -> bool:
+def _collective(v: View) -> Bool:
     """The GPU pattern of a collective. NCCL runs a few CTAs per channel, so the graphics engine reads
     busy while SM activity, tensor pipes and DRAM stay near zero (waiting for a peer); a
     bandwidth-bound collective moves NVLink near its peak with more SMs at work. Needs GPM (SM
@@ -254,63 +260,62 @@ def _collective(f: Features) -> bool:
     tensor and DRAM already mean low power. A 0.5 s bin that waits for only part of it carries the
     step's compute (tensor, DRAM) and stays `other`: missed, never a false comm, until recordings
     calibrate these limits."""
-    if (
-        not f.gpm
-        or f.sm is None
-        or f.graphics < COMM_GRAPHICS_MIN
-        or (f.tensor or 0) >= COMM_TENSOR_MAX
-        or f.pcie_frac >= COMM_PCIE_MAX
-    ):
-        return False
-    if f.nvlink_frac >= COMM_NVLINK_BW:
-        return f.sm < COMM_BW_SM_MAX
-    return f.sm < COMM_SM_MAX and (f.dram or 0) < COMM_DRAM_MAX
+    gpu = (
+        v.gpm
+        & v.has_sm
+        & (v.graphics >= COMM_GRAPHICS_MIN)
+        & (v.tensor0 < COMM_TENSOR_MAX)
+        & (v.pcie_frac < COMM_PCIE_MAX)
+    )
+    quiet_sms = (v.sm0 < COMM_SM_MAX) & (v.dram0 < COMM_DRAM_MAX)
+    return gpu & v.where(v.nvlink_frac >= COMM_NVLINK_BW, v.sm0 < COMM_BW_SM_MAX, quiet_sms)
 
 
-def _comm_confirmed(f: Features) -> bool:
+def collective(f: Features) -> bool:
+    """One bin's features show a collective's GPU pattern (_collective)."""
+    return bool(_collective(One(f)))
+
+
+def _comm_confirmed(v: View) -> Bool:
     """A lone spinning kernel looks the same: stacks in a collective, or a peer GPU of the job that is
     not in one (the rank being waited for), or NVLink near its peak between the job's GPUs confirm it.
     With NCCL a work's .wait() does not block the CPU, so the main thread often waits at the next CUDA
     sync instead: then the peers are the evidence."""
-    return (
-        f.shares.get("comm", 0) >= 0.2
-        or bool(f.peers_elsewhere)
-        or (bool(f.peers) and f.nvlink_frac >= COMM_NVLINK_BW)
-    )
+    return (v.share("comm") >= 0.2) | v.has_away | (v.has_peers & (v.nvlink_frac >= COMM_NVLINK_BW))
 
 
-def _comm_sub(f: Features) -> str:
-    return "bandwidth" if f.nvlink_frac >= COMM_NVLINK_BW else "wait"
+def _comm_sub(v: View) -> Str:
+    return v.where(v.nvlink_frac >= COMM_NVLINK_BW, "bandwidth", "wait")
 
 
-RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], str] | None], ...] = (
+RULES: tuple[tuple[str, str, Callable[[View], Bool], Callable[[View], Str] | None], ...] = (
     (
         "idle",
         "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on "
         "(without stacks: none alive; workers asleep beside an idle GPU wait on storage)",
-        lambda f: (
-            f.graphics < 5
-            and f.pcie_frac < 0.02
-            and f.proc_cpu < 20
-            and not (f.workers > 0 and (f.shares.get("data", 0) >= 0.2 or f.stack_n == 0))
+        lambda v: (
+            (v.graphics < 5)
+            & (v.pcie_frac < 0.02)
+            & (v.proc_cpu < 20)
+            & v.no((v.workers > 0) & ((v.share("data") >= 0.2) | (v.stack_n == 0)))
         ),
         None,
     ),
     (
         "transfer",
         "PCIe (both directions) >= 50 % of link, or copy engines busy (NVML util >= 50 %, graphics < 5 %), SM < 30 %",
-        lambda f: (
-            (f.pcie_frac >= 0.5 or _copy_engines(f))
-            and (f.sm if f.sm is not None else 0) < 30
-            and (f.gpm or (f.dram or 0) < 10)  # NVML-only: kernels beside the copies move memory
+        lambda v: (
+            ((v.pcie_frac >= 0.5) | _copy_engines(v))
+            & (v.sm0 < 30)
+            & (v.gpm | (v.dram0 < 10))  # NVML-only: kernels beside the copies move memory
         ),
         _pageable,
     ),
     (
         "transfer",
         "GPM: PCIe >= 1 GB/s while graphics < 5 % (the GPU only copies)",
-        lambda f: f.gpm and f.pcie_bps >= 1e9 and f.graphics < 5,
-        lambda f: "pageable",
+        lambda v: v.gpm & (v.pcie_bps >= 1e9) & (v.graphics < 5),
+        lambda v: "pageable",
     ),
     # after the two transfer rules that need no stacks (PCIe >= 50 % of link, copy engines alone) and
     # before the rest: a rank waiting in NCCL moves 7-30 % of PCIe (measured on 2 H200s, FSDP) while its
@@ -322,65 +327,60 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
         "GPM: graphics >= 80 % with SM < 30 %, tensor < 5 %, DRAM < 10 % (or NVLink >= 50 % of peak and "
         "SM < 50 %), confirmed by collective stacks >= 20 %, a peer GPU of the job not in a collective, "
         "or NVLink >= 50 % of peak with peers",
-        lambda f: _collective(f) and _comm_confirmed(f),
+        lambda v: _collective(v) & _comm_confirmed(v),
         _comm_sub,
     ),
     (
         "transfer",
         "PCIe >= 1 GB/s with SM < 30 % and copy or wait stacks >= 20 % (pageable/staged)",
-        lambda f: (
-            f.pcie_bps >= 1e9
-            and (f.sm if f.sm is not None else 0) < 30
-            and f.shares.get("copy", 0) + f.shares.get("sync", 0) >= 0.2
-            and (f.gpm or (f.dram or 0) < 10)
+        lambda v: (
+            (v.pcie_bps >= 1e9)
+            & (v.sm0 < 30)
+            & (v.share("copy") + v.share("sync") >= 0.2)
+            & (v.gpm | (v.dram0 < 10))
         ),
-        lambda f: "pageable",
+        lambda v: "pageable",
     ),
     (
         "transfer",
         "no stacks: PCIe (both directions) >= 10 % of link with SM < 30 % and memory < 10 %: without GPM or "
         "stacks a pageable copy is only its PCIe traffic (NVML util counts the copy engines, up to 82 %)",
-        lambda f: (
-            f.stack_n == 0
-            and f.pcie_frac >= NO_STACKS_PCIE
-            and (f.sm if f.sm is not None else 0) < 30
-            and (f.dram or 0) < 10
-        ),
-        lambda f: "pageable",
+        lambda v: (v.stack_n == 0) & (v.pcie_frac >= NO_STACKS_PCIE) & (v.sm0 < 30) & (v.dram0 < 10),
+        lambda v: "pageable",
     ),
     (
         "memory",
         "DRAM >= 60 % (NVML-only: memory util >= 85 %) with graphics >= 80 %",
-        lambda f: (f.dram or 0) >= (60 if f.gpm else NVML_MEMORY_UTIL) and f.graphics >= 80,
+        lambda v: (v.dram0 >= v.where(v.gpm, 60, NVML_MEMORY_UTIL)) & (v.graphics >= 80),
         None,
     ),
     (
         "compute",
         "graphics >= 80 % and SM >= 70 %",
-        lambda f: f.graphics >= 80 and (f.sm is None or f.sm >= 70),
+        lambda v: (v.graphics >= 80) & (v.no(v.has_sm) | (v.sm0 >= 70)),
         None,
     ),
     (
         "input",
         "GPU under-used, input-pipeline stacks >= 20 %, and workers alive or loading in-process",
-        lambda f: (
-            _under(f)
-            and f.shares.get("data", 0) >= 0.2
-            and "data" in f.recent
-            and (f.workers > 0 or f.proc_cpu >= 50)
+        lambda v: (
+            _under(v)
+            & (v.share("data") >= 0.2)
+            & v.recent_has("data")
+            & ((v.workers > 0) | (v.proc_cpu >= 50))
         ),
         _input_sub,
     ),
     (
         "input",
         "no stacks: GPU under-used while DataLoader workers are busy (CPU >= 15 %) or the main process waits",
-        lambda f: f.stack_n == 0 and _under(f) and f.workers > 0 and (_workers_busy(f) or f.proc_cpu < 50),
+        lambda v: (v.stack_n == 0) & _under(v) & (v.workers > 0) & (_workers_busy(v) | (v.proc_cpu < 50)),
         _input_sub,
     ),
     (
         "sync",
         "graphics 15-80 % with real kernels (SM >= 0.4 x graphics) and sync stacks >= 10 %",
-        lambda f: 15 <= f.graphics < 80 and _real_kernels(f) and _sync_seen(f),
+        lambda v: (v.graphics >= 15) & (v.graphics < 80) & _real_kernels(v) & _sync_seen(v),
         None,
     ),
     (
@@ -389,22 +389,21 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
         f"steady (< {RAMP_RISE:.0f} points above the previous bin), process CPU >= 50 %, the main thread not "
         "only asleep in the last second's stacks: the host and the GPU take turns, whether or not a stack "
         "sample caught the wait",
-        lambda f: (
-            22 <= f.graphics < 80
-            and f.rise < RAMP_RISE
-            and _real_kernels(f)
-            and f.proc_cpu >= 50
-            and _main_awake(f)
+        lambda v: (
+            (v.graphics >= 22)
+            & (v.graphics < 80)
+            & (v.rise < RAMP_RISE)
+            & _real_kernels(v)
+            & (v.proc_cpu >= 50)
+            & _main_awake(v)
         ),
         None,
     ),
     (
         "cpu",
         "GPU under-used, main thread busy (CPU >= 50 %)",
-        lambda f: _under(f) and f.proc_cpu >= 50,
-        lambda f: (
-            "launch" if f.sm is not None and f.graphics >= 10 and f.graphics >= 2 * f.sm + 10 else "python"
-        ),
+        lambda v: _under(v) & (v.proc_cpu >= 50),
+        lambda v: v.where(v.has_sm & (v.graphics >= 10) & (v.graphics >= 2 * v.sm0 + 10), "launch", "python"),
     ),
 )
 
@@ -423,26 +422,26 @@ RULES: tuple[tuple[str, str, Callable[[Features], bool], Callable[[Features], st
 UNDER_USED = {"sync", "cpu", "input", "other"}
 
 SYNC_HOLD_S = STACK_WINDOW_S
-STICKY: dict[str, tuple[set[str], str, Callable[[Features], bool]]] = {
+STICKY: dict[str, tuple[set[str], str, Callable[[View], Bool]]] = {
     "compute": (
         UNDER_USED,
         "graphics >= 75 %, SM >= 60 %; or GPM with NVML util >= 95 % (kernels or copies ran all the time)",
-        lambda f: (f.graphics >= 75 and (f.sm is None or f.sm >= 60)) or (f.gpm and (f.util or 0) >= 95),
+        lambda v: ((v.graphics >= 75) & (v.no(v.has_sm) | (v.sm0 >= 60))) | (v.gpm & (v.util0 >= 95)),
     ),
     "memory": (
         UNDER_USED,
         "graphics >= 75 %, DRAM >= 55 % (NVML-only: memory util >= 80 %)",
-        lambda f: f.graphics >= 75 and (f.dram or 0) >= (55 if f.gpm else NVML_MEMORY_UTIL - 5),
+        lambda v: (v.graphics >= 75) & (v.dram0 >= v.where(v.gpm, 55, NVML_MEMORY_UTIL - 5)),
     ),
     "sync": (
         {"cpu"},
         f"graphics 10-80 % (GPM: or NVML util >= 10 %) with real kernels (NVML-only: memory util > 0), and a "
         f"sync wait within {SYNC_HOLD_S:.0f} s or process CPU >= 50 %",
-        lambda f: (
-            (f.graphics >= 10 or (f.gpm and (f.util or 0) >= 10))
-            and f.graphics < 80
-            and _real_kernels(f, nvml_min=0.1)
-            and (f.sync_age <= SYNC_HOLD_S or f.proc_cpu >= 50)
+        lambda v: (
+            ((v.graphics >= 10) | (v.gpm & (v.util0 >= 10)))
+            & (v.graphics < 80)
+            & _real_kernels(v, nvml_min=0.1)
+            & ((v.sync_age <= SYNC_HOLD_S) | (v.proc_cpu >= 50))
         ),
     ),
 }
@@ -472,35 +471,100 @@ MIX_CONFIRM = 2
 SATURATED = ("compute", "memory")
 
 
+def _quiet(v: View) -> Bool:
+    return v.no(v.alive) | ((v.graphics < 1) & (v.util0 < 1) & (v.pcie_frac < 0.005))
+
+
 def quiet(f: Features) -> bool:
     """Idle beyond one reading's doubt: no process left on the GPU, or no kernel, copy or PCIe traffic
     across the bin's GPU samples (10 a second; a tiny step loop still reads NVML util above 0)."""
-    return not f.alive or (f.graphics < 1 and (f.util or 0) < 1 and f.pcie_frac < 0.005)
+    return bool(_quiet(One(f)))
 
 
 def confirm_bins(raw: str, stable: str, f: Features, confirm: int, bin_s: float) -> int:
     """Bins in a row the candidate ``raw`` must win to replace ``stable`` (one-bin excursions above)."""
-    if f.stopped:
+    return _confirm(raw, stable, f.stopped, quiet(f), confirm, bin_s)
+
+
+def _confirm(raw: str, stable: str, stopped: bool, is_quiet: bool, confirm: int, bin_s: float) -> int:
+    if stopped:
         return confirm + math.ceil(STOPPED_HOLD_S / bin_s - 1e-9)
     if raw == "other":
         return confirm + math.ceil(OTHER_HOLD_S / bin_s - 1e-9)
-    if raw == "idle" and stable not in ("", "idle", "other") and not quiet(f):
+    if raw == "idle" and stable not in ("", "idle", "other") and not is_quiet:
         return max(confirm, IDLE_CONFIRM)
     if raw in SATURATED and stable in SATURATED:
         return max(confirm, MIX_CONFIRM)
     return confirm
 
 
+# Rule ids: RULES' indices, then "no rule matched", then each sticky label's exit threshold
+NO_RULE = len(RULES)
+EXIT = {lab: NO_RULE + 1 + k for k, lab in enumerate(STICKY)}
+RULE_LABEL = tuple(r[0] for r in RULES) + ("other",) + tuple(STICKY)
+RULE_TEXT = (
+    tuple(r[1] for r in RULES)
+    + ("no rule matched",)
+    + tuple(f"{lab} exit threshold ({why})" for lab, (_, why, _) in STICKY.items())
+)
+
+
+def first_rule(v: View) -> int:
+    """The id of the first rule one bin's view matches (NO_RULE: none)."""
+    return next((k for k, r in enumerate(RULES) if r[2](v)), NO_RULE)
+
+
+def rule_sub(rid: int, v: View) -> Str:
+    """The sub-tag rule ``rid`` gives (its function's, over a view of one bin or of many)."""
+    sub = RULES[rid][3] if rid < NO_RULE else None
+    return sub(v) if sub else ""
+
+
+def settle(
+    rid: int,
+    state: tuple[str, str, int],
+    warm: bool,
+    keeps: Callable[[str], bool],
+    stopped: bool,
+    is_quiet: bool,
+    confirm: int,
+    bin_s: float,
+) -> tuple[int, tuple[str, str, int]]:
+    """One bin's hysteresis: (the rule id that stands, the new (stable, candidate, run)) from the first
+    rule that matched (``rid``) and the state before. ``warm``: the bin is past the warm-up;
+    ``keeps(label)``: that label's exit threshold holds this bin. The Classifier calls it bin by bin
+    live; memtop.binscan over the rule ids of a whole range: the one definition of the hysteresis."""
+    stable, cand, run = state
+    raw = RULE_LABEL[rid]
+    if stable in STICKY and raw in STICKY[stable][0] and keeps(stable):
+        rid, raw = EXIT[stable], stable
+    if not warm:
+        return rid, ("", raw, 1)
+    run = run + 1 if raw == cand else 1
+    if not stable or (raw != stable and run >= _confirm(raw, stable, stopped, is_quiet, confirm, bin_s)):
+        stable = raw
+    return rid, (stable, raw, run)
+
+
+def _confidence(gpm: bool, stacked: bool, settled: bool) -> float:
+    conf = 0.9 if gpm else 0.65
+    if not stacked:
+        conf *= 0.8
+    if not settled:  # the rule's label is not (yet) the one shown
+        conf *= 0.6
+    return round(conf, 2)
+
+
+CONFIDENCE = {k: _confidence(*k) for k in itertools.product((False, True), repeat=3)}
+
+
 def evaluate(f: Features, current: str = "") -> tuple[str, str, str]:
     """(label, rule text, sub-tag) for one bin's features, given the current stable label."""
-    label, text, sub = next(
-        ((lab, txt, sb) for lab, txt, pred, sb in RULES if pred(f)), ("other", "no rule matched", None)
-    )
-    if current in STICKY:
-        overrules, why, keep = STICKY[current]
-        if label in overrules and keep(f):
-            return current, f"{current} exit threshold ({why})", ""
-    return label, text, sub(f) if sub else ""
+    v = One(f)
+    rid = first_rule(v)
+    if current in STICKY and RULE_LABEL[rid] in STICKY[current][0] and STICKY[current][2](v):
+        rid = EXIT[current]
+    return RULE_LABEL[rid], RULE_TEXT[rid], str(rule_sub(rid, v))
 
 
 @dataclass
@@ -775,27 +839,30 @@ class Classifier:
         return shares, gil / total, len(ws), busy, tops, frozenset(recent), sync_age
 
     def _label(self, f: Features) -> None:
-        stable, cand, run = self._state.get(f.gpu, ("", "", 0))
-        raw, rule, sub = evaluate(f, stable)
+        v = One(f)
         nb = self._nbins.get(f.gpu, 0) + 1
         self._nbins[f.gpu] = nb
-        if nb <= self.warmup_bins:
-            stable, cand, run = "", raw, 1
-        else:
-            run = run + 1 if raw == cand else 1
-            cand = raw
-            if not stable or (
-                raw != stable and run >= confirm_bins(raw, stable, f, self.confirm, self.bin_s)
-            ):
-                stable = raw
-        self._state[f.gpu] = (stable, cand, run)
-        conf = 0.9 if f.gpm else 0.65
-        if f.stack_n == 0:
-            conf *= 0.8
-        if raw != stable:
-            conf *= 0.6
+        rid, state = settle(
+            first_rule(v),
+            self._state.get(f.gpu, ("", "", 0)),
+            nb > self.warmup_bins,
+            lambda lab: bool(STICKY[lab][2](v)),
+            f.stopped,
+            bool(_quiet(v)),
+            self.confirm,
+            self.bin_s,
+        )
+        self._state[f.gpu] = state
+        stable, raw = state[0], RULE_LABEL[rid]
         lab = Label(
-            f.t, f.gpu, raw, stable or "warmup", round(conf, 2), rule, f, sub if stable == raw else ""
+            f.t,
+            f.gpu,
+            raw,
+            stable or "warmup",
+            CONFIDENCE[f.gpm, f.stack_n > 0, raw == stable],
+            RULE_TEXT[rid],
+            f,
+            str(rule_sub(rid, v)) if stable == raw else "",
         )
         self.labels.setdefault(f.gpu, []).append(lab)
 
@@ -813,7 +880,7 @@ def _with_peers(found: dict[int, Features], jobs: dict[int, str]) -> dict[int, F
         key = jobs.get(gpu)
         peers = tuple(p for p in sorted(found) if p != gpu and key is not None and jobs.get(p) == key)
         if peers:
-            away = tuple(p for p in peers if not _collective(found[p]))
+            away = tuple(p for p in peers if not collective(found[p]))
             f = replace(f, peers=peers, peers_elsewhere=away)
         out[gpu] = f
     return out
