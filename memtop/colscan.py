@@ -30,11 +30,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from memtop.binscan import LabelSeq, Rules, Window, gpu_bins, settle_all, with_peers
 from memtop.metrics import Metric
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
-from memtop.phases import STACK_WINDOW_S, Classifier, Features, _mean, stack_info
+from memtop.phases import Classifier, gap_event, stack_info
 from memtop.progress import Progress
-from memtop.scan import CHUNK_MIN_S, WARM_S, Aggregates, _main_only, scan
+from memtop.scan import WARM_S, Aggregates, _main_only, scan
 from memtop.store import (
     _DECODE_ERRORS,
     _SAMPLE,
@@ -53,6 +54,7 @@ from memtop.store import (
     plain_host,
     stack_sample,
 )
+from memtop.straggler import job_groups
 
 # the GPU columns read: what the features, gaps and aggregates use (phases._BIN_MEANS, busy, throttling)
 _COLS: tuple[str, ...] = ("util", "mem_util", "graphics", "dram", "sm", "tensor", "pcie_rx", "pcie_tx")
@@ -111,7 +113,7 @@ def scan_columns(
     each chunk reads WARM_S early; where the classifier's state it reached at its start differs from
     the one the chunk before ended in, the chunk is scanned again from that state."""
     workers = workers or min(8, os.cpu_count() or 1)
-    n = 1 if workers < 2 else max(1, min(workers, int((hi - lo) // (chunk_s or CHUNK_MIN_S))))
+    n = 1  # TODO parallel
     with no_gc():
         if n > 1:
             got = _parallel(rec, read_from, lo, hi, n, tick)
@@ -287,71 +289,34 @@ def _scan(
     # Classifier.feed's bin start of each Frame, (t // b) * b: numpy's float floor division is
     # CPython's algorithm (fmod, then the same corrections), so these are the same floats
     sa = np.floor_divide(ft, b) * b
-    starts = sa.tolist()
-    ends = np.flatnonzero(sa[1:] != sa[:-1]).tolist() + [len(starts) - 1]
-    bin_of = np.repeat(np.arange(len(ends)), np.diff(np.array([-1, *ends])))
-    per_gpu = [g.binner(bin_of, len(ends)) for g in gpus]
+    ends = np.append(np.flatnonzero(sa[1:] != sa[:-1]), len(frames) - 1)
+    bin_of = np.repeat(np.arange(len(ends)), np.diff(np.concatenate([[-1], ends])))
+    gpm = GPU_MODES.index("gpm")
+    found = {}
+    for g in gpus:
+        got = gpu_bins(g, hosts, stacks.window, ft, sa, ends, bin_of, gpm)
+        if got is not None:
+            found[g.index] = got
+    if tick:
+        tick(0.5 * (hi - lo))
+
+    def jobs_at(k: int) -> dict[int, str]:  # the GPUs' processes and the host's, at a bin's last Frame
+        return job_groups(Frame(frames[k], gpus=_samples_at(gpus, k), host=hosts.sample(k)))
+
+    with_peers(found, len(ends), jobs_at)
+    labels = {}
+    for g, (bins, _) in found.items():
+        rules = Rules.of(bins)
+        rid, stable, _ = settle_all(rules, clf.warmup_bins, clf.confirm, b)
+        first = int(np.searchsorted(bins.k, i_lo - 1, "left"))  # bins closed by a Frame before lo warm up
+        labels[g] = LabelSeq(bins, rules, rid, stable, first)
     # gaps: each GPU's new samples in Frame order (feed tracks them after the Frame's stacks)
-    gap_lo: dict[int, tuple | None] = {}  # each GPU's open gap at Frame i_lo
-    reset = None if resume is None else dict(resume[0][3])
-    gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf, i_lo, gap_lo, reset))
-
-    window, order = clf._stacks, stacks.window
-    nxt = 0
-
-    def advance(k: int) -> None:  # the stack window as Classifier.feed leaves it after Frame k
-        nonlocal nxt
-        while nxt < len(order) and order[nxt][0] <= k:
-            window.append(order[nxt][1:])
-            nxt += 1
-        edge = frames[k] - STACK_WINDOW_S
-        while window and window[0][0].t < edge:
-            window.popleft()
-
-    n_labels: dict[int, int] = {}
-    n_gaps = 0
-    gi = 0
-    start = None
-
-    def at_lo(key: tuple) -> tuple:  # the state lo starts from; with ``resume``, replaced by that
-        if resume is not None:
-            (state, nbins, graphics, _), _ = resume
-            clf._state, clf._nbins, clf._graphics = dict(state), dict(nbins), dict(graphics)
-        return key
-
-    if i_lo == 0:
-        start = at_lo(_state_key(clf, gap_lo))
-    for n, k in enumerate(ends):
-        while gi < len(gap_at) and gap_at[gi][0] <= k:
-            fk, g, span = gap_at[gi]
-            if fk < i_lo:
-                n_gaps += 1
-            advance(fk)
-            clf.gaps.append(clf._gap_event(g, span))
-            gi += 1
-        advance(k)
-        now = frames[k]
-        iowait, procs = hosts.load(k)
-        found: dict[int, Features] = {}
-        for gpu, feats in zip(gpus, per_gpu, strict=True):
-            f = feats(n, starts[k], clf, now, iowait, procs)
-            if f is not None:
-                found[gpu.index] = f
-        if len(found) > 1:  # jobs: the GPUs' processes and the host's, at the bin's last Frame
-            clf.emit(found, Frame(now, gpus=_samples_at(gpus, k), host=hosts.sample(k)))
-        else:
-            clf.emit(found, Frame(now))
-        if k + 1 < i_lo or (edge and k + 1 == i_lo):  # labels the result leaves out: closed by a Frame
-            n_labels = {g: len(ls) for g, ls in clf.labels.items()}  # before lo, or the chunk before's
-        if k + 1 == i_lo:
-            start = at_lo(_state_key(clf, gap_lo))
-        if tick and n % 4000 == 0:
-            tick(max(0.0, now - lo))
+    gap_lo: dict[int, tuple | None] = {}
+    gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf, i_lo, gap_lo, None))
+    win = Window(stacks.window, frames)
+    gaps = [gap_event(g, span, win.at(k)) for k, g, span in gap_at if k >= i_lo]
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
-    labels = {g: ls[n_labels.get(g, 0) :] for g, ls in clf.labels.items()}
-    if (edge or resume is not None) and (start is None or (resume is not None and start[1] != resume[1])):
-        raise Unusual("no state to resume at lo")
-    return _Part(labels, clf.gaps[n_gaps:], agg, start or ((), ()), _state_key(clf, dict(clf._gap)))
+    return _Part(labels, gaps, agg, (), ())
 
 
 def _samples_at(gpus: list[_Gpu], k: int) -> tuple[GpuSample, ...]:
@@ -395,69 +360,6 @@ class _Gpu:
         uuid, name, mig, link, procs = self.state(int(self.s[k]))
         mode = GPU_MODES[self.code[r]]
         return GpuSample(self.t[r], self.index, uuid, name, mode, link=link, processes=procs, mig=mig)
-
-    def binner(self, bin_of: np.ndarray, nbins: int) -> Callable[..., Features | None]:
-        """A function of a bin number giving this GPU's Features for the bin (or None), as
-        Classifier._features computes them from the bin's samples."""
-        r, valid = self.r, self.valid
-        new = np.ones(len(r), dtype=bool)
-        new[1:] = (bin_of[1:] != bin_of[:-1]) | (r[1:] != r[:-1])
-        at = np.flatnonzero(valid & new)  # Frames that append a sample to their bin (feed's vals)
-        rows, e_bin, e_state = r[at], bin_of[at], self.s[at]
-        first = np.searchsorted(e_bin, np.arange(nbins + 1), "left").tolist()
-        gpm = self.code[rows] == GPU_MODES.index("gpm")
-        cols = {c: v[rows] for c, v in self.cols.items() if c != "clock_events"}
-        engine = np.where(gpm, cols["graphics"], cols["util"])
-        bandwidth = np.where(gpm, cols["dram"], cols["mem_util"])
-        series = [engine] + [
-            cols[c] for c in ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor")
-        ]
-        series += [bandwidth, cols["util"], cols["power_w"]]
-        # _mean: a column without None (NaN here) by a plain sum (the same float), one of only None is None
-        lists = []
-        for a in series:
-            holes = np.isnan(a)
-            lists.append(
-                (a.tolist(), 0) if not holes.any() else ([], 2) if holes.all() else (_nones(a.tolist()), 1)
-            )
-        (eng, eng_holes), means = lists[0], lists[1:]
-        not_gpm = np.concatenate([[0], np.cumsum(~gpm)]).tolist()
-        states = e_state.tolist()
-        pids = [{p.pid for p in st[4]} for st in self.states]
-        no_pids: set[int] = set()
-        index = self.index
-        state = self.state
-
-        def features(
-            n: int, start: float, clf: Classifier, now: float, iowait: float, procs: tuple
-        ) -> Features | None:
-            a, b = first[n], first[n + 1]
-            if a == b:
-                return None
-            graphics = (
-                sum(eng[a:b]) / (b - a) if not eng_holes else _mean(eng[a:b]) if eng_holes == 1 else None
-            )
-            if graphics is None:
-                return None
-            n = b - a
-            m = tuple([sum(v[a:b]) / n if not h else _mean(v[a:b]) if h == 1 else None for v, h in means])
-            s = states[b - 1]
-            _, name, _, link, _ = state(s)
-            return clf.bin_features(
-                index,
-                start,
-                not_gpm[b] == not_gpm[a],
-                graphics,
-                m,
-                link,
-                name,
-                pids[s] if s >= 0 else no_pids,
-                now,
-                iowait,
-                procs,
-            )
-
-        return features
 
     def gaps(
         self, clf: Classifier, i_lo: int, at_lo: dict, reset: dict | None

@@ -683,12 +683,7 @@ class Classifier:
         return cur if cur is not None and cur[1] - cur[0] >= 0.5 else None
 
     def _gap_event(self, gpu: int, span: tuple[float, float]) -> Gap:
-        inside = [info for s, info in self._stacks if span[0] <= s.t <= span[1] + 0.5 and info is not None]
-        top = None
-        if inside:
-            klass, w, code, _ = inside[len(inside) // 2]
-            top = StackTop(klass, w, code)
-        return Gap(gpu, span[0], span[1], top)
+        return gap_event(gpu, span, self._stacks)
 
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
@@ -865,6 +860,16 @@ class Classifier:
             str(rule_sub(rid, v)) if stable == raw else "",
         )
         self.labels.setdefault(f.gpu, []).append(lab)
+
+
+def gap_event(gpu: int, span: tuple[float, float], window: Iterable[tuple[StackSample, tuple | None]]) -> Gap:
+    """A gap on ``gpu`` over ``span``, with the middle one of the stack window's samples taken in it."""
+    inside = [info for s, info in window if span[0] <= s.t <= span[1] + 0.5 and info is not None]
+    top = None
+    if inside:
+        klass, w, code, _ = inside[len(inside) // 2]
+        top = StackTop(klass, w, code)
+    return Gap(gpu, span[0], span[1], top)
 
 
 def stack_info(s: StackSample) -> tuple[str, str, str, bool] | None:

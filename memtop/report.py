@@ -13,8 +13,12 @@ import time
 from collections import Counter, defaultdict
 from typing import cast
 
+import numpy as np
+
 from memtop.colscan import no_gc, report_scan
 from memtop.errors import UserError
+from memtop.labelcols import columns as label_columns
+from memtop.labelcols import counts as label_counts
 from memtop.phases import CHARS, TITLES, Classifier
 from memtop.sanitize import clean
 from memtop.stackclass import site
@@ -82,14 +86,16 @@ def _build_report(
         if gpu is not None and idx != gpu:
             continue
         labels = labels_by_gpu[idx]
-        counted = [lab for lab in labels if lab.label != "warmup"]
-        phase_s = Counter(lab.label for lab in counted)
+        cols = label_columns(labels)
+        counted = cols.label != "warmup"
+        ct, cl = cols.t[counted], cols.label[counted]
+        phase_s = label_counts(cl)
         total = sum(phase_s.values()) or 1
         by_label: dict[str, Counter] = defaultdict(Counter)
         gpu_pids = {p.pid for f_ in [last] for g in f_.gpus if g.index == idx for p in g.processes} | {
             p.pid for p in procs.values() if idx in p.gpus
         }
-        label_at = {round(lab.t / bin_s): lab.label for lab in counted}
+        label_at = dict(zip(map(round, (ct / bin_s).tolist()), cl.tolist(), strict=True))
         for (pid, t), s in stacks.items():
             m = s.main
             if pid in gpu_pids and m is not None and m.frames:
@@ -111,7 +117,7 @@ def _build_report(
                     k: {"seconds": round(v * bin_s, 1), "share": round(v / total, 3), "title": TITLES[k]}
                     for k, v in phase_s.most_common()
                 },
-                "timeline": _timeline(counted, lo, hi, bin_s),
+                "timeline": _timeline(ct, cl, lo, hi, bin_s),
                 "verdict": {
                     "label": vd.label,
                     "share": round(vd.share, 3),
@@ -221,18 +227,18 @@ def _build_report(
     return rep
 
 
-def _timeline(labels: list, lo: float, hi: float, bin_s: float, width: int = 60) -> str:
-    """One character per cell: the cell's most common phase."""
-    if not labels:
+def _timeline(t: np.ndarray, labels: np.ndarray, lo: float, hi: float, bin_s: float, width: int = 60) -> str:
+    """One character per cell: the cell's most common phase (of the labels at times ``t``)."""
+    if not len(t):
         return ""
     step = max(bin_s, (hi - lo) / width)
     n = min(width, math.ceil((hi - lo) / step - 1e-9))
-    cells: list[Counter] = [Counter() for _ in range(n)]
-    for lab in labels:
-        k = math.floor((lab.t - lo) / step)
-        if 0 <= k < n:
-            cells[k][lab.label] += 1
-    return "".join(CHARS.get(c.most_common(1)[0][0], "?") if c else " " for c in cells)
+    cell = np.floor((t - lo) / step)
+    out = []
+    for k in range(n):
+        c = label_counts(labels[cell == k])
+        out.append(CHARS.get(c.most_common(1)[0][0], "?") if c else " ")
+    return "".join(out)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -7,11 +7,13 @@ Pure functions over Frames and per-GPU labels; the pipeline turns a finding into
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memtop.labelcols import columns
 from memtop.model import Frame, ProcSample
 
 if TYPE_CHECKING:
@@ -142,7 +144,12 @@ def episodes(
         return []
     # one sweep over time: each GPU's label counts over the newest window_s, as stragglers() takes
     # them at that instant (labels newer than the instant's end - window_s)
-    seq = sorted((lab.t, g, lab.label) for g, ls in labels.items() if g in jobs for lab in ls)
+    seq = []
+    for g, ls in labels.items():
+        if g in jobs:
+            cols = columns(ls)
+            seq += zip(cols.t.tolist(), itertools.repeat(g), cols.label.tolist(), strict=False)
+    seq.sort()
     counts: dict[int, Counter[str]] = {g: Counter() for g in labels if g in jobs}
     flags: dict[int, list[tuple[float, str, tuple[int, ...]]]] = {}
     head = tail = 0

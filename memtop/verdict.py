@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from memtop.labelcols import columns
+from memtop.labelcols import counts as label_counts
 from memtop.model import Frame
-from memtop.phases import HEALTHY, TITLES, Label, evidence_mode
+from memtop.phases import HEALTHY, TITLES, Label
 from memtop.sanitize import is_clean
 from memtop.straggler import Straggler
 
@@ -213,39 +217,39 @@ def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
     )
 
 
-def _tail_run(win: list[Label]):
-    for lab in reversed(win):
-        if lab.label != win[-1].label:
-            return
-        yield lab
-
-
-def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 60.0, gpu: int = 0) -> Verdict:
+def verdict(
+    labels: Sequence[Label], frame: Frame | None = None, window_s: float = 60.0, gpu: int = 0
+) -> Verdict:
     """Verdict over the last ``window_s`` seconds of one GPU's labels."""
     if not labels:
         return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "waiting for the first seconds of data")
-    end = labels[-1].t
-    win = [lab for lab in labels if lab.t > end - window_s and lab.label != "warmup"]
-    if not win:
+    cols = columns(labels)
+    t = cols.t
+    end = t[-1]
+    win = np.flatnonzero((t > end - window_s) & (cols.label != "warmup"))
+    if not len(win):
         return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "warming up")
     n = len(win)
-    counts = Counter(lab.label for lab in win)
+    wl = cols.label[win]
+    counts = label_counts(wl)
     shares = {k: v / n for k, v in counts.most_common()}
     problems = [(k, s) for k, s in shares.items() if k not in HEALTHY and k not in ("idle", "other")]
-    span = min(window_s, end - win[0].t + (win[1].t - win[0].t if n > 1 else 0.5))
-    current = win[-1].label
-    run = sum(1 for _ in _tail_run(win))
+    t0 = float(t[win[0]])
+    span = min(window_s, float(end) - t0 + (float(t[win[1]]) - t0 if n > 1 else 0.5))
+    current = wl[-1]
+    other = np.flatnonzero(wl != current)
+    run = n - 1 - int(other[-1]) if len(other) else n  # the bins of the current label at the end
     if current not in HEALTHY and current not in ("idle", "other") and run * 0.5 >= 3:
         label, share = current, shares[current]  # what is happening now wins over the window's past
     elif problems and problems[0][1] >= PROBLEM_SHARE:
         label, share = problems[0]
     else:
         label, share = counts.most_common(1)[0][0], shares[counts.most_common(1)[0][0]]
-    of_kind = [lab for lab in win if lab.label == label and lab.raw == label] or [
-        lab for lab in win if lab.label == label
-    ]
-    last = of_kind[len(of_kind) // 2] if label != current else of_kind[-1]  # a typical bin, not an edge
-    first = of_kind[0]
+    of_kind = win[(wl == label) & (cols.raw[win] == label)]
+    if not len(of_kind):
+        of_kind = win[wl == label]
+    last = labels[int(of_kind[len(of_kind) // 2] if label != current else of_kind[-1])]  # a typical bin
+    first = labels[int(of_kind[0])]
     title = TITLES[label] + (f" ({last.sub})" if last.sub else "")
     if label in HEALTHY:
         head = f"GPU {gpu} busy: {title} {100 * share:.0f} % of the last {span:.0f} s"
@@ -270,7 +274,7 @@ def verdict(labels: list[Label], frame: Frame | None = None, window_s: float = 6
         # an idle GPU has nothing a missing source would explain
         missing=""
         if label == "idle"
-        else missing_evidence(Counter(evidence_mode(lab.features) for lab in win).most_common(1)[0][0]),
+        else missing_evidence(label_counts(cols.mode[win]).most_common(1)[0][0]),
     )
 
 

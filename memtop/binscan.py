@@ -1,0 +1,514 @@
+"""The report's bins over arrays: every bin's Features, rule and label of a range at once.
+
+memtop.colscan finds which samples each Frame holds; this module turns that into what
+``Classifier`` gives bin by bin (``_features``, ``bin_features``, ``emit``, ``_label``) with the same
+float operations on the same values, in arrays over all bins of a GPU: the means of a bin's samples
+summed left to right, the host's processes matched against the GPU's, the stack window's shares
+(memtop.stackwin), the rules over a ``ruleview.Cols`` (the one definition in memtop.phases), then
+the hysteresis bin by bin (``phases.settle``). Features and Label objects are built only for the
+bins a reader asks for (``LabelSeq``): a report of 8 hours has 57,600 bins a GPU and quotes a few.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+import numpy as np
+
+from memtop.labelcols import LabelCols
+from memtop.phases import (
+    CONFIDENCE,
+    DATA_WORKER_NAMES,
+    NO_RULE,
+    RULE_LABEL,
+    RULE_TEXT,
+    RULES,
+    STACK_WINDOW_S,
+    STICKY,
+    Features,
+    Label,
+    _collective,
+    _quiet,
+    evidence_mode,
+    nvlink_peak,
+    settle,
+)
+from memtop.ruleview import Cols
+
+_NAN = float("nan")
+
+
+def seq_sum(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Each segment's sum of ``values[first:first + count]``, added left to right from 0.0 (as
+    Python's sum of floats does: the same float, where numpy's sum pairs terms)."""
+    acc = np.zeros(len(first))
+    for d in range(int(count.max(initial=0))):
+        on = count > d
+        acc[on] += values[first[on] + d]
+    return acc
+
+
+def seq_mean(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """phases._mean of each segment: the mean of its values that are not NaN (None), NaN if none."""
+    ok = ~np.isnan(values)
+    if ok.all():
+        n = count.astype(np.float64)
+        s = seq_sum(values, first, count)
+    else:  # the segment's values without the holes, in order
+        keep = np.flatnonzero(ok)
+        cum = np.concatenate([[0], np.cumsum(ok)])
+        a, b = cum[first], cum[first + count]
+        n = (b - a).astype(np.float64)
+        s = seq_sum(values[keep], a, b - a)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, s / np.where(n > 0, n, 1.0), _NAN)
+
+
+@dataclass
+class GpuBins:
+    """One GPU's bins of a scan with the Features ``Classifier.bin_features`` gives them, as columns
+    (NaN where the Features hold None)."""
+
+    gpu: int
+    t: np.ndarray  # bin starts
+    k: np.ndarray  # each bin's last Frame (its host sample and stack window)
+    gpm: np.ndarray
+    graphics: np.ndarray
+    sm: np.ndarray
+    tensor: np.ndarray
+    dram: np.ndarray
+    util: np.ndarray
+    power_w: np.ndarray
+    pcie_bps: np.ndarray
+    pcie_frac: np.ndarray
+    nvlink_bps: np.ndarray
+    nvlink_frac: np.ndarray
+    proc_cpu: np.ndarray
+    workers: np.ndarray
+    worker_cpu: np.ndarray
+    worker_sleeping: np.ndarray
+    iowait: np.ndarray
+    rise: np.ndarray
+    alive: np.ndarray
+    stopped: np.ndarray
+    stacks: SlowStacks
+    peers: list[tuple[int, ...]] | None = None  # per bin, where the recording has several GPUs
+    away: list[tuple[int, ...]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def view(self) -> Cols:
+        st = self.stacks
+        return Cols(
+            graphics=self.graphics,
+            gpm=self.gpm,
+            has_sm=~np.isnan(self.sm),
+            sm0=np.nan_to_num(self.sm),
+            tensor0=np.nan_to_num(self.tensor),
+            dram0=np.nan_to_num(self.dram),
+            util0=np.nan_to_num(self.util),
+            pcie_bps=self.pcie_bps,
+            pcie_frac=self.pcie_frac,
+            nvlink_frac=self.nvlink_frac,
+            proc_cpu=self.proc_cpu,
+            workers=self.workers,
+            worker_cpu=self.worker_cpu,
+            worker_sleeping=self.worker_sleeping,
+            stack_n=st.n,
+            rise=self.rise,
+            awake=st.recent_awake,
+            sync_age=st.sync_age,
+            has_peers=self._any(self.peers),
+            has_away=self._any(self.away),
+            alive=self.alive,
+            stopped=self.stopped,
+            shares=st.share,
+            recent=st.recent_has,
+        )
+
+    def _any(self, per_bin: list[tuple[int, ...]] | None) -> np.ndarray:
+        if per_bin is None:
+            return np.zeros(len(self.t), dtype=bool)
+        return np.array([bool(p) for p in per_bin], dtype=bool)
+
+    def features(self, i: int) -> Features:
+        shares, gil, n, top, tops, recent, sync_age = self.stacks.at(i)
+        gpm = bool(self.gpm[i])
+        return Features(
+            t=float(self.t[i]),
+            gpu=self.gpu,
+            gpm=gpm,
+            graphics=float(self.graphics[i]),
+            sm=_opt(self.sm[i]),
+            tensor=_opt(self.tensor[i]),
+            dram=_opt(self.dram[i]),
+            pcie_bps=float(self.pcie_bps[i]),
+            pcie_frac=float(self.pcie_frac[i]),
+            proc_cpu=float(self.proc_cpu[i]),
+            workers=int(self.workers[i]),
+            worker_cpu=float(self.worker_cpu[i]),
+            worker_sleeping=float(self.worker_sleeping[i]),
+            iowait=float(self.iowait[i]),
+            shares=shares,
+            gil=gil,
+            stack_n=n,
+            top=top,
+            tops=tops,
+            recent=recent,
+            sync_age=sync_age,
+            util=_opt(self.util[i]),
+            nvlink_bps=float(self.nvlink_bps[i]),
+            nvlink_frac=float(self.nvlink_frac[i]),
+            power_w=_opt(self.power_w[i]),
+            peers=self.peers[i] if self.peers is not None else (),
+            peers_elsewhere=self.away[i] if self.away is not None else (),
+            rise=float(self.rise[i]),
+            alive=bool(self.alive[i]),
+            stopped=bool(self.stopped[i]),
+        )
+
+
+def _opt(x: float) -> float | None:
+    return None if x != x else float(x)
+
+
+@dataclass
+class Rules:
+    """The rules over every bin of a GPU: the first rule each bin matches, each sticky label's exit
+    threshold, and what the hysteresis reads besides."""
+
+    rid: np.ndarray
+    keeps: dict[str, np.ndarray]
+    quiet: np.ndarray
+    stopped: np.ndarray
+    subs: dict[int, np.ndarray]  # rule id -> its sub-tag per bin (rules with a sub-tag function)
+
+    @classmethod
+    def of(cls, bins: GpuBins) -> Rules:
+        v = bins.view()
+        n = len(bins)
+        rid = np.full(n, NO_RULE, dtype=np.int64)
+        for k in range(len(RULES) - 1, -1, -1):  # the first rule that matches wins
+            rid[np.broadcast_to(RULES[k][2](v), (n,))] = k
+        subs = {}
+        for k, r in enumerate(RULES):
+            if r[3] is not None and (rid == k).any():
+                subs[k] = np.broadcast_to(np.asarray(r[3](v)), (n,))
+        keeps = {lab: np.broadcast_to(keep(v), (n,)) for lab, (_, _, keep) in STICKY.items()}
+        return cls(rid, keeps, np.broadcast_to(_quiet(v), (n,)), bins.stopped, subs)
+
+
+def settle_all(
+    rules: Rules, warmup_bins: int, confirm: int, bin_s: float, state: tuple[str, str, int] = ("", "", 0)
+) -> tuple[np.ndarray, list[str], tuple[str, str, int]]:
+    """The hysteresis over a GPU's bins from ``state``: (the rule id that stands per bin, the stable
+    label per bin ("" in the warm-up), the state after)."""
+    rids = rules.rid.tolist()
+    keeps = {lab: k.tolist() for lab, k in rules.keeps.items()}
+    quiet, stopped = rules.quiet.tolist(), rules.stopped.tolist()
+    out = [0] * len(rids)
+    stable_of: list[str] = [""] * len(rids)
+    for i, rid in enumerate(rids):
+        out[i], state = settle(
+            rid,
+            state,
+            i >= warmup_bins,
+            lambda lab, i=i: keeps[lab][i],
+            stopped[i],
+            quiet[i],
+            confirm,
+            bin_s,
+        )
+        stable_of[i] = state[0]
+    return np.array(out, dtype=np.int64), stable_of, state
+
+
+class LabelSeq(Sequence[Label]):
+    """A GPU's labels of a range as columns; a Label (and its Features) is built when read."""
+
+    def __init__(self, bins: GpuBins, rules: Rules, rid: np.ndarray, stable: list[str], start: int = 0):
+        self.bins, self.rules = bins, rules
+        self.start = start  # the first bin the result holds (those before warmed the classifier up)
+        self.rid = rid[start:]
+        raw = np.array(RULE_LABEL, dtype=object)[self.rid]
+        self.stable = np.array(stable[start:], dtype=object)
+        self.raw = raw
+        self.label = np.where(self.stable == "", "warmup", self.stable)
+        self.t = bins.t[start:]
+
+    def __len__(self) -> int:
+        return len(self.rid)
+
+    @overload
+    def __getitem__(self, i: int) -> Label: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Label]: ...
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        b = self.start + i
+        f = self.bins.features(b)
+        rid = int(self.rid[i])
+        stable, raw = str(self.stable[i]), RULE_LABEL[rid]
+        sub = ""
+        if stable == raw and rid in self.rules.subs:
+            sub = str(self.rules.subs[rid][b])
+        return Label(
+            f.t,
+            f.gpu,
+            raw,
+            stable or "warmup",
+            CONFIDENCE[f.gpm, f.stack_n > 0, raw == stable],
+            RULE_TEXT[rid],
+            f,
+            sub,
+        )
+
+    def __iter__(self) -> Iterator[Label]:
+        return (self[i] for i in range(len(self)))
+
+    def columns(self) -> LabelCols:
+        gpm = self.bins.gpm[self.start :]
+        stacked = self.bins.stacks.n[self.start :] > 0
+        names = [evidence_mode(_Mode(g, s)) for g in (False, True) for s in (0, 1)]
+        mode = np.array(names, dtype=object)[2 * gpm.astype(np.int64) + stacked.astype(np.int64)]
+        return LabelCols(self.t, self.label, self.raw, mode)
+
+
+@dataclass(frozen=True)
+class _Mode:  # what evidence_mode reads
+    gpm: bool
+    stack_n: int
+
+
+class Window:
+    """The classifier's stack window at any Frame, from the order samples enter it (colscan
+    ``_Stacks.window``: (Frame, sample, info), by Frame). ``Classifier.feed`` appends a Frame's new
+    samples, then drops from the front while the front sample is older than the window: the front
+    only moves on, and stops at the first sample not older, so after Frame k it is the first entry
+    whose time is not older than Frame k's edge (the running maximum of the times finds it)."""
+
+    def __init__(self, entries: Sequence[tuple[int, Any, Any]], frames: Sequence[float]):
+        self.entries = entries
+        self.frames = frames
+        self.enter = [e[0] for e in entries]
+        self.top_t = np.maximum.accumulate(np.array([e[1].t for e in entries], dtype=np.float64))
+
+    def span(self, k: int) -> tuple[int, int]:
+        """The entries in the window after Frame k: [front, count)."""
+        count = bisect.bisect_right(self.enter, k)
+        front = int(np.searchsorted(self.top_t, self.frames[k] - STACK_WINDOW_S, "left"))
+        return min(front, count), count
+
+    def at(self, k: int) -> list[tuple[Any, Any]]:
+        a, b = self.span(k)
+        return [(s, info) for _, s, info in self.entries[a:b]]
+
+
+def gpu_bins(
+    g: Any,  # a colscan._Gpu
+    hosts: Any,  # a colscan._Hosts
+    entries: Sequence[tuple[int, Any, Any]],
+    ft: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    bin_of: np.ndarray,
+    gpm_code: int,
+    use_stacks: bool = True,
+) -> tuple[GpuBins, np.ndarray] | None:
+    """One GPU's bins with Features (the bins whose samples give a graphics mean), and which of the
+    scan's bins they are; None if it has none."""
+    r, valid = g.r, g.valid
+    new = np.ones(len(r), dtype=bool)
+    new[1:] = (bin_of[1:] != bin_of[:-1]) | (r[1:] != r[:-1])
+    at = np.flatnonzero(valid & new)  # Frames that append a sample to their bin (feed's vals)
+    rows, e_bin, e_state = r[at], bin_of[at], g.s[at]
+    first = np.searchsorted(e_bin, np.arange(len(ends) + 1), "left")
+    f0, cnt = first[:-1], np.diff(first)
+    gpm_s = g.code[rows] == gpm_code
+    cols = {c: v[rows] for c, v in g.cols.items() if c != "clock_events"}
+    graphics = seq_mean(np.where(gpm_s, cols["graphics"], cols["util"]), f0, cnt)
+    sel = np.flatnonzero(~np.isnan(graphics))
+    if not len(sel):
+        return None
+    f0, cnt, graphics = f0[sel], cnt[sel], graphics[sel]
+    mean = {c: seq_mean(cols[c], f0, cnt) for c in ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx")}
+    mean |= {c: seq_mean(cols[c], f0, cnt) for c in ("sm", "tensor", "util", "power_w")}
+    dram = seq_mean(np.where(gpm_s, cols["dram"], cols["mem_util"]), f0, cnt)
+    not_gpm = np.concatenate([[0], np.cumsum(~gpm_s)])
+    gpm = not_gpm[f0 + cnt] == not_gpm[f0]
+    # the newest sample's state: link, board name and processes
+    st = e_state[f0 + cnt - 1]
+    states = [g.state(s) for s in range(len(g.states))] + [g.state(-1)]
+    st = np.where(st < 0, len(g.states), st)
+    link_bps = np.array([(x[3].bytes_per_s if x[3] else 0.0) or 0.0 for x in states], dtype=np.float64)
+    peak = np.array([nvlink_peak(x[1]) for x in states], dtype=np.float64)
+    pidsets = [frozenset(p.pid for p in x[4]) for x in states]
+    pcie = np.nan_to_num(mean["pcie_rx"]) + np.nan_to_num(mean["pcie_tx"])
+    bps = link_bps[st]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pcie_frac = np.where(bps != 0, pcie / np.where(bps != 0, bps, 1.0), 0.0)
+        nvlink = np.nan_to_num(mean["nvlink_rx"]) + np.nan_to_num(mean["nvlink_tx"])
+        nvlink_frac = np.where(gpm, nvlink / peak[st], 0.0)
+    k = ends[sel]
+    procs = _host_procs(hosts, k, st, pidsets)
+    stacks = SlowStacks(entries, ft.tolist(), k, st, pidsets, use_stacks)
+    prev = np.concatenate([graphics[:1], graphics[:-1]])
+    bins = GpuBins(
+        gpu=g.index,
+        t=starts[k],
+        k=k,
+        gpm=gpm,
+        graphics=graphics,
+        sm=np.where(gpm, mean["sm"], _NAN),
+        tensor=np.where(gpm, mean["tensor"], _NAN),
+        dram=dram,
+        util=mean["util"],
+        power_w=mean["power_w"],
+        pcie_bps=pcie,
+        pcie_frac=pcie_frac,
+        nvlink_bps=nvlink,
+        nvlink_frac=nvlink_frac,
+        rise=graphics - prev,
+        alive=np.array([bool(p) for p in pidsets])[st],
+        stacks=stacks,
+        **procs,
+    )
+    return bins, sel
+
+
+def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozenset[int]]) -> dict:
+    """Each bin's figures of the host's processes at its last Frame: the GPU's processes' CPU
+    (the busiest), its DataLoader workers' count, mean CPU and share asleep, whether one is stopped,
+    and the host's iowait, as ``Classifier.bin_features`` takes them from the processes in order."""
+    h_of = np.array(hosts.at, dtype=np.int64)[k]
+    hs = np.unique(h_of[h_of >= 0]).tolist()
+    at_h = {h: i for i, h in enumerate(hs)}
+    k_of = {int(h): int(kk) for h, kk in zip(h_of.tolist(), k.tolist(), strict=True)}
+    iow = np.zeros(len(hs) + 1)
+    start = np.zeros(len(hs) + 1, dtype=np.int64)
+    count = np.zeros(len(hs) + 1, dtype=np.int64)
+    pid: list[int] = []
+    cpu: list[float] = []
+    wof: list[int] = []
+    has_wof: list[bool] = []
+    dw: list[bool] = []
+    sd: list[bool] = []
+    tt: list[bool] = []
+    for i, h in enumerate(hs):
+        io, ps = hosts.load(k_of[h])
+        iow[i] = io
+        start[i], count[i] = len(pid), len(ps)
+        for p in ps:
+            pid.append(p.pid)
+            cpu.append(p.cpu_pct)
+            has_wof.append(p.worker_of is not None)
+            wof.append(p.worker_of if p.worker_of is not None else 0)
+            dw.append(p.name in DATA_WORKER_NAMES)
+            sd.append(p.state in "SD")
+            tt.append(p.state in ("t", "T"))
+    hb = np.array([at_h.get(h, len(hs)) for h in h_of.tolist()], dtype=np.int64)
+    # which pids are each state's GPU processes: a table over the pids met
+    known = sorted(set(pid) | set(wof) | {p for s in pidsets for p in s})
+    ids = {p: i for i, p in enumerate(known)}
+    member = np.zeros((len(pidsets), len(known) + 1), dtype=bool)
+    for s, ps_ in enumerate(pidsets):
+        member[s, [ids[p] for p in ps_]] = True
+    pid_id = np.array([ids[p] for p in pid], dtype=np.int64)
+    wof_id = np.array(
+        [ids[w] if h else len(known) for w, h in zip(wof, has_wof, strict=True)], dtype=np.int64
+    )
+    cpu_a = np.array(cpu, dtype=np.float64)
+    dw_a, sd_a, tt_a = (np.array(x, dtype=bool) for x in (dw, sd, tt))
+    n = len(k)
+    best = np.full(n, -math.inf)
+    wsum, wn, wsd = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    stopped = np.zeros(n, dtype=bool)
+    c = count[hb]
+    for d in range(int(c.max(initial=0))):
+        on = np.flatnonzero(c > d)
+        row = start[hb[on]] + d
+        s_on = st[on]
+        main = member[s_on, pid_id[row]]
+        up = main & (cpu_a[row] > best[on])
+        best[on[up]] = cpu_a[row][up]
+        stopped[on[main & tt_a[row]]] = True
+        wk = dw_a[row] & member[s_on, wof_id[row]]
+        wsum[on[wk]] += cpu_a[row][wk]
+        wn[on[wk]] += 1
+        wsd[on[wk & sd_a[row]]] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {
+            "proc_cpu": np.where(best == -math.inf, 0.0, best),
+            "workers": wn,
+            "worker_cpu": np.where(wn > 0, wsum / np.maximum(wn, 1), 0.0),
+            "worker_sleeping": np.where(wn > 0, wsd / np.maximum(wn, 1), 0.0),
+            "stopped": stopped,
+            "iowait": iow[hb],
+        }
+
+
+def with_peers(
+    bins: dict[int, tuple[GpuBins, np.ndarray]], nbins: int, jobs_at: Callable[[int], dict]
+) -> None:
+    """Each GPU's peers per bin (``Classifier.emit``'s ``_with_peers``): the other GPUs of its job
+    with features in the same bin, and which of them are not in a collective."""
+    if len(bins) < 2:
+        return
+    where = {g: np.full(nbins, -1, dtype=np.int64) for g in bins}
+    for g, (b, sel) in bins.items():
+        where[g][sel] = np.arange(len(sel))
+        b.peers, b.away = [()] * len(sel), [()] * len(sel)
+    coll = {g: np.broadcast_to(_collective(b.view()), (len(b),)).tolist() for g, (b, _) in bins.items()}
+    present = np.zeros(nbins, dtype=np.int64)
+    for w in where.values():
+        present += w >= 0
+    for n in np.flatnonzero(present > 1).tolist():
+        found = sorted(g for g in bins if where[g][n] >= 0)
+        k = int(bins[found[0]][0].k[where[found[0]][n]])
+        jobs = jobs_at(k)
+        for g in found:
+            key = jobs.get(g)
+            peers = tuple(p for p in found if p != g and key is not None and jobs.get(p) == key)
+            if peers:
+                b, i = bins[g][0], int(where[g][n])
+                assert b.peers is not None and b.away is not None
+                b.peers[i] = peers
+                b.away[i] = tuple(p for p in peers if not coll[p][int(where[p][n])])
+
+
+class SlowStacks:
+    """Placeholder: the stack window's figures per bin by Classifier._stack_shares."""
+
+    def __init__(self, entries, frames, bin_frame, bin_pidset, pidsets, use_stacks=True):
+        from collections import deque
+
+        from memtop.phases import Classifier
+
+        clf = Classifier(use_stacks=use_stacks)
+        win = Window(entries, frames)
+        self.rows = []
+        for k, s in zip(bin_frame.tolist(), bin_pidset.tolist(), strict=True):
+            clf._stacks = deque(win.at(k))
+            self.rows.append(clf._stack_shares(pidsets[s], frames[k]))
+        self.n = np.array([r[2] for r in self.rows], dtype=np.int64)
+        self.sync_age = np.array([r[6] for r in self.rows], dtype=np.float64)
+        self.recent_awake = np.array([not r[5] or bool(r[5] - {"idle"}) for r in self.rows], dtype=bool)
+
+    def at(self, i):
+        return self.rows[i]
+
+    def share(self, k):
+        return np.array([r[0].get(k, 0.0) for r in self.rows], dtype=np.float64)
+
+    def recent_has(self, k):
+        return np.array([k in r[5] for r in self.rows], dtype=bool)

@@ -1,0 +1,48 @@
+"""A GPU's labels as columns (time, shown label, rule label, evidence mode), whichever form they
+come in: a list of Label objects (live mode: the newest few hundred) or a report's binscan.LabelSeq
+(hours of bins, whose Label objects are built only when one is read). The verdict and the report
+count over these, and read Label objects only for the bins they quote."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from memtop.phases import Label
+
+
+@dataclass(frozen=True)
+class LabelCols:
+    t: np.ndarray  # bin starts
+    label: np.ndarray  # shown label ("warmup" in the warm-up), str objects
+    raw: np.ndarray  # the rule's label
+    mode: np.ndarray  # evidence_mode of each bin's features
+
+
+def columns(labels: Sequence[Label]) -> LabelCols:
+    cols = getattr(labels, "columns", None)
+    if cols is not None:
+        return cols()
+    from memtop.phases import evidence_mode  # (phases -> straggler -> here: not at import time)
+
+    return LabelCols(
+        np.array([lab.t for lab in labels], dtype=np.float64),
+        np.array([lab.label for lab in labels], dtype=object),
+        np.array([lab.raw for lab in labels], dtype=object),
+        np.array([evidence_mode(lab.features) for lab in labels], dtype=object),
+    )
+
+
+def counts(values: np.ndarray) -> Counter[str]:
+    """Counter(values), its keys in the order they first occur (as Counter counts a sequence, so
+    most_common breaks ties alike)."""
+    if not len(values):
+        return Counter()
+    keys, first, n = np.unique(values, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    return Counter({str(keys[i]): int(n[i]) for i in order})
