@@ -102,6 +102,41 @@ class GpuBins:
     def __len__(self) -> int:
         return len(self.t)
 
+    def take(self, i: int) -> GpuBins:
+        """The bins from the i-th on."""
+        return GpuBins(
+            **{
+                k: (v[i:] if k not in ("gpu", "stacks") else v) if v is not None else None
+                for k, v in self.__dict__.items()
+            }
+            | {"stacks": self.stacks.take(i)}
+        )
+
+    @staticmethod
+    def concat(parts: list[GpuBins]) -> GpuBins:
+        """Consecutive bins of one GPU as one."""
+        if len(parts) == 1:
+            return parts[0]
+        out: dict[str, Any] = {
+            "gpu": parts[0].gpu,
+            "stacks": parts[0].stacks.concat([p.stacks for p in parts]),
+        }
+        for k in ("peers", "away"):
+            got = [getattr(p, k) for p in parts]
+            out[k] = (
+                None
+                if all(x is None for x in got)
+                else [
+                    y
+                    for p, x in zip(parts, got, strict=True)
+                    for y in (x if x is not None else [()] * len(p))
+                ]
+            )
+        for k in parts[0].__dict__:
+            if k not in out:
+                out[k] = np.concatenate([getattr(p, k) for p in parts])
+        return GpuBins(**out)
+
     def view(self) -> Cols:
         st = self.stacks
         return Cols(
@@ -187,6 +222,34 @@ class Rules:
     quiet: np.ndarray
     stopped: np.ndarray
     subs: dict[int, np.ndarray]  # rule id -> its sub-tag per bin (rules with a sub-tag function)
+
+    def take(self, i: int) -> Rules:
+        """The rules of the bins from the i-th on."""
+        return Rules(
+            self.rid[i:],
+            {k: v[i:] for k, v in self.keeps.items()},
+            self.quiet[i:],
+            self.stopped[i:],
+            {k: v[i:] for k, v in self.subs.items()},
+        )
+
+    @staticmethod
+    def concat(parts: list[Rules]) -> Rules:
+        if len(parts) == 1:
+            return parts[0]
+        n = [len(p.rid) for p in parts]
+        subs = {}
+        for k in {k for p in parts for k in p.subs}:  # a part where rule k never fired has no sub-tags
+            subs[k] = np.concatenate(
+                [p.subs.get(k, np.full(m, "", dtype=object)) for p, m in zip(parts, n, strict=True)]
+            )
+        return Rules(
+            np.concatenate([p.rid for p in parts]),
+            {k: np.concatenate([p.keeps[k] for p in parts]) for k in parts[0].keeps},
+            np.concatenate([p.quiet for p in parts]),
+            np.concatenate([p.stopped for p in parts]),
+            subs,
+        )
 
     @classmethod
     def of(cls, bins: GpuBins) -> Rules:
@@ -506,6 +569,20 @@ class SlowStacks:
 
     def at(self, i):
         return self.rows[i]
+
+    def _of(self, rows):
+        new = object.__new__(SlowStacks)
+        new.rows = rows
+        new.n = np.array([r[2] for r in rows], dtype=np.int64)
+        new.sync_age = np.array([r[6] for r in rows], dtype=np.float64)
+        new.recent_awake = np.array([not r[5] or bool(r[5] - {"idle"}) for r in rows], dtype=bool)
+        return new
+
+    def take(self, i):
+        return self._of(self.rows[i:])
+
+    def concat(self, parts):
+        return self._of([r for p in parts for r in p.rows])
 
     def share(self, k):
         return np.array([r[0].get(k, 0.0) for r in self.rows], dtype=np.float64)

@@ -26,16 +26,17 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
-from memtop.binscan import LabelSeq, Rules, Window, gpu_bins, settle_all, with_peers
+from memtop.binscan import GpuBins, LabelSeq, Rules, Window, gpu_bins, settle_all, with_peers
 from memtop.metrics import Metric
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
 from memtop.phases import Classifier, gap_event, stack_info
 from memtop.progress import Progress
-from memtop.scan import WARM_S, Aggregates, _main_only, scan
+from memtop.records import Gap
+from memtop.scan import CHUNK_MIN_S, WARM_S, Aggregates, _main_only, scan
 from memtop.store import (
     _DECODE_ERRORS,
     _SAMPLE,
@@ -109,21 +110,22 @@ def scan_columns(
     """(labels per GPU, gaps, aggregates) as ``memtop.scan._scan(rec.path, read_from, lo, hi, None,
     True)`` gives them; raises Unusual where it cannot be sure of that.
 
-    A long range is cut into chunks at bin edges, scanned in parallel processes as memtop.scan does:
-    each chunk reads WARM_S early; where the classifier's state it reached at its start differs from
-    the one the chunk before ended in, the chunk is scanned again from that state."""
+    A long range is cut into chunks at bin edges whose features, rules, gaps and aggregates are
+    found in parallel processes, each reading WARM_S early; the hysteresis then runs here over all
+    of them in order (``_join``), as one pass would. Where a chunk's warm-up did not reach what
+    the chunk before ended in (the stack window, the previous bin, a gap that began before it), the
+    range is scanned serially."""
     workers = workers or min(8, os.cpu_count() or 1)
-    n = 1  # TODO parallel
+    n = 1 if workers < 2 else max(1, min(workers, int((hi - lo) // (chunk_s or CHUNK_MIN_S))))
     with no_gc():
         if n > 1:
             got = _parallel(rec, read_from, lo, hi, n, tick)
             if got is not None:
                 return got
         try:
-            p = _scan(rec, read_from, lo, hi, tick)
+            return _join([_scan(rec, read_from, lo, hi, tick)])
         except (*_DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
             raise Unusual(f"{type(e).__name__}: {e}") from None
-    return p.labels, p.gaps, p.agg
 
 
 @contextlib.contextmanager
@@ -141,26 +143,21 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
+_OPEN = -math.inf  # a chunk's gap open at its start: its true start is the chunk before's
+
+
 class _Part(NamedTuple):
-    labels: dict
-    gaps: list
+    """A chunk's scan: each GPU's bins from its start (the first chunk: all, warm-up included) with
+    their rules, and what the next chunk's warm-up must have reached."""
+
+    bins: dict[int, tuple[GpuBins, Rules]]
+    first: dict[int, int]  # each GPU's first bin the result holds
+    gaps: list[tuple[Gap, list | None]]  # with the stack window, where the gap was open at the start
+    gap_end: dict[int, tuple | None]  # each GPU's open gap at the end
+    gap_start: dict[int, tuple | None]  # and at the start (after the warm-up)
+    warm: dict[int, tuple[float, float]]  # each GPU's last warm-up bin: (start, graphics)
+    window: tuple[tuple, tuple]  # the stack window's samples after the warm-up and at the end
     agg: Aggregates
-    start: tuple  # the classifier's state at lo (_state_key)
-    end: tuple  # and at the end
-
-
-def _state_key(clf: Classifier, gap: dict) -> tuple:
-    """What decides the labels still to come besides the Frames: hysteresis, warm-up, rise, gaps
-    (``gap``: each GPU's open gap), the stack window."""
-    return (
-        (
-            sorted(clf._state.items()),
-            sorted((g, min(n, clf.warmup_bins + 1)) for g, n in clf._nbins.items()),
-            sorted(clf._graphics.items()),
-            sorted((g, v) for g, v in gap.items() if v is not None),
-        ),
-        tuple((s.pid, s.t) for s, _ in clf._stacks),
-    )
 
 
 _DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
@@ -181,7 +178,7 @@ def _chunk(path: Path, read_from: float | None, lo: float, hi: float, slot: int)
     rec = Recording(path)
     try:
         with no_gc():  # (a spawned worker does not inherit it)
-            return _scan(rec, read_from, lo, hi, tick, edge=slot > 0)
+            return _scan(rec, read_from, lo, hi, tick, edge=True)
     except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
         return None
     finally:
@@ -196,7 +193,7 @@ def _parallel(
     n: int,
     tick: Callable[[float], None] | None,
 ) -> tuple[dict, list, Aggregates] | None:
-    """The chunked scan; None where a chunk is unusual (the caller scans serially)."""
+    """The chunked scan; None where a chunk is unusual or did not catch up (the caller scans serially)."""
     b = Classifier().bin_s
     edges = [lo] + [math.floor((lo + (hi - lo) * k / n) / b) * b for k in range(1, n)] + [hi]
     his = []
@@ -233,24 +230,52 @@ def _parallel(
         parts = [first] + [f.result() for f in futures]
     if any(p is None for p in parts):
         return None
-    for k in range(1, n):
-        prev, cur = parts[k - 1], parts[k]
-        assert prev is not None and cur is not None
-        if cur.start[1] != prev.end[1]:  # the stack windows differ: not a state to resume from
-            return None
-        if cur.start != prev.end:  # the classifier had not caught up: on from the real state
-            try:
-                parts[k] = _scan(rec, jobs[k][1], jobs[k][2], jobs[k][3], None, resume=prev.end, edge=True)
-            except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
-                return None
-    labels: dict = {}
-    gaps: list = []
-    agg = Aggregates()
-    for p in parts:
-        assert p is not None
-        for g, ls in p.labels.items():
-            labels.setdefault(g, []).extend(ls)
-        gaps += p.gaps
+    try:
+        return _join(cast(list[_Part], parts))
+    except Unusual:
+        return None
+
+
+def _join(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
+    """The chunks' bins as one pass: checks that each chunk's warm-up reached where the one before
+    ended, then the hysteresis over every GPU's bins in order, the gaps open across a chunk's start
+    given their true start, the aggregates merged."""
+    clf = Classifier()
+    last: dict[int, tuple[float, float]] = {}  # each GPU's newest bin so far: (start, graphics)
+    open_gap: dict[int, tuple | None] = {}
+    gaps: list[Gap] = []
+    for k, p in enumerate(parts):
+        if k and p.window[0] != parts[k - 1].window[1]:
+            raise Unusual("a chunk's stack window did not catch up")
+        if k and any(p.warm.get(g) != last.get(g) for g in set(p.warm) | set(last)):
+            raise Unusual("a chunk's previous bin is not the pass's")  # (Features.rise)
+        if k and any(
+            (p.gap_start.get(g) is None) != (open_gap.get(g) is None)
+            for g in set(p.gap_start) | set(open_gap)
+        ):
+            raise Unusual("a chunk's gaps did not catch up")
+        for gap, window in p.gaps:
+            if gap.t0 == _OPEN:  # open at the chunk's start: it began where the chunk before says
+                start = open_gap[gap.gpu]
+                assert start is not None and window is not None
+                if gap.t1 - start[0] >= 0.5:
+                    gaps.append(gap_event(gap.gpu, (start[0], gap.t1), window))
+            else:
+                gaps.append(gap)
+        for g, end in p.gap_end.items():
+            open_gap[g] = end if end is None or end[0] != _OPEN else (open_gap[g] or end)[:1] + end[1:]
+        for g, (bins, _) in p.bins.items():
+            if len(bins):
+                last[g] = (float(bins.t[-1]), float(bins.graphics[-1]))
+    labels: dict[int, LabelSeq] = {}
+    for g in sorted({g for p in parts for g in p.bins}):
+        got = [p.bins[g] for p in parts if g in p.bins]
+        bins = GpuBins.concat([x[0] for x in got])
+        rules = Rules.concat([x[1] for x in got])
+        rid, stable, _ = settle_all(rules, clf.warmup_bins, clf.confirm, clf.bin_s)
+        labels[g] = LabelSeq(bins, rules, rid, stable, parts[0].first.get(g, 0) if g in parts[0].bins else 0)
+    agg = parts[0].agg
+    for p in parts[1:]:
         agg.merge(p.agg)
     return labels, gaps, agg
 
@@ -261,13 +286,11 @@ def _scan(
     lo: float,
     hi: float,
     tick: Callable[[float], None] | None,
-    resume: tuple | None = None,
     edge: bool = False,
 ) -> _Part:
     """Frames from ``read_from`` (seeded there, as Recording.frames(start) is; None: the recording's
-    start) to ``hi``; those before ``lo`` only warm the classifier up. ``resume``: the classifier's
-    state at ``lo`` (a _state_key), replacing what the warm-up reached. ``edge``: ``lo`` is a bin edge
-    between chunks, and the bin before it is the previous chunk's."""
+    start) to ``hi``; those before ``lo`` only warm the classifier up. ``edge``: ``lo`` is a bin edge
+    between chunks, and the bins before it are the previous chunk's: only those from lo are kept."""
     seed = read_from  # Recording.frames(start) seeds its state as it stood at the start
     flo = rec.t0 if seed is None else seed
     plo = float("-inf") if seed is None else seed
@@ -304,19 +327,48 @@ def _scan(
         return job_groups(Frame(frames[k], gpus=_samples_at(gpus, k), host=hosts.sample(k)))
 
     with_peers(found, len(ends), jobs_at)
-    labels = {}
+    kept: dict[int, tuple[GpuBins, Rules]] = {}
+    first: dict[int, int] = {}
+    warm: dict[int, tuple[float, float]] = {}
     for g, (bins, _) in found.items():
         rules = Rules.of(bins)
-        rid, stable, _ = settle_all(rules, clf.warmup_bins, clf.confirm, b)
-        first = int(np.searchsorted(bins.k, i_lo - 1, "left"))  # bins closed by a Frame before lo warm up
-        labels[g] = LabelSeq(bins, rules, rid, stable, first)
-    # gaps: each GPU's new samples in Frame order (feed tracks them after the Frame's stacks)
+        # bins closed by a Frame before lo only warm up (at a chunk's edge: also the one lo closes)
+        i = int(np.searchsorted(bins.k, i_lo if edge else i_lo - 1, "left"))
+        if i:
+            warm[g] = (float(bins.t[i - 1]), float(bins.graphics[i - 1]))
+        if edge:
+            kept[g] = (bins.take(i), rules.take(i))
+            first[g] = 0
+        else:
+            kept[g] = (bins, rules)
+            first[g] = i
+    # gaps: each GPU's new samples in Frame order (feed tracks them after the Frame's stacks); at a
+    # chunk's edge a gap open at lo is marked, its start the chunk before's to give
     gap_lo: dict[int, tuple | None] = {}
-    gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf, i_lo, gap_lo, None))
+    reset = _mark_open if edge else None
+    gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf, i_lo, gap_lo, reset))
     win = Window(stacks.window, frames)
-    gaps = [gap_event(g, span, win.at(k)) for k, g, span in gap_at if k >= i_lo]
+    gaps = []
+    for k, g, span in gap_at:
+        if k >= i_lo:
+            w = win.at(k)
+            gaps.append(
+                (
+                    gap_event(g, span, w) if span[0] != _OPEN else Gap(g, span[0], span[1], None),
+                    w if span[0] == _OPEN else None,
+                )
+            )
+    keys = (
+        tuple((s.pid, s.t) for s, _ in win.at(i_lo - 1)) if i_lo else (),
+        tuple((s.pid, s.t) for s, _ in win.at(len(frames) - 1)),
+    )
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
-    return _Part(labels, gaps, agg, (), ())
+    return _Part(kept, first, gaps, dict(clf._gap), gap_lo, warm, keys, agg)
+
+
+def _mark_open(gap: tuple | None) -> tuple | None:
+    """A gap open at a chunk's start, its start marked: the chunk before knows it."""
+    return None if gap is None else (_OPEN, gap[1])
 
 
 def _samples_at(gpus: list[_Gpu], k: int) -> tuple[GpuSample, ...]:
@@ -362,11 +414,11 @@ class _Gpu:
         return GpuSample(self.t[r], self.index, uuid, name, mode, link=link, processes=procs, mig=mig)
 
     def gaps(
-        self, clf: Classifier, i_lo: int, at_lo: dict, reset: dict | None
+        self, clf: Classifier, i_lo: int, at_lo: dict, reset: Callable[[tuple | None], tuple | None] | None
     ) -> list[tuple[int, tuple[float, float]]]:
         """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample.
-        ``at_lo`` gets the GPU's open gap as Frame i_lo finds it; ``reset``: the open gaps to go on
-        from there instead."""
+        ``at_lo`` gets the GPU's open gap as Frame i_lo finds it; ``reset``: a function of it giving the
+        open gap to go on from there instead."""
         r, s = self.r, self.s
         at = np.flatnonzero(self.valid)
         ra, sa = r[at], s[at]
@@ -382,7 +434,7 @@ class _Gpu:
                 marked = True
                 at_lo[index] = clf._gap.get(index)
                 if reset is not None:
-                    clf._gap[index] = reset.get(index)
+                    clf._gap[index] = reset(at_lo[index])
             busy = util[row] if util[row] is not None else graphics[row]
             span = track(index, times[row], busy, alive[st] if st >= 0 else False)
             if span is not None:
@@ -390,7 +442,7 @@ class _Gpu:
         if not marked:
             at_lo[index] = clf._gap.get(index)
             if reset is not None:
-                clf._gap[index] = reset.get(index)
+                clf._gap[index] = reset(at_lo[index])
         return out
 
     def seen(self, i_lo: int) -> list[tuple[int, int]]:

@@ -178,19 +178,44 @@ def _result(r) -> tuple:
     )
 
 
-@pytest.mark.parametrize("warm_s", [colscan.WARM_S, 6.5])
+def test_a_gap_open_across_chunks_starts_where_the_chunk_before_says(monkeypatch):
+    """Idle spans longer than a chunk and its warm-up: the chunk marks the gap open at its start and
+    the join gives it the start the chunks before saw (the report's gap list and its stack)."""
+    monkeypatch.setattr(colscan, "WARM_S", 6.5)
+    marked = []
+    join = colscan._join
+
+    def counting(parts):
+        marked.extend(g.t0 == colscan._OPEN for p in parts[1:] for g, _ in p.gaps)
+        marked.extend(v is not None and v[0] == colscan._OPEN for p in parts[1:] for v in p.gap_end.values())
+        return join(parts)
+
+    monkeypatch.setattr(colscan, "_join", counting)
+    rec = Recording(DATA / "labelled_s2.memtop")
+    serial = _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1))
+    assert _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=30, chunk_s=4.0)) == serial
+    assert sum(marked) >= 5
+
+
+@pytest.mark.parametrize("warm_s", [colscan.WARM_S, 3.0])
 def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch, tmp_path):
-    """Chunks scanned in parallel give what one serial pass gives; with a warm-up too short for the
-    classifier to catch up, chunks are scanned again from the state the chunk before ended in."""
+    """Chunks scanned in parallel give what one serial pass gives: the hysteresis runs over all of
+    them in order; a chunk whose warm-up is too short to reach what the chunk before ended in (the
+    stack window needs 6 s) sends the range to one serial pass."""
     monkeypatch.setattr(colscan, "WARM_S", warm_s)
-    resumed = []
-    scan = colscan._scan
+    joined = []
+    join = colscan._join
 
-    def counting(*a, **kw):
-        resumed.append(kw.get("resume") is not None)
-        return scan(*a, **kw)
+    def counting(parts):
+        try:
+            got = join(parts)
+        except colscan.Unusual:
+            joined.append(-len(parts))
+            raise
+        joined.append(len(parts))
+        return got
 
-    monkeypatch.setattr(colscan, "_scan", counting)
+    monkeypatch.setattr(colscan, "_join", counting)
     holed = tmp_path / "holed.memtop"  # no Frames for 45 s: a chunk's warm-up may find none
     shutil.copyfile(REC[2], holed)
     db = sqlite3.connect(holed)
@@ -201,11 +226,17 @@ def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch, tmp_path):
     db.close()
     for path in (REC[2], two_gpus, holed):
         rec = Recording(path)
+        joined.clear()
         for args in [(None, rec.t0, rec.t1), (rec.t0 + 20, rec.t0 + 20, rec.t0 + 90)]:
             serial = _result(colscan.scan_columns(rec, *args, workers=1))
             for workers, chunk_s in [(8, 3.0), (3, 10.0), (3, 40.0)]:
                 assert _result(colscan.scan_columns(rec, *args, workers=workers, chunk_s=chunk_s)) == serial
-    assert any(resumed) == (warm_s < 10)
+        if path == holed:  # 45 s without Frames: a warm-up there finds none
+            continue
+        if warm_s >= 10:  # every chunked scan joined its chunks, none fell back
+            assert max(joined) > 1 and min(joined) > 0
+        else:  # too short for the stack window: the chunks did not catch up, one serial pass instead
+            assert min(joined) < 0
 
 
 @pytest.fixture(scope="module")
