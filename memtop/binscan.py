@@ -253,8 +253,11 @@ class Rules:
 
     @classmethod
     def of(cls, bins: GpuBins) -> Rules:
-        v = bins.view()
-        n = len(bins)
+        return cls.over(bins.view(), len(bins), bins.stopped)
+
+    @classmethod
+    def over(cls, v: Cols, n: int, stopped: np.ndarray) -> Rules:
+        """The rules over ``n`` bins' view."""
         rid = np.full(n, NO_RULE, dtype=np.int64)
         for k in range(len(RULES) - 1, -1, -1):  # the first rule that matches wins
             rid[np.broadcast_to(RULES[k][2](v), (n,))] = k
@@ -263,7 +266,7 @@ class Rules:
             if r[3] is not None and (rid == k).any():
                 subs[k] = np.broadcast_to(np.asarray(r[3](v)), (n,))
         keeps = {lab: np.broadcast_to(keep(v), (n,)) for lab, (_, _, keep) in STICKY.items()}
-        return cls(rid, keeps, np.broadcast_to(_quiet(v), (n,)), bins.stopped, subs)
+        return cls(rid, keeps, np.broadcast_to(_quiet(v), (n,)), stopped, subs)
 
 
 def settle_all(
