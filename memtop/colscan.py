@@ -4,9 +4,8 @@ Classifier gives (memtop.scan), computed from the recording's rows bin by bin in
 A Frame holds the newest part of each source at its time, so which GPU row, GPU state, host sample
 and stack sample each Frame holds is a search over sorted times; a bin's samples, the stack window at
 its last Frame, a GPU's gap events and the aggregates follow from those searches without building a
-Frame. The numbers then go through the Classifier's own code (``bin_features``, ``emit``,
-``_track_gap``, ``_gap_event``, the stack shares) in the same order, so the rules stay in one place
-(memtop.phases) and every float comes out of the same operations on the same values.
+Frame. memtop.binscan turns them into every bin's features, rules and labels over arrays with the
+same float operations on the same values, the rules and hysteresis being memtop.phases' own.
 What this path does not reproduce exactly (damaged or unusual rows) raises ``Unusual``: the caller
 then scans by Frames. tests/test_colscan.py compares the two on every recording.
 """

@@ -700,7 +700,7 @@ class Classifier:
 
     def emit(self, found: dict[int, Features], last: Frame) -> None:
         """Label one bin's features (per GPU) with ``last`` the bin's last Frame (its host and GPU
-        processes group the GPUs into jobs). The column-wise report (memtop.colscan) calls it too."""
+        processes group the GPUs into jobs)."""
         self.jobs = job_groups(last) if len(found) > 1 else {}  # one GPU has no peers
         if self.jobs:
             found = _with_peers(found, self.jobs)
@@ -753,7 +753,7 @@ class Classifier:
         """One GPU's features of the bin starting at ``t`` from its samples' means (``graphics`` the
         engine's, ``means`` in _BIN_MEANS order), the newest sample's link, board name and process
         ids, and the host at the bin's last Frame (``now``): its iowait and processes (objects with
-        pid, cpu_pct, worker_of, name, state). Both the Frame path and memtop.colscan come here."""
+        pid, cpu_pct, worker_of, name, state). memtop.binscan computes the same over arrays of bins."""
         rise = graphics - self._graphics.get(gpu, graphics)
         self._graphics[gpu] = graphics
         rx, tx, nvrx, nvtx, sm, tensor, dram, util, power = means
