@@ -23,6 +23,7 @@ import operator
 import os
 import sqlite3
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
@@ -368,11 +369,10 @@ class _Gpu:
     """One GPU's rows and states, and which of them each Frame holds."""
 
     def __init__(
-        self, index: int, t: list, code: np.ndarray, cols: dict, states: list, ft: np.ndarray
+        self, index: int, ta: np.ndarray, code: np.ndarray, cols: dict, states: list, ft: np.ndarray
     ) -> None:
         self.index = index
-        self.t = t  # the rows' times as stored (floats)
-        ta = np.array(t, dtype=np.float64)
+        self.t: list[float] = ta.tolist()  # the rows' times as stored
         if len(ta) > 1 and not (np.diff(ta) > 0).all():
             raise Unusual("GPU rows out of order or repeated")
         self.code = code  # index into GPU_MODES
@@ -519,7 +519,13 @@ def _decoded(m: Metric, values: tuple) -> np.ndarray:
     operations (tests/test_colscan.py compares the two on edge values)."""
     if not _types(values, int, float, type(None)):  # text or a blob: NULL
         values = tuple(v if type(v) in (int, float) else None for v in values)
-    a = np.array(values, dtype=np.float64)
+    return _scaled(m, np.array(values, dtype=np.float64))
+
+
+def _scaled(m: Metric, a: np.ndarray) -> np.ndarray:
+    """``_decoded`` of a column of numbers (NaN for NULL) as float64: a Python int becomes the
+    nearest float either way, as SQLite's own conversion does not matter here (the range checks
+    and the scaling are float operations on that float)."""
     with np.errstate(invalid="ignore"):
         ok = (a >= m.lo * m.scale) & (a <= m.hi * m.scale)
     if m.as_int:
@@ -529,11 +535,17 @@ def _decoded(m: Metric, values: tuple) -> np.ndarray:
     return np.where(ok, v, np.nan)
 
 
+# the mode as its index into GPU_MODES, in SQL (no text object per row); -1 for another (the Frame
+# path reads it as "nvml"): that takes the Frame path
+_MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
+_NUMBERS = frozenset({int, float, type(None)})
+_NULL = -(1 << 63)  # NULL in the integers of _json_rows (a stored value of it takes the row path)
+
+
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
     have = rec._gpu_columns
-    # raw values, decoded over arrays below as _decode_sql decodes them (SQLite's CASE per value and
-    # column costs more than the rest of the read)
-    sql = "SELECT t, gpu, mode, " + ", ".join(c if c in have else "NULL" for c in _COLS) + " FROM gpu"
+    cols = ", ".join(c if c in have else "NULL" for c in _COLS)
+    sql = f"SELECT t, gpu, {_MODE_SQL}, {cols} FROM gpu"
     rows: list = []
     states: dict[int, list] = {}
     if seed is not None:  # Recording._seed: each GPU with a state, as it stood at the start
@@ -546,21 +558,89 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
                 rows.append(r)
     for r in rec._q(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
         states.setdefault(_int(r[1]), []).append((r[0], rec._gpu_state(r)))
-    rows += rec._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-    if not rows:
+    got = _json_rows(rec, cols, plo, hi)
+    if got is None:
+        rows += rec._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+        got = _from_rows(rows)
+    elif rows:
+        seeded = _from_rows(rows)
+        got = tuple(np.concatenate([x, y]) for x, y in zip(seeded, got, strict=True))  # type: ignore[assignment]
+    ta, gi, code, raw = got
+    if not len(ta):
         return []
-    t, gpu, mode, *metrics = zip(*rows, strict=True)
-    modes = list(map(_MODE_CODE.get, mode, itertools.repeat(-1)))
-    if not _types(t, float) or not _types(gpu, int) or max(map(abs, gpu)) > _INT_LIM or -1 in modes:
+    if not (np.abs(gi) <= _INT_LIM).all() or (code < 0).any():
         raise Unusual("GPU rows memtop would skip as damaged")
-    ga, code = np.array(gpu, dtype=np.int64), np.array(modes, dtype=np.int64)
-    cols = {c: _decoded(BY_NAME[c], v) for c, v in zip(_COLS, metrics, strict=True)}
+    decoded = {c: _scaled(BY_NAME[c], raw[:, j]) for j, c in enumerate(_COLS)}
     out = []
-    for g in sorted(set(gpu)):
-        at = np.flatnonzero(ga == g)
-        times = [t[i] for i in at.tolist()]
-        out.append(_Gpu(g, times, code[at], {c: v[at] for c, v in cols.items()}, states.get(g, []), ft))
+    for g in np.unique(gi).tolist():
+        at = np.flatnonzero(gi == g)
+        out.append(_Gpu(g, ta[at], code[at], {c: v[at] for c, v in decoded.items()}, states.get(g, []), ft))
     return out
+
+
+def _from_rows(rows: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(times, GPU indices, mode codes, raw metric values: NaN for NULL or not a number) of gpu rows
+    (t, gpu, mode code, the _COLS)."""
+    n = len(_COLS)
+    if not rows:
+        return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, n))
+    t, gpu, mode, *metrics = zip(*rows, strict=True)
+    if not _types(t, float) or not _types(gpu, int) or max(map(abs, gpu)) > _INT_LIM:
+        raise Unusual("GPU rows memtop would skip as damaged")
+    raw = np.empty((len(rows), n))
+    for j, v in enumerate(metrics):
+        if not _types(v, int, float, type(None)):  # text or a blob: NULL
+            v = tuple(x if type(x) in (int, float) else None for x in v)
+        raw[:, j] = np.array(v, dtype=np.float64)
+    return np.array(t, dtype=np.float64), np.array(gpu, dtype=np.int64), np.array(mode, dtype=np.int64), raw
+
+
+def _json_rows(
+    rec: Recording, cols: str, plo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``_from_rows`` of the rows in (plo, hi], read as one JSON text of integers that numpy parses:
+    building a Python object per value costs 4 times what SQLite spends. Times are sent as
+    integers exactly (t * 2**k, k from the smallest: a float at or above it is a multiple of its
+    ulp); None where that cannot be exact, or where a value is not an integer or NULL (a REAL or a
+    text in a damaged or older file): the rows are then read one by one."""
+    q = rec.db.execute
+    try:  # (a damaged table: the row path reads it, and says so as it does)
+        lo_t, hi_t, count = q(
+            "SELECT min(t), max(t), count(*) FROM gpu WHERE t>? AND t<=?", (plo, hi)
+        ).fetchone()
+        if count == 0:
+            return _from_rows([])
+        if type(lo_t) is not float or type(hi_t) is not float or not 1e-6 < lo_t <= hi_t < 1e12:
+            return None
+        k = 53 - math.frexp(lo_t)[1]  # lo_t's ulp is 2**-k: every time from it on is a multiple
+        scale = 2.0**k
+        if hi_t * scale >= 2.0**62:
+            return None
+        text = q(
+            f"SELECT json_group_array(json_array(CAST(t * ? AS INTEGER), gpu, {_MODE_SQL}, {cols}))"
+            " FROM gpu WHERE t>? AND t<=?",  # in the key's order (checked below)
+            (scale, plo, hi),
+        ).fetchone()[0]
+    except sqlite3.DatabaseError:  # also an SQLite without JSON functions, or a blob value
+        return None
+    if not isinstance(text, str) or any(c in text for c in '".eE') or "9223372036854775808" in text:
+        return None  # a text, a REAL, the value taken for NULL
+    n = 3 + len(_COLS)
+    body = text[2:-2].replace("],[", ",").replace("null", str(_NULL))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a short parse is checked below
+        a = np.fromstring(body, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
+    if len(a) != count * n:
+        return None
+    a = a.reshape(-1, n)
+    if (a[:, :3] == _NULL).any():
+        return None
+    ta = a[:, 0].astype(np.float64) / scale
+    if len(ta) > 1 and (np.diff(ta) < 0).any():
+        return None
+    raw = a[:, 3:].astype(np.float64)
+    raw[a[:, 3:] == _NULL] = np.nan
+    return ta, a[:, 1], a[:, 2], raw
 
 
 class _Hosts:
