@@ -17,6 +17,7 @@ import bisect
 import contextlib
 import gc
 import itertools
+import json
 import math
 import multiprocessing
 import operator
@@ -493,14 +494,16 @@ class _Gpu:
 
     def seen(self, i_lo: int) -> list[tuple[int, int]]:
         """(row, state) of each sample the Frames from i_lo on take, once (Aggregates.add)."""
+        return list(zip(*(a.tolist() for a in self._seen(i_lo)), strict=True))
+
+    def _seen(self, i_lo: int) -> tuple[np.ndarray, np.ndarray]:
+        """``seen`` as arrays of rows and states."""
         r, s = self.r[i_lo:], self.s[i_lo:]
         at = np.flatnonzero(r >= 0)
-        if not len(at):
-            return []
         ra, sa = r[at], s[at]
         new = np.ones(len(at), dtype=bool)
         new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
-        return list(zip(ra[new].tolist(), sa[new].tolist(), strict=True))
+        return ra[new], sa[new]
 
 
 def _nones(v: list) -> list:
@@ -539,7 +542,10 @@ def _scaled(m: Metric, a: np.ndarray) -> np.ndarray:
 # path reads it as "nvml"): that takes the Frame path
 _MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
 _NUMBERS = frozenset({int, float, type(None)})
-_NULL = -(1 << 63)  # NULL in the integers of _json_rows (a stored value of it takes the row path)
+_NULL = -(1 << 63)
+_PERF_SQL = (
+    "SELECT t, pid, data"  # NULL in the integers of _json_rows (a stored value of it takes the row path)
+)
 
 
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
@@ -800,7 +806,8 @@ class _Stacks:
         self.samples = samples
         self.until = until
         ts = np.array([s.t for s in samples], dtype=np.float64)
-        self.first = np.searchsorted(np.array(frames, dtype=np.float64), ts, "left").tolist()  # bisect_left
+        self.ft = np.array(frames, dtype=np.float64)
+        self.first = np.searchsorted(self.ft, ts, "left").tolist()  # bisect_left
         self.window = sorted(
             (
                 (k, s, info)
@@ -830,17 +837,68 @@ class _Stacks:
         return [self.mains[i] for i in order.tolist()]
 
 
-def _changes(times: list[float], frames: list[float], i_lo: int) -> list[tuple[int, int]]:
-    """(Frame, number of rows applied by then) at Frame i_lo and each later Frame that new rows reach."""
+def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:
+    """(Frame, number of rows applied by then) at Frame i_lo and each later Frame that new rows reach
+    (``times``: the rows' times in order, ``ft``: the Frames')."""
+    if not _types(tuple(times), float):  # (a text time would not compare: as the Frame path skips it)
+        raise Unusual("a row time that is no number")
+    ta = np.array(times, dtype=np.float64)
+    ks = np.unique(np.append(np.searchsorted(ft, ta, "left"), i_lo))
+    ks = ks[(ks >= i_lo) & (ks < len(ft))]
+    if not len(ks):
+        return []
+    ns = np.searchsorted(ta, ft[ks], "right")
+    keep = np.ones(len(ks), dtype=bool)
+    keep[1:] = ns[1:] != ns[:-1]
+    keep[0] = True  # Frame i_lo itself, always
+    return list(zip(ks[keep].tolist(), ns[keep].tolist(), strict=True))
+
+
+def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> list[tuple[float, int, list]]:
+    """(t, pid, [[name, rate], ...]) of the perf rows the Frames hold, as ``perf_sample`` decodes
+    them: all the JSON parsed at once, every value checked over arrays; where a row is not as this
+    version writes it, each is decoded by ``perf_sample`` (which raises one of _DECODE_ERRORS if it
+    is damaged)."""
+    where = [("t<=? AND t>?", (seed, seed - 3.0))] if seed is not None else []
+    where.append(("t>? AND t<=?", (plo, hi)))
+    rows: list = []
+    try:  # with whether SQLite finds each text one valid JSON value
+        for w, args in where:
+            rows += rec.db.execute(
+                f"{_PERF_SQL}, json_valid(data) FROM perf WHERE {w} ORDER BY t", args
+            ).fetchall()
+        valid = all(r[3] == 1 for r in rows)
+    except sqlite3.DatabaseError:  # no JSON functions (or damage: the plain query says so)
+        rows = [r for w, args in where for r in rec._q(f"{_PERF_SQL} FROM perf WHERE {w} ORDER BY t", args)]
+        valid = False
+    if not rows:
+        return []
+    t, pid, data = (c for c, _ in zip(zip(*rows, strict=True), range(3)))
+    if valid and _types(data, str) and _types(t, float) and _types(pid, int):
+        # the texts, each a JSON value SQLite found valid on its own (_PERF_SQL), joined: a list of them
+        try:
+            parsed = json.loads("[" + ",".join(data) + "]")
+        except (ValueError, RecursionError):
+            parsed = None
+        if parsed is not None and len(parsed) == len(rows) and _types(tuple(parsed), list):
+            pairs = tuple(itertools.chain.from_iterable(parsed))
+            names, rates = zip(*pairs) if pairs else ((), ())
+            tp = np.array(t, dtype=np.float64)
+            with np.errstate(invalid="ignore"):
+                if (
+                    _types(pairs, list)
+                    and set(map(len, pairs)) <= {2}
+                    and _types(names, str)
+                    and _types(rates, float)
+                    and (np.abs(np.array(rates, dtype=np.float64)) <= 1e18).all()  # (NaN fails)
+                    and (np.abs(tp) <= 1e18).all()
+                    and max(map(abs, pid)) <= _INT_LIM
+                ):
+                    return list(zip(t, pid, parsed, strict=True))
     out = []
-    n_prev = -1
-    for k in sorted({i_lo, *(bisect.bisect_left(frames, t) for t in times)}):
-        if k < i_lo or k >= len(frames):
-            continue
-        n = bisect.bisect_right(times, frames[k])
-        if n != n_prev or k == i_lo:
-            out.append((k, n))
-        n_prev = n
+    for r in rows:
+        q = perf_sample(r[:3])
+        out.append((q.t, q.pid, [list(x) for x in q.rates]))
     return out
 
 
@@ -860,23 +918,23 @@ def _aggregate(
     agg.stacks.update(((s.pid, s.t), s) for s in stacks.seen(i_lo))
     reasons: dict[int, tuple[str, ...]] = {}
     for g in gpus:
-        seen = g.seen(i_lo)
-        if not seen:
+        rows, sts = g._seen(i_lo)
+        if not len(rows):
             continue
-        rows = np.array([r for r, _ in seen])
         pk = agg.peaks[g.index]
         for d in ("rx", "tx"):  # max(peak, value or 0.0) over the samples: values are >= 0
             v = g.cols[f"pcie_{d}"][rows]
             pk[d] = max(pk[d], float(np.nanmax(v, initial=0.0)))
-        links = [link for _, st in seen if (link := g.state(st)[3]) is not None]
-        if links:
-            agg.links[g.index] = links[-1]
+        linked = np.array([st[3] is not None for st in g.states] + [False])[sts]  # (-1: no state)
+        if linked.any():  # the newest sample's link that is not None
+            agg.links[g.index] = g.states[int(sts[np.flatnonzero(linked)[-1]])][3]
         ev = g.cols["clock_events"][rows]
+        times = g.t
         for k in np.flatnonzero((np.nan_to_num(ev).astype(np.int64) & THROTTLE_MASK) != 0).tolist():
             e = int(ev[k])
             if e not in reasons:  # the model's names for the bits
                 reasons[e] = GpuSample(0.0, g.index, "", "", "gpm", clock_events=e).throttle_reasons
-            t = g.t[seen[k][0]]
+            t = times[rows[k]]
             agg._throttle(g.index, [t, t, reasons[e]])
     # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place and takes
     # its newest figures (only the samples with a process's newest are decoded whole)
@@ -891,28 +949,26 @@ def _aggregate(
         for p in [newest[h][pid]]
     )
     # perf and caps: few rows; as the Frames from i_lo on hold them
-    prow: list = []
-    if seed is not None:
-        prow += rec._q(
-            "SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (seed, seed - 3.0)
-        ).fetchall()
-    prow += rec._q("SELECT t, pid, data FROM perf WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-    perf = [perf_sample(r) for r in prow]
+    ft = stacks.ft
+    perf = _perf_rows(rec, plo, hi, seed)
     cur: dict = {}
+    changed: set[int] = set()  # the processes with a new sample since the last change
     done = 0
-    for _, n in _changes([q.t for q in perf], frames, i_lo):
+    for _, n in _changes([q[0] for q in perf], ft, i_lo):
         for q in perf[done:n]:
-            cur[q.pid] = q
+            cur[q[1]] = q
+            changed.add(q[1])
         done = n
-        for pid in sorted(cur):
+        for pid in sorted(changed):  # (the others' samples are those taken already: _perf skips them)
             q = cur[pid]
-            agg._perf(pid, (q.t, dict(q.rates)))
+            agg._perf(pid, (q[0], dict(q[2])))
+        changed.clear()
     crow: list = []
     if seed is not None:
         crow += rec._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (seed,)).fetchall()
     crow += rec._q("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
     caps = [_caps_from_json(r[1]) for r in crow]
-    for _, n in _changes([r[0] for r in crow], frames, i_lo):
+    for _, n in _changes([r[0] for r in crow], ft, i_lo):
         for c in caps[n - 1] if n else ():
             agg.caps[(c.source, c.name)] = c
     k = len(frames) - 1
