@@ -463,34 +463,29 @@ class _Gpu:
     def gaps(
         self, clf: Classifier, i_lo: int, at_lo: dict, reset: dict | None
     ) -> list[tuple[int, tuple[float, float]]]:
-        """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample.
-        ``at_lo`` gets the GPU's open gap as Frame i_lo finds it; ``reset``: the open gaps to go on
-        from there instead."""
+        """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample
+        (``Classifier._track_gap``, here over runs of quiet samples). ``at_lo`` gets the GPU's open
+        gap as Frame i_lo finds it; ``reset``: the open gaps to go on from there instead."""
         r, s = self.r, self.s
         at = np.flatnonzero(self.valid)
         ra, sa = r[at], s[at]
         new = np.ones(len(at), dtype=bool)
         new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
-        util, graphics = (_nones(self.cols[c].tolist()) for c in ("util", "graphics"))
-        alive = [bool(st[4]) for st in self.states]
-        out = []
-        track, index, times = clf._track_gap, self.index, self.t
-        marked = False
-        for k, row, st in zip(at[new].tolist(), ra[new].tolist(), sa[new].tolist(), strict=True):
-            if not marked and k >= i_lo:
-                marked = True
-                at_lo[index] = clf._gap.get(index)
-                if reset is not None:
-                    clf._gap[index] = reset.get(index)
-            busy = util[row] if util[row] is not None else graphics[row]
-            span = track(index, times[row], busy, alive[st] if st >= 0 else False)
-            if span is not None:
-                out.append((k, span))
-        if not marked:
-            at_lo[index] = clf._gap.get(index)
-            if reset is not None:
-                clf._gap[index] = reset.get(index)
-        return out
+        frame, row, st = at[new], ra[new], sa[new]
+        util, graphics = self.cols["util"][row], self.cols["graphics"][row]
+        busy = np.where(np.isnan(util), graphics, util)  # util, or graphics without it (NaN: None)
+        alive = np.array([bool(x[4]) for x in self.states] + [False], dtype=bool)[st]  # (-1: none)
+        quiet = (busy < 5) & alive
+        times = self.t
+        m = int(np.searchsorted(frame, i_lo, "left"))  # the first sample from Frame i_lo on
+        index = self.index
+        out, state = _quiet_runs(quiet[:m], frame[:m], row[:m], times, clf._gap.get(index))
+        at_lo[index] = state
+        if reset is not None:
+            state = reset.get(index)
+        more, state = _quiet_runs(quiet[m:], frame[m:], row[m:], times, state)
+        clf._gap[index] = state
+        return out + more
 
     def seen(self, i_lo: int) -> list[tuple[int, int]]:
         """(row, state) of each sample the Frames from i_lo on take, once (Aggregates.add)."""
@@ -504,6 +499,32 @@ class _Gpu:
         new = np.ones(len(at), dtype=bool)
         new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
         return ra[new], sa[new]
+
+
+def _quiet_runs(
+    quiet: np.ndarray, frame: np.ndarray, row: np.ndarray, times: list, gap: tuple | None
+) -> tuple[list[tuple[int, tuple[float, float]]], tuple | None]:
+    """Classifier._track_gap over a GPU's new samples (quiet: busy < 5 with a live process), from
+    the open gap ``gap``: (Frame, span) of each gap of >= 0.5 s a sample ends, and the open gap
+    after the last."""
+    n = len(quiet)
+    if not n:
+        return [], gap
+    edges = np.diff(np.concatenate([[0], quiet.view(np.int8), [0]]))
+    starts, ends = np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()
+    out = []
+    if gap is not None and not quiet[0] and gap[1] - gap[0] >= 0.5:  # the first sample ends it
+        out.append((int(frame[0]), gap))
+    open_ = None
+    for a, b in zip(starts, ends, strict=True):
+        t0 = gap[0] if a == 0 and gap is not None else times[row[a]]
+        span = (t0, times[row[b]])
+        if b + 1 < n:
+            if span[1] - span[0] >= 0.5:
+                out.append((int(frame[b + 1]), span))
+        else:
+            open_ = span
+    return out, open_
 
 
 def _nones(v: list) -> list:
@@ -761,6 +782,10 @@ def _types(values: tuple, *kinds: type) -> bool:
     return set(map(type, values)) <= set(kinds)
 
 
+# stack_sample's columns but the stored class, which is never read (store.stack_sample): no text per row
+_STACK_SQL = "SELECT t, pid, tid, name, active, gil, NULL, stack, error FROM stack_sample"
+
+
 class _Stacks:
     """The stack samples, the Frames they are in, and the order the classifier's window takes them."""
 
@@ -769,10 +794,8 @@ class _Stacks:
     ) -> None:
         rows: list = []
         if seed is not None:  # Recording._seed: the samples of the last 3 s
-            rows += rec._q(
-                "SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0)
-            ).fetchall()
-        rows += rec._q("SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)).fetchall()
+            rows += rec._q(f"{_STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0)).fetchall()
+        rows += rec._q(f"{_STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)).fetchall()
         # a dump whose rows (all but the time) are those of an earlier one is that dump again: its
         # threads, main-thread summary (phases.stack_info) and main-only form are the earlier one's
         known: dict[tuple, tuple[StackSample, tuple | None, StackSample]] = {}

@@ -324,3 +324,62 @@ def test_gpu_columns_decode_as_sql_does():
         got = colscan._decoded(m, raw)
         assert np.array_equal(got, np.array(want, dtype=np.float64), equal_nan=True), c
         assert np.isnan(got).sum() == want.count(None) >= 6, c
+
+
+def _track_gaps(g, clf, i_lo: int, at_lo: dict, reset: dict | None) -> list:
+    """The gap events as Classifier.feed finds them: _track_gap called at each new sample of the
+    GPU in Frame order (colscan._Gpu.gaps finds them over runs of quiet samples)."""
+    import numpy as np
+
+    at = np.flatnonzero(g.valid)
+    ra, sa = g.r[at], g.s[at]
+    new = np.ones(len(at), dtype=bool)
+    new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
+    util, graphics = ([None if x != x else x for x in g.cols[c].tolist()] for c in ("util", "graphics"))
+    out, marked = [], False
+    for k, row, st in zip(at[new].tolist(), ra[new].tolist(), sa[new].tolist(), strict=True):
+        if not marked and k >= i_lo:
+            marked = True
+            at_lo[g.index] = clf._gap.get(g.index)
+            if reset is not None:
+                clf._gap[g.index] = reset.get(g.index)
+        busy = util[row] if util[row] is not None else graphics[row]
+        span = clf._track_gap(g.index, g.t[row], busy, bool(g.state(st)[4]))
+        if span is not None:
+            out.append((k, span))
+    if not marked:
+        at_lo[g.index] = clf._gap.get(g.index)
+        if reset is not None:
+            clf._gap[g.index] = reset.get(g.index)
+    return out
+
+
+@pytest.mark.parametrize("where", ["", "multi"])
+def test_gaps_over_runs_are_the_classifiers(where):
+    """_Gpu.gaps gives the events, the open gap at i_lo and the state after as _track_gap per sample
+    does, on every recording: from the start, from a Frame inside a gap, from the last Frame, and
+    with the open gaps reset at i_lo (to one open since the recording's start, or to none)."""
+    import numpy as np
+
+    from memtop.phases import Classifier
+
+    n_mid = 0
+    for path in sorted((DATA / where).glob("*.memtop")):
+        rec = Recording(path)
+        frames = [r[0] for r in rec._q("SELECT t FROM frame ORDER BY t")]
+        gpus = colscan._gpus(rec, np.array(frames), float("-inf"), rec.t1, None)
+        whole = _track_gaps(gpus[0], Classifier(), 0, {}, None)
+        i_los = [0, len(frames) - 1, len(frames)]
+        if whole:  # a Frame inside the longest gap
+            k, (t0, t1) = max(whole, key=lambda e: e[1][1] - e[1][0])
+            i_los.append(int(np.searchsorted(frames, (t0 + t1) / 2)))
+        for g in gpus:
+            for i_lo in i_los:
+                for reset in (None, {}, {g.index: (rec.t0, rec.t0)}):
+                    want_at, got_at = {}, {}
+                    want_clf, got_clf = Classifier(), Classifier()
+                    want = _track_gaps(g, want_clf, i_lo, want_at, reset)
+                    assert g.gaps(got_clf, i_lo, got_at, reset) == want, (path.name, i_lo, reset)
+                    assert got_at == want_at and got_clf._gap == want_clf._gap, (path.name, i_lo, reset)
+                    n_mid += i_lo == i_los[-1] and want_at.get(g.index) is not None
+    assert n_mid > 0  # some range did start inside a gap
