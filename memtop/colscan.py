@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from memtop.errors import UserError
 from memtop.metrics import Metric
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
 from memtop.phases import STACK_WINDOW_S, Classifier, Features, _mean, stack_info
@@ -716,7 +717,7 @@ class _Hosts:
         span = (t0, t1)
         load = q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", span).fetchall()
         lt, iowait, n = zip(*load) if load else ((), (), ())
-        rows = q(_FIGURES_SQL, span).fetchall()
+        rows = _utf8(rec, lambda: q(_FIGURES_SQL, span))
         pt, pid, cpu, worker_of, name, state = zip(*rows) if rows else ((),) * 6
         at = {t: h for h, t in enumerate(self.t)}
         if not (
@@ -778,6 +779,22 @@ class _Hosts:
 _FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
 
 
+def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:
+    """``query()``'s rows with TEXT values decoded by the sqlite3 module's own UTF-8 decoder, without
+    a Python call per value; where one is not valid UTF-8, as Recording decodes them (surrogates for
+    the bad bytes: the same strings where the UTF-8 is valid)."""
+    db = rec.db
+    factory = db.text_factory
+    db.text_factory = str
+    try:
+        return query().fetchall()
+    except (sqlite3.DatabaseError, UserError):  # "Could not decode to UTF-8", or a real error: again
+        pass
+    finally:
+        db.text_factory = factory
+    return query().fetchall()
+
+
 def _types(values: tuple, *kinds: type) -> bool:
     return set(map(type, values)) <= set(kinds)
 
@@ -794,8 +811,10 @@ class _Stacks:
     ) -> None:
         rows: list = []
         if seed is not None:  # Recording._seed: the samples of the last 3 s
-            rows += rec._q(f"{_STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0)).fetchall()
-        rows += rec._q(f"{_STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)).fetchall()
+            rows += _utf8(
+                rec, lambda: rec._q(f"{_STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0))
+            )
+        rows += _utf8(rec, lambda: rec._q(f"{_STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)))
         # a dump whose rows (all but the time) are those of an earlier one is that dump again: its
         # threads, main-thread summary (phases.stack_info) and main-only form are the earlier one's
         known: dict[tuple, tuple[StackSample, tuple | None, StackSample]] = {}
@@ -887,9 +906,8 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
     rows: list = []
     try:  # with whether SQLite finds each text one valid JSON value
         for w, args in where:
-            rows += rec.db.execute(
-                f"{_PERF_SQL}, json_valid(data) FROM perf WHERE {w} ORDER BY t", args
-            ).fetchall()
+            sql = f"{_PERF_SQL}, json_valid(data) FROM perf WHERE {w} ORDER BY t"
+            rows += _utf8(rec, lambda sql=sql, args=args: rec.db.execute(sql, args))
         valid = all(r[3] == 1 for r in rows)
     except sqlite3.DatabaseError:  # no JSON functions (or damage: the plain query says so)
         rows = [r for w, args in where for r in rec._q(f"{_PERF_SQL} FROM perf WHERE {w} ORDER BY t", args)]
