@@ -623,6 +623,44 @@ def _from_rows(rows: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     return np.array(t, dtype=np.float64), np.array(gpu, dtype=np.int64), np.array(mode, dtype=np.int64), raw
 
 
+def _scale(lo: object, hi: object) -> float | None:
+    """A power of two that makes every float in [lo, hi] an integer below 2**62 (lo's ulp is its
+    inverse: a float at or above lo is a multiple of it), or None where there is none."""
+    if type(lo) is not float or type(hi) is not float or not 1e-6 < lo <= hi < 1e12:
+        return None
+    scale = 2.0 ** (53 - math.frexp(lo)[1])
+    return scale if hi * scale < 2.0**62 else None
+
+
+def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
+    """The sane Frame times in [lo, hi] in order, as ``SELECT t FROM frame WHERE t>=? AND t<=? AND
+    _SANE_T ORDER BY t`` gives them, sent by SQLite as one text of integers (``_scale``)."""
+    sql = f"FROM frame WHERE t>=? AND t<=? AND {_SANE_T}"
+    n, scale, text = -1, None, None
+    try:
+        lo_t, hi_t, n = rec.db.execute(f"SELECT min(t), max(t), count(*) {sql}", (lo, hi)).fetchone()
+        scale = _scale(lo_t, hi_t)
+        text = (
+            None
+            if scale is None
+            else rec.db.execute(
+                f"SELECT group_concat(CAST(t * ? AS INTEGER)) {sql}", (scale, lo, hi)
+            ).fetchone()[0]
+        )
+    except sqlite3.DatabaseError:  # (the row query below says what is wrong)
+        pass
+    if n == 0:
+        return []
+    if isinstance(text, str) and scale is not None and not any(c in text for c in ".eE"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a short parse is checked below
+            a = np.fromstring(text, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
+        t = a.astype(np.float64) / scale
+        if len(t) == n and (np.diff(t) > 0).all():  # in the key's order (checked)
+            return t.tolist()
+    return [r[0] for r in rec._q(f"SELECT t {sql} ORDER BY t", (lo, hi))]
+
+
 def _json_rows(
     rec: Recording, cols: str, plo: float, hi: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
@@ -638,11 +676,8 @@ def _json_rows(
         ).fetchone()
         if count == 0:
             return _from_rows([])
-        if type(lo_t) is not float or type(hi_t) is not float or not 1e-6 < lo_t <= hi_t < 1e12:
-            return None
-        k = 53 - math.frexp(lo_t)[1]  # lo_t's ulp is 2**-k: every time from it on is a multiple
-        scale = 2.0**k
-        if hi_t * scale >= 2.0**62:
+        scale = _scale(lo_t, hi_t)
+        if scale is None:
             return None
         text = q(
             f"SELECT json_group_array(json_array(CAST(t * ? AS INTEGER), gpu, {_MODE_SQL}, {cols}))"
