@@ -636,27 +636,23 @@ def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
     """The sane Frame times in [lo, hi] in order, as ``SELECT t FROM frame WHERE t>=? AND t<=? AND
     _SANE_T ORDER BY t`` gives them, sent by SQLite as one text of integers (``_scale``)."""
     sql = f"FROM frame WHERE t>=? AND t<=? AND {_SANE_T}"
-    n, scale, text = -1, None, None
-    try:
-        lo_t, hi_t, n = rec.db.execute(f"SELECT min(t), max(t), count(*) {sql}", (lo, hi)).fetchone()
-        scale = _scale(lo_t, hi_t)
-        text = (
-            None
-            if scale is None
-            else rec.db.execute(
+    text, scale = None, None
+    try:  # (min and max alone are a search each)
+        scale = _scale(
+            *(rec.db.execute(f"SELECT {f}(t) {sql}", (lo, hi)).fetchone()[0] for f in ("min", "max"))
+        )
+        if scale is not None:
+            text = rec.db.execute(
                 f"SELECT group_concat(CAST(t * ? AS INTEGER)) {sql}", (scale, lo, hi)
             ).fetchone()[0]
-        )
     except sqlite3.DatabaseError:  # (the row query below says what is wrong)
         pass
-    if n == 0:
-        return []
     if isinstance(text, str) and scale is not None and not any(c in text for c in ".eE"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a short parse is checked below
             a = np.fromstring(text, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
         t = a.astype(np.float64) / scale
-        if len(t) == n and (np.diff(t) > 0).all():  # in the key's order (checked)
+        if len(t) == text.count(",") + 1 and (np.diff(t) > 0).all():  # all, in the key's order
             return t.tolist()
     return [r[0] for r in rec._q(f"SELECT t {sql} ORDER BY t", (lo, hi))]
 
@@ -671,10 +667,11 @@ def _json_rows(
     text in a damaged or older file): the rows are then read one by one."""
     q = rec.db.execute
     try:  # (a damaged table: the row path reads it, and says so as it does)
-        lo_t, hi_t, count = q(
-            "SELECT min(t), max(t), count(*) FROM gpu WHERE t>? AND t<=?", (plo, hi)
-        ).fetchone()
-        if count == 0:
+        # (min and max alone are a search each)
+        lo_t, hi_t = (
+            q(f"SELECT {f}(t) FROM gpu WHERE t>? AND t<=?", (plo, hi)).fetchone()[0] for f in ("min", "max")
+        )
+        if lo_t is None:
             return _from_rows([])
         scale = _scale(lo_t, hi_t)
         if scale is None:
@@ -693,7 +690,7 @@ def _json_rows(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a short parse is checked below
         a = np.fromstring(body, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
-    if len(a) != count * n:
+    if len(a) != n * (text.count("[") - 1):  # as many rows as the JSON holds
         return None
     a = a.reshape(-1, n)
     if (a[:, :3] == _NULL).any():
