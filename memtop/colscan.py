@@ -65,6 +65,7 @@ _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  #
 _PROC = operator.itemgetter(*HOST_PROC_FIELDS)
 _INT_LIM = 1 << 62
 _REST = operator.itemgetter(slice(1, None))  # a stack_sample row but its time
+_T = operator.itemgetter(0)
 
 
 class Unusual(Exception):
@@ -811,6 +812,10 @@ class _Hosts:
 _FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
 
 
+def _same(v: float, what: str) -> float:
+    return v
+
+
 def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:
     """``query()``'s rows with TEXT values decoded by the sqlite3 module's own UTF-8 decoder, without
     a Python call per value; where one is not valid UTF-8, as Recording decodes them (surrogates for
@@ -853,6 +858,9 @@ class _Stacks:
         samples: list[StackSample] = []
         infos: list[tuple | None] = []
         self.mains: list[StackSample] = []  # each sample as the report keeps it (scan._main_only)
+        t_all = tuple(map(_T, rows))
+        # every time a finite float (store._num: the common case): not checked again per sample
+        num = _num if not _types(t_all, float) or not all(abs(t) <= 1e18 for t in t_all) else _same
         for _, grp in itertools.groupby(rows, key=_SAMPLE):
             g = list(grp)
             key = tuple(map(_REST, g))
@@ -862,7 +870,7 @@ class _Stacks:
                 known[key] = got = (s, stack_info(s) if s.threads else None, _main_only(s))
             else:
                 s0, _, m0 = got
-                s = StackSample(_num(g[0][0], "stack t"), s0.pid, s0.threads, s0.error)
+                s = StackSample(num(g[0][0], "stack t"), s0.pid, s0.threads, s0.error)
                 m0 = s if m0 is s0 else StackSample(s.t, s.pid, m0.threads, s.error)
                 got = (s, got[1], m0)
             samples.append(s)
@@ -870,42 +878,39 @@ class _Stacks:
             self.mains.append(got[2])
         # a pid's sample is in the Frames from its time until the pid's next sample, at most 5 s
         # (store._State.frame); the window takes it at the first of them, in pid order
-        nxt: dict[int, float] = {}
-        until = [0.0] * len(samples)
-        for i in range(len(samples) - 1, -1, -1):
-            s = samples[i]
-            until[i] = nxt.get(s.pid, float("inf"))
-            nxt[s.pid] = s.t
+        ts = np.array([s.t for s in samples], dtype=np.float64)
+        pids = np.array([s.pid for s in samples], dtype=np.int64)
+        by_pid = np.lexsort((np.arange(len(samples)), pids))  # each pid's samples in order
+        until = np.full(len(samples), np.inf)
+        if samples:
+            nxt = np.append(ts[by_pid][1:], np.inf)
+            until[by_pid] = np.where(np.append(pids[by_pid][1:] == pids[by_pid][:-1], False), nxt, np.inf)
         self.frames = frames
         self.samples = samples
-        self.until = until
-        ts = np.array([s.t for s in samples], dtype=np.float64)
+        self.until = until.tolist()
         self.ft = np.array(frames, dtype=np.float64)
-        self.first = np.searchsorted(self.ft, ts, "left").tolist()  # bisect_left
-        self.window = sorted(
-            (
-                (k, s, info)
-                for k, s, u, info in zip(self.first, samples, until, infos, strict=True)
-                if s.threads and self._in(k, s, u)
-            ),
-            key=lambda e: (e[0], e[1].pid),
-        )
+        first = np.searchsorted(self.ft, ts, "left")  # bisect_left
+        self.first = first.tolist()
+        threads = np.array([bool(s.threads) for s in samples], dtype=bool)
+        held = np.flatnonzero(threads & self._held(first, ts, until))
+        order = held[np.lexsort((pids[held], first[held]))]  # by Frame, then pid (a stable sort)
+        self.window = [(self.first[i], samples[i], infos[i]) for i in order.tolist()]
 
-    def _in(self, k: int, s: StackSample, until: float) -> bool:
-        """Whether Frame k holds sample s (k at or after its time)."""
-        return k < len(self.frames) and self.frames[k] < until and not self.frames[k] - s.t > 5.0
+    def _held(self, k: np.ndarray, t: np.ndarray, until: np.ndarray) -> np.ndarray:
+        """Whether Frame k[i] (at or after t[i]) holds the sample of time t[i], shown until until[i]."""
+        nf = len(self.ft)
+        fk = self.ft[np.minimum(k, nf - 1)] if nf else np.zeros(len(k))
+        return (k < nf) & (fk < until) & ~(fk - t > 5.0)
 
     def seen(self, i_lo: int) -> list[StackSample]:
         """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them,
         each as the report keeps it (main thread only)."""
-        nf = len(self.frames)
         if not self.samples:
             return []
         k = np.maximum(np.array(self.first, dtype=np.int64), i_lo)
-        fk = np.array(self.frames, dtype=np.float64)[np.minimum(k, nf - 1)]  # as _in, over arrays
         t = np.array([s.t for s in self.samples], dtype=np.float64)
         threads = np.array([bool(s.threads) for s in self.samples])
-        held = np.flatnonzero(threads & (k < nf) & (fk < np.array(self.until)) & ~(fk - t > 5.0))
+        held = np.flatnonzero(threads & self._held(k, t, np.array(self.until)))
         pid = np.array([self.samples[i].pid for i in held.tolist()], dtype=np.int64)
         order = held[np.lexsort((pid, k[held]))]  # by Frame, then pid
         return [self.mains[i] for i in order.tolist()]
