@@ -752,7 +752,7 @@ class _Hosts:
         lt, iowait, n = zip(*load) if load else ((), (), ())
         rows = _utf8(rec, lambda: q(_FIGURES_SQL, span))
         pt, pid, cpu, worker_of, name, state = zip(*rows) if rows else ((),) * 6
-        at = {t: h for h, t in enumerate(self.t)}
+        at = dict(zip(self.t, range(len(self.t))))  # (the last of a repeated time, as a dict display)
         if not (
             _types(iowait, float)
             and _types(n, int)
@@ -761,10 +761,10 @@ class _Hosts:
             and _types(worker_of, int, type(None))
             and _types(name, str)
             and _types(state, str)
-            and all(abs(x) < 1e18 for x in (*iowait, *cpu))
+            and (np.abs(np.array(iowait + cpu, dtype=np.float64)) < 1e18).all()  # (NaN fails)
             and min(n, default=0) >= 0
             and np.array_equal(np.repeat(np.array(lt, dtype=np.float64), n), np.array(pt, dtype=np.float64))
-            and all(t in at for t in lt)
+            and at.keys() >= set(lt)
         ):
             raise Unusual("host figures that are not as written")
         procs = list(map(_Proc, pid, cpu, worker_of, name, state))
@@ -1006,20 +1006,25 @@ def _aggregate(
         linked = np.array([st[3] is not None for st in g.states] + [False])[sts]  # (-1: no state)
         if linked.any():  # the newest sample's link that is not None
             agg.links[g.index] = g.states[int(sts[np.flatnonzero(linked)[-1]])][3]
-        ev = g.cols["clock_events"][rows]
+        ev = np.nan_to_num(g.cols["clock_events"][rows]).astype(np.int64)  # (int() of each value)
+        hit = np.flatnonzero((ev & THROTTLE_MASK) != 0)
         times = g.t
-        for k in np.flatnonzero((np.nan_to_num(ev).astype(np.int64) & THROTTLE_MASK) != 0).tolist():
-            e = int(ev[k])
+        for e, r in zip(ev[hit].tolist(), rows[hit].tolist(), strict=True):
             if e not in reasons:  # the model's names for the bits
                 reasons[e] = GpuSample(0.0, g.index, "", "", "gpm", clock_events=e).throttle_reasons
-            t = times[rows[k]]
+            t = times[r]
             agg._throttle(g.index, [t, t, reasons[e]])
     # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place and takes
     # its newest figures (only the samples with a process's newest are decoded whole)
     latest: dict[int, int] = {}
-    for h in sorted(set(hosts.at[i_lo:]) - {-1}):
-        for pid in hosts.pids(h):
-            latest[pid] = h
+    loads = hosts._load
+    for h in np.unique(hosts.at[i_lo:]).tolist():
+        if h < 0:
+            continue
+        if h not in loads:
+            hosts._decode(h)
+        for p in loads[h][1]:
+            latest[p.pid] = h
     newest = {h: dict(hosts.procs(h)) for h in set(latest.values())}
     agg.procs.update(
         (pid, p if isinstance(p, ProcSample) else _record(ProcSample, p, "host"))
