@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import gc
 import itertools
 import json
@@ -944,7 +945,7 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
     try:  # with whether SQLite finds each text one valid JSON value
         for w, args in where:
             sql = f"{_PERF_SQL}, json_valid(data) FROM perf WHERE {w} ORDER BY t"
-            rows += _utf8(rec, lambda sql=sql, args=args: rec.db.execute(sql, args))
+            rows += _utf8(rec, functools.partial(rec.db.execute, sql, args))
         valid = all(r[3] == 1 for r in rows)
     except sqlite3.DatabaseError:  # no JSON functions (or damage: the plain query says so)
         rows = [r for w, args in where for r in rec._q(f"{_PERF_SQL} FROM perf WHERE {w} ORDER BY t", args)]
