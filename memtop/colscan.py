@@ -535,24 +535,18 @@ def _nones(v: list) -> list:
     return [None if x != x else x for x in v]
 
 
-# the mode as an index into GPU_MODES (another mode, which the Frame path reads as "nvml", and a
-# GPU index that is no integer in _int's range take the Frame path)
-_MODE_CODE = {m: i for i, m in enumerate(GPU_MODES)}
-
-
-def _decoded(m: Metric, values: tuple) -> np.ndarray:
-    """A gpu column's stored values decoded as store._decode_sql decodes them: NaN where it gives
-    NULL (not a number, out of the valid range), else the value at its scale by the same float
-    operations (tests/test_colscan.py compares the two on edge values)."""
-    if not _types(values, int, float, type(None)):  # text or a blob: NULL
+def _raw(values: tuple) -> np.ndarray:
+    """A gpu column's stored values as floats (an integer as the nearest one), NaN for NULL and for
+    a text or a blob (which store._decode_sql makes NULL)."""
+    if not _types(values, int, float, type(None)):
         values = tuple(v if type(v) in (int, float) else None for v in values)
-    return _scaled(m, np.array(values, dtype=np.float64))
+    return np.array(values, dtype=np.float64)
 
 
 def _scaled(m: Metric, a: np.ndarray) -> np.ndarray:
-    """``_decoded`` of a column of numbers (NaN for NULL) as float64: a Python int becomes the
-    nearest float either way, as SQLite's own conversion does not matter here (the range checks
-    and the scaling are float operations on that float)."""
+    """A gpu column's raw values (``_raw``) decoded as store._decode_sql decodes them: NaN where it
+    gives NULL (not a number, out of the valid range), else the value at its scale by the same
+    float operations (tests/test_colscan.py compares the two on edge values)."""
     with np.errstate(invalid="ignore"):
         ok = (a >= m.lo * m.scale) & (a <= m.hi * m.scale)
     if m.as_int:
@@ -565,7 +559,6 @@ def _scaled(m: Metric, a: np.ndarray) -> np.ndarray:
 # the mode as its index into GPU_MODES, in SQL (no text object per row); -1 for another (the Frame
 # path reads it as "nvml"): that takes the Frame path
 _MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
-_NUMBERS = frozenset({int, float, type(None)})
 _NULL = -(1 << 63)
 _PERF_SQL = (
     "SELECT t, pid, data"  # NULL in the integers of _json_rows (a stored value of it takes the row path)
@@ -619,9 +612,7 @@ def _from_rows(rows: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
         raise Unusual("GPU rows memtop would skip as damaged")
     raw = np.empty((len(rows), n))
     for j, v in enumerate(metrics):
-        if not _types(v, int, float, type(None)):  # text or a blob: NULL
-            v = tuple(x if type(x) in (int, float) else None for x in v)
-        raw[:, j] = np.array(v, dtype=np.float64)
+        raw[:, j] = _raw(v)
     return np.array(t, dtype=np.float64), np.array(gpu, dtype=np.int64), np.array(mode, dtype=np.int64), raw
 
 
