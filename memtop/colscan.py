@@ -376,7 +376,8 @@ class _Gpu:
         self, index: int, ta: np.ndarray, code: np.ndarray, cols: dict, states: list, ft: np.ndarray
     ) -> None:
         self.index = index
-        self.t: list[float] = ta.tolist()  # the rows' times as stored
+        self.ta = ta  # the rows' times as stored
+        self.t: list[float] = ta.tolist()  # (as floats)
         if len(ta) > 1 and not (np.diff(ta) > 0).all():
             raise Unusual("GPU rows out of order or repeated")
         self.code = code  # index into GPU_MODES
@@ -1000,12 +1001,29 @@ def _aggregate(
             agg.links[g.index] = g.states[int(sts[np.flatnonzero(linked)[-1]])][3]
         ev = np.nan_to_num(g.cols["clock_events"][rows]).astype(np.int64)  # (int() of each value)
         hit = np.flatnonzero((ev & THROTTLE_MASK) != 0)
-        times = g.t
-        for e, r in zip(ev[hit].tolist(), rows[hit].tolist(), strict=True):
+        if not len(hit):
+            continue
+        # Aggregates._throttle of [t, t, reasons] at each throttled sample, over runs: a sample
+        # extends the span before it where its reasons are the same and it is <= 0.5 s later
+        values, which = np.unique(ev[hit], return_inverse=True)
+        for e in values.tolist():
             if e not in reasons:  # the model's names for the bits
                 reasons[e] = GpuSample(0.0, g.index, "", "", "gpm", clock_events=e).throttle_reasons
-            t = times[r]
-            agg._throttle(g.index, [t, t, reasons[e]])
+        names = [reasons[e] for e in values.tolist()]
+        ids = np.array([names.index(n) for n in names])[which]  # (bits the names leave out: the same)
+        t_hit = rows[hit]
+        ta = g.ta[t_hit]
+        new = np.ones(len(hit), dtype=bool)
+        new[1:] = (ids[1:] != ids[:-1]) | ~(ta[:-1] >= ta[1:] - 0.5)
+        starts = np.flatnonzero(new)
+        times = g.t
+        for a, b, k in zip(
+            t_hit[starts].tolist(),
+            t_hit[np.append(starts[1:], len(hit)) - 1].tolist(),
+            ids[starts].tolist(),
+            strict=True,
+        ):
+            agg._throttle(g.index, [times[a], times[b], names[k]])
     # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place and takes
     # its newest figures (only the samples with a process's newest are decoded whole)
     latest: dict[int, int] = {}
