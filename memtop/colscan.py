@@ -560,10 +560,8 @@ def _scaled(m: Metric, a: np.ndarray) -> np.ndarray:
 # the mode as its index into GPU_MODES, in SQL (no text object per row); -1 for another (the Frame
 # path reads it as "nvml"): that takes the Frame path
 _MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
-_NULL = -(1 << 63)
-_PERF_SQL = (
-    "SELECT t, pid, data"  # NULL in the integers of _json_rows (a stored value of it takes the row path)
-)
+_NULL = -(1 << 63)  # NULL among _json_rows' integers (a stored value of it takes the row path)
+_PERF_SQL = "SELECT t, pid, data"
 
 
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
@@ -655,7 +653,7 @@ def _json_rows(
     rec: Recording, cols: str, plo: float, hi: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """``_from_rows`` of the rows in (plo, hi], read as one JSON text of integers that numpy parses:
-    building a Python object per value costs 4 times what SQLite spends. Times are sent as
+    a Python object per value costs twice SQLite's rendering of it as text. Times are sent as
     integers exactly (t * 2**k, k from the smallest: a float at or above it is a multiple of its
     ulp); None where that cannot be exact, or where a value is not an integer or NULL (a REAL or a
     text in a damaged or older file): the rows are then read one by one."""
@@ -806,6 +804,7 @@ _FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>
 
 
 def _same(v: float, what: str) -> float:
+    """store._num where the value is known to pass it."""
     return v
 
 
@@ -946,7 +945,7 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
         return []
     t, pid, data = (c for c, _ in zip(zip(*rows, strict=True), range(3)))
     if valid and _types(data, str) and _types(t, float) and _types(pid, int):
-        # the texts, each a JSON value SQLite found valid on its own (_PERF_SQL), joined: a list of them
+        # the texts, each one JSON value by itself (json_valid above), joined: the list of their values
         try:
             parsed = json.loads("[" + ",".join(data) + "]")
         except (ValueError, RecursionError):
