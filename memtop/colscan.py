@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import gc
 import itertools
+import json
 import math
 import multiprocessing
 import operator
 import os
 import sqlite3
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
@@ -30,6 +33,7 @@ from typing import NamedTuple, cast
 import numpy as np
 
 from memtop.binscan import GpuBins, LabelSeq, Rules, Window, gpu_bins, settle_all, with_peers
+from memtop.errors import UserError
 from memtop.metrics import Metric
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
 from memtop.phases import Classifier, gap_event, stack_info
@@ -64,6 +68,7 @@ _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  #
 _PROC = operator.itemgetter(*HOST_PROC_FIELDS)
 _INT_LIM = 1 << 62
 _REST = operator.itemgetter(slice(1, None))  # a stack_sample row but its time
+_T = operator.itemgetter(0)
 
 
 class Unusual(Exception):
@@ -384,11 +389,11 @@ class _Gpu:
     """One GPU's rows and states, and which of them each Frame holds."""
 
     def __init__(
-        self, index: int, t: list, code: np.ndarray, cols: dict, states: list, ft: np.ndarray
+        self, index: int, ta: np.ndarray, code: np.ndarray, cols: dict, states: list, ft: np.ndarray
     ) -> None:
         self.index = index
-        self.t = t  # the rows' times as stored (floats)
-        ta = np.array(t, dtype=np.float64)
+        self.ta = ta  # the rows' times as stored
+        self.t: list[float] = ta.tolist()  # (as floats)
         if len(ta) > 1 and not (np.diff(ta) > 0).all():
             raise Unusual("GPU rows out of order or repeated")
         self.code = code  # index into GPU_MODES
@@ -415,45 +420,69 @@ class _Gpu:
     def gaps(
         self, clf: Classifier, i_lo: int, at_lo: dict, reset: Callable[[tuple | None], tuple | None] | None
     ) -> list[tuple[int, tuple[float, float]]]:
-        """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample.
-        ``at_lo`` gets the GPU's open gap as Frame i_lo finds it; ``reset``: a function of it giving the
-        open gap to go on from there instead."""
+        """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample
+        (``Classifier._track_gap``, here over runs of quiet samples). ``at_lo`` gets the GPU's open
+        gap as Frame i_lo finds it; ``reset``: a function of it giving the open gap to go on from
+        there instead."""
         r, s = self.r, self.s
         at = np.flatnonzero(self.valid)
         ra, sa = r[at], s[at]
         new = np.ones(len(at), dtype=bool)
         new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
-        util, graphics = (_nones(self.cols[c].tolist()) for c in ("util", "graphics"))
-        alive = [bool(st[4]) for st in self.states]
-        out = []
-        track, index, times = clf._track_gap, self.index, self.t
-        marked = False
-        for k, row, st in zip(at[new].tolist(), ra[new].tolist(), sa[new].tolist(), strict=True):
-            if not marked and k >= i_lo:
-                marked = True
-                at_lo[index] = clf._gap.get(index)
-                if reset is not None:
-                    clf._gap[index] = reset(at_lo[index])
-            busy = util[row] if util[row] is not None else graphics[row]
-            span = track(index, times[row], busy, alive[st] if st >= 0 else False)
-            if span is not None:
-                out.append((k, span))
-        if not marked:
-            at_lo[index] = clf._gap.get(index)
-            if reset is not None:
-                clf._gap[index] = reset(at_lo[index])
-        return out
+        frame, row, st = at[new], ra[new], sa[new]
+        util, graphics = self.cols["util"][row], self.cols["graphics"][row]
+        busy = np.where(np.isnan(util), graphics, util)  # util, or graphics without it (NaN: None)
+        alive = np.array([bool(x[4]) for x in self.states] + [False], dtype=bool)[st]  # (-1: none)
+        quiet = (busy < 5) & alive
+        times = self.t
+        m = int(np.searchsorted(frame, i_lo, "left"))  # the first sample from Frame i_lo on
+        index = self.index
+        out, state = _quiet_runs(quiet[:m], frame[:m], row[:m], times, clf._gap.get(index))
+        at_lo[index] = state
+        if reset is not None:
+            state = reset(state)
+        more, state = _quiet_runs(quiet[m:], frame[m:], row[m:], times, state)
+        clf._gap[index] = state
+        return out + more
 
     def seen(self, i_lo: int) -> list[tuple[int, int]]:
         """(row, state) of each sample the Frames from i_lo on take, once (Aggregates.add)."""
+        return list(zip(*(a.tolist() for a in self._seen(i_lo)), strict=True))
+
+    def _seen(self, i_lo: int) -> tuple[np.ndarray, np.ndarray]:
+        """``seen`` as arrays of rows and states."""
         r, s = self.r[i_lo:], self.s[i_lo:]
         at = np.flatnonzero(r >= 0)
-        if not len(at):
-            return []
         ra, sa = r[at], s[at]
         new = np.ones(len(at), dtype=bool)
         new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
-        return list(zip(ra[new].tolist(), sa[new].tolist(), strict=True))
+        return ra[new], sa[new]
+
+
+def _quiet_runs(
+    quiet: np.ndarray, frame: np.ndarray, row: np.ndarray, times: list, gap: tuple | None
+) -> tuple[list[tuple[int, tuple[float, float]]], tuple | None]:
+    """Classifier._track_gap over a GPU's new samples (quiet: busy < 5 with a live process), from
+    the open gap ``gap``: (Frame, span) of each gap of >= 0.5 s a sample ends, and the open gap
+    after the last."""
+    n = len(quiet)
+    if not n:
+        return [], gap
+    edges = np.diff(np.concatenate([[0], quiet.view(np.int8), [0]]))
+    starts, ends = np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()
+    out = []
+    if gap is not None and not quiet[0] and gap[1] - gap[0] >= 0.5:  # the first sample ends it
+        out.append((int(frame[0]), gap))
+    open_ = None
+    for a, b in zip(starts, ends, strict=True):
+        t0 = gap[0] if a == 0 and gap is not None else times[row[a]]
+        span = (t0, times[row[b]])
+        if b + 1 < n:
+            if span[1] - span[0] >= 0.5:
+                out.append((int(frame[b + 1]), span))
+        else:
+            open_ = span
+    return out, open_
 
 
 def _nones(v: list) -> list:
@@ -461,18 +490,18 @@ def _nones(v: list) -> list:
     return [None if x != x else x for x in v]
 
 
-# the mode as an index into GPU_MODES (another mode, which the Frame path reads as "nvml", and a
-# GPU index that is no integer in _int's range take the Frame path)
-_MODE_CODE = {m: i for i, m in enumerate(GPU_MODES)}
-
-
-def _decoded(m: Metric, values: tuple) -> np.ndarray:
-    """A gpu column's stored values decoded as store._decode_sql decodes them: NaN where it gives
-    NULL (not a number, out of the valid range), else the value at its scale by the same float
-    operations (tests/test_colscan.py compares the two on edge values)."""
-    if not _types(values, int, float, type(None)):  # text or a blob: NULL
+def _raw(values: tuple) -> np.ndarray:
+    """A gpu column's stored values as floats (an integer as the nearest one), NaN for NULL and for
+    a text or a blob (which store._decode_sql makes NULL)."""
+    if not _types(values, int, float, type(None)):
         values = tuple(v if type(v) in (int, float) else None for v in values)
-    a = np.array(values, dtype=np.float64)
+    return np.array(values, dtype=np.float64)
+
+
+def _scaled(m: Metric, a: np.ndarray) -> np.ndarray:
+    """A gpu column's raw values (``_raw``) decoded as store._decode_sql decodes them: NaN where it
+    gives NULL (not a number, out of the valid range), else the value at its scale by the same
+    float operations (tests/test_colscan.py compares the two on edge values)."""
     with np.errstate(invalid="ignore"):
         ok = (a >= m.lo * m.scale) & (a <= m.hi * m.scale)
     if m.as_int:
@@ -482,11 +511,17 @@ def _decoded(m: Metric, values: tuple) -> np.ndarray:
     return np.where(ok, v, np.nan)
 
 
+# the mode as its index into GPU_MODES, in SQL (no text object per row); -1 for another (the Frame
+# path reads it as "nvml"): that takes the Frame path
+_MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
+_NULL = -(1 << 63)  # NULL among _json_rows' integers (a stored value of it takes the row path)
+_PERF_SQL = "SELECT t, pid, data"
+
+
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
     have = rec._gpu_columns
-    # raw values, decoded over arrays below as _decode_sql decodes them (SQLite's CASE per value and
-    # column costs more than the rest of the read)
-    sql = "SELECT t, gpu, mode, " + ", ".join(c if c in have else "NULL" for c in _COLS) + " FROM gpu"
+    cols = ", ".join(c if c in have else "NULL" for c in _COLS)
+    sql = f"SELECT t, gpu, {_MODE_SQL}, {cols} FROM gpu"
     rows: list = []
     states: dict[int, list] = {}
     if seed is not None:  # Recording._seed: each GPU with a state, as it stood at the start
@@ -499,21 +534,119 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
                 rows.append(r)
     for r in rec._q(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
         states.setdefault(_int(r[1]), []).append((r[0], rec._gpu_state(r)))
-    rows += rec._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-    if not rows:
+    got = _json_rows(rec, cols, plo, hi)
+    if got is None:
+        rows += rec._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+        got = _from_rows(rows)
+    elif rows:
+        seeded = _from_rows(rows)
+        got = tuple(np.concatenate([x, y]) for x, y in zip(seeded, got, strict=True))  # type: ignore[assignment]
+    ta, gi, code, raw = got
+    if not len(ta):
         return []
-    t, gpu, mode, *metrics = zip(*rows, strict=True)
-    modes = list(map(_MODE_CODE.get, mode, itertools.repeat(-1)))
-    if not _types(t, float) or not _types(gpu, int) or max(map(abs, gpu)) > _INT_LIM or -1 in modes:
+    if not (np.abs(gi) <= _INT_LIM).all() or (code < 0).any():
         raise Unusual("GPU rows memtop would skip as damaged")
-    ga, code = np.array(gpu, dtype=np.int64), np.array(modes, dtype=np.int64)
-    cols = {c: _decoded(BY_NAME[c], v) for c, v in zip(_COLS, metrics, strict=True)}
+    decoded = {c: _scaled(BY_NAME[c], raw[:, j]) for j, c in enumerate(_COLS)}
     out = []
-    for g in sorted(set(gpu)):
-        at = np.flatnonzero(ga == g)
-        times = [t[i] for i in at.tolist()]
-        out.append(_Gpu(g, times, code[at], {c: v[at] for c, v in cols.items()}, states.get(g, []), ft))
+    for g in np.unique(gi).tolist():
+        at = np.flatnonzero(gi == g)
+        out.append(_Gpu(g, ta[at], code[at], {c: v[at] for c, v in decoded.items()}, states.get(g, []), ft))
     return out
+
+
+def _from_rows(rows: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(times, GPU indices, mode codes, raw metric values: NaN for NULL or not a number) of gpu rows
+    (t, gpu, mode code, the _COLS)."""
+    n = len(_COLS)
+    if not rows:
+        return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, n))
+    t, gpu, mode, *metrics = zip(*rows, strict=True)
+    if not _types(t, float) or not _types(gpu, int) or max(map(abs, gpu)) > _INT_LIM:
+        raise Unusual("GPU rows memtop would skip as damaged")
+    raw = np.empty((len(rows), n))
+    for j, v in enumerate(metrics):
+        raw[:, j] = _raw(v)
+    return np.array(t, dtype=np.float64), np.array(gpu, dtype=np.int64), np.array(mode, dtype=np.int64), raw
+
+
+def _scale(lo: object, hi: object) -> float | None:
+    """A power of two that makes every float in [lo, hi] an integer below 2**62 (lo's ulp is its
+    inverse: a float at or above lo is a multiple of it), or None where there is none."""
+    if type(lo) is not float or type(hi) is not float or not 1e-6 < lo <= hi < 1e12:
+        return None
+    scale = 2.0 ** (53 - math.frexp(lo)[1])
+    return scale if hi * scale < 2.0**62 else None
+
+
+def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
+    """The sane Frame times in [lo, hi] in order, as ``SELECT t FROM frame WHERE t>=? AND t<=? AND
+    _SANE_T ORDER BY t`` gives them, sent by SQLite as one text of integers (``_scale``)."""
+    sql = f"FROM frame WHERE t>=? AND t<=? AND {_SANE_T}"
+    text, scale = None, None
+    try:  # (min and max alone are a search each)
+        scale = _scale(
+            *(rec.db.execute(f"SELECT {f}(t) {sql}", (lo, hi)).fetchone()[0] for f in ("min", "max"))
+        )
+        if scale is not None:
+            text = rec.db.execute(
+                f"SELECT group_concat(CAST(t * ? AS INTEGER)) {sql}", (scale, lo, hi)
+            ).fetchone()[0]
+    except sqlite3.DatabaseError:  # (the row query below says what is wrong)
+        pass
+    if isinstance(text, str) and scale is not None and not any(c in text for c in ".eE"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a short parse is checked below
+            a = np.fromstring(text, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
+        t = a.astype(np.float64) / scale
+        if len(t) == text.count(",") + 1 and (np.diff(t) > 0).all():  # all, in the key's order
+            return t.tolist()
+    return [r[0] for r in rec._q(f"SELECT t {sql} ORDER BY t", (lo, hi))]
+
+
+def _json_rows(
+    rec: Recording, cols: str, plo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``_from_rows`` of the rows in (plo, hi], read as one JSON text of integers that numpy parses:
+    a Python object per value costs twice SQLite's rendering of it as text. Times are sent as
+    integers exactly (t * 2**k, k from the smallest: a float at or above it is a multiple of its
+    ulp); None where that cannot be exact, or where a value is not an integer or NULL (a REAL or a
+    text in a damaged or older file): the rows are then read one by one."""
+    q = rec.db.execute
+    try:  # (a damaged table: the row path reads it, and says so as it does)
+        # (min and max alone are a search each)
+        lo_t, hi_t = (
+            q(f"SELECT {f}(t) FROM gpu WHERE t>? AND t<=?", (plo, hi)).fetchone()[0] for f in ("min", "max")
+        )
+        if lo_t is None:
+            return _from_rows([])
+        scale = _scale(lo_t, hi_t)
+        if scale is None:
+            return None
+        text = q(
+            f"SELECT json_group_array(json_array(CAST(t * ? AS INTEGER), gpu, {_MODE_SQL}, {cols}))"
+            " FROM gpu WHERE t>? AND t<=?",  # in the key's order (checked below)
+            (scale, plo, hi),
+        ).fetchone()[0]
+    except sqlite3.DatabaseError:  # also an SQLite without JSON functions, or a blob value
+        return None
+    if not isinstance(text, str) or any(c in text for c in '".eE') or "9223372036854775808" in text:
+        return None  # a text, a REAL, the value taken for NULL
+    n = 3 + len(_COLS)
+    body = text[2:-2].replace("],[", ",").replace("null", str(_NULL))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a short parse is checked below
+        a = np.fromstring(body, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
+    if len(a) != n * (text.count("[") - 1):  # as many rows as the JSON holds
+        return None
+    a = a.reshape(-1, n)
+    if (a[:, :3] == _NULL).any():
+        return None
+    ta = a[:, 0].astype(np.float64) / scale
+    if len(ta) > 1 and (np.diff(ta) < 0).any():
+        return None
+    raw = a[:, 3:].astype(np.float64)
+    raw[a[:, 3:] == _NULL] = np.nan
+    return ta, a[:, 1], a[:, 2], raw
 
 
 class _Hosts:
@@ -562,9 +695,9 @@ class _Hosts:
         span = (t0, t1)
         load = q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", span).fetchall()
         lt, iowait, n = zip(*load) if load else ((), (), ())
-        rows = q(_FIGURES_SQL, span).fetchall()
+        rows = _utf8(rec, lambda: q(_FIGURES_SQL, span))
         pt, pid, cpu, worker_of, name, state = zip(*rows) if rows else ((),) * 6
-        at = {t: h for h, t in enumerate(self.t)}
+        at = dict(zip(self.t, range(len(self.t))))  # (the last of a repeated time, as a dict display)
         if not (
             _types(iowait, float)
             and _types(n, int)
@@ -573,10 +706,10 @@ class _Hosts:
             and _types(worker_of, int, type(None))
             and _types(name, str)
             and _types(state, str)
-            and all(abs(x) < 1e18 for x in (*iowait, *cpu))
+            and (np.abs(np.array(iowait + cpu, dtype=np.float64)) < 1e18).all()  # (NaN fails)
             and min(n, default=0) >= 0
             and np.array_equal(np.repeat(np.array(lt, dtype=np.float64), n), np.array(pt, dtype=np.float64))
-            and all(t in at for t in lt)
+            and at.keys() >= set(lt)
         ):
             raise Unusual("host figures that are not as written")
         procs = list(map(_Proc, pid, cpu, worker_of, name, state))
@@ -624,8 +757,33 @@ class _Hosts:
 _FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
 
 
+def _same(v: float, what: str) -> float:
+    """store._num where the value is known to pass it."""
+    return v
+
+
+def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:
+    """``query()``'s rows with TEXT values decoded by the sqlite3 module's own UTF-8 decoder, without
+    a Python call per value; where one is not valid UTF-8, as Recording decodes them (surrogates for
+    the bad bytes: the same strings where the UTF-8 is valid)."""
+    db = rec.db
+    factory = db.text_factory
+    db.text_factory = str
+    try:
+        return query().fetchall()
+    except (sqlite3.DatabaseError, UserError):  # "Could not decode to UTF-8", or a real error: again
+        pass
+    finally:
+        db.text_factory = factory
+    return query().fetchall()
+
+
 def _types(values: tuple, *kinds: type) -> bool:
     return set(map(type, values)) <= set(kinds)
+
+
+# stack_sample's columns but the stored class, which is never read (store.stack_sample): no text per row
+_STACK_SQL = "SELECT t, pid, tid, name, active, gil, NULL, stack, error FROM stack_sample"
 
 
 class _Stacks:
@@ -636,16 +794,19 @@ class _Stacks:
     ) -> None:
         rows: list = []
         if seed is not None:  # Recording._seed: the samples of the last 3 s
-            rows += rec._q(
-                "SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0)
-            ).fetchall()
-        rows += rec._q("SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)).fetchall()
+            rows += _utf8(
+                rec, lambda: rec._q(f"{_STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0))
+            )
+        rows += _utf8(rec, lambda: rec._q(f"{_STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)))
         # a dump whose rows (all but the time) are those of an earlier one is that dump again: its
         # threads, main-thread summary (phases.stack_info) and main-only form are the earlier one's
         known: dict[tuple, tuple[StackSample, tuple | None, StackSample]] = {}
         samples: list[StackSample] = []
         infos: list[tuple | None] = []
         self.mains: list[StackSample] = []  # each sample as the report keeps it (scan._main_only)
+        t_all = tuple(map(_T, rows))
+        # every time a finite float (store._num: the common case): not checked again per sample
+        num = _num if not _types(t_all, float) or not all(abs(t) <= 1e18 for t in t_all) else _same
         for _, grp in itertools.groupby(rows, key=_SAMPLE):
             g = list(grp)
             key = tuple(map(_REST, g))
@@ -655,7 +816,7 @@ class _Stacks:
                 known[key] = got = (s, stack_info(s) if s.threads else None, _main_only(s))
             else:
                 s0, _, m0 = got
-                s = StackSample(_num(g[0][0], "stack t"), s0.pid, s0.threads, s0.error)
+                s = StackSample(num(g[0][0], "stack t"), s0.pid, s0.threads, s0.error)
                 m0 = s if m0 is s0 else StackSample(s.t, s.pid, m0.threads, s.error)
                 got = (s, got[1], m0)
             samples.append(s)
@@ -663,57 +824,105 @@ class _Stacks:
             self.mains.append(got[2])
         # a pid's sample is in the Frames from its time until the pid's next sample, at most 5 s
         # (store._State.frame); the window takes it at the first of them, in pid order
-        nxt: dict[int, float] = {}
-        until = [0.0] * len(samples)
-        for i in range(len(samples) - 1, -1, -1):
-            s = samples[i]
-            until[i] = nxt.get(s.pid, float("inf"))
-            nxt[s.pid] = s.t
+        ts = np.array([s.t for s in samples], dtype=np.float64)
+        pids = np.array([s.pid for s in samples], dtype=np.int64)
+        by_pid = np.lexsort((np.arange(len(samples)), pids))  # each pid's samples in order
+        until = np.full(len(samples), np.inf)
+        if samples:
+            nxt = np.append(ts[by_pid][1:], np.inf)
+            until[by_pid] = np.where(np.append(pids[by_pid][1:] == pids[by_pid][:-1], False), nxt, np.inf)
         self.frames = frames
         self.samples = samples
-        self.until = until
-        ts = np.array([s.t for s in samples], dtype=np.float64)
-        self.first = np.searchsorted(np.array(frames, dtype=np.float64), ts, "left").tolist()  # bisect_left
-        self.window = sorted(
-            (
-                (k, s, info)
-                for k, s, u, info in zip(self.first, samples, until, infos, strict=True)
-                if s.threads and self._in(k, s, u)
-            ),
-            key=lambda e: (e[0], e[1].pid),
-        )
+        self.until = until.tolist()
+        self.ft = np.array(frames, dtype=np.float64)
+        first = np.searchsorted(self.ft, ts, "left")  # bisect_left
+        self.first = first.tolist()
+        threads = np.array([bool(s.threads) for s in samples], dtype=bool)
+        held = np.flatnonzero(threads & self._held(first, ts, until))
+        order = held[np.lexsort((pids[held], first[held]))]  # by Frame, then pid (a stable sort)
+        self.window = [(self.first[i], samples[i], infos[i]) for i in order.tolist()]
 
-    def _in(self, k: int, s: StackSample, until: float) -> bool:
-        """Whether Frame k holds sample s (k at or after its time)."""
-        return k < len(self.frames) and self.frames[k] < until and not self.frames[k] - s.t > 5.0
+    def _held(self, k: np.ndarray, t: np.ndarray, until: np.ndarray) -> np.ndarray:
+        """Whether Frame k[i] (at or after t[i]) holds the sample of time t[i], shown until until[i]."""
+        nf = len(self.ft)
+        fk = self.ft[np.minimum(k, nf - 1)] if nf else np.zeros(len(k))
+        return (k < nf) & (fk < until) & ~(fk - t > 5.0)
 
     def seen(self, i_lo: int) -> list[StackSample]:
         """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them,
         each as the report keeps it (main thread only)."""
-        nf = len(self.frames)
         if not self.samples:
             return []
         k = np.maximum(np.array(self.first, dtype=np.int64), i_lo)
-        fk = np.array(self.frames, dtype=np.float64)[np.minimum(k, nf - 1)]  # as _in, over arrays
         t = np.array([s.t for s in self.samples], dtype=np.float64)
         threads = np.array([bool(s.threads) for s in self.samples])
-        held = np.flatnonzero(threads & (k < nf) & (fk < np.array(self.until)) & ~(fk - t > 5.0))
+        held = np.flatnonzero(threads & self._held(k, t, np.array(self.until)))
         pid = np.array([self.samples[i].pid for i in held.tolist()], dtype=np.int64)
         order = held[np.lexsort((pid, k[held]))]  # by Frame, then pid
         return [self.mains[i] for i in order.tolist()]
 
 
-def _changes(times: list[float], frames: list[float], i_lo: int) -> list[tuple[int, int]]:
-    """(Frame, number of rows applied by then) at Frame i_lo and each later Frame that new rows reach."""
+def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:
+    """(Frame, number of rows applied by then) at Frame i_lo and each later Frame that new rows reach
+    (``times``: the rows' times in order, ``ft``: the Frames')."""
+    if not _types(tuple(times), float):  # (a text time would not compare: as the Frame path skips it)
+        raise Unusual("a row time that is no number")
+    ta = np.array(times, dtype=np.float64)
+    ks = np.unique(np.append(np.searchsorted(ft, ta, "left"), i_lo))
+    ks = ks[(ks >= i_lo) & (ks < len(ft))]
+    if not len(ks):
+        return []
+    ns = np.searchsorted(ta, ft[ks], "right")
+    keep = np.ones(len(ks), dtype=bool)
+    keep[1:] = ns[1:] != ns[:-1]
+    keep[0] = True  # Frame i_lo itself, always
+    return list(zip(ks[keep].tolist(), ns[keep].tolist(), strict=True))
+
+
+def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> list[tuple[float, int, list]]:
+    """(t, pid, [[name, rate], ...]) of the perf rows the Frames hold, as ``perf_sample`` decodes
+    them: all the JSON parsed at once, every value checked over arrays; where a row is not as this
+    version writes it, each is decoded by ``perf_sample`` (which raises one of _DECODE_ERRORS if it
+    is damaged)."""
+    where = [("t<=? AND t>?", (seed, seed - 3.0))] if seed is not None else []
+    where.append(("t>? AND t<=?", (plo, hi)))
+    rows: list = []
+    try:  # with whether SQLite finds each text one valid JSON value
+        for w, args in where:
+            sql = f"{_PERF_SQL}, json_valid(data) FROM perf WHERE {w} ORDER BY t"
+            rows += _utf8(rec, functools.partial(rec.db.execute, sql, args))
+        valid = all(r[3] == 1 for r in rows)
+    except sqlite3.DatabaseError:  # no JSON functions (or damage: the plain query says so)
+        rows = [r for w, args in where for r in rec._q(f"{_PERF_SQL} FROM perf WHERE {w} ORDER BY t", args)]
+        valid = False
+    if not rows:
+        return []
+    t, pid, data = (c for c, _ in zip(zip(*rows, strict=True), range(3)))
+    if valid and _types(data, str) and _types(t, float) and _types(pid, int):
+        # the texts, each one JSON value by itself (json_valid above), joined: the list of their values
+        try:
+            parsed = json.loads("[" + ",".join(data) + "]")
+        except (ValueError, RecursionError):
+            parsed = None
+        if parsed is not None and len(parsed) == len(rows) and _types(tuple(parsed), list):
+            pairs = tuple(itertools.chain.from_iterable(parsed))
+            names, rates = zip(*pairs) if pairs else ((), ())
+            tp = np.array(t, dtype=np.float64)
+            with np.errstate(invalid="ignore"):
+                if (
+                    _types(pairs, list)
+                    and set(map(len, pairs)) <= {2}
+                    and _types(names, str)
+                    and _types(rates, float)
+                    and (np.abs(np.array(rates, dtype=np.float64)) <= 1e18).all()  # (NaN fails)
+                    and (np.abs(tp) <= 1e18).all()
+                    and max(map(abs, pid)) <= _INT_LIM
+                ):
+                    return list(zip(t, pid, parsed, strict=True))
     out = []
-    n_prev = -1
-    for k in sorted({i_lo, *(bisect.bisect_left(frames, t) for t in times)}):
-        if k < i_lo or k >= len(frames):
-            continue
-        n = bisect.bisect_right(times, frames[k])
-        if n != n_prev or k == i_lo:
-            out.append((k, n))
-        n_prev = n
+    for r in rows:
+        q = perf_sample(r[:3])
+        out.append((q.t, q.pid, [list(x) for x in q.rates]))
     return out
 
 
@@ -733,30 +942,52 @@ def _aggregate(
     agg.stacks.update(((s.pid, s.t), s) for s in stacks.seen(i_lo))
     reasons: dict[int, tuple[str, ...]] = {}
     for g in gpus:
-        seen = g.seen(i_lo)
-        if not seen:
+        rows, sts = g._seen(i_lo)
+        if not len(rows):
             continue
-        rows = np.array([r for r, _ in seen])
         pk = agg.peaks[g.index]
         for d in ("rx", "tx"):  # max(peak, value or 0.0) over the samples: values are >= 0
             v = g.cols[f"pcie_{d}"][rows]
             pk[d] = max(pk[d], float(np.nanmax(v, initial=0.0)))
-        links = [link for _, st in seen if (link := g.state(st)[3]) is not None]
-        if links:
-            agg.links[g.index] = links[-1]
-        ev = g.cols["clock_events"][rows]
-        for k in np.flatnonzero((np.nan_to_num(ev).astype(np.int64) & THROTTLE_MASK) != 0).tolist():
-            e = int(ev[k])
+        linked = np.array([st[3] is not None for st in g.states] + [False])[sts]  # (-1: no state)
+        if linked.any():  # the newest sample's link that is not None
+            agg.links[g.index] = g.states[int(sts[np.flatnonzero(linked)[-1]])][3]
+        ev = np.nan_to_num(g.cols["clock_events"][rows]).astype(np.int64)  # (int() of each value)
+        hit = np.flatnonzero((ev & THROTTLE_MASK) != 0)
+        if not len(hit):
+            continue
+        # Aggregates._throttle of [t, t, reasons] at each throttled sample, over runs: a sample
+        # extends the span before it where its reasons are the same and it is <= 0.5 s later
+        values, which = np.unique(ev[hit], return_inverse=True)
+        for e in values.tolist():
             if e not in reasons:  # the model's names for the bits
                 reasons[e] = GpuSample(0.0, g.index, "", "", "gpm", clock_events=e).throttle_reasons
-            t = g.t[seen[k][0]]
-            agg._throttle(g.index, [t, t, reasons[e]])
+        names = [reasons[e] for e in values.tolist()]
+        ids = np.array([names.index(n) for n in names])[which]  # (bits the names leave out: the same)
+        t_hit = rows[hit]
+        ta = g.ta[t_hit]
+        new = np.ones(len(hit), dtype=bool)
+        new[1:] = (ids[1:] != ids[:-1]) | ~(ta[:-1] >= ta[1:] - 0.5)
+        starts = np.flatnonzero(new)
+        times = g.t
+        for a, b, k in zip(
+            t_hit[starts].tolist(),
+            t_hit[np.append(starts[1:], len(hit)) - 1].tolist(),
+            ids[starts].tolist(),
+            strict=True,
+        ):
+            agg._throttle(g.index, [times[a], times[b], names[k]])
     # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place and takes
     # its newest figures (only the samples with a process's newest are decoded whole)
     latest: dict[int, int] = {}
-    for h in sorted(set(hosts.at[i_lo:]) - {-1}):
-        for pid in hosts.pids(h):
-            latest[pid] = h
+    loads = hosts._load
+    for h in np.unique(hosts.at[i_lo:]).tolist():
+        if h < 0:
+            continue
+        if h not in loads:
+            hosts._decode(h)
+        for p in loads[h][1]:
+            latest[p.pid] = h
     newest = {h: dict(hosts.procs(h)) for h in set(latest.values())}
     agg.procs.update(
         (pid, p if isinstance(p, ProcSample) else _record(ProcSample, p, "host"))
@@ -764,28 +995,26 @@ def _aggregate(
         for p in [newest[h][pid]]
     )
     # perf and caps: few rows; as the Frames from i_lo on hold them
-    prow: list = []
-    if seed is not None:
-        prow += rec._q(
-            "SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (seed, seed - 3.0)
-        ).fetchall()
-    prow += rec._q("SELECT t, pid, data FROM perf WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-    perf = [perf_sample(r) for r in prow]
+    ft = stacks.ft
+    perf = _perf_rows(rec, plo, hi, seed)
     cur: dict = {}
+    changed: set[int] = set()  # the processes with a new sample since the last change
     done = 0
-    for _, n in _changes([q.t for q in perf], frames, i_lo):
+    for _, n in _changes([q[0] for q in perf], ft, i_lo):
         for q in perf[done:n]:
-            cur[q.pid] = q
+            cur[q[1]] = q
+            changed.add(q[1])
         done = n
-        for pid in sorted(cur):
+        for pid in sorted(changed):  # (the others' samples are those taken already: _perf skips them)
             q = cur[pid]
-            agg._perf(pid, (q.t, dict(q.rates)))
+            agg._perf(pid, (q[0], dict(q[2])))
+        changed.clear()
     crow: list = []
     if seed is not None:
         crow += rec._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (seed,)).fetchall()
     crow += rec._q("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
     caps = [_caps_from_json(r[1]) for r in crow]
-    for _, n in _changes([r[0] for r in crow], frames, i_lo):
+    for _, n in _changes([r[0] for r in crow], ft, i_lo):
         for c in caps[n - 1] if n else ():
             agg.caps[(c.source, c.name)] = c
     k = len(frames) - 1

@@ -352,6 +352,131 @@ def test_gpu_columns_decode_as_sql_does():
         db.executemany(f"INSERT INTO t_{c} VALUES (?)", [(v,) for v in values])
         raw = tuple(r[0] for r in db.execute(f"SELECT {c} FROM t_{c}"))
         want = [r[0] for r in db.execute(f"SELECT {_decode_sql(m)} FROM t_{c}")]
-        got = colscan._decoded(m, raw)
+        got = colscan._scaled(m, colscan._raw(raw))
         assert np.array_equal(got, np.array(want, dtype=np.float64), equal_nan=True), c
         assert np.isnan(got).sum() == want.count(None) >= 6, c
+
+
+def _track_gaps(g, clf, i_lo: int, at_lo: dict, reset) -> list:
+    """The gap events as Classifier.feed finds them: _track_gap called at each new sample of the
+    GPU in Frame order (colscan._Gpu.gaps finds them over runs of quiet samples)."""
+    import numpy as np
+
+    at = np.flatnonzero(g.valid)
+    ra, sa = g.r[at], g.s[at]
+    new = np.ones(len(at), dtype=bool)
+    new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
+    util, graphics = ([None if x != x else x for x in g.cols[c].tolist()] for c in ("util", "graphics"))
+    out, marked = [], False
+    for k, row, st in zip(at[new].tolist(), ra[new].tolist(), sa[new].tolist(), strict=True):
+        if not marked and k >= i_lo:
+            marked = True
+            at_lo[g.index] = clf._gap.get(g.index)
+            if reset is not None:
+                clf._gap[g.index] = reset(at_lo[g.index])
+        busy = util[row] if util[row] is not None else graphics[row]
+        span = clf._track_gap(g.index, g.t[row], busy, bool(g.state(st)[4]))
+        if span is not None:
+            out.append((k, span))
+    if not marked:
+        at_lo[g.index] = clf._gap.get(g.index)
+        if reset is not None:
+            clf._gap[g.index] = reset(at_lo[g.index])
+    return out
+
+
+@pytest.mark.parametrize("where", ["", "multi"])
+def test_gaps_over_runs_are_the_classifiers(where):
+    """_Gpu.gaps gives the events, the open gap at i_lo and the state after as _track_gap per sample
+    does, on every recording: from the start, from a Frame inside a gap, from the last Frame, and
+    with the open gaps reset at i_lo (to one open since the recording's start, to none, or marked
+    open from before a chunk's start)."""
+    import numpy as np
+
+    from memtop.phases import Classifier
+
+    n_mid = 0
+    for path in sorted((DATA / where).glob("*.memtop")):
+        rec = Recording(path)
+        frames = [r[0] for r in rec._q("SELECT t FROM frame ORDER BY t")]
+        gpus = colscan._gpus(rec, np.array(frames), float("-inf"), rec.t1, None)
+        whole = _track_gaps(gpus[0], Classifier(), 0, {}, None)
+        i_los = [0, len(frames) - 1, len(frames)]
+        if whole:  # a Frame inside the longest gap
+            k, (t0, t1) = max(whole, key=lambda e: e[1][1] - e[1][0])
+            i_los.append(int(np.searchsorted(frames, (t0 + t1) / 2)))
+        for g in gpus:
+            for i_lo in i_los:
+                resets = (None, lambda gap: None, lambda gap: (rec.t0, rec.t0), colscan._mark_open)
+                for reset in resets:
+                    want_at, got_at = {}, {}
+                    want_clf, got_clf = Classifier(), Classifier()
+                    want = _track_gaps(g, want_clf, i_lo, want_at, reset)
+                    assert g.gaps(got_clf, i_lo, got_at, reset) == want, (path.name, i_lo, reset)
+                    assert got_at == want_at and got_clf._gap == want_clf._gap, (path.name, i_lo, reset)
+                    n_mid += i_lo == i_los[-1] and want_at.get(g.index) is not None
+    assert n_mid > 0  # some range did start inside a gap
+
+
+def _gpu_rows(rec: Recording, plo: float, hi: float) -> tuple:
+    have = rec._gpu_columns
+    cols = ", ".join(c if c in have else "NULL" for c in colscan._COLS)
+    sql = f"SELECT t, gpu, {colscan._MODE_SQL}, {cols} FROM gpu WHERE t>? AND t<=? ORDER BY t"
+    return cols, colscan._from_rows(rec._q(sql, (plo, hi)).fetchall())
+
+
+def _equal_arrays(a: tuple, b: tuple) -> bool:
+    import numpy as np
+
+    return all(np.array_equal(x, y, equal_nan=True) and x.dtype == y.dtype for x, y in zip(a, b, strict=True))
+
+
+def test_gpu_rows_read_as_one_text_are_the_rows():
+    """The gpu rows sent by SQLite as one JSON text of integers are the rows read one by one, on every
+    recording, whole and from a time on; a REAL or a text among the values, a GPU index that is no
+    integer, or a time that is no float leaves them to the row path (whose report is the same)."""
+    paths = sorted(DATA.glob("*.memtop")) + sorted((DATA / "multi").glob("*.memtop"))
+    for path in paths:
+        rec = Recording(path)
+        for plo in (float("-inf"), rec.t0 + 30.0):
+            cols, want = _gpu_rows(rec, plo, rec.t1)
+            got = colscan._json_rows(rec, cols, plo, rec.t1)
+            assert got is not None and _equal_arrays(got, want), (path.name, plo)
+            assert got[0].tolist() == [r[0] for r in rec._q("SELECT t FROM gpu WHERE t>? ORDER BY t", (plo,))]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "UPDATE gpu SET util = util + 0.25 WHERE t IN (SELECT t FROM gpu LIMIT 5)",
+        "UPDATE gpu SET power_w = 'x' WHERE t IN (SELECT t FROM gpu LIMIT 5)",
+        "UPDATE gpu SET pcie_rx = 1e300 WHERE t IN (SELECT t FROM gpu LIMIT 5)",
+        f"UPDATE gpu SET clock_events = {-(2**63)} WHERE t IN (SELECT t FROM gpu LIMIT 5)",
+    ],
+)
+def test_unusual_gpu_values_are_read_row_by_row(sql, tmp_path):
+    path = _damage(tmp_path, sql)
+    rec = Recording(path)
+    cols, want = _gpu_rows(rec, float("-inf"), rec.t1)
+    assert colscan._json_rows(rec, cols, float("-inf"), rec.t1) is None
+    assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+
+
+def test_frame_times_are_the_rows(tmp_path):
+    """colscan.frame_times gives the list the row query gives, on every recording and range, on
+    Frames with a time that is no number, and where the times cannot be sent as integers."""
+    from memtop.store import _SANE_T
+
+    def want(rec: Recording, lo: float, hi: float) -> list:
+        sql = f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t"
+        return [r[0] for r in rec._q(sql, (lo, hi))]
+
+    paths = sorted(DATA.glob("*.memtop")) + sorted((DATA / "multi").glob("*.memtop"))
+    for path in paths:
+        rec = Recording(path)
+        for lo, hi in [(rec.t0, rec.t1), (rec.t0 + 20.5, rec.t0 + 90), (rec.t1 + 1, rec.t1 + 2)]:
+            assert colscan.frame_times(rec, lo, hi) == want(rec, lo, hi), (path.name, lo, hi)
+    odd = _damage(tmp_path, "INSERT INTO frame VALUES ('x'), (1e-9), (2e300)")
+    rec = Recording(odd)
+    for lo, hi in [(-1e12, 1e12), (rec.t0, rec.t1)]:
+        assert colscan.frame_times(rec, lo, hi) == want(rec, lo, hi)
