@@ -407,7 +407,7 @@ def test_gaps_over_runs_are_the_classifiers(where):
             i_los.append(int(np.searchsorted(frames, (t0 + t1) / 2)))
         for g in gpus:
             for i_lo in i_los:
-                resets = (None, lambda gap: None, lambda gap: (rec.t0, rec.t0), colscan._mark_open)
+                resets = (None, lambda gap: None, lambda gap, t0=rec.t0: (t0, t0), colscan._mark_open)
                 for reset in resets:
                     want_at, got_at = {}, {}
                     want_clf, got_clf = Classifier(), Classifier()
