@@ -298,9 +298,7 @@ def _scan(
     seed = read_from  # Recording.frames(start) seeds its state as it stood at the start
     flo = rec.t0 if seed is None else seed
     plo = float("-inf") if seed is None else seed
-    frames = [
-        r[0] for r in rec._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (flo, hi))
-    ]
+    frames = frame_times(rec, flo, hi)
     if not frames or frames[-1] < lo:
         raise Unusual("no frames in the range")
     ft = np.array(frames, dtype=np.float64)
