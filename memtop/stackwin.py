@@ -1,0 +1,328 @@
+"""The classifier's stack-window features (``Classifier._stack_shares``) of every bin at once, over arrays.
+
+The column scan (memtop.colscan) knows the stack window's entries in the order the classifier's deque
+takes them and each bin's last Frame and GPU processes; from those this module gives, per bin, the
+7-tuple ``_stack_shares`` returns, equal float for float: the same weights (``math.exp`` of the same
+IEEE arguments) summed one by one in window order, the leaves ranked as ``sorted(..., reverse=True)``
+ranks them (weight, then first appearance). An hour has 7,200 bins of ~12 samples each, which the
+per-bin Python walks one sample at a time; here each step of the walk is one array operation over
+all bins.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter, itemgetter
+
+import numpy as np
+
+from memtop.model import StackSample
+from memtop.phases import RECENT_S, STACK_TAU_S, STACK_WINDOW_S
+
+Info = tuple[str, str, str, bool]
+Leaf = tuple[str, str, str]
+
+
+@dataclass(frozen=True, eq=False)
+class StackCols:
+    """Per bin (rows) and stack class (columns, ``classes``) what ``_stack_shares`` returns."""
+
+    classes: tuple[str, ...]
+    leaves: tuple[Leaf, ...]  # the (class, file:line, code) that ``top`` and ``busy`` index
+    n: np.ndarray  # int64: samples counted
+    gil: np.ndarray  # float64: share of their weight holding the GIL (0.0 without samples)
+    sync_age: np.ndarray  # float64: seconds since the newest sync sample (inf: none)
+    shares: np.ndarray  # float64 [bins, classes]: the class's share of the weight, 0.0 where absent
+    first: np.ndarray  # int32 [bins, classes]: the class's first place in the window (-1: absent)
+    recent: np.ndarray  # bool [bins, classes]: a sample of the class in the last RECENT_S
+    top: np.ndarray  # int32 [bins, classes]: the class's top leaf (-1: absent)
+    top_w: np.ndarray  # float64 [bins, classes]: its weight
+    top_d: np.ndarray  # int32 [bins, classes]: its first place in the window
+    busy: np.ndarray  # int32: the top leaf that is not idle, else the idle one (-1: no samples)
+
+    def __len__(self) -> int:
+        return len(self.n)
+
+    def at(self, i: int) -> tuple:
+        """Bin i's (shares, gil, n, busy top, tops, recent classes, sync_age) as _stack_shares gives
+        it, the dicts in its insertion order (classes by first appearance, tops by rank)."""
+        n = int(self.n[i])
+        if not n:
+            return {}, 0.0, 0, None, {}, frozenset(), math.inf
+        cls, leaves = self.classes, self.leaves
+        first = self.first[i].tolist()
+        here = [c for c, f in enumerate(first) if f >= 0]
+        share = self.shares[i].tolist()
+        shares = {cls[c]: share[c] for c in sorted(here, key=first.__getitem__)}
+        top, top_w, top_d = self.top[i].tolist(), self.top_w[i].tolist(), self.top_d[i].tolist()
+        tops = {cls[c]: leaves[top[c]] for c in sorted(here, key=lambda c: (-top_w[c], top_d[c]))}
+        recent = frozenset(cls[c] for c in np.flatnonzero(self.recent[i]).tolist())
+        busy = leaves[int(self.busy[i])]
+        return shares, float(self.gil[i]), n, busy, tops, recent, float(self.sync_age[i])
+
+    def _col(self, klass: str) -> int | None:
+        return self.classes.index(klass) if klass in self.classes else None
+
+    def share(self, klass: str) -> np.ndarray:
+        """Each bin's share of ``klass`` (shares.get(klass, 0.0))."""
+        c = self._col(klass)
+        return np.zeros(len(self)) if c is None else self.shares[:, c].copy()
+
+    def recent_has(self, klass: str) -> np.ndarray:
+        """Whether ``klass`` is among each bin's recent classes."""
+        c = self._col(klass)
+        return np.zeros(len(self), dtype=bool) if c is None else self.recent[:, c].copy()
+
+    @property
+    def recent_awake(self) -> np.ndarray:
+        """phases._main_awake: no recent sample, or one of a class other than idle."""
+        awake = [c for c, k in enumerate(self.classes) if k != "idle"]
+        return ~self.recent.any(axis=1) | self.recent[:, awake].any(axis=1)
+
+    @classmethod
+    def empty(cls, bins: int) -> StackCols:
+        """``bins`` bins without samples (no stacks)."""
+        return _build((), (), np.zeros(bins, np.int64))
+
+    @classmethod
+    def concat(cls, parts: Sequence[StackCols]) -> StackCols:
+        """The bins of ``parts`` one after another (their class and leaf tables merged)."""
+        classes = tuple(dict.fromkeys(k for p in parts for k in p.classes))
+        leaves = tuple(dict.fromkeys(lf for p in parts for lf in p.leaves))
+        at = {lf: j for j, lf in enumerate(leaves)}
+        out = _build(classes, leaves, np.concatenate([np.zeros(0, np.int64), *(p.n for p in parts)]))
+        row = 0
+        for p in parts:
+            cm = [classes.index(k) for k in p.classes]
+            lm = np.array([at[lf] for lf in p.leaves] + [-1], dtype=np.int32)  # -1 stays -1
+            rows = slice(row, row + len(p))
+            out.gil[rows], out.sync_age[rows], out.busy[rows] = p.gil, p.sync_age, lm[p.busy]
+            for name in ("shares", "first", "recent", "top_w", "top_d"):
+                getattr(out, name)[rows, cm] = getattr(p, name)
+            out.top[rows, cm] = lm[p.top]
+            row += len(p)
+        return out
+
+
+def _build(classes: tuple[str, ...], leaves: tuple[Leaf, ...], n: np.ndarray) -> StackCols:
+    """A StackCols of len(n) bins with nothing counted yet (the caller fills it in)."""
+    bins, nc = len(n), len(classes)
+    return StackCols(
+        classes,
+        leaves,
+        n,
+        np.zeros(bins),
+        np.full(bins, math.inf),
+        np.zeros((bins, nc)),
+        np.full((bins, nc), -1, np.int32),
+        np.zeros((bins, nc), dtype=bool),
+        np.full((bins, nc), -1, np.int32),
+        np.full((bins, nc), -math.inf),
+        np.full((bins, nc), -1, np.int32),
+        np.full(bins, -1, np.int32),
+    )
+
+
+_K, _S, _I = itemgetter(0), itemgetter(1), itemgetter(2)
+_T, _PID = attrgetter("t"), attrgetter("pid")
+
+
+@dataclass(frozen=True, eq=False)
+class Entries:
+    """The window's entries as arrays (one pass over them; a scan of several GPUs makes it once)."""
+
+    k: np.ndarray  # int64: the Frame each enters the window at
+    t: np.ndarray  # float64: its sample's time
+    pid: np.ndarray  # int64
+    info: np.ndarray  # int64: index into ``infos``, -1 without one (it counts for nothing)
+    infos: tuple[Info, ...]  # distinct by value
+
+    def __len__(self) -> int:
+        return len(self.k)
+
+    @classmethod
+    def of(cls, entries: Sequence[tuple[int, StackSample, Info | None]]) -> Entries:
+        n = len(entries)
+        samples = list(map(_S, entries))
+        # infos by identity first (colscan hands on one tuple per distinct dump), then by value
+        ids, first, inv = np.unique(
+            np.fromiter(map(id, map(_I, entries)), np.int64, n), return_index=True, return_inverse=True
+        )
+        codes: dict[Info, int] = {}
+        of_id = [-1 if (x := entries[j][2]) is None else codes.setdefault(x, len(codes)) for j in first.tolist()]
+        return cls(
+            np.fromiter(map(_K, entries), np.int64, n),
+            np.fromiter(map(_T, samples), np.float64, n),
+            np.fromiter(map(_PID, samples), np.int64, n),
+            np.array(of_id, dtype=np.int64)[inv] if n else np.zeros(0, np.int64),
+            tuple(codes),
+        )
+
+
+def stack_columns(
+    entries: Sequence[tuple[int, StackSample, Info | None]] | Entries,
+    frames: Sequence[float] | np.ndarray,
+    bin_frame: np.ndarray,
+    bin_pidset: np.ndarray,
+    pidsets: Sequence[set[int] | frozenset[int]],
+    use_stacks: bool = True,
+) -> StackCols:
+    """Each bin's ``Classifier._stack_shares(pidsets[bin_pidset[i]], frames[bin_frame[i]])`` with the
+    window as it stands after Frame ``bin_frame[i]`` (bins in time order; ``frames`` best as the
+    float64 array colscan has).
+
+    ``entries``: (Frame the sample enters the window at, sample, phases.stack_info of it) in the
+    window's order (memtop.colscan ``_Stacks.window``), or those as ``Entries``; samples without info
+    occupy the window but count for nothing."""
+    bin_frame = np.asarray(bin_frame, dtype=np.int64)
+    bin_pidset = np.asarray(bin_pidset, dtype=np.int64)
+    bins = len(bin_frame)
+    if not use_stacks or not bins or not len(entries):
+        return StackCols.empty(bins)
+    en = entries if isinstance(entries, Entries) else Entries.of(entries)
+    codes = {x: j for j, x in enumerate(en.infos)}
+    now = np.asarray(frames, dtype=np.float64)[bin_frame]
+
+    # The window after Frame k: the entries that entered by then (count), less those popped from its
+    # front while the front sample is older than frames[k] - STACK_WINDOW_S. colscan and
+    # Classifier.feed also pop at the Frames between bins; that leaves the same front: those edges are
+    # no later and those counts no larger, so each such pop stops at or before the front this bin's
+    # edge reaches, and every entry between the two has t below this bin's edge. So entry j is gone at
+    # bin i iff i >= pop[j], the first bin whose count includes j and whose edge passes its time, and
+    # no sooner than the entry before it (a cumulative max).
+    t = en.t
+    count = np.searchsorted(en.k, bin_frame, "right")
+    edge = now - STACK_WINDOW_S
+    pop = np.maximum(np.searchsorted(edge, t, "right"), np.searchsorted(count, np.arange(len(t)), "right"))
+    front = np.searchsorted(np.maximum.accumulate(pop), np.arange(bins), "right")
+
+    # Only samples with info whose pid is among the bin's GPU's count: each run of bins with one pid
+    # set keeps those of its span of entries (V), so each bin's window is a range [a, b) of V.
+    uniq, which = np.unique(bin_pidset, return_inverse=True)
+    sets = [frozenset(pidsets[p]) for p in uniq.tolist()]
+    canon = {s: j for j, s in enumerate(dict.fromkeys(sets))}  # pid sets equal by value are one
+    run_set = np.array([canon[s] for s in sets], dtype=np.int64)[which]
+    cuts = [0, *(np.flatnonzero(run_set[1:] != run_set[:-1]) + 1).tolist(), bins]
+    counted = en.info >= 0
+    parts, a, b = [], np.empty(bins, np.int64), np.empty(bins, np.int64)
+    off = 0
+    for lo, hi in itertools.pairwise(cuts):
+        s0, s1 = int(front[lo]), int(count[hi - 1])
+        members = np.array(sorted(sets[which[lo]]), dtype=np.int64)
+        v = np.flatnonzero(counted[s0:s1] & np.isin(en.pid[s0:s1], members)) + s0
+        a[lo:hi] = np.searchsorted(v, front[lo:hi]) + off
+        b[lo:hi] = np.searchsorted(v, count[lo:hi]) + off
+        parts.append(v)
+        off += len(v)
+    n = b - a
+    ve = np.concatenate(parts)
+    v_code = en.info[ve]
+    # the classes and leaves of the samples counted (a part of a recording names only its own)
+    infos = [en.infos[i] for i in np.flatnonzero(np.bincount(v_code, minlength=len(en.infos))).tolist()]
+    classes = tuple(dict.fromkeys(x[0] for x in infos))
+    leaves = tuple(dict.fromkeys(x[:3] for x in infos))
+    nc = len(classes)
+    out = _build(classes, leaves, n)
+    if not n.any():
+        return out
+    i_cls = np.full(len(en.infos), -1, np.int64)
+    i_leaf = np.full(len(en.infos), -1, np.int64)
+    i_gil = np.zeros(len(en.infos))
+    for x in infos:
+        j = codes[x]
+        i_cls[j], i_leaf[j], i_gil[j] = classes.index(x[0]), leaves.index(x[:3]), bool(x[3])
+    v_cls, v_leaf, v_t = i_cls[v_code], i_leaf[v_code], t[ve]
+    # each V entry's previous one of the same leaf (in its run): a leaf's weight sums at its first
+    run = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
+    lkey = run * len(leaves) + v_leaf
+    order = np.argsort(lkey, kind="stable")
+    prev = np.full(len(ve), -1, np.int64)
+    same = lkey[order[1:]] == lkey[order[:-1]]
+    prev[order[1:][same]] = order[:-1][same]
+
+    # Step d of the walk takes each bin's d-th sample. With the bins by window length (longest first,
+    # perm) the bins still in their window at step d are a prefix; the pairs (bin, d) are numbered
+    # step by step (pair starts[d] + r: step d, the r-th bin of perm).
+    perm = np.argsort(-n, kind="stable")
+    n_p, a_p, now_p = n[perm], a[perm], now[perm]
+    since_p = now_p - RECENT_S
+    depth = int(n_p[0])
+    cnt = np.searchsorted(-n_p, -np.arange(depth), "left").tolist()
+    starts_a = np.concatenate([[0], np.cumsum(cnt)])
+    starts = starts_a.tolist()
+    gap = np.where(prev >= 0, np.arange(len(ve)) - prev, len(ve))  # places back to the leaf's previous
+    v_gil = i_gil[v_code]  # 1.0 or 0.0
+    sync = classes.index("sync") if "sync" in classes else -1
+    base = np.arange(bins) * nc
+    exp = math.exp
+
+    total = np.zeros(bins)
+    gil = np.zeros(bins)
+    acc_c = np.zeros(bins * nc)
+    recent = np.zeros(bins * nc, dtype=bool)
+    sync_age = np.full(bins, math.inf)
+    first = np.empty(starts[-1], np.int64)  # each pair's leaf's first pair in its bin's window
+    acc_l = np.zeros(starts[-1])  # a leaf's weight, at that first pair
+    keys = []
+    for d, c in enumerate(cnt):  # in window order: every sum is the Python's, one addition at a time
+        s = starts[d]
+        v = a_p[:c] + d
+        t_v = v_t[v]
+        age = now_p[:c] - t_v
+        w = np.fromiter(map(exp, memoryview(-age / STACK_TAU_S)), np.float64, c)
+        total[:c] += w
+        gil[:c] += w * v_gil[v]  # gil += w * owns_gil
+        cls = v_cls[v]
+        k = base[:c] + cls
+        keys.append(k)
+        acc_c[k] += w
+        recent[k[t_v >= since_p[:c]]] = True  # s.t >= since
+        if sync >= 0:
+            np.minimum(sync_age[:c], np.where(cls == sync, age, math.inf), out=sync_age[:c])
+        f = np.arange(s, s + c)
+        seen = np.flatnonzero(gap[v] <= d)  # the leaf came before in this window, ``gap`` places back
+        f[seen] = first[starts_a[d - gap[v[seen]]] + seen]
+        first[s : s + c] = f
+        acc_l[f] += w
+
+    back = np.empty(bins, np.int64)
+    back[perm] = np.arange(bins)  # each bin's place in perm
+    out.gil[:] = (gil / np.where(total > 0, total, 1.0))[back]
+    out.sync_age[:] = sync_age[back]
+    out.recent[:] = recent.reshape(bins, nc)[back]
+    shares = acc_c / np.repeat(np.where(total > 0, total, 1.0), nc)  # 0.0 / total where absent
+
+    # each class's top leaf: most weight, then first appearance (sorted(..., reverse=True) is stable)
+    best_w = np.full(bins * nc, -math.inf)
+    best_d = np.full(bins * nc, -1, np.int32)
+    best_leaf = np.full(bins * nc, -1, np.int32)
+    cls_first = np.full(bins * nc, -1, np.int32)
+    for d, c in enumerate(cnt):
+        s = starts[d]
+        new = np.flatnonzero(first[s : s + c] == np.arange(s, s + c))  # the leaf's first sample
+        k, wv = keys[d][new], acc_l[s + new]
+        cls_first[k[cls_first[k] < 0]] = d
+        better = wv > best_w[k]  # a tie keeps the leaf that came first
+        kb = k[better]
+        best_w[kb], best_d[kb] = wv[better], d
+        best_leaf[kb] = v_leaf[a_p[new[better]] + d]
+    for name, arr in (
+        ("shares", shares),
+        ("first", cls_first),
+        ("top", best_leaf),
+        ("top_w", best_w),
+        ("top_d", best_d),
+    ):
+        getattr(out, name)[:] = arr.reshape(bins, nc)[back]
+    # busy: the first ranked leaf not idle, else the first (then all are idle)
+    here = out.first >= 0
+    awake = here & np.array([k != "idle" for k in classes])
+    pick = np.where(awake.any(axis=1, keepdims=True), awake, here)
+    w_pick = np.where(pick, out.top_w, -math.inf)
+    best = pick & (w_pick == w_pick.max(axis=1, keepdims=True))
+    col = np.argmin(np.where(best, out.top_d, np.iinfo(np.int32).max), axis=1)
+    out.busy[:] = np.where(n > 0, out.top[np.arange(bins), col], -1)
+    return out
