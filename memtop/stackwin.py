@@ -80,7 +80,7 @@ class StackCols:
     def recent_awake(self) -> np.ndarray:
         """phases._main_awake: no recent sample, or one of a class other than idle."""
         awake = [c for c, k in enumerate(self.classes) if k != "idle"]
-        return ~self.recent.any(axis=1) | self.recent[:, awake].any(axis=1)
+        return np.logical_or(~self.recent.any(axis=1), self.recent[:, awake].any(axis=1))
 
     @classmethod
     def empty(cls, bins: int) -> StackCols:
@@ -148,11 +148,13 @@ class Entries:
         n = len(entries)
         samples = list(map(_S, entries))
         # infos by identity first (colscan hands on one tuple per distinct dump), then by value
-        ids, first, inv = np.unique(
+        _, first, inv = np.unique(
             np.fromiter(map(id, map(_I, entries)), np.int64, n), return_index=True, return_inverse=True
         )
         codes: dict[Info, int] = {}
-        of_id = [-1 if (x := entries[j][2]) is None else codes.setdefault(x, len(codes)) for j in first.tolist()]
+        of_id = [
+            -1 if (x := entries[j][2]) is None else codes.setdefault(x, len(codes)) for j in first.tolist()
+        ]
         return cls(
             np.fromiter(map(_K, entries), np.int64, n),
             np.fromiter(map(_T, samples), np.float64, n),
@@ -234,89 +236,67 @@ def stack_columns(
     for x in infos:
         j = codes[x]
         i_cls[j], i_leaf[j], i_gil[j] = classes.index(x[0]), leaves.index(x[:3]), bool(x[3])
-    v_cls, v_leaf, v_t = i_cls[v_code], i_leaf[v_code], t[ve]
-    # each V entry's previous one of the same leaf (in its run): a leaf's weight sums at its first
-    run = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
-    lkey = run * len(leaves) + v_leaf
-    order = np.argsort(lkey, kind="stable")
-    prev = np.full(len(ve), -1, np.int64)
-    same = lkey[order[1:]] == lkey[order[:-1]]
-    prev[order[1:][same]] = order[:-1][same]
+    v_cls, v_leaf, v_gil, v_t = i_cls[v_code], i_leaf[v_code], i_gil[v_code], t[ve]
+    # each sample's previous one of the same leaf in V (one before its window's start is out of it)
+    order = np.argsort(v_leaf, kind="stable")
+    same = np.flatnonzero(v_leaf[order[1:]] == v_leaf[order[:-1]])
+    gap = np.full(len(ve), len(ve))  # places back to the previous sample of the same leaf
+    gap[order[same + 1]] = order[same + 1] - order[same]
 
-    # Step d of the walk takes each bin's d-th sample. With the bins by window length (longest first,
-    # perm) the bins still in their window at step d are a prefix; the pairs (bin, d) are numbered
-    # step by step (pair starts[d] + r: step d, the r-th bin of perm).
-    perm = np.argsort(-n, kind="stable")
-    n_p, a_p, now_p = n[perm], a[perm], now[perm]
-    since_p = now_p - RECENT_S
-    depth = int(n_p[0])
-    cnt = np.searchsorted(-n_p, -np.arange(depth), "left").tolist()
-    starts_a = np.concatenate([[0], np.cumsum(cnt)])
-    starts = starts_a.tolist()
-    gap = np.where(prev >= 0, np.arange(len(ve)) - prev, len(ve))  # places back to the leaf's previous
-    v_gil = i_gil[v_code]  # 1.0 or 0.0
-    sync = classes.index("sync") if "sync" in classes else -1
-    base = np.arange(bins) * nc
-    exp = math.exp
-
-    total = np.zeros(bins)
-    gil = np.zeros(bins)
-    acc_c = np.zeros(bins * nc)
+    # The pairs (bin, sample of its window), bin by bin, each bin's in window order. np.bincount adds
+    # the weights of each key one at a time in the pairs' order (a plain C loop, `dans[numbers[i]] +=
+    # weights[i]`), so every sum below is the Python's: the same floats added in the same order from
+    # 0.0 (adding 0.0, as gil does for a sample without the GIL, leaves a sum as it is).
+    offs = np.concatenate([[0], np.cumsum(n)])
+    npairs = int(offs[-1])
+    bin_of = np.repeat(np.arange(bins), n)
+    vv = np.arange(npairs) + np.repeat(a - offs[:-1], n)  # the pair's sample in V
+    d_of = vv - np.repeat(a, n)  # its place in the window
+    t_p = v_t[vv]
+    age = np.repeat(now, n) - t_p
+    w = np.fromiter(map(math.exp, memoryview(-age / STACK_TAU_S)), np.float64, npairs)
+    cls = v_cls[vv]
+    key_c = bin_of * nc + cls
+    total = np.bincount(bin_of, w, bins)
+    gil = np.bincount(bin_of, w * v_gil[vv], bins)  # gil += w * owns_gil
+    acc_c = np.bincount(key_c, w, bins * nc)
+    safe = np.where(n > 0, total, 1.0)
+    out.gil[:] = gil / safe
+    out.shares[:] = (acc_c / np.repeat(safe, nc)).reshape(bins, nc)  # 0.0 / total where absent
     recent = np.zeros(bins * nc, dtype=bool)
-    sync_age = np.full(bins, math.inf)
-    first = np.empty(starts[-1], np.int64)  # each pair's leaf's first pair in its bin's window
-    acc_l = np.zeros(starts[-1])  # a leaf's weight, at that first pair
-    keys = []
-    for d, c in enumerate(cnt):  # in window order: every sum is the Python's, one addition at a time
-        s = starts[d]
-        v = a_p[:c] + d
-        t_v = v_t[v]
-        age = now_p[:c] - t_v
-        w = np.fromiter(map(exp, memoryview(-age / STACK_TAU_S)), np.float64, c)
-        total[:c] += w
-        gil[:c] += w * v_gil[v]  # gil += w * owns_gil
-        cls = v_cls[v]
-        k = base[:c] + cls
-        keys.append(k)
-        acc_c[k] += w
-        recent[k[t_v >= since_p[:c]]] = True  # s.t >= since
-        if sync >= 0:
-            np.minimum(sync_age[:c], np.where(cls == sync, age, math.inf), out=sync_age[:c])
-        f = np.arange(s, s + c)
-        seen = np.flatnonzero(gap[v] <= d)  # the leaf came before in this window, ``gap`` places back
-        f[seen] = first[starts_a[d - gap[v[seen]]] + seen]
-        first[s : s + c] = f
-        acc_l[f] += w
+    recent[key_c[t_p >= np.repeat(now - RECENT_S, n)]] = True  # s.t >= since
+    out.recent[:] = recent.reshape(bins, nc)
+    if "sync" in classes:
+        at = np.flatnonzero(cls == classes.index("sync"))
+        np.minimum.at(out.sync_age, bin_of[at], age[at])
 
-    back = np.empty(bins, np.int64)
-    back[perm] = np.arange(bins)  # each bin's place in perm
-    out.gil[:] = (gil / np.where(total > 0, total, 1.0))[back]
-    out.sync_age[:] = sync_age[back]
-    out.recent[:] = recent.reshape(bins, nc)[back]
-    shares = acc_c / np.repeat(np.where(total > 0, total, 1.0), nc)  # 0.0 / total where absent
+    # A leaf's weight sums at its first pair in the bin: each pair takes the first pair of its leaf's
+    # previous sample in the window (``gap`` places back), place by place; at place d, the bins whose
+    # window is longer than d (a prefix of them by length, longest first)
+    g = gap[vv]
+    up = np.arange(npairs)
+    by_len = np.argsort(-n, kind="stable")
+    at_d = offs[by_len]
+    longer = np.searchsorted(-n[by_len], -np.arange(int(n.max())), "left").tolist()
+    for d in range(1, len(longer)):
+        pd = at_d[: longer[d]] + d
+        gd = g[pd]
+        up[pd] = np.where(gd <= d, up[pd - np.minimum(gd, d)], pd)
+    acc_l = np.bincount(up, w, npairs)
 
     # each class's top leaf: most weight, then first appearance (sorted(..., reverse=True) is stable)
-    best_w = np.full(bins * nc, -math.inf)
-    best_d = np.full(bins * nc, -1, np.int32)
-    best_leaf = np.full(bins * nc, -1, np.int32)
-    cls_first = np.full(bins * nc, -1, np.int32)
-    for d, c in enumerate(cnt):
-        s = starts[d]
-        new = np.flatnonzero(first[s : s + c] == np.arange(s, s + c))  # the leaf's first sample
-        k, wv = keys[d][new], acc_l[s + new]
-        cls_first[k[cls_first[k] < 0]] = d
-        better = wv > best_w[k]  # a tie keeps the leaf that came first
-        kb = k[better]
-        best_w[kb], best_d[kb] = wv[better], d
-        best_leaf[kb] = v_leaf[a_p[new[better]] + d]
-    for name, arr in (
-        ("shares", shares),
-        ("first", cls_first),
-        ("top", best_leaf),
-        ("top_w", best_w),
-        ("top_d", best_d),
-    ):
-        getattr(out, name)[:] = arr.reshape(bins, nc)[back]
+    fo = np.flatnonzero(up == np.arange(npairs))
+    k_f, w_f, d_f = key_c[fo], acc_l[fo], d_of[fo]
+    best_w = out.top_w.reshape(-1)
+    np.maximum.at(best_w, k_f, w_f)
+    won = np.flatnonzero(w_f == best_w[k_f])
+    first, best_d = np.full(bins * nc, npairs), np.full(bins * nc, npairs)
+    np.minimum.at(first, k_f, d_f)
+    np.minimum.at(best_d, k_f[won], d_f[won])
+    won = won[d_f[won] == best_d[k_f[won]]]  # one leaf per class and bin
+    out.top.reshape(-1)[k_f[won]] = v_leaf[vv[fo[won]]]
+    out.top_d.reshape(-1)[k_f[won]] = d_f[won]
+    out.first[:] = np.where(first < npairs, first, -1).reshape(bins, nc)
     # busy: the first ranked leaf not idle, else the first (then all are idle)
     here = out.first >= 0
     awake = here & np.array([k != "idle" for k in classes])

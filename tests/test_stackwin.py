@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -164,7 +163,7 @@ def test_hostile_stack_text_passes_through_unchanged(monkeypatch):
     scan = _Scan(LABELLED, monkeypatch)
     k, ps, sets, _ = scan.inputs()
     bad = {}
-    for _, s, info in scan.window:
+    for _, _s, info in scan.window:
         if info is not None and info not in bad:
             h = HOSTILE[len(bad) % len(HOSTILE)]
             bad[info] = (info[0], f"{info[1]}{h}", f"{h}{info[2]}", info[3])
