@@ -275,13 +275,13 @@ def stack_columns(
     # window is longer than d (a prefix of them by length, longest first)
     g = gap[vv]
     up = np.arange(npairs)
+    prev = np.where(g <= d_of, up - g, up)  # the pair of the previous sample (itself: none)
     by_len = np.argsort(-n, kind="stable")
     at_d = offs[by_len]
     longer = np.searchsorted(-n[by_len], -np.arange(int(n.max())), "left").tolist()
     for d in range(1, len(longer)):
         pd = at_d[: longer[d]] + d
-        gd = g[pd]
-        up[pd] = np.where(gd <= d, up[pd - np.minimum(gd, d)], pd)
+        up[pd] = up[prev[pd]]
     acc_l = np.bincount(up, w, npairs)
 
     # each class's top leaf: most weight, then first appearance (sorted(..., reverse=True) is stable)

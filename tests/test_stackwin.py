@@ -187,3 +187,20 @@ def test_samples_without_info_occupy_the_window(monkeypatch):
     want = _replayed(window, scan.frames, k, pids)
     _same(stack_columns(window, scan.frames, k, np.zeros(len(k), np.int64), [pids]), want)
     assert [w[2] for w in want] != [w[2] for w in _replayed(scan.window, scan.frames, k, pids)]
+
+
+def test_any_bins_and_process_sets(monkeypatch):
+    """Bins need not be consecutive, and each may ask for any processes (none, one rank, both): the
+    window's front and the samples counted are the deque's for each."""
+    scan = _Scan(TWO_GPUS, monkeypatch)
+    k, _, sets, _ = scan.inputs()
+    rng = np.random.default_rng(21)
+    pick = np.sort(rng.choice(len(k), size=len(k) // 3, replace=False))
+    ranks = sorted({p for s in sets for p in s})
+    choices = [frozenset(), frozenset(ranks[:1]), frozenset(ranks[1:]), frozenset(ranks)]
+    ps = rng.integers(0, len(choices), size=len(pick))
+    want = []
+    for kk, p in zip(k[pick].tolist(), ps.tolist(), strict=True):
+        want += _replayed(scan.window, scan.frames, np.array([kk]), set(choices[p]))
+    _same(stack_columns(scan.window, scan.frames, k[pick], ps, choices), want)
+    assert {w[2] > 0 for w in want} == {True, False}
