@@ -266,9 +266,11 @@ def stack_columns(
     recent = np.zeros(bins * nc, dtype=bool)
     recent[key_c[t_p >= np.repeat(now - RECENT_S, n)]] = True  # s.t >= since
     out.recent[:] = recent.reshape(bins, nc)
-    if "sync" in classes:
+    if "sync" in classes:  # the least age of a sync sample (a min: the same whatever the order)
         at = np.flatnonzero(cls == classes.index("sync"))
-        np.minimum.at(out.sync_age, bin_of[at], age[at])
+        where = bin_of[at]
+        cut = np.flatnonzero(np.diff(where, prepend=-1))
+        out.sync_age[where[cut]] = np.minimum.reduceat(age[at], cut)
 
     # A leaf's weight sums at its first pair in the bin: each pair takes the first pair of its leaf's
     # previous sample in the window (``gap`` places back), place by place; at place d, the bins whose
