@@ -126,6 +126,7 @@ def _build(classes: tuple[str, ...], leaves: tuple[Leaf, ...], n: np.ndarray) ->
     )
 
 
+_BLOCK = 1 << 16
 _K, _S, _I = itemgetter(0), itemgetter(1), itemgetter(2)
 _T, _PID = attrgetter("t"), attrgetter("pid")
 
@@ -226,7 +227,6 @@ def stack_columns(
     infos = [en.infos[i] for i in np.flatnonzero(np.bincount(v_code, minlength=len(en.infos))).tolist()]
     classes = tuple(dict.fromkeys(x[0] for x in infos))
     leaves = tuple(dict.fromkeys(x[:3] for x in infos))
-    nc = len(classes)
     out = _build(classes, leaves, n)
     if not n.any():
         return out
@@ -243,10 +243,43 @@ def stack_columns(
     gap = np.full(len(ve), len(ve))  # places back to the previous sample of the same leaf
     gap[order[same + 1]] = order[same + 1] - order[same]
 
+    # bins in blocks of about _BLOCK pairs: each block's arrays stay in the CPU's cache
+    per = max(1, _BLOCK * bins // max(1, int(n.sum())))
+    for lo in range(0, bins, per):
+        rows = slice(lo, min(lo + per, bins))
+        _weigh(out, rows, n[rows], a[rows], now[rows], v_t, v_cls, v_leaf, v_gil, gap)
+    # busy: the first ranked leaf not idle, else the first (then all are idle)
+    here = out.first >= 0
+    awake = here & np.array([k != "idle" for k in classes])
+    pick = np.where(awake.any(axis=1, keepdims=True), awake, here)
+    w_pick = np.where(pick, out.top_w, -math.inf)
+    best = pick & (w_pick == w_pick.max(axis=1, keepdims=True))
+    col = np.argmin(np.where(best, out.top_d, np.iinfo(np.int32).max), axis=1)
+    out.busy[:] = np.where(n > 0, out.top[np.arange(bins), col], -1)
+    return out
+
+
+def _weigh(
+    out: StackCols,
+    rows: slice,
+    n: np.ndarray,
+    a: np.ndarray,
+    now: np.ndarray,
+    v_t: np.ndarray,
+    v_cls: np.ndarray,
+    v_leaf: np.ndarray,
+    v_gil: np.ndarray,
+    gap: np.ndarray,
+) -> None:
+    """Fill ``out``'s rows of the bins ``rows`` (``n``, ``a``, ``now`` theirs: window lengths, starts
+    in V, times) from V's samples (time, class, leaf, GIL, ``gap`` to the leaf's previous)."""
+    classes = out.classes
+    nc = len(classes)
     # The pairs (bin, sample of its window), bin by bin, each bin's in window order. np.bincount adds
     # the weights of each key one at a time in the pairs' order (a plain C loop, `dans[numbers[i]] +=
     # weights[i]`), so every sum below is the Python's: the same floats added in the same order from
     # 0.0 (adding 0.0, as gil does for a sample without the GIL, leaves a sum as it is).
+    bins = len(n)
     offs = np.concatenate([[0], np.cumsum(n)])
     npairs = int(offs[-1])
     bin_of = np.repeat(np.arange(bins), n)
@@ -261,16 +294,14 @@ def stack_columns(
     gil = np.bincount(bin_of, w * v_gil[vv], bins)  # gil += w * owns_gil
     acc_c = np.bincount(key_c, w, bins * nc)
     safe = np.where(n > 0, total, 1.0)
-    out.gil[:] = gil / safe
-    out.shares[:] = (acc_c / np.repeat(safe, nc)).reshape(bins, nc)  # 0.0 / total where absent
+    out.gil[rows] = gil / safe
+    out.shares[rows] = (acc_c / np.repeat(safe, nc)).reshape(bins, nc)  # 0.0 / total where absent
     recent = np.zeros(bins * nc, dtype=bool)
     recent[key_c[t_p >= np.repeat(now - RECENT_S, n)]] = True  # s.t >= since
-    out.recent[:] = recent.reshape(bins, nc)
+    out.recent[rows] = recent.reshape(bins, nc)
     if "sync" in classes:  # the least age of a sync sample (a min: the same whatever the order)
         at = np.flatnonzero(cls == classes.index("sync"))
-        where = bin_of[at]
-        cut = np.flatnonzero(np.diff(where, prepend=-1))
-        out.sync_age[where[cut]] = np.minimum.reduceat(age[at], cut)
+        np.minimum.at(out.sync_age[rows], bin_of[at], age[at])
 
     # A leaf's weight sums at its first pair in the bin: each pair takes the first pair of its leaf's
     # previous sample in the window (``gap`` places back), place by place; at place d, the bins whose
@@ -289,22 +320,13 @@ def stack_columns(
     # each class's top leaf: most weight, then first appearance (sorted(..., reverse=True) is stable)
     fo = np.flatnonzero(up == np.arange(npairs))
     k_f, w_f, d_f = key_c[fo], acc_l[fo], d_of[fo]
-    best_w = out.top_w.reshape(-1)
+    best_w = out.top_w[rows].reshape(-1)
     np.maximum.at(best_w, k_f, w_f)
     won = np.flatnonzero(w_f == best_w[k_f])
     first, best_d = np.full(bins * nc, npairs), np.full(bins * nc, npairs)
     np.minimum.at(first, k_f, d_f)
     np.minimum.at(best_d, k_f[won], d_f[won])
     won = won[d_f[won] == best_d[k_f[won]]]  # one leaf per class and bin
-    out.top.reshape(-1)[k_f[won]] = v_leaf[vv[fo[won]]]
-    out.top_d.reshape(-1)[k_f[won]] = d_f[won]
-    out.first[:] = np.where(first < npairs, first, -1).reshape(bins, nc)
-    # busy: the first ranked leaf not idle, else the first (then all are idle)
-    here = out.first >= 0
-    awake = here & np.array([k != "idle" for k in classes])
-    pick = np.where(awake.any(axis=1, keepdims=True), awake, here)
-    w_pick = np.where(pick, out.top_w, -math.inf)
-    best = pick & (w_pick == w_pick.max(axis=1, keepdims=True))
-    col = np.argmin(np.where(best, out.top_d, np.iinfo(np.int32).max), axis=1)
-    out.busy[:] = np.where(n > 0, out.top[np.arange(bins), col], -1)
-    return out
+    out.top[rows].reshape(-1)[k_f[won]] = v_leaf[vv[fo[won]]]
+    out.top_d[rows].reshape(-1)[k_f[won]] = d_f[won]
+    out.first[rows] = np.where(first < npairs, first, -1).reshape(bins, nc)
