@@ -248,14 +248,6 @@ def stack_columns(
     for lo in range(0, bins, per):
         rows = slice(lo, min(lo + per, bins))
         _weigh(out, rows, n[rows], a[rows], now[rows], v_t, v_cls, v_leaf, v_gil, gap)
-    # busy: the first ranked leaf not idle, else the first (then all are idle)
-    here = out.first >= 0
-    awake = here & np.array([k != "idle" for k in classes])
-    pick = np.where(awake.any(axis=1, keepdims=True), awake, here)
-    w_pick = np.where(pick, out.top_w, -math.inf)
-    best = pick & (w_pick == w_pick.max(axis=1, keepdims=True))
-    col = np.argmin(np.where(best, out.top_d, np.iinfo(np.int32).max), axis=1)
-    out.busy[:] = np.where(n > 0, out.top[np.arange(bins), col], -1)
     return out
 
 
@@ -329,4 +321,12 @@ def _weigh(
     won = won[d_f[won] == best_d[k_f[won]]]  # one leaf per class and bin
     out.top[rows].reshape(-1)[k_f[won]] = v_leaf[vv[fo[won]]]
     out.top_d[rows].reshape(-1)[k_f[won]] = d_f[won]
-    out.first[rows] = np.where(first < npairs, first, -1).reshape(bins, nc)
+    here = (first < npairs).reshape(bins, nc)
+    out.first[rows] = np.where(here, first.reshape(bins, nc), -1)
+    # busy: the first ranked leaf not idle, else the first (then all are idle)
+    awake = here & np.array([k != "idle" for k in classes])
+    pick = np.where(awake.any(axis=1, keepdims=True), awake, here)
+    w_pick = np.where(pick, out.top_w[rows], -math.inf)
+    best = pick & (w_pick == w_pick.max(axis=1, keepdims=True))
+    col = np.argmin(np.where(best, out.top_d[rows], np.iinfo(np.int32).max), axis=1)
+    out.busy[rows] = np.where(n > 0, out.top[rows][np.arange(bins), col], -1)
