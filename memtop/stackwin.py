@@ -165,6 +165,23 @@ class Entries:
         )
 
 
+def window_bounds(entries: Entries, frames: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(front, count): the window as the classifier's deque holds it after Frame ``k[i]`` (``k`` in
+    time order) is ``entries`` [front[i], count[i]) (the order of colscan's ``_Stacks.window``)."""
+    # The window after Frame k: the entries that entered by then (count), less those popped from its
+    # front while the front sample is older than frames[k] - STACK_WINDOW_S. colscan and
+    # Classifier.feed also pop at the Frames between; that leaves the same front: those edges are no
+    # later and those counts no larger, so each such pop stops at or before the front this edge
+    # reaches, and every entry between the two has t below this edge. So entry j is gone at i iff
+    # i >= pop[j], the first i whose count includes j and whose edge passes its time, and no sooner
+    # than the entry before it (a cumulative max).
+    count = np.searchsorted(entries.k, k, "right")
+    edge = np.asarray(frames, dtype=np.float64)[k] - STACK_WINDOW_S
+    n = len(entries.t)
+    pop = np.maximum(np.searchsorted(edge, entries.t, "right"), np.searchsorted(count, np.arange(n), "right"))
+    return np.searchsorted(np.maximum.accumulate(pop), np.arange(len(k)), "right"), count
+
+
 def stack_columns(
     entries: Sequence[tuple[int, StackSample, Info | None]] | Entries,
     frames: Sequence[float] | np.ndarray,
@@ -187,20 +204,11 @@ def stack_columns(
         return StackCols.empty(bins)
     en = entries if isinstance(entries, Entries) else Entries.of(entries)
     codes = {x: j for j, x in enumerate(en.infos)}
-    now = np.asarray(frames, dtype=np.float64)[bin_frame]
+    frames = np.asarray(frames, dtype=np.float64)
+    now = frames[bin_frame]
 
-    # The window after Frame k: the entries that entered by then (count), less those popped from its
-    # front while the front sample is older than frames[k] - STACK_WINDOW_S. colscan and
-    # Classifier.feed also pop at the Frames between bins; that leaves the same front: those edges are
-    # no later and those counts no larger, so each such pop stops at or before the front this bin's
-    # edge reaches, and every entry between the two has t below this bin's edge. So entry j is gone at
-    # bin i iff i >= pop[j], the first bin whose count includes j and whose edge passes its time, and
-    # no sooner than the entry before it (a cumulative max).
     t = en.t
-    count = np.searchsorted(en.k, bin_frame, "right")
-    edge = now - STACK_WINDOW_S
-    pop = np.maximum(np.searchsorted(edge, t, "right"), np.searchsorted(count, np.arange(len(t)), "right"))
-    front = np.searchsorted(np.maximum.accumulate(pop), np.arange(bins), "right")
+    front, count = window_bounds(en, frames, bin_frame)
 
     # Only samples with info whose pid is among the bin's GPU's count: each run of bins with one pid
     # set keeps those of its span of entries (V), so each bin's window is a range [a, b) of V.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from hostile import HOSTILE
 
 from memtop import colscan
 from memtop.phases import STACK_WINDOW_S, Classifier
-from memtop.stackwin import Entries, StackCols, stack_columns
+from memtop.stackwin import Entries, StackCols, stack_columns, window_bounds
 from memtop.store import Recording
 
 LABELLED = DATA / "labelled_s2.memtop"  # a training run: sync, copy, data, idle phases
@@ -204,3 +205,28 @@ def test_any_bins_and_process_sets(monkeypatch):
         want += _replayed(scan.window, scan.frames, np.array([kk]), set(choices[p]))
     _same(stack_columns(scan.window, scan.frames, k[pick], ps, choices), want)
     assert {w[2] > 0 for w in want} == {True, False}
+
+
+def test_window_bounds_are_the_deque_at_every_frame(monkeypatch):
+    """Popping the deque's front at every Frame (Classifier.feed) leaves, at each Frame, the window
+    window_bounds gives from that Frame alone; also for Frames picked sparsely."""
+    scan = _Scan(WORKERS, monkeypatch)
+    window, frames = scan.window, scan.frames
+    entries = Entries.of(window)
+    every = np.arange(len(frames))
+    front, count = window_bounds(entries, np.array(frames), every)
+    held: deque = deque()
+    nxt = 0
+    for k in every.tolist():
+        while nxt < len(window) and window[nxt][0] <= k:
+            held.append(window[nxt])
+            nxt += 1
+        while held and held[0][1].t < frames[k] - STACK_WINDOW_S:
+            held.popleft()
+        assert list(held) == window[front[k] : count[k]], k
+    sparse = every[::37]
+    assert [*map(tuple, window_bounds(entries, np.array(frames), sparse))] == [
+        tuple(front[sparse]),
+        tuple(count[sparse]),
+    ]
+    assert (count - front).max() > 20
