@@ -73,14 +73,16 @@ def main() -> None:
     t_cols, cols = cpu(lambda: stack_columns(window, ft, k, ps, sets), rounds)
     t_entries, entries = cpu(lambda: Entries.of(window), rounds)
     t_pre, _ = cpu(lambda: stack_columns(entries, ft, k, ps, sets), rounds)
+    t_rows, _ = cpu(lambda: cols.tuples(), rounds)  # type: ignore[union-attr]
     t_py, want = cpu(lambda: per_bin(window, frames, k.tolist(), [p for p, _ in calls]), max(1, rounds // 3))
     assert cols is not None and want is not None
-    same = all(cols.at(i) == w for i, w in enumerate(want))  # type: ignore[attr-defined]
+    same = cols.tuples() == want  # type: ignore[union-attr]
     pairs = int(sum(w[2] for w in want))  # type: ignore[attr-defined,union-attr]
     print(f"{path}: {len(calls)} bins, {len(window)} window entries, {pairs} (bin, sample) weights")
     print(f"stack_columns(entries)        {t_cols:.3f} CPU-s (best of {rounds})")
     print(f"  Entries.of(entries)         {t_entries:.3f}")
     print(f"  stack_columns(Entries)      {t_pre:.3f}")
+    print(f"StackCols.tuples() (all bins) {t_rows:.3f}")
     print(f"per-bin _stack_shares         {t_py:.3f}")
     print(f"ratio {t_py / t_cols:.1f}x; every bin equal: {same}")
 

@@ -76,10 +76,11 @@ def _bits(a) -> np.ndarray:
 def _same(cols: StackCols, want: list[tuple]) -> None:
     """cols gives every answer: the tuple equal (dicts in the same order), the arrays bit for bit."""
     assert len(cols) == len(want)
+    every = cols.tuples()
     for i, w in enumerate(want):
-        got = cols.at(i)
-        assert got == w, i
-        assert list(got[0]) == list(w[0]) and list(got[4]) == list(w[4]), i  # insertion order too
+        for got in (cols.at(i), every[i]):
+            assert got == w, i
+            assert list(got[0]) == list(w[0]) and list(got[4]) == list(w[4]), i  # insertion order too
     for klass in {*cols.classes, "sync", "comm", "nothing"}:
         assert np.array_equal(_bits(cols.share(klass)), _bits([w[0].get(klass, 0.0) for w in want]))
         assert cols.recent_has(klass).tolist() == [klass in w[5] for w in want]
