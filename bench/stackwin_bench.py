@@ -1,6 +1,7 @@
 """CPU seconds of the stack-window features of every bin: memtop.stackwin.stack_columns against the
 per-bin Python (Classifier._stack_shares on the window as colscan's scan advances it), over the bins
-and GPU processes colscan's scan of the recording asks about. Checks the two agree on every bin.
+and GPU processes colscan's scan of the recording asks about, with the cyclic garbage collector off as
+colscan's scan runs (colscan.no_gc). Checks the two agree on every bin.
 
 usage: python bench/stackwin_bench.py [RECORDING] [ROUNDS]   (default /tmp/r8h/8h.memtop, 5)
 """
@@ -8,6 +9,7 @@ usage: python bench/stackwin_bench.py [RECORDING] [ROUNDS]   (default /tmp/r8h/8
 from __future__ import annotations
 
 import bisect
+import gc
 import sys
 import time
 
@@ -66,6 +68,7 @@ def main() -> None:
     path = sys.argv[1] if len(sys.argv) > 1 else "/tmp/r8h/8h.memtop"
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
     window, frames, calls = asked(path)
+    gc.disable()
     sets = list(dict.fromkeys(p for p, _ in calls))
     ft = np.array(frames)  # as colscan holds the Frame times
     k = np.array([bisect.bisect_right(frames, now) - 1 for _, now in calls], dtype=np.int64)
