@@ -802,7 +802,7 @@ class Classifier:
         ws: list[float] = []
         c: dict[str, float] = {}  # weights are floats, which typeshed's Counter does not admit
         leaves: dict[tuple[str, str, str], float] = {}
-        gil = 0.0
+        gil = total = 0.0
         recent: set[str] = set()
         sync_age = math.inf
         since = now - RECENT_S
@@ -813,6 +813,7 @@ class Classifier:
             klass, where_, code, owns_gil = info
             w = exp(-(now - s.t) / STACK_TAU_S)
             ws.append(w)
+            total += w  # one addition at a time (sum() of floats is compensated from Python 3.12)
             c[klass] = c.get(klass, 0.0) + w
             leaf = (klass, where_, code)
             leaves[leaf] = leaves.get(leaf, 0.0) + w
@@ -823,7 +824,6 @@ class Classifier:
                 sync_age = now - s.t
         if not ws:
             return {}, 0.0, 0, None, {}, frozenset(), math.inf
-        total = sum(ws)
         # the top stack of each class; the label picks the one that explains it (stable, as most_common)
         ranked = sorted(leaves, key=leaves.__getitem__, reverse=True)
         tops: dict[str, tuple[str, str, str]] = {}
