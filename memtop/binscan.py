@@ -11,7 +11,6 @@ bins a reader asks for (``LabelSeq``): a report of 8 hours has 57,600 bins a GPU
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,6 @@ from memtop.phases import (
     RULE_LABEL,
     RULE_TEXT,
     RULES,
-    STACK_WINDOW_S,
     STICKY,
     Features,
     Label,
@@ -38,6 +36,7 @@ from memtop.phases import (
     settle,
 )
 from memtop.ruleview import Cols
+from memtop.stackwin import Entries, StackCols, stack_columns
 
 _NAN = float("nan")
 
@@ -95,7 +94,7 @@ class GpuBins:
     rise: np.ndarray
     alive: np.ndarray
     stopped: np.ndarray
-    stacks: SlowStacks
+    stacks: StackCols
     peers: list[tuple[int, ...]] | None = None  # per bin, where the recording has several GPUs
     away: list[tuple[int, ...]] | None = None
 
@@ -356,34 +355,10 @@ class _Mode:  # what evidence_mode reads
     stack_n: int
 
 
-class Window:
-    """The classifier's stack window at any Frame, from the order samples enter it (colscan
-    ``_Stacks.window``: (Frame, sample, info), by Frame). ``Classifier.feed`` appends a Frame's new
-    samples, then drops from the front while the front sample is older than the window: the front
-    only moves on, and stops at the first sample not older, so after Frame k it is the first entry
-    whose time is not older than Frame k's edge (the running maximum of the times finds it)."""
-
-    def __init__(self, entries: Sequence[tuple[int, Any, Any]], frames: Sequence[float]):
-        self.entries = entries
-        self.frames = frames
-        self.enter = [e[0] for e in entries]
-        self.top_t = np.maximum.accumulate(np.array([e[1].t for e in entries], dtype=np.float64))
-
-    def span(self, k: int) -> tuple[int, int]:
-        """The entries in the window after Frame k: [front, count)."""
-        count = bisect.bisect_right(self.enter, k)
-        front = int(np.searchsorted(self.top_t, self.frames[k] - STACK_WINDOW_S, "left"))
-        return min(front, count), count
-
-    def at(self, k: int) -> list[tuple[Any, Any]]:
-        a, b = self.span(k)
-        return [(s, info) for _, s, info in self.entries[a:b]]
-
-
 def gpu_bins(
     g: Any,  # a colscan._Gpu
     hosts: Any,  # a colscan._Hosts
-    entries: Sequence[tuple[int, Any, Any]],
+    entries: Entries,
     ft: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
@@ -427,7 +402,7 @@ def gpu_bins(
         nvlink_frac = np.where(gpm, nvlink / peak[st], 0.0)
     k = ends[sel]
     procs = _host_procs(hosts, k, st, pidsets)
-    stacks = SlowStacks(entries, ft.tolist(), k, st, pidsets, use_stacks)
+    stacks = stack_columns(entries, ft, k, st, pidsets, use_stacks)
     prev = np.concatenate([graphics[:1], graphics[:-1]])
     bins = GpuBins(
         gpu=g.index,
@@ -550,45 +525,3 @@ def with_peers(
                 assert b.peers is not None and b.away is not None
                 b.peers[i] = peers
                 b.away[i] = tuple(p for p in peers if not coll[p][int(where[p][n])])
-
-
-class SlowStacks:
-    """Placeholder: the stack window's figures per bin by Classifier._stack_shares."""
-
-    def __init__(self, entries, frames, bin_frame, bin_pidset, pidsets, use_stacks=True):
-        from collections import deque
-
-        from memtop.phases import Classifier
-
-        clf = Classifier(use_stacks=use_stacks)
-        win = Window(entries, frames)
-        self.rows = []
-        for k, s in zip(bin_frame.tolist(), bin_pidset.tolist(), strict=True):
-            clf._stacks = deque(win.at(k))
-            self.rows.append(clf._stack_shares(pidsets[s], frames[k]))
-        self.n = np.array([r[2] for r in self.rows], dtype=np.int64)
-        self.sync_age = np.array([r[6] for r in self.rows], dtype=np.float64)
-        self.recent_awake = np.array([not r[5] or bool(r[5] - {"idle"}) for r in self.rows], dtype=bool)
-
-    def at(self, i):
-        return self.rows[i]
-
-    def _of(self, rows):
-        new = object.__new__(SlowStacks)
-        new.rows = rows
-        new.n = np.array([r[2] for r in rows], dtype=np.int64)
-        new.sync_age = np.array([r[6] for r in rows], dtype=np.float64)
-        new.recent_awake = np.array([not r[5] or bool(r[5] - {"idle"}) for r in rows], dtype=bool)
-        return new
-
-    def take(self, i):
-        return self._of(self.rows[i:])
-
-    def concat(self, parts):
-        return self._of([r for p in parts for r in p.rows])
-
-    def share(self, k):
-        return np.array([r[0].get(k, 0.0) for r in self.rows], dtype=np.float64)
-
-    def recent_has(self, k):
-        return np.array([k in r[5] for r in self.rows], dtype=bool)

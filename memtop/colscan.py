@@ -32,7 +32,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from memtop.binscan import GpuBins, LabelSeq, Rules, Window, gpu_bins, settle_all, with_peers
+from memtop.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_peers
 from memtop.errors import UserError
 from memtop.metrics import Metric
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
@@ -40,6 +40,7 @@ from memtop.phases import Classifier, gap_event, stack_info
 from memtop.progress import Progress
 from memtop.records import Gap
 from memtop.scan import CHUNK_MIN_S, WARM_S, Aggregates, _main_only, scan
+from memtop.stackwin import Entries, window_bounds
 from memtop.store import (
     _DECODE_ERRORS,
     _SAMPLE,
@@ -318,8 +319,9 @@ def _scan(
     bin_of = np.repeat(np.arange(len(ends)), np.diff(np.concatenate([[-1], ends])))
     gpm = GPU_MODES.index("gpm")
     found = {}
+    entries = Entries.of(stacks.window)
     for g in gpus:
-        got = gpu_bins(g, hosts, stacks.window, ft, sa, ends, bin_of, gpm)
+        got = gpu_bins(g, hosts, entries, ft, sa, ends, bin_of, gpm)
         if got is not None:
             found[g.index] = got
     if tick:
@@ -349,23 +351,26 @@ def _scan(
     gap_lo: dict[int, tuple | None] = {}
     reset = _mark_open if edge else None
     gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf, i_lo, gap_lo, reset))
-    win = Window(stacks.window, frames)
-    gaps = []
+    gaps: list[tuple[Gap, list | None]] = []
     for k, g, span in gap_at:
         if k >= i_lo:
-            w = win.at(k)
-            gaps.append(
-                (
-                    gap_event(g, span, w) if span[0] != _OPEN else Gap(g, span[0], span[1], None),
-                    w if span[0] == _OPEN else None,
-                )
-            )
+            w = _window_at(stacks.window, entries, ft, k)
+            if span[0] == _OPEN:  # the join finds its stack, once it knows the start
+                gaps.append((Gap(g, span[0], span[1], None), w))
+            else:
+                gaps.append((gap_event(g, span, w), None))
     keys = (
-        tuple((s.pid, s.t) for s, _ in win.at(i_lo - 1)) if i_lo else (),
-        tuple((s.pid, s.t) for s, _ in win.at(len(frames) - 1)),
+        tuple((s.pid, s.t) for s, _ in _window_at(stacks.window, entries, ft, i_lo - 1)) if i_lo else (),
+        tuple((s.pid, s.t) for s, _ in _window_at(stacks.window, entries, ft, len(frames) - 1)),
     )
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
     return _Part(kept, first, gaps, dict(clf._gap), gap_lo, warm, keys, agg)
+
+
+def _window_at(window: list, entries: Entries, ft: np.ndarray, k: int) -> list[tuple]:
+    """The classifier's stack window after Frame k: (sample, info) of each entry."""
+    front, count = window_bounds(entries, ft, np.array([k]))
+    return [(s, info) for _, s, info in window[int(front[0]) : int(count[0])]]
 
 
 def _mark_open(gap: tuple | None) -> tuple | None:

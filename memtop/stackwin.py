@@ -11,6 +11,7 @@ arrays (0.15 CPU-s, half of it the exps; bench/stackwin_bench.py).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -129,6 +130,14 @@ class StackCols:
     def empty(cls, bins: int) -> StackCols:
         """``bins`` bins without samples (no stacks)."""
         return _build((), (), np.zeros(bins, np.int64))
+
+    def take(self, i: int) -> StackCols:
+        """The bins from the i-th on."""
+        return StackCols(
+            self.classes,
+            self.leaves,
+            *(getattr(self, f.name)[i:] for f in dataclasses.fields(self)[2:]),
+        )
 
     @classmethod
     def concat(cls, parts: Sequence[StackCols]) -> StackCols:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, REC
 
-from memtop import binscan, colscan
+from memtop import colscan, stackwin
 from memtop.errors import UserError
 from memtop.report import build_report, render
 from memtop.store import Recording, Writer
@@ -122,7 +122,7 @@ def test_the_comparison_sees_a_difference(monkeypatch):
     """A column path off by one rule use (the stack window 5 s instead of 6 s) reports otherwise."""
     path = REC[2]
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
-    monkeypatch.setattr(binscan, "STACK_WINDOW_S", 5.0)
+    monkeypatch.setattr(stackwin, "STACK_WINDOW_S", 5.0)
     assert _report(path, True, "json", {}) != _report(path, False, "json", {})
 
 
