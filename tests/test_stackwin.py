@@ -27,8 +27,9 @@ NO_STACKS = DATA / "heldout3_cupy_s34.memtop"  # recorded without stacks
 
 
 class _Scan:
-    """What colscan's scan of a recording asks of the stack window: its entries, the Frame times, and
-    per bin and GPU (in the order asked) the GPU's processes, the bin's last Frame and the answer."""
+    """A recording's stack window as colscan's scan holds it (its entries, the Frame times), and per
+    bin and GPU, as the Classifier fed every Frame asks it (in the order asked), the GPU's processes,
+    the bin's last Frame and the answer."""
 
     def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[int, frozenset[int], float, tuple]] = []
@@ -50,11 +51,11 @@ class _Scan:
                 super().__init__(*args, **kw)
                 held.append(self)
 
-        monkeypatch.setattr(colscan, "Classifier", Asked)
         monkeypatch.setattr(colscan, "_Stacks", Kept)
         rec = Recording(path)
         try:
             colscan._scan(rec, None, rec.t0, rec.t1, None)
+            Asked().feed_all(rec.frames())
         finally:
             rec.close()
         self.window = held[0].window
