@@ -21,7 +21,6 @@ import numpy as np
 from memtop.labelcols import LabelCols
 from memtop.phases import (
     CONFIDENCE,
-    DATA_WORKER_NAMES,
     NO_RULE,
     RULE_LABEL,
     RULE_TEXT,
@@ -432,52 +431,33 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
     (the busiest), its DataLoader workers' count, mean CPU and share asleep, whether one is stopped,
     and the host's iowait, as ``Classifier.bin_features`` takes them from the processes in order."""
     h_of = np.array(hosts.at, dtype=np.int64)[k]
-    hs = np.unique(h_of[h_of >= 0]).tolist()
-    at_h = {h: i for i, h in enumerate(hs)}
-    k_of = {int(h): int(kk) for h, kk in zip(h_of.tolist(), k.tolist(), strict=True)}
-    iow = np.zeros(len(hs) + 1)
-    start = np.zeros(len(hs) + 1, dtype=np.int64)
-    count = np.zeros(len(hs) + 1, dtype=np.int64)
-    pid: list[int] = []
-    cpu: list[float] = []
-    wof: list[int] = []
-    has_wof: list[bool] = []
-    dw: list[bool] = []
-    sd: list[bool] = []
-    tt: list[bool] = []
-    for i, h in enumerate(hs):
-        io, ps = hosts.load(k_of[h])
-        iow[i] = io
-        start[i], count[i] = len(pid), len(ps)
-        for p in ps:
-            pid.append(p.pid)
-            cpu.append(p.cpu_pct)
-            has_wof.append(p.worker_of is not None)
-            wof.append(p.worker_of if p.worker_of is not None else 0)
-            dw.append(p.name in DATA_WORKER_NAMES)
-            sd.append(p.state in "SD")
-            tt.append(p.state in ("t", "T"))
-    hb = np.array([at_h.get(h, len(hs)) for h in h_of.tolist()], dtype=np.int64)
+    hs = np.unique(h_of[h_of >= 0])
+    fig = hosts.figures(hs.tolist())
+    hb = np.searchsorted(hs, h_of)  # the bin's sample among hs; a bin without one: none of its rows
+    found = h_of >= 0
+    iow = np.where(found, fig.iowait[np.minimum(hb, len(hs) - 1)] if len(hs) else 0.0, 0.0)
+    count = np.where(found, fig.count[np.minimum(hb, len(hs) - 1)] if len(hs) else 0, 0)
+    start = fig.start[np.minimum(hb, len(hs) - 1)] if len(hs) else np.zeros(len(k), dtype=np.int64)
     # which pids are each state's GPU processes: a table over the pids met
-    known = sorted(set(pid) | set(wof) | {p for s in pidsets for p in s})
-    ids = {p: i for i, p in enumerate(known)}
+    known, inv = np.unique(
+        np.concatenate([fig.pid, fig.worker_of, np.array([p for ps in pidsets for p in ps], dtype=np.int64)]),
+        return_inverse=True,
+    )
     member = np.zeros((len(pidsets), len(known) + 1), dtype=bool)
     for s, ps_ in enumerate(pidsets):
-        member[s, [ids[p] for p in ps_]] = True
-    pid_id = np.array([ids[p] for p in pid], dtype=np.int64)
-    wof_id = np.array(
-        [ids[w] if h else len(known) for w, h in zip(wof, has_wof, strict=True)], dtype=np.int64
-    )
-    cpu_a = np.array(cpu, dtype=np.float64)
-    dw_a, sd_a, tt_a = (np.array(x, dtype=bool) for x in (dw, sd, tt))
+        member[s, np.searchsorted(known, list(ps_))] = True
+    rows = len(fig.pid)
+    pid_id = inv[:rows]
+    wof_id = np.where(fig.has_parent, inv[rows : 2 * rows], len(known))  # no parent: the False column
+    cpu_a, dw_a, sd_a, tt_a = fig.cpu, fig.data_worker, fig.asleep, fig.stopped
     n = len(k)
     best = np.full(n, -math.inf)
     wsum, wn, wsd = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     stopped = np.zeros(n, dtype=bool)
-    c = count[hb]
+    c = count
     for d in range(int(c.max(initial=0))):
         on = np.flatnonzero(c > d)
-        row = start[hb[on]] + d
+        row = start[on] + d
         s_on = st[on]
         main = member[s_on, pid_id[row]]
         up = main & (cpu_a[row] > best[on])
@@ -494,7 +474,7 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
             "worker_cpu": np.where(wn > 0, wsum / np.maximum(wn, 1), 0.0),
             "worker_sleeping": np.where(wn > 0, wsd / np.maximum(wn, 1), 0.0),
             "stopped": stopped,
-            "iowait": iow[hb],
+            "iowait": iow,
         }
 
 

@@ -25,7 +25,7 @@ import os
 import sqlite3
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import NamedTuple, cast
@@ -36,7 +36,7 @@ from memtop.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_
 from memtop.errors import UserError
 from memtop.metrics import Metric
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
-from memtop.phases import Classifier, gap_event, stack_info
+from memtop.phases import DATA_WORKER_NAMES, Classifier, gap_event, stack_info
 from memtop.progress import Progress
 from memtop.records import Gap
 from memtop.scan import CHUNK_MIN_S, WARM_S, Aggregates, _main_only, scan
@@ -351,26 +351,24 @@ def _scan(
     gap_lo: dict[int, tuple | None] = {}
     reset = _mark_open if edge else None
     gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf, i_lo, gap_lo, reset))
+    gap_at = [e for e in gap_at if e[0] >= i_lo]
+    # the stack window at each gap's Frame, and after the warm-up and at the end (the chunks' join)
+    ks = np.array([k for k, _, _ in gap_at] + [max(i_lo - 1, 0), len(frames) - 1], dtype=np.int64)
+    at, inv = np.unique(ks, return_inverse=True)  # (window_bounds takes Frames in time order)
+    front, count = (x[inv].tolist() for x in window_bounds(entries, ft, at))
+    windows = [[(s, info) for _, s, info in stacks.window[a:b]] for a, b in zip(front, count, strict=True)]
     gaps: list[tuple[Gap, list | None]] = []
-    for k, g, span in gap_at:
-        if k >= i_lo:
-            w = _window_at(stacks.window, entries, ft, k)
-            if span[0] == _OPEN:  # the join finds its stack, once it knows the start
-                gaps.append((Gap(g, span[0], span[1], None), w))
-            else:
-                gaps.append((gap_event(g, span, w), None))
+    for (_, g, span), w in zip(gap_at, windows, strict=False):
+        if span[0] == _OPEN:  # the join finds its stack, once it knows the start
+            gaps.append((Gap(g, span[0], span[1], None), w))
+        else:
+            gaps.append((gap_event(g, span, w), None))
     keys = (
-        tuple((s.pid, s.t) for s, _ in _window_at(stacks.window, entries, ft, i_lo - 1)) if i_lo else (),
-        tuple((s.pid, s.t) for s, _ in _window_at(stacks.window, entries, ft, len(frames) - 1)),
+        tuple((s.pid, s.t) for s, _ in windows[-2]) if i_lo else (),
+        tuple((s.pid, s.t) for s, _ in windows[-1]),
     )
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
     return _Part(kept, first, gaps, dict(clf._gap), gap_lo, warm, keys, agg)
-
-
-def _window_at(window: list, entries: Entries, ft: np.ndarray, k: int) -> list[tuple]:
-    """The classifier's stack window after Frame k: (sample, info) of each entry."""
-    front, count = window_bounds(entries, ft, np.array([k]))
-    return [(s, info) for _, s, info in window[int(front[0]) : int(count[0])]]
 
 
 def _mark_open(gap: tuple | None) -> tuple | None:
@@ -680,6 +678,7 @@ class _Hosts:
         self._load: dict[int, tuple[float, tuple]] = {}
         self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
+        self._table: tuple | None = None  # the host_proc table as arrays (_figures)
         if rows:
             self._figures(rec, rows[0][0], rows[-1][0])
 
@@ -720,6 +719,52 @@ class _Hosts:
         for t, io, k in zip(lt, iowait, n, strict=True):
             self._load[at[t]] = (io, tuple(procs[i : i + k]))
             i += k
+        try:  # the same as arrays, for the features of every bin (ints beyond int64: the objects)
+            counts = np.array(n, dtype=np.int64)
+            self._table = (
+                np.array([at[t] for t in lt], dtype=np.int64),
+                np.array(iowait, dtype=np.float64),
+                np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64),
+                counts,
+                _proc_arrays(pid, cpu, worker_of, name, state),
+            )
+        except OverflowError:
+            pass
+
+    def figures(self, hs: list[int]) -> HostFigures:
+        """The processes' figures of host samples ``hs`` (ascending) as arrays: each sample's iowait,
+        first row and count of rows, and per row (a process) what the features read."""
+        tab = self._table
+        if tab is not None:
+            h, iowait, start, count, procs = tab
+            i = np.searchsorted(h, hs)
+            if len(hs) and (i < len(h)).all() and (h[np.minimum(i, len(h) - 1)] == hs).all():
+                return HostFigures(iowait[i], start[i], count[i], *procs)
+        iow, first, n = [], [], []
+        pid, cpu, wof, name, state = [], [], [], [], []
+        for hi in hs:
+            if hi not in self._load:
+                self._decode(hi)
+            io, ps = self._load[hi]
+            iow.append(io)
+            first.append(len(pid))
+            n.append(len(ps))
+            for p in ps:
+                pid.append(p.pid)
+                cpu.append(p.cpu_pct)
+                wof.append(p.worker_of)
+                name.append(p.name)
+                state.append(p.state)
+        try:
+            arrays = _proc_arrays(pid, cpu, wof, name, state)
+        except OverflowError:
+            raise Unusual("a process id beyond int64") from None
+        return HostFigures(
+            np.array(iow, dtype=np.float64),
+            np.array(first, dtype=np.int64),
+            np.array(n, dtype=np.int64),
+            *arrays,
+        )
 
     def _decode(self, h: int) -> None:
         d = plain_host(self.raw[h], self._shapes)
@@ -755,6 +800,33 @@ class _Hosts:
     def sample(self, k: int) -> HostSample | None:
         h = self.at[k]
         return None if h < 0 else _host_from_blob(self.raw[h])
+
+
+class HostFigures(NamedTuple):
+    """Host samples' processes as arrays: per sample (iowait, start, count) and per process row."""
+
+    iowait: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    pid: np.ndarray
+    cpu: np.ndarray
+    worker_of: np.ndarray  # -1 where none (has_parent False)
+    has_parent: np.ndarray
+    data_worker: np.ndarray  # named as a DataLoader worker (phases.DATA_WORKER_NAMES)
+    asleep: np.ndarray  # state in "SD" (Classifier.bin_features' test, as a substring)
+    stopped: np.ndarray  # state t or T
+
+
+def _proc_arrays(pid: Sequence, cpu: Sequence, worker_of: Sequence, name: Sequence, state: Sequence) -> tuple:
+    return (
+        np.array(pid, dtype=np.int64),
+        np.array(cpu, dtype=np.float64),
+        np.array([-1 if w is None else w for w in worker_of], dtype=np.int64),
+        np.array([w is not None for w in worker_of], dtype=bool),
+        np.array([x in DATA_WORKER_NAMES for x in name], dtype=bool),
+        np.array([x in "SD" for x in state], dtype=bool),
+        np.array([x in ("t", "T") for x in state], dtype=bool),
+    )
 
 
 _FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
