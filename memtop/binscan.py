@@ -30,7 +30,7 @@ from memtop.phases import (
     Label,
     _collective,
     _quiet,
-    evidence_mode,
+    mode_name,
     nvlink_peak,
     settle,
 )
@@ -102,13 +102,10 @@ class GpuBins:
 
     def take(self, i: int) -> GpuBins:
         """The bins from the i-th on."""
-        return GpuBins(
-            **{
-                k: (v[i:] if k not in ("gpu", "stacks") else v) if v is not None else None
-                for k, v in self.__dict__.items()
-            }
-            | {"stacks": self.stacks.take(i)}
-        )
+        kw: dict[str, Any] = {
+            k: v[i:] if isinstance(v, np.ndarray | list) else v for k, v in self.__dict__.items()
+        }
+        return GpuBins(**kw | {"stacks": self.stacks.take(i)})
 
     @staticmethod
     def concat(parts: list[GpuBins]) -> GpuBins:
@@ -277,12 +274,17 @@ def settle_all(
     quiet, stopped = rules.quiet.tolist(), rules.stopped.tolist()
     out = [0] * len(rids)
     stable_of: list[str] = [""] * len(rids)
+    i = 0
+
+    def held(lab: str) -> bool:  # that label's exit threshold at bin i (the loop's)
+        return keeps[lab][i]
+
     for i, rid in enumerate(rids):
         out[i], state = settle(
             rid,
             state,
             i >= warmup_bins,
-            lambda lab, i=i: keeps[lab][i],
+            held,
             stopped[i],
             quiet[i],
             confirm,
@@ -343,15 +345,9 @@ class LabelSeq(Sequence[Label]):
     def columns(self) -> LabelCols:
         gpm = self.bins.gpm[self.start :]
         stacked = self.bins.stacks.n[self.start :] > 0
-        names = [evidence_mode(_Mode(g, s)) for g in (False, True) for s in (0, 1)]
+        names = [mode_name(g, s) for g in (False, True) for s in (False, True)]
         mode = np.array(names, dtype=object)[2 * gpm.astype(np.int64) + stacked.astype(np.int64)]
         return LabelCols(self.t, self.label, self.raw, mode)
-
-
-@dataclass(frozen=True)
-class _Mode:  # what evidence_mode reads
-    gpm: bool
-    stack_n: int
 
 
 def gpu_bins(
@@ -436,7 +432,7 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
     hb = np.searchsorted(hs, h_of)  # the bin's sample among hs; a bin without one: none of its rows
     found = h_of >= 0
     iow = np.where(found, fig.iowait[np.minimum(hb, len(hs) - 1)] if len(hs) else 0.0, 0.0)
-    count = np.where(found, fig.count[np.minimum(hb, len(hs) - 1)] if len(hs) else 0, 0)
+    count = np.where(found, fig.rows[np.minimum(hb, len(hs) - 1)] if len(hs) else 0, 0)
     start = fig.start[np.minimum(hb, len(hs) - 1)] if len(hs) else np.zeros(len(k), dtype=np.int64)
     # which pids are each state's GPU processes: a table over the pids met
     known, inv = np.unique(

@@ -334,18 +334,18 @@ def _scan(
     kept: dict[int, tuple[GpuBins, Rules]] = {}
     first: dict[int, int] = {}
     warm: dict[int, tuple[float, float]] = {}
-    for g, (bins, _) in found.items():
+    for gi, (bins, _) in found.items():
         rules = Rules.of(bins)
         # bins closed by a Frame before lo only warm up (at a chunk's edge: also the one lo closes)
         i = int(np.searchsorted(bins.k, i_lo if edge else i_lo - 1, "left"))
         if i:
-            warm[g] = (float(bins.t[i - 1]), float(bins.graphics[i - 1]))
+            warm[gi] = (float(bins.t[i - 1]), float(bins.graphics[i - 1]))
         if edge:
-            kept[g] = (bins.take(i), rules.take(i))
-            first[g] = 0
+            kept[gi] = (bins.take(i), rules.take(i))
+            first[gi] = 0
         else:
-            kept[g] = (bins, rules)
-            first[g] = i
+            kept[gi] = (bins, rules)
+            first[gi] = i
     # gaps: each GPU's new samples in Frame order (feed tracks them after the Frame's stacks); at a
     # chunk's edge a gap open at lo is marked, its start the chunk before's to give
     gap_lo: dict[int, tuple | None] = {}
@@ -358,11 +358,11 @@ def _scan(
     front, count = (x[inv].tolist() for x in window_bounds(entries, ft, at))
     windows = [[(s, info) for _, s, info in stacks.window[a:b]] for a, b in zip(front, count, strict=True)]
     gaps: list[tuple[Gap, list | None]] = []
-    for (_, g, span), w in zip(gap_at, windows, strict=False):
+    for (_, gi, span), w in zip(gap_at, windows, strict=False):
         if span[0] == _OPEN:  # the join finds its stack, once it knows the start
-            gaps.append((Gap(g, span[0], span[1], None), w))
+            gaps.append((Gap(gi, span[0], span[1], None), w))
         else:
-            gaps.append((gap_event(g, span, w), None))
+            gaps.append((gap_event(gi, span, w), None))
     keys = (
         tuple((s.pid, s.t) for s, _ in windows[-2]) if i_lo else (),
         tuple((s.pid, s.t) for s, _ in windows[-1]),
@@ -740,8 +740,14 @@ class _Hosts:
             i = np.searchsorted(h, hs)
             if len(hs) and (i < len(h)).all() and (h[np.minimum(i, len(h) - 1)] == hs).all():
                 return HostFigures(iowait[i], start[i], count[i], *procs)
-        iow, first, n = [], [], []
-        pid, cpu, wof, name, state = [], [], [], [], []
+        iow: list[float] = []
+        first: list[int] = []
+        n: list[int] = []
+        pid: list[int] = []
+        cpu: list[float] = []
+        wof: list[int | None] = []
+        name: list[str] = []
+        state: list[str] = []
         for hi in hs:
             if hi not in self._load:
                 self._decode(hi)
@@ -807,7 +813,7 @@ class HostFigures(NamedTuple):
 
     iowait: np.ndarray
     start: np.ndarray
-    count: np.ndarray
+    rows: np.ndarray  # each sample's count of processes
     pid: np.ndarray
     cpu: np.ndarray
     worker_of: np.ndarray  # -1 where none (has_parent False)

@@ -150,7 +150,11 @@ class Label:
 
 def evidence_mode(f: Features) -> str:
     """Which signals this bin had: GPM or NVML-only, with or without stacks."""
-    return ("GPM" if f.gpm else "NVML-only") + (" + stacks" if f.stack_n else ", no stacks")
+    return mode_name(f.gpm, f.stack_n > 0)
+
+
+def mode_name(gpm: bool, stacked: bool) -> str:
+    return ("GPM" if gpm else "NVML-only") + (" + stacks" if stacked else ", no stacks")
 
 
 # The rules read a bin's features through a view (memtop.ruleview): one bin's Features as scalars (live

@@ -100,7 +100,7 @@ class One:
         return a if cond else b
 
 
-@dataclass(frozen=True)
+@dataclass
 class Cols:
     """Every bin's features of one GPU as arrays (the same names as One's)."""
 

@@ -144,7 +144,7 @@ def episodes(
         return []
     # one sweep over time: each GPU's label counts over the newest window_s, as stragglers() takes
     # them at that instant (labels newer than the instant's end - window_s)
-    seq = []
+    seq: list[tuple[float, int, str]] = []
     for g, ls in labels.items():
         if g in jobs:
             cols = columns(ls)
