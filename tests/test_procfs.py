@@ -39,6 +39,7 @@ def test_cpu_times_on_this_machine_match_psutil():
     ct = procfs.CpuTimes()
     ct.sample()
     psutil.cpu_percent(percpu=True)
+
     def busy() -> float:  # user time, niced or not (a suite run under nice counts its loop as nice)
         t = psutil.cpu_times()
         return t.user + t.nice
