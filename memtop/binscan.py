@@ -264,11 +264,10 @@ class Rules:
         return cls(rid, keeps, np.broadcast_to(_quiet(v), (n,)), stopped, subs)
 
 
-def settle_all(
-    rules: Rules, warmup_bins: int, confirm: int, bin_s: float, state: tuple[str, str, int] = ("", "", 0)
-) -> tuple[np.ndarray, list[str], tuple[str, str, int]]:
-    """The hysteresis over a GPU's bins from ``state``: (the rule id that stands per bin, the stable
-    label per bin ("" in the warm-up), the state after)."""
+def settle_all(rules: Rules, warmup_bins: int, confirm: int, bin_s: float) -> tuple[np.ndarray, list[str]]:
+    """The hysteresis over a GPU's bins from the start: (the rule id that stands per bin, the stable
+    label per bin ("" in the warm-up))."""
+    state = ("", "", 0)
     rids = rules.rid.tolist()
     keeps = {lab: k.tolist() for lab, k in rules.keeps.items()}
     quiet, stopped = rules.quiet.tolist(), rules.stopped.tolist()
@@ -291,7 +290,7 @@ def settle_all(
             bin_s,
         )
         stable_of[i] = state[0]
-    return np.array(out, dtype=np.int64), stable_of, state
+    return np.array(out, dtype=np.int64), stable_of
 
 
 class LabelSeq(Sequence[Label]):

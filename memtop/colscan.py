@@ -277,7 +277,7 @@ def _join(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
         got = [p.bins[g] for p in parts if g in p.bins]
         bins = GpuBins.concat([x[0] for x in got])
         rules = Rules.concat([x[1] for x in got])
-        rid, stable, _ = settle_all(rules, clf.warmup_bins, clf.confirm, clf.bin_s)
+        rid, stable = settle_all(rules, clf.warmup_bins, clf.confirm, clf.bin_s)
         labels[g] = LabelSeq(bins, rules, rid, stable, parts[0].first.get(g, 0) if g in parts[0].bins else 0)
     agg = parts[0].agg
     for p in parts[1:]:

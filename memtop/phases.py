@@ -803,7 +803,7 @@ class Classifier:
         if not self.use_stacks:
             return {}, 0.0, 0, None, {}, frozenset(), math.inf
         # one pass over the window (a report makes 7,200 bins an hour); sums in the window's order
-        ws: list[float] = []
+        n = 0
         c: dict[str, float] = {}  # weights are floats, which typeshed's Counter does not admit
         leaves: dict[tuple[str, str, str], float] = {}
         gil = total = 0.0
@@ -816,7 +816,7 @@ class Classifier:
                 continue
             klass, where_, code, owns_gil = info
             w = exp(-(now - s.t) / STACK_TAU_S)
-            ws.append(w)
+            n += 1
             total += w  # one addition at a time (sum() of floats is compensated from Python 3.12)
             c[klass] = c.get(klass, 0.0) + w
             leaf = (klass, where_, code)
@@ -826,7 +826,7 @@ class Classifier:
                 recent.add(klass)
             if klass == "sync" and now - s.t < sync_age:
                 sync_age = now - s.t
-        if not ws:
+        if not n:
             return {}, 0.0, 0, None, {}, frozenset(), math.inf
         # the top stack of each class; the label picks the one that explains it (stable, as most_common)
         ranked = sorted(leaves, key=leaves.__getitem__, reverse=True)
@@ -835,7 +835,7 @@ class Classifier:
             tops.setdefault(k[0], k)
         busy = next((k for k in ranked if k[0] != "idle"), ranked[0])
         shares = {k: v / total for k, v in c.items()}
-        return shares, gil / total, len(ws), busy, tops, frozenset(recent), sync_age
+        return shares, gil / total, n, busy, tops, frozenset(recent), sync_age
 
     def _label(self, f: Features) -> None:
         v = One(f)
