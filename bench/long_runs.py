@@ -81,7 +81,37 @@ def tile(tile_path: Path, out: Path, seconds: float) -> None:
         k += 1
     db.commit()
     db.execute("DETACH src")
+    reblock(db)
     db.close()
+
+
+def reblock(db: sqlite3.Connection) -> None:
+    """The column blocks of the tiled rows, as the Writer would have written them (a copy of the
+    tile's blocks would overlap): every stream's rows in time order through its BlockWriter."""
+    import heapq
+
+    from memtop.colblock import BlockWriter
+    from memtop.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES
+
+    if not db.execute("SELECT count(*) FROM sqlite_master WHERE name='block'").fetchone()[0]:
+        return  # (the previous version's files have none)
+    db.execute("DELETE FROM block")
+    mode = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " END"
+    queries = {
+        "frame": "SELECT t FROM frame ORDER BY t",
+        "gpu": f"SELECT t, gpu, {mode}, {', '.join(c for c, _ in GPU_COLS)} FROM gpu ORDER BY t, gpu",
+        "host": "SELECT h.t, coalesce(l.iowait_pct, 0.0), coalesce(l.procs, -1) FROM host h"
+        " LEFT JOIN host_load l ON l.t = h.t ORDER BY h.t",
+        "host_proc": "SELECT t, pid, cpu_pct, worker_of, name, state FROM host_proc ORDER BY t, i",
+        "stack": "SELECT t, pid, tid, name, active, gil, stack, error FROM stack_sample ORDER BY t, pid, rowid",
+    }
+    streams = [[(r[0], k, s, r) for k, r in enumerate(db.execute(q).fetchall())] for s, q in queries.items()]
+    w = BlockWriter(db, BLOCK_STREAMS)
+    for t, _, stream, row in heapq.merge(*streams):
+        w.turn(t)
+        w.add(stream, row)
+    w.close()
+    db.commit()
 
 
 def measure_one(kind: str, args: list[str], env: dict | None = None, stdout: Path | None = None) -> dict:

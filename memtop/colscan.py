@@ -33,6 +33,7 @@ from typing import NamedTuple, cast
 import numpy as np
 
 from memtop.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_peers
+from memtop.colblock import NULL, Blocks
 from memtop.errors import UserError
 from memtop.metrics import Metric
 from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
@@ -45,6 +46,7 @@ from memtop.store import (
     _DECODE_ERRORS,
     _SAMPLE,
     _SANE_T,
+    BLOCK_STREAMS,
     BY_NAME,
     GPU_MODES,
     HOST_KEY_EVERY,
@@ -535,7 +537,9 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
                 rows.append(r)
     for r in rec._q(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
         states.setdefault(_int(r[1]), []).append((r[0], rec._gpu_state(r)))
-    got = _json_rows(rec, cols, plo, hi)
+    got = _block_rows(rec, plo, hi)
+    if got is None:
+        got = _json_rows(rec, cols, plo, hi)
     if got is None:
         rows += rec._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
         got = _from_rows(rows)
@@ -582,6 +586,11 @@ def _scale(lo: object, hi: object) -> float | None:
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
     """The sane Frame times in [lo, hi] in order, as ``SELECT t FROM frame WHERE t>=? AND t<=? AND
     _SANE_T ORDER BY t`` gives them, sent by SQLite as one text of integers (``_scale``)."""
+    blocks = Blocks(rec.db, "frame", BLOCK_STREAMS["frame"])
+    if blocks.end > hi and (got := blocks.read(lo, hi)) is not None:
+        t = got["t"]
+        if (np.diff(t) > 0).all() and ((t > -1e12) & (t < 1e12)).all():  # (as the rows' key and _SANE_T)
+            return t.tolist()
     sql = f"FROM frame WHERE t>=? AND t<=? AND {_SANE_T}"
     text, scale = None, None
     try:  # (min and max alone are a search each)
@@ -602,6 +611,29 @@ def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
         if len(t) == text.count(",") + 1 and (np.diff(t) > 0).all():  # all, in the key's order
             return t.tolist()
     return [r[0] for r in rec._q(f"SELECT t {sql} ORDER BY t", (lo, hi))]
+
+
+def _block_rows(
+    rec: Recording, plo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``_from_rows`` of the rows in (plo, hi] from the column blocks (memtop.colblock); None where they
+    do not cover the span or are damaged."""
+    blocks = Blocks(rec.db, "gpu", BLOCK_STREAMS["gpu"])
+    if blocks.end <= hi:
+        return None
+    got = blocks.read(float(np.nextafter(plo, np.inf)), hi, ordered=False)
+    if got is None:
+        return None
+    ta, gi = got["t"], got["gpu"]
+    order = np.lexsort((gi, ta))  # (the rows' key, t then gpu: written in Frame order)
+    ta, gi = ta[order], gi[order]
+    if len(ta) > 1 and not ((ta[1:] > ta[:-1]) | ((ta[1:] == ta[:-1]) & (gi[1:] > gi[:-1]))).all():
+        return None  # a key twice (NaN fails too)
+    raw = np.empty((len(ta), len(_COLS)))
+    for j, c in enumerate(_COLS):
+        v = got[c][order]
+        raw[:, j] = np.where(v == NULL, np.nan, v)
+    return ta, gi, got["mode"][order], raw
 
 
 def _json_rows(
@@ -652,33 +684,40 @@ def _json_rows(
 
 class _Hosts:
     """The host samples, and which one each Frame holds. Where the recording holds a sample's figures
-    as columns (host_load, host_proc: what the classifier reads), those are read instead of its JSON."""
+    as columns (host_load, host_proc: what the classifier reads), those are read instead of its JSON;
+    where it holds them as column blocks (memtop.colblock), those, and a sample's JSON is inflated
+    only when asked for."""
 
-    def __init__(self, rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> None:
-        rows = []
-        if seed is not None:  # Recording._seed: the newest sample, from the blob its chain starts at
-            chain = rec._q(
-                "SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (seed, HOST_KEY_EVERY)
-            ).fetchall()
-            start = next(
-                (i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1
-            )
-            rows = list(reversed(chain[: start + 1]))
-        rows += rec._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-        self.raw: list[bytes] = []
-        prev = None
-        for _, blob in rows:  # every blob inflated: a damaged one takes the Frame path, as it skips it
-            prev = _inflate_host(blob, prev)
-            self.raw.append(prev)
-        self.t = [r[0] for r in rows]
-        t = np.array(self.t, dtype=np.float64)
-        if len(t) > 1 and not (np.diff(t) >= 0).all():
-            raise Unusual("host rows out of order")
-        self.at = (np.searchsorted(t, ft, "right") - 1).tolist()  # each Frame's host sample (-1: none)
+    def __init__(
+        self, rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None, blocks: bool = True
+    ) -> None:
         self._load: dict[int, tuple[float, tuple]] = {}
         self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
         self._table: tuple | None = None  # the host_proc table as arrays (_figures)
+        got = _host_blocks(rec, plo, hi, seed) if blocks else None
+        if got is not None:
+            self.t, self._table = got
+            self.raw: Sequence[bytes] = _Blobs(rec, self.t)
+        else:
+            self._rows(rec, plo, hi, seed)
+        t = np.array(self.t, dtype=np.float64)
+        if len(t) > 1 and not (np.diff(t) >= 0).all():
+            raise Unusual("host rows out of order")
+        self.at = (np.searchsorted(t, ft, "right") - 1).tolist()  # each Frame's host sample (-1: none)
+
+    def _rows(self, rec: Recording, plo: float, hi: float, seed: float | None) -> None:
+        rows = []
+        if seed is not None:  # Recording._seed: the newest sample, from the blob its chain starts at
+            rows = _chain(rec, seed)
+        rows += rec._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+        raw = []
+        prev = None
+        for _, blob in rows:  # every blob inflated: a damaged one takes the Frame path, as it skips it
+            prev = _inflate_host(blob, prev)
+            raw.append(prev)
+        self.raw = raw
+        self.t = [r[0] for r in rows]
         if rows:
             self._figures(rec, rows[0][0], rows[-1][0])
 
@@ -783,20 +822,30 @@ class _Hosts:
             self._load[h] = (s.iowait_pct, s.procs)
             self._procs[h] = [(p.pid, p) for p in s.procs]
 
-    def load(self, k: int) -> tuple[float, tuple]:
-        """(iowait, processes) of Frame k's host sample; (0.0, ()) without one."""
-        h = self.at[k]
-        if h < 0:
-            return 0.0, ()
-        if h not in self._load:
-            self._decode(h)
-        return self._load[h]
-
-    def pids(self, h: int) -> list[int]:
-        """The process ids of sample h, in its order."""
-        if h not in self._load:
-            self._decode(h)
-        return [p.pid for p in self._load[h][1]]
+    def latest(self, i_lo: int) -> dict[int, int]:
+        """Each process of the samples the Frames from i_lo on hold, in the order it first appears
+        there, and the newest of those samples it is in."""
+        hs = np.unique(np.array(self.at[i_lo:], dtype=np.int64))
+        hs = hs[hs >= 0]
+        tab = self._table
+        if tab is not None:
+            h, _, start, count, procs = tab
+            i = np.searchsorted(h, hs)
+            if (i < len(h)).all() and (h[np.minimum(i, len(h) - 1)] == hs).all():
+                n = count[i]
+                rows = np.repeat(start[i] - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(n.sum())
+                pid, sample = procs[0][rows], np.repeat(hs, n)
+                pids, first = np.unique(pid, return_index=True)
+                last = len(pid) - 1 - np.unique(pid[::-1], return_index=True)[1]
+                order = np.argsort(first)
+                return dict(zip(pids[order].tolist(), sample[last[order]].tolist(), strict=True))
+        latest: dict[int, int] = {}
+        for x in hs.tolist():
+            if x not in self._load:
+                self._decode(x)
+            for p in self._load[x][1]:
+                latest[p.pid] = x
+        return latest
 
     def procs(self, h: int) -> list:
         if h not in self._procs:
@@ -806,6 +855,90 @@ class _Hosts:
     def sample(self, k: int) -> HostSample | None:
         h = self.at[k]
         return None if h < 0 else _host_from_blob(self.raw[h])
+
+
+def _chain(rec: Recording, t: float) -> list[tuple[float, bytes]]:
+    """The host rows from the standalone blob the newest one at or before t is chained to, to it."""
+    chain = rec._q(
+        "SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY)
+    ).fetchall()
+    start = next((i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1)
+    return list(reversed(chain[: start + 1]))
+
+
+class _Blobs(Sequence):
+    """The host samples' JSON by their index, each inflated when first asked for (with the rest of
+    its chain: the Frames ask for them in order)."""
+
+    def __init__(self, rec: Recording, times: list[float]) -> None:
+        self._rec = rec
+        self._t = times
+        self._got: dict[int, bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def __getitem__(self, h):  # type: ignore[override]
+        raw = self._got.get(h)
+        if raw is None:
+            chain = _chain(self._rec, self._t[h])
+            if not chain or chain[-1][0] != self._t[h]:
+                raise Unusual("a host sample the blocks hold is not a row")
+            prev = None
+            for j, (t, blob) in enumerate(chain):
+                prev = _inflate_host(blob, prev)
+                at = h - (len(chain) - 1 - j)
+                if at >= 0 and self._t[at] == t:
+                    self._got[at] = prev
+            raw = self._got[h]
+        return raw
+
+
+def _host_blocks(
+    rec: Recording, plo: float, hi: float, seed: float | None
+) -> tuple[list[float], tuple] | None:
+    """(the host samples' times, ``_Hosts._table``) from the column blocks, as ``_Hosts._rows`` reads
+    them from the rows; None where the blocks do not cover the span (a recording from before them, one
+    not closed) or are damaged."""
+    loads = Blocks(rec.db, "host", BLOCK_STREAMS["host"])
+    procs = Blocks(rec.db, "host_proc", BLOCK_STREAMS["host_proc"])
+    if loads.end <= hi or procs.end <= hi:
+        return None
+    h = loads.read(float(np.nextafter(plo, np.inf)), hi, seed)
+    if h is None:
+        return None
+    t, n = h["t"], h["procs"]
+    p = procs.read(t[0], t[-1]) if len(t) else procs.read(1.0, 0.0)
+    if p is None:
+        return None
+    figured = np.flatnonzero(n >= 0)
+    counts = n[figured]
+    if (
+        (n < -1).any()
+        or not np.array_equal(np.repeat(t[figured], counts), p["t"])
+        or not (np.abs(h["iowait_pct"]) < 1e18).all()  # (NaN fails)
+        or not (np.abs(p["cpu_pct"]) < 1e18).all()
+    ):
+        return None
+    wof = p["worker_of"]
+    parent = wof != NULL
+    name, state = p["name"], p["state"]
+    if None in name or None in state:
+        return None
+    table = (
+        figured,
+        h["iowait_pct"][figured],
+        np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64),
+        counts,
+        (
+            p["pid"],
+            p["cpu_pct"],
+            np.where(parent, wof, -1),
+            parent,
+            *_name_flags(name, state),
+        ),
+    )
+    return t.tolist(), table
 
 
 class HostFigures(NamedTuple):
@@ -829,6 +962,13 @@ def _proc_arrays(pid: Sequence, cpu: Sequence, worker_of: Sequence, name: Sequen
         np.array(cpu, dtype=np.float64),
         np.array([-1 if w is None else w for w in worker_of], dtype=np.int64),
         np.array([w is not None for w in worker_of], dtype=bool),
+        *_name_flags(name, state),
+    )
+
+
+def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """HostFigures' data_worker, asleep and stopped of the processes' names and states."""
+    return (
         np.array([x in DATA_WORKER_NAMES for x in name], dtype=bool),
         np.array([x in "SD" for x in state], dtype=bool),
         np.array([x in ("t", "T") for x in state], dtype=bool),
@@ -873,12 +1013,9 @@ class _Stacks:
     def __init__(
         self, rec: Recording, frames: list[float], plo: float, hi: float, seed: float | None
     ) -> None:
-        rows: list = []
-        if seed is not None:  # Recording._seed: the samples of the last 3 s
-            rows += _utf8(
-                rec, lambda: rec._q(f"{_STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0))
-            )
-        rows += _utf8(rec, lambda: rec._q(f"{_STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)))
+        rows = _stack_blocks(rec, plo, hi, seed)
+        if rows is None:
+            rows = self._rows(rec, plo, hi, seed)
         # a dump whose rows (all but the time) are those of an earlier one is that dump again: its
         # threads, main-thread summary (phases.stack_info) and main-only form are the earlier one's
         known: dict[tuple, tuple[StackSample, tuple | None, StackSample]] = {}
@@ -923,6 +1060,16 @@ class _Stacks:
         order = held[np.lexsort((pids[held], first[held]))]  # by Frame, then pid (a stable sort)
         self.window = [(self.first[i], samples[i], infos[i]) for i in order.tolist()]
 
+    @staticmethod
+    def _rows(rec: Recording, plo: float, hi: float, seed: float | None) -> list:
+        rows: list = []
+        if seed is not None:  # Recording._seed: the samples of the last 3 s
+            rows += _utf8(
+                rec, lambda: rec._q(f"{_STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0))
+            )
+        rows += _utf8(rec, lambda: rec._q(f"{_STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)))
+        return rows
+
     def _held(self, k: np.ndarray, t: np.ndarray, until: np.ndarray) -> np.ndarray:
         """Whether Frame k[i] (at or after t[i]) holds the sample of time t[i], shown until until[i]."""
         nf = len(self.ft)
@@ -941,6 +1088,29 @@ class _Stacks:
         pid = np.array([self.samples[i].pid for i in held.tolist()], dtype=np.int64)
         order = held[np.lexsort((pid, k[held]))]  # by Frame, then pid
         return [self.mains[i] for i in order.tolist()]
+
+
+def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> list | None:
+    """``_Stacks._rows`` from the column blocks (memtop.colblock); None where they do not cover the
+    span or are damaged."""
+    blocks = Blocks(rec.db, "stack", BLOCK_STREAMS["stack"])
+    if blocks.end <= hi:
+        return None
+    lo = seed - 3.0 if seed is not None else plo
+    got = blocks.read(float(np.nextafter(lo, np.inf)), hi, ordered=False)
+    if got is None:
+        return None
+    order = np.lexsort((got["pid"], got["t"])).tolist()  # (t, pid), then as written: the rows' order
+    cols = []
+    for c, kind in BLOCK_STREAMS["stack"]:
+        v = got[c]
+        if kind != "s":
+            v = v.tolist()
+            if kind == "i" and NULL in v:
+                v = [None if x == NULL else x for x in v]
+        cols.append([v[i] for i in order])
+    t, pid, tid, name, active, gil, sid, error = cols
+    return list(zip(t, pid, tid, name, active, gil, itertools.repeat(None), sid, error))
 
 
 def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:
@@ -1060,15 +1230,7 @@ def _aggregate(
             agg._throttle(g.index, [times[a], times[b], names[k]])
     # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place and takes
     # its newest figures (only the samples with a process's newest are decoded whole)
-    latest: dict[int, int] = {}
-    loads = hosts._load
-    for h in np.unique(hosts.at[i_lo:]).tolist():
-        if h < 0:
-            continue
-        if h not in loads:
-            hosts._decode(h)
-        for p in loads[h][1]:
-            latest[p.pid] = h
+    latest = hosts.latest(i_lo)
     newest = {h: dict(hosts.procs(h)) for h in set(latest.values())}
     agg.procs.update(
         (pid, p if isinstance(p, ProcSample) else _record(ProcSample, p, "host"))

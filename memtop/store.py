@@ -25,7 +25,7 @@ from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import cast
 
-from memtop import __version__, stackclass
+from memtop import __version__, colblock, stackclass
 from memtop.errors import UserError
 from memtop.metrics import BY_NAME, METRICS, Metric
 from memtop.model import (
@@ -110,7 +110,35 @@ CREATE INDEX perf_t ON perf(t);
 CREATE TABLE caps(t REAL NOT NULL, data TEXT NOT NULL);
 CREATE TABLE note(t REAL NOT NULL, text TEXT NOT NULL);
 CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, name TEXT, facts TEXT);
+{colblock.SCHEMA}
 """
+
+# the streams stored again as column blocks (memtop.colblock), read by the report (memtop.colscan):
+# Frame times, GPU rows (the mode as its index into GPU_MODES), what _host_figures stores (a host
+# sample without figures: procs -1) and stack_sample's rows but the stored class (never read)
+BLOCK_STREAMS: dict[str, colblock.Columns] = {
+    "frame": (("t", "f"),),
+    "gpu": (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c, _ in GPU_COLS)),
+    "host": (("t", "f"), ("iowait_pct", "f"), ("procs", "i")),
+    "host_proc": (
+        ("t", "f"),
+        ("pid", "i"),
+        ("cpu_pct", "f"),
+        ("worker_of", "i"),
+        ("name", "s"),
+        ("state", "s"),
+    ),
+    "stack": (
+        ("t", "f"),
+        ("pid", "i"),
+        ("tid", "i"),
+        ("name", "s"),
+        ("active", "i"),
+        ("gil", "i"),
+        ("stack", "i"),
+        ("error", "s"),
+    ),
+}
 
 
 _TABLES = frozenset(
@@ -518,12 +546,14 @@ class Writer:
         self._stack_ids: dict[str, int] = {}
         self._host_prev: bytes | None = None
         self._host_n = 0
+        self._gpu_t: dict[int, float] = {}  # each GPU's newest row time (its blocks need them in order)
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False)
             self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            self._blocks = colblock.BlockWriter(self._db, BLOCK_STREAMS)
             meta = {"magic": MAGIC, "schema": SCHEMA_VERSION, "memtop_version": __version__, **meta}
             self._db.executemany(
                 "INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()]
@@ -567,6 +597,7 @@ class Writer:
                 item = ...
             try:
                 if item is None:
+                    self._blocks.close()
                     self._db.commit()
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                     # a finished recording is one plain file: readable where its reader cannot
@@ -620,19 +651,33 @@ class Writer:
         try:
             h = _host_from_blob(raw)
         except _DECODE_ERRORS:
+            self._blocks.add("host", (t, 0.0, -1))
             return
         rows = [(t, i, *_FIGURES(p)) for i, p in enumerate(h.procs)]
         if not all(_utf8(r[5]) and _utf8(r[6]) for r in rows):
+            self._blocks.add("host", (t, 0.0, -1))
             return  # a name with bad UTF-8 (kept as surrogates in the JSON) has no TEXT form
         self._db.execute("INSERT INTO host_load VALUES (?, ?, ?)", (t, h.iowait_pct, len(rows)))
         self._db.executemany("INSERT INTO host_proc VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        self._blocks.add("host", (t, h.iowait_pct, len(rows)))
+        for r in rows:
+            self._blocks.add("host_proc", (t, *r[2:]))
 
     def _write(self, f: Frame) -> None:
         db = self._db
-        db.execute("INSERT OR IGNORE INTO frame VALUES (?)", (f.t,))
+        blocks = self._blocks
+        blocks.turn(f.t)
+        if db.execute("INSERT OR IGNORE INTO frame VALUES (?)", (f.t,)).rowcount:
+            blocks.add("frame", (f.t,))
         rows = [gpu_row(g) for g in f.gpus if self._changed(("gpu", g.index), g.t)]
         if rows:
             db.executemany(f"INSERT OR REPLACE INTO gpu VALUES ({','.join('?' * (3 + len(GPU_COLS)))})", rows)
+            for r in rows:
+                t, index, mode = r[:3]
+                if mode not in GPU_MODES or not t > self._gpu_t.get(index, -math.inf):
+                    blocks.drop("gpu")  # (a row replacing another: the blocks would hold both)
+                self._gpu_t[index] = t
+                blocks.add("gpu", (t, index, GPU_MODES.index(mode) if mode in GPU_MODES else -1, *r[3:]))
         for g in f.gpus:
             if self._changed(("gpu_state", g.index), gpu_state_key(g)):
                 db.execute(
@@ -669,21 +714,12 @@ class Writer:
                     "INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)",
                     (s.t, s.pid, None, None, None, None, None, None, s.error),
                 )
+                blocks.add("stack", (s.t, s.pid, None, None, None, None, None, s.error))
             for th in s.threads:
-                db.execute(
-                    "INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)",
-                    (
-                        s.t,
-                        s.pid,
-                        th.tid,
-                        th.name,
-                        int(th.active),
-                        int(th.owns_gil),
-                        th.klass,
-                        self._stack_id(th.frames),
-                        None,
-                    ),
-                )
+                row = (s.t, s.pid, th.tid, th.name, int(th.active), int(th.owns_gil))
+                sid = self._stack_id(th.frames)
+                db.execute("INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)", (*row, th.klass, sid, None))
+                blocks.add("stack", (*row, sid, None))
         for p in f.perf:
             if self._changed(("perf", p.pid), p.t):
                 db.execute("INSERT INTO perf VALUES (?,?,?)", (p.t, p.pid, json.dumps(p.rates)))

@@ -270,11 +270,20 @@ def test_host_figures_report_the_same_bytes(rewritten):
     assert _count(torch, "SELECT count(worker_of) FROM host_proc") > 1000  # DataLoader workers
 
 
+def _without_blocks(src: Path, path: Path) -> None:
+    """A copy of ``src`` as a recording from before the column blocks (memtop.colblock)."""
+    shutil.copyfile(src, path)
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE block")
+    db.commit()
+    db.close()
+
+
 def test_host_figures_are_read_instead_of_the_json(rewritten, monkeypatch, tmp_path):
     """The column path decodes a host sample's JSON only for a process's newest figures, and a
     change to the stored figures changes its report (not the Frame path's, which reads the JSON)."""
     path = tmp_path / "r.memtop"
-    shutil.copyfile(rewritten["heldout_torch_s3"], path)
+    _without_blocks(rewritten["heldout_torch_s3"], path)
     decoded = []
     real = colscan.plain_host
     monkeypatch.setattr(
@@ -303,9 +312,10 @@ def test_host_figures_are_read_instead_of_the_json(rewritten, monkeypatch, tmp_p
     ],
 )
 def test_damaged_host_figures_fall_back_to_frames(sql, rewritten, tmp_path, monkeypatch):
-    """Figures that are not as the Writer stores them, or a damaged blob beside them: the Frame path."""
+    """Figures that are not as the Writer stores them, or a damaged blob beside them: the Frame path
+    (in a recording without column blocks, which the report reads instead where they are)."""
     path = tmp_path / "d.memtop"
-    shutil.copyfile(rewritten["labelled_s2"], path)
+    _without_blocks(rewritten["labelled_s2"], path)
     db = sqlite3.connect(path)
     db.execute(sql)
     db.commit()
