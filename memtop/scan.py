@@ -128,12 +128,26 @@ class Aggregates:
             dict(self.perf),
         )
         d["_seen"], d["_seen_gpu"] = [None] * 4, {}
+        # the stacks as columns and each distinct (threads, error) once: a chunk of 8 hours holds
+        # tens of thousands of samples of a few dozen stacks, and pickle takes an object at a time
+        kinds: dict[tuple[int, str | None], int] = {}
+        payloads, which = [], []
+        for s in self.stacks.values():
+            k = kinds.setdefault((id(s.threads), s.error), len(kinds))
+            if k == len(payloads):
+                payloads.append((s.threads, s.error))
+            which.append(k)
+        d["stacks"] = (list(self.stacks), [s.t for s in self.stacks.values()], which, payloads)
         return d
 
     def __setstate__(self, d: dict) -> None:
         self.__init__()  # type: ignore[misc]
         throttle, peaks, perf = d.pop("throttle"), d.pop("peaks"), d.pop("perf")
+        keys, times, which, payloads = d.pop("stacks")
         self.__dict__.update(d)
+        self.stacks = {
+            key: StackSample(t, key[0], *payloads[k]) for key, t, k in zip(keys, times, which, strict=True)
+        }
         self.throttle.update(throttle)
         self.peaks.update(peaks)
         self.perf.update(perf)

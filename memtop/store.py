@@ -859,11 +859,15 @@ class Recording:
         try:
             self._stacks: dict[object, tuple[StackFrame, ...]] = {}  # by the id as stored
             self._klass_of: dict[tuple[int, int, int], str] = {}
-            # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite)
-            r = self.db.execute(
-                f"SELECT min(t), max(t), count(*) FROM frame WHERE {_SANE_T}",
-            ).fetchone()
+            # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite,
+            # and t is the key: NOT NULL, so these are searches of the key, not a pass over the rows)
+            sane = "FROM frame WHERE t > -1e12 AND t < 1e12"
             n_all = self.db.execute("SELECT count(*) FROM frame").fetchone()[0]
+            insane = self.db.execute("SELECT count(*) FROM frame WHERE t <= -1e12 OR t >= 1e12").fetchone()[0]
+            r = (
+                *(self.db.execute(f"SELECT {f}(t) {sane}").fetchone()[0] for f in ("min", "max")),
+                n_all - insane,
+            )
             have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
