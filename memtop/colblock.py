@@ -13,6 +13,7 @@ the stream's blocks are then deleted, and its rows alone are read.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sqlite3
@@ -80,14 +81,21 @@ def encode(columns: Columns, rows: Sequence[Sequence]) -> bytes:
             a.byteswap()
         widths.append(a.itemsize)
         body.append(a.tobytes())
-    head = {"n": len(rows), "c": [c for c, _ in columns], "w": widths, "s": list(strings)}
+    head = {
+        "n": len(rows),
+        "c": [c for c, _ in columns],
+        "k": "".join(k for _, k in columns),
+        "w": widths,
+        "s": list(strings),
+    }
     data = json.dumps(head).encode()
     return zlib.compress(len(data).to_bytes(4, "little") + data + b"".join(body), 6)
 
 
 def decode(columns: Columns, blob: object) -> tuple[int, dict[str, np.ndarray], list[str]] | None:
-    """(row count, each column as an array: float64, or int64 with NULL (a text: -1 for NULL), the
-    strings) of a block; None where it is not a block of these columns as ``encode`` writes them."""
+    """(row count, each of ``columns`` as an array: float64, or int64 with NULL (a text: -1 for NULL),
+    the strings) of a block, which may hold other columns too (a block of a later or earlier memtop);
+    None where it is not a block as ``encode`` writes them, or lacks one of ``columns``."""
     import numpy as np
 
     if not isinstance(blob, bytes):
@@ -101,27 +109,36 @@ def decode(columns: Columns, blob: object) -> tuple[int, dict[str, np.ndarray], 
         head = json.loads(raw[4 : 4 + size])
     except (zlib.error, ValueError, RecursionError):
         return None
-    if not isinstance(head, dict) or head.get("c") != [c for c, _ in columns]:
+    if not isinstance(head, dict):
         return None
-    n, widths, strings = head.get("n"), head.get("w"), head.get("s")
-    if (
-        type(n) is not int
-        or n < 0
-        or not isinstance(widths, list)
-        or [w == 8 if k == "f" else w in (1, 2, 4, 8) for w, (_, k) in zip(widths, columns, strict=False)]
-        != [True] * len(columns)
-        or not isinstance(strings, list)
-        or not all(type(s) is str for s in strings)
+    n, names, kinds, widths, strings = (head.get(k) for k in ("n", "c", "k", "w", "s"))
+    if not (
+        type(n) is int
+        and n >= 0
+        and isinstance(names, list)
+        and all(type(c) is str for c in names)
+        and len(set(names)) == len(names)
+        and type(kinds) is str
+        and isinstance(widths, list)
+        and len(kinds) == len(widths) == len(names)
+        and all(
+            w == 8 if k == "f" else k in "is" and w in (1, 2, 4, 8)
+            for k, w in zip(kinds, widths, strict=True)
+        )
+        and isinstance(strings, list)
+        and all(type(s) is str for s in strings)
     ):
         return None
     body = raw[4 + size :]
     if len(body) != n * sum(widths):
         return None
+    at = dict(zip(names, zip(kinds, widths, itertools.accumulate([0, *widths]), strict=False), strict=True))
     out = {}
-    at = 0
-    for w, (name, kind) in zip(widths, columns, strict=True):
-        a = np.frombuffer(body, dtype="<f8" if kind == "f" else f"<i{w}", count=n, offset=at)
-        at += w * n
+    for name, kind in columns:
+        if name not in at or at[name][0] != kind:
+            return None
+        _, w, offset = at[name]
+        a = np.frombuffer(body, dtype="<f8" if kind == "f" else f"<i{w}", count=n, offset=offset * n)
         if kind != "f":
             null = a == -(1 << (8 * w - 1))
             a = a.astype(np.int64)

@@ -66,6 +66,7 @@ from memtop.straggler import job_groups
 # the GPU columns read: what the features, gaps and aggregates use (phases._BIN_MEANS, busy, throttling)
 _COLS: tuple[str, ...] = ("util", "mem_util", "graphics", "dram", "sm", "tensor", "pcie_rx", "pcie_tx")
 _COLS += ("nvlink_rx", "nvlink_tx", "power_w", "clock_events")
+_GPU_BLOCK = (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c in _COLS))  # of BLOCK_STREAMS["gpu"]
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
 _PROC = operator.itemgetter(*HOST_PROC_FIELDS)
@@ -622,7 +623,7 @@ def _block_rows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """``_from_rows`` of the rows in (plo, hi] from the column blocks (memtop.colblock); None where they
     do not cover the span or are damaged."""
-    blocks = Blocks(rec.db, "gpu", BLOCK_STREAMS["gpu"])
+    blocks = Blocks(rec.db, "gpu", _GPU_BLOCK)
     if blocks.end <= hi:
         return None
     got = blocks.read(float(np.nextafter(plo, np.inf)), hi, ordered=False)
