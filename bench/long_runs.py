@@ -104,6 +104,9 @@ def reblock(db: sqlite3.Connection) -> None:
         " LEFT JOIN host_load l ON l.t = h.t ORDER BY h.t",
         "host_proc": "SELECT t, pid, cpu_pct, worker_of, name, state FROM host_proc ORDER BY t, i",
         "stack": "SELECT t, pid, tid, name, active, gil, stack, error FROM stack_sample ORDER BY t, pid, rowid",
+        "perf": "SELECT t, pid, json_array_length(data) FROM perf ORDER BY t, rowid",
+        "perf_rate": "SELECT p.t, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]') FROM perf p, json_each(p.data) j"
+        " ORDER BY p.t, p.rowid, j.key",
     }
     streams = [[(r[0], k, s, r) for k, r in enumerate(db.execute(q).fetchall())] for s, q in queries.items()]
     w = BlockWriter(db, BLOCK_STREAMS)

@@ -1140,6 +1140,9 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
     them: all the JSON parsed at once, every value checked over arrays; where a row is not as this
     version writes it, each is decoded by ``perf_sample`` (which raises one of _DECODE_ERRORS if it
     is damaged)."""
+    got = _perf_blocks(rec, plo, hi, seed)
+    if got is not None:
+        return got
     where = [("t<=? AND t>?", (seed, seed - 3.0))] if seed is not None else []
     where.append(("t>? AND t<=?", (plo, hi)))
     rows: list = []
@@ -1180,6 +1183,33 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
         q = perf_sample(r[:3])
         out.append((q.t, q.pid, [list(x) for x in q.rates]))
     return out
+
+
+def _perf_blocks(
+    rec: Recording, plo: float, hi: float, seed: float | None
+) -> list[tuple[float, int, list]] | None:
+    """``_perf_rows`` from the column blocks; None where they do not cover the span, are damaged, or
+    hold a value the rows' checks would refuse."""
+    samples = Blocks(rec.db, "perf", BLOCK_STREAMS["perf"])
+    rates = Blocks(rec.db, "perf_rate", BLOCK_STREAMS["perf_rate"])
+    if samples.end <= hi or rates.end <= hi:
+        return None
+    lo = float(np.nextafter(seed - 3.0 if seed is not None else plo, np.inf))
+    p = samples.read(lo, hi, ordered=False)
+    r = rates.read(lo, hi, ordered=False)
+    if p is None or r is None:
+        return None
+    t, k = p["t"], p["rates"]
+    if (k < 0).any() or not np.array_equal(np.repeat(t, k), r["t"]) or not (np.abs(r["rate"]) <= 1e18).all():
+        return None  # (NaN fails too)
+    if None in r["name"]:
+        return None
+    pairs = [[name, rate] for name, rate in zip(r["name"], r["rate"].tolist(), strict=True)]
+    starts = np.concatenate([[0], np.cumsum(k)[:-1]]).tolist()
+    parsed = [pairs[a : a + n] for a, n in zip(starts, k.tolist(), strict=True)]
+    order = np.argsort(t, kind="stable").tolist()  # (by time, then as written: the rows' order)
+    times, pids = t.tolist(), p["pid"].tolist()
+    return [(times[i], pids[i], parsed[i]) for i in order]
 
 
 def _aggregate(

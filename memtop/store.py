@@ -115,7 +115,7 @@ CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, nam
 
 # the streams stored again as column blocks (memtop.colblock), read by the report (memtop.colscan):
 # Frame times, GPU rows (the mode as its index into GPU_MODES), what _host_figures stores (a host
-# sample without figures: procs -1) and stack_sample's rows but the stored class (never read)
+# sample without figures: procs -1), stack_sample's rows but the stored class (never read), and perf
 BLOCK_STREAMS: dict[str, colblock.Columns] = {
     "frame": (("t", "f"),),
     "gpu": (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c, _ in GPU_COLS)),
@@ -138,6 +138,8 @@ BLOCK_STREAMS: dict[str, colblock.Columns] = {
         ("stack", "i"),
         ("error", "s"),
     ),
+    "perf": (("t", "f"), ("pid", "i"), ("rates", "i")),  # a perf row, and its count of rates:
+    "perf_rate": (("t", "f"), ("name", "s"), ("rate", "f")),  # each of them (its data, by columns)
 }
 
 
@@ -723,6 +725,9 @@ class Writer:
         for p in f.perf:
             if self._changed(("perf", p.pid), p.t):
                 db.execute("INSERT INTO perf VALUES (?,?,?)", (p.t, p.pid, json.dumps(p.rates)))
+                blocks.add("perf", (p.t, p.pid, len(p.rates)))
+                for name, rate in p.rates:
+                    blocks.add("perf_rate", (p.t, name, rate))
         if f.caps and self._changed(("caps",), f.caps):
             db.execute("INSERT INTO caps VALUES (?, ?)", (f.t, _caps_json(f.caps)))
         for n in f.notes:
