@@ -44,7 +44,7 @@ class Broken(Exception):
     """A row a block cannot hold (out of order, not of its column's type)."""
 
 
-_INTS = tuple((code, array(code).itemsize) for code in "bhlq")  # signed, the narrowest that holds a column
+_INTS = tuple((code, array(code).itemsize) for code in "bhiq")  # signed, the narrowest that holds a column
 
 
 def encode(columns: Columns, rows: Sequence[Sequence]) -> bytes:
@@ -122,7 +122,7 @@ def decode(columns: Columns, blob: object) -> tuple[int, dict[str, np.ndarray], 
         and isinstance(widths, list)
         and len(kinds) == len(widths) == len(names)
         and all(
-            w == 8 if k == "f" else k in "is" and w in (1, 2, 4, 8)
+            type(w) is int and (w == 8 if k == "f" else k in "is" and w in (1, 2, 4, 8))
             for k, w in zip(kinds, widths, strict=True)
         )
         and isinstance(strings, list)
@@ -130,7 +130,7 @@ def decode(columns: Columns, blob: object) -> tuple[int, dict[str, np.ndarray], 
     ):
         return None
     body = raw[4 + size :]
-    if len(body) != n * sum(widths):
+    if len(body) != n * sum(widths) or n * 8 * len(columns) > _MAX_RAW:  # (decoded: 8 bytes a value)
         return None
     at = dict(zip(names, zip(kinds, widths, itertools.accumulate([0, *widths]), strict=False), strict=True))
     out = {}
@@ -144,7 +144,7 @@ def decode(columns: Columns, blob: object) -> tuple[int, dict[str, np.ndarray], 
             a = a.astype(np.int64)
             if kind == "s":
                 a[null] = -1
-                if n and a.max() >= len(strings):
+                if n and (a.max() >= len(strings) or a.min() < -1):
                     return None
             elif w < 8:
                 a[null] = NULL
@@ -214,7 +214,11 @@ class BlockWriter:
 class Blocks:
     """A recording's blocks of one stream, read for a span of time."""
 
-    def __init__(self, db: sqlite3.Connection, stream: str, columns: Columns) -> None:
+    def __init__(
+        self, db: sqlite3.Connection, stream: str, columns: Columns, table: str | None = None
+    ) -> None:
+        """``table``: the stream's row table, whose count of rows the blocks must hold (a row
+        deleted or added after the recording was closed makes them stand for other rows)."""
         self._db = db
         self.stream = stream
         self.columns = columns
@@ -231,6 +235,15 @@ class Blocks:
             if not (seq == k and type(t0) is float and t0 == prev and type(t1) is float and t0 < t1 <= END):
                 return
             if type(n) is not int or n < 0:
+                return
+        if rows and table is not None:
+            end = rows[-1][2]
+            try:
+                q = f"SELECT count(*) FROM {table}" + ("" if end == END else " WHERE t < ?")  # noqa: S608
+                held = db.execute(q, () if end == END else (end,)).fetchone()[0]
+            except sqlite3.DatabaseError:
+                return
+            if held != sum(r[3] for r in rows):
                 return
         self._index = rows
         self.end = rows[-1][2] if rows else -math.inf

@@ -47,6 +47,7 @@ from memtop.store import (
     _SAMPLE,
     _SANE_T,
     BLOCK_STREAMS,
+    BLOCK_TABLES,
     BY_NAME,
     GPU_MODES,
     HOST_KEY_EVERY,
@@ -591,7 +592,7 @@ def _scale(lo: object, hi: object) -> float | None:
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
     """The sane Frame times in [lo, hi] in order, as ``SELECT t FROM frame WHERE t>=? AND t<=? AND
     _SANE_T ORDER BY t`` gives them, sent by SQLite as one text of integers (``_scale``)."""
-    blocks = Blocks(rec.db, "frame", BLOCK_STREAMS["frame"])
+    blocks = Blocks(rec.db, "frame", BLOCK_STREAMS["frame"], BLOCK_TABLES["frame"])
     if blocks.end > hi and (got := blocks.read(lo, hi)) is not None:
         t = got["t"]
         if (np.diff(t) > 0).all() and ((t > -1e12) & (t < 1e12)).all():  # (as the rows' key and _SANE_T)
@@ -623,7 +624,7 @@ def _block_rows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """``_from_rows`` of the rows in (plo, hi] from the column blocks (memtop.colblock); None where they
     do not cover the span or are damaged."""
-    blocks = Blocks(rec.db, "gpu", _GPU_BLOCK)
+    blocks = Blocks(rec.db, "gpu", _GPU_BLOCK, BLOCK_TABLES["gpu"])
     if blocks.end <= hi:
         return None
     got = blocks.read(float(np.nextafter(plo, np.inf)), hi, ordered=False)
@@ -905,8 +906,8 @@ def _host_blocks(
     """(the host samples' times, ``_Hosts._table``) from the column blocks, as ``_Hosts._rows`` reads
     them from the rows; None where the blocks do not cover the span (a recording from before them, one
     not closed) or are damaged."""
-    loads = Blocks(rec.db, "host", BLOCK_STREAMS["host"])
-    procs = Blocks(rec.db, "host_proc", BLOCK_STREAMS["host_proc"])
+    loads = Blocks(rec.db, "host", BLOCK_STREAMS["host"], BLOCK_TABLES["host"])
+    procs = Blocks(rec.db, "host_proc", BLOCK_STREAMS["host_proc"], BLOCK_TABLES["host_proc"])
     if loads.end <= hi or procs.end <= hi:
         return None
     h = loads.read(float(np.nextafter(plo, np.inf)), hi, seed)
@@ -1098,7 +1099,7 @@ class _Stacks:
 def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> list | None:
     """``_Stacks._rows`` from the column blocks (memtop.colblock); None where they do not cover the
     span or are damaged."""
-    blocks = Blocks(rec.db, "stack", BLOCK_STREAMS["stack"])
+    blocks = Blocks(rec.db, "stack", BLOCK_STREAMS["stack"], BLOCK_TABLES["stack"])
     if blocks.end <= hi:
         return None
     lo = seed - 3.0 if seed is not None else plo
@@ -1190,8 +1191,8 @@ def _perf_blocks(
 ) -> list[tuple[float, int, list]] | None:
     """``_perf_rows`` from the column blocks; None where they do not cover the span, are damaged, or
     hold a value the rows' checks would refuse."""
-    samples = Blocks(rec.db, "perf", BLOCK_STREAMS["perf"])
-    rates = Blocks(rec.db, "perf_rate", BLOCK_STREAMS["perf_rate"])
+    samples = Blocks(rec.db, "perf", BLOCK_STREAMS["perf"], BLOCK_TABLES["perf"])
+    rates = Blocks(rec.db, "perf_rate", BLOCK_STREAMS["perf_rate"], BLOCK_TABLES["perf_rate"])
     if samples.end <= hi or rates.end <= hi:
         return None
     lo = float(np.nextafter(seed - 3.0 if seed is not None else plo, np.inf))

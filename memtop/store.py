@@ -141,6 +141,15 @@ BLOCK_STREAMS: dict[str, colblock.Columns] = {
     "perf": (("t", "f"), ("pid", "i"), ("rates", "i")),  # a perf row, and its count of rates:
     "perf_rate": (("t", "f"), ("name", "s"), ("rate", "f")),  # each of them (its data, by columns)
 }
+# each stream's table, whose rows its blocks hold (perf_rate's are in perf's JSON)
+BLOCK_TABLES = {
+    "frame": "frame",
+    "gpu": "gpu",
+    "host": "host",
+    "host_proc": "host_proc",
+    "stack": "stack_sample",
+}
+BLOCK_TABLES |= {"perf": "perf", "perf_rate": None}
 
 
 _TABLES = frozenset(

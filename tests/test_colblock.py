@@ -105,15 +105,7 @@ def test_round_trip_keeps_every_value():
         ([-128], 2),
         ([128], 2),
         ([-32767, 32767], 2),
-        pytest.param(
-            [32768, -(2**31) + 1],
-            4,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="encode's integer widths are the array codes 'bhlq': 'l' is 8 bytes on LP64 "
-                "(Linux, macOS), so no column takes 4 bytes; 'bhiq' gives 1, 2, 4, 8",
-            ),
-        ),
+        ([32768, -(2**31) + 1], 4),
         ([-(2**31)], 8),
         ([2**31], 8),
     ],
@@ -208,12 +200,6 @@ def test_decode_refuses_hostile_blobs(case):
     assert decode(MIXED, _hostile()[case]) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decode checks widths with zip(strict=False): a header with more widths than columns, "
-    "or a width that is a bool or float equal to a valid one, passes the check and then raises "
-    "(ValueError from zip(strict=True), TypeError from numpy's dtype/offset)",
-)
 @pytest.mark.parametrize(
     "widths",
     [[8, 1, 2, 4, 8, 1, 1], [8, True, 2, 4, 8, 1], [8.0, 1, 2, 4, 8, 1], [8, 1, 2.0, 4, 8, 1]],
@@ -227,11 +213,6 @@ def test_decode_refuses_odd_widths(widths):
     assert decode(MIXED, _blob({**head, "w": widths}, body)) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decode checks a text index only against len(strings): a stored index below -1 (never "
-    "written: encode writes -1 for NULL) decodes, and Blocks.read gives None for it as if NULL",
-)
 def test_decode_refuses_a_text_index_below_null():
     good = encode(MIXED, [(1.0, 1, 1, 1, 1, "x"), (2.0, 1, 1, 1, 1, None)])
     body = bytearray(_body(good))
@@ -256,19 +237,14 @@ def test_a_zip_bomb_stays_bounded():
     assert peak < 160 << 20  # (the inflated bytes and their copy at most: not 300 MB)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decode bounds the inflated bytes (64 MB) but not the arrays it makes of them: 64 MB of "
-    "1-byte integer columns become 8-byte arrays, so a 65 KB gpu block of zeros decodes to 2.1 M rows "
-    "and 516 MB, and Blocks.read keeps every block it reads (a few such blocks: gigabytes)",
-)
 def test_a_valid_bomb_of_narrow_columns_stays_bounded():
     """A well-formed gpu block of 64 MB of zeros (every integer column 1 byte wide): decoding it, or
     refusing it, stays within the bound the inflated bytes have."""
     cols = BLOCK_STREAMS["gpu"]
     widths = [8] + [1] * (len(cols) - 1)
     n = (colblock._MAX_RAW - 1000) // sum(widths)
-    head = json.dumps({"n": n, "c": [c for c, _ in cols], "w": widths, "s": []}).encode()
+    kinds = "".join(k for _, k in cols)
+    head = json.dumps({"n": n, "c": [c for c, _ in cols], "k": kinds, "w": widths, "s": []}).encode()
     z = zlib.compressobj(1)
     parts = [z.compress(len(head).to_bytes(4, "little") + head)]
     left = n * sum(widths)
@@ -366,6 +342,9 @@ SQL = {  # each stream's rows as the Writer gave them to its blocks, in the orde
     " LEFT JOIN host_load l ON l.t = h.t ORDER BY h.t",
     "host_proc": "SELECT t, pid, cpu_pct, worker_of, name, state FROM host_proc ORDER BY t, i",
     "stack": "SELECT t, pid, tid, name, active, gil, stack, error FROM stack_sample ORDER BY t, pid, rowid",
+    "perf": "SELECT t, pid, json_array_length(data) FROM perf ORDER BY t, rowid",
+    "perf_rate": "SELECT p.t, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]')"
+    " FROM perf p, json_each(p.data) j ORDER BY p.t, p.rowid, j.key",
 }
 
 
@@ -381,7 +360,7 @@ def _sql_rows(db: sqlite3.Connection, stream: str, lo: float, hi: float, seed: f
 
 def _block_rows(db: sqlite3.Connection, stream: str, lo: float, hi: float, seed: float | None = None):
     columns = BLOCK_STREAMS[stream]
-    ordered = stream not in ("gpu", "stack")  # (written in Frame order: a GPU's row may be older)
+    ordered = stream not in ("gpu", "stack", "perf", "perf_rate")  # (written in Frame order)
     got = Blocks(db, stream, columns).read(lo, hi, seed, ordered=ordered)
     if got is None:
         return None
@@ -394,6 +373,8 @@ def _block_rows(db: sqlite3.Connection, stream: str, lo: float, hi: float, seed:
         rows.sort(key=lambda r: (r[0], r[1]))
     if stream == "stack":
         rows.sort(key=lambda r: (r[0], r[1]))  # (stable: as written within a (t, pid))
+    if stream in ("perf", "perf_rate"):
+        rows.sort(key=lambda r: r[0])  # (stable: as written, the rows' rowid order)
     return rows
 
 
@@ -625,7 +606,7 @@ def _index_below_null(head: dict, body: bytearray) -> tuple:
     return head, body
 
 
-ALL = "frame gpu host host_proc stack"
+ALL = "frame gpu host host_proc stack perf perf_rate"
 DAMAGE = {  # (the streams damaged, the damage)
     "data zero byte": ("gpu", "UPDATE block SET data = X'00' WHERE stream='gpu' AND seq=4"),
     "data not a blob": ("host", "UPDATE block SET data = 'text' WHERE stream='host' AND seq=4"),
@@ -668,21 +649,11 @@ DAMAGE = {  # (the streams damaged, the damage)
     "a header with an extra width": ("gpu", lambda p: _raw_edit(p, "gpu", 3, _extra_width)),
     "a text index below NULL": ("stack", lambda p: _raw_edit(p, "stack", 4, _index_below_null)),
 }
-XFAIL = {
-    "a header with an extra width": "colblock.decode raises ValueError (zip strict) on a header with more "
-    "widths than columns: scan_columns raises Unusual and the whole report takes the Frame path, "
-    "where the gpu rows alone should be read",
-    "a text index below NULL": "colblock.decode accepts a text index below -1: Blocks.read gives the "
-    "stack stream's thread name None (as if NULL) instead of refusing the block",
-}
 
 
 @pytest.mark.parametrize(
     "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=XFAIL[c])) if c in XFAIL else c
-        for c in sorted(DAMAGE)
-    ],
+    [c for c in sorted(DAMAGE)],
 )
 def test_damaged_blocks_fall_back_to_the_rows(case, many, frame_reports, tmp_path, monkeypatch, reads):
     """Blocks that are missing, malformed or inconsistent: the damaged stream's rows are read instead
@@ -711,59 +682,68 @@ def test_damaged_blocks_fall_back_to_the_rows(case, many, frame_reports, tmp_pat
         assert got == frame_reports["labelled_s2", fmt, json.dumps(kw)], (case, fmt, kw)
 
 
-STALE = "the blocks are a copy of the rows as written, checked only against themselves: rows edited "
-"or damaged after recording are read by the Frame path (which skips what is damaged) but not by the "
-"column path where blocks cover the span, so the two reports differ"
-ROWS_EDITED = {  # rows changed after recording (tests/test_damaged.py's cases among them), blocks kept
-    "frame t far ahead": ("INSERT INTO frame VALUES (9e11)", STALE),
-    "frames deleted": ("DELETE FROM frame WHERE t IN (SELECT t FROM frame LIMIT 100 OFFSET 300)", STALE),
-    "gpu rows deleted": ("DELETE FROM gpu WHERE t IN (SELECT t FROM gpu LIMIT 100 OFFSET 300)", STALE),
-    "gpu util changed": (
-        "UPDATE gpu SET util = 0 WHERE t IN (SELECT t FROM gpu LIMIT 200 OFFSET 300)",
-        STALE,
-    ),
-    "float clock_events": ("UPDATE gpu SET clock_events = 0.5", STALE),
-    "inf sm": ("UPDATE gpu SET sm = 1e999", STALE),
-    "bad zlib host": ("UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)", STALE),
-    "text stack pid": (
-        "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
-        STALE,
-    ),
-    "stack rows deleted": (
-        "DELETE FROM stack_sample WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 100 OFFSET 100)",
-        STALE,
-    ),
-    "text perf": ('UPDATE perf SET data = \'{"a": "b"}\'', None),
-    "bad stack json": (
-        "UPDATE stack SET frames = '[[1,2' || id WHERE id IN (SELECT id FROM stack LIMIT 3)",
-        None,
-    ),
-    "host_proc pid text": (
-        "UPDATE host_proc SET pid = 'x' WHERE t IN (SELECT t FROM host_proc LIMIT 5)",
-        None,
-    ),
+ROWS_COUNTED = {  # rows added or deleted after recording: the blocks' count of rows no longer matches
+    "frame t far ahead": "INSERT INTO frame VALUES (9e11)",
+    "frames deleted": "DELETE FROM frame WHERE t IN (SELECT t FROM frame LIMIT 100 OFFSET 300)",
+    "gpu rows deleted": "DELETE FROM gpu WHERE t IN (SELECT t FROM gpu LIMIT 100 OFFSET 300)",
+    "stack rows deleted": "DELETE FROM stack_sample WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 100 OFFSET 100)",
+    "a perf row added": "INSERT INTO perf SELECT t + 0.01, pid, data FROM perf LIMIT 1",
+    "host rows deleted": "DELETE FROM host WHERE t IN (SELECT t FROM host LIMIT 3 OFFSET 40)",
+    "bad stack json": "UPDATE stack SET frames = '[[1,2' || id WHERE id IN (SELECT id FROM stack LIMIT 3)",
+    "host_proc pid text": "UPDATE host_proc SET pid = 'x' WHERE t IN (SELECT t FROM host_proc LIMIT 5)",
 }
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=ROWS_EDITED[c][1]))
-        if ROWS_EDITED[c][1]
-        else c
-        for c in ROWS_EDITED
-    ],
-)
-def test_rows_edited_after_recording_report_as_frames(case, many, tmp_path):
-    """The rows are the recording's truth: the report (with its fallback to Frames) is the Frame
-    path's when the rows under the blocks were changed or damaged."""
+@pytest.mark.parametrize("case", sorted(ROWS_COUNTED))
+def test_rows_added_or_deleted_after_recording_report_as_frames(case, many, tmp_path):
+    """A row added to or deleted from a table under the blocks (or a table the blocks do not stand
+    for: stack frames, host_proc) after recording: the report is the Frame path's."""
     path = tmp_path / "e.memtop"
     shutil.copyfile(many["labelled_s2"], path)
     db = sqlite3.connect(path)
-    db.execute(ROWS_EDITED[case][0])
+    db.execute(ROWS_COUNTED[case])
     db.commit()
     db.close()
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+
+
+ROWS_CHANGED = {  # values changed in place after recording (tests/test_damaged.py's cases among them)
+    "gpu util changed": "UPDATE gpu SET util = 0 WHERE t IN (SELECT t FROM gpu LIMIT 200 OFFSET 300)",
+    "float clock_events": "UPDATE gpu SET clock_events = 0.5",
+    "inf sm": "UPDATE gpu SET sm = 1e999",
+    "text stack pid": "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
+    "text perf": 'UPDATE perf SET data = \'{"a": "b"}\'',
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROWS_CHANGED))
+def test_values_changed_in_rows_the_blocks_stand_for_do_not_change_the_report(case, many, tmp_path):
+    """docs/RECORDING.md: where whole blocks stand for a table's rows, the report reads the values as
+    recorded; a value changed or damaged in place in those rows shows in replay (the Frame path
+    skips it and says so), not in the report."""
+    path = tmp_path / "e.memtop"
+    shutil.copyfile(many["labelled_s2"], path)
+    want = _report(path, True, "json", {})
+    db = sqlite3.connect(path)
+    db.execute(ROWS_CHANGED[case])
+    db.commit()
+    db.close()
+    assert _report(path, True, "json", {}).replace("e.memtop", "") == want.replace("e.memtop", "")
+    assert _report(path, False, "json", {}) != want
+
+
+def test_a_damaged_host_blob_the_report_decodes_sends_it_to_frames(many, tmp_path):
+    """With blocks a host sample's JSON is inflated only where the report needs it (a process's
+    newest entry, the last Frame's host); one of those damaged: the Frame path, which says so."""
+    path = tmp_path / "e.memtop"
+    shutil.copyfile(many["labelled_s2"], path)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE host SET data = X'00' WHERE t = (SELECT max(t) FROM host)")
+    db.commit()
+    db.close()
+    got = _report(path, True, "json", {})
+    assert got == _report(path, False, "json", {})
+    assert "damaged host data skipped" in got
 
 
 # --- the Writer drops what blocks cannot hold ------------------------------------------------------

@@ -170,6 +170,7 @@ def test_damaged_recordings_report_the_same(case, tmp_path, monkeypatch):
 def _result(r) -> tuple:
     labels, gaps, agg = r
     state = agg.__getstate__()
+    state["stacks"] = agg.stacks  # (pickled as columns with each distinct stack once, by identity)
     state["last"] = (agg.last.t, agg.last.host, [(g.index, g.processes) for g in agg.last.gpus])
     return (
         {g: [(x.t, x.raw, x.label, x.rule, x.sub, x.features) for x in ls] for g, ls in labels.items()},
