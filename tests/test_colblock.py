@@ -864,3 +864,38 @@ def test_a_recording_without_blocks_reports_from_the_rows(many, frame_reports, t
         for fmt, kw in VARIANTS[::3]:
             assert _report(path, True, fmt, kw) == frame_reports["heldout_torch_s3", fmt, json.dumps(kw)]
     assert not any(v for v in reads.values() for v in v)  # (no block read gave rows)
+
+
+# --- recordings made by `memtop record` on the H100 (bench/RESULTS.md, session 11) -----------------
+
+RECORDED = DATA / "blocks_s11.memtop"  # 335 s of bench/workload.py --seed 11, closed with Ctrl-C
+KILLED = DATA / "blocks_killed_s11.memtop"  # the same run seen by a recorder killed with SIGKILL
+
+
+def test_a_recorder_writes_blocks_the_report_reads(strict, reads, monkeypatch):
+    """The real recorder's blocks: at least two per stream, the last to the end; the report reads
+    every stream from them alone and gives the Frame path's bytes."""
+    db = _db(RECORDED)
+    assert {
+        s: n for s, n in db.execute("SELECT stream, count(*) FROM block GROUP BY stream")
+    } == dict.fromkeys(BLOCK_STREAMS, 2)
+    assert db.execute("SELECT count(*) FROM marker").fetchone()[0] == 19  # (labelled: its phases)
+    db.close()
+    want = {(fmt, json.dumps(kw)): _report(RECORDED, False, fmt, kw) for fmt, kw in VARIANTS}
+    _no_rows(monkeypatch)
+    for fmt, kw in VARIANTS:
+        reads.clear()
+        assert _report(RECORDED, True, fmt, kw) == want[fmt, json.dumps(kw)], (fmt, kw)
+        assert set(reads) == set(BLOCK_STREAMS) and all(all(v) for v in reads.values()), reads
+
+
+def test_a_killed_recorder_leaves_blocks_the_report_reads_only_where_they_reach(strict, reads):
+    """SIGKILL: the blocks end at the last 5-minute edge the recorder passed; a report past it reads
+    the rows, one within it the blocks, and both are the Frame path's."""
+    rec = Recording(KILLED)
+    end = Blocks(rec.db, "frame", BLOCK_STREAMS["frame"], "frame").end
+    assert rec.t0 < end < rec.t1
+    for kw, blocks in [({}, False), ({"t_to": end - rec.t0 - 1}, True)]:
+        reads.clear()
+        assert _report(KILLED, True, "json", kw) == _report(KILLED, False, "json", kw), kw
+        assert bool(reads) == blocks and all(all(v) for v in reads.values()), (kw, reads)
