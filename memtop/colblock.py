@@ -1,14 +1,16 @@
-"""Column blocks: a minute of one stream's rows stored a second time as columns in one deflated blob.
+"""Column blocks: five minutes of one stream's rows stored a second time as columns in one deflated blob.
 
-A report reads an 8-hour recording's Frame times, GPU rows and host figures from a few hundred blobs
-instead of a million rows (memtop.colscan); the rows stay the recording's truth, which replay, export
-and the Frame path read. A block covers the rows whose time is in [t0, t1), the blocks of a stream
-follow each other without a hole, and the rows after the last block are read as rows. A block that
-is missing, malformed or not of this layout makes the reader read that stream's rows instead.
+A report reads an 8-hour recording's Frame times, GPU rows, host figures, stack and perf rows from a
+few hundred blobs instead of a million rows (memtop.colscan); the rows stay the recording's truth,
+which replay, export and the Frame path read. A block covers the rows whose time is in [t0, t1), the
+blocks of a stream follow each other without a hole, and the rows after the last block are read as
+rows. A block that is missing, malformed or not of this layout makes the reader read that stream's
+rows instead.
 
-The Writer closes the blocks of a minute once a Frame is GRACE_S past its end (a GPU or host sample
-is older than the Frame that carries it). A row older than a block already written cannot be added:
-the stream's blocks are then deleted, and its rows alone are read.
+The Writer closes the blocks of a span once a Frame is GRACE_S past its end (a GPU or host sample is
+older than the Frame that carries it); a recording closed before its first block's end gets none. A
+row older than a block already written cannot be added: the stream's blocks are then deleted, and its
+rows alone are read.
 """
 
 from __future__ import annotations
@@ -153,7 +155,7 @@ def decode(columns: Columns, blob: object) -> tuple[int, dict[str, np.ndarray], 
 
 
 class BlockWriter:
-    """Gathers each stream's rows and writes a stream's block once its minute is over (``turn``)."""
+    """Gathers each stream's rows and writes their blocks once a span is over (``turn``)."""
 
     def __init__(self, db: sqlite3.Connection, streams: dict[str, Columns]) -> None:
         self._db = db
@@ -162,6 +164,7 @@ class BlockWriter:
         self._seq = dict.fromkeys(streams, 0)
         self._start = -END  # the open blocks' start: the first block takes the rows from the start
         self._end: float | None = None  # and end, once a row has come
+        self._span: list[float] = []  # the first Frame's time and the last's
         self._broken: set[str] = set()
 
     def add(self, stream: str, row: Sequence) -> None:
@@ -176,12 +179,17 @@ class BlockWriter:
         self._rows[stream].append(row)
 
     def turn(self, now: float) -> None:
-        """Writes the open blocks where ``now`` (a Frame's time) is GRACE_S past their end."""
-        if self._end is not None and now >= self._end + GRACE_S:
+        """Writes the open blocks where ``now`` (a Frame's time) is GRACE_S past their end, once the
+        recording is a block's span long (``close``: a shorter one gets none)."""
+        self._span[1:] = [now]
+        if self._end is not None and now >= self._end + GRACE_S and now - self._span[0] >= BLOCK_S:
             self._flush((math.floor((now - GRACE_S) / BLOCK_S)) * BLOCK_S)
 
     def close(self) -> None:
-        if self._end is not None:
+        """The last blocks, to the end; none at all for a recording shorter than a block (its rows
+        take a fraction of a second to read, and the blocks' fixed cost is a tenth of a two-minute
+        recording)."""
+        if self._end is not None and self._span[-1] - self._span[0] >= BLOCK_S:
             self._flush(END)
 
     def _flush(self, end: float) -> None:

@@ -899,3 +899,17 @@ def test_a_killed_recorder_leaves_blocks_the_report_reads_only_where_they_reach(
         reads.clear()
         assert _report(KILLED, True, "json", kw) == _report(KILLED, False, "json", kw), kw
         assert bool(reads) == blocks and all(all(v) for v in reads.values()), (kw, reads)
+
+
+def test_a_recording_shorter_than_a_block_has_none(tmp_path):
+    """Closed before its first 5-minute edge: no blocks (a tenth of a two-minute recording's size for
+    nothing: its rows are read in a fraction of a second), and the report reads the rows."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from long_runs import rewrite
+
+    out = tmp_path / "short.memtop"
+    rewrite(REC[2], out)
+    rec = Recording(out)
+    assert rec.t1 - rec.t0 < colblock.BLOCK_S
+    assert _db(out).execute("SELECT count(*) FROM block").fetchone()[0] == 0
+    assert _report(out, True, "json", {}) == _report(out, False, "json", {})
