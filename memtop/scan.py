@@ -131,7 +131,8 @@ class Aggregates:
         # the stacks as columns and each distinct (threads, error) once: a chunk of 8 hours holds
         # tens of thousands of samples of a few dozen stacks, and pickle takes an object at a time
         kinds: dict[tuple[int, str | None], int] = {}
-        payloads, which = [], []
+        payloads: list[tuple] = []
+        which: list[int] = []
         for s in self.stacks.values():
             k = kinds.setdefault((id(s.threads), s.error), len(kinds))
             if k == len(payloads):

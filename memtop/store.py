@@ -142,14 +142,15 @@ BLOCK_STREAMS: dict[str, colblock.Columns] = {
     "perf_rate": (("t", "f"), ("name", "s"), ("rate", "f")),  # each of them (its data, by columns)
 }
 # each stream's table, whose rows its blocks hold (perf_rate's are in perf's JSON)
-BLOCK_TABLES = {
+BLOCK_TABLES: dict[str, str | None] = {
     "frame": "frame",
     "gpu": "gpu",
     "host": "host",
     "host_proc": "host_proc",
     "stack": "stack_sample",
+    "perf": "perf",
+    "perf_rate": None,
 }
-BLOCK_TABLES |= {"perf": "perf", "perf_rate": None}
 
 
 _TABLES = frozenset(
