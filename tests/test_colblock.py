@@ -665,10 +665,7 @@ def test_damaged_blocks_fall_back_to_the_rows(case, many, frame_reports, tmp_pat
     if callable(damage):
         damage(path)
     else:
-        db = sqlite3.connect(path)
-        db.executescript(damage)
-        db.commit()
-        db.close()
+        _edit_rows(path, damage)
     rec = Recording(path)
     colscan.scan_columns(rec, None, rec.t0, rec.t1)  # (raises nothing: the rows are usual)
     assert (reads or damaged == ALL) and not any(any(v) for s, v in reads.items() if s in damaged.split()), (
@@ -694,16 +691,19 @@ ROWS_COUNTED = {  # rows added or deleted after recording: the blocks' count of 
 }
 
 
+def _edit_rows(path: Path, sql: str) -> Path:
+    db = sqlite3.connect(path)
+    db.executescript(sql)
+    db.commit()
+    db.close()
+    return path
+
+
 @pytest.mark.parametrize("case", sorted(ROWS_COUNTED))
 def test_rows_added_or_deleted_after_recording_report_as_frames(case, many, tmp_path):
     """A row added to or deleted from a table under the blocks (or a table the blocks do not stand
     for: stack frames, host_proc) after recording: the report is the Frame path's."""
-    path = tmp_path / "e.memtop"
-    shutil.copyfile(many["labelled_s2"], path)
-    db = sqlite3.connect(path)
-    db.execute(ROWS_COUNTED[case])
-    db.commit()
-    db.close()
+    path = _edit_rows(Path(shutil.copyfile(many["labelled_s2"], tmp_path / "e.memtop")), ROWS_COUNTED[case])
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
 
 
@@ -721,26 +721,18 @@ def test_values_changed_in_rows_the_blocks_stand_for_do_not_change_the_report(ca
     """docs/RECORDING.md: where whole blocks stand for a table's rows, the report reads the values as
     recorded; a value changed or damaged in place in those rows shows in replay (the Frame path
     skips it and says so), not in the report."""
-    path = tmp_path / "e.memtop"
-    shutil.copyfile(many["labelled_s2"], path)
+    path = Path(shutil.copyfile(many["labelled_s2"], tmp_path / "e.memtop"))
     want = _report(path, True, "json", {})
-    db = sqlite3.connect(path)
-    db.execute(ROWS_CHANGED[case])
-    db.commit()
-    db.close()
-    assert _report(path, True, "json", {}).replace("e.memtop", "") == want.replace("e.memtop", "")
+    _edit_rows(path, ROWS_CHANGED[case])
+    assert _report(path, True, "json", {}) == want
     assert _report(path, False, "json", {}) != want
 
 
 def test_a_damaged_host_blob_the_report_decodes_sends_it_to_frames(many, tmp_path):
     """With blocks a host sample's JSON is inflated only where the report needs it (a process's
     newest entry, the last Frame's host); one of those damaged: the Frame path, which says so."""
-    path = tmp_path / "e.memtop"
-    shutil.copyfile(many["labelled_s2"], path)
-    db = sqlite3.connect(path)
-    db.execute("UPDATE host SET data = X'00' WHERE t = (SELECT max(t) FROM host)")
-    db.commit()
-    db.close()
+    path = Path(shutil.copyfile(many["labelled_s2"], tmp_path / "e.memtop"))
+    _edit_rows(path, "UPDATE host SET data = X'00' WHERE t = (SELECT max(t) FROM host)")
     got = _report(path, True, "json", {})
     assert got == _report(path, False, "json", {})
     assert "damaged host data skipped" in got
