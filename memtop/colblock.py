@@ -15,6 +15,7 @@ rows alone are read.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -33,6 +34,7 @@ GRACE_S = 10.0
 END = 1e12  # the last block's end when the recording is closed (no sane time reaches it)
 NULL = -(1 << 63)  # an integer column's NULL
 _MAX_RAW = 64 << 20  # a block that inflates past this is not one (a zip bomb)
+MAX_OPEN_ROWS = 1_000_000  # rows of a stream waiting for their block (ten minutes hold far fewer)
 
 SCHEMA = """CREATE TABLE block(stream TEXT NOT NULL, seq INTEGER NOT NULL, t0 REAL NOT NULL, t1 REAL NOT NULL,
                     n INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (stream, seq)) WITHOUT ROWID;"""
@@ -176,7 +178,11 @@ class BlockWriter:
             return
         if self._end is None:
             self._end = (math.floor(t / BLOCK_S) + 1) * BLOCK_S
-        self._rows[stream].append(row)
+        rows = self._rows[stream]
+        if len(rows) >= MAX_OPEN_ROWS:  # (the Frames' times do not reach an edge: no blocks for it)
+            self.drop(stream)
+            return
+        rows.append(row)
 
     def turn(self, now: float) -> None:
         """Writes the open blocks where ``now`` (a Frame's time) is GRACE_S past their end, once the
@@ -193,6 +199,19 @@ class BlockWriter:
             self._flush(END)
 
     def _flush(self, end: float) -> None:
+        """The blocks up to ``end``; where SQLite fails (a full disk), none from here on: the blocks
+        already written end early, and a reader takes the rows after them."""
+        db = self._db
+        db.execute("SAVEPOINT blocks")
+        try:
+            self._write_blocks(end)
+        except sqlite3.Error:
+            db.execute("ROLLBACK TO blocks")
+            self._broken = set(self._streams)
+            self._rows = {s: [] for s in self._streams}
+        db.execute("RELEASE blocks")
+
+    def _write_blocks(self, end: float) -> None:
         for stream, columns in self._streams.items():
             if stream in self._broken:
                 continue
@@ -216,7 +235,9 @@ class BlockWriter:
         """No blocks for this stream: those written are deleted (its rows are read instead)."""
         self._broken.add(stream)
         self._rows[stream] = []
-        self._db.execute("DELETE FROM block WHERE stream=?", (stream,))
+        # (where SQLite cannot delete them, the rows' count no longer matches theirs: still not read)
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute("DELETE FROM block WHERE stream=?", (stream,))
 
 
 class Blocks:
@@ -232,6 +253,7 @@ class Blocks:
         self.columns = columns
         self.end = -math.inf  # the time the blocks cover up to (the rows from it on are rows)
         self._index: list[tuple[int, float, float, int]] = []
+        self.held = 0
         try:
             rows = db.execute(
                 "SELECT seq, t0, t1, n FROM block WHERE stream=? ORDER BY seq", (stream,)
@@ -255,8 +277,16 @@ class Blocks:
                 return
         self._index = rows
         self.end = rows[-1][2] if rows else -math.inf
+        self.held = sum(r[3] for r in rows)  # the rows the blocks hold
 
-    def read(self, lo: float, hi: float, seed: float | None = None, ordered: bool = True) -> dict | None:
+    def read(
+        self,
+        lo: float,
+        hi: float,
+        seed: float | None = None,
+        ordered: bool = True,
+        max_rows: int | None = None,
+    ) -> dict | None:
         """The columns of the rows with lo <= t <= hi the blocks hold (those before ``end``), as one
         array each (a text column: a list); with ``seed`` (at most lo), the newest row at or before
         it first. None where a block is damaged, or (``ordered``) its rows are not in time order."""
@@ -270,6 +300,12 @@ class Blocks:
             while back > 0 and not index[back][3]:  # the newest block before it with a row
                 back -= 1
             want = sorted(set(want) | set(range(max(back, 0), k + 1)))
+        if (
+            max_rows is not None
+            and want
+            and sum(index[k][3] for k in range(want[0], want[-1] + 1)) > max_rows
+        ):
+            return None  # (before any blob is inflated)
         if not want:
             return {
                 c: [] if k == "s" else np.zeros(0, dtype="<f8" if k == "f" else "<i8")

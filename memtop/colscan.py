@@ -769,7 +769,7 @@ class _Hosts:
             self._table = (
                 np.array([at[t] for t in lt], dtype=np.int64),
                 np.array(iowait, dtype=np.float64),
-                np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64),
+                np.cumsum(counts) - counts,
                 counts,
                 _proc_arrays(pid, cpu, worker_of, name, state),
             )
@@ -839,7 +839,7 @@ class _Hosts:
             i = np.searchsorted(h, hs)
             if (i < len(h)).all() and (h[np.minimum(i, len(h) - 1)] == hs).all():
                 n = count[i]
-                rows = np.repeat(start[i] - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(n.sum())
+                rows = np.repeat(start[i] - (np.cumsum(n) - n), n) + np.arange(n.sum())
                 pid, sample = procs[0][rows], np.repeat(hs, n)
                 pids, first = np.unique(pid, return_index=True)
                 last = len(pid) - 1 - np.unique(pid[::-1], return_index=True)[1]
@@ -921,6 +921,7 @@ def _host_blocks(
     counts = n[figured]
     if (
         (n < -1).any()
+        or counts.sum() != len(p["t"])  # (before the repeat: a hostile count would not fit in memory)
         or not np.array_equal(np.repeat(t[figured], counts), p["t"])
         or not (np.abs(h["iowait_pct"]) < 1e18).all()  # (NaN fails)
         or not (np.abs(p["cpu_pct"]) < 1e18).all()
@@ -934,7 +935,7 @@ def _host_blocks(
     table = (
         figured,
         h["iowait_pct"][figured],
-        np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64),
+        np.cumsum(counts) - counts,
         counts,
         (
             p["pid"],
@@ -1186,6 +1187,9 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
     return out
 
 
+_MAX_RATES = 64  # events a perf read may hold in blocks (memtop's collector reads at most a dozen)
+
+
 def _perf_blocks(
     rec: Recording, plo: float, hi: float, seed: float | None
 ) -> list[tuple[float, int, list]] | None:
@@ -1197,16 +1201,22 @@ def _perf_blocks(
         return None
     lo = float(np.nextafter(seed - 3.0 if seed is not None else plo, np.inf))
     p = samples.read(lo, hi, ordered=False)
-    r = rates.read(lo, hi, ordered=False)
+    # perf_rate has no table to count against: at most _MAX_RATES rows per perf row its blocks hold
+    r = rates.read(lo, hi, ordered=False, max_rows=_MAX_RATES * samples.held) if p is not None else None
     if p is None or r is None:
         return None
     t, k = p["t"], p["rates"]
-    if (k < 0).any() or not np.array_equal(np.repeat(t, k), r["t"]) or not (np.abs(r["rate"]) <= 1e18).all():
+    if (
+        (k < 0).any()
+        or k.sum() != len(r["t"])  # (before the repeat: a hostile count would not fit in memory)
+        or not np.array_equal(np.repeat(t, k), r["t"])
+        or not (np.abs(r["rate"]) <= 1e18).all()
+    ):
         return None  # (NaN fails too)
     if None in r["name"]:
         return None
     pairs = [[name, rate] for name, rate in zip(r["name"], r["rate"].tolist(), strict=True)]
-    starts = np.concatenate([[0], np.cumsum(k)[:-1]]).tolist()
+    starts = (np.cumsum(k) - k).tolist()
     parsed = [pairs[a : a + n] for a, n in zip(starts, k.tolist(), strict=True)]
     order = np.argsort(t, kind="stable").tolist()  # (by time, then as written: the rows' order)
     times, pids = t.tolist(), p["pid"].tolist()

@@ -609,6 +609,7 @@ class Writer:
                 item = ...
             try:
                 if item is None:
+                    self._db.commit()  # (the rows first: the blocks are a copy)
                     self._blocks.close()
                     self._db.commit()
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -735,9 +736,13 @@ class Writer:
         for p in f.perf:
             if self._changed(("perf", p.pid), p.t):
                 db.execute("INSERT INTO perf VALUES (?,?,?)", (p.t, p.pid, json.dumps(p.rates)))
-                blocks.add("perf", (p.t, p.pid, len(p.rates)))
-                for name, rate in p.rates:
-                    blocks.add("perf_rate", (p.t, name, rate))
+                if all(len(r) == 2 for r in p.rates):
+                    blocks.add("perf", (p.t, p.pid, len(p.rates)))
+                    for name, rate in p.rates:
+                        blocks.add("perf_rate", (p.t, name, rate))
+                else:  # (not pairs: the rows keep them, as the readers' checks will say)
+                    blocks.drop("perf")
+                    blocks.drop("perf_rate")
         if f.caps and self._changed(("caps",), f.caps):
             db.execute("INSERT INTO caps VALUES (?, ?)", (f.t, _caps_json(f.caps)))
         for n in f.notes:

@@ -905,3 +905,91 @@ def test_a_recording_shorter_than_a_block_has_none(tmp_path):
     assert rec.t1 - rec.t0 < colblock.BLOCK_S
     assert _db(out).execute("SELECT count(*) FROM block").fetchone()[0] == 0
     assert _report(out, True, "json", {}) == _report(out, False, "json", {})
+
+
+# --- found in review: empty spans, hostile counts, the Writer's failures ------------------------------
+
+
+def test_a_recording_without_perf_reads_its_blocks(frames2, tmp_path, monkeypatch, reads):
+    """No perf reads (a container without perf access) and ranges with none: the (empty) perf blocks
+    are read, not a reason to scan by Frames."""
+    monkeypatch.setattr(colblock, "BLOCK_S", BLOCK_S)
+    meta, frames, markers = frames2
+    path = _write([replace(f, perf=()) for f in frames], meta, tmp_path / "noperf.memtop", markers)
+    _strict(monkeypatch)
+    for kw in [{}, {"t_to": 4.0}, {"t_from": 30, "t_to": 37.5}]:
+        reads.clear()
+        assert _report(path, True, "json", kw) == _report(path, False, "json", kw), kw
+        assert reads.get("perf") and all(reads["perf"]) and all(reads["perf_rate"]), (kw, reads)
+
+
+def _count_to(stream: str, column: str, value: int):
+    def change(rows):
+        at = [c for c, _ in BLOCK_STREAMS[stream]].index(column)
+        row = next(r for r in rows if r[at] > 0)
+        row[at] = value
+        return rows
+
+    return change
+
+
+@pytest.mark.parametrize("stream, column", [("host", "procs"), ("perf", "rates")])
+def test_a_hostile_count_in_a_block_reads_the_rows(stream, column, many, frame_reports, tmp_path):
+    """A count of 10**12 processes or rates in one block: checked against the rows the other stream
+    holds before anything is repeated by it (no 7 TiB allocation); the rows are read."""
+    path = Path(shutil.copyfile(many["labelled_s2"], tmp_path / "c.memtop"))
+    _edit(path, stream, 3, _count_to(stream, column, 10**12))
+    assert _report(path, True, "json", {}) == frame_reports["labelled_s2", "json", "{}"]
+
+
+def test_perf_rate_blocks_hold_at_most_64_rates_a_read(many, frame_reports, tmp_path, monkeypatch):
+    """perf_rate has no table to count against: blocks claiming more rows than 64 per perf read are
+    refused before one is inflated."""
+    path = Path(shutil.copyfile(many["labelled_s2"], tmp_path / "r.memtop"))
+    _edit_rows(path, "UPDATE block SET n = n + 100000 WHERE stream='perf_rate' AND seq=2")
+    inflated = []
+    real = colblock.decode
+    monkeypatch.setattr(colblock, "decode", lambda c, b: inflated.append(c) or real(c, b))
+    assert _report(path, True, "json", {}) == frame_reports["labelled_s2", "json", "{}"]
+    assert BLOCK_STREAMS["perf_rate"] not in inflated
+
+
+def test_a_failed_block_write_keeps_the_recording(frames2, tmp_path, monkeypatch):
+    """SQLite failing in a block write (a full disk at the last flush): the rows are committed, the
+    blocks stop where they were, and the report reads the rows after them."""
+    monkeypatch.setattr(colblock, "BLOCK_S", BLOCK_S)
+    meta, frames, markers = frames2
+    real = colblock.BlockWriter._write_blocks
+
+    def full(self, end):
+        if end == colblock.END:
+            raise sqlite3.OperationalError("database or disk is full")
+        real(self, end)
+
+    monkeypatch.setattr(colblock.BlockWriter, "_write_blocks", full)
+    path = _write(frames, meta, tmp_path / "full.memtop", markers)
+    rec = Recording(path)
+    assert rec.n_frames == len({f.t for f in frames})
+    assert rec.t0 < Blocks(rec.db, "gpu", BLOCK_STREAMS["gpu"], "gpu").end < rec.t1
+    _same_report(path)
+
+
+def test_a_perf_read_that_is_not_pairs_drops_the_perf_blocks_not_the_recording(frames2, tmp_path):
+    meta, frames, markers = frames2
+    k = next(i for i, f in enumerate(frames) if f.perf and i > 60)
+    f = frames[k]
+    bad = replace(f, perf=(replace(f.perf[0], rates=(("a", 1.0, 2.0),)), *f.perf[1:]))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(colblock, "BLOCK_S", BLOCK_S)
+        path = _write([*frames[:k], bad, *frames[k + 1 :]], meta, tmp_path / "pairs.memtop", markers)
+    assert Recording(path).n_frames == len({f.t for f in frames})
+    assert _streams(path) == set(BLOCK_STREAMS) - {"perf", "perf_rate"}
+
+
+def test_rows_that_never_reach_a_block_edge_are_not_held_without_bound(frames2, tmp_path, monkeypatch):
+    monkeypatch.setattr(colblock, "MAX_OPEN_ROWS", 200)  # (the 142 s run: 1,410 Frames, one open block)
+    monkeypatch.setattr(colblock, "BLOCK_S", 1000.0)
+    meta, frames, markers = frames2
+    path = _write(frames, meta, tmp_path / "held.memtop", markers)
+    assert _db(path).execute("SELECT count(*) FROM block").fetchone()[0] == 0
+    _same_report(path)
