@@ -266,18 +266,18 @@ class Blocks:
                 return
             if type(n) is not int or n < 0:
                 return
+        held = sum(r[3] for r in rows)
         if rows and table is not None:
             end = rows[-1][2]
             try:
                 q = f"SELECT count(*) FROM {table}" + ("" if end == END else " WHERE t < ?")  # noqa: S608
-                held = db.execute(q, () if end == END else (end,)).fetchone()[0]
+                if db.execute(q, () if end == END else (end,)).fetchone()[0] != held:
+                    return
             except sqlite3.DatabaseError:
-                return
-            if held != sum(r[3] for r in rows):
                 return
         self._index = rows
         self.end = rows[-1][2] if rows else -math.inf
-        self.held = sum(r[3] for r in rows)  # the rows the blocks hold
+        self.held = held  # the rows the blocks hold
 
     def read(
         self,
