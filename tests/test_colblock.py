@@ -334,6 +334,15 @@ def _db(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
+def _edit_rows(path: Path, sql: str) -> Path:
+    """``sql`` run on the recording at ``path`` (a copy), committed."""
+    db = sqlite3.connect(path)
+    db.executescript(sql)
+    db.commit()
+    db.close()
+    return path
+
+
 _MODE = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
 SQL = {  # each stream's rows as the Writer gave them to its blocks, in the order the report reads them
     "frame": "SELECT t FROM frame ORDER BY t",
@@ -691,14 +700,6 @@ ROWS_COUNTED = {  # rows added or deleted after recording: the blocks' count of 
 }
 
 
-def _edit_rows(path: Path, sql: str) -> Path:
-    db = sqlite3.connect(path)
-    db.executescript(sql)
-    db.commit()
-    db.close()
-    return path
-
-
 @pytest.mark.parametrize("case", sorted(ROWS_COUNTED))
 def test_rows_added_or_deleted_after_recording_report_as_frames(case, many, tmp_path):
     """A row added to or deleted from a table under the blocks (or a table the blocks do not stand
@@ -781,12 +782,7 @@ def test_a_host_sample_older_than_a_block_drops_the_host_blocks(frames2, tmp_pat
     assert _streams(path) == set(BLOCK_STREAMS) - {"host", "host_proc"}
     # its blob was chained to the sample before it in time of writing, not in time: the rows are
     # unusual (the column path gives up on them with or without blocks), the Frame path reports
-    plain = tmp_path / "plain.memtop"
-    shutil.copyfile(path, plain)
-    db = sqlite3.connect(plain)
-    db.execute("DROP TABLE block")
-    db.commit()
-    db.close()
+    plain = _edit_rows(Path(shutil.copyfile(path, tmp_path / "plain.memtop")), "DROP TABLE block")
     for p in (path, plain):
         rec = Recording(p)
         with pytest.raises(colscan.Unusual, match="zdict"):
@@ -844,12 +840,9 @@ def test_a_writer_recording_is_private_and_has_blocks(many):
 
 
 def test_a_recording_without_blocks_reports_from_the_rows(many, frame_reports, tmp_path, reads):
-    path = tmp_path / "old.memtop"
-    shutil.copyfile(many["heldout_torch_s3"], path)
-    db = sqlite3.connect(path)
-    db.execute("DROP TABLE block")
-    db.commit()
-    db.close()
+    path = _edit_rows(
+        Path(shutil.copyfile(many["heldout_torch_s3"], tmp_path / "old.memtop")), "DROP TABLE block"
+    )
     assert Blocks(_db(path), "gpu", BLOCK_STREAMS["gpu"]).end == -math.inf
     with pytest.MonkeyPatch.context() as mp:
         _strict(mp)
