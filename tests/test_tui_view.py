@@ -181,6 +181,19 @@ async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):
         assert cmd_row.rstrip().endswith("…")  # cut with an ellipsis, not mid-word without a sign
 
 
+@pytest.mark.parametrize("size", [(60, 20), (80, 24)])
+async def test_position_in_the_header_survives_a_narrow_screen_and_a_long_host_name(size):
+    """The header is cut at the right: the replay position once fell off it at 80 columns."""
+    meta = {**Recording(REC[0]).meta, "host": "h" * 40, "driver": "9" * 20}
+    app = MemtopApp(_pipeline(8, meta=meta), hangup_guard=False)
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot, app)
+        top = _screen(app)[0]
+        s = app.view.status
+    assert f"REPLAY {fmt.clock(s.position)}/{fmt.clock(s.duration)}" in top
+    assert "h" * 10 in top  # the host follows, cut where the screen ends
+
+
 @pytest.mark.parametrize("size", [(120, 40), (200, 50)])
 async def test_every_gpu_has_its_band_where_there_is_room(size):
     app = MemtopApp(_pipeline(8), hangup_guard=False)

@@ -134,6 +134,8 @@ PROC_TAIL = (("thr", 4), ("st", 2), ("role", 6), ("NUMA", 5))
 
 
 def header(v: View, lk: Look = DEFAULT) -> Text:
+    """Mode, position, recording and fault first: the line is cut at the right, and the machine's
+    description (host, GPU names, driver) is what a narrow screen or a long name can spare."""
     f = v.frame
     meta = v.meta
     g = lk.glyphs
@@ -143,7 +145,22 @@ def header(v: View, lk: Look = DEFAULT) -> Text:
     mode = {"gpm": "GPM 10 Hz", "nvml": "NVML-only", "lost": "GPU lost"}
     t = Text()
     t.append(" memtop ", style="bold reverse")
-    t.append(f" {clean(meta.get('host') or '', 40)} ")
+    s = v.status
+    if s.mode == "live" and s.frozen_at is not None:  # paused: sampling and recording go on
+        t.append(f" {g.pause} LIVE paused, -{clock(s.frozen_at)}", style="bold yellow")
+    elif s.mode == "live":
+        t.append(f" {g.dot} LIVE", style="bold green")
+    else:
+        t.append(
+            f" {g.pause if s.paused else g.play} {s.mode.upper()} {clock(s.position)}/{clock(s.duration)} "
+            f"{g.times}{s.speed:g}",
+            style="bold cyan",
+        )
+    if s.recording:
+        t.append(f"  {g.dot} REC {clean(s.recording, 60)}", style="bold red")
+    if s.fault:
+        t.append(f"  {clean(s.fault, 120)}", style="bold red")
+    t.append(f"  {clean(meta.get('host') or '', 40)} ")
     if f is None:
         t.append(f"starting{g.ellipsis} ", style="dim")
     elif gpus:
@@ -152,21 +169,6 @@ def header(v: View, lk: Look = DEFAULT) -> Text:
         t.append(" ".join(mode.get(m, m) for m in modes), style="bold")
     else:
         t.append("no GPU found: host, processes and stacks only ", style="bold yellow")
-    s = v.status
-    if s.mode == "live" and s.frozen_at is not None:  # paused: sampling and recording go on
-        t.append(f"  {g.pause} LIVE paused, -{clock(s.frozen_at)}", style="bold yellow")
-    elif s.mode == "live":
-        t.append(f"  {g.dot} LIVE", style="bold green")
-    else:
-        t.append(
-            f"  {g.pause if s.paused else g.play} {s.mode.upper()} {clock(s.position)}/{clock(s.duration)} "
-            f"{g.times}{s.speed:g}",
-            style="bold cyan",
-        )
-    if s.recording:
-        t.append(f"  {g.dot} REC {clean(s.recording, 60)}", style="bold red")
-    if s.fault:
-        t.append(f"  {clean(s.fault, 120)}", style="bold red")
     return t
 
 
