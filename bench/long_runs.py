@@ -33,7 +33,7 @@ TIMED = {
     "gpu": ("t",),
     "series": ("t",),
     "host": ("t",),
-    "host_load": ("t",),
+    "host_load": ("t",),  # (recordings from 2026-11-24 only)
     "host_proc": ("t",),
     "stack_sample": ("t",),
     "perf": ("t",),
@@ -91,7 +91,7 @@ def reblock(db: sqlite3.Connection) -> None:
     import heapq
 
     from memtop.colblock import BlockWriter
-    from memtop.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES
+    from memtop.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES, host_figure_rows
 
     if not db.execute("SELECT count(*) FROM sqlite_master WHERE name='block'").fetchone()[0]:
         return  # (the previous version's files have none)
@@ -100,15 +100,14 @@ def reblock(db: sqlite3.Connection) -> None:
     queries = {
         "frame": "SELECT t FROM frame ORDER BY t",
         "gpu": f"SELECT t, gpu, {mode}, {', '.join(c for c, _ in GPU_COLS)} FROM gpu ORDER BY t, gpu",
-        "host": "SELECT h.t, coalesce(l.iowait_pct, 0.0), coalesce(l.procs, -1) FROM host h"
-        " LEFT JOIN host_load l ON l.t = h.t ORDER BY h.t",
-        "host_proc": "SELECT t, pid, cpu_pct, worker_of, name, state FROM host_proc ORDER BY t, i",
         "stack": "SELECT t, pid, tid, name, active, gil, stack, error FROM stack_sample ORDER BY t, pid, rowid",
         "perf": "SELECT t, pid, json_array_length(data) FROM perf ORDER BY t, rowid",
         "perf_rate": "SELECT p.t, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]') FROM perf p, json_each(p.data) j"
         " ORDER BY p.t, p.rowid, j.key",
     }
-    streams = [[(r[0], k, s, r) for k, r in enumerate(db.execute(q).fetchall())] for s, q in queries.items()]
+    rows = {s: db.execute(q).fetchall() for s, q in queries.items()}
+    rows["host"], rows["host_proc"] = host_figure_rows(db)
+    streams = [[(r[0], k, s, r) for k, r in enumerate(got)] for s, got in rows.items()]
     w = BlockWriter(db, BLOCK_STREAMS)
     for t, _, stream, row in heapq.merge(*streams):
         w.turn(t)

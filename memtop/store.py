@@ -98,9 +98,6 @@ CREATE TABLE gpu_state(t REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name TE
 CREATE TABLE series(t REAL NOT NULL, gpu INTEGER NOT NULL, metric TEXT NOT NULL, data BLOB NOT NULL,
                     PRIMARY KEY (t, gpu, metric)) WITHOUT ROWID;
 CREATE TABLE host(t REAL PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE host_load(t REAL PRIMARY KEY, iowait_pct REAL NOT NULL, procs INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE host_proc(t REAL NOT NULL, i INTEGER NOT NULL, pid INTEGER NOT NULL, cpu_pct REAL NOT NULL,
-                       worker_of INTEGER, name TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY (t, i)) WITHOUT ROWID;
 CREATE TABLE stack(id INTEGER PRIMARY KEY, frames TEXT NOT NULL UNIQUE);
 CREATE TABLE stack_sample(t REAL NOT NULL, pid INTEGER NOT NULL, tid INTEGER, name TEXT, active INTEGER,
                           gil INTEGER, klass TEXT, stack INTEGER REFERENCES stack(id), error TEXT);
@@ -141,12 +138,14 @@ BLOCK_STREAMS: dict[str, colblock.Columns] = {
     "perf": (("t", "f"), ("pid", "i"), ("rates", "i")),  # a perf row, and its count of rates:
     "perf_rate": (("t", "f"), ("name", "s"), ("rate", "f")),  # each of them (its data, by columns)
 }
-# each stream's table, whose rows its blocks hold (perf_rate's are in perf's JSON)
+# each stream's table, whose rows its blocks hold (perf_rate's are in perf's JSON, host_proc's in the
+# host JSON: the host stream's counts check them; the host_proc table of recordings from 2026-11-24 is
+# not read where the blocks are)
 BLOCK_TABLES: dict[str, str | None] = {
     "frame": "frame",
     "gpu": "gpu",
     "host": "host",
-    "host_proc": "host_proc",
+    "host_proc": None,
     "stack": "stack_sample",
     "perf": "perf",
     "perf_rate": None,
@@ -197,7 +196,8 @@ def _host_blob(h: HostSample, prev: bytes | None) -> tuple[bytes, bytes]:
     return z.compress(raw) + z.flush(), raw
 
 
-# what the classifier reads of a process (phases.Classifier.bin_features), stored as host_proc's columns
+# what the classifier reads of a process (phases.Classifier.bin_features): the host_proc blocks' columns
+# (and those of the host_proc table, which recordings from 2026-11-24 hold)
 HOST_PROC_FIELDS = ("pid", "cpu_pct", "worker_of", "name", "state")
 _FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)
 
@@ -362,6 +362,36 @@ def _inflate_host(blob: bytes, prev: bytes | None) -> bytes:
     if z.unconsumed_tail:
         raise Damaged("host data too large")
     return raw
+
+
+def host_figures(t: float, raw: bytes) -> tuple[tuple, list[tuple]]:
+    """A host sample's rows of the ``host`` and ``host_proc`` block streams: iowait and its count of
+    processes; each process's pid, CPU, parent GPU process, name and state. The values are its JSON's
+    as a reader decodes it (``_host_from_blob``), so the two copies cannot disagree; a sample a reader
+    would refuse, or one with a name that has no TEXT form (bad UTF-8 kept as surrogates), has none
+    (procs -1: a report decodes its JSON)."""
+    try:
+        h = _host_from_blob(raw)
+    except _DECODE_ERRORS:
+        return (t, 0.0, -1), []
+    rows = [(t, *_FIGURES(p)) for p in h.procs]
+    if not all(_utf8(r[4]) and _utf8(r[5]) for r in rows):
+        return (t, 0.0, -1), []
+    return (t, h.iowait_pct, len(rows)), rows
+
+
+def host_figure_rows(db: sqlite3.Connection) -> tuple[list[tuple], list[tuple]]:
+    """The ``host`` and ``host_proc`` streams' rows of a recording's host table, in time order, as the
+    Writer gives them to its blocks (bench/long_runs.py re-blocks tiled rows with them)."""
+    load: list[tuple] = []
+    procs: list[tuple] = []
+    prev = None
+    for t, blob in db.execute("SELECT t, data FROM host ORDER BY t"):
+        prev = _inflate_host(blob, prev)
+        row, rows = host_figures(t, prev)
+        load.append(row)
+        procs += rows
+    return load, procs
 
 
 def _series_blob(c: SeriesChunk) -> bytes:
@@ -657,24 +687,13 @@ class Writer:
         return sid
 
     def _host_figures(self, t: float, raw: bytes) -> None:
-        """What the classifier reads of a host sample (iowait; each process's pid, CPU, parent GPU
-        process, name and state) as columns too, so a report reads them without decoding the JSON
-        (memtop.colscan). The values are the JSON's as a reader decodes it (``_host_from_blob``): the
-        two copies cannot disagree; a sample a reader would refuse gets none."""
-        try:
-            h = _host_from_blob(raw)
-        except _DECODE_ERRORS:
-            self._blocks.add("host", (t, 0.0, -1))
-            return
-        rows = [(t, i, *_FIGURES(p)) for i, p in enumerate(h.procs)]
-        if not all(_utf8(r[5]) and _utf8(r[6]) for r in rows):
-            self._blocks.add("host", (t, 0.0, -1))
-            return  # a name with bad UTF-8 (kept as surrogates in the JSON) has no TEXT form
-        self._db.execute("INSERT INTO host_load VALUES (?, ?, ?)", (t, h.iowait_pct, len(rows)))
-        self._db.executemany("INSERT INTO host_proc VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-        self._blocks.add("host", (t, h.iowait_pct, len(rows)))
-        for r in rows:
-            self._blocks.add("host_proc", (t, *r[2:]))
+        """What the classifier reads of a host sample as column blocks too (``host_figures``), so a
+        report reads them without decoding the JSON (memtop.colscan). No rows: the JSON is the
+        sample of record, and where no block reaches, a report decodes it."""
+        load, procs = host_figures(t, raw)
+        self._blocks.add("host", load)
+        for r in procs:
+            self._blocks.add("host_proc", r)
 
     def _write(self, f: Frame) -> None:
         db = self._db

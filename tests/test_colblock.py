@@ -27,7 +27,7 @@ from memtop import colblock, colscan
 from memtop.colblock import NULL, Blocks, Broken, decode, encode
 from memtop.errors import UserError
 from memtop.report import build_report, render
-from memtop.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES, Recording, Writer
+from memtop.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES, Recording, Writer, host_figure_rows
 
 ROOT = Path(__file__).parent.parent
 BLOCK_S = 10.0  # (the real 300 s would give one block per stream on these 2-minute recordings)
@@ -347,9 +347,6 @@ _MODE = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU
 SQL = {  # each stream's rows as the Writer gave them to its blocks, in the order the report reads them
     "frame": "SELECT t FROM frame ORDER BY t",
     "gpu": f"SELECT t, gpu, {_MODE}, {', '.join(c for c, _ in GPU_COLS)} FROM gpu ORDER BY t, gpu",
-    "host": "SELECT h.t, coalesce(l.iowait_pct, 0.0), coalesce(l.procs, -1) FROM host h"
-    " LEFT JOIN host_load l ON l.t = h.t ORDER BY h.t",
-    "host_proc": "SELECT t, pid, cpu_pct, worker_of, name, state FROM host_proc ORDER BY t, i",
     "stack": "SELECT t, pid, tid, name, active, gil, stack, error FROM stack_sample ORDER BY t, pid, rowid",
     "perf": "SELECT t, pid, json_array_length(data) FROM perf ORDER BY t, rowid",
     "perf_rate": "SELECT p.t, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]')"
@@ -358,7 +355,10 @@ SQL = {  # each stream's rows as the Writer gave them to its blocks, in the orde
 
 
 def _sql_rows(db: sqlite3.Connection, stream: str, lo: float, hi: float, seed: float | None = None) -> list:
-    rows = db.execute(SQL[stream]).fetchall()
+    if stream in ("host", "host_proc"):  # (no rows of their own: the host JSON's figures)
+        rows = host_figure_rows(db)[stream == "host_proc"]
+    else:
+        rows = db.execute(SQL[stream]).fetchall()
     keep = [r for r in rows if lo <= r[0] <= hi]
     if seed is not None:
         before = [r for r in rows if r[0] <= seed]
@@ -696,14 +696,13 @@ ROWS_COUNTED = {  # rows added or deleted after recording: the blocks' count of 
     "a perf row added": "INSERT INTO perf SELECT t + 0.01, pid, data FROM perf LIMIT 1",
     "host rows deleted": "DELETE FROM host WHERE t IN (SELECT t FROM host LIMIT 3 OFFSET 40)",
     "bad stack json": "UPDATE stack SET frames = '[[1,2' || id WHERE id IN (SELECT id FROM stack LIMIT 3)",
-    "host_proc pid text": "UPDATE host_proc SET pid = 'x' WHERE t IN (SELECT t FROM host_proc LIMIT 5)",
 }
 
 
 @pytest.mark.parametrize("case", sorted(ROWS_COUNTED))
 def test_rows_added_or_deleted_after_recording_report_as_frames(case, many, tmp_path):
     """A row added to or deleted from a table under the blocks (or a table the blocks do not stand
-    for: stack frames, host_proc) after recording: the report is the Frame path's."""
+    for: stack frames) after recording: the report is the Frame path's."""
     path = _edit_rows(Path(shutil.copyfile(many["labelled_s2"], tmp_path / "e.memtop")), ROWS_COUNTED[case])
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
 

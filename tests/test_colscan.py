@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, REC
 
-from memtop import colscan, stackwin
+from memtop import colblock, colscan, stackwin
 from memtop.errors import UserError
 from memtop.report import build_report, render
 from memtop.store import Recording, Writer
@@ -263,12 +263,18 @@ def _count(path: Path, sql: str) -> int:
         db.close()
 
 
-def test_host_figures_report_the_same_bytes(rewritten):
+# a real H100 recording by the memtop of 2026-11-24, which stored the host figures as rows too
+# (host_load, host_proc); readers still read them where no column block stands for them
+LEGACY = DATA / "blocks_s11.memtop"
+
+
+def test_the_writer_stores_no_host_figure_rows(rewritten):
+    """The figures are in the host JSON (and its column blocks): no third copy as rows."""
     for path in rewritten.values():
-        assert _count(path, "SELECT count(*) FROM host_load") == _count(path, "SELECT count(*) FROM host") > 0
+        assert (
+            _count(path, "SELECT count(*) FROM sqlite_master WHERE name IN ('host_load', 'host_proc')") == 0
+        )
         _same(path)
-    torch = rewritten["heldout_torch_s3"]
-    assert _count(torch, "SELECT count(worker_of) FROM host_proc") > 1000  # DataLoader workers
 
 
 def _without_blocks(src: Path, path: Path) -> None:
@@ -280,11 +286,14 @@ def _without_blocks(src: Path, path: Path) -> None:
     db.close()
 
 
-def test_host_figures_are_read_instead_of_the_json(rewritten, monkeypatch, tmp_path):
-    """The column path decodes a host sample's JSON only for a process's newest figures, and a
-    change to the stored figures changes its report (not the Frame path's, which reads the JSON)."""
+def test_host_figure_rows_of_older_recordings_are_read_instead_of_the_json(monkeypatch, tmp_path):
+    """In a recording with host_load/host_proc rows and no blocks, the column path decodes a host
+    sample's JSON only for a process's newest figures, and a change to the stored figures changes
+    its report (not the Frame path's, which reads the JSON)."""
     path = tmp_path / "r.memtop"
-    _without_blocks(rewritten["heldout_torch_s3"], path)
+    _without_blocks(LEGACY, path)
+    assert _count(path, "SELECT count(*) FROM host_load") == _count(path, "SELECT count(*) FROM host") > 0
+    assert _count(path, "SELECT count(worker_of) FROM host_proc") > 100  # DataLoader workers
     decoded = []
     real = colscan.plain_host
     monkeypatch.setattr(
@@ -292,6 +301,7 @@ def test_host_figures_are_read_instead_of_the_json(rewritten, monkeypatch, tmp_p
     )
     before = _report(path, True, "json", {})
     assert 0 < len(decoded) < 0.05 * _count(path, "SELECT count(*) FROM host")
+    assert before == _report(path, False, "json", {})
     db = sqlite3.connect(path)
     db.execute("UPDATE host_proc SET cpu_pct = 100.0 WHERE worker_of IS NULL")
     db.commit()
@@ -312,11 +322,11 @@ def test_host_figures_are_read_instead_of_the_json(rewritten, monkeypatch, tmp_p
         "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)",
     ],
 )
-def test_damaged_host_figures_fall_back_to_frames(sql, rewritten, tmp_path, monkeypatch):
-    """Figures that are not as the Writer stores them, or a damaged blob beside them: the Frame path
+def test_damaged_host_figures_fall_back_to_frames(sql, tmp_path, monkeypatch):
+    """Figures that are not as that Writer stored them, or a damaged blob beside them: the Frame path
     (in a recording without column blocks, which the report reads instead where they are)."""
     path = tmp_path / "d.memtop"
-    _without_blocks(rewritten["labelled_s2"], path)
+    _without_blocks(LEGACY, path)
     db = sqlite3.connect(path)
     db.execute(sql)
     db.commit()
@@ -328,11 +338,16 @@ def test_damaged_host_figures_fall_back_to_frames(sql, rewritten, tmp_path, monk
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
 
 
-def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path):
-    """A process name with bad UTF-8 has no TEXT form: that sample gets no figures, and the report
-    reads its JSON; the result is the same."""
+def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path, monkeypatch):
+    """A process name with bad UTF-8 has no TEXT form: that sample's block row says so (procs -1),
+    and the report reads its JSON; the result is the same."""
     from dataclasses import replace
 
+    from memtop.colblock import Blocks
+    from memtop.store import BLOCK_STREAMS
+
+    monkeypatch.setattr(colblock, "BLOCK_S", 10.0)  # (blocks for a 142 s run)
+    monkeypatch.setattr(colblock, "GRACE_S", 2.0)
     rec = Recording(REC[2])
     out = tmp_path / "bad.memtop"
     w = Writer(out, rec.meta, force=True)
@@ -342,7 +357,10 @@ def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path):
             f = replace(f, host=replace(f.host, procs=procs))
         w.add(f)
     w.close()
-    assert 0 < _count(out, "SELECT count(*) FROM host_load") < _count(out, "SELECT count(*) FROM host")
+    db = sqlite3.connect(out)
+    procs = Blocks(db, "host", BLOCK_STREAMS["host"], "host").read(-1e18, 1e18)["procs"]
+    db.close()
+    assert 0 < (procs == -1).sum() < len(procs)
     _same(out, VARIANTS[:2])
 
 
