@@ -52,6 +52,7 @@ from memtop.store import (
     GPU_MODES,
     HOST_KEY_EVERY,
     HOST_PROC_FIELDS,
+    STACK_SQL,
     Recording,
     _caps_from_json,
     _host_from_blob,
@@ -1010,10 +1011,6 @@ def _types(values: tuple, *kinds: type) -> bool:
     return set(map(type, values)) <= set(kinds)
 
 
-# stack_sample's columns but the stored class, which is never read (store.stack_sample): no text per row
-_STACK_SQL = "SELECT t, pid, tid, name, active, gil, NULL, stack, error FROM stack_sample"
-
-
 class _Stacks:
     """The stack samples, the Frames they are in, and the order the classifier's window takes them."""
 
@@ -1072,9 +1069,9 @@ class _Stacks:
         rows: list = []
         if seed is not None:  # Recording._seed: the samples of the last 3 s
             rows += _utf8(
-                rec, lambda: rec._q(f"{_STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0))
+                rec, lambda: rec._q(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0))
             )
-        rows += _utf8(rec, lambda: rec._q(f"{_STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)))
+        rows += _utf8(rec, lambda: rec._q(f"{STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)))
         return rows
 
     def _held(self, k: np.ndarray, t: np.ndarray, until: np.ndarray) -> np.ndarray:

@@ -47,7 +47,9 @@ from memtop.model import (
 )
 from memtop.sanitize import clean
 
-SCHEMA_VERSION = 2  # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers
+# 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
+# 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored
+SCHEMA_VERSION = 3
 PAGE_SIZE = 2048  # small tables cost a page each: 2 KiB pages save ~1.5 MB per GPU-hour of a short run
 HOST_KEY_EVERY = 20  # every 20th host blob stands alone; the others are deflated against the one before
 SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one starts with t=0.0: zero bytes)
@@ -100,8 +102,8 @@ CREATE TABLE series(t REAL NOT NULL, gpu INTEGER NOT NULL, metric TEXT NOT NULL,
 CREATE TABLE host(t REAL PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE stack(id INTEGER PRIMARY KEY, frames TEXT NOT NULL UNIQUE);
 CREATE TABLE stack_sample(t REAL NOT NULL, pid INTEGER NOT NULL, tid INTEGER, name TEXT, active INTEGER,
-                          gil INTEGER, klass TEXT, stack INTEGER REFERENCES stack(id), error TEXT);
-CREATE INDEX stack_sample_t ON stack_sample(t);
+                          gil INTEGER, klass TEXT, stack INTEGER REFERENCES stack(id), error TEXT,
+                          i INTEGER NOT NULL, PRIMARY KEY (t, pid, i)) WITHOUT ROWID;
 CREATE TABLE perf(t REAL NOT NULL, pid INTEGER NOT NULL, data TEXT NOT NULL);
 CREATE INDEX perf_t ON perf(t);
 CREATE TABLE caps(t REAL NOT NULL, data TEXT NOT NULL);
@@ -109,6 +111,10 @@ CREATE TABLE note(t REAL NOT NULL, text TEXT NOT NULL);
 CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, name TEXT, facts TEXT);
 {colblock.SCHEMA}
 """
+
+# a stack_sample row as readers take it (any schema: schema 3 adds i, the thread's place in its dump,
+# which ORDER BY t, pid follows), the stored class left out: it is derived on read (Recording._klass)
+STACK_SQL = "SELECT t, pid, tid, name, active, gil, NULL, stack, error FROM stack_sample"
 
 # the streams stored again as column blocks (memtop.colblock), read by the report (memtop.colscan):
 # Frame times, GPU rows (the mode as its index into GPU_MODES), what _host_figures stores (a host
@@ -741,17 +747,31 @@ class Writer:
         for s in f.stacks:
             if not self._changed(("stack", s.pid), s.t):
                 continue
+            if db.execute("SELECT 1 FROM stack_sample WHERE t=? AND pid=?", (s.t, s.pid)).fetchone():
+                continue  # a dump at a time already written for this process (the key's): once
             if s.error is not None and not s.threads:
-                db.execute(
-                    "INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)",
-                    (s.t, s.pid, None, None, None, None, None, None, s.error),
-                )
-                blocks.add("stack", (s.t, s.pid, None, None, None, None, None, s.error))
-            for th in s.threads:
-                row = (s.t, s.pid, th.tid, th.name, int(th.active), int(th.owns_gil))
-                sid = self._stack_id(th.frames)
-                db.execute("INSERT INTO stack_sample VALUES (?,?,?,?,?,?,?,?,?)", (*row, th.klass, sid, None))
-                blocks.add("stack", (*row, sid, None))
+                rows = [(s.t, s.pid, None, None, None, None, None, s.error)]
+            else:
+                rows = [
+                    (
+                        s.t,
+                        s.pid,
+                        th.tid,
+                        th.name,
+                        int(th.active),
+                        int(th.owns_gil),
+                        self._stack_id(th.frames),
+                        None,
+                    )
+                    for th in s.threads
+                ]
+            # the class is derived on read (Recording._klass), never stored
+            db.executemany(
+                "INSERT INTO stack_sample VALUES (?,?,?,?,?,?,NULL,?,?,?)",
+                [(*r, i) for i, r in enumerate(rows)],
+            )
+            for r in rows:
+                blocks.add("stack", r)
         for p in f.perf:
             if self._changed(("perf", p.pid), p.t):
                 db.execute("INSERT INTO perf VALUES (?,?,?)", (p.t, p.pid, json.dumps(p.rates)))
@@ -1057,7 +1077,7 @@ class Recording:
             if kind not in skip
         ]
         if "stack" not in skip:
-            q = self._q("SELECT * FROM stack_sample WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi))
+            q = self._q(f"{STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi))
             streams.append((1, 8, "stack", _Ahead(q)))
         q = self._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (lo, hi))
         streams.append((2, 9, "frame", _Ahead(q)))
@@ -1115,7 +1135,7 @@ class Recording:
         if r:
             st.apply(self, "caps", r)
         for _, rows in itertools.groupby(
-            self._q("SELECT * FROM stack_sample WHERE t<=? AND t>? ORDER BY t, pid", (t, t - 3.0)),
+            self._q(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (t, t - 3.0)),
             key=_SAMPLE,
         ):
             st.apply(self, "stack", tuple(rows))

@@ -347,7 +347,7 @@ _MODE = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU
 SQL = {  # each stream's rows as the Writer gave them to its blocks, in the order the report reads them
     "frame": "SELECT t FROM frame ORDER BY t",
     "gpu": f"SELECT t, gpu, {_MODE}, {', '.join(c for c, _ in GPU_COLS)} FROM gpu ORDER BY t, gpu",
-    "stack": "SELECT t, pid, tid, name, active, gil, stack, error FROM stack_sample ORDER BY t, pid, rowid",
+    "stack": "SELECT t, pid, tid, name, active, gil, stack, error FROM stack_sample ORDER BY t, pid, i",
     "perf": "SELECT t, pid, json_array_length(data) FROM perf ORDER BY t, rowid",
     "perf_rate": "SELECT p.t, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]')"
     " FROM perf p, json_each(p.data) j ORDER BY p.t, p.rowid, j.key",
@@ -692,7 +692,8 @@ ROWS_COUNTED = {  # rows added or deleted after recording: the blocks' count of 
     "frame t far ahead": "INSERT INTO frame VALUES (9e11)",
     "frames deleted": "DELETE FROM frame WHERE t IN (SELECT t FROM frame LIMIT 100 OFFSET 300)",
     "gpu rows deleted": "DELETE FROM gpu WHERE t IN (SELECT t FROM gpu LIMIT 100 OFFSET 300)",
-    "stack rows deleted": "DELETE FROM stack_sample WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 100 OFFSET 100)",
+    "stack rows deleted": "DELETE FROM stack_sample WHERE (t, pid, i) IN"
+    " (SELECT t, pid, i FROM stack_sample LIMIT 100 OFFSET 100)",
     "a perf row added": "INSERT INTO perf SELECT t + 0.01, pid, data FROM perf LIMIT 1",
     "host rows deleted": "DELETE FROM host WHERE t IN (SELECT t FROM host LIMIT 3 OFFSET 40)",
     "bad stack json": "UPDATE stack SET frames = '[[1,2' || id WHERE id IN (SELECT id FROM stack LIMIT 3)",
@@ -711,7 +712,7 @@ ROWS_CHANGED = {  # values changed in place after recording (tests/test_damaged.
     "gpu util changed": "UPDATE gpu SET util = 0 WHERE t IN (SELECT t FROM gpu LIMIT 200 OFFSET 300)",
     "float clock_events": "UPDATE gpu SET clock_events = 0.5",
     "inf sm": "UPDATE gpu SET sm = 1e999",
-    "text stack pid": "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
+    "text stack pid": "UPDATE stack_sample SET pid = 'x' WHERE (t, pid, i) IN (SELECT t, pid, i FROM stack_sample LIMIT 9)",
     "text perf": 'UPDATE perf SET data = \'{"a": "b"}\'',
 }
 

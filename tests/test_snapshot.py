@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -95,6 +96,10 @@ def test_job_identity_from_a_real_process_environ():
     }
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
     try:
+        for _ in range(200):  # until it has exec'd (before, /proc shows the forked parent's environ)
+            if b"time.sleep" in Path(f"/proc/{p.pid}/cmdline").read_bytes():
+                break
+            time.sleep(0.01)
         job = read_job(p.pid)
     finally:
         p.kill()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sqlite3
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REC
+from conftest import DATA, REC
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +47,30 @@ def test_round_trip_equal_frames(frames_s0, tmp_path):
         assert a.perf == b.perf
     n_series = sum(len(f.series) for f in src)
     assert n_series and n_series == sum(len(f.series) for f in back)
+
+
+def test_stack_rows_keyed_by_dump_and_place(tmp_path):
+    """Schema 3: a dump's threads keep their order, the class is derived on read (not stored), and a
+    dump at a time already written for its process (a clock going back) is stored once, the
+    recording going on."""
+    from dataclasses import replace
+
+    src = list(itertools.islice(Recording(DATA / "heldout_torch_s3.memtop").frames(), 600))  # threads
+    k = next(i for i, f in enumerate(src) if any(len(s.threads) > 1 for s in f.stacks))
+    first = next(s for s in src[k].stacks if len(s.threads) > 1)
+    flipped = replace(first, threads=first.threads[::-1])
+    src[k] = replace(src[k], stacks=tuple(flipped if s is first else s for s in src[k].stacks))
+    later = next(i for i in range(k + 1, len(src)) if any(s.pid == first.pid for s in src[i].stacks))
+    again = replace(first, threads=first.threads[:1])  # the same (t, pid), after another dump of it
+    src.insert(later + 1, replace(src[later + 1], stacks=(again,)))
+    rec = _copy(src, tmp_path / "k.memtop")
+    db = sqlite3.connect(tmp_path / "k.memtop")
+    rows = db.execute("SELECT tid, i FROM stack_sample WHERE t=? AND pid=? ORDER BY i", (first.t, first.pid))
+    assert [r[0] for r in rows] == [th.tid for th in flipped.threads]
+    assert db.execute("SELECT count(klass) FROM stack_sample").fetchone()[0] == 0
+    assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "3"
+    back = next(s for f in rec.frames() for s in f.stacks if (s.pid, s.t) == (first.pid, first.t))
+    assert back.threads == flipped.threads  # (classes included: derived on read as they were)
 
 
 def test_markers_round_trip(frames_s0, tmp_path):
