@@ -48,7 +48,8 @@ from memtop.model import (
 from memtop.sanitize import clean
 
 # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
-# 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored
+# 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored; stack
+#    without its text's unique index; host a rowid table (fuller pages); caps deflated
 SCHEMA_VERSION = 3
 PAGE_SIZE = 2048  # small tables cost a page each: 2 KiB pages save ~1.5 MB per GPU-hour of a short run
 HOST_KEY_EVERY = 20  # every 20th host blob stands alone; the others are deflated against the one before
@@ -99,8 +100,8 @@ CREATE TABLE gpu(t REAL NOT NULL, gpu INTEGER NOT NULL, mode TEXT NOT NULL, {", 
 CREATE TABLE gpu_state(t REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name TEXT, mig INTEGER, link TEXT, processes TEXT);
 CREATE TABLE series(t REAL NOT NULL, gpu INTEGER NOT NULL, metric TEXT NOT NULL, data BLOB NOT NULL,
                     PRIMARY KEY (t, gpu, metric)) WITHOUT ROWID;
-CREATE TABLE host(t REAL PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE stack(id INTEGER PRIMARY KEY, frames TEXT NOT NULL UNIQUE);
+CREATE TABLE host(t REAL PRIMARY KEY, data BLOB NOT NULL);
+CREATE TABLE stack(id INTEGER PRIMARY KEY, frames TEXT NOT NULL);
 CREATE TABLE stack_sample(t REAL NOT NULL, pid INTEGER NOT NULL, tid INTEGER, name TEXT, active INTEGER,
                           gil INTEGER, klass TEXT, stack INTEGER REFERENCES stack(id), error TEXT,
                           i INTEGER NOT NULL, PRIMARY KEY (t, pid, i)) WITHOUT ROWID;
@@ -537,13 +538,23 @@ def host_json(raw: bytes) -> object:
     return json.loads(raw.decode("utf-8", "surrogateescape"))
 
 
-def _caps_json(caps: tuple[Capability, ...]) -> str:
-    return json.dumps([[c.source, c.name, c.state.value, c.detail, c.fix] for c in caps])
+def _caps_blob(caps: tuple[Capability, ...]) -> bytes:
+    """The capabilities' JSON, deflated (schema 3: a row repeats every process's entry, ~1 KB)."""
+    return zlib.compress(
+        json.dumps([[c.source, c.name, c.state.value, c.detail, c.fix] for c in caps]).encode(), 6
+    )
 
 
-def _caps_from_json(text: str) -> tuple[Capability, ...]:
+def _caps_from_json(data: str | bytes) -> tuple[Capability, ...]:
+    """A caps row's data: its JSON as text (schemas 1, 2) or deflated (schema 3)."""
+    if isinstance(data, bytes):
+        z = zlib.decompressobj()
+        raw = z.decompress(data, 16 << 20)  # (a bomb is not a list of capabilities)
+        if z.unconsumed_tail or not z.eof:
+            raise Damaged("caps data too large or cut")
+        data = raw.decode()
     out = []
-    for c in _seq(json.loads(_str(text, "caps")), "caps"):
+    for c in _seq(json.loads(_str(data, "caps")), "caps"):
         s, n, st, d, f = (_str(x, "caps") for x in _seq(c, "caps"))
         out.append(Capability(s, n, CapState(st), d, f))
     return tuple(out)
@@ -783,7 +794,7 @@ class Writer:
                     blocks.drop("perf")
                     blocks.drop("perf_rate")
         if f.caps and self._changed(("caps",), f.caps):
-            db.execute("INSERT INTO caps VALUES (?, ?)", (f.t, _caps_json(f.caps)))
+            db.execute("INSERT INTO caps VALUES (?, ?)", (f.t, _caps_blob(f.caps)))
         for n in f.notes:
             if self._changed(("note", n), True):
                 db.execute("INSERT INTO note VALUES (?, ?)", (f.t, n))

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import zlib
 
 import pytest
 from conftest import REC
 
 from memtop.cli import main
 
+_CAPS_CUT = zlib.compress(b'[["a", "b", "available", "c", ""]]')[:-6].hex()
+_CAPS_BOMB = zlib.compress(b"[" * (64 << 20), 9).hex()
 CASES = {
     "text frame t": "UPDATE frame SET t = 'x' WHERE t IN (SELECT t FROM frame LIMIT 1)",
     "+inf frame t": "INSERT INTO frame VALUES (1e999)",
@@ -35,6 +38,10 @@ CASES = {
     "deep stack json": f"UPDATE stack SET frames = '{'[' * 5000}{']' * 5000}' WHERE id = (SELECT min(id) FROM stack)",
     "deep link json": f"UPDATE gpu_state SET link = '{'[' * 5000}{']' * 5000}'",
     "text caps": "UPDATE caps SET data = '[[1,2,3,4,5]]'",
+    # schema 3 deflates caps: a blob that is no zlib, one cut short, one inflating to 64 MiB of '['
+    "bad zlib caps": "UPDATE caps SET data = X'789c00'",
+    "cut zlib caps": f"UPDATE caps SET data = X'{_CAPS_CUT}'",
+    "caps bomb": f"UPDATE caps SET data = X'{_CAPS_BOMB}'",
     "text perf": 'UPDATE perf SET data = \'{"a": "b"}\'',
     "text stack pid": "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
     "thread without a class": "UPDATE stack_sample SET klass = NULL WHERE rowid IN "
