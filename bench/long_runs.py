@@ -6,6 +6,7 @@ the hour and the 8 hours repeat that tile with shifted timestamps at the SQL lev
 Frames through the Writer would take most of an hour here).
 
 usage: nice python bench/long_runs.py [--hours 1,8] [--dir DIR] [--json OUT.json]
+       python bench/long_runs.py --only-sizes   (each real recording written for an hour: MB/GPU-h)
        nice -n -5 python bench/long_runs.py --only-report --report-before <checkout> --runs 3
          (cold reports only, this tree and the checkout alternated on the same files)
 """
@@ -27,6 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 SRC = ROOT / "tests/data/labelled_s2.memtop"
 REAL = sorted((ROOT / "tests/data").glob("labelled_s*.memtop"))
+# every real recording: written for an hour through the Writer, as `memtop record` would write it
+WRITTEN = sorted((ROOT / "tests/data").glob("*.memtop")) + sorted(
+    (ROOT / "tests/data/multi").glob("*.memtop")
+)
 # tables whose rows repeat per tile, and their time columns
 TIMED = {
     "frame": ("t",),
@@ -55,6 +60,43 @@ def rewrite(src: Path, out: Path) -> None:
     w.add_markers(rec.markers())
     w.close()
     rec.close()
+
+
+def writer_hour(src: Path, out: Path, seconds: float = 3600.0) -> dict:
+    """MB per GPU-hour of the real recording ``src`` repeated (shifted times) to ``seconds`` through
+    this version's Writer, page by page as `memtop record` fills the file; its largest tables."""
+    from store_bench import shifted
+
+    from memtop.store import Recording, Writer
+
+    rec = Recording(src)
+    frames = list(rec.frames())
+    span = rec.duration + 0.1
+    if out.exists():
+        out.unlink()
+    w = Writer(out, rec.meta, force=True)
+    for k in range(max(1, round(seconds / span))):
+        for f in shifted(frames, k * span):
+            w.add(f)
+            while w._q.qsize() > 5000:
+                time.sleep(0.001)
+    w.add_markers(rec.markers())
+    w.close()
+    rec.close()
+    tables = sorted(by_table(out).items(), key=lambda kv: -kv[1])[:6]
+    scale = size_per_gpu_hour(out) / os.path.getsize(out)
+    return {
+        "mb_per_gpu_hour": round(size_per_gpu_hour(out), 2),
+        "largest_mb_per_gpu_hour": {k: round(v * scale, 2) for k, v in tables},
+    }
+
+
+def _writer_hour(args: tuple[Path, Path]) -> tuple[str, dict]:
+    src, d = args
+    out = d / f"wh_{src.parent.name}_{src.name}"
+    got = writer_hour(src, out)
+    out.unlink()
+    return f"{src.parent.name}/{src.name}" if src.parent.name == "multi" else src.name, got
 
 
 def tile(tile_path: Path, out: Path, seconds: float) -> None:
@@ -217,6 +259,11 @@ def main() -> None:
         help="a checkout that reads this version's recordings: its cold report on the same file, alternated",
     )
     ap.add_argument("--runs", type=int, default=1, help="cold report runs per tree (min and median kept)")
+    ap.add_argument(
+        "--only-sizes",
+        action="store_true",
+        help="MB per GPU-hour of every real recording written for an hour",
+    )
     a = ap.parse_args()
     d = (a.dir or Path(tempfile.mkdtemp(prefix="memtop-long-"))).resolve()
     d.mkdir(parents=True, exist_ok=True)
@@ -231,6 +278,18 @@ def main() -> None:
         rewrite(p, out)
         sizes[p.name] = {"before": round(size_per_gpu_hour(p), 2), "after": round(size_per_gpu_hour(out), 2)}
     res["mb_per_gpu_hour_real"] = sizes
+    if not a.only_report:  # an hour of each real recording through the Writer (two at a time)
+        from multiprocessing import Pool
+
+        with Pool(2) as pool:
+            res["mb_per_gpu_hour_written_hour"] = dict(pool.map(_writer_hour, [(p, d) for p in WRITTEN]))
+        worst = max(res["mb_per_gpu_hour_written_hour"].items(), key=lambda kv: kv[1]["mb_per_gpu_hour"])
+        print("largest per GPU-hour:", json.dumps(worst), file=sys.stderr, flush=True)
+    if a.only_sizes:
+        print(json.dumps(res, indent=1))
+        if a.json:
+            a.json.write_text(json.dumps(res, indent=1))
+        return
     tile_path = d / "tile.memtop"
     if tile_path.exists():
         tile_path.unlink()

@@ -105,7 +105,8 @@ class Outcome:
 
 
 def make_bases(cache: Path) -> list[Path]:
-    """Short copies of the real recordings (the first WINDOW_S seconds), made once."""
+    """Short copies of the real recordings (the first WINDOW_S seconds), and the first of them written
+    again by this version's Writer, made once."""
     cache.mkdir(parents=True, exist_ok=True)
     out = []
     for name in BASES:
@@ -134,6 +135,20 @@ def make_bases(cache: Path) -> list[Path]:
             db.close()
             tmp.rename(dst)
         out.append(dst)
+    dst = cache / "written_s0.memtop"  # the first cut as this version's Writer writes it (schema 3)
+    if not dst.exists():
+        from memtop.store import Recording, Writer
+
+        rec = Recording(out[0])
+        tmp = cache / "written_s0.memtop.tmp"
+        w = Writer(tmp, rec.meta, force=True)
+        for f in rec.frames():
+            w.add(f)
+        w.add_markers(rec.markers())
+        w.close()
+        rec.close()
+        tmp.rename(dst)
+    out.append(dst)
     return out
 
 
