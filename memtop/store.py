@@ -49,7 +49,7 @@ from memtop.sanitize import clean
 
 # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
 # 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored; stack
-#    without its text's unique index; host a rowid table (fuller pages); caps deflated
+#    without its text's unique index; host a rowid table (fuller pages); caps and stack text deflated
 SCHEMA_VERSION = 3
 PAGE_SIZE = 2048  # small tables cost a page each: 2 KiB pages save ~1.5 MB per GPU-hour of a short run
 HOST_KEY_EVERY = 20  # every 20th host blob stands alone; the others are deflated against the one before
@@ -538,23 +538,34 @@ def host_json(raw: bytes) -> object:
     return json.loads(raw.decode("utf-8", "surrogateescape"))
 
 
+def deflated_json(value: object) -> bytes:
+    """A JSON column as schema 3 stores it (caps, stack frames): deflated text."""
+    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 6)
+
+
+def json_text(data: object, what: str) -> str:
+    """A JSON column's text as stored: text (schemas 1, 2) or deflated (schema 3), inflated to at most
+    16 MiB (a bomb is no list of capabilities or frames); anything else raises Damaged."""
+    if not isinstance(data, bytes):
+        return _str(data, what)
+    z = zlib.decompressobj()
+    try:
+        raw = z.decompress(data, 16 << 20)
+    except zlib.error:
+        raise Damaged(f"{what} is not deflated JSON") from None
+    if z.unconsumed_tail or not z.eof:
+        raise Damaged(f"{what} too large or cut short")
+    return raw.decode()
+
+
 def _caps_blob(caps: tuple[Capability, ...]) -> bytes:
-    """The capabilities' JSON, deflated (schema 3: a row repeats every process's entry, ~1 KB)."""
-    return zlib.compress(
-        json.dumps([[c.source, c.name, c.state.value, c.detail, c.fix] for c in caps]).encode(), 6
-    )
+    """Schema 3 deflates caps: a row repeats every watched process's entry (~1 KB of JSON)."""
+    return deflated_json([[c.source, c.name, c.state.value, c.detail, c.fix] for c in caps])
 
 
 def _caps_from_json(data: str | bytes) -> tuple[Capability, ...]:
-    """A caps row's data: its JSON as text (schemas 1, 2) or deflated (schema 3)."""
-    if isinstance(data, bytes):
-        z = zlib.decompressobj()
-        raw = z.decompress(data, 16 << 20)  # (a bomb is not a list of capabilities)
-        if z.unconsumed_tail or not z.eof:
-            raise Damaged("caps data too large or cut")
-        data = raw.decode()
     out = []
-    for c in _seq(json.loads(_str(data, "caps")), "caps"):
+    for c in _seq(json.loads(json_text(data, "caps")), "caps"):
         s, n, st, d, f = (_str(x, "caps") for x in _seq(c, "caps"))
         out.append(Capability(s, n, CapState(st), d, f))
     return tuple(out)
@@ -602,7 +613,7 @@ class Writer:
         self.frames = 0
         self._q: queue.Queue = queue.Queue(maxsize=10000)
         self._last: dict[tuple, object] = {}
-        self._stack_ids: dict[str, int] = {}
+        self._stack_ids: dict[tuple, int] = {}
         self._host_prev: bytes | None = None
         self._host_n = 0
         self._gpu_t: dict[int, float] = {}  # each GPU's newest row time (its blocks need them in order)
@@ -695,12 +706,12 @@ class Writer:
         return True
 
     def _stack_id(self, frames: tuple[StackFrame, ...]) -> int:
-        text = json.dumps([[f.name, f.file, f.line, f.code] for f in frames], separators=(",", ":"))
-        sid = self._stack_ids.get(text)
+        key = tuple((f.name, f.file, f.line, f.code) for f in frames)
+        sid = self._stack_ids.get(key)
         if sid is None:
-            sid = self._db.execute("INSERT INTO stack(frames) VALUES (?)", (text,)).lastrowid
+            sid = self._db.execute("INSERT INTO stack(frames) VALUES (?)", (deflated_json(key),)).lastrowid
             assert sid is not None  # an INSERT sets it
-            self._stack_ids[text] = sid
+            self._stack_ids[key] = sid
         return sid
 
     def _host_figures(self, t: float, raw: bytes) -> None:
@@ -995,7 +1006,7 @@ class Recording:
             try:
                 fr = tuple(
                     StackFrame(_str(n, "function"), _str(f, "file"), _int(ln, "line"), _str(c, "code"))
-                    for n, f, ln, c in _seq(json.loads(_str(row and row[0], "stack")), "stack")
+                    for n, f, ln, c in _seq(json.loads(json_text(row and row[0], "stack")), "stack")
                 )
             except (ValueError, TypeError, RecursionError):
                 fr = ()

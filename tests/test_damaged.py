@@ -38,10 +38,12 @@ CASES = {
     "deep stack json": f"UPDATE stack SET frames = '{'[' * 5000}{']' * 5000}' WHERE id = (SELECT min(id) FROM stack)",
     "deep link json": f"UPDATE gpu_state SET link = '{'[' * 5000}{']' * 5000}'",
     "text caps": "UPDATE caps SET data = '[[1,2,3,4,5]]'",
-    # schema 3 deflates caps: a blob that is no zlib, one cut short, one inflating to 64 MiB of '['
+    # schema 3 deflates caps and stacks: a blob that is no zlib, one cut short, one inflating to 64 MiB of '['
     "bad zlib caps": "UPDATE caps SET data = X'789c00'",
     "cut zlib caps": f"UPDATE caps SET data = X'{_CAPS_CUT}'",
     "caps bomb": f"UPDATE caps SET data = X'{_CAPS_BOMB}'",
+    "stack bomb": f"UPDATE stack SET frames = X'{_CAPS_BOMB}' WHERE id = (SELECT min(id) FROM stack)",
+    "stack not zlib": "UPDATE stack SET frames = CAST(X'789c00' || id AS BLOB) WHERE id IN (SELECT id FROM stack LIMIT 3)",
     "text perf": 'UPDATE perf SET data = \'{"a": "b"}\'',
     "text stack pid": "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
     "thread without a class": "UPDATE stack_sample SET klass = NULL WHERE rowid IN "

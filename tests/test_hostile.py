@@ -21,6 +21,7 @@ from hostile import HOSTILE, hostile_recording
 
 from memtop.cli import main
 from memtop.sanitize import is_clean
+from memtop.store import json_text
 
 RAW = ("\x1b", "\x9b", "\x9d", "\x07", "\x00", "\u202e", "\x7f")
 
@@ -349,7 +350,9 @@ def test_record_of_a_hostile_process_ends_on_time_and_reads_nothing(shared_dir, 
     assert r.returncode == 0, r.stderr
     assert took < 9, took
     db = sqlite3.connect(out)
-    frames = [f for (text,) in db.execute("SELECT frames FROM stack") for f in json.loads(text)]
+    frames = [
+        f for (data,) in db.execute("SELECT frames FROM stack") for f in json.loads(json_text(data, "stack"))
+    ]
     files = {f[1] for f in frames}
     assert {"/etc/shadow", "/dev/zero", str(fifo)} <= files
     assert all(f[3] == "" for f in frames if f[1] in ("/etc/shadow", "/dev/zero", str(fifo)))
