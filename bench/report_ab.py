@@ -19,13 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from trees import prelude
+
 ROOT = Path(__file__).parent.parent
-# the checkout's own memtop, not the one installed in editable mode (its finder comes first on sys.path)
-PRELUDE = (
-    "import sys; sys.meta_path = [m for m in sys.meta_path if 'editable' not in repr(m).lower()]; "
-    "sys.path[:0] = [{tree!r}, {tree!r} + '/bench']; import memtop; "
-    "assert memtop.__file__.startswith({tree!r}), memtop.__file__; "
-)
 BUILD = "from pathlib import Path; from long_runs import rewrite, tile, SRC; rewrite(SRC, Path(sys.argv[1])); tile(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))"
 REPORT = "from memtop.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -45,7 +41,7 @@ def main() -> None:
         tile_path, out = d / f"{name}_tile.memtop", d / f"{name}_{a.hours:g}h.memtop"
         for p in (tile_path, out):
             p.unlink(missing_ok=True)
-        code = PRELUDE.format(tree=tree) + BUILD
+        code = prelude(tree) + BUILD
         subprocess.run([sys.executable, "-c", code, tile_path, out, str(a.hours * 3600)], check=True, cwd=d)
         files[name] = out
     runs: dict[str, list] = {k: [] for k in trees}
@@ -56,7 +52,7 @@ def main() -> None:
             r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             s = time.perf_counter()
             p = subprocess.run(
-                [sys.executable, "-c", PRELUDE.format(tree=tree) + REPORT, "report", files[name], "--format", "json"],
+                [sys.executable, "-c", prelude(tree) + REPORT, "report", files[name], "--format", "json"],
                 capture_output=True, text=True, check=True, cwd=d,
             )  # fmt: skip
             wall = time.perf_counter() - s

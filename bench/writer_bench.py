@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from trees import prelude
 
 ROOT = Path(__file__).parent.parent
 CHILD = """
@@ -51,11 +52,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         for _ in range(a.runs):
             for key, tree in trees.items():
-                env = {**os.environ, "PYTHONPATH": str(tree)} if tree else None
+                code = (prelude(str(tree)) if tree else "") + CHILD
                 out = subprocess.run(
-                    [sys.executable, "-c", CHILD, str(ROOT / "tests/data/labelled_s0.memtop"), f"{d}/w.memtop",
+                    [sys.executable, "-c", code, str(ROOT / "tests/data/labelled_s0.memtop"), f"{d}/w.memtop",
                      str(a.repeat)],
-                    capture_output=True, text=True, check=True, env=env, cwd=d,
+                    capture_output=True, text=True, check=True, cwd=d,
                 )  # fmt: skip
                 n, cpu, wall, size = out.stdout.split()
                 res[key].append(
