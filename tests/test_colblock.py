@@ -855,22 +855,29 @@ def test_a_recording_without_blocks_reports_from_the_rows(many, frame_reports, t
 
 RECORDED = DATA / "blocks_s11.memtop"  # 335 s of bench/workload.py --seed 11, closed with Ctrl-C
 KILLED = DATA / "blocks_killed_s11.memtop"  # the same run seen by a recorder killed with SIGKILL
+# schema 3 (no host_proc rows, stacks keyed by dump, deflated stacks and caps): 373 s of
+# bench/workloads/torch_fw.py --seed 13 --phase-s 12 (DataLoader workers, torch.compile), Ctrl-C
+SCHEMA3 = DATA / "schema3_torch_s13.memtop"
 
 
-def test_a_recorder_writes_blocks_the_report_reads(strict, reads, monkeypatch):
+@pytest.mark.parametrize(
+    ("path", "schema", "markers"), [(RECORDED, 2, 19), (SCHEMA3, 3, 26)], ids=["s2", "s3"]
+)
+def test_a_recorder_writes_blocks_the_report_reads(path, schema, markers, strict, reads, monkeypatch):
     """The real recorder's blocks: at least two per stream, the last to the end; the report reads
     every stream from them alone and gives the Frame path's bytes."""
-    db = _db(RECORDED)
+    db = _db(path)
     assert {
         s: n for s, n in db.execute("SELECT stream, count(*) FROM block GROUP BY stream")
     } == dict.fromkeys(BLOCK_STREAMS, 2)
-    assert db.execute("SELECT count(*) FROM marker").fetchone()[0] == 19  # (labelled: its phases)
+    assert db.execute("SELECT count(*) FROM marker").fetchone()[0] == markers  # (labelled: its phases)
+    assert json.loads(db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0]) == schema
     db.close()
-    want = {(fmt, json.dumps(kw)): _report(RECORDED, False, fmt, kw) for fmt, kw in VARIANTS}
+    want = {(fmt, json.dumps(kw)): _report(path, False, fmt, kw) for fmt, kw in VARIANTS}
     _no_rows(monkeypatch)
     for fmt, kw in VARIANTS:
         reads.clear()
-        assert _report(RECORDED, True, fmt, kw) == want[fmt, json.dumps(kw)], (fmt, kw)
+        assert _report(path, True, fmt, kw) == want[fmt, json.dumps(kw)], (fmt, kw)
         assert set(reads) == set(BLOCK_STREAMS) and all(all(v) for v in reads.values()), reads
 
 
