@@ -32,6 +32,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
+from memtop import labelcols
 from memtop.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_peers
 from memtop.colblock import NULL, Blocks
 from memtop.errors import UserError
@@ -1306,3 +1307,31 @@ def _aggregate(
     k = len(frames) - 1
     agg.last = Frame(frames[k], gpus=_samples_at(gpus, k), host=hosts.sample(k))
     return agg
+
+
+def phase_runs(rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | None:
+    """A replay's phase runs (``ReplaySource.phase_runs``) from the column scan, or None where this path
+    cannot be sure of the recording: per GPU, (offset, label) where each run of one label starts, the
+    offset being the Frame that closes the run's first bin, the first in a later bin
+    (``Classifier.feed``), which is where a replay's row first shows the label. The last bin, which no
+    Frame closes, has none. Serial: it runs in a thread of the TUI."""
+    try:
+        labels, _, _ = scan_columns(rec, None, rec.t0, rec.t1, workers=1)
+    except Unusual:
+        return None
+    ft = np.asarray(frame_times(rec, rec.t0, rec.t1), dtype=np.float64)
+    b = Classifier().bin_s  # (this scan's bins)
+    frame_bin = (ft // b) * b  # as Classifier.feed bins a Frame
+    out = {}
+    for g, labs in labels.items():
+        c = labelcols.columns(labs)
+        closing = np.searchsorted(frame_bin, c.t, "right")  # the first Frame in a later bin
+        closed = closing < len(ft)
+        label, closing = c.label[closed], closing[closed]
+        start = (
+            np.flatnonzero(np.r_[True, label[1:] != label[:-1]])
+            if len(label)
+            else np.zeros(0, dtype=np.int64)
+        )
+        out[g] = tuple((float(ft[closing[k]] - rec.t0 + 1e-6), str(label[k])) for k in start)
+    return out

@@ -509,3 +509,37 @@ def test_frame_times_are_the_rows(tmp_path):
     rec = Recording(odd)
     for lo, hi in [(-1e12, 1e12), (rec.t0, rec.t1)]:
         assert colscan.frame_times(rec, lo, hi) == want(rec, lo, hi)
+
+
+# -- a replay's phase runs (the overview strip, n / N) ---------------------------------------------
+def _runs_by_frames(path: Path) -> dict:
+    from memtop.pipeline import Pipeline, ReplaySource, Status
+
+    rec = Recording(path)
+    src = ReplaySource(rec, Pipeline(Status("replay"), rec.meta))
+    src._runs_by_frames(Recording(path))
+    return src.phase_runs
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["labelled_s2", "heldout_torch_s3", "multi/heldout_ddp_s11", "schema3_torch_s13", "blocks_killed_s11"],
+)
+def test_phase_runs_by_columns_are_the_frames_runs(name):
+    """Where each run of a label starts, and the offset at which a replay first shows it, from the
+    column scan: exactly what a classifier fed every Frame gives (on 1 and 2 GPUs, blocks or not)."""
+    path = DATA / f"{name}.memtop"
+    got = colscan.phase_runs(Recording(path))
+    assert got == _runs_by_frames(path)
+    assert got and all(len(r) > 5 for r in got.values())
+
+
+def test_a_replay_of_a_damaged_recording_finds_its_runs_by_frames(tmp_path):
+    from memtop.pipeline import Pipeline, ReplaySource, Status
+
+    path = _damage(tmp_path, "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)")
+    assert colscan.phase_runs(Recording(path)) is None
+    rec = Recording(path)
+    src = ReplaySource(rec, Pipeline(Status("replay"), rec.meta), fast_runs=colscan.phase_runs)
+    src._find_changes()
+    assert src.scanned and src.phase_runs == _runs_by_frames(path) and src.phase_runs[0]

@@ -287,7 +287,15 @@ def replay_app(
 
     rec = open_recording(path)
     pipeline = Pipeline(Status(mode, duration=rec.duration, speed=speed, source=str(path)), meta=rec.meta)
-    return _run_app(pipeline, ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at), args)
+    src = ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at, fast_runs=_phase_runs)
+    return _run_app(pipeline, src, args)
+
+
+def _phase_runs(rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | None:
+    """The overview strip's runs by columns (imported in the scan's thread: not at start-up)."""
+    from memtop.colscan import phase_runs
+
+    return phase_runs(rec)
 
 
 def live(args: argparse.Namespace) -> int:
