@@ -62,7 +62,31 @@ STACK_INTERVAL = _ranged(0.05, 60, " s")
 PAINT_RATE = _ranged(0.1, 30, " Hz")
 SPEED = _ranged(1 / 64, 64, "x", "1/64 and 64")
 DURATION = _ranged(0.1, 366 * 86400, " s")
-OFFSET = _ranged(0, 366 * 86400, " s")
+
+
+def _offset(text: str) -> float:
+    """A position in a recording as replay's go-to key takes it: 1:02:03, 62m, 90s, 3723 (or 3.7e3)."""
+    from memtop.timefmt import parse_clock
+
+    try:
+        v = float(text)
+    except ValueError:
+        try:
+            v = parse_clock(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not a time: {clean(text, 40)!r} (try 1:02:03, 62m, 90s or 3723)"
+            ) from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"not a finite time: {clean(text, 40)!r}")
+    if not 0 <= v <= 366 * 86400:
+        raise argparse.ArgumentTypeError(f"must be between 0 s and 366 days: {clean(text, 40)!r}")
+    return v
+
+
+_offset.__name__ = "time"
+OFFSET = _offset
+_AT = "from the start: 1:02:03, 62m, 90s or seconds"
 TIMEOUT = _ranged(0.1, 300, " s")
 
 
@@ -162,14 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("file", metavar="RUN.memtop")
     rp.add_argument("--summary", action="store_true", help="print what the file holds instead")
     rp.add_argument("--speed", type=SPEED, default=1.0, help="replay speed, 1/64-64 (default 1)")
+    rp.add_argument("--at", type=OFFSET, default=0.0, metavar="T", help=f"start there ({_AT})")
     _add_display(rp, default=argparse.SUPPRESS)
 
     rep = sub.add_parser("report", help="triage report of a recording")
     rep.add_argument("file", metavar="RUN.memtop")
     rep.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     rep.add_argument("--gpu", type=_index, metavar="N", help="only this GPU")
-    rep.add_argument("--from", dest="t_from", type=OFFSET, metavar="T", help="seconds from the start")
-    rep.add_argument("--to", dest="t_to", type=OFFSET, metavar="T", help="seconds from the start")
+    rep.add_argument("--from", dest="t_from", type=OFFSET, metavar="T", help=_AT)
+    rep.add_argument("--to", dest="t_to", type=OFFSET, metavar="T", help=_AT)
 
     ex = sub.add_parser("export", help="export a recording for the Perfetto UI")
     ex.add_argument("file", metavar="RUN.memtop")
@@ -183,8 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="replace OUT.json (a link is replaced, not followed)"
     )
     ex.add_argument("--gpu", type=_index, metavar="N", help="only this GPU (and the processes on it)")
-    ex.add_argument("--from", dest="t_from", type=OFFSET, metavar="T", help="seconds from the start")
-    ex.add_argument("--to", dest="t_to", type=OFFSET, metavar="T", help="seconds from the start")
+    ex.add_argument("--from", dest="t_from", type=OFFSET, metavar="T", help=_AT)
+    ex.add_argument("--to", dest="t_to", type=OFFSET, metavar="T", help=_AT)
 
     d = sub.add_parser("doctor", help="what this machine can give, and the fix for each 'no'")
     d.add_argument("--json", action="store_true")

@@ -169,10 +169,7 @@ class _Stacks:
 
 def _check(rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None) -> tuple:
     """(lo, hi, the GPUs' metadata) of a --gpu/--from/--to choice, or one clear error."""
-    lo = rec.t0 + (t_from or 0.0)
-    hi = rec.t0 + t_to if t_to is not None else rec.t1
-    if hi <= lo or lo > rec.t1:
-        raise UserError(f"empty time range: the recording covers 0–{rec.duration:.0f} s")
+    lo, hi = rec.span(t_from, t_to)
     gpus = [g for g in rec.meta.get("gpus") or [] if isinstance(g, dict) and isinstance(g.get("index"), int)]
     known = {g["index"] for g in gpus}
     if gpu is not None and gpu not in known:

@@ -25,6 +25,7 @@ from memtop.sanitize import clean
 from memtop.stackclass import site
 from memtop.store import Recording
 from memtop.straggler import episodes, jobs_of
+from memtop.timefmt import clock
 from memtop.verdict import verdict
 
 SCHEMA = "memtop-report/1"
@@ -79,10 +80,7 @@ def build_report(
 def _build_report(
     rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None, columns: bool
 ) -> dict:
-    lo = rec.t0 + (t_from or 0.0)
-    hi = rec.t0 + t_to if t_to is not None else rec.t1
-    if hi <= lo or lo > rec.t1:
-        raise UserError(f"empty time range: the recording covers 0–{rec.duration:.0f} s")
+    lo, hi = rec.span(t_from, t_to)
     gpus_meta = rec.meta.get("gpus") or []
     known = {g["index"] for g in gpus_meta}
     if gpu is not None and gpu not in known:
@@ -301,7 +299,8 @@ def render(rep: dict, fmt: str) -> str:
     lines = [f"{h1}memtop report: {r['path']}", ""]
     lines.append(
         f"{'- ' if md else ''}host {r['host']}, driver {r['driver']}, recorded {r['started']}, "
-        f"{r['duration_s']} s (range {rep['range_s'][0]}–{rep['range_s'][1]} s), memtop {r['memtop_version']}"
+        f"{clock(r['duration_s'])} (range {clock(rep['range_s'][0])}–{clock(rep['range_s'][1])}), "
+        f"memtop {r['memtop_version']}"
     )
     lines.append(
         f"{'- ' if md else ''}GPUs: "
@@ -353,7 +352,7 @@ def render(rep: dict, fmt: str) -> str:
             for gp in g["gaps"][:5]:
                 st = gp["stack"] or {}
                 lines.append(
-                    f"{'- ' if md else '  '}at {gp['at_s']} s for {gp['duration_s']} s: "
+                    f"{'- ' if md else '  '}at {clock(gp['at_s'])} for {gp['duration_s']} s: "
                     f"{st.get('class', '?')} at {st.get('where', '?')}"
                 )
         if g.get("straggler"):
@@ -367,14 +366,16 @@ def render(rep: dict, fmt: str) -> str:
             for e in st[:5]:
                 peers = ", ".join(map(str, e["peers"]))
                 lines.append(
-                    f"{'- ' if md else '  '}at {e['at_s']} s for {e['duration_s']} s: {TITLES.get(e['phase'], e['phase'])}"
+                    f"{'- ' if md else '  '}at {clock(e['at_s'])} for {e['duration_s']} s: "
+                    f"{TITLES.get(e['phase'], e['phase'])}"
                     f" while GPU{'s' if len(e['peers']) > 1 else ''} {peers} waited"
                 )
         if g["throttle"]:
             lines.append(
                 f"throttling: {len(g['throttle'])} episode{'s' if len(g['throttle']) > 1 else ''}, e.g. "
                 + ", ".join(
-                    f"{t['at_s']} s {'/'.join(t['reasons'])} {t['duration_s']} s" for t in g["throttle"][:3]
+                    f"at {clock(t['at_s'])} {'/'.join(t['reasons'])} {t['duration_s']} s"
+                    for t in g["throttle"][:3]
                 )
             )
         if g["pcie"]:

@@ -46,6 +46,7 @@ from memtop.model import (
     ThreadStack,
 )
 from memtop.sanitize import clean
+from memtop.timefmt import clock
 
 # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
 # 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored; stack
@@ -971,6 +972,14 @@ class Recording:
     @property
     def duration(self) -> float:
         return (self.t1 or 0) - (self.t0 or 0)
+
+    def span(self, t_from: float | None, t_to: float | None) -> tuple[float, float]:
+        """The clock times of a --from/--to choice (offsets from the start), or one clear error."""
+        lo = self.t0 + (t_from or 0.0)
+        hi = self.t0 + t_to if t_to is not None else self.t1
+        if hi <= lo or lo > self.t1:
+            raise UserError(f"empty time range: the recording covers 0:00:00–{clock(self.duration)}")
+        return lo, hi
 
     def _q(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
         try:

@@ -301,3 +301,26 @@ def test_whole_report_same_serial_or_parallel(monkeypatch):
     )  # 4 chunks here too
     assert [build_report(rec), build_report(rec, t_from=20.0)] == serial
     assert render(serial[0], "text") == render(build_report(rec), "text")
+
+
+def test_from_and_to_take_times_as_replay_shows_them(capsys, tmp_path):
+    """--from/--to take h:mm:ss, 62m, 90s or seconds (replay's go-to), for report and export alike."""
+    assert main(["report", str(REC[0]), "--format", "json", "--from", "60", "--to", "90"]) == 0
+    want = capsys.readouterr().out
+    assert main(["report", str(REC[0]), "--format", "json", "--from", "0:01:00", "--to", "1m30s"]) == 0
+    assert capsys.readouterr().out == want
+    out = tmp_path / "t.json"
+    assert main(["export", str(REC[0]), "--perfetto", str(out), "--from", "1:00", "--to", "90s"]) == 0
+    assert json.loads(out.read_text())["metadata"]["range_s"] == [60.0, 90.0]
+    capsys.readouterr()
+    for bad, said in (
+        ("1:75", "not a time"),
+        ("2h", "empty time range: the recording covers 0:00:00–0:02:23"),
+    ):
+        rc = None
+        try:
+            rc = main(["report", str(REC[0]), "--from", bad])
+        except SystemExit as e:  # argparse's refusal
+            rc = e.code
+        err = capsys.readouterr().err
+        assert rc == 2 and said in err and len(err.strip().splitlines()) == 1, err

@@ -367,3 +367,18 @@ def test_the_cli_replay_finds_phase_runs_by_columns(monkeypatch):
     src._find_changes()
     assert len(calls) == 1
     assert src.scanned and src.phase_runs == real(Recording(REC[2])) and src.phase_runs[0]
+
+
+def test_replay_at_starts_where_asked(monkeypatch):
+    import argparse
+
+    from memtop.cli import OFFSET
+    from memtop.commands import local
+
+    got = []
+    monkeypatch.setattr(local, "_need_tty", lambda: None)
+    monkeypatch.setattr(local, "_lean_process", lambda: None)
+    monkeypatch.setattr(local, "_run_app", lambda pipeline, src, args: got.append(src) or 0)
+    args = argparse.Namespace(file=str(REC[2]), summary=False, speed=1.0, at=OFFSET("1:05"))
+    assert local.replay(args) == 0
+    assert got[0]._seek == 65.0

@@ -346,7 +346,7 @@ def replay(args: argparse.Namespace) -> int:
         rec = open_recording(path)
         print(json.dumps(rec.summary(), indent=2))
         return 0
-    return replay_app(path, args, "replay", loop=False, speed=args.speed)
+    return replay_app(path, args, "replay", loop=False, speed=args.speed, start_at=args.at)
 
 
 def report(args: argparse.Namespace) -> int:
