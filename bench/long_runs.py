@@ -47,24 +47,9 @@ TIMED = {
 }
 
 
-def rewrite(src: Path, out: Path) -> None:
-    """The real recording, read as Frames and written again through this version's Writer."""
-    from memtop.store import Recording, Writer
-
-    rec = Recording(src)
-    w = Writer(out, rec.meta, force=True)
-    for f in rec.frames():
-        w.add(f)
-        while w._q.qsize() > 5000:
-            time.sleep(0.01)
-    w.add_markers(rec.markers())
-    w.close()
-    rec.close()
-
-
-def writer_hour(src: Path, out: Path, seconds: float = 3600.0) -> dict:
-    """MB per GPU-hour of the real recording ``src`` repeated (shifted times) to ``seconds`` through
-    this version's Writer, page by page as `memtop record` fills the file; its largest tables."""
+def rewrite(src: Path, out: Path, seconds: float | None = None) -> None:
+    """The real recording, read as Frames and written again through this version's Writer (with
+    ``seconds``, repeated with shifted times until it covers them), as `memtop record` fills a file."""
     from store_bench import shifted
 
     from memtop.store import Recording, Writer
@@ -72,10 +57,8 @@ def writer_hour(src: Path, out: Path, seconds: float = 3600.0) -> dict:
     rec = Recording(src)
     frames = list(rec.frames())
     span = rec.duration + 0.1
-    if out.exists():
-        out.unlink()
     w = Writer(out, rec.meta, force=True)
-    for k in range(max(1, round(seconds / span))):
+    for k in range(max(1, round(seconds / span)) if seconds else 1):
         for f in shifted(frames, k * span):
             w.add(f)
             while w._q.qsize() > 5000:
@@ -83,6 +66,12 @@ def writer_hour(src: Path, out: Path, seconds: float = 3600.0) -> dict:
     w.add_markers(rec.markers())
     w.close()
     rec.close()
+
+
+def writer_hour(src: Path, out: Path, seconds: float = 3600.0) -> dict:
+    """MB per GPU-hour of the real recording ``src`` written for ``seconds`` (``rewrite``); its largest
+    tables."""
+    rewrite(src, out, seconds)
     tables = sorted(by_table(out).items(), key=lambda kv: -kv[1])[:6]
     scale = size_per_gpu_hour(out) / os.path.getsize(out)
     return {
