@@ -625,7 +625,8 @@ class Writer:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
             self._blocks = colblock.BlockWriter(self._db, BLOCK_STREAMS)
-            meta = {"magic": MAGIC, "schema": SCHEMA_VERSION, "memtop_version": __version__, **meta}
+            # (a recording's meta written again, e.g. by a rewrite, keeps its facts, not its format's)
+            meta = {**meta, "magic": MAGIC, "schema": SCHEMA_VERSION, "memtop_version": __version__}
             self._db.executemany(
                 "INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()]
             )

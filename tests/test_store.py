@@ -73,6 +73,21 @@ def test_stack_rows_keyed_by_dump_and_place(tmp_path):
     assert back.threads == flipped.threads  # (classes included: derived on read as they were)
 
 
+def test_a_recording_written_again_says_its_own_format(tmp_path):
+    """Meta handed on from an older recording keeps its facts, not its schema or memtop version."""
+    from memtop import __version__
+    from memtop.store import SCHEMA_VERSION
+
+    old = Recording(REC[0])
+    assert old.meta["schema"] == 1
+    w = Writer(tmp_path / "again.memtop", old.meta)
+    w.add(next(old.frames()))
+    w.close()
+    meta = Recording(tmp_path / "again.memtop").meta
+    assert meta["schema"] == SCHEMA_VERSION and meta["memtop_version"] == __version__
+    assert meta["host"] == old.meta["host"] and meta["gpus"] == old.meta["gpus"]
+
+
 def test_markers_round_trip(frames_s0, tmp_path):
     ms = [Marker(frames_s0[0].t, frames_s0[50].t, "compute", "compute", '{"tflop": 1}')]
     rec = _copy(frames_s0[:100], tmp_path / "m.memtop", ms)
