@@ -916,7 +916,9 @@ def _host_blocks(
     if h is None:
         return None
     t, n = h["t"], h["procs"]
-    p = procs.read(t[0], t[-1]) if len(t) else procs.read(1.0, 0.0)
+    # no table counts the host_proc rows: at most as many as the file could hold (its blocks of rows
+    # that repeat deflate a thousandfold; memory must not grow with that)
+    p = procs.read(t[0], t[-1], max_rows=rec.size // 4) if len(t) else procs.read(1.0, 0.0)
     if p is None:
         return None
     figured = np.flatnonzero(n >= 0)
@@ -1300,7 +1302,7 @@ def _aggregate(
     if seed is not None:
         crow += rec._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (seed,)).fetchall()
     crow += rec._q("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-    caps = [_caps_from_json(r[1]) for r in crow]
+    caps = [_caps_from_json(r[1], rec) for r in crow]
     for _, n in _changes([r[0] for r in crow], ft, i_lo):
         for c in caps[n - 1] if n else ():
             agg.caps[(c.source, c.name)] = c
@@ -1314,7 +1316,8 @@ def phase_runs(rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | Non
     cannot be sure of the recording: per GPU, (offset, label) where each run of one label starts, the
     offset being the Frame that closes the run's first bin, the first in a later bin
     (``Classifier.feed``), which is where a replay's row first shows the label. The last bin, which no
-    Frame closes, has none. Serial: it runs in a thread of the TUI."""
+    Frame closes, has none. Serial: it runs in a thread of the TUI (whose cyclic garbage collector the
+    scan turns off for its second or so, ``no_gc``: the UI makes no cycles that cannot wait)."""
     try:
         labels, _, _ = scan_columns(rec, None, rec.t0, rec.t1, workers=1)
     except Unusual:
@@ -1328,10 +1331,7 @@ def phase_runs(rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | Non
         closing = np.searchsorted(frame_bin, c.t, "right")  # the first Frame in a later bin
         closed = closing < len(ft)
         label, closing = c.label[closed], closing[closed]
-        start = (
-            np.flatnonzero(np.r_[True, label[1:] != label[:-1]])
-            if len(label)
-            else np.zeros(0, dtype=np.int64)
-        )
-        out[g] = tuple((float(ft[closing[k]] - rec.t0 + 1e-6), str(label[k])) for k in start)
+        if len(label):  # (a GPU none of whose bins a Frame closed has no runs, as by Frames)
+            start = np.flatnonzero(np.r_[True, label[1:] != label[:-1]])
+            out[g] = tuple((float(ft[closing[k]] - rec.t0 + 1e-6), str(label[k])) for k in start)
     return out

@@ -292,7 +292,10 @@ class ReplaySource:
         try:
             rec = type(self.rec)(self.rec.path)  # its own connection: SQLite objects stay in one thread
             try:
-                runs = self._fast_runs(rec) if self._fast_runs is not None else None
+                try:
+                    runs = self._fast_runs(rec) if self._fast_runs is not None else None
+                except Exception:  # noqa: BLE001 (a file it refuses: the Frames say what they can)
+                    runs = None
                 if runs is not None:
                     self.phase_runs = runs
                 else:
@@ -310,23 +313,25 @@ class ReplaySource:
         runs: dict[int, list[tuple[float, str]]] = {}
         clf = Classifier(max_bins=64)
         newest: dict[int, float] = {}
-        for i, f in enumerate(rec.frames(skip=frozenset({"series"}))):
-            if self._stop.is_set():  # quitting must not wait for this
-                return
-            clf.feed(f)
-            for g, ls in clf.labels.items():
-                if not ls or ls[-1].t <= newest.get(g, float("-inf")):
-                    continue
-                new = [x for x in ls if x.t > newest.get(g, float("-inf"))]
-                newest[g] = ls[-1].t
-                r = runs.setdefault(g, [])
-                for lab in new:
-                    if not r or r[-1][1] != lab.label:
-                        # this frame closed the bin: from here on a replay's row shows the label
-                        r.append((f.t - self.rec.t0 + 1e-6, lab.label))
-            if i % 256 == 255:
-                self.phase_runs = {g: tuple(r) for g, r in runs.items()}
-        self.phase_runs = {g: tuple(r) for g, r in runs.items()}
+        try:
+            for i, f in enumerate(rec.frames(skip=frozenset({"series"}))):
+                if self._stop.is_set():  # quitting must not wait for this
+                    return
+                clf.feed(f)
+                for g, ls in clf.labels.items():
+                    if not ls or ls[-1].t <= newest.get(g, float("-inf")):
+                        continue
+                    new = [x for x in ls if x.t > newest.get(g, float("-inf"))]
+                    newest[g] = ls[-1].t
+                    r = runs.setdefault(g, [])
+                    for lab in new:
+                        if not r or r[-1][1] != lab.label:
+                            # this frame closed the bin: from here on a replay's row shows the label
+                            r.append((f.t - self.rec.t0 + 1e-6, lab.label))
+                if i % 256 == 255:
+                    self.phase_runs = {g: tuple(r) for g, r in runs.items()}
+        finally:  # (a damaged tail: what was read stays)
+            self.phase_runs = {g: tuple(r) for g, r in runs.items()}
 
     def _changes(self, gpu: int | None) -> list[float]:
         runs = self.phase_runs

@@ -544,18 +544,27 @@ def deflated_json(value: object) -> bytes:
     return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 6)
 
 
-def json_text(data: object, what: str) -> str:
+# a deflated caps or stack row inflates to at most this (real ones: ~1 KB of caps, stacks up to ~16 KB)
+JSON_ROW_MAX = 1 << 20
+
+
+def json_text(data: object, what: str, rec: Recording | None = None) -> str:
     """A JSON column's text as stored: text (schemas 1, 2) or deflated (schema 3), inflated to at most
-    16 MiB (a bomb is no list of capabilities or frames); anything else raises Damaged."""
+    JSON_ROW_MAX and, with ``rec``, within what is left of its budget (``Recording.inflate_left``: rows
+    that repeat one text deflate a thousandfold, and readers keep what they decode); anything else
+    raises Damaged."""
     if not isinstance(data, bytes):
         return _str(data, what)
+    limit = JSON_ROW_MAX if rec is None else max(0, min(JSON_ROW_MAX, rec.inflate_left))
     z = zlib.decompressobj()
     try:
-        raw = z.decompress(data, 16 << 20)
+        raw = z.decompress(data, limit)
     except zlib.error:
         raise Damaged(f"{what} is not deflated JSON") from None
     if z.unconsumed_tail or not z.eof:
         raise Damaged(f"{what} too large or cut short")
+    if rec is not None:
+        rec.inflate_left -= len(raw)
     return raw.decode()
 
 
@@ -564,9 +573,9 @@ def _caps_blob(caps: tuple[Capability, ...]) -> bytes:
     return deflated_json([[c.source, c.name, c.state.value, c.detail, c.fix] for c in caps])
 
 
-def _caps_from_json(data: str | bytes) -> tuple[Capability, ...]:
+def _caps_from_json(data: str | bytes, rec: Recording | None = None) -> tuple[Capability, ...]:
     out = []
-    for c in _seq(json.loads(json_text(data, "caps")), "caps"):
+    for c in _seq(json.loads(json_text(data, "caps", rec)), "caps"):
         s, n, st, d, f = (_str(x, "caps") for x in _seq(c, "caps"))
         out.append(Capability(s, n, CapState(st), d, f))
     return tuple(out)
@@ -940,6 +949,11 @@ class Recording:
         self.meta, notes = _valid_meta(meta)
         self.damage: list[str] = notes  # one line per damaged part, shown with every Frame
         try:
+            page = self.db.execute("PRAGMA page_size").fetchone()[0]
+            self.size = self.db.execute("PRAGMA page_count").fetchone()[0] * page  # bytes, with its WAL's
+            # what deflated JSON (caps, stacks) may inflate to in all: an honest recording's is below
+            # its own size; a file of rows that repeat one text must not take memory beyond this
+            self.inflate_left = (16 << 20) + 16 * self.size
             self._stacks: dict[object, tuple[StackFrame, ...]] = {}  # by the id as stored
             self._klass_of: dict[tuple[int, int, int], str] = {}
             # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite,
@@ -1016,7 +1030,7 @@ class Recording:
             try:
                 fr = tuple(
                     StackFrame(_str(n, "function"), _str(f, "file"), _int(ln, "line"), _str(c, "code"))
-                    for n, f, ln, c in _seq(json.loads(json_text(row and row[0], "stack")), "stack")
+                    for n, f, ln, c in _seq(json.loads(json_text(row and row[0], "stack", self)), "stack")
                 )
             except (ValueError, TypeError, RecursionError):
                 fr = ()
@@ -1355,7 +1369,7 @@ class _State:
             self.perf[q.pid] = q
             self._perf_t = None
         elif kind == "caps":
-            self.caps = _caps_from_json(r[1])
+            self.caps = _caps_from_json(r[1], rec)
         elif kind == "note":
             self.notes = (*self.notes, r[1])[-20:]
 

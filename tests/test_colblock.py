@@ -993,3 +993,32 @@ def test_rows_that_never_reach_a_block_edge_are_not_held_without_bound(frames2, 
     path = _write(frames, meta, tmp_path / "held.memtop", markers)
     assert _db(path).execute("SELECT count(*) FROM block").fetchone()[0] == 0
     _same_report(path)
+
+
+def test_host_proc_blocks_beyond_what_the_file_could_hold_are_not_read(tmp_path, monkeypatch):
+    """No table counts the host_proc rows (schema 3): blocks of repeated rows (deflating a
+    thousandfold) that claim more rows than a quarter of the file's bytes are not inflated; the report
+    reads the host JSON and is the Frame path's."""
+    path = Path(shutil.copyfile(SCHEMA3, tmp_path / "hp.memtop"))
+    rec = Recording(path)
+    n = rec.size // 4 // 2 + 1  # two blocks of n rows: just past the budget
+    rec.close()
+    cols = BLOCK_STREAMS["host_proc"]
+    db = sqlite3.connect(path)
+    db.execute("DELETE FROM block WHERE stream='host_proc'")
+    for k in range(2):
+        t0, t1 = (-colblock.END, 50.0) if k == 0 else (50.0, colblock.END)
+        blob = encode(cols, [(40.0 + 20 * k, 1, 0.0, None, "python", "R")] * n)
+        db.execute("INSERT INTO block VALUES (?,?,?,?,?,?)", ("host_proc", k, t0, t1, n, blob))
+    db.commit()
+    db.close()
+    rec = Recording(path)
+    inflated = []
+    real = colblock.decode
+    monkeypatch.setattr(
+        colblock, "decode", lambda columns, data: inflated.append(columns) or real(columns, data)
+    )
+    assert colscan._host_blocks(rec, rec.t0, rec.t1, None) is None
+    assert inflated and cols not in inflated  # (the host blocks were read; these were refused unread)
+    monkeypatch.undo()
+    assert _report(path, True, "json", {}) == _report(path, False, "json", {})

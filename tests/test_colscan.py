@@ -543,3 +543,16 @@ def test_a_replay_of_a_damaged_recording_finds_its_runs_by_frames(tmp_path):
     src = ReplaySource(rec, Pipeline(Status("replay"), rec.meta), fast_runs=colscan.phase_runs)
     src._find_changes()
     assert src.scanned and src.phase_runs == _runs_by_frames(path) and src.phase_runs[0]
+
+
+@pytest.mark.parametrize("cut", [0.2, 3.0])
+def test_phase_runs_of_a_recording_cut_short(cut, tmp_path):
+    """A few bins, or none that a Frame closes: the same runs (a GPU without any is left out)."""
+    path = Path(shutil.copyfile(DATA / "multi/heldout_ddp_s11.memtop", tmp_path / "cut.memtop"))
+    db = sqlite3.connect(path)
+    t0 = db.execute("SELECT min(t) FROM frame").fetchone()[0]
+    for table in ("frame", "gpu", "host", "stack_sample", "perf", "series", "gpu_state"):
+        db.execute(f"DELETE FROM {table} WHERE t > ?", (t0 + cut,))  # noqa: S608
+    db.commit()
+    db.close()
+    assert colscan.phase_runs(Recording(path)) == _runs_by_frames(path)

@@ -245,3 +245,24 @@ def test_recording_in_a_directory_the_reader_cannot_write():
     finally:
         os.chmod(d, 0o755)
         shutil.rmtree(d)
+
+
+def test_deflated_json_is_bounded_per_row_and_per_recording():
+    """Schema 3's deflated caps and stacks: a row inflates to at most JSON_ROW_MAX, and a recording's
+    rows together to at most its budget (rows repeating one text deflate a thousandfold)."""
+    import zlib
+
+    from memtop.store import JSON_ROW_MAX, Damaged, json_text
+
+    row = zlib.compress(b'["' + b"a" * 1000 + b'"]')
+    assert json_text(row, "caps") == '["' + "a" * 1000 + '"]'
+    with pytest.raises(Damaged, match="too large"):
+        json_text(zlib.compress(b" " * (JSON_ROW_MAX + 1)), "caps")
+    rec = Recording(REC[0])
+    assert rec.inflate_left >= 16 * rec.size
+    rec.inflate_left = 2500
+    json_text(row, "caps", rec)
+    json_text(row, "caps", rec)
+    assert rec.inflate_left == 2500 - 2 * 1004
+    with pytest.raises(Damaged, match="too large"):
+        json_text(row, "caps", rec)  # (the budget's last 492 bytes do not hold it)

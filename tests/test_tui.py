@@ -164,7 +164,10 @@ async def test_faults_during_a_run_show_and_the_app_goes_on():
     p.on_frame(replace(f, notes=("host collector failed: OSError: boom",)), tick=False)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(160, 45)) as pilot:
-        await pilot.pause()
+        for _ in range(100):  # until the first paint (a loaded machine is slow to it)
+            await pilot.pause(0.05)
+            if "boom" in app.query_one("#caps", TextPanel).text.plain:
+                break
         assert "boom" in app.query_one("#caps", TextPanel).text.plain
         assert app.is_running
 
