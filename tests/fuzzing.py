@@ -90,7 +90,7 @@ JSON_VALUES: tuple[object, ...] = (
 )
 
 
-_NO_ROWID = ("frame", "host", "gpu", "stack_sample")  # WITHOUT ROWID tables (schema 2, 3): rows named by t
+_NO_ROWID = ("frame", "host", "gpu", "stack_sample")  # rows named by t (WITHOUT ROWID in schema 2 or 3)
 
 
 class Hang(BaseException):
