@@ -292,10 +292,7 @@ class ReplaySource:
         try:
             rec = type(self.rec)(self.rec.path)  # its own connection: SQLite objects stay in one thread
             try:
-                try:
-                    runs = self._fast_runs(rec) if self._fast_runs is not None else None
-                except Exception:  # noqa: BLE001 (a file it refuses: the Frames say what they can)
-                    runs = None
+                runs = self._runs_fast(rec)
                 if runs is not None:
                     self.phase_runs = runs
                 else:
@@ -305,6 +302,14 @@ class ReplaySource:
         except Exception:  # noqa: BLE001 (a damaged tail: what was read stays; "next phase" uses what was played)
             pass
         self.scanned = True
+
+    def _runs_fast(self, rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | None:
+        if self._fast_runs is None:
+            return None
+        try:
+            return self._fast_runs(rec)
+        except Exception:  # noqa: BLE001 (a file it refuses: the Frames say what they can)
+            return None
 
     def _runs_by_frames(self, rec: Recording) -> None:
         """The labels of a classifier fed every Frame, folded into runs as they come (it keeps only a
