@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Steps run on the lent GPU machine (see bench/README.md). usage: bash bench/device_run.sh "STEP ..."
-# Steps: install doctor fixture gputests seed0..seed9 long3 overhead stacks storebench reportab scale replay8 tui profile nvmlcost ab
+# Steps: install doctor fixture gputests seed0..seed9 long overhead stacks storebench reportab scale replay8 tui profile nvmlcost ab
 # Results go to $OUT/r and are packed into $OUT/results.tgz after every step.
 set -u
 export PYTHONUNBUFFERED=1
@@ -50,14 +50,15 @@ while time.time()<end:
     [ "$s" = 0 ] && kill $dm $sm
     python3 -c "import time; print('wall-monotonic', time.time()-time.monotonic())" >>"$LOG"
     ;;
-  long3)  # #21: a real recording longer than a column block (5 min), schema 3, beside a torch run with DataLoader workers
-    M=$R/markers_long3.jsonl; rm -f "$M"
-    memtop record -o "$R/long3_torch_s13.memtop" --force --markers "$M" >>"$LOG" 2>&1 & rec=$!
+  long)  # #21: a real recording at defaults beside a torch run with DataLoader workers (LONG_PHASE_S 12:
+    # ~6 min, longer than a column block; 5: ~2.5 min, a short run's fixed cost); session 12 called it long3
+    S=${LONG_SEED:-13}; P=${LONG_PHASE_S:-12}; F=$R/long_torch_s${S}_p${P}.memtop; M=$R/markers_long_s$S.jsonl; rm -f "$M"
+    memtop record -o "$F" --force --markers "$M" >>"$LOG" 2>&1 & rec=$!
     sleep 2
-    timeout 420 python3 bench/workloads/torch_fw.py --markers "$M" --seed 13 --phase-s "${LONG_PHASE_S:-12}" >>"$LOG" 2>&1
+    timeout 420 python3 bench/workloads/torch_fw.py --markers "$M" --seed "$S" --phase-s "$P" >>"$LOG" 2>&1
     sleep 1; kill -INT $rec; wait $rec
-    ls -la "$R/long3_torch_s13.memtop" >>"$LOG"
-    { time memtop report "$R/long3_torch_s13.memtop"; } >>"$LOG" 2>&1 ;;
+    ls -la "$F" >>"$LOG"
+    { time memtop report "$F"; } >>"$LOG" 2>&1 ;;
   overhead)
     python3 bench/collector_overhead.py 10 > "$R/collector_overhead.json" 2>>"$LOG" ;;
   stacks)

@@ -122,7 +122,7 @@ def reblock(db: sqlite3.Connection) -> None:
     import heapq
 
     from memtop.colblock import BlockWriter
-    from memtop.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES, host_figure_rows
+    from memtop.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES, host_figure_rows, named_stack_sql
 
     if not db.execute("SELECT count(*) FROM sqlite_master WHERE name='block'").fetchone()[0]:
         return  # (the previous version's files have none)
@@ -131,7 +131,7 @@ def reblock(db: sqlite3.Connection) -> None:
     queries = {
         "frame": "SELECT t FROM frame ORDER BY t",
         "gpu": f"SELECT t, gpu, {mode}, {', '.join(c for c, _ in GPU_COLS)} FROM gpu ORDER BY t, gpu",
-        "stack": "SELECT t, pid, tid, name, active, gil, stack, error FROM stack_sample ORDER BY t, pid, i",
+        "stack": named_stack_sql(db),
         "perf": "SELECT t, pid, json_array_length(data) FROM perf ORDER BY t, rowid",
         "perf_rate": "SELECT p.t, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]') FROM perf p, json_each(p.data) j"
         " ORDER BY p.t, p.rowid, j.key",

@@ -32,6 +32,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from conftest import write_again
 from hostile import HOSTILE
 
 DATA = Path(__file__).parent / "data"
@@ -135,18 +136,9 @@ def make_bases(cache: Path) -> list[Path]:
             db.close()
             tmp.rename(dst)
         out.append(dst)
-    dst = cache / "written_s0.memtop"  # the first cut as this version's Writer writes it (schema 3)
+    dst = cache / "written_s0.memtop"  # the first cut as this version's Writer writes it
     if not dst.exists():
-        from memtop.store import Recording, Writer
-
-        rec = Recording(out[0])
-        tmp = cache / "written_s0.memtop.tmp"
-        w = Writer(tmp, rec.meta, force=True)
-        for f in rec.frames():
-            w.add(f)
-        w.add_markers(rec.markers())
-        w.close()
-        rec.close()
+        tmp = write_again(out[0], cache / "written_s0.memtop.tmp")
         tmp.rename(dst)
     out.append(dst)
     return out

@@ -40,6 +40,8 @@ def hostile_recording(src, dst, s: str):
     import zlib
     from pathlib import Path
 
+    from memtop.store import Recording, _inflate_host
+
     dst = Path(dst)
     shutil.copyfile(src, dst)
     db = sqlite3.connect(dst)
@@ -51,15 +53,26 @@ def hostile_recording(src, dst, s: str):
     for k in ("host", "command", "gpus"):
         db.execute(f"UPDATE meta SET value={T} WHERE key=?", (_json(meta[k]), k))
     db.execute(f"UPDATE gpu_state SET uuid={T}, name={T}", (_text(s), _text(s)))
-    for t, blob in db.execute("SELECT t, data FROM host").fetchall():
-        d = json.loads(zlib.decompress(blob))
+    prev = None
+    for t, blob in db.execute("SELECT t, data FROM host ORDER BY t").fetchall():
+        prev = _inflate_host(blob, prev)  # (from schema 2 chained: each written back alone)
+        d = json.loads(prev)
         d["procs"] = [{**p, "name": s, "cmdline": s, "user": s, "argv": [s, s]} for p in d["procs"]]
         db.execute("UPDATE host SET data=? WHERE t=?", (zlib.compress(_json(d)), t))
-    for sid, frames in db.execute("SELECT id, frames FROM stack").fetchall():
-        fr = [[s, s, ln, s] for _n, _f, ln, _c in json.loads(frames)]
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name='block'").fetchone():
+        db.execute("DELETE FROM block")  # (copies of the rows, with the old strings: read the rows)
+    rec = Recording(dst)  # (schema 4 stacks inflate against their bases: read them as memtop does)
+    stacks = {sid: rec._frames_of(sid) for (sid,) in db.execute("SELECT id FROM stack")}
+    rec.close()
+    base = ", base=NULL" if "base" in {r[1] for r in db.execute("PRAGMA table_info(stack)")} else ""
+    for sid, frames in stacks.items():
+        fr = [[s, s, f.line, s] for f in frames]
         fr.append([s, s, 100_000 + sid, s])  # the table keeps each stack once: keep them distinct
-        db.execute(f"UPDATE stack SET frames={T} WHERE id=?", (_json(fr), sid))
-    db.execute(f"UPDATE stack_sample SET name={T}", (_text(s),))
+        db.execute(f"UPDATE stack SET frames={T}{base} WHERE id=?", (_json(fr), sid))
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name='thread_name'").fetchone():
+        db.execute(f"UPDATE thread_name SET text={T}", (_text(s),))  # (schema 4: names by id)
+    else:
+        db.execute(f"UPDATE stack_sample SET name={T}", (_text(s),))
     db.execute(
         f"UPDATE caps SET data={T}",
         (_json([["perf", s, "unavailable", s, s], ["numa", s, "error", s, s]]),),

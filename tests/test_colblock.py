@@ -27,7 +27,15 @@ from memtop import colblock, colscan
 from memtop.colblock import NULL, Blocks, Broken, decode, encode
 from memtop.errors import UserError
 from memtop.report import build_report, render
-from memtop.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES, Recording, Writer, host_figure_rows
+from memtop.store import (
+    BLOCK_STREAMS,
+    GPU_COLS,
+    GPU_MODES,
+    Recording,
+    Writer,
+    host_figure_rows,
+    named_stack_sql,
+)
 
 ROOT = Path(__file__).parent.parent
 BLOCK_S = 10.0  # (the real 300 s would give one block per stream on these 2-minute recordings)
@@ -347,7 +355,6 @@ _MODE = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU
 SQL = {  # each stream's rows as the Writer gave them to its blocks, in the order the report reads them
     "frame": "SELECT t FROM frame ORDER BY t",
     "gpu": f"SELECT t, gpu, {_MODE}, {', '.join(c for c, _ in GPU_COLS)} FROM gpu ORDER BY t, gpu",
-    "stack": "SELECT t, pid, tid, name, active, gil, stack, error FROM stack_sample ORDER BY t, pid, i",
     "perf": "SELECT t, pid, json_array_length(data) FROM perf ORDER BY t, rowid",
     "perf_rate": "SELECT p.t, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]')"
     " FROM perf p, json_each(p.data) j ORDER BY p.t, p.rowid, j.key",
@@ -358,7 +365,7 @@ def _sql_rows(db: sqlite3.Connection, stream: str, lo: float, hi: float, seed: f
     if stream in ("host", "host_proc"):  # (no rows of their own: the host JSON's figures)
         rows = host_figure_rows(db)[stream == "host_proc"]
     else:
-        rows = db.execute(SQL[stream]).fetchall()
+        rows = db.execute(named_stack_sql(db) if stream == "stack" else SQL[stream]).fetchall()
     keep = [r for r in rows if lo <= r[0] <= hi]
     if seed is not None:
         before = [r for r in rows if r[0] <= seed]

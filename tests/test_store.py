@@ -68,7 +68,7 @@ def test_stack_rows_keyed_by_dump_and_place(tmp_path):
     rows = db.execute("SELECT tid, i FROM stack_sample WHERE t=? AND pid=? ORDER BY i", (first.t, first.pid))
     assert [r[0] for r in rows] == [th.tid for th in flipped.threads]
     assert db.execute("SELECT count(klass) FROM stack_sample").fetchone()[0] == 0
-    assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "3"
+    assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()[0] == "4"
     back = next(s for f in rec.frames() for s in f.stacks if (s.pid, s.t) == (first.pid, first.t))
     assert back.threads == flipped.threads  # (classes included: derived on read as they were)
 
@@ -266,3 +266,58 @@ def test_deflated_json_is_bounded_per_row_and_per_recording():
     assert rec.inflate_left == 2500 - 2 * 1004
     with pytest.raises(Damaged, match="too large"):
         json_text(row, "caps", rec)  # (the budget's last 492 bytes do not hold it)
+
+
+def test_stacks_against_a_base_and_names_by_id(tmp_path):
+    """Schema 4: most of a real torch run's stacks are deflated against an earlier one (at most
+    STACK_CHAIN steps from one stored alone), thread names are ids; both read back as written."""
+    from memtop.store import STACK_CHAIN
+
+    src = list(itertools.islice(Recording(DATA / "heldout_torch_s3.memtop").frames(), 900))
+    back = list(_copy(src, tmp_path / "b.memtop").frames())
+    assert [{(s.pid, s.t): s.threads for s in f.stacks} for f in src] == [
+        {(s.pid, s.t): s.threads for s in f.stacks} for f in back
+    ]
+    db = sqlite3.connect(tmp_path / "b.memtop")
+    n, based, alone = db.execute(
+        "SELECT count(*), count(base), sum(CASE WHEN base IS NULL THEN length(frames) END) FROM stack"
+    ).fetchone()
+    assert n > 50 and based > n / 2, (n, based)
+    assert db.execute("SELECT count(*) FROM stack WHERE base >= id").fetchone()[0] == 0
+    hops = dict(db.execute("SELECT id, 0 FROM stack WHERE base IS NULL").fetchall())
+    for sid, base in db.execute("SELECT id, base FROM stack WHERE base IS NOT NULL ORDER BY id"):
+        hops[sid] = hops[base] + 1
+    assert max(hops.values()) <= STACK_CHAIN
+    names = {r[0] for r in db.execute("SELECT text FROM thread_name")}
+    assert "MainThread" in names
+    assert db.execute("SELECT count(*) FROM stack_sample WHERE typeof(name) = 'text'").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE stack SET base = id WHERE base IS NOT NULL",  # itself
+        "UPDATE stack SET base = id + 1 WHERE base IS NOT NULL",  # a later one (a cycle)
+        "UPDATE stack SET base = 'x' WHERE base IS NOT NULL",
+        "UPDATE stack SET base = NULL WHERE base IS NOT NULL",  # deflated against one, read alone
+        "UPDATE stack SET base = (SELECT min(id) FROM stack) WHERE id > (SELECT min(id) FROM stack)",
+        "UPDATE stack SET base = id - 1 WHERE id > 1",  # a chain longer than STACK_CHAIN
+        "UPDATE stack_sample SET name = 99999",  # no such name
+        "UPDATE stack_sample SET name = X'00ff'",
+        "DROP TABLE thread_name",
+    ],
+)
+def test_damaged_bases_and_names_are_damaged_stacks(tmp_path, damage):
+    """A base that is not an earlier stack within reach, or a name id that names nothing: the stacks or
+    samples concerned are missing and noted, the rest of the recording reads."""
+    src = list(itertools.islice(Recording(DATA / "heldout_torch_s3.memtop").frames(), 900))
+    path = tmp_path / "d.memtop"
+    _copy(src, path).close()
+    db = sqlite3.connect(path)
+    db.execute(damage)
+    db.commit()
+    db.close()
+    rec = Recording(path)
+    back = list(rec.frames())
+    assert len(back) == len(src)
+    assert any("damaged" in d for d in rec.damage), rec.damage
