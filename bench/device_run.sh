@@ -14,10 +14,12 @@ for step in $1; do
   case $step in
   install)
     python3 -c "import textual, memtop" 2>/dev/null || {
-      python3 -m pip install -q --no-index --find-links .whl textual py-spy nvitop >>"$LOG" 2>&1
+      python3 -m pip install -q --no-index --find-links .whl textual py-spy prometheus_client nvidia-ml-py >>"$LOG" 2>&1
+      python3 -m pip install -q --no-index --find-links .whl nvitop >>"$LOG" 2>&1  # (only for ab, tui)
       python3 -m pip install -q --no-index --no-deps --no-build-isolation . >>"$LOG" 2>&1
     }
     python3 -c "import textual, memtop; print('textual', textual.__version__)" >>"$LOG" 2>&1
+    command -v py-spy >>"$LOG" 2>&1 || echo "py-spy not on PATH: recordings will have no stacks" >>"$LOG"
     nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv >>"$LOG" 2>&1
     ;;
   doctor)
