@@ -54,6 +54,7 @@ class Status:
     # live view paused (sampling and recording go on): how many seconds the shown instant lies
     # before the newest sample when it was chosen; None while the view follows now
     frozen_at: float | None = None
+    origin: float | None = None  # replay: the recording's first time (its positions count from there)
 
 
 @dataclass(frozen=True)
@@ -388,7 +389,11 @@ class ReplaySource:
 
     def _status(self) -> None:
         self.pipeline.set_status(
-            position=self.position, duration=self.rec.duration, paused=self.paused, speed=self.speed
+            position=self.position,
+            duration=self.rec.duration,
+            paused=self.paused,
+            speed=self.speed,
+            origin=self.rec.t0,
         )
 
     def _prefill(self, start: float) -> None:
@@ -417,7 +422,8 @@ class ReplaySource:
             for f in self.rec.frames(start=start if start > self.rec.t0 else None):
                 if self._stop.is_set():
                     return
-                while self.paused and self._seek is None and not self._stop.is_set():
+                # (paused, a seek shows the Frame where it landed before it waits)
+                while self.paused and prev_t is not None and self._seek is None and not self._stop.is_set():
                     self._wake.wait(0.2)
                     self._wake.clear()
                     prev_wall = time.monotonic()
@@ -443,7 +449,7 @@ class ReplaySource:
                 self._seek = None
                 continue
             if not self.loop:
-                self.paused = True
+                paused, self.paused = self.paused, True  # at the end; a seek plays on unless paused before
                 self._status()
                 while self._seek is None and not self._stop.is_set():
                     self._wake.wait(0.5)
@@ -451,6 +457,6 @@ class ReplaySource:
                 if self._seek is not None:
                     start = self.rec.t0 + self._seek
                     self._seek = None
-                    self.paused = False
+                    self.paused = self.paused and paused  # (space pressed at the end: plays)
                 continue
             start = self.rec.t0

@@ -25,7 +25,7 @@ from memtop.sanitize import clean
 from memtop.stackclass import site
 from memtop.store import Recording
 from memtop.straggler import episodes, jobs_of
-from memtop.timefmt import clock
+from memtop.timefmt import clock, length
 from memtop.verdict import verdict
 
 SCHEMA = "memtop-report/1"
@@ -325,14 +325,14 @@ def render(rep: dict, fmt: str) -> str:
             lines.append(f"{'- ' if md else '  -> '}{a}")
         if v["command"]:
             lines.append(f"{'`' if md else '  $ '}{v['command']}{'`' if md else ''}")
-        lines += ["", "phases (share of time):" if not md else "| phase | seconds | share |"]
+        lines += ["", "phases (share of time):" if not md else "| phase | time | share |"]
         if md:
             lines.append("|---|---:|---:|")
         for p in g["phases"].values():
             lines.append(
-                f"| {p['title']} | {p['seconds']} | {100 * p['share']:.0f} % |"
+                f"| {p['title']} | {length(p['seconds'], 1)} | {100 * p['share']:.0f} % |"
                 if md
-                else f"  {p['title']:<28} {p['seconds']:7.1f} s  {100 * p['share']:5.1f} %"
+                else f"  {p['title']:<28} {length(p['seconds'], 1):>9}  {100 * p['share']:5.1f} %"
             )
         lines += [
             "",
@@ -352,7 +352,7 @@ def render(rep: dict, fmt: str) -> str:
             for gp in g["gaps"][:5]:
                 st = gp["stack"] or {}
                 lines.append(
-                    f"{'- ' if md else '  '}at {clock(gp['at_s'])} for {gp['duration_s']} s: "
+                    f"{'- ' if md else '  '}at {clock(gp['at_s'])} for {length(gp['duration_s'], 1)}: "
                     f"{st.get('class', '?')} at {st.get('where', '?')}"
                 )
         if g.get("straggler"):
@@ -361,12 +361,12 @@ def render(rep: dict, fmt: str) -> str:
                 "",
                 f"straggler (its job's other GPUs waited for it in collectives): {len(st)} "
                 f"episode{'s' if len(st) > 1 else ''}, "
-                f"{sum(e['duration_s'] for e in st):.1f} s in all",
+                f"{length(sum(e['duration_s'] for e in st), 1)} in all",
             ]
             for e in st[:5]:
                 peers = ", ".join(map(str, e["peers"]))
                 lines.append(
-                    f"{'- ' if md else '  '}at {clock(e['at_s'])} for {e['duration_s']} s: "
+                    f"{'- ' if md else '  '}at {clock(e['at_s'])} for {length(e['duration_s'], 1)}: "
                     f"{TITLES.get(e['phase'], e['phase'])}"
                     f" while GPU{'s' if len(e['peers']) > 1 else ''} {peers} waited"
                 )

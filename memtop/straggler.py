@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from memtop.labelcols import columns
 from memtop.model import Frame, ProcSample
+from memtop.timefmt import length
 
 if TYPE_CHECKING:
     from memtop.phases import Label
@@ -73,7 +74,7 @@ class Straggler:
     def evidence(self) -> str:
         names = ", ".join(str(p) for p in self.peers)
         return (  # "straggler" first: the TUI cuts this line at the panel's width
-            f"straggler: GPU {self.gpu} {self.phase} {100 * self.share:.0f} % of the last {self.window_s:.0f} s while "
+            f"straggler: GPU {self.gpu} {self.phase} {100 * self.share:.0f} % of the last {length(self.window_s)} while "
             f"GPU{'s' if len(self.peers) > 1 else ''} {names} of its job "
             f"{'wait' if len(self.peers) > 1 else 'waits'} in collectives "
             f"{100 * self.peer_comm:.0f} % of it"

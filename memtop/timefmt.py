@@ -15,6 +15,12 @@ def clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+def length(seconds: float, digits: int = 0) -> str:
+    """A stretch of time as people read it: "42 s" (``digits`` decimals) under two minutes, then
+    h:mm:ss (an 8-hour report says "of the last 7:59:24", not "of the last 28764 s")."""
+    return f"{seconds:.{digits}f} s" if seconds < 120 else clock(seconds)
+
+
 def parse_clock(text: str) -> float:
     """Seconds from ``h:mm:ss``, ``m:ss``, ``1h2m3s``/``62m``/``90s`` or plain seconds; ValueError otherwise."""
     t = text.strip().lower().replace(" ", "")
@@ -23,7 +29,7 @@ def parse_clock(text: str) -> float:
     if ":" in t:
         parts = t.split(":")
         if len(parts) > 3 or not all(re.fullmatch(r"\d+(\.\d*)?", p) for p in parts):
-            raise ValueError(f"not a time: {text!r}")
+            raise ValueError(f"not a time: {text!r} (try 1:02:03, 62m or 3723)")
         if any(float(p) >= 60 for p in parts[1:]):
             raise ValueError(f"minutes and seconds run to 59: {text!r}")
         v = 0.0

@@ -18,6 +18,7 @@ from memtop.model import Frame
 from memtop.phases import HEALTHY, TITLES, Label
 from memtop.sanitize import is_clean
 from memtop.straggler import Straggler
+from memtop.timefmt import length
 
 PROBLEM_SHARE = 0.2  # a problem phase must hold this share of the window to be the verdict
 
@@ -252,15 +253,13 @@ def verdict(
     first = labels[int(of_kind[0])]
     title = TITLES[label] + (f" ({last.sub})" if last.sub else "")
     if label in HEALTHY:
-        head = f"GPU {gpu} busy: {title} {100 * share:.0f} % of the last {span:.0f} s"
+        head = f"GPU {gpu} busy: {title} {100 * share:.0f} % of the last {length(span)}"
     elif label == "idle":
-        head = f"GPU {gpu} idle {100 * share:.0f} % of the last {span:.0f} s"
+        head = f"GPU {gpu} idle {100 * share:.0f} % of the last {length(span)}"
     elif label == current:
-        head = (
-            f"GPU {gpu} {title} for the last {run * 0.5:.0f} s ({100 * share:.0f} % of the last {span:.0f} s)"
-        )
+        head = f"GPU {gpu} {title} for the last {length(run * 0.5)} ({100 * share:.0f} % of the last {length(span)})"
     else:
-        head = f"GPU {gpu} {title} {100 * share:.0f} % of the last {span:.0f} s"
+        head = f"GPU {gpu} {title} {100 * share:.0f} % of the last {length(span)}"
     return Verdict(
         gpu,
         label,
@@ -301,7 +300,7 @@ def straggler_verdict(
         v.share,
         v.window_s,
         f"GPU {s.gpu} is the straggler: its peers wait for it in collectives "
-        f"({100 * s.peer_comm:.0f} % of the last {s.window_s:.0f} s)",
+        f"({100 * s.peer_comm:.0f} % of the last {length(s.window_s)})",
         s.evidence + "; " + (f"now {_evidence(now)}" if now is not None else v.evidence),
         (
             _STRAGGLER_ADVICE.get(

@@ -48,3 +48,13 @@ def test_parse_clock_rejects(text):
 def test_round_trip():
     for s in (0, 1, 59, 3599, 3600, 86399, 100000):
         assert parse_clock(clock(s)) == s
+
+
+def test_length_reads_as_seconds_then_as_a_clock():
+    from memtop.timefmt import length
+
+    assert length(42.4) == "42 s"
+    assert length(8.25, 1) == "8.2 s"
+    assert length(119.4) == "119 s"
+    assert length(120) == "0:02:00"
+    assert length(28764.2) == "7:59:24"

@@ -167,6 +167,15 @@ async def test_replay_navigation_pages_ends_jump_and_phase_changes():
         assert await _until(pilot, lambda: pipe.status.position > d - 0.2)
         await pilot.press("home")
         assert await _until(pilot, lambda: pipe.status.position < 0.2)
+        # paused, the seek shows the Frame it landed on (not an empty "waiting for data" screen)
+        assert await _until(pilot, lambda: pipe.frame is not None and pipe.frame.t - src.rec.t0 < 0.2)
+        await pilot.pause(0.5)
+        assert src.paused and pipe.status.position < 0.2  # and stays paused there
+        await pilot.press("t", *"9:00:00", "enter")  # past the end: says so, stays
+        assert isinstance(app.screen, JumpScreen) and "past the end" in str(
+            app.screen.query_one("#why").render()
+        )
+        await pilot.press("escape")
         await pilot.press("t")
         assert isinstance(app.screen, JumpScreen)
         await pilot.press("x", "enter")  # not a time: says why, stays
@@ -382,3 +391,49 @@ def test_replay_at_starts_where_asked(monkeypatch):
     args = argparse.Namespace(file=str(REC[2]), summary=False, speed=1.0, at=OFFSET("1:05"))
     assert local.replay(args) == 0
     assert got[0]._seek == 65.0
+
+
+async def test_strip_and_band_draw_a_phase_alike_and_the_axis_counts_from_the_start():
+    """The overview strip draws each phase as the band and the legend do (letters without colour or
+    on `l`, the legend's letters with --ascii); a replay's time axis reads h:mm:ss into the run."""
+    from memtop.phases import CHARS
+    from memtop.tui.timeline import Timeline
+
+    for ascii_only, no_color in ((True, False), (False, True)):
+        pipe, src = _replay()
+        app = MemtopApp(pipe, src, hangup_guard=False, ascii_only=ascii_only, no_color=no_color)
+        async with app.run_test(size=(120, 40)) as pilot:
+            assert await _until(pilot, lambda: src.scanned)
+            await pilot.press("space", "t", *"1:30", "enter")
+            assert await _until(pilot, lambda: abs(pipe.status.position - 90) < 0.2)
+            await pilot.pause(0.5)
+            strip = app.query_one(Overview)
+            text = strip.render_line(0).text
+            w = strip.size.width
+            want = [CHARS[lab] if lab else "." for lab in cells(src.phase_runs[0], src.duration, w)]
+            cur = strip._cursor(w)
+            assert text[:cur] + text[cur + 1 :] == "".join(want[:cur] + want[cur + 1 :])
+            axis = [ln for ln in app.query_one(Timeline)._rows if "|0:01:" in ln[0]]
+            assert axis, "no h:mm:ss axis"
+            await pilot.press("q")
+
+
+def test_replay_at_past_the_end_is_one_line_and_exit_2(tmp_path):
+    """--at beyond the recording: refused before the TUI starts, as bad input."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "memtop", "replay", "--at", "9:00:00", str(REC[2])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 2
+    from memtop.timefmt import clock
+
+    end = clock(Recording(REC[2]).duration)
+    assert r.stderr.strip().splitlines() == [
+        f"memtop: --at 9:00:00 is past the end: the recording covers 0:00:00–{end}"
+    ]

@@ -233,7 +233,12 @@ class JumpScreen(ModalScreen[float | None]):
         except ValueError as e:
             self.query_one("#why", Static).update(escape(str(e)))
             return
-        self.dismiss(min(t, self.duration))
+        if t > self.duration:
+            self.query_one("#why", Static).update(
+                f"past the end: the recording is {clock(self.duration)} long"
+            )
+            return
+        self.dismiss(t)
 
 
 class GpuDetail(ModalScreen[None]):
@@ -356,7 +361,8 @@ class MemtopApp(App[int]):
         self._paints = 0
         self._bindings_key: tuple | None = None
         self.crashed: BaseException | None = None  # what ended the app, for the exit code and log
-        self._letters = letters  # phase letters in the bands (`l`)
+        # phase letters in the bands and the strip (`l`): without colour, only letters tell them apart
+        self._letters = letters or self.no_color
         self._timeline_s = timeline_s  # the timeline's span (`z`, `Z`); None: the timeline's own
         self._laid_out: tuple | None = None  # (GPU count, screen size) the layout was made for
 
@@ -400,7 +406,7 @@ class MemtopApp(App[int]):
         self.pipeline.on_tick = self._post_refresh
         if self.playback is not None:
             self.mount(
-                Overview(self.playback, lambda: self.gpu, self.ascii_only, id="overview"), after="#timeline"
+                Overview(self.playback, lambda: self.gpu, lambda: self.look, id="overview"), after="#timeline"
             )
         if self.controller is not None:  # after the first paint: the first frame shows at once
             self.call_after_refresh(self.controller.start)
@@ -678,6 +684,8 @@ class MemtopApp(App[int]):
     def action_letters(self) -> None:
         self._letters = not self._letters
         self.query_one(Timeline).set_letters(self._letters)
+        for strip in self.query(Overview):
+            strip.update()
         self._save(letters=self._letters)
 
     def action_help(self) -> None:

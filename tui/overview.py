@@ -14,7 +14,7 @@ from textual.widget import Widget
 
 from memtop.playback import Playback
 
-from .palette import phase_styles
+from .palette import Look
 
 _PLAIN = Style()
 _CURSOR = Style(reverse=True, bold=True)
@@ -36,9 +36,9 @@ def cells(runs: tuple[tuple[float, str], ...], duration: float, width: int) -> l
 class Overview(Widget):
     DEFAULT_CSS = "Overview { height: 1; }"
 
-    def __init__(self, playback: Playback, gpu: Callable[[], int], ascii_only: bool, **kw) -> None:
+    def __init__(self, playback: Playback, gpu: Callable[[], int], look: Callable[[], Look], **kw) -> None:
         super().__init__(**kw)
-        self.playback, self.gpu, self.ascii_only = playback, gpu, ascii_only
+        self.playback, self.gpu, self.look = playback, gpu, look  # (the app's: theme, --ascii, letters)
         self._key: tuple | None = None
 
     def on_mount(self) -> None:
@@ -52,7 +52,14 @@ class Overview(Widget):
         """Refresh only when the cursor cell, the GPU or the scan changed."""
         w = self.size.width
         pb = self.playback
-        key = (w, self.gpu(), self._cursor(w) if w else 0, len(pb.phase_runs.get(self.gpu(), ())), pb.scanned)
+        key = (
+            w,
+            self.gpu(),
+            self._cursor(w) if w else 0,
+            len(pb.phase_runs.get(self.gpu(), ())),
+            pb.scanned,
+            self.look().letters,
+        )
         if key != self._key:
             self._key = key
             self.refresh()
@@ -64,16 +71,15 @@ class Overview(Widget):
         pb = self.playback
         labs = cells(pb.phase_runs.get(self.gpu(), ()), pb.duration, w)
         cur = self._cursor(w)
-        styles = phase_styles(self.app.current_theme)  # the theme's own phase palette
+        lk = self.look()
         segs = []
         for i, lab in enumerate(labs):
             if i == cur:
-                segs.append(Segment("|" if self.ascii_only else "┃", _CURSOR))
+                segs.append(Segment("|" if lk.glyphs.ascii else "┃", _CURSOR))
             elif lab is None:
-                segs.append(Segment("." if self.ascii_only else "·", _PLAIN))
+                segs.append(Segment("." if lk.glyphs.ascii else "·", _PLAIN))
             else:
-                ch = lab[0] if self.ascii_only else "█"
-                segs.append(Segment(ch, styles.get(lab, _PLAIN)))
+                segs.append(Segment(*lk.mark(lab)))
         return Strip(segs, w)
 
     def on_click(self, event: events.Click) -> None:

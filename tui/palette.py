@@ -19,6 +19,8 @@ from textual.color import Color as TColor
 from textual.filter import LineFilter
 from textual.theme import Theme
 
+from memtop.phases import CHARS
+
 PHASES = ("compute", "memory", "transfer", "sync", "input", "cpu", "comm", "idle")
 
 # Okabe-Ito: bluish green, sky blue, reddish purple, vermillion, yellow, blue, orange; idle is grey
@@ -189,6 +191,13 @@ class Look:
 
     def phase(self, name: str) -> Style:
         return self.styles.get(name) or self.styles["other"]
+
+    def mark(self, name: str) -> tuple[str, Style]:
+        """One cell of a phase as the band, the overview strip and the legend draw it: its letter on its
+        colour (letters on: NO_COLOR's default, `l`), its letter in its colour (--ascii), else a block."""
+        if self.letters:
+            return CHARS.get(name, "?"), letter_style(self.colors.get(name, self.colors["other"]))
+        return (CHARS.get(name, "?") if self.glyphs.ascii else self.glyphs.full), self.phase(name)
 
     def stack_class(self, klass: str) -> Style:
         return self.phase(CLASS_PHASE.get(klass, "other"))

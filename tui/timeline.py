@@ -9,6 +9,7 @@ whole timeline (bytes matter over SSH).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from bisect import bisect_left
@@ -18,11 +19,12 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from memtop.phases import CHARS, Label
+from memtop.phases import Label
 from memtop.pipeline import Point, View
+from memtop.timefmt import clock
 
 from .format import now_label
-from .palette import PHASES, Look, letter_style, look
+from .palette import PHASES, Look, look
 from .tiles import NULL, TiledLines
 
 EVENT_MARKS = {
@@ -171,7 +173,7 @@ class Timeline(TiledLines):
         if y == 0:
             return self._events(v, start, dt, cols)
         if y == 1:
-            return self._axis(cols, start, end, v.meta.get("wall_offset"))
+            return self._axis(cols, start, end, v.meta.get("wall_offset"), v.status.origin)
         return self._legend()
 
     def _series(
@@ -237,20 +239,16 @@ class Timeline(TiledLines):
         head = f"{head:<{LABEL_W}}"
         segs = [Segment(head, SELECTED if named and gpu == self.gpu else LABEL)]
         sig = [head]
-        letters = lk.letters or self.ascii_only
         # runs of (phase, is the replay position): the position is one cell in its phase's colour
         for (k, here), run in groupby((k, i == cur) for i, k in enumerate(kinds)):
             n = len(list(run))
-            color = lk.colors.get(k or "warmup", lk.colors["other"])
             if here:
                 text, code, style = lk.glyphs.cursor, "|", lk.phase(k or "warmup")
             elif k is None:
                 text, code, style = " " * n, " " * n, NULL
-            elif lk.letters:
-                text, code, style = CHARS.get(k, "?") * n, _CODE.get(k, " ") * n, letter_style(color)
             else:
-                ch = CHARS.get(k, "?") if letters else lk.glyphs.full
-                text, code, style = ch * n, _CODE.get(k, " ") * n, lk.phase(k)
+                ch, style = lk.mark(k)
+                text, code = ch * n, _CODE.get(k, " ") * n
             segs.append(Segment(text, style))
             sig.append(code)
         return "".join(sig), Strip(segs)
@@ -275,14 +273,23 @@ class Timeline(TiledLines):
         sig.append(" " * (cols - at))
         return "".join(sig), Strip(Segment.simplify(segs))
 
-    def _axis(self, cols: int, start: float, end: float, offset: float | None) -> tuple[str, Strip]:
-        """Clock times (of the recording, or now) at fixed columns: they move only with a jump."""
+    def _axis(
+        self, cols: int, start: float, end: float, offset: float | None, origin: float | None
+    ) -> tuple[str, Strip]:
+        """Times at fixed columns (they move only with a jump): in a replay h:mm:ss into the recording
+        (as its position and --at), live the time of day."""
         step = max(5, int(self.span_s / 6 / 5) * 5)
         axis = [" "] * cols
-        first = (int(start // step) + 1) * step
-        for sec in range(int(first), int(end), step):
+        zero = origin if origin is not None else 0.0
+        first = zero + (max(-1, int((start - zero) // step)) + 1) * step  # (none before a replay's start)
+        for sec in itertools.takewhile(lambda s: s < end, itertools.count(first, step)):
             i = int((sec - start) / self.span_s * cols)
-            lab = time.strftime("%H:%M:%S", time.gmtime(sec + offset)) if offset else f"{sec - start:.0f}s"
+            if origin is not None:
+                lab = clock(sec - origin + 1e-6)
+            elif offset:
+                lab = time.strftime("%H:%M:%S", time.gmtime(sec + offset))
+            else:
+                lab = f"{sec - start:.0f}s"
             lab = "|" + lab
             for k, ch in enumerate(lab):
                 if i + k < cols:
@@ -294,12 +301,7 @@ class Timeline(TiledLines):
         lk = self._look
         segs = [Segment(" " * LABEL_W, NULL)]
         for k in PHASES:
-            if lk.letters:
-                segs.append(Segment(CHARS[k], letter_style(lk.colors[k])))
-            else:
-                mark = CHARS[k] if self.ascii_only else lk.glyphs.full
-                segs.append(Segment(mark, lk.phase(k)))
-            segs.append(Segment(f" {k}  ", DIM))
+            segs += [Segment(*lk.mark(k)), Segment(f" {k}  ", DIM)]
         for kind, (uni, asc, st) in EVENT_MARKS.items():
             segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind}  ", DIM)]
         return "".join(seg.text for seg in segs), Strip(segs)

@@ -15,6 +15,7 @@ from memtop.commands.firstlook import FirstLook
 from memtop.config import Config
 from memtop.errors import UserError
 from memtop.sanitize import clean
+from memtop.timefmt import clock
 
 if TYPE_CHECKING:
     from memtop.collectors.nvml_calls import RealNvml
@@ -281,11 +282,15 @@ def _run_app(pipeline: Pipeline, controller: Playback | LiveController, args: ar
 def replay_app(
     path: Path, args: argparse.Namespace, mode: str, loop: bool, speed: float = 1.0, start_at: float = 0.0
 ) -> int:
+    rec = open_recording(path)  # (bad input first: one line, with or without a terminal)
+    if start_at > rec.duration:
+        raise UserError(
+            f"--at {clock(start_at)} is past the end: the recording covers 0:00:00–{clock(rec.duration)}"
+        )
     _need_tty()
     _lean_process()
     from memtop.pipeline import Pipeline, ReplaySource, Status
 
-    rec = open_recording(path)
     pipeline = Pipeline(Status(mode, duration=rec.duration, speed=speed, source=str(path)), meta=rec.meta)
     src = ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at, fast_runs=_phase_runs)
     return _run_app(pipeline, src, args)
