@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from memtop.timefmt import clock
+
 ROOT = Path(__file__).parent.parent
 SRC = ROOT / "tests/data/labelled_s2.memtop"
 REAL = sorted((ROOT / "tests/data").glob("labelled_s*.memtop"))
@@ -249,6 +251,12 @@ def main() -> None:
     )
     ap.add_argument("--runs", type=int, default=1, help="cold report runs per tree (min and median kept)")
     ap.add_argument(
+        "--sources",
+        default=SRC.name,
+        help="recordings under tests/data to tile, comma-separated (e.g. "
+        "labelled_s2.memtop,heldout2_torch_s21.memtop,multi/heldout_ddp_s11.memtop)",
+    )
+    ap.add_argument(
         "--only-sizes",
         action="store_true",
         help="MB per GPU-hour of every real recording written for an hour",
@@ -279,16 +287,29 @@ def main() -> None:
         if a.json:
             a.json.write_text(json.dumps(res, indent=1))
         return
-    tile_path = d / "tile.memtop"
-    if tile_path.exists():
-        tile_path.unlink()
-    rewrite(SRC, tile_path)
-    res["tile_tables_bytes"] = by_table(tile_path)
+
+    for src in a.sources.split(","):
+        measure_tiles(a, d, res, ROOT / "tests/data" / src)
+    print(json.dumps(res, indent=1))
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
+
+
+def measure_tiles(a: argparse.Namespace, d: Path, res: dict, src: Path) -> None:
+    """The real recording ``src`` re-written (the tile), then tiled to each of ``a.hours``: report,
+    seek, export (whole, gzip, a range of one GPU), progress and replay navigation."""
+    from long_ui import navigation, progress
 
     from memtop.store import Recording
 
+    stem = src.stem
+    tile_path = d / f"tile_{stem}.memtop"
+    if tile_path.exists():
+        tile_path.unlink()
+    rewrite(src, tile_path)
+    res[f"tile_tables_bytes_{stem}"] = by_table(tile_path)
     for h in (float(x) for x in a.hours.split(",")):
-        name = f"{h:g}h"
+        name = f"{h:g}h" if src == SRC else f"{stem}_{h:g}h"
         path = d / f"{name}.memtop"
         tile(tile_path, path, h * 3600)
         r: dict = {
@@ -318,6 +339,13 @@ def main() -> None:
             m = measure_one("export", ["export", str(path), "--perfetto", str(out)])
             r[f"export_{suffix}"] = {**m, "out_mb": round(out.stat().st_size / 1e6, 1)}
             out.unlink()
+        out = d / f"{name}.range.json.gz"  # an hour of GPU 0 from the middle
+        cut = ["--from", clock(h * 1800), "--to", clock(h * 1800 + min(3600, h * 1800)), "--gpu", "0"]
+        m = measure_one("export", ["export", str(path), "--perfetto", str(out), "--force", *cut])
+        r["export_range_json_gz"] = {**m, "range": cut, "out_mb": round(out.stat().st_size / 1e6, 2)}
+        out.unlink()
+        r["progress"] = progress(path)
+        r["navigation"] = navigation(path)
         if a.before and h <= a.before_hours:
             # the previous version reads the old encoding: tile the real file as it was recorded
             old = d / f"{name}_before.memtop"
@@ -355,9 +383,6 @@ def main() -> None:
         rec.close()
         res[name] = r
         print(name, json.dumps(r), file=sys.stderr, flush=True)
-    print(json.dumps(res, indent=1))
-    if a.json:
-        a.json.write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":
