@@ -474,29 +474,46 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
 
 
 def with_peers(
-    bins: dict[int, tuple[GpuBins, np.ndarray]], nbins: int, jobs_at: Callable[[int], dict]
+    bins: dict[int, tuple[GpuBins, np.ndarray]],
+    nbins: int,
+    jobs_at: Callable[[np.ndarray], dict[int, np.ndarray]],
 ) -> None:
     """Each GPU's peers per bin (``Classifier.emit``'s ``_with_peers``): the other GPUs of its job
-    with features in the same bin, and which of them are not in a collective."""
+    with features in the same bin, and which of them are not in a collective. ``jobs_at``: each GPU's
+    job (an id, -1 for none) in the given bins, as ``straggler.job_groups`` finds it at their last Frame."""
     if len(bins) < 2:
         return
-    where = {g: np.full(nbins, -1, dtype=np.int64) for g in bins}
-    for g, (b, sel) in bins.items():
-        where[g][sel] = np.arange(len(sel))
+    gs = sorted(bins)
+    where = np.full((nbins, len(gs)), -1, dtype=np.int64)  # each GPU's bin of each scan bin
+    for j, g in enumerate(gs):
+        b, sel = bins[g]
+        where[sel, j] = np.arange(len(sel))
         b.peers, b.away = [()] * len(sel), [()] * len(sel)
-    coll = {g: np.broadcast_to(_collective(b.view()), (len(b),)).tolist() for g, (b, _) in bins.items()}
-    present = np.zeros(nbins, dtype=np.int64)
-    for w in where.values():
-        present += w >= 0
-    for n in np.flatnonzero(present > 1).tolist():
-        found = sorted(g for g in bins if where[g][n] >= 0)
-        k = int(bins[found[0]][0].k[where[found[0]][n]])
-        jobs = jobs_at(k)
-        for g in found:
-            key = jobs.get(g)
-            peers = tuple(p for p in found if p != g and key is not None and jobs.get(p) == key)
-            if peers:
-                b, i = bins[g][0], int(where[g][n])
-                assert b.peers is not None and b.away is not None
-                b.peers[i] = peers
-                b.away[i] = tuple(p for p in peers if not coll[p][int(where[p][n])])
+    n = np.flatnonzero((where >= 0).sum(axis=1) > 1)  # the bins two or more GPUs are in
+    if not len(n):
+        return
+    at = where[n]
+    jobs = jobs_at(n)
+    job = np.stack([np.where(at[:, j] >= 0, jobs[g], -1) for j, g in enumerate(gs)], axis=1)
+    coll = np.stack(
+        [
+            np.broadcast_to(_collective(bins[g][0].view()), (len(bins[g][1]),))[at[:, j]]
+            for j, g in enumerate(gs)
+        ],
+        axis=1,
+    )  # (where a GPU is absent, a value the job test below leaves out)
+    for j, g in enumerate(gs):
+        same = (job == job[:, j : j + 1]) & (job[:, j : j + 1] >= 0)
+        same[:, j] = False
+        # the bins' distinct (peers, away) rows, each made a pair of tuples once
+        rows, inv = np.unique(np.concatenate([same, same & ~coll], axis=1), axis=0, return_inverse=True)
+        pairs = [(_gpus(gs, r[: len(gs)]), _gpus(gs, r[len(gs) :])) for r in rows]
+        b = bins[g][0]
+        assert b.peers is not None and b.away is not None
+        for i, u in zip(at[:, j].tolist(), inv.reshape(-1).tolist(), strict=True):
+            if i >= 0:
+                b.peers[i], b.away[i] = pairs[u]
+
+
+def _gpus(gs: list[int], on: np.ndarray) -> tuple[int, ...]:
+    return tuple(g for g, x in zip(gs, on.tolist(), strict=True) if x)

@@ -22,11 +22,13 @@ import math
 import multiprocessing
 import operator
 import os
+import re
 import sqlite3
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple, cast
 
@@ -45,7 +47,6 @@ from memtop.scan import CHUNK_MIN_S, WARM_S, Aggregates, _main_only, scan
 from memtop.stackwin import Entries, window_bounds
 from memtop.store import (
     _DECODE_ERRORS,
-    _SAMPLE,
     _SANE_T,
     BLOCK_STREAMS,
     BLOCK_TABLES,
@@ -74,8 +75,6 @@ _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
 _PROC = operator.itemgetter(*HOST_PROC_FIELDS)
 _INT_LIM = 1 << 62
-_REST = operator.itemgetter(slice(1, None))  # a stack_sample row but its time
-_T = operator.itemgetter(0)
 
 
 class Unusual(Exception):
@@ -171,7 +170,6 @@ class _Part(NamedTuple):
     agg: Aggregates
 
 
-_FIRST_SHARE = 1.2  # the first chunk's length against each other's
 _DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
 
 
@@ -207,10 +205,9 @@ def _parallel(
 ) -> tuple[dict, list, Aggregates] | None:
     """The chunked scan; None where a chunk is unusual or did not catch up (the caller scans serially)."""
     b = Classifier().bin_s
-    # this process scans the first chunk and then takes in the others' results (a fifth of a chunk's
-    # time on 8 hours): its chunk is that much longer, so that both are ready at once
-    share = [(_FIRST_SHARE + k - 1) / (_FIRST_SHARE + n - 1) for k in range(1, n)]
-    edges = [lo] + [math.floor((lo + (hi - lo) * f) / b) * b for f in share] + [hi]
+    # chunks of one length: this process scans the first while its executor's thread takes in the
+    # others' results, which their processes pickle (8-hour runs on two cores: they end together)
+    edges = [lo] + [math.floor((lo + (hi - lo) * k / n) / b) * b for k in range(1, n)] + [hi]
     his = []
     for e in edges[1:-1]:  # a chunk ends at its last Frame before the next one's first bin
         r = rec._q(f"SELECT max(t) FROM frame WHERE t<? AND {_SANE_T}", (e,)).fetchone()
@@ -307,6 +304,11 @@ def _scan(
     start) to ``hi``; those before ``lo`` only warm the classifier up. ``edge``: ``lo`` is a bin edge
     between chunks, and the bins before it are the previous chunk's: only those from lo are kept."""
     seed = read_from  # Recording.frames(start) seeds its state as it stood at the start
+
+    def done(f: float) -> None:  # progress: about this share of the chunk's work (seconds of it)
+        if tick is not None:
+            tick(f * (hi - lo))
+
     flo = rec.t0 if seed is None else seed
     plo = float("-inf") if seed is None else seed
     frames = frame_times(rec, flo, hi)
@@ -315,10 +317,11 @@ def _scan(
     ft = np.array(frames, dtype=np.float64)
     i_lo = bisect.bisect_left(frames, lo)  # the first Frame the aggregates (and the result) take
     gpus = _gpus(rec, ft, plo, hi, seed)
+    done(0.15)
     hosts = _Hosts(rec, ft, plo, hi, seed)
+    done(0.25)
     stacks = _Stacks(rec, frames, plo, hi, seed)
-    if tick:
-        tick(0.0)
+    done(0.5)
 
     clf = Classifier()
     b = clf.bin_s
@@ -329,18 +332,18 @@ def _scan(
     bin_of = np.repeat(np.arange(len(ends)), np.diff(np.concatenate([[-1], ends])))
     gpm = GPU_MODES.index("gpm")
     found = {}
-    entries = Entries.of(stacks.window)
+    entries = stacks.entries
     for g in gpus:
         got = gpu_bins(g, hosts, entries, ft, sa, ends, bin_of, gpm)
         if got is not None:
             found[g.index] = got
-    if tick:
-        tick(0.5 * (hi - lo))
+    done(0.6)
 
-    def jobs_at(k: int) -> dict[int, str]:  # the GPUs' processes and the host's, at a bin's last Frame
-        return job_groups(Frame(frames[k], gpus=_samples_at(gpus, k), host=hosts.sample(k)))
+    def jobs_at(n: np.ndarray) -> dict[int, np.ndarray]:  # at the bins' last Frames
+        return _jobs(gpus, hosts, ends[n], lambda f: done(0.6 + 0.15 * f))
 
     with_peers(found, len(ends), jobs_at)
+    done(0.75)
     kept: dict[int, tuple[GpuBins, Rules]] = {}
     first: dict[int, int] = {}
     warm: dict[int, tuple[float, float]] = {}
@@ -366,7 +369,7 @@ def _scan(
     ks = np.array([k for k, _, _ in gap_at] + [max(i_lo - 1, 0), len(frames) - 1], dtype=np.int64)
     at, inv = np.unique(ks, return_inverse=True)  # (window_bounds takes Frames in time order)
     front, count = (x[inv].tolist() for x in window_bounds(entries, ft, at))
-    windows = [[(s, info) for _, s, info in stacks.window[a:b]] for a, b in zip(front, count, strict=True)]
+    windows = [stacks.within(a, b) for a, b in zip(front, count, strict=True)]
     gaps: list[tuple[Gap, list | None]] = []
     for (_, gi, span), w in zip(gap_at, windows, strict=False):
         if span[0] == _OPEN:  # the join finds its stack, once it knows the start
@@ -377,8 +380,45 @@ def _scan(
         tuple((s.pid, s.t) for s, _ in windows[-2]) if i_lo else (),
         tuple((s.pid, s.t) for s, _ in windows[-1]),
     )
+    done(0.8)
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
+    done(1.0)
     return _Part(kept, first, gaps, dict(clf._gap), gap_lo, warm, keys, agg)
+
+
+def _jobs(
+    gpus: list[_Gpu], hosts: _Hosts, ks: np.ndarray, tick: Callable[[float], None] | None = None
+) -> dict[int, np.ndarray]:
+    """Each GPU's job at Frames ``ks`` (ascending) as ``straggler.job_groups`` finds it, as ids (-1:
+    none). A GPU's job follows from its processes (its state) and the host sample's: it is found once
+    per (state, host sample alike for the GPUs' processes, ``_Hosts.job_hosts``)."""
+    pids = {p.pid for g in gpus for st in g.states for p in st[4]}
+    # a GPU without processes has no job: the host sample matters where two GPUs have some
+    busy = sum(
+        (g.r[ks] >= 0) & np.array([bool(st[4]) for st in g.states] + [False], dtype=bool)[g.s[ks]]
+        for g in gpus
+    )
+    h = np.where(busy > 1, np.array(hosts.at, dtype=np.int64)[ks], -1)
+    u = np.full(len(ks), -1, dtype=np.int64)  # each Frame's host sample's id (-1: none needed)
+    samples: list[HostSample] = []
+    if pids and (h >= 0).any():
+        hs, inv = np.unique(h[h >= 0], return_inverse=True)
+        ids, samples = hosts.job_hosts(hs.tolist(), pids, tick)
+        u[h >= 0] = ids[inv.reshape(-1)]
+    keys: dict[str, int] = {}
+    out = {}
+    for g in gpus:
+        m = len(g.states) + 1
+        pair = np.where((g.r[ks] >= 0) & (u >= 0), u * m + g.s[ks] + 1, -1)
+        uniq, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+        job = np.full(len(uniq), -1, dtype=np.int64)
+        for j, (p, k) in enumerate(zip(uniq.tolist(), ks[first].tolist(), strict=True)):
+            smp = g.sample(k)
+            if p >= 0 and smp is not None:
+                got = job_groups(Frame(0.0, gpus=(smp,), host=samples[p // m]))
+                job[j] = keys.setdefault(got[g.index], len(keys)) if got else -1
+        out[g.index] = job[inv.reshape(-1)]
+    return out
 
 
 def _mark_open(gap: tuple | None) -> tuple | None:
@@ -855,6 +895,45 @@ class _Hosts:
                 latest[p.pid] = x
         return latest
 
+    def job_hosts(
+        self, hs: list[int], pids: set[int], tick: Callable[[float], None] | None = None
+    ) -> tuple[np.ndarray, list[HostSample]]:
+        """Host samples ``hs`` (ascending) as job_groups reads them for the GPU processes ``pids``: an
+        id per sample, and per id a sample with the same (pid, ppid, name, cmdline) of those processes
+        (only those). Decoding every sample took most of a long multi-GPU report: in the Writer's
+        compact JSON a process's object starts with those four (store.json_bytes of a ProcSample), so
+        samples whose starts for ``pids`` are the same text share an id, found by decoding the first
+        of them whole (and checking that its text says the same); a sample in another layout is
+        decoded whole."""
+        alts = b"|".join(re.escape(str(p).encode()) for p in sorted(pids))
+        lead = re.compile(
+            rb'\{"pid":(?:' + alts + rb'),"ppid":-?\d+,"name":' + _JSTR + rb',"cmdline":' + _JSTR
+        )
+        mark = re.compile(rb'\{"pid":\s*(?:' + alts + rb")\b")  # such an object, however it goes on
+        ids: dict[tuple[bytes, ...], int] = {}  # text -> id
+        sigs: dict[tuple, int] = {}  # the four values -> id
+        samples: list[HostSample] = []
+        out = np.empty(len(hs), dtype=np.int64)
+        raws = self.raw.each(hs) if isinstance(self.raw, _Blobs) else (self.raw[h] for h in hs)
+        for j, raw in enumerate(raws):
+            if tick is not None and j % 2048 == 0:
+                tick(j / len(hs))
+            text = tuple(lead.findall(raw))
+            # every "pid" a first key, and the text holds each object of ``pids`` (the Writer's layout)
+            plain = raw.count(b'"pid"') == raw.count(b'{"pid":') and len(mark.findall(raw)) == len(text)
+            u = ids.get(text) if plain else None
+            if u is None:
+                s = _host_from_blob(raw)
+                procs = tuple(p for p in s.procs if p.pid in pids)
+                sig = tuple((p.pid, p.ppid, p.name, p.cmdline) for p in procs)
+                u = sigs.setdefault(sig, len(samples))
+                if u == len(samples):
+                    samples.append(replace(s, procs=procs))
+                if plain and _leads(text) == list(sig):
+                    ids[text] = u
+            out[j] = u
+        return out, samples
+
     def procs(self, h: int) -> list:
         if h not in self._procs:
             self._decode(h)
@@ -863,6 +942,15 @@ class _Hosts:
     def sample(self, k: int) -> HostSample | None:
         h = self.at[k]
         return None if h < 0 else _host_from_blob(self.raw[h])
+
+
+_JSTR = rb'"[^"\\]*(?:\\.[^"\\]*)*"'  # a JSON string's text (unrolled: a step per run of plain bytes)
+
+
+def _leads(text: tuple[bytes, ...]) -> list[tuple]:
+    """(pid, ppid, name, cmdline) of each process's lead (``_Hosts.job_hosts``), decoded as host_json does."""
+    objs = ",".join(t.decode("utf-8", "surrogateescape") + "}" for t in text)
+    return [tuple(d.values()) for d in json.loads(f"[{objs}]")]
 
 
 def _chain(rec: Recording, t: float) -> list[tuple[float, bytes]]:
@@ -885,6 +973,26 @@ class _Blobs(Sequence):
 
     def __len__(self) -> int:
         return len(self._t)
+
+    def each(self, hs: list[int]) -> Iterator[bytes]:
+        """The JSON of samples ``hs`` (ascending), inflated in one pass over their rows."""
+        if not hs:
+            return
+        t = self._t
+        rows = _chain(self._rec, t[hs[0]])
+        rows += self._rec._q(
+            "SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (t[hs[0]], t[hs[-1]])
+        ).fetchall()
+        want = iter(hs)
+        h = next(want, None)
+        prev = None
+        for rt, blob in rows:
+            prev = _inflate_host(blob, prev)
+            while h is not None and t[h] == rt:
+                yield prev
+                h = next(want, None)
+        if h is not None:
+            raise Unusual("a host sample the blocks hold is not a row")
 
     def __getitem__(self, h: int) -> bytes:  # type: ignore[override]  # (an index, no slices)
         raw = self._got.get(h)
@@ -989,11 +1097,6 @@ def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray
 _FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
 
 
-def _same(v: float, what: str) -> float:
-    """store._num where the value is known to pass it."""
-    return v
-
-
 def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:
     """``query()``'s rows with TEXT values decoded by the sqlite3 module's own UTF-8 decoder, without
     a Python call per value; where one is not valid UTF-8, as Recording decodes them (surrogates for
@@ -1015,57 +1118,77 @@ def _types(values: tuple, *kinds: type) -> bool:
 
 
 class _Stacks:
-    """The stack samples, the Frames they are in, and the order the classifier's window takes them."""
+    """The stack samples, the Frames they are in, and the order the classifier's window takes them,
+    as arrays over the samples; each distinct dump is decoded once, and a sample becomes a
+    StackSample only where one is asked for (an 8-hour run holds ~200,000 samples of a few dozen dumps)."""
 
     def __init__(
         self, rec: Recording, frames: list[float], plo: float, hi: float, seed: float | None
     ) -> None:
-        rows = _stack_blocks(rec, plo, hi, seed)
-        if rows is None:
+        got = _stack_blocks(rec, plo, hi, seed)
+        if got is None:
             rows = self._rows(rec, plo, hi, seed)
+            t, *cols = (list(c) for c in zip(*rows, strict=True)) if rows else ([],) * 9
+            got = (t, [cols[j] for j in _STACK_REST])
+        t, cols = got
+        cut = _sample_starts(t, cols[0])
         # a dump whose rows (all but the time) are those of an earlier one is that dump again: its
         # threads, main-thread summary (phases.stack_info) and main-only form are the earlier one's
-        known: dict[tuple, tuple[StackSample, tuple | None, StackSample]] = {}
-        samples: list[StackSample] = []
-        infos: list[tuple | None] = []
-        self.mains: list[StackSample] = []  # each sample as the report keeps it (scan._main_only)
-        t_all = tuple(map(_T, rows))
-        # every time a finite float (store._num: the common case): not checked again per sample
-        num = _num if not _types(t_all, float) or not all(abs(t) <= 1e18 for t in t_all) else _same
-        for _, grp in itertools.groupby(rows, key=_SAMPLE):
-            g = list(grp)
-            key = tuple(map(_REST, g))
-            got = known.get(key)
-            if got is None:
-                s = stack_sample(rec, g)
-                known[key] = got = (s, stack_info(s) if s.threads else None, _main_only(s))
-            else:
-                s0, _, m0 = got
-                s = StackSample(num(g[0][0], "stack t"), s0.pid, s0.threads, s0.error)
-                m0 = s if m0 is s0 else StackSample(s.t, s.pid, m0.threads, s.error)
-                got = (s, got[1], m0)
-            samples.append(s)
-            infos.append(got[1])
-            self.mains.append(got[2])
+        row = _row_codes(cols).tolist()
+        kinds: dict[tuple, int] = {}
+        self.dumps: list[tuple[StackSample, tuple | None, StackSample]] = []  # (first sample, info, main)
+        kind = []
+        for a, b in itertools.pairwise(cut):
+            key = tuple(row[a:b])
+            k = kinds.get(key)
+            if k is None:
+                k = kinds[key] = len(self.dumps)
+                s = stack_sample(rec, [_stack_row(t, cols, i) for i in range(a, b)])
+                self.dumps.append((s, stack_info(s) if s.threads else None, _main_only(s)))
+            kind.append(k)
+        self.times = [t[a] for a in cut[:-1]]
+        # every time a finite float (store._num: the common case) is not checked again per sample
+        ts = np.array(self.times, dtype=np.float64) if _types(tuple(self.times), float) else None
+        if ts is None or not (np.abs(ts) <= 1e18).all():  # (NaN fails)
+            ts = np.array([_num(x, "stack t") for x in self.times], dtype=np.float64)
+        self.kind = np.array(kind, dtype=np.int64)
+        self.pids = np.array([d[0].pid for d in self.dumps], dtype=np.int64)[self.kind]
+        pids = self.pids
         # a pid's sample is in the Frames from its time until the pid's next sample, at most 5 s
         # (store._State.frame); the window takes it at the first of them, in pid order
-        ts = np.array([s.t for s in samples], dtype=np.float64)
-        pids = np.array([s.pid for s in samples], dtype=np.int64)
-        by_pid = np.lexsort((np.arange(len(samples)), pids))  # each pid's samples in order
-        until = np.full(len(samples), np.inf)
-        if samples:
+        by_pid = np.lexsort((np.arange(len(ts)), pids))  # each pid's samples in order
+        until = np.full(len(ts), np.inf)
+        if len(ts):
             nxt = np.append(ts[by_pid][1:], np.inf)
             until[by_pid] = np.where(np.append(pids[by_pid][1:] == pids[by_pid][:-1], False), nxt, np.inf)
         self.frames = frames
-        self.samples = samples
-        self.until = until.tolist()
+        self.ts, self.until = ts, until
         self.ft = np.array(frames, dtype=np.float64)
-        first = np.searchsorted(self.ft, ts, "left")  # bisect_left
-        self.first = first.tolist()
-        threads = np.array([bool(s.threads) for s in samples], dtype=bool)
-        held = np.flatnonzero(threads & self._held(first, ts, until))
-        order = held[np.lexsort((pids[held], first[held]))]  # by Frame, then pid (a stable sort)
-        self.window = [(self.first[i], samples[i], infos[i]) for i in order.tolist()]
+        self.first = np.searchsorted(self.ft, ts, "left")  # bisect_left
+        self.threads = np.array([bool(d[0].threads) for d in self.dumps], dtype=bool)[self.kind]
+        held = np.flatnonzero(self.threads & self._held(self.first, ts, until))
+        self.order = held[np.lexsort((pids[held], self.first[held]))]  # by Frame, then pid (a stable sort)
+        codes: dict[tuple, int] = {}  # the dumps' infos, each distinct value once
+        info = np.array([-1 if d[1] is None else codes.setdefault(d[1], len(codes)) for d in self.dumps])
+        o = self.order
+        self.entries = Entries(
+            self.first[o], ts[o], pids[o], info.astype(np.int64)[self.kind[o]], tuple(codes)
+        )
+
+    def sample(self, i: int) -> StackSample:
+        d = self.dumps[self.kind[i]][0]
+        return StackSample(self.times[i], d.pid, d.threads, d.error)
+
+    def within(self, a: int, b: int) -> list[tuple[StackSample, tuple | None]]:
+        """The window's entries [a, b) (``entries``) as (sample, info)."""
+        return [(self.sample(i), self.dumps[self.kind[i]][1]) for i in self.order[a:b].tolist()]
+
+    @functools.cached_property
+    def window(self) -> list[tuple[int, StackSample, tuple | None]]:
+        """The window's entries as (Frame, sample, info) (tests compare stackwin's with the Classifier's)."""
+        return [
+            (int(self.first[i]), *e) for i, e in zip(self.order.tolist(), self.within(0, len(self.order)))
+        ]
 
     @staticmethod
     def _rows(rec: Recording, plo: float, hi: float, seed: float | None) -> list:
@@ -1086,20 +1209,63 @@ class _Stacks:
     def seen(self, i_lo: int) -> list[StackSample]:
         """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them,
         each as the report keeps it (main thread only)."""
-        if not self.samples:
-            return []
-        k = np.maximum(np.array(self.first, dtype=np.int64), i_lo)
-        t = np.array([s.t for s in self.samples], dtype=np.float64)
-        threads = np.array([bool(s.threads) for s in self.samples])
-        held = np.flatnonzero(threads & self._held(k, t, np.array(self.until)))
-        pid = np.array([self.samples[i].pid for i in held.tolist()], dtype=np.int64)
-        order = held[np.lexsort((pid, k[held]))]  # by Frame, then pid
-        return [self.mains[i] for i in order.tolist()]
+        k = np.maximum(self.first, i_lo)
+        held = np.flatnonzero(self.threads & self._held(k, self.ts, self.until))
+        order = held[np.lexsort((self.pids[held], k[held]))]  # by Frame, then pid
+        # the main-only form of each, its threads shared with the dump's (pickled once, scan.Aggregates)
+        mains = [(d[0].pid, d[2].threads, d[0].error) for d in self.dumps]
+        times = self.times
+        return [StackSample(times[i], *mains[k]) for i, k in zip(order.tolist(), self.kind[order].tolist())]
 
 
-def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> list | None:
-    """``_Stacks._rows`` from the column blocks (memtop.colblock); None where they do not cover the
-    span or are damaged."""
+# STACK_SQL's columns but the time and the class (always NULL): pid, tid, name, active, gil, stack, error
+_STACK_REST = (0, 1, 2, 3, 4, 6, 7)
+
+
+def _stack_row(t: list, cols: list, i: int) -> tuple:
+    """Row i as STACK_SQL gives it (a column block's NULL as None)."""
+    v = [c[i] if isinstance(c, list) else (None if c[i] == NULL else int(c[i])) for c in cols]
+    return (t[i], *v[:5], None, *v[5:])
+
+
+def _row_codes(cols: list) -> np.ndarray:
+    """A code per row, the same for rows whose columns are equal (as Python compares their values):
+    an integer column as it is, another's values numbered."""
+    keys = []
+    for c in cols:
+        if isinstance(c, list):
+            first = {v: j for j, v in enumerate(dict.fromkeys(c))}
+            c = np.fromiter(map(first.__getitem__, c), np.int64, len(c))
+        keys.append(c)
+    order = np.lexsort(keys[::-1])
+    new = np.zeros(len(order), dtype=bool)
+    for k in keys:
+        ks = k[order]
+        new[1:] |= ks[1:] != ks[:-1]
+    code = np.empty(len(order), dtype=np.int64)
+    code[order] = np.cumsum(new)
+    return code
+
+
+def _sample_starts(t: list, pid: list | np.ndarray) -> list[int]:
+    """The first row of each stack sample, and the rows' count: where (t, pid) changes (store._SAMPLE)."""
+    p = pid if isinstance(pid, np.ndarray) else None
+    if p is None and _types(tuple(pid), int) and max(map(abs, pid), default=0) <= _INT_LIM:
+        p = np.array(pid, dtype=np.int64)
+    if p is not None and _types(tuple(t), float):
+        ta = np.array(t, dtype=np.float64)
+        new = np.flatnonzero((ta[1:] != ta[:-1]) | (p[1:] != p[:-1])) + 1
+        return [0, *new.tolist(), len(t)] if t else [0]
+    out = [0]  # (values of other types: compared as Python compares them)
+    for _, g in itertools.groupby(zip(t, pid, strict=True)):
+        out.append(out[-1] + sum(1 for _ in g))
+    return out
+
+
+def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> tuple[list, list] | None:
+    """``_Stacks._rows`` from the column blocks (memtop.colblock): the times, and the other columns
+    (``_STACK_REST``; an integer one as an array, NULL for None); None where they do not cover the span
+    or are damaged."""
     blocks = Blocks(rec.db, "stack", BLOCK_STREAMS["stack"], BLOCK_TABLES["stack"])
     if blocks.end <= hi:
         return None
@@ -1107,17 +1273,10 @@ def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> 
     got = blocks.read(float(np.nextafter(lo, np.inf)), hi, ordered=False)
     if got is None:
         return None
-    order = np.lexsort((got["pid"], got["t"])).tolist()  # (t, pid), then as written: the rows' order
-    cols = []
-    for c, kind in BLOCK_STREAMS["stack"]:
-        v = got[c]
-        if kind != "s":
-            v = v.tolist()
-            if kind == "i" and NULL in v:
-                v = [None if x == NULL else x for x in v]
-        cols.append([v[i] for i in order])
-    t, pid, tid, name, active, gil, sid, error = cols
-    return list(zip(t, pid, tid, name, active, gil, itertools.repeat(None), sid, error))
+    order = np.lexsort((got["pid"], got["t"]))  # (t, pid), then as written: the rows' order
+    if not (np.diff(order) == 1).all():  # (as written but where damaged)
+        got = {c: [v[i] for i in order.tolist()] if isinstance(v, list) else v[order] for c, v in got.items()}
+    return got["t"].tolist(), [got[c] for c, _ in BLOCK_STREAMS["stack"][1:]]
 
 
 def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:

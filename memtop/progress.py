@@ -51,11 +51,11 @@ class Progress:
         if self._bar is None:
             if time.monotonic() - self._t0 < DELAY_S:
                 return
-            self._bar = self._start()
+            self._bar = self._start(min(done, self.total))
         bar, task = self._bar
         bar.update(task, completed=min(done, self.total))
 
-    def _start(self) -> tuple[Bar, TaskID]:
+    def _start(self, done: float) -> tuple[Bar, TaskID]:
         from rich.console import Console  # only when a bar is drawn
         from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
         from rich.progress import Progress as Bar
@@ -69,6 +69,7 @@ class Progress:
             transient=True,
         )
         task = bar.add_task(self.what, total=self.total)
+        bar.update(task, completed=done)  # before the first frame
         bar.start()
         return bar, task
 

@@ -393,29 +393,30 @@ def test_replay_at_starts_where_asked(monkeypatch):
     assert got[0]._seek == 65.0
 
 
-async def test_strip_and_band_draw_a_phase_alike_and_the_axis_counts_from_the_start():
+@pytest.mark.parametrize("ascii_only,no_color", [(True, False), (False, True)], ids=["ascii", "no-color"])
+async def test_strip_and_band_draw_a_phase_alike_and_the_axis_counts_from_the_start(ascii_only, no_color):
     """The overview strip draws each phase as the band and the legend do (letters without colour or
     on `l`, the legend's letters with --ascii); a replay's time axis reads h:mm:ss into the run."""
-    from memtop.phases import CHARS
     from memtop.tui.timeline import Timeline
 
-    for ascii_only, no_color in ((True, False), (False, True)):
-        pipe, src = _replay()
-        app = MemtopApp(pipe, src, hangup_guard=False, ascii_only=ascii_only, no_color=no_color)
-        async with app.run_test(size=(120, 40)) as pilot:
-            assert await _until(pilot, lambda: src.scanned)
-            await pilot.press("space", "t", *"1:30", "enter")
-            assert await _until(pilot, lambda: abs(pipe.status.position - 90) < 0.2)
-            await pilot.pause(0.5)
-            strip = app.query_one(Overview)
-            text = strip.render_line(0).text
-            w = strip.size.width
-            want = [CHARS[lab] if lab else "." for lab in cells(src.phase_runs[0], src.duration, w)]
-            cur = strip._cursor(w)
-            assert text[:cur] + text[cur + 1 :] == "".join(want[:cur] + want[cur + 1 :])
-            axis = [ln for ln in app.query_one(Timeline)._rows if "|0:01:" in ln[0]]
-            assert axis, "no h:mm:ss axis"
-            await pilot.press("q")
+    from memtop.phases import CHARS
+
+    pipe, src = _replay()
+    app = MemtopApp(pipe, src, hangup_guard=False, ascii_only=ascii_only, no_color=no_color)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await _until(pilot, lambda: src.scanned)
+        await pilot.press("space", "t", *"1:30", "enter")
+        assert await _until(pilot, lambda: abs(pipe.status.position - 90) < 0.2)
+        await pilot.pause(0.5)
+        strip = app.query_one(Overview)
+        text = strip.render_line(0).text
+        w = strip.size.width
+        want = [CHARS[lab] if lab else "." for lab in cells(src.phase_runs[0], src.duration, w)]
+        cur = strip._cursor(w)
+        assert text[:cur] + text[cur + 1 :] == "".join(want[:cur] + want[cur + 1 :])
+        axis = [ln for ln in app.query_one(Timeline)._rows if "|0:01:" in ln[0]]
+        assert axis, "no h:mm:ss axis"
+        await pilot.press("q")
 
 
 def test_replay_at_past_the_end_is_one_line_and_exit_2(tmp_path):
