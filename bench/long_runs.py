@@ -38,6 +38,7 @@ WRITTEN = sorted((ROOT / "tests/data").glob("*.memtop")) + sorted(
 TIMED = {
     "frame": ("t",),
     "gpu": ("t",),
+    "gpu_state": ("t",),  # (each tile repeats the job's start and end: the report's worst case)
     "series": ("t",),
     "host": ("t",),
     "host_load": ("t",),  # (recordings from 2026-11-24 only)
