@@ -291,9 +291,8 @@ class Timeline(TiledLines):
             else:
                 lab = f"{sec - start:.0f}s"
             lab = "|" + lab
-            for k, ch in enumerate(lab):
-                if i + k < cols:
-                    axis[i + k] = ch
+            if i + len(lab) <= cols:  # (a label cut at the edge reads as another time)
+                axis[i : i + len(lab)] = lab
         text = "".join(axis)
         return " " * LABEL_W + text, Strip([Segment(" " * LABEL_W, NULL), Segment(text, DIM)])
 
