@@ -7,13 +7,14 @@ Pure functions over Frames and per-GPU labels; the pipeline turns a finding into
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memtop.labelcols import columns
+import numpy as np
+
+from memtop.labelcols import LabelCols, columns
 from memtop.model import Frame, ProcSample
 from memtop.timefmt import length
 
@@ -140,37 +141,71 @@ def episodes(
 ) -> list[Episode]:
     """Every straggler flag of a recording, judged at each bin on the labels as they stood then (as
     the live pipeline flags), merged into episodes per GPU: a gap of one bin, or another own phase
-    (the rank late for another reason), splits them."""
+    (the rank late for another reason), splits them.
+
+    At each instant any GPU of a job has a bin, each GPU's labels newer than the instant's end -
+    window_s are counted as stragglers() counts them and judged as _judge() judges them, by columns
+    over all instants at once (an 8-hour recording has 57,600 bins a GPU)."""
     if len(set(jobs.values())) == len(jobs):  # no job spans two GPUs
         return []
-    # one sweep over time: each GPU's label counts over the newest window_s, as stragglers() takes
-    # them at that instant (labels newer than the instant's end - window_s)
-    seq: list[tuple[float, int, str]] = []
-    for g, ls in labels.items():
-        if g in jobs:
-            cols = columns(ls)
-            seq += zip(cols.t.tolist(), itertools.repeat(g), cols.label.tolist(), strict=False)
-    seq.sort()
-    counts: dict[int, Counter[str]] = {g: Counter() for g in labels if g in jobs}
-    flags: dict[int, list[tuple[float, str, tuple[int, ...]]]] = {}
-    head = tail = 0
-    while head < len(seq):
-        t = seq[head][0]
-        while head < len(seq) and seq[head][0] == t:
-            counts[seq[head][1]][seq[head][2]] += 1
-            head += 1
-        while seq[tail][0] <= t - window_s:
-            counts[seq[tail][1]][seq[tail][2]] -= 1
-            tail += 1
-        if any(c["comm"] for c in counts.values()):  # no GPU waits: nobody is late
-            for s in _judge({g: _fractions(c) for g, c in counts.items()}, jobs, window_s):
-                flags.setdefault(s.gpu, []).append((t, s.phase, s.peers))
+    cols = {g: columns(ls) for g, ls in labels.items() if g in jobs}
+    at = np.unique(np.concatenate([np.empty(0), *(c.t for c in cols.values())]))
+    win = {g: _Window(g, c, at, window_s) for g, c in cols.items()}
+    groups: dict[str, list[int]] = {}
+    for g in sorted(win):
+        groups.setdefault(jobs[g], []).append(g)
     out = []
-    for gpu, fs in sorted(flags.items()):
-        run = [fs[0]]
-        for f in fs[1:] + [(float("inf"), "", ())]:
-            if f[0] - run[-1][0] > 1.5 * bin_s or f[1] != run[-1][1]:
-                out.append(Episode(gpu, run[0][0], run[-1][0] + bin_s, run[-1][1], run[-1][2]))
-                run = []
-            run.append(f)
-    return out
+    for gpus in groups.values():
+        for g in gpus:
+            own, others = win[g], [win[p] for p in gpus if p != g]
+            peer = np.array([o.active for o in others], dtype=bool).reshape(len(others), len(at))
+            n_peers = peer.sum(axis=0)
+            peer_sum = np.zeros(len(at))  # summed in _judge's order: adding 0.0 changes no float
+            for o in others:
+                peer_sum += np.where(o.active, o.comm, 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                peer_comm = peer_sum / n_peers
+            flag = (n_peers > 0) & (own.share >= OWN_WORK_MIN) & (own.comm <= OWN_COMM_MAX)
+            (at_i,) = np.nonzero(flag & (peer_comm >= PEER_COMM_MIN))  # (share 0 where it has no bins)
+            if not len(at_i):
+                continue
+            t, phase = at[at_i], own.phase[at_i]
+            # a flag ends its episode where the next is over a bin later or in another phase
+            (ends,) = np.nonzero(np.append((np.diff(t) > 1.5 * bin_s) | (np.diff(phase) != 0), True))
+            starts = np.append(0, ends[:-1] + 1)
+            ts, names, peers = t.tolist(), own.names, peer[:, at_i].T.tolist()
+            for a, b, ph in zip(starts.tolist(), ends.tolist(), phase[ends].tolist(), strict=True):
+                ps = tuple(o.gpu for o, on in zip(others, peers[b], strict=True) if on)
+                out.append(Episode(g, ts[a], ts[b] + bin_s, names[ph], ps))
+    return sorted(out, key=lambda e: e.gpu)  # (stable: each GPU's in time order)
+
+
+class _Window:
+    """One GPU's labels counted over the window_s up to each instant of ``at``, as stragglers()
+    counts them (labels with t > instant - window_s), as the shares _judge() weighs."""
+
+    def __init__(self, gpu: int, cols: LabelCols, at: np.ndarray, window_s: float):
+        self.gpu = gpu
+        order = np.argsort(cols.t, kind="stable")
+        t, label = cols.t[order], cols.label[order]
+        hi = np.searchsorted(t, at, side="right")
+        lo = np.searchsorted(t, at - window_s, side="right")
+        counts: dict[str, np.ndarray] = {}
+        first: dict[str, float] = {}
+        for name in set(label.tolist()):
+            seen = label == name
+            first[name] = float(t[np.argmax(seen)])
+            cum = np.concatenate(([0], np.cumsum(seen)))
+            counts[name] = cum[hi] - cum[lo]
+        zero = np.zeros(len(at), dtype=np.int64)
+        n = hi - lo - counts.get("warmup", zero)
+        self.active = n > 0  # it has labels to judge
+        safe = np.maximum(n, 1)
+        self.comm = counts.get("comm", zero) / safe
+        # its largest work phase; a tie goes to the phase it had first, as a Counter's key order
+        # breaks it (a sweep meets labels by time, then name)
+        work = sorted((k for k in counts if k in WORK), key=lambda k: (first[k], k))
+        self.names = ["", *work]
+        best = np.stack([zero, *(counts[k] for k in work)])
+        self.phase = np.argmax(best, axis=0)  # 0: no work in the window
+        self.share = best.max(axis=0) / safe
