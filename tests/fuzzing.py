@@ -166,7 +166,7 @@ def mutate(path: Path, rng: random.Random) -> str:
         return kind
     if kind == "page":
         data = bytearray(path.read_bytes())
-        page = rng.randrange(len(data) // 4096) * 4096
+        page = rng.randrange(max(1, len(data) // 4096)) * 4096  # (a file truncated before: one page)
         data[page : page + 4096] = bytes(4096)
         path.write_bytes(bytes(data))
         return kind
