@@ -92,8 +92,9 @@ async def _navigate(path: Path) -> dict:
     app = MemtopApp(pipe, src, hangup_guard=False)
     out: dict = {"duration_s": round(rec.duration, 1)}
 
-    async def until(pilot, cond, timeout: float = 60.0) -> float:
-        t0 = time.perf_counter()
+    async def until(pilot, cond, timeout: float = 60.0, t0: float | None = None) -> float:
+        """Seconds from ``t0`` (the key's press: Pilot waits while the app handles it) to ``cond``."""
+        t0 = time.perf_counter() if t0 is None else t0
         while not cond():
             if time.perf_counter() - t0 > timeout:
                 return float("nan")
@@ -114,14 +115,18 @@ async def _navigate(path: Path) -> dict:
         out["strip_filled_from_start_s"] = round(time.perf_counter() - t0, 3)
         out["phase_changes_gpu0"] = len(src.phase_runs.get(0, ()))
         for key, at in (("pagedown", rec.duration / 10), ("end", rec.duration), ("home", 0.0)):
+            t0 = time.perf_counter()
             await pilot.press(key)
-            out[f"{key}_s"] = await until(pilot, shown(at))
+            out[f"{key}_s"] = await until(pilot, shown(at), t0=t0)
         at = 18000.0 if rec.duration > 18000 else rec.duration // 2  # hour 5 (or the middle)
-        await pilot.press("t", *clock(at), "enter")
-        out["jump_s"] = {"to": clock(at), "s": await until(pilot, shown(at))}
+        await pilot.press("t", *clock(at))
+        t0 = time.perf_counter()
+        await pilot.press("enter")
+        out["jump_s"] = {"to": clock(at), "s": await until(pilot, shown(at), t0=t0)}
         nxt = src.next_change(0)
+        t0 = time.perf_counter()
         await pilot.press("n")
-        out["next_change_s"] = await until(pilot, shown(nxt)) if nxt is not None else None
+        out["next_change_s"] = await until(pilot, shown(nxt), t0=t0) if nxt is not None else None
         await pilot.press("q")
     rec.close()
     return out
