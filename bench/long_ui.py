@@ -66,7 +66,7 @@ def progress(path: Path) -> dict:
         out[kind] = {
             "s": round(time.perf_counter() - t0, 2),
             "bar_shown": "━" in text and bool(pcts),
-            "redraws": len(re.findall(r"\d+%", text)),
+            "redraws": len(pcts),
             "last_pct": pcts[-1] if pcts else None,
             "longest_silence_s": round(max(gaps, default=0.0), 2),  # a frozen bar shows as a long one
         }

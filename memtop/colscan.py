@@ -536,11 +536,6 @@ def _quiet_runs(
     return out, open_
 
 
-def _nones(v: list) -> list:
-    """A column's values with None where the array holds NaN (SQLite has no NaN: it was NULL)."""
-    return [None if x != x else x for x in v]
-
-
 def _raw(values: tuple) -> np.ndarray:
     """A gpu column's stored values as floats (an integer as the nearest one), NaN for NULL and for
     a text or a blob (which store._decode_sql makes NULL)."""
