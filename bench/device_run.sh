@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Steps run on the lent GPU machine (see bench/README.md). usage: bash bench/device_run.sh "STEP ..."
-# Steps: install doctor fixture gputests seed0..seed9 long overhead stacks storebench reportab scale replay8 tui profile nvmlcost ab
+# Steps: install doctor fixture gputests seed0..seed9 long live2 overhead stacks storebench reportab scale replay8 tui profile nvmlcost ab
 # Results go to $OUT/r and are packed into $OUT/results.tgz after every step.
 set -u
 export PYTHONUNBUFFERED=1
@@ -61,6 +61,8 @@ while time.time()<end:
     sleep 1; kill -INT $rec; wait $rec
     ls -la "$F" >>"$LOG"
     { time memtop report "$F"; } >>"$LOG" 2>&1 ;;
+  live2)  # live mode on every GPU beside a DDP run: TUI keys and resizes, --ascii NO_COLOR, serve, record
+    bash bench/workloads/live2.sh "$R" ;;
   overhead)
     python3 bench/collector_overhead.py 10 > "$R/collector_overhead.json" 2>>"$LOG" ;;
   stacks)

@@ -13,33 +13,39 @@ from memtop.model import GpuSample
 pytestmark = pytest.mark.gpu
 
 
-def _smi(query: str) -> list[float]:
+def _smi(query: str) -> list[list[float]]:
+    """nvidia-smi's figures, one row per GPU in index order."""
     out = subprocess.run(
         ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    return [float(x) for x in out.splitlines()[0].split(",")]
+    return [[float(x) for x in row.split(",")] for row in out.splitlines()]
 
 
 def test_real_nvml_samples_agree_with_nvidia_smi():
+    """Every GPU of the machine (two on a two-GPU kind), each against its own nvidia-smi row."""
     col = NvmlCollector()
     col.start()
     assert col.readers, col.caps
-    r = col.readers[0]
-    samples = []
+    assert [r.index for r in col.readers] == list(range(len(_smi("index"))))
+    samples: dict[int, list[GpuSample]] = {r.index: [] for r in col.readers}
     for _ in range(12):
-        samples.extend(p for p in r.sample(time.monotonic()) if isinstance(p, GpuSample))
+        for r in col.readers:
+            samples[r.index].extend(p for p in r.sample(time.monotonic()) if isinstance(p, GpuSample))
         time.sleep(0.1)
-    mem_used_mib, power_w = _smi("memory.used,power.draw")
-    g = samples[-1]
-    assert g.mode in ("gpm", "nvml")
-    assert g.link is not None and g.link.bytes_per_s > 1e9
-    assert abs(g.mem_used / 2**20 - mem_used_mib) <= max(0.05 * mem_used_mib, 64)
-    assert abs(g.power_w - power_w) <= max(0.05 * power_w, 10)
-    if g.mode == "gpm":
-        assert all(s.sm is not None for s in samples[2:])
+    smi = _smi("memory.used,power.draw")
+    for i, got in samples.items():
+        mem_used_mib, power_w = smi[i]
+        g = got[-1]
+        assert g.index == i
+        assert g.mode in ("gpm", "nvml")
+        assert g.link is not None and g.link.bytes_per_s > 1e9
+        assert abs(g.mem_used / 2**20 - mem_used_mib) <= max(0.05 * mem_used_mib, 64), i
+        assert abs(g.power_w - power_w) <= max(0.05 * power_w, 10), i
+        if g.mode == "gpm":
+            assert all(s.sm is not None for s in got[2:]), i
     col.stop()
 
 
