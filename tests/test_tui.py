@@ -275,3 +275,23 @@ async def test_timeline_updated_second_by_second_matches_a_fresh_one():
         once.show(pipe.view(), 0)
         await pilot.pause(0.2)
         assert fresh.export_screenshot() == shot
+
+
+async def test_a_table_grows_when_a_row_comes_before_the_cursor():
+    """Found live on two H100s: rank 1 was listed first, then rank 0 sorted in above it. The cursor
+    stays on its key (row 2 now), and a table scrolled to keep it in view at its one-row height never
+    grew: rank 0 stayed hidden with room to spare below."""
+    from memtop.tui.table import RowTable
+
+    cols = (("pid", 6), ("gpu", 4))
+    app = _app_of(lambda: RowTable(cols, id="t"))
+    app.CSS = "#t { height: auto; max-height: 20; }"
+    async with app.run_test(size=(40, 12)) as pilot:
+        t = app.query_one(RowTable)
+        t.set_rows([("736", ("736", "1"))])
+        await pilot.pause(0.2)
+        t.set_rows([("735", ("735", "0")), ("736", ("736", "1"))])
+        await pilot.pause(0.2)
+        shot = app.export_screenshot()
+        assert t.cursor_key == "736" and t.size.height == 3
+        assert "735" in shot and "736" in shot

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from memtop.commands.local import LiveController
 
 SEEK_S = 10.0  # ←/→ in replay, and scrolling a paused live view
+HOST_MAX = 8  # host lines at most (CPU, memory, NUMA, one perf line per process)
 BOTTOM_MIN = 14  # rows kept for the host, processes and stacks before the timeline grows
 MAX_SERIES_H = 4
 
@@ -516,11 +517,18 @@ class MemtopApp(App[int]):
         roomy = h >= 32 and n > 1
         tl = self.query_one(Timeline)
         tl.set_all_bands(roomy)
-        top = 1 + 4 + (n + 1 if h >= 32 else 2) + tl.rows_wanted(v, roomy)  # header, verdict, GPUs
+        gpus_h = n + 1 if h >= 32 else max(2, min(n + 1, h // 5))
+        strip = 1 if self.playback is not None else 0  # the overview strip under the timeline
+        top = 1 + 4 + gpus_h + strip + tl.rows_wanted(v, roomy)  # header, verdict, GPUs, timeline
         tl.set_series_height(1 + max(0, min(MAX_SERIES_H - 1, (h - top - BOTTOM_MIN) // len(ROWS))))
         self.stack_depth = 4 if h - top < 24 else 8  # frames per thread: deeper where the panel is tall
-        tl.styles.height = tl.rows_wanted(v, roomy, tl.series_h)
-        self.query_one("#gpus", RowTable).styles.max_height = n + 1 if h >= 32 else max(2, min(n + 1, h // 5))
+        tl_h = tl.rows_wanted(v, roomy, tl.series_h)
+        tl.styles.height = tl_h
+        # the host lines give way to the process table's header and two rows (at 80x24 with two
+        # GPUs, wrapped CPU and perf lines took every row and no process showed)
+        bottom = h - 1 - (top + tl_h - tl.rows_wanted(v, roomy))  # less the footer
+        self.query_one("#host", TextPanel).styles.max_height = max(1, min(HOST_MAX, bottom - 3))
+        self.query_one("#gpus", RowTable).styles.max_height = gpus_h
 
     def _set(self, selector: str, content) -> None:
         """A panel re-sends only the tiles of its lines whose cells changed (tiles.py)."""

@@ -14,6 +14,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
+from textual.css.scalar import Unit
 from textual.message import Message
 from textual.strip import Strip
 
@@ -105,8 +106,14 @@ class RowTable(TiledLines, can_focus=True):
 
     # -- drawing ---------------------------------------------------------------------------
     def _visible(self) -> int:
-        """Data rows that fit (the header takes one line); all of them before the first layout."""
+        """Data rows that fit (the header takes one line); all of them before the first layout. A
+        table whose height follows its rows may grow to its max-height: taking its height now, a new
+        row above the cursor scrolled the cursor's row into the one line there and the table, its
+        line count unchanged, never grew (live on two GPUs, rank 0 stayed hidden)."""
         h = self.size.height
+        cap = self.styles.max_height
+        if cap is not None and cap.unit == Unit.CELLS:
+            h = max(h, int(cap.value))
         return len(self._rows) if h <= 1 else min(len(self._rows), h - 1)
 
     def _redraw(self, changed: list[tuple[int, int]] | None = None) -> None:
