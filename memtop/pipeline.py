@@ -77,6 +77,7 @@ class View:
     version: int = 0
     events: tuple[Event, ...] = ()
     stacks: dict[int, StackSample] = field(default_factory=dict)  # pid -> the stack to show
+    natives: dict[int, StackSample] = field(default_factory=dict)  # pid -> its newest --native dump
 
 
 def shown_stacks(frame: Frame | None, good: dict[int, StackSample]) -> dict[int, StackSample]:
@@ -124,6 +125,7 @@ class Pipeline:
             self._frozen: float | None = None  # the instant (frame clock) a paused view shows
             self._frozen_version = 0
             self._good_stacks: dict[int, StackSample] = {}
+            self._natives: dict[int, StackSample] = {}
 
     def on_frame(self, frame: Frame, tick: bool = True) -> None:
         if self.writer is not None:
@@ -140,9 +142,12 @@ class Pipeline:
             for st in frame.stacks:
                 if st.threads:
                     self._good_stacks[st.pid] = st
-            if len(self._good_stacks) > 64:  # processes come and go: keep the recent ones
-                for pid in [p for p, st in self._good_stacks.items() if st.t < frame.t - STACK_HOLD_S]:
-                    del self._good_stacks[pid]
+                if st.native:  # the next sample replaces it in the panel: the UI shows it apart
+                    self._natives[st.pid] = st
+            for kept in (self._good_stacks, self._natives):
+                if len(kept) > 64:  # processes come and go: keep the recent ones
+                    for pid in [p for p, st in kept.items() if st.t < frame.t - STACK_HOLD_S]:
+                        del kept[pid]
             cpu = None
             if frame.host is not None and frame.host.cpu_pct:
                 cpu = sum(frame.host.cpu_pct) / len(frame.host.cpu_pct)
@@ -239,13 +244,16 @@ class Pipeline:
                 Event(g.t0, g.gpu, "gap", f"GPU idle {g.duration_s} s") for g in gaps
             )
             stacks = shown_stacks(frame, self._good_stacks)
+            natives = dict(self._natives)
         verdicts = {
             g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)
             for g, ls in labels.items()
         }
         for s in stragglers(labels, jobs):
             verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame, labels[s.gpu][-1])
-        return View(frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events, stacks)
+        return View(
+            frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events, stacks, natives
+        )
 
     def set_status(self, **kw: Any) -> None:
         self.status = replace(self.status, **kw)

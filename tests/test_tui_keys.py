@@ -438,3 +438,63 @@ def test_replay_at_past_the_end_is_one_line_and_exit_2(tmp_path):
     assert r.stderr.strip().splitlines() == [
         f"memtop: --at 9:00:00 is past the end: the recording covers 0:00:00–{end}"
     ]
+
+
+class _Asks:
+    """Live's controller as the app sees it for `s`: the ask reaches the sampler (not run here)."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def request_native(self, pid: int) -> bool:
+        self.asked.append(pid)
+        return True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+async def test_a_native_dump_asked_for_shows_whole_on_its_own_screen_when_it_comes():
+    """Found live on two H100s: the dump reached the stacks panel and the next sample replaced it
+    before a paint. Here a real recorded stack stands for py-spy --native's reply (the collector's
+    own test takes a real one, tests/test_stacks.py); an older dump is not taken for the new one."""
+    from dataclasses import replace
+
+
+    frames = _frames()
+    pipe = _live(600)
+    ctl = _Asks()
+    app = MemtopApp(pipe, ctl, hangup_guard=False)  # type: ignore[arg-type]
+    real = next(s for f in frames[600:] for s in f.stacks if s.threads and len(s.threads[0].frames) > 5)
+    deep = real.threads[0].frames * 12  # deeper than the panel's 4 or 8 frames, as native ones are
+    dump = replace(real, threads=(replace(real.threads[0], frames=deep), *real.threads[1:]), native=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        pid = app.selected_pid
+        assert pid is not None
+        old = replace(dump, pid=pid, t=frames[590].t)
+        pipe.on_frame(replace(frames[600], stacks=(old,)))  # an earlier dump (the sampler's own)
+        await pilot.press("s")
+        assert ctl.asked == [pid]
+        await pilot.pause(1.2)
+        assert not isinstance(app.screen, HelpScreen)
+        f = frames[601]
+        pipe.on_frame(replace(f, stacks=(replace(dump, pid=pid, t=f.t),)))
+        plain = replace(real, pid=pid, t=frames[602].t)  # the next sample, at once
+        pipe.on_frame(replace(frames[602], stacks=(plain,)))
+        assert await _until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        text = app.screen.text.plain
+        assert f"Native stack dump of {pid}" in text
+        first = real.threads[0].frames[0].name
+        assert text.count(first) >= 12  # every frame, not the panel's few
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        failed = replace(dump, pid=pid, t=frames[603].t, threads=(), error="py-spy: permission denied")
+        await pilot.press("s")
+        pipe.on_frame(replace(frames[603], stacks=(failed,)))
+        await pilot.pause(1.2)
+        assert not isinstance(app.screen, HelpScreen)
+        assert any("permission denied" in str(n.message) for n in app._notifications)

@@ -97,7 +97,7 @@ KEYS = (
         "s",
         "native",
         "native stack",
-        "one native (C/C++) stack dump of the selected process (pauses it up to ~1 s)",
+        "one native (C/C++) stack dump of the selected process, shown whole when it comes (pauses it up to ~1 s)",
         LIVE,
         footer=False,
     ),
@@ -193,7 +193,8 @@ class HelpScreen(ModalScreen[None]):
         Binding("pagedown", "scroll(10)", show=False),
     ]
 
-    def __init__(self, text: str, ascii_only: bool = False) -> None:
+    def __init__(self, text: str | Text, ascii_only: bool = False) -> None:
+        """``text``: the help's own markup, or a Rich Text where it shows strings from a process."""
         super().__init__(classes="-ascii" if ascii_only else "")
         self.text = text
 
@@ -366,6 +367,7 @@ class MemtopApp(App[int]):
         self._letters = letters or self.no_color
         self._timeline_s = timeline_s  # the timeline's span (`z`, `Z`); None: the timeline's own
         self._laid_out: tuple | None = None  # (GPU count, screen size) the layout was made for
+        self._native_asked: tuple[int, float] | None = None  # (pid, frame time) of the `s` awaited
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's terminal driver, but with an input thread that sleeps until a key comes."""
@@ -548,6 +550,7 @@ class MemtopApp(App[int]):
         v = p.view()
         full = self.view is None  # forced (GPU switch, first paint): everything now
         self.view = v
+        self._show_native(v)
         self._paints += 1
         # Verdict, header and GPU rows follow every paint; the wide, slow-moving panels every
         # second paint. Textual re-sends whole widget lines, so this halves their bytes. A paused or
@@ -784,7 +787,26 @@ class MemtopApp(App[int]):
         if self.selected_pid is None or ask is None or not ask(self.selected_pid):
             self.notify("native stacks: live runs with stack sampling only")
         else:
+            f = self.view.frame if self.view is not None else None
+            self._native_asked = (self.selected_pid, f.t if f is not None else 0.0)
             self.notify(f"native dump of {self.selected_pid} requested (pauses it up to ~1 s)")
+
+    def _show_native(self, v: View) -> None:
+        """The dump `s` asked for, once a frame brings it, on a screen of its own: in the stacks
+        panel the next sample (half a second later) replaced it before it could be read."""
+        if self._native_asked is None:
+            return
+        pid, asked = self._native_asked
+        s = v.natives.get(pid)
+        if s is None or s.t < asked:
+            return
+        self._native_asked = None
+        if not s.threads:
+            self.notify(
+                f"native dump of {pid}: {clean(s.error or 'no stacks')}", severity="warning", markup=False
+            )
+            return
+        self.push_screen(HelpScreen(fmt.native_text(s, self.look, self.ascii_only), self.ascii_only))
 
     # -- palette, config -------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

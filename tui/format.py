@@ -27,6 +27,7 @@ from .palette import Look, look
 
 DEFAULT = look(None)
 _BOLD = Style(bold=True)  # added to a phase colour
+NATIVE_DEPTH = 128  # frames per thread on the native dump screen (py-spy --native gives 40-80 in torch)
 
 
 def pct(v: float | None) -> str:
@@ -362,6 +363,21 @@ def stacks_text(
         t.append(f"stack from {now - s.t:.1f} s ago: the newest reads failed\n", style="dim")
     if s.native:
         t.append("native dump (on request)\n", style="bold")
+    _threads(t, s, lk, depth)
+    return t
+
+
+def native_text(s: StackSample, lk: Look, ascii_only: bool = False) -> Text:
+    """A --native dump whole (every thread, every frame), for its own scrolling screen."""
+    arrows = "up/down" if ascii_only else "↑/↓"
+    t = Text(f"Native stack dump of {s.pid}", style="bold")
+    t.append(f"  ({len(s.threads)} threads, leaf first; {arrows} scroll, esc closes)\n\n", style="dim")
+    _threads(t, s, lk, NATIVE_DEPTH)
+    return t
+
+
+def _threads(t: Text, s: StackSample, lk: Look, depth: int) -> None:
+    """Each thread of ``s``, the main one first, its ``depth`` innermost frames."""
     for th in sorted(s.threads, key=lambda th: (th.tid != s.pid, not th.active)):
         color = lk.stack_class(th.klass)
         t.append(f"{clean(th.name, 60)} ({th.tid}) ", style="bold")
@@ -375,7 +391,6 @@ def stacks_text(
             if fr.code and fr is th.frames[0]:
                 t.append(f"  {clean(fr.code, 60)}", style="italic")
             t.append("\n")
-    return t
 
 
 def unheld(caps: tuple[Capability, ...], stacks: Mapping[int, StackSample]) -> tuple[Capability, ...]:
