@@ -463,7 +463,6 @@ async def test_a_native_dump_asked_for_shows_whole_on_its_own_screen_when_it_com
     own test takes a real one, tests/test_stacks.py); an older dump is not taken for the new one."""
     from dataclasses import replace
 
-
     frames = _frames()
     pipe = _live(600)
     ctl = _Asks()
