@@ -295,3 +295,32 @@ async def test_a_table_grows_when_a_row_comes_before_the_cursor():
         shot = app.export_screenshot()
         assert t.cursor_key == "736" and t.size.height == 3
         assert "735" in shot and "736" in shot
+
+
+async def test_another_gpu_brings_its_own_process_into_the_stacks_panel():
+    """A real two-rank DDP recording: `g` to GPU 1 selects the rank on GPU 1 (the stacks then
+    explain the verdict shown), and `G` back to rank 0."""
+    from pathlib import Path
+
+    rec = Recording(Path(__file__).parent / "data" / "multi" / "heldout_ddp_s11.memtop")
+    frames = list(rec.frames())[:400]
+    p = Pipeline(
+        Status("replay", position=frames[-1].t - rec.t0, duration=rec.duration, paused=True), meta=rec.meta
+    )
+    for f in frames:
+        p.on_frame(f, tick=False)
+    ranks = {g: pr.pid for pr in frames[-1].host.procs for g in pr.gpus or ()}
+    assert set(ranks) == {0, 1} and ranks[0] != ranks[1]
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        app.query_one("#procs").move_cursor(app.query_one("#procs").keys.index(str(ranks[0])))
+        await pilot.pause()
+        assert app.selected_pid == ranks[0]
+        await pilot.press("g")
+        await pilot.pause()
+        assert app.gpu == 1 and app.selected_pid == ranks[1]
+        assert f"({ranks[1]})" in app.query_one("#stacks", TextPanel).text.plain
+        await pilot.press("G")
+        await pilot.pause()
+        assert app.gpu == 0 and app.selected_pid == ranks[0]

@@ -634,9 +634,25 @@ class MemtopApp(App[int]):
     @on(RowTable.Highlighted, "#gpus")
     def _gpu_highlighted(self, ev: RowTable.Highlighted) -> None:
         if int(ev.key) != self.gpu:
-            self.gpu = int(ev.key)
-            self.view = None
-            self._paint()
+            self._to_gpu(int(ev.key))
+
+    def _to_gpu(self, gpu: int) -> None:
+        """Everything repainted for ``gpu``, and its first process selected where the selected one
+        is not on it, so the stacks panel explains the verdict above it (two ranks: `g` showed GPU
+        1's verdict beside rank 0's stacks)."""
+        self.gpu = gpu
+        self.view = None
+        self._paint()
+        f = self.view.frame if self.view is not None else None
+        procs = f.host.procs if f is not None and f.host is not None else ()
+        on = [p.pid for p in procs if self.gpu in (p.gpus or ())]
+        if not on or self.selected_pid in on:
+            return
+        table = self.query_one("#procs", RowTable)
+        keys = table.keys
+        pid = next((p for p in on if str(p) in keys), None)
+        if pid is not None:
+            table.move_cursor(keys.index(str(pid)))
 
     @on(RowTable.Selected, "#gpus")
     def _gpu_selected(self, ev: RowTable.Selected) -> None:
@@ -707,12 +723,11 @@ class MemtopApp(App[int]):
     def action_gpu(self, step: int) -> None:
         gpus = sorted(self.view.history) if self.view else []
         if gpus:
-            self.gpu = gpus[(gpus.index(self.gpu) + step) % len(gpus)] if self.gpu in gpus else gpus[0]
+            gpu = gpus[(gpus.index(self.gpu) + step) % len(gpus)] if self.gpu in gpus else gpus[0]
+            self._to_gpu(gpu)
             table = self.query_one("#gpus", RowTable)
-            if str(self.gpu) in table.keys:
-                table.move_cursor(table.keys.index(str(self.gpu)))
-            self.view = None
-            self._paint()
+            if str(gpu) in table.keys:
+                table.move_cursor(table.keys.index(str(gpu)))
 
     def action_zoom(self, factor: float) -> None:
         tl = self.query_one(Timeline)
