@@ -643,9 +643,12 @@ class MemtopApp(App[int]):
         self.gpu = gpu
         self.view = None
         self._paint()
+        self._select_on(gpu)
+
+    def _select_on(self, gpu: int) -> None:
         f = self.view.frame if self.view is not None else None
         procs = f.host.procs if f is not None and f.host is not None else ()
-        on = [p.pid for p in procs if self.gpu in (p.gpus or ())]
+        on = [p.pid for p in procs if gpu in (p.gpus or ())]
         if not on or self.selected_pid in on:
             return
         table = self.query_one("#procs", RowTable)
