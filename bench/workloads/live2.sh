@@ -32,7 +32,7 @@ for i in range(1, 7):
     open(f"{r}/smi_{i}.csv", "wb").write(smi.stdout)
 PY
 python3 bench/pty_keys.py 200x50 "$R/live200" \
-  "12:g 4:g 3:G 3:? 3:esc 2:z 3:Z 2:space 2:left 2:left 2:right 2:space 2:c 3:esc 2:l 3:l 2:s 5:120x40 4:80x24 4:q" \
+  "12:g 4:g 3:G 3:? 3:esc 2:z 3:Z 2:space 2:left 2:left 2:right 2:space 2:c 3:esc 2:l 3:l 2:s 4:esc 2:120x40 4:80x24 4:q" \
   -- memtop >>"$LOG" 2>&1
 NO_COLOR=1 python3 bench/pty_keys.py 80x24 "$R/ascii80" "8:g 3:? 3:esc 2:space 2:left 2:space 2:120x40 3:q" \
   -- memtop --ascii >>"$LOG" 2>&1
