@@ -908,14 +908,16 @@ class _Hosts:
         ids: dict[tuple[bytes, ...], int] = {}  # text -> id
         sigs: dict[tuple, int] = {}  # the four values -> id
         samples: list[HostSample] = []
-        out = np.empty(len(hs), dtype=np.int64)
+        out: list[int] = []
         raws = self.raw.each(hs) if isinstance(self.raw, _Blobs) else (self.raw[h] for h in hs)
         for j, raw in enumerate(raws):
             if tick is not None and j % 2048 == 0:
                 tick(j / len(hs))
             text = tuple(lead.findall(raw))
-            # every "pid" a first key, and the text holds each object of ``pids`` (the Writer's layout)
-            plain = raw.count(b'"pid"') == raw.count(b'{"pid":') and len(mark.findall(raw)) == len(text)
+            # every "pid" a first key, and the text holds each object of ``pids`` (the Writer's layout;
+            # where each object is a lead, so is each of theirs: no second search)
+            n = raw.count(b'{"pid":')
+            plain = raw.count(b'"pid"') == n and (n == len(text) or len(mark.findall(raw)) == len(text))
             u = ids.get(text) if plain else None
             if u is None:
                 s = _host_from_blob(raw)
@@ -926,8 +928,8 @@ class _Hosts:
                     samples.append(replace(s, procs=procs))
                 if plain and _leads(text) == list(sig):
                     ids[text] = u
-            out[j] = u
-        return out, samples
+            out.append(u)
+        return np.array(out, dtype=np.int64), samples
 
     def procs(self, h: int) -> list:
         if h not in self._procs:
