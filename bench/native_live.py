@@ -60,6 +60,22 @@ async def in_app(pid: int) -> None:
                 }
             )
         )
+        made: list = []  # what the sampler's own native_dump returned, and when
+        col = ctl.sampler.stacks if ctl.sampler else None
+        if col is not None:
+            dump = col.native_dump
+
+            def logged(pid: int):
+                a = time.monotonic()
+                try:
+                    s = dump(pid)
+                except BaseException as e:
+                    made.append(["raised", repr(e)[:200]])
+                    raise
+                made.append([round(time.monotonic() - a, 3), len(s.threads), s.error, s.native])
+                return s
+
+            col.native_dump = logged
         t0 = time.monotonic()
         app.action_native()
         print(json.dumps({"asked": app._native_asked, "sampler": ctl.sampler is not None}))
@@ -74,6 +90,15 @@ async def in_app(pid: int) -> None:
                         "screen": type(app.screen).__name__,
                         "frame_t": round(app.view.frame.t, 2) if app.view and app.view.frame else None,
                         "notes": list(app.view.frame.notes) if app.view and app.view.frame else [],
+                        "made": made,
+                        "in_frame": [(x.pid, x.native) for x in p.frame.stacks] if p.frame else None,
+                        "cycle": getattr(ctl.sampler.stacks, "_cycle", None) if ctl.sampler else None,
+                        "pending": sorted(getattr(ctl.sampler.stacks, "_native", ()))
+                        if ctl.sampler
+                        else None,
+                        "targets": sorted(ctl.sampler.stacks.targets)
+                        if ctl.sampler and ctl.sampler.stacks
+                        else None,
                     }
                 )
             )

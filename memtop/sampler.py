@@ -111,6 +111,11 @@ class Sampler:
         self._gpus: dict[int, GpuSample] = {}
         self._host: HostSample | None = None
         self._stacks: dict[int, StackSample] = {}
+        # a --native dump takes ~1 s on a torch rank: the stacks thread is late, its next cycle starts
+        # at once, and a plain sample replaced the dump before any Frame carried it (`s` showed
+        # nothing on two H100s). A sample after a dump waits here until a Frame has taken the dump.
+        self._unsent_native: set[int] = set()
+        self._after_native: dict[int, StackSample] = {}
         self._perf: dict[int, PerfSample] = {}
         self._series: list[SeriesChunk] = []
         self._notes: deque[str] = deque(maxlen=20)
@@ -195,7 +200,12 @@ class Sampler:
                 elif isinstance(p, HostSample):
                     self._host = p
                 elif isinstance(p, StackSample):
-                    self._stacks[p.pid] = p
+                    if p.pid in self._unsent_native and not p.native:
+                        self._after_native[p.pid] = p
+                    else:
+                        self._stacks[p.pid] = p
+                        if p.native:
+                            self._unsent_native.add(p.pid)
                 elif isinstance(p, PerfSample):
                     self._perf[p.pid] = p
 
@@ -309,7 +319,7 @@ class Sampler:
     def snapshot(self, t: float) -> Frame:
         with self._lock:
             series, self._series = tuple(self._series), []
-            return Frame(
+            frame = Frame(
                 t=t,
                 gpus=tuple(self._gpus[i] for i in sorted(self._gpus)),
                 host=self._host,
@@ -319,6 +329,12 @@ class Sampler:
                 caps=self._caps,
                 notes=tuple(self._notes),
             )
+            for pid in self._unsent_native:  # carried now: the sample after it takes its place
+                later = self._after_native.pop(pid, None)
+                if later is not None and pid in self._stacks:
+                    self._stacks[pid] = later
+            self._unsent_native.clear()
+            return frame
 
     def _frames(self) -> None:
         base = min([r.interval for r in self.nvml.readers] or [self.cfg.host_interval])

@@ -203,3 +203,27 @@ def test_the_first_frame_carries_the_first_gpu_reading():
     threading.Event().wait(0.6)
     s.stop()
     assert frames and frames[0].gpus and frames[0].gpus[0].power_w is not None
+
+
+def test_a_native_dump_reaches_a_frame_though_a_plain_sample_follows_at_once():
+    """On two H100s the ~1 s native dump made the stacks thread late; its next cycle's plain sample
+    replaced the dump before the next Frame, so `s` showed nothing. Real recorded stacks stand in
+    for both dumps (the order of arrival is what is tested; tests/test_stacks.py takes real ones)."""
+    from dataclasses import replace
+
+    from memtop.store import Recording
+
+    real = [x for f in Recording(DATA / "train_torch_s50.memtop").frames() for x in f.stacks if x.threads][:3]
+    s = Sampler(
+        SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), stacks=False, perf=False),
+        on_frame=lambda f: None,
+    )
+    native = replace(real[0], native=True)
+    s._absorb([native])
+    s._absorb([real[1]])  # the next cycle, before any Frame
+    first = s.snapshot(1.0)
+    assert [x.native for x in first.stacks] == [True] and first.stacks[0] is native
+    second = s.snapshot(1.1)
+    assert second.stacks == (real[1],)  # then the plain samples go on as before
+    s._absorb([real[2]])
+    assert s.snapshot(1.2).stacks == (real[2],)
