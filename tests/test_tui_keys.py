@@ -497,3 +497,8 @@ async def test_a_native_dump_asked_for_shows_whole_on_its_own_screen_when_it_com
         await pilot.pause(1.2)
         assert not isinstance(app.screen, HelpScreen)
         assert any("permission denied" in str(n.message) for n in app._notifications)
+        await pilot.press("s")  # and a dump that never comes is given up on, said once
+        for f in frames[604:760]:
+            pipe.on_frame(replace(f, stacks=(plain,)))
+        assert await _until(pilot, lambda: app._native_asked is None)
+        assert any("no native dump" in str(n.message) for n in app._notifications)

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from memtop.commands.local import LiveController
 
 SEEK_S = 10.0  # ←/→ in replay, and scrolling a paused live view
+NATIVE_WAIT_S = 10.0  # `s`: a dump not back by then is given up on (py-spy's own limit is 2 s)
 HOST_MAX = 8  # host lines at most (CPU, memory, NUMA, one perf line per process)
 BOTTOM_MIN = 14  # rows kept for the host, processes and stacks before the timeline grows
 MAX_SERIES_H = 4
@@ -816,7 +817,10 @@ class MemtopApp(App[int]):
             return
         pid, asked = self._native_asked
         s = v.natives.get(pid)
-        if s is None or s.t < asked:
+        if s is None or s.t <= asked:  # a dump taken after the ask is newer than the frame shown then
+            if v.frame is not None and v.frame.t - asked > NATIVE_WAIT_S:  # the process left, or py-spy hung
+                self._native_asked = None  # (a later dump of the sampler's own opens nothing)
+                self.notify(f"no native dump of {pid} came in {NATIVE_WAIT_S:.0f} s", severity="warning")
             return
         self._native_asked = None
         if not s.threads:
