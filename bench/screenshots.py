@@ -11,8 +11,10 @@ usage: python bench/screenshots.py [NAME ...]   (writes screenshots/NAME.svg; al
 
 from __future__ import annotations
 
+import html
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
@@ -48,6 +51,35 @@ def cut(upto_phase: str, gpus: int, path: Path, src: Path = REC) -> None:
     for f in frames:
         w.add(f)
     w.close()
+
+
+_TEXT = re.compile(
+    r'<text (class="[^"]*") x="([0-9.]+)" y="([0-9.]+)" textLength="([0-9.]+)" (clip-path="[^"]*")>([^<]*)</text>'
+)
+
+
+def _by_cell(svg: str) -> str:
+    """Each run of characters its own <text> at its own cell. Rich puts a styled segment in one
+    element, spaces as no-break spaces, stretched to its cells by textLength; rsvg-convert drew those
+    spaces narrower, so what followed a blank run landed too far left (a timeline series at its
+    axis's start, "otheractive"). Blank runs need no text: backgrounds are rects of their own."""
+
+    def split(m: re.Match) -> str:
+        cls, x, y, length, clip, body = m.groups()
+        chars = html.unescape(body)
+        cells = cell_len(chars)
+        if not cells:
+            return m.group(0)
+        w, col, out = float(length) / cells, 0, []
+        for run in re.findall("\xa0+|[^\xa0]+", chars):
+            if run[0] != "\xa0":
+                x0, n = float(x) + col * w, cell_len(run) * w
+                body = html.escape(run, quote=False)
+                out.append(f'<text {cls} x="{x0:.1f}" y="{y}" textLength="{n:.1f}" {clip}>{body}</text>')
+            col += cell_len(run)
+        return "".join(out)
+
+    return _TEXT.sub(split, svg)
 
 
 def _tmux(sock: str, *args: str) -> str:
@@ -81,7 +113,7 @@ def shot(
     console = Console(record=True, width=size[0], height=size[1], file=io.StringIO())
     console.print(Text.from_ansi(ansi.rstrip("\n")), crop=True, overflow="crop", no_wrap=True)
     path = OUT / f"{name}.svg"
-    console.save_svg(str(path), title=title)
+    path.write_text(_by_cell(console.export_svg(title=title)))
     if shutil.which("rsvg-convert"):
         subprocess.run(["rsvg-convert", "-o", str(path.with_suffix(".png")), str(path)], check=True)
     print(path)
