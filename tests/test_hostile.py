@@ -406,3 +406,18 @@ def test_report_and_errors_leave_a_real_terminal_untouched(hostile_files, tmp_pa
         assert got.strip() == "PWNED"
     finally:
         subprocess.run([*tm, "kill-server"], capture_output=True)
+
+
+def test_the_native_dump_screen_shows_every_hostile_name_inert():
+    """`s` shows py-spy --native's symbols and shared-object paths whole: each hostile string as a
+    thread name, a symbol and a file reaches the screen's Text sanitized (and never as markup)."""
+    from memtop.tui.format import DEFAULT, native_text
+
+    from memtop.model import StackFrame, StackSample, ThreadStack
+
+    frames = tuple(StackFrame(h, f"/lib/{h}.so", 0, "") for h in HOSTILE)
+    threads = tuple(ThreadStack(i + 1, h, True, False, frames, "other") for i, h in enumerate(HOSTILE))
+    text = native_text(StackSample(1.0, 1, threads, native=True), DEFAULT)
+    lines = text.plain.split("\n")
+    assert len(lines) == 3 + len(HOSTILE) * (1 + len(HOSTILE)) and all(is_clean(x) for x in lines)
+    assert "[b]bold[/b]" in text.plain  # markup kept as characters
