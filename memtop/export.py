@@ -17,23 +17,32 @@ import gzip
 import io
 import json
 import math
+import operator
 import os
+import queue
 import secrets
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 from memtop.errors import UserError
 from memtop.metrics import METRICS, Metric
+from memtop.model import GpuSample, ThreadStack
 from memtop.phases import TITLES, Classifier
 from memtop.progress import Progress
 from memtop.stackclass import site
 from memtop.store import Recording, create_private
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
 GPU_PID_BASE = 1_000_000  # GPU tracks get synthetic pids that cannot clash with real ones
 HOST_PID = 999_999
 STALE_S = 2.5  # a thread's stack not sampled for this long is closed where its last sample ended
 SAMPLE_S = 0.5  # how long a last sample is taken to last (the default stack interval)
+_SKIP = frozenset({"series", "note", "perf", "caps"})  # parts neither the trace nor the classifier reads
 _UNITS = {"percent": ("%", 1.0), "watts": ("W", 1.0), "mhz": ("MHz", 1.0), "bytes_per_s": ("GB/s", 1e-9)}
 
 
@@ -72,42 +81,42 @@ def dumps(o: object) -> str:
 
 
 class _Out:
-    """Writes the events of ``traceEvents`` as they come, comma-separated, in batches."""
+    """Writes the events of ``traceEvents`` as they come, comma-separated, in batches.
+
+    The frequent events (counters, stack slices and samples) are formatted from templates with
+    their JSON strings made once (a template makes the text ``dumps`` of the dict would make)."""
 
     def __init__(self, fh: io.TextIOBase) -> None:
         self.fh = fh
-        self.n = 0
+        self.n = 0  # events written
         self._buf: list[str] = []
-        self._names: dict[str, str] = {}  # counter track name -> its JSON string
+        self.raw = self._buf.append  # an event already encoded
+        self._counters: dict[tuple[str, int], str] = {}  # (track name, pid) -> the event's head
 
     def __call__(self, ev: dict) -> None:
         self.raw(dumps(ev))
+        self.flush(2000)
 
-    def raw(self, text: str) -> None:
-        """An event already encoded."""
-        self._buf.append(text)
-        self.n += 1
-        if len(self._buf) >= 2000:
-            self.flush()
+    def counter(self, name: str, pid: int, ts: str, value: float) -> None:
+        """A counter sample (most of a trace) at ``ts`` (its JSON): ``value`` must be finite."""
+        head = self._counters.get((name, pid))
+        if head is None:
+            head = self._counters[(name, pid)] = f'{{"ph":"C","name":{dumps(name)},"pid":{pid},"tid":0,"ts":'
+        self.raw(f'{head}{ts},"args":{{"value":{value!r}}}}}')
 
-    def counter(self, name: str, pid: int, ts: float, value: float) -> None:
-        """A counter sample (most of a trace), formatted directly: ``value`` must be finite."""
-        nm = self._names.get(name)
-        if nm is None:
-            nm = self._names[name] = dumps(name)
-        self.raw(f'{{"ph":"C","name":{nm},"pid":{pid},"tid":0,"ts":{ts!r},"args":{{"value":{value!r}}}}}')
-
-    def flush(self) -> None:
-        if self._buf:
-            self.fh.write(("," if self.n > len(self._buf) else "") + ",".join(self._buf))
-            self._buf = []
+    def flush(self, at_least: int = 1) -> None:
+        """Write the events held if there are ``at_least`` of them."""
+        if len(self._buf) >= at_least:
+            self.fh.write(("," if self.n else "") + ",".join(self._buf))
+            self.n += len(self._buf)
+            self._buf.clear()
 
 
 class _Stacks:
     """Stack samples of main threads: B/E flame-chart slices, stackFrames and samples."""
 
-    def __init__(self, emit: Callable[[dict], None], samples: io.TextIOBase) -> None:
-        self.emit = emit
+    def __init__(self, out: _Out, samples: io.TextIOBase) -> None:
+        self.out = out
         self.samples = samples  # spill file: `samples` follow `traceEvents` in the document
         self.n_samples = 0
         self.nodes: dict[tuple[int | None, str], int] = {}  # (parent id, frame) -> stackFrames id
@@ -115,6 +124,26 @@ class _Stacks:
         self.open: dict[
             tuple[int, int], tuple[list[tuple[int, str]], float]
         ] = {}  # (pid, tid) -> (path, last t)
+        # per stack (the recording hands on one tuple per stored stack; holding it keeps its id
+        # unique): the stack, its path of (stackFrames id, frame name's JSON), root first, and leaf
+        self._paths: dict[int, tuple[tuple, list[tuple[int, str]], int | None]] = {}
+        self._instants: dict[tuple[int, str, bool], tuple[tuple, str, str]] = {}  # -> (stack, name, args)
+        self._names: dict[str, str] = {}  # frame name or class -> its JSON string
+        # (pid, tid) -> their JSON fields in an event, the head of a sample of theirs
+        self._who: dict[tuple[int, int], tuple[str, str]] = {}
+
+    def _json(self, text: str) -> str:
+        got = self._names.get(text)
+        if got is None:
+            got = self._names[text] = dumps(text)
+        return got
+
+    def who(self, pid: int, tid: int) -> tuple[str, str]:
+        got = self._who.get((pid, tid))
+        if got is None:
+            tj = dumps(tid)
+            got = self._who[(pid, tid)] = (f'"pid":{dumps(pid)},"tid":{tj}', f'{{"cpu":0,"tid":{tj},"ts":')
+        return got
 
     def _node(self, parent: int | None, label: str) -> int:
         key = (parent, label)
@@ -127,14 +156,21 @@ class _Stacks:
                 self.frames[nid]["parent"] = parent
         return nid
 
+    def _path(self, frames: tuple) -> tuple[list[tuple[int, str]], int | None]:
+        got = self._paths.get(id(frames))
+        if got is None:
+            path: list[tuple[int, str]] = []
+            parent = None
+            for fr in reversed(frames):  # root first
+                parent = self._node(parent, f"{fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}")
+                path.append((parent, self._json(fr.name)))
+            got = self._paths[id(frames)] = (frames, path, parent)
+        return got[1], got[2]
+
     def add(self, pid: int, tid: int, t: float, frames: tuple, klass: str) -> int | None:
-        path: list[tuple[int, str]] = []
-        parent = None
-        for fr in reversed(frames):  # root first
-            label = f"{fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}"
-            parent = self._node(parent, label)
-            path.append((parent, fr.name))
+        path, parent = self._path(frames)
         key = (pid, tid)
+        (who, sample), ts = self.who(pid, tid), repr(_us(t))
         cur, last = self.open.get(key, ([], t))
         if cur and t - last > STALE_S:
             self._close(key, cur, 0, last + SAMPLE_S)
@@ -144,22 +180,32 @@ class _Stacks:
             common += 1
         self._close(key, cur, common, t)
         for nid, name in path[common:]:
-            self.emit(
-                {"ph": "B", "name": name, "cat": "stack", "pid": pid, "tid": tid, "ts": _us(t), "sf": nid}
-            )
+            self.out.raw(f'{{"ph":"B","name":{name},"cat":"stack",{who},"ts":{ts},"sf":{nid}}}')
         self.open[key] = (path, t)
         if parent is not None:
-            if self.n_samples:
-                self.samples.write(",")
-            self.samples.write(
-                dumps({"cpu": 0, "tid": tid, "ts": _us(t), "name": klass, "sf": parent, "weight": 1})
-            )
+            sample += f'{ts},"name":{self._json(klass)},"sf":{parent},"weight":1}}'
+            self.samples.write("," + sample if self.n_samples else sample)
             self.n_samples += 1
         return parent
 
+    def instant(self, pid: int, m: ThreadStack, t: float, sf: int | None) -> None:
+        """The instant event of a sample: class, file:line, source and GIL (``sf``: its stack)."""
+        key = (id(m.frames), m.klass, m.owns_gil)
+        got = self._instants.get(key)
+        if got is None:
+            w, code = site(m.frames)
+            args = {"class": m.klass, "where": w, "code": code, "gil": m.owns_gil}
+            name = f"{m.klass}: {m.frames[0].name if m.frames else '?'}"
+            got = self._instants[key] = (m.frames, dumps(name), dumps(args))
+        tail = "}" if sf is None else f',"sf":{sf}}}'
+        who = self.who(pid, m.tid)[0]
+        self.out.raw(f'{{"ph":"i","s":"t","name":{got[1]},{who},"ts":{_us(t)!r},"args":{got[2]}{tail}')
+
     def _close(self, key: tuple[int, int], path: list, keep: int, t: float) -> None:
-        for _nid, name in reversed(path[keep:]):
-            self.emit({"ph": "E", "name": name, "cat": "stack", "pid": key[0], "tid": key[1], "ts": _us(t)})
+        if len(path) > keep:
+            tail = f'"cat":"stack",{self.who(*key)[0]},"ts":{_us(t)!r}}}'
+            for _nid, name in reversed(path[keep:]):
+                self.out.raw(f'{{"ph":"E","name":{name},{tail}')
 
     def finish(self, hi: float) -> None:
         for key, (path, last) in self.open.items():
@@ -266,7 +312,7 @@ def _events(
     last_gpu_t: dict[int, float] = {}
     gpu_pids: set[int] = set()
     cut = lo if fresh else -math.inf  # with --from, parts sampled before it are left out
-    for k, f in enumerate(rec.frames(lo if fresh else None, hi, skip=frozenset({"series", "note"}))):
+    for k, f in enumerate(rec.frames(lo if fresh else None, hi, skip=_SKIP)):
         if k % 2000 == 0:
             bar.update(f.t - lo)
         clf.feed(f)
@@ -275,32 +321,16 @@ def _events(
         for g in f.gpus:
             if only is not None and g.index != only:
                 continue
-            gpu_pids.update(p.pid for p in g.processes)
+            if only is not None:
+                gpu_pids.update(p.pid for p in g.processes)
             if last_gpu_t.get(g.index) == g.t or g.t < cut:  # parts sampled before --from: not exported
                 continue
             last_gpu_t[g.index] = g.t
-            pid, ts = GPU_PID_BASE + g.index, _us(g.t)
-            for name, attr, scale in COUNTERS:
-                v = getattr(g, attr)
-                if v is not None and math.isfinite(v):
-                    emit.counter(name, pid, ts, v * scale)
-            if g.pcie_rx is not None or g.pcie_tx is not None:
-                rx, tx = (round((v or 0) / 1e9, 3) for v in (g.pcie_rx, g.pcie_tx))
-                if math.isfinite(rx) and math.isfinite(tx):
-                    emit(
-                        {
-                            "ph": "C",
-                            "name": "PCIe GB/s",
-                            "pid": pid,
-                            "tid": 0,
-                            "ts": ts,
-                            "args": {"rx": rx, "tx": tx},
-                        }
-                    )
+            _gpu_counters(emit, g)
         h = f.host
         if h is not None and h.t != seen_host and h.t >= cut:
             seen_host = h.t
-            ts = _us(h.t)
+            ts = repr(_us(h.t))
             cpu = sum(h.cpu_pct) / max(1, len(h.cpu_pct))
             if math.isfinite(cpu):
                 emit.counter("CPU %", HOST_PID, ts, round(cpu, 1))
@@ -339,23 +369,28 @@ def _events(
                         "args": {"name": "main (stacks)"},
                     }
                 )
-            sf = stacks.add(s.pid, m.tid, s.t, m.frames, m.klass)
-            w, code = site(m.frames)
-            ev = {
-                "ph": "i",
-                "s": "t",
-                "name": f"{m.klass}: {m.frames[0].name if m.frames else '?'}",
-                "pid": s.pid,
-                "tid": m.tid,
-                "ts": _us(s.t),
-                "args": {"class": m.klass, "where": w, "code": code, "gil": m.owns_gil},
-            }
-            if sf is not None:
-                ev["sf"] = sf
-            emit(ev)
+            stacks.instant(s.pid, m, s.t, stacks.add(s.pid, m.tid, s.t, m.frames, m.klass))
+        emit.flush(2000)
         _phases(clf, runs, only, lo, emit)
     clf.flush()
     _phases(clf, runs, only, lo, emit, final=True)
+
+
+_VALUES = operator.attrgetter(*(attr for _, attr, _ in COUNTERS))
+
+
+def _gpu_counters(emit: _Out, g: GpuSample) -> None:
+    """The counters of one GPU sample: COUNTERS and PCIe."""
+    pid, ts = GPU_PID_BASE + g.index, repr(_us(g.t))
+    for (name, _, scale), v in zip(COUNTERS, _VALUES(g), strict=True):
+        if v is not None and math.isfinite(v):
+            emit.counter(name, pid, ts, v * scale)
+    if g.pcie_rx is not None or g.pcie_tx is not None:
+        rx, tx = (round((v or 0) / 1e9, 3) for v in (g.pcie_rx, g.pcie_tx))
+        if math.isfinite(rx) and math.isfinite(tx):
+            emit.raw(
+                f'{{"ph":"C","name":"PCIe GB/s","pid":{pid},"tid":0,"ts":{ts},"args":{{"rx":{rx!r},"tx":{tx!r}}}}}'
+            )
 
 
 def _phases(
@@ -416,11 +451,7 @@ def private_output(out: Path, force: bool) -> Iterator[io.TextIOBase]:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         with open(fd, "wb", buffering=1 << 20) as raw:
-            sink = (
-                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
-                if out.name.endswith(".gz")
-                else raw
-            )
+            sink = io.BufferedWriter(_Deflater(raw), 1 << 20) if out.name.endswith(".gz") else raw
             with io.TextIOWrapper(sink, encoding="utf-8", newline="\n") as text:
                 yield text
         _publish(tmp, out, force)
@@ -429,6 +460,45 @@ def private_output(out: Path, force: bool) -> Iterator[io.TextIOBase]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+class _Deflater(io.RawIOBase):
+    """Gzips what is written to it in a thread (zlib lets go of the GIL: the compression runs on
+    another core beside the export; the bytes are those of a GzipFile written in line)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
+        self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)  # memory stays flat
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="gzip", daemon=True)
+        self._thread.start()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: ReadableBuffer) -> int:
+        if self._error is not None:
+            raise self._error
+        chunk = bytes(b)  # (b is the caller's buffer, reused)
+        self._chunks.put(chunk)
+        return len(chunk)
+
+    def _run(self) -> None:
+        while (chunk := self._chunks.get()) is not None:
+            if self._error is None:  # after an error, chunks are only taken (the writer never waits)
+                try:
+                    self._gz.write(chunk)
+                except OSError as e:
+                    self._error = e
+
+    def close(self) -> None:
+        if not self.closed:
+            self._chunks.put(None)
+            self._thread.join()
+            super().close()
+            if self._error is not None:
+                raise self._error
+            self._gz.close()
 
 
 def _publish(tmp: Path, out: Path, force: bool) -> None:
