@@ -469,8 +469,8 @@ class _Deflater(io.RawIOBase):
     def __init__(self, raw: BinaryIO) -> None:
         self._gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
         self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)  # memory stays flat
-        self._error: OSError | None = None
-        self._thread = threading.Thread(target=self._run, name="gzip", daemon=True)
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name="memtop-gzip", daemon=True)
         self._thread.start()
 
     def writable(self) -> bool:
@@ -488,7 +488,9 @@ class _Deflater(io.RawIOBase):
             if self._error is None:  # after an error, chunks are only taken (the writer never waits)
                 try:
                     self._gz.write(chunk)
-                except OSError as e:
+                except (
+                    Exception
+                ) as e:  # any: a thread that died would leave the writer blocked on a full queue
                     self._error = e
 
     def close(self) -> None:
