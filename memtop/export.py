@@ -42,6 +42,7 @@ GPU_PID_BASE = 1_000_000  # GPU tracks get synthetic pids that cannot clash with
 HOST_PID = 999_999
 STALE_S = 2.5  # a thread's stack not sampled for this long is closed where its last sample ended
 SAMPLE_S = 0.5  # how long a last sample is taken to last (the default stack interval)
+_KEPT = 4096  # stacks whose path and instant are kept (a run has tens to hundreds)
 _SKIP = frozenset({"series", "note", "perf", "caps"})  # parts neither the trace nor the classifier reads
 _UNITS = {"percent": ("%", 1.0), "watts": ("W", 1.0), "mhz": ("MHz", 1.0), "bytes_per_s": ("GB/s", 1e-9)}
 
@@ -164,6 +165,8 @@ class _Stacks:
             for fr in reversed(frames):  # root first
                 parent = self._node(parent, f"{fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}")
                 path.append((parent, self._json(fr.name)))
+            if len(self._paths) >= _KEPT:  # a reader that hands on a new tuple per sample: stay flat
+                self._paths.clear()
             got = self._paths[id(frames)] = (frames, path, parent)
         return got[1], got[2]
 
@@ -196,6 +199,8 @@ class _Stacks:
             w, code = site(m.frames)
             args = {"class": m.klass, "where": w, "code": code, "gil": m.owns_gil}
             name = f"{m.klass}: {m.frames[0].name if m.frames else '?'}"
+            if len(self._instants) >= _KEPT:
+                self._instants.clear()
             got = self._instants[key] = (m.frames, dumps(name), dumps(args))
         tail = "}" if sf is None else f',"sf":{sf}}}'
         who = self.who(pid, m.tid)[0]
