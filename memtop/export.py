@@ -491,11 +491,10 @@ class _Deflater(io.RawIOBase):
     def _run(self) -> None:
         while (chunk := self._chunks.get()) is not None:
             if self._error is None:  # after an error, chunks are only taken (the writer never waits)
+                # any error is kept: a thread that died would leave the writer blocked on a full queue
                 try:
                     self._gz.write(chunk)
-                except (
-                    Exception
-                ) as e:  # any: a thread that died would leave the writer blocked on a full queue
+                except Exception as e:
                     self._error = e
 
     def close(self) -> None:
