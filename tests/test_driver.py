@@ -57,7 +57,7 @@ class _Running:
             os.close(fd)
 
 
-async def _key(app: _App, key: str, timeout: float = 2.0) -> None:
+async def _key(app: _App, key: str, timeout: float = 15.0) -> None:
     end = time.monotonic() + timeout
     while key not in app.keys:
         assert time.monotonic() < end, f"{key!r} never arrived: {app.keys}"

@@ -39,7 +39,7 @@ def _replay(speed: float = 1.0) -> tuple[Pipeline, ReplaySource]:
     return pipe, ReplaySource(rec, pipe, speed=speed)
 
 
-async def _until(pilot, cond, timeout: float = 5.0) -> bool:
+async def _until(pilot, cond, timeout: float = 30.0) -> bool:
     t0 = time.monotonic()
     while not cond():
         if time.monotonic() - t0 > timeout:
