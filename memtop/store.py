@@ -686,6 +686,9 @@ def _caps_from_json(data: str | bytes, rec: Recording | None = None) -> tuple[Ca
     return tuple(out)
 
 
+_SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside a database
+
+
 def create_private(path: Path, force: bool) -> None:
     """Create the file 0600 (recordings hold stacks and command lines), never through a symlink:
     an existing path is refused without `force`; with it, a file or link is unlinked (a link's
@@ -700,13 +703,17 @@ def create_private(path: Path, force: bool) -> None:
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise UserError(f"{path} is a directory; name a file to write")
     if force:
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", *_SIDE_FILES):
             try:
                 os.unlink(str(path) + suffix)
             except FileNotFoundError:
                 pass
             except OSError as e:
                 raise UserError(f"cannot replace {path}{suffix}: {e.strerror}") from None
+    else:  # SQLite opens these beside it: one made by someone else (a link) is refused, never used
+        for suffix in _SIDE_FILES:
+            if os.path.lexists(f"{path}{suffix}"):
+                raise UserError(f"{path}{suffix} exists (left by another writer?): remove it, or use --force")
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
@@ -734,6 +741,7 @@ class Writer:
         self._host_prev: bytes | None = None
         self._host_n = 0
         self._gpu_t: dict[int, float] = {}  # each GPU's newest row time (its blocks need them in order)
+        self._closed = False  # the writer thread wrote the recording to its end
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False)
             self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
@@ -771,8 +779,18 @@ class Writer:
         self._q.put(("meta", key, value))
 
     def close(self) -> None:
-        self._q.put(None)
-        self._thread.join(timeout=10)
+        """Returns once the recording is written (its last rows, blocks, checkpoint and packing: a
+        command that says "recorded" means it is on disk), however long that takes; where it could
+        not be written, ``error`` says why."""
+        while self._thread.is_alive():
+            try:  # (a writer thread that stopped leaves a full queue nobody empties)
+                self._q.put(None, timeout=0.5)
+                break
+            except queue.Full:
+                continue
+        self._thread.join()
+        if not self._closed and self.error is None:
+            self.error = "recording incomplete: its writer stopped"
 
     def _loop(self) -> None:
         import time
@@ -794,6 +812,7 @@ class Writer:
                     self._db.execute("PRAGMA journal_mode=DELETE")
                     self._pack()
                     self._db.close()
+                    self._closed = True
                     return
                 if isinstance(item, Frame):
                     self._write(item)
@@ -814,13 +833,13 @@ class Writer:
                 self.error = f"recording stopped: {e}"  # e.g. disk full; the run goes on
                 with contextlib.suppress(sqlite3.Error):
                     self._db.close()
-                while self._q.get() is not None:  # drain until close()
-                    pass
+                while item is not None:  # drain until close() (unless it was close() that failed)
+                    item = self._q.get()
                 return
 
     def _pack(self) -> None:
         """Full pages (rows appended in key order leave them ~88% full): ~5% smaller, in ~2 s per 85 MB
-        on a 2-core VM. A larger file stays as it is: close() waits for this thread only so long."""
+        on a 2-core VM. A larger file stays as it is: close() would wait too long for it."""
         size = self._db.execute("PRAGMA page_count").fetchone()[0] * PAGE_SIZE
         if size <= PACK_MAX:
             self._db.execute("VACUUM")
