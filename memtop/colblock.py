@@ -33,7 +33,11 @@ BLOCK_S = 300.0  # a block's span; its edges are multiples of it (exact floats)
 GRACE_S = 10.0
 END = 1e12  # the last block's end when the recording is closed (no sane time reaches it)
 NULL = -(1 << 63)  # an integer column's NULL
-_MAX_RAW = 64 << 20  # a block that inflates past this is not one (a zip bomb)
+# a block that inflates past this is not one (a zip bomb): the largest in tests/data is 170 KB (five
+# minutes of GPU rows), an 8-GPU run at 10 Hz ~3 MB; its header (names, strings) at most _MAX_HEAD,
+# whose strings become objects (a header of n bytes: at most n/3 strings)
+_MAX_RAW = 32 << 20
+_MAX_HEAD = 4 << 20
 MAX_OPEN_ROWS = 1_000_000  # rows of a stream waiting for their block (ten minutes hold far fewer)
 
 SCHEMA = """CREATE TABLE block(stream TEXT NOT NULL, seq INTEGER NOT NULL, t0 REAL NOT NULL, t1 REAL NOT NULL,
@@ -110,6 +114,8 @@ def decode(columns: Columns, blob: object) -> tuple[int, dict[str, np.ndarray], 
         if z.unconsumed_tail or not z.eof:
             return None
         size = int.from_bytes(raw[:4], "little")
+        if size > _MAX_HEAD:
+            return None
         head = json.loads(raw[4 : 4 + size])
     except (zlib.error, ValueError, RecursionError):
         return None

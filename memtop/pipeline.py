@@ -444,7 +444,7 @@ class ReplaySource:
                         and self._seek is None
                         and not self._stop.is_set()
                     ):
-                        self._wake.wait(delay)
+                        self._wake.wait(min(delay, 1.0))  # (a damaged time's gap: no wait past TIMEOUT_MAX)
                         self._wake.clear()
                     if self._seek is not None:
                         break

@@ -192,6 +192,27 @@ _TABLES = frozenset(
         "marker",
     )
 )
+# every schema object a reader queries by name, where a recording has it (the block tables, and those
+# of older schemas): each must be a plain table, or a query of it could run anything (a view's CTE)
+_READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc"}
+
+# What one part may hold at most, decoded. The largest of the 70 recordings in tests/data (measured
+# 2026-11-27): a host sample's JSON 16 KB, a series chunk 512 bytes, a metadata value 276 bytes, a
+# gpu_state field 88, a perf row 143, a marker's facts 205. Far past these (8 GPUs, hundreds of
+# processes, long command lines fit), a part is damaged, not a cost to pay: a deflated blob is
+# inflated only so far, and a JSON text is decoded only if it is short enough (a text of n bytes
+# holds at most n/2 objects).
+HOST_JSON_MAX = 1 << 20
+SERIES_RAW_MAX = 64 << 10
+META_MAX = 64 << 10  # a metadata value (a command line of 64 KiB)
+FIELD_MAX = 64 << 10  # a gpu_state link or process list, a perf row's rates, a marker's facts
+NAME_MAX = 4096  # a marker's label and name, a note
+META_KEYS_MAX = 4096  # metadata rows read (memtop writes about 12)
+VALUE_MAX = 16 << 20  # any one SQLite value a reader loads (SQLITE_LIMIT_LENGTH): a block is ~200 KB
+# a reader's query stops after this many SQLite VM steps plus STEPS_PER_BYTE per byte of the file (a
+# pass over every row takes a few steps a byte): a backstop for a query that would not end
+STEPS_BASE = 100_000_000
+STEPS_PER_BYTE = 200
 
 
 # -- encoding ---------------------------------------------------------------------------
@@ -260,6 +281,12 @@ def _str(v: object, what: str) -> str:
     if not isinstance(v, str):
         raise Damaged(f"{what} is not a string")
     return v
+
+
+def _short(v: object, limit: int, what: str) -> str:
+    if len(_str(v, what)) > limit:
+        raise Damaged(f"{what} too long")
+    return v  # type: ignore[return-value]  # (a str: _str checked it)
 
 
 def _seq(v: object, what: str) -> list:
@@ -370,22 +397,40 @@ def _record(cls: type, d: object, what: str, nested: dict | None = None) -> obje
     return cls(**kw)
 
 
+def inflate(data: bytes, limit: int, what: str, zdict: bytes = b"") -> bytes:
+    """A deflated blob's bytes, inflated to at most ``limit`` (a blob of a few KB can inflate to
+    gigabytes); past it, cut short or not deflated at all, it raises Damaged."""
+    z = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
+    try:
+        raw = z.decompress(data, limit)
+    except zlib.error:
+        raise Damaged(f"{what} is not deflated data") from None
+    if z.unconsumed_tail or not z.eof:
+        raise Damaged(f"{what} too large or cut short")
+    return raw
+
+
+def bounded_json(text: str | bytes, limit: int, what: str) -> object:
+    """A JSON text decoded where it is at most ``limit`` long (its objects are then at most limit/2,
+    its nesting bounded by the decoder's recursion guard); anything else raises Damaged."""
+    if len(text) > limit:
+        raise Damaged(f"{what} too large")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise Damaged(f"{what} is not JSON") from None
+
+
 def _inflate_host(blob: bytes, prev: bytes | None) -> bytes:
-    """A host blob's JSON; a chained blob names (by Adler-32) the JSON it was deflated against: zlib
-    refuses (zlib.error) a dictionary whose Adler-32 is not that one."""
+    """A host blob's JSON (at most HOST_JSON_MAX); a chained blob names (by Adler-32) the JSON it
+    was deflated against: zlib refuses a dictionary whose Adler-32 is not that one."""
     if not isinstance(blob, bytes):
         raise Damaged("host data is not a blob")
     if len(blob) < 6 or not blob[1] & 0x20:  # no preset dictionary (FDICT): stands alone
-        z = zlib.decompressobj()
-    elif prev is None:
+        return inflate(blob, HOST_JSON_MAX, "host data")
+    if prev is None:
         raise Damaged("a host sample's predecessor is missing")
-    else:
-        z = zlib.decompressobj(zdict=prev)
-    # a blob that inflates past 64 MiB is not a host sample (a zip bomb would exhaust memory)
-    raw = z.decompress(blob, 64 << 20)
-    if z.unconsumed_tail:
-        raise Damaged("host data too large")
-    return raw
+    return inflate(blob, HOST_JSON_MAX, "host data", prev)
 
 
 def host_figures(t: float, raw: bytes) -> tuple[tuple, list[tuple]]:
@@ -434,10 +479,14 @@ def _series_data(metric: str, data: bytes):
     """(time offsets, values) of a series blob, either encoding, as numpy arrays."""
     import numpy as np
 
+    if not isinstance(data, bytes):
+        raise Damaged("series data is not a blob")
     if data[:1] != SERIES_V2:
+        if len(data) > SERIES_RAW_MAX:
+            raise Damaged("series data too large")
         a = np.frombuffer(data, dtype=np.float32).reshape(-1, 2)
         return a[:, 0].astype(np.float64), a[:, 1]
-    steps = np.frombuffer(zlib.decompress(data[1:]), dtype=np.int32).reshape(2, -1)
+    steps = np.frombuffer(inflate(data[1:], SERIES_RAW_MAX, "series data"), dtype=np.int32).reshape(2, -1)
     scale = BY_NAME[metric].scale if metric in BY_NAME else 1000.0
     return np.cumsum(steps[0]) / 1e3, np.cumsum(steps[1]) / scale
 
@@ -616,15 +665,9 @@ def json_text(data: object, what: str, rec: Recording | None = None, zdict: byte
     what is left of its budget (``Recording.inflate_left``: rows that repeat one text deflate a
     thousandfold, and readers keep what they decode); anything else raises Damaged."""
     if not isinstance(data, bytes):
-        return _str(data, what)
+        return _short(data, JSON_ROW_MAX, what)
     limit = JSON_ROW_MAX if rec is None else max(0, min(JSON_ROW_MAX, rec.inflate_left))
-    z = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
-    try:
-        raw = z.decompress(data, limit)
-    except zlib.error:
-        raise Damaged(f"{what} is not deflated JSON") from None
-    if z.unconsumed_tail or not z.eof:
-        raise Damaged(f"{what} too large or cut short")
+    raw = inflate(data, limit, what, zdict)
     if rec is not None:
         rec.inflate_left -= len(raw)
     return raw.decode()
@@ -643,6 +686,9 @@ def _caps_from_json(data: str | bytes, rec: Recording | None = None) -> tuple[Ca
     return tuple(out)
 
 
+_SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside a database
+
+
 def create_private(path: Path, force: bool) -> None:
     """Create the file 0600 (recordings hold stacks and command lines), never through a symlink:
     an existing path is refused without `force`; with it, a file or link is unlinked (a link's
@@ -657,13 +703,17 @@ def create_private(path: Path, force: bool) -> None:
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise UserError(f"{path} is a directory; name a file to write")
     if force:
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", *_SIDE_FILES):
             try:
                 os.unlink(str(path) + suffix)
             except FileNotFoundError:
                 pass
             except OSError as e:
                 raise UserError(f"cannot replace {path}{suffix}: {e.strerror}") from None
+    else:  # SQLite opens these beside it: one made by someone else (a link) is refused, never used
+        for suffix in _SIDE_FILES:
+            if os.path.lexists(f"{path}{suffix}"):
+                raise UserError(f"{path}{suffix} exists (left by another writer?): remove it, or use --force")
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
@@ -691,6 +741,7 @@ class Writer:
         self._host_prev: bytes | None = None
         self._host_n = 0
         self._gpu_t: dict[int, float] = {}  # each GPU's newest row time (its blocks need them in order)
+        self._closed = False  # the writer thread wrote the recording to its end
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False)
             self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
@@ -728,8 +779,18 @@ class Writer:
         self._q.put(("meta", key, value))
 
     def close(self) -> None:
-        self._q.put(None)
-        self._thread.join(timeout=10)
+        """Returns once the recording is written (its last rows, blocks, checkpoint and packing: a
+        command that says "recorded" means it is on disk), however long that takes; where it could
+        not be written, ``error`` says why."""
+        while self._thread.is_alive():
+            try:  # (a writer thread that stopped leaves a full queue nobody empties)
+                self._q.put(None, timeout=0.5)
+                break
+            except queue.Full:
+                continue
+        self._thread.join()
+        if not self._closed and self.error is None:
+            self.error = "recording incomplete: its writer stopped"
 
     def _loop(self) -> None:
         import time
@@ -751,6 +812,7 @@ class Writer:
                     self._db.execute("PRAGMA journal_mode=DELETE")
                     self._pack()
                     self._db.close()
+                    self._closed = True
                     return
                 if isinstance(item, Frame):
                     self._write(item)
@@ -771,13 +833,13 @@ class Writer:
                 self.error = f"recording stopped: {e}"  # e.g. disk full; the run goes on
                 with contextlib.suppress(sqlite3.Error):
                     self._db.close()
-                while self._q.get() is not None:  # drain until close()
-                    pass
+                while item is not None:  # drain until close() (unless it was close() that failed)
+                    item = self._q.get()
                 return
 
     def _pack(self) -> None:
         """Full pages (rows appended in key order leave them ~88% full): ~5% smaller, in ~2 s per 85 MB
-        on a 2-core VM. A larger file stays as it is: close() waits for this thread only so long."""
+        on a 2-core VM. A larger file stays as it is: close() would wait too long for it."""
         size = self._db.execute("PRAGMA page_count").fetchone()[0] * PAGE_SIZE
         if size <= PACK_MAX:
             self._db.execute("VACUUM")
@@ -929,9 +991,7 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
         raise UserError(f"cannot open {path}: {e.strerror}") from None
     try:
         try:
-            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-            db.text_factory = _text
-            rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            db, rows = _connect(path, f"file:{path}?mode=ro")
         except sqlite3.OperationalError as e:
             if "readonly" not in str(e) and "unable to open" not in str(e):
                 raise
@@ -943,9 +1003,7 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
                     f"{path} was not closed cleanly and its last part is in {wal.name}, which this "
                     f"user cannot open here: copy both files to a directory you can write"
                 ) from None
-            db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
-            db.text_factory = _text
-            rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            db, rows = _connect(path, f"file:{path}?mode=ro&immutable=1")
     except UnicodeDecodeError:  # a damaged byte inside a text value
         raise UserError(f"{path} is damaged (unreadable metadata)") from None
     except sqlite3.DatabaseError as e:
@@ -962,8 +1020,8 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
         if not isinstance(k, str):
             continue  # a damaged key names nothing memtop reads
         try:
-            meta[k] = json.loads(v)
-        except (TypeError, ValueError, RecursionError):
+            meta[k] = bounded_json(v, META_MAX, "metadata")
+        except (TypeError, ValueError):
             if k in ("magic", "schema"):
                 raise UserError(f"{path} is damaged (unreadable metadata)") from None
             meta[k] = _UNREADABLE  # one unreadable value is missing metadata (_valid_meta notes it)
@@ -977,12 +1035,65 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
     return db, meta
 
 
+def _connect(path: Path, uri: str) -> tuple[sqlite3.Connection, dict]:
+    """A read-only connection to a recording, guarded (``_guard``), and its metadata rows."""
+    db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    db.text_factory = _text
+    try:
+        _guard(db, path)
+        return db, dict(db.execute("SELECT key, value FROM meta").fetchall())
+    except BaseException:
+        db.close()
+        raise
+
+
+def _guard(db: sqlite3.Connection, path: Path) -> None:
+    """Before the first query of a recording's rows: each schema object memtop reads by name is a
+    plain table whose columns are stored values (a view named ``frame`` could run a recursive CTE
+    forever; a generated column or a default computes a value on every read); no value loads past
+    VALUE_MAX; and a query stops after a bounded number of steps (``_step_limit``). A reader opens
+    the file read-only and only reads: triggers fire on writes, never here."""
+    setlimit = getattr(db, "setlimit", None)  # (Python 3.11 on)
+    if setlimit is not None:
+        setlimit(0, VALUE_MAX)  # SQLITE_LIMIT_LENGTH
+    for name, kind, sql in db.execute("SELECT name, type, sql FROM sqlite_master").fetchall():
+        if not isinstance(name, str) or name.lower() not in _READ_TABLES:
+            continue
+        if kind != "table" or not isinstance(sql, str) or not sql.startswith("CREATE TABLE"):
+            what = "virtual table" if kind == "table" else clean(str(kind), 20)
+            raise UserError(f"{path} is damaged ({clean(name, 40)} is a {what}, not a table)")
+        for col in db.execute(f'PRAGMA table_xinfo("{name}")'):  # (a name of _READ_TABLES: no quote)
+            if col[4] is not None or col[6]:
+                raise UserError(f"{path} is damaged (table {name} has a computed column)")
+    size = sum(os.stat(f).st_size for f in (path, Path(f"{path}-wal")) if f.exists())
+    _step_limit(db, STEPS_BASE + STEPS_PER_BYTE * size)
+
+
+def _step_limit(db: sqlite3.Connection, steps: int) -> None:
+    """Stops (SQLite's "interrupted": the reader says the file is damaged) a statement that runs
+    more than ``steps`` VM steps from its start: counted by a progress handler every 10,000 steps,
+    restarted by the trace callback SQLite calls as each statement begins."""
+    every = 10_000
+    left = [steps // every]
+
+    def began(_sql: str) -> None:
+        left[0] = steps // every
+
+    def step() -> bool:
+        left[0] -= 1
+        return left[0] < 0
+
+    db.set_trace_callback(began)
+    db.set_progress_handler(step, every)
+
+
 _UNREADABLE = object()
 
 
 def _finite_tree(v: object, depth: int = 0) -> object:
-    """JSON metadata with non-finite numbers as None (strict JSON consumers reject NaN/Infinity)."""
-    if isinstance(v, float) and not math.isfinite(v):
+    """JSON metadata with non-finite numbers as None (strict JSON consumers reject NaN/Infinity),
+    and what lies deeper than 32 levels (memtop writes 3) as None too."""
+    if depth > 32 or isinstance(v, float) and not math.isfinite(v):
         return None
     if isinstance(v, list):
         return [_finite_tree(x, depth + 1) for x in v]
@@ -1094,15 +1205,28 @@ class Recording:
         except UnicodeDecodeError:  # SQLite's message names a damaged (undecodable) schema entry
             raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
 
+    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+        """All the rows of a query: a damaged page met on the way is one clear error too."""
+        try:
+            return self._q(sql, args).fetchall()
+        except sqlite3.DatabaseError as e:
+            raise UserError(f"{self.path} is damaged or truncated ({e})") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
+
+    def _one(self, sql: str, args: tuple = ()) -> tuple | None:
+        rows = self._rows(sql, args)
+        return rows[0] if rows else None
+
     def markers(self) -> list[Marker]:
         """The valid markers (finite times, string names); a damaged one is skipped and noted."""
         out, bad = [], 0
-        for r in self._q("SELECT t0, t1, label, name, facts FROM marker"):
+        for r in self._rows("SELECT t0, t1, label, name, facts FROM marker"):
             try:
                 t0, t1 = _num(r[0], "marker t0"), _num(r[1], "marker t1")
-                label = _str(r[2], "marker label")
-                name = label if r[3] is None else _str(r[3], "marker name")
-                facts = "" if r[4] is None else _str(r[4], "marker facts")
+                label = _short(r[2], NAME_MAX, "marker label")
+                name = label if r[3] is None else _short(r[3], NAME_MAX, "marker name")
+                facts = "" if r[4] is None else _short(r[4], FIELD_MAX, "marker facts")
             except Damaged:
                 bad += 1
                 continue
@@ -1135,7 +1259,7 @@ class Recording:
             self._texts.move_to_end(sid)
             return text
         cols = "frames, base" if "base" in self._stack_columns else "frames, NULL"
-        row = self._q(f"SELECT {cols} FROM stack WHERE id=?", (sid,)).fetchone()
+        row = self._one(f"SELECT {cols} FROM stack WHERE id=?", (sid,))
         if row is None:
             raise Damaged("no such stack")
         zdict = b""
@@ -1151,7 +1275,7 @@ class Recording:
 
     @functools.cached_property
     def _stack_columns(self) -> frozenset[str]:
-        return frozenset(r[1] for r in self._q("PRAGMA table_info(stack)"))
+        return frozenset(r[1] for r in self._rows("PRAGMA table_info(stack)"))
 
     def _thread_name(self, v: object) -> str:
         """A stack_sample row's thread name: its text (none: ""), or from schema 4 a thread_name id."""
@@ -1162,7 +1286,7 @@ class Recording:
         nid = _int(v, "thread name")
         name = self._names.get(nid)
         if name is None:
-            row = self._has_names and self._q("SELECT text FROM thread_name WHERE id=?", (nid,)).fetchone()
+            row = self._has_names and self._one("SELECT text FROM thread_name WHERE id=?", (nid,))
             name = self._names[nid] = _str(row and row[0], "thread name")
         return name
 
@@ -1183,7 +1307,7 @@ class Recording:
     # rows -> parts
     @functools.cached_property
     def _gpu_columns(self) -> frozenset[str]:
-        return frozenset(r[1] for r in self._q("PRAGMA table_info(gpu)"))
+        return frozenset(r[1] for r in self._rows("PRAGMA table_info(gpu)"))
 
     def _gpu_select(self, skip: frozenset[str] = frozenset()) -> str:
         """SQL for the gpu table: t, gpu, mode, then each GpuSample field after ``mode`` in its order
@@ -1230,13 +1354,16 @@ class Recording:
         gpu_sql = self._gpu_select(skip)
         st = _State(self.damage)
         if start is not None:
-            self._seed(st, lo, gpu_sql)
+            try:
+                self._seed(st, lo, gpu_sql)
+            except _DECODE_ERRORS as e:  # (a damaged host blob's length, a time that is no number)
+                raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__}: {e})") from None
         # parts sampled just before the first frame belong to it
         plo = float("-inf") if start is None else lo
         queries = {
             "gpu_state": ("SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state", plo, 0),
             "gpu": (gpu_sql, plo, 1),
-            "series": ("SELECT * FROM series", lo, 1),
+            "series": ("SELECT t, gpu, metric, data FROM series", lo, 1),
             "host": ("SELECT t, data FROM host", plo, 1),
             "perf": ("SELECT t, pid, data FROM perf", plo, 1),
             "caps": ("SELECT t, data FROM caps", plo, 1),
@@ -1286,46 +1413,44 @@ class Recording:
 
     def _seed(self, st: _State, t: float, gpu_sql: str) -> None:
         """State as it stood at time t: the last part of each source at or before t."""
-        gpus = [r[0] for r in self._q("SELECT DISTINCT gpu FROM gpu_state")]
+        gpus = [r[0] for r in self._rows("SELECT DISTINCT gpu FROM gpu_state")]
         for g in gpus:
-            r = self._q(
+            r = self._one(
                 "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state "
                 "WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1",
                 (g, t),
-            ).fetchone()
+            )
             if r:
                 st.apply(self, "gpu_state", r)
-            r = self._q(f"{gpu_sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)).fetchone()
+            r = self._one(f"{gpu_sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t))
             if r:
                 st.apply(self, "gpu", r)
         # the newest host sample, decoded from the stand-alone blob its chain starts at
-        chain = self._q(
-            "SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY)
-        ).fetchall()
+        chain = self._rows("SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY))
         start = next((i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1)
         for r in reversed(chain[: start + 1]):
             st.apply(self, "host", r)
-        r = self._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,)).fetchone()
+        r = self._one("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,))
         if r:
             st.apply(self, "caps", r)
         for _, rows in itertools.groupby(
-            self._q(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (t, t - 3.0)),
+            self._rows(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (t, t - 3.0)),
             key=_SAMPLE,
         ):
             st.apply(self, "stack", tuple(rows))
-        for r in self._q("SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
+        for r in self._rows("SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
             st.apply(self, "perf", r)
 
     def seek(self, t: float) -> Frame:
         """The Frame at (or just before) time t."""
-        r = self._q(f"SELECT t FROM frame WHERE t<=? AND {_SANE_T} ORDER BY t DESC LIMIT 1", (t,)).fetchone()
+        r = self._one(f"SELECT t FROM frame WHERE t<=? AND {_SANE_T} ORDER BY t DESC LIMIT 1", (t,))
         ft = r[0] if r else self.t0
         return next(self.frames(start=ft, end=ft))
 
     def summary(self) -> dict:
         m = self.meta
         counts = {
-            tbl: self._q(f"SELECT count(*) FROM {tbl}").fetchone()[0]
+            tbl: self._rows(f"SELECT count(*) FROM {tbl}")[0][0]
             for tbl in ("frame", "gpu", "series", "host", "stack_sample", "stack", "perf", "marker", "note")
         }
         return {
@@ -1380,8 +1505,8 @@ def _json(text: object) -> object:
     if not isinstance(text, (str, bytes)):
         return None
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
+        return bounded_json(text, FIELD_MAX, "gpu_state")
+    except Damaged:
         return None
 
 
@@ -1441,7 +1566,10 @@ def stack_sample(rec: Recording, r: tuple | list) -> StackSample:
 
 def perf_sample(r: tuple) -> PerfSample:
     """A perf row (t, pid, rates as JSON) decoded (raises one of _DECODE_ERRORS when damaged)."""
-    rates = tuple((_str(k, "perf"), _num(v, "perf")) for k, v in _seq(json.loads(r[2]), "perf"))
+    data = r[2] if isinstance(r[2], str | bytes) else _str(r[2], "perf")
+    rates = tuple(
+        (_str(k, "perf"), _num(v, "perf")) for k, v in _seq(bounded_json(data, FIELD_MAX, "perf"), "perf")
+    )
     return PerfSample(_num(r[0], "perf t"), _int(r[1], "perf pid"), rates)
 
 
@@ -1474,7 +1602,7 @@ class _State:
             if kind == "gpu":  # its values are numbers in range or NULL: _decode_sql checked them
                 _str(r[2], "GPU mode")
             elif kind == "note":
-                _str(r[1], "note")
+                _short(r[1], NAME_MAX, "note")
             self._apply(rec, kind, r)
         except _DECODE_ERRORS:
             rec._note(f"damaged {kind} data skipped")

@@ -17,6 +17,7 @@ Used by tests/test_fuzz.py (a fixed-seed subset) and bench/fuzz.py (>= 10,000 ca
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -149,11 +150,143 @@ def _columns(db: sqlite3.Connection) -> list[tuple[str, str]]:
     return [(t, c[1]) for t in tables for c in db.execute(f"PRAGMA table_info({t})")]
 
 
+# the tables a reader queries by name (store._READ_TABLES)
+_TABLES = (
+    "meta", "frame", "gpu", "gpu_state", "series", "host", "stack", "stack_sample", "perf", "caps", "note",
+    "marker", "thread_name", "block",
+)  # fmt: skip
+_LOOP = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c)"
+
+
+@functools.cache
+def _bomb(what: str, size: int) -> bytes:
+    """A deflated blob of a few KB that inflates to ``size`` bytes of ``what``: zeros, JSON nested
+    that deep, a JSON list of that many bytes of empty objects, or a host sample's JSON padded."""
+    head, unit, tail = {
+        "zeros": (b"", b"\0", b""),
+        "deep": (b"", b"[", b""),
+        "objects": (b"[", b"{},", b"{}]"),
+        "host": (b'{"t":0.0,"pad":"', b"a", b'"}'),
+    }[what]
+    z = zlib.compressobj(9)
+    chunk = unit * ((1 << 20) // len(unit))
+    out = [z.compress(head)]
+    out += [z.compress(chunk) for _ in range(max(1, size // len(chunk)))]
+    return b"".join(out) + z.compress(tail) + z.flush()
+
+
+def _json_bomb(rng: random.Random) -> str:
+    """A JSON text whose cost is in its objects, not its bytes (or a value strict JSON refuses)."""
+    return rng.choice(
+        (
+            "[" * rng.choice((100, 900, 5000)) + "]" * 900,
+            "[" + ",".join(["{}"] * rng.choice((1000, 100_000, 1_000_000))) + "]",
+            "[" + ",".join(['["x",1.0]'] * rng.choice((1000, 200_000))) + "]",
+            '{"a": NaN, "b": Infinity, "c": -Infinity}',
+            "[1e999, -1e999, NaN]",
+        )
+    )
+
+
+def _sql_edit(db: sqlite3.Connection, rng: random.Random) -> str:
+    """An edit at the SQL level: a schema object named like memtop's tables, columns of the wrong type
+    or computed on read, non-finite numbers, duplicated and out-of-order rows, huge values, and
+    object-count bombs (deflated or not) where memtop reads JSON or inflates blobs."""
+    have = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'") if r[0] in _TABLES]
+    t = rng.choice(have or ["frame"])
+    cols = [c[1] for c in db.execute(f"PRAGMA table_info({t})")] or ["t"]
+    col = rng.choice(cols)
+    key = "t" if t in _NO_ROWID else "rowid"
+    some = f"{key} IN (SELECT {key} FROM {t} ORDER BY random() LIMIT {rng.choice((1, 3, 100, 100_000))})"
+    kind = rng.choice(
+        ("view", "trigger", "computed", "types", "nonfinite", "rows", "huge", "bomb", "bomb", "jsonbomb")
+    )
+    if kind == "view":
+        body = rng.choice((f"SELECT * FROM {t}_rows", f"{_LOOP} SELECT {t}_rows.* FROM {t}_rows, c"))
+        db.executescript(f"ALTER TABLE {t} RENAME TO {t}_rows; CREATE VIEW {t} AS {body};")
+    elif kind == "trigger":  # (fires on writes: a reader never writes)
+        other = rng.choice(have or ["note"])
+        db.executescript(
+            f"CREATE TRIGGER {rng.choice((t, t + '_t'))} AFTER INSERT ON {other} BEGIN DELETE FROM {t}; END;"
+        )
+    elif kind == "computed":
+        expr = rng.choice(("zeroblob(4000000)", "printf('%.*c', 4000000, 'x')", "random()", "'x'"))
+        how = rng.choice((f"AS ({expr})", "DEFAULT 'x'"))
+        db.execute(f"ALTER TABLE {t} ADD COLUMN {rng.choice(('g', 'data_x'))} {how}")
+    elif kind == "types":
+        v = rng.choice(("text", b"\x00\xff", 1e308, -1, 2**62, 0.5, "[]", ""))
+        db.execute(f"UPDATE {t} SET {col} = ? WHERE {some}", (v,))
+    elif kind == "nonfinite":
+        v = rng.choice(("1e999", "-1e999", "0.0/0.0", "'NaN'", "'Infinity'"))
+        db.execute(f"UPDATE {t} SET {col} = {v} WHERE {some}")
+    elif kind == "rows":  # the table rebuilt as a heap: rows duplicated and out of time order
+        times = rng.choice(("1", "2", "3"))
+        union = " UNION ALL ".join([f"SELECT * FROM {t}_rows"] * int(times))
+        shift = rng.choice(("", f" ; UPDATE {t} SET t = t - 7.5 WHERE rowid % 3 = 0" if "t" in cols else ""))
+        db.executescript(
+            f"ALTER TABLE {t} RENAME TO {t}_rows; CREATE TABLE {t} AS SELECT * FROM ({union}) ORDER BY random();"
+            f" DROP TABLE {t}_rows{shift};"
+        )
+        kind = f"rows x{times}{' shifted' if shift else ''}"
+    elif kind == "huge":
+        n = rng.choice((100_000, 2_000_000, 17_000_000))
+        fn = rng.choice(("zeroblob", "text"))
+        v = f"zeroblob({n})" if fn == "zeroblob" else f"printf('%.*c', {n}, 'x')"
+        db.execute(
+            f"UPDATE {t} SET {col} = {v} WHERE rowid IN (SELECT rowid FROM {t} LIMIT 1)"
+            if t not in _NO_ROWID
+            else f"UPDATE {t} SET {col} = {v} WHERE {some}"
+        )
+        kind = f"huge {n}"
+    elif kind == "bomb":
+        size = rng.choice((4 << 20, 64 << 20, 1 << 30))
+        target = rng.choice(("host", "series", "caps", "stack", "block"))
+        if target == "host":
+            blob = _bomb(rng.choice(("host", "objects", "deep", "zeros")), size)
+            db.execute(
+                "UPDATE host SET data = ? WHERE t IN (SELECT t FROM host ORDER BY random() LIMIT ?)",
+                (blob, rng.choice((1, 3, 1000))),
+            )
+        elif target == "series":
+            db.execute(
+                "UPDATE series SET data = ? WHERE t IN (SELECT t FROM series ORDER BY random() LIMIT ?)",
+                (b"\x01" + _bomb("zeros", size), rng.choice((1, 1000))),
+            )
+        elif target == "caps":
+            db.execute("UPDATE caps SET data = ?", (_bomb(rng.choice(("objects", "deep")), size),))
+        elif target == "stack":
+            db.execute(
+                "UPDATE stack SET frames = ? WHERE id IN (SELECT id FROM stack ORDER BY random() LIMIT 5)",
+                (_bomb(rng.choice(("objects", "deep", "zeros")), size),),
+            )
+        else:  # a block that claims the frame rows (its count matches), inflating past any bound
+            (n,) = db.execute("SELECT count(*) FROM frame").fetchone()
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS block(stream TEXT NOT NULL, seq INTEGER NOT NULL, t0 REAL NOT NULL,"
+                " t1 REAL NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (stream, seq)) WITHOUT ROWID"
+            )
+            db.execute("DELETE FROM block WHERE stream = 'frame'")
+            db.execute("INSERT INTO block VALUES ('frame', 0, -1e12, 1e12, ?, ?)", (n, _bomb("zeros", size)))
+        kind = f"bomb {target} {size >> 20} MiB"
+    else:
+        target, column = rng.choice(
+            (("meta", "value"), ("gpu_state", "link"), ("gpu_state", "processes"), ("perf", "data"),
+             ("marker", "facts"), ("note", "text"), ("caps", "data"), ("stack", "frames"))
+        )  # fmt: skip
+        where = "key = 'cadence'" if target == "meta" else "rowid IN (SELECT rowid FROM "
+        if target != "meta":
+            where += f"{target} ORDER BY random() LIMIT {rng.choice((1, 5, 1000))})"
+        db.execute(f"UPDATE {target} SET {column} = ? WHERE {where}", (_json_bomb(rng),))
+        kind = f"jsonbomb {target}.{column}"
+    return f"edit:{kind}:{t}" if not kind.startswith(("bomb", "jsonbomb")) else f"edit:{kind}"
+
+
 def mutate(path: Path, rng: random.Random) -> str:
     """Damage `path` in place; returns what was done (for the figures)."""
     kind = rng.choice(
-        ("sql", "sql", "sql", "sql", "meta", "blob", "stackjson", "bytes", "truncate", "page", "drop")
-    )
+        ("sql", "sql", "sql", "sql", "meta", "blob", "stackjson", "bytes", "truncate", "page", "drop", "edit",
+         "edit", "edit", "edit")
+    )  # fmt: skip
     if kind == "bytes":
         data = bytearray(path.read_bytes())
         for _ in range(rng.randint(1, 32)):
@@ -173,7 +306,9 @@ def mutate(path: Path, rng: random.Random) -> str:
     db = sqlite3.connect(path)
     db.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
     try:
-        if kind == "drop":
+        if kind == "edit":
+            kind = _sql_edit(db, rng)
+        elif kind == "drop":
             t = rng.choice(
                 ("meta", "frame", "gpu", "host", "stack", "stack_sample", "marker", "caps", "perf")
             )
@@ -252,7 +387,7 @@ def _alarm(_sig, _frame):
     raise Hang()
 
 
-def run_case(path: Path, command: str, out_dir: Path) -> Outcome:
+def run_case(path: Path, command: str, out_dir: Path, hang_s: int = HANG_S) -> Outcome:
     """One command on one file, in-process; the crash handler and the alarm are watched."""
     import memtop.crash
     from memtop.cli import main
@@ -273,7 +408,7 @@ def run_case(path: Path, command: str, out_dir: Path) -> Outcome:
     out, err = io.StringIO(), io.StringIO()
     memtop.crash.report_crash = spy
     old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(HANG_S)
+    signal.alarm(hang_s)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = main(argv)
@@ -382,6 +517,47 @@ def run_subprocess(path: Path, command: str, out_dir: Path) -> Outcome:
     if r.returncode != 0:
         return Outcome("wrong-exit", "", f"exit {r.returncode}")
     return Outcome("ok")
+
+
+def run_forked(path: Path, command: str, out_dir: Path, hang_s: int = 30) -> tuple[Outcome, float, int]:
+    """``run_case`` (or, for "tui", ``run_tui``) in a child of this process: (its outcome, seconds,
+    its peak RSS in KiB, as wait4 reports it: with the pages it shares with this process). A child
+    still running hang_s + 5 s after it started is killed (a hang that even the alarm missed)."""
+    import select
+    import time
+
+    r, w = os.pipe()
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: one run, its outcome as JSON on the pipe
+        os.close(r)
+        try:
+            o = run_tui(path, seconds=2.0) if command == "tui" else run_case(path, command, out_dir, hang_s)
+        except BaseException as e:  # noqa: BLE001 (what the fuzz is for)
+            o = Outcome("traceback", _signature(e))
+        os.write(w, json.dumps(o.__dict__).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        ready, _, _ = select.select([r], [], [], max(0.0, t0 + hang_s + 5 - time.monotonic()))
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            break
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    _, status, usage = os.wait4(pid, 0)
+    seconds = time.monotonic() - t0
+    if data:
+        o = Outcome(**json.loads(data))
+    elif os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        o = Outcome("hang", command)
+    else:
+        o = Outcome("traceback", f"child ended with status {status}")
+    return o, seconds, usage.ru_maxrss
 
 
 def cases(seed: int, n: int, bases: list[Path], work: Path):

@@ -112,3 +112,82 @@ def test_damage_is_a_note_in_every_frame_and_the_rest_plays(damaged):
     assert sum(f.host is not None for f in frames) > 0.9 * len(frames)
     rec = Recording(damaged["started_wall 1e300"])
     assert rec.meta["started_wall"] is None and any("started_wall" in n for n in next(rec.frames()).notes)
+
+
+def _deflated(raw: bytes) -> str:
+    return zlib.compress(raw, 9).hex()
+
+
+_HOST_BOMB = _deflated(b'{"t":0.0,"pad":"' + b"a" * (8 << 20) + b'"}')  # valid JSON, 8 MiB
+_ARRAY = "[" + ",".join(["{}"] * (512 << 10)) + "]"  # 1 MiB of JSON: half a million objects
+_DEEP = "[" * 900 + "]" * 900  # deeper than any recursion over it may go
+_LOOP = "WITH RECURSIVE c(t) AS (SELECT 1.0 UNION ALL SELECT t + 1 FROM c) SELECT t AS t FROM c"
+# parts whose size is bounded (a few KB of file) but whose cost was not, and schema objects that are
+# no tables: each is read at a bounded cost, or refused in one line
+COST_CASES = {
+    "view named frame": (f"ALTER TABLE frame RENAME TO frame_rows; CREATE VIEW frame AS {_LOOP}", "view"),
+    "view named meta": (
+        f"ALTER TABLE meta RENAME TO meta_rows; CREATE VIEW meta AS SELECT 'magic' AS key, t AS value FROM ({_LOOP})",
+        "view",
+    ),
+    "generated column": ("ALTER TABLE note ADD COLUMN x AS (zeroblob(16000000))", "computed column"),
+    "host JSON bomb": (
+        f"UPDATE host SET data = X'{_HOST_BOMB}' WHERE t IN (SELECT t FROM host LIMIT 3)",
+        None,
+    ),
+    "meta object bomb": (f"UPDATE meta SET value = '{_ARRAY}' WHERE key = 'cadence'", None),
+    "deep meta": (f"UPDATE meta SET value = '{_DEEP}' WHERE key = 'cadence'", None),
+    "marker facts 1 MiB": (f"UPDATE marker SET facts = '{_ARRAY}'", None),
+    "gpu_state processes 1 MiB": (f"UPDATE gpu_state SET processes = '{_ARRAY}'", None),
+    "perf rates 1 MiB": (
+        f"UPDATE perf SET data = '{_ARRAY}' WHERE rowid IN (SELECT rowid FROM perf LIMIT 2)",
+        None,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def costly(tmp_path_factory):
+    from fuzzing import make_bases
+
+    d = tmp_path_factory.mktemp("costly")
+    base = make_bases(d / "bases")[0]  # 12 s of a real recording
+    out = {}
+    for name, (sql, _) in COST_CASES.items():
+        p = d / (name.replace(" ", "_") + ".memtop")
+        shutil.copyfile(base, p)
+        db = sqlite3.connect(p)
+        db.executescript(sql)
+        db.close()
+        out[name] = p
+    return out
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(COST_CASES))
+def test_a_costly_part_is_read_at_a_bounded_cost_or_refused(capsys, costly, tmp_path, name):
+    p = str(costly[name])
+    said = COST_CASES[name][1]
+    for argv in (["replay", "--summary", p], ["report", p, "--format", "json"]):
+        rc = main(argv)
+        out, err = capsys.readouterr()
+        if said is not None:  # refused before its first query of the rows
+            assert rc == 2 and err.count("\n") == 1 and out == "" and said in err, (argv, err)
+        else:
+            assert rc == 0, (argv, err)
+            json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+
+
+def test_what_a_costly_part_cost_is_noted(capsys, costly):
+    from memtop.store import Recording
+
+    rec = Recording(costly["meta object bomb"])
+    assert rec.meta["cadence"] is None and any("cadence" in n for n in rec.damage)
+    assert Recording(costly["deep meta"]).meta["cadence"] is not None  # read, its depth cut at 32
+    rec = Recording(costly["marker facts 1 MiB"])
+    assert rec.markers() == [] and any("marker" in n for n in rec.damage)
+    rec = Recording(costly["host JSON bomb"])
+    frames = list(rec.frames())
+    assert any("damaged host data skipped" in n for n in frames[-1].notes)
+    rec = Recording(costly["gpu_state processes 1 MiB"])
+    assert all(g.processes == () for f in rec.frames() for g in f.gpus)

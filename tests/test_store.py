@@ -321,3 +321,147 @@ def test_damaged_bases_and_names_are_damaged_stacks(tmp_path, damage):
     back = list(rec.frames())
     assert len(back) == len(src)
     assert any("damaged" in d for d in rec.damage), rec.damage
+
+
+def test_a_series_blob_inflates_only_so_far():
+    """A series chunk of 510 KB inflated to gigabytes (a TUI replay went from 126 MB to 1.7 GB):
+    past SERIES_RAW_MAX it is damaged, before anything is built of it."""
+    import zlib
+
+    from memtop.store import SERIES_RAW_MAX, SERIES_V2, Damaged, _series_data
+
+    z = zlib.compressobj(9)
+    bomb = SERIES_V2 + b"".join(z.compress(bytes(1 << 20)) for _ in range(64)) + z.flush()
+    assert len(bomb) < 100_000
+    with pytest.raises(Damaged, match="too large"):
+        _series_data("power_w", bomb)
+    with pytest.raises(Damaged, match="too large"):
+        _series_data("power_w", bytes(SERIES_RAW_MAX + 8))  # a float32 chunk (schema 1)
+    ok = SERIES_V2 + zlib.compress(bytes(SERIES_RAW_MAX))
+    assert len(_series_data("power_w", ok)[0]) == SERIES_RAW_MAX // 8
+
+
+def test_a_host_blob_inflates_only_so_far():
+    import zlib
+
+    from memtop.store import HOST_JSON_MAX, Damaged, _inflate_host
+
+    raw = b'{"pad":"' + b"a" * HOST_JSON_MAX + b'"}'
+    with pytest.raises(Damaged, match="too large"):
+        _inflate_host(zlib.compress(raw, 9), None)
+    assert _inflate_host(zlib.compress(raw[: HOST_JSON_MAX - 2] + b'"}'), None).endswith(b'"}')
+
+
+def test_a_query_that_would_not_end_is_stopped_and_the_next_one_runs():
+    from memtop.store import _step_limit
+
+    db = sqlite3.connect(":memory:")
+    _step_limit(db, 1_000_000)
+    with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+        db.execute("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT max(n) FROM c")
+    # the count starts again with each statement: many small ones never add up to the limit
+    for _ in range(300):
+        assert db.execute(
+            "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c LIMIT 1000) SELECT max(n) FROM c"
+        ).fetchone() == (1000,)
+
+
+def test_a_damaged_page_among_the_markers_is_one_clear_error(tmp_path):
+    """Markers are read past the first row (store.py's _q checked only the first step)."""
+    import shutil
+
+    p = tmp_path / "m.memtop"
+    shutil.copyfile(REC[0], p)
+    db = sqlite3.connect(p)
+    size = os.path.getsize(p)
+    db.executemany(
+        "INSERT INTO marker VALUES (?, ?, ?, ?, ?)",
+        [(1.0, 2.0, "idle", f"m{i}", "x" * 400) for i in range(3000)],
+    )
+    db.commit()
+    db.close()
+    with open(p, "r+b") as f:  # a page of the markers appended (the file's end), made junk
+        f.seek(size + (os.path.getsize(p) - size) // 2 // 2048 * 2048)
+        f.write(b"\xa5" * 2048)
+    rec = Recording(p)
+    with pytest.raises(UserError, match="damaged") as e:
+        rec.markers()
+    assert "\n" not in str(e.value)
+
+
+def _slow_pack(monkeypatch, seconds: float) -> None:
+    real = Writer._pack
+
+    def pack(self):
+        time.sleep(seconds)
+        real(self)
+
+    monkeypatch.setattr(Writer, "_pack", pack)
+
+
+def test_close_returns_once_the_recording_is_written_however_long(frames_s0, tmp_path, monkeypatch):
+    """Under load the writer thread took past close()'s 10 s join and close() returned before the
+    recording was packed (0.05 MB per GPU-hour read right after close(), 10.59 a minute later)."""
+    _slow_pack(monkeypatch, 10.5)
+    p = tmp_path / "slow.memtop"
+    w = Writer(p, {"host": "test"})
+    for f in frames_s0[:1500]:  # a queue full of Frames at close
+        w.add(f)
+    w.close()
+    assert w.error is None and not w._thread.is_alive()
+    assert not Path(f"{p}-wal").exists()  # checkpointed and back to one plain file
+    assert Recording(p).n_frames == len({f.t for f in frames_s0[:1500]})
+
+
+def test_close_says_when_the_recording_could_not_be_finished(frames_s0, tmp_path, monkeypatch):
+    def full(self):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Writer, "_pack", full)
+    w = Writer(tmp_path / "full.memtop", {})
+    for f in frames_s0[:50]:
+        w.add(f)
+    w.close()  # (the thread used to wait for a second close() that never came)
+    assert not w._thread.is_alive()
+    assert "disk is full" in (w.error or "")
+
+
+@pytest.mark.parametrize("suffix", ["-shm", "-wal", "-journal"])
+def test_a_side_file_someone_else_made_is_refused_never_written_through(tmp_path, suffix):
+    target = tmp_path / "target"
+    p = tmp_path / "run.memtop"
+    os.symlink(target, f"{p}{suffix}")
+    with pytest.raises(UserError, match=f"run.memtop{suffix} exists") as e:
+        Writer(p, {})
+    assert "\n" not in str(e.value) and not p.exists() and not target.exists()
+    w = Writer(p, {}, force=True)  # --force removes the link itself, never its target
+    w.close()
+    assert w.error is None and not target.exists() and not os.path.lexists(f"{p}{suffix}")
+
+
+def test_a_replay_over_a_frame_far_before_the_rest_plays_on(tmp_path):
+    """A frame at t = -9.9e11: the wait to the next one overflowed threading's timeout (exit 70)."""
+    import shutil
+    import threading
+
+    from memtop.pipeline import Pipeline, ReplaySource, Status
+
+    p = tmp_path / "early.memtop"
+    shutil.copyfile(REC[0], p)
+    db = sqlite3.connect(p)
+    db.execute("INSERT INTO frame VALUES (-9.9e11)")
+    db.commit()
+    db.close()
+    rec = Recording(p)
+    errors: list[BaseException] = []
+    old = threading.excepthook
+    threading.excepthook = lambda a: errors.append(a.exc_value)
+    try:
+        src = ReplaySource(rec, Pipeline(Status("replay", duration=rec.duration)), speed=64.0)
+        src.start()
+        time.sleep(1.5)
+        alive = src._thread.is_alive()
+        src.stop()
+    finally:
+        threading.excepthook = old
+    assert not errors and alive

@@ -80,6 +80,8 @@ def record(args: argparse.Namespace) -> int:
         writer.set_meta("ended_wall", time.time())
         writer.set_meta("missed_ticks", sampler.missed)
         writer.close()
+    if writer.error:  # (close() waited for the writer: what it says is final)
+        raise UserError(f"{writer.error}; {out} is incomplete")
     if bad_markers is not None:
         raise UserError(f"markers not attached ({bad_markers}); the recording {out} is complete without them")
     if tty:
