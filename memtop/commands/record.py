@@ -42,7 +42,7 @@ def record(args: argparse.Namespace) -> int:
 
     if no_gpu := no_gpu_reason(sampler.nvml):  # a recording of host and processes only must say so
         print(
-            f"memtop: no GPU: {clean(missing, 300)}; recording host, processes and stacks only",
+            f"memtop: no GPU: {clean(no_gpu, 300)}; recording host, processes and stacks only",
             file=sys.stderr,
         )
     writer = Writer(out, {}, force=args.force)
