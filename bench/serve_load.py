@@ -9,7 +9,10 @@ Starts a real `memtop serve --demo` on a loopback port (stderr to a file), waits
 Then stops the server with SIGTERM and counts its stderr lines beyond the start-up line.
 
 usage: python bench/serve_load.py [--clients 300] [--requests 20] [--resets 200] [--path /metrics]
-prints one JSON line: p50/p99/max in ms, requests, timeouts, errors, resets, stderr lines, exit code.
+prints one JSON line: p50/p99/max in ms, requests, timeouts, errors, the server's CPU per request (its
+own, from /proc: what it costs whoever else shares the machine) and the client's CPU, resets, stderr
+lines, exit code. Another tree's serve: `cd /tmp && PYTHONPATH=OLD_TREE python .../serve_load.py`
+(OLD_TREE with memtop/collectors and memtop/tui linked to its collectors/ and tui/).
 """
 
 from __future__ import annotations
@@ -31,40 +34,66 @@ sys.path.insert(0, str(ROOT / "tests"))
 from netutil import free_ports, memtop, wait_ready  # noqa: E402
 
 
+class _Client(asyncio.Protocol):
+    """One keep-alive client as a bare protocol (cheaper than streams: the client shares the CPU with
+    the server it measures): sends a request, waits for the whole answer, times it, sends the next."""
+
+    def __init__(self, req: bytes, n: int, done: asyncio.Future) -> None:
+        self.req, self.left, self.done = req, n, done
+        self.buf = b""
+        self.lat: list[float] = []
+        self.t0 = time.perf_counter()  # the first request's time includes the connect
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.write(self.req)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        i = self.buf.lower().find(b"content-length:", 0, end)
+        length = int(self.buf[i + 15 : self.buf.find(b"\r\n", i)])
+        if len(self.buf) < end + 4 + length:
+            return
+        self.buf = b""
+        t1 = time.perf_counter()
+        self.lat.append(t1 - self.t0)
+        self.t0 = t1
+        self.left -= 1
+        if self.left:
+            self.transport.write(self.req)
+        elif not self.done.done():
+            self.done.set_result("ok")
+
+    def connection_lost(self, exc) -> None:
+        if not self.done.done():
+            self.done.set_result("error")
+
+
 async def _one(host: str, port: int, path: str, n: int, timeout: float) -> tuple[list[float], str]:
     """One keep-alive client: n requests on one connection. Returns latencies (s) and its end."""
-    lat: list[float] = []
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
     req = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
-    t0 = time.perf_counter()
+    client = _Client(req, n, done)
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(host, port)
+            transport, _ = await loop.create_connection(lambda: client, host, port)
     except TimeoutError:
-        return lat, "timeout"
+        return client.lat, "timeout"
     except OSError:
-        return lat, "error"
+        return client.lat, "error"
     try:
-        for _ in range(n):
-            try:
-                async with asyncio.timeout(timeout):
-                    writer.write(req)
-                    head = await reader.readuntil(b"\r\n\r\n")
-                    length = next(
-                        int(line.split(b":", 1)[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length:")
-                    )
-                    await reader.readexactly(length)
-            except TimeoutError:
-                return lat, "timeout"
-            except (OSError, asyncio.IncompleteReadError, StopIteration):
-                return lat, "error"
-            t1 = time.perf_counter()
-            lat.append(t1 - t0)
-            t0 = t1
-        return lat, "ok"
+        while not done.done():  # a timeout is one request taking longer than `timeout`
+            seen = len(client.lat)
+            await asyncio.wait([done], timeout=timeout)
+            if not done.done() and len(client.lat) == seen:
+                return client.lat, "timeout"
+        return client.lat, done.result()
     finally:
-        writer.close()
+        transport.close()
 
 
 async def load(port: int, clients: int, requests: int, path: str, timeout: float) -> dict:
@@ -101,6 +130,12 @@ def resets(port: int, n: int) -> int:
     return done
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=300)
@@ -114,7 +149,13 @@ def main() -> None:
         p = memtop("serve", "--demo", "--port", str(port), stderr=err)
         try:
             wait_ready(port, timeout=60, proc=p)
+            idle = _cpu_s(p.pid)
+            mine = time.process_time()
             out = asyncio.run(load(port, a.clients, a.requests, a.path, a.timeout))
+            out["client_cpu_s"] = round(time.process_time() - mine, 2)
+            out["server_cpu_ms_per_request"] = round(
+                1000 * (_cpu_s(p.pid) - idle) / max(1, out["requests"]), 3
+            )
             out["resets"] = resets(port, a.resets)
             time.sleep(1.0)  # the handler threads finish with the reset sockets
         finally:

@@ -407,3 +407,46 @@ def test_no_gpu_is_not_ready():
     assert p.returncode == 0 and "Traceback" not in err
     (line,) = [x for x in err.splitlines() if "no GPU" in x]
     assert "NVIDIA driver not found" in line and "503" in line
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    """Sends data, returns all the server sends until it closes (or 5 s of silence)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(data)
+        got = b""
+        try:
+            while chunk := s.recv(1 << 16):
+                got += chunk
+        except TimeoutError:
+            pass
+        return got
+
+
+def test_http_keep_alive_pipelining_and_refusals(demo):
+    """serve's own HTTP/1.1: pipelined keep-alive requests each answered in order; HEAD without a
+    body; other methods refused (405); bodies and malformed lines refused and the connection closed; a
+    head larger than 16 KiB dropped. Each answer says its length."""
+    get = b"GET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+    got = _raw(
+        demo,
+        get
+        + b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        + get.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"),
+    )
+    answers = got.split(b"HTTP/1.1 ")[1:]
+    assert len(answers) == 3 and all(a.startswith(b"200 OK") for a in answers), got
+    assert answers[0].endswith(b"\r\n\r\nready\n") and answers[1].endswith(b"\r\n\r\n")  # HEAD: no body
+    length = int(answers[1].split(b"Content-Length: ")[1].split(b"\r\n")[0])
+    assert length > 1000 and b"Connection: close" in answers[2]
+    assert _raw(demo, b"GET / HTTP/1.0\r\n\r\n").count(b"HTTP/1.1 200") == 1  # 1.0: closed after one
+    got = _raw(demo, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n" + get)  # whole, so the next one is read
+    assert got.startswith(b"HTTP/1.1 405") and got.endswith(b"ready\n") and b"Allow: GET, HEAD" in got
+    for bad, code in [
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: 4\r\n\r\nabcd", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"400"),
+        (b"GARBAGE\r\n\r\n", b"400"),
+    ]:
+        got = _raw(demo, bad + get)
+        assert got.startswith(b"HTTP/1.1 " + code) and got.count(b"HTTP/1.1") == 1, (bad, got)
+    assert _raw(demo, b"GET / HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n") == b""
+    assert _get(f"http://127.0.0.1:{demo}/-/ready")[0] == 200  # and it goes on serving

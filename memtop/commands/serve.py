@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import os
 import platform
+import socket
 import stat
 import sys
 import threading
@@ -207,64 +208,121 @@ class Answers:
             return self.body
 
 
-def _handler(node, reg, token: str | None):
-    import hmac
-    import json
-    from http.server import BaseHTTPRequestHandler
+BACKLOG = 4096  # listen(): the kernel caps it at net.core.somaxconn
+IDLE_S = 30.0  # an idle keep-alive connection (or a request's head not yet complete) is closed after this
+HEAD_MAX = 16 * 1024  # a request's line and headers; serve reads no body
+STATUS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+          503: "Service Unavailable"}  # fmt: skip
 
-    from prometheus_client import CONTENT_TYPE_LATEST
 
-    from memtop.commands.snapshot import snapshot
+class Http:
+    """The endpoints over asyncio: one thread holds every connection, answers leave in one write
+    each, and the bodies come from Answers. A thread per connection (http.server) made 300 keep-alive
+    clients queue behind the GIL's hand-offs: p99 1.6 s after the backlog fix (bench/RESULTS.md)."""
 
-    metrics = Answers(lambda: exposition(reg))
-    snap = Answers(lambda: json.dumps(snapshot(node), separators=(",", ":")).encode())
+    def __init__(self, node, reg, token: str | None, stats: ServeStats) -> None:
+        import json
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: a cluster view polls every node every few seconds
-        server_version = "memtop"
-        timeout = 30
-        # headers and body leave in one write (flushed after each request): written apart, the body
-        # waited for the client's delayed ACK, 40 ms per keep-alive request
-        wbufsize = 1 << 16
+        from memtop.commands.snapshot import snapshot
 
-        def log_message(self, *a) -> None:  # no per-request line on stderr
-            pass
+        self.node = node
+        self.token = f"Bearer {token}".encode() if token is not None else None
+        self.stats = stats
+        self.metrics = Answers(lambda: exposition(reg))
+        self.snap = Answers(lambda: json.dumps(snapshot(node), separators=(",", ":")).encode())
 
-        def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8", extra=()) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            for k, v in extra:
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+    def answer(self, method: bytes, path: bytes, headers: dict[bytes, bytes]) -> tuple[int, bytes, str, str]:
+        """Status, body, content type and any extra header lines for one request."""
+        import hmac
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            path = self.path.split("?", 1)[0]
-            if path == "/-/ready":
-                if not node.is_ready():
-                    return self._send(503, b"starting\n")
-                missing = node.no_gpu()
-                return self._send(
-                    503 if missing else 200, f"no GPU: {missing}\n".encode() if missing else b"ready\n"
-                )
-            if token is not None:
-                got = self.headers.get("Authorization", "")
-                if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
-                    return self._send(401, b"unauthorized\n", extra=[("WWW-Authenticate", "Bearer")])
-            if path == "/metrics":
-                return self._send(200, metrics.get(node.pipeline.frame), CONTENT_TYPE_LATEST)
-            if path == "/snapshot.json":
-                return self._send(200, snap.get(node.pipeline.frame), "application/json")
-            if path == "/":
-                return self._send(200, b"memtop serve: /metrics /snapshot.json /-/ready\n")
-            return self._send(404, b"not found\n")
+        from prometheus_client import CONTENT_TYPE_LATEST
 
-        do_HEAD = do_GET
+        text = "text/plain; charset=utf-8"
+        if method not in (b"GET", b"HEAD"):
+            return 405, b"GET or HEAD\n", text, "Allow: GET, HEAD\r\n"
+        path = path.split(b"?", 1)[0]
+        node = self.node
+        if path == b"/-/ready":
+            if not node.is_ready():
+                return 503, b"starting\n", text, ""
+            missing = node.no_gpu()
+            return (
+                (503, f"no GPU: {missing}\n".encode(), text, "") if missing else (200, b"ready\n", text, "")
+            )
+        if self.token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self.token):
+            return 401, b"unauthorized\n", text, "WWW-Authenticate: Bearer\r\n"
+        if path == b"/metrics":
+            return 200, self.metrics.get(node.pipeline.frame), CONTENT_TYPE_LATEST, ""
+        if path == b"/snapshot.json":
+            return 200, self.snap.get(node.pipeline.frame), "application/json", ""
+        if path == b"/":
+            return 200, b"memtop serve: /metrics /snapshot.json /-/ready\n", text, ""
+        return 404, b"not found\n", text, ""
 
-    return Handler
+    async def connection(self, reader, writer) -> None:
+        import asyncio
+        import ssl
+
+        try:
+            while await self._one(reader, writer):
+                pass
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
+            if (
+                not isinstance(e, asyncio.IncompleteReadError) or e.partial
+            ):  # a clean close between requests is none
+                self.stats.count("reset", f"{type(e).__name__}: {e}")
+        except (ConnectionError, TimeoutError, ssl.SSLError) as e:
+            self.stats.count("reset", f"{type(e).__name__}: {e}")
+        except Exception as e:  # a fault of memtop's: counted and said rarely, the server goes on
+            self.stats.count("internal", f"{type(e).__name__}: {e}")
+        finally:
+            writer.close()
+
+    async def _one(self, reader, writer) -> bool:
+        """Reads and answers one request; False when the connection is to close."""
+        import asyncio
+
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_S)
+        line, *rest = head[:-4].split(b"\r\n")
+        headers = {}
+        for h in rest:
+            k, _, v = h.partition(b":")
+            headers[k.strip().lower()] = v.strip()
+        parts = line.split(b" ")
+        if (
+            len(parts) != 3
+            or not parts[2].startswith(b"HTTP/1.")
+            or headers.get(b"content-length", b"0") != b"0"
+            or b"transfer-encoding" in headers
+        ):
+            code, body, ctype, extra = 400, b"bad request\n", "text/plain; charset=utf-8", ""
+            keep = False
+        else:
+            code, body, ctype, extra = self.answer(parts[0], parts[1], headers)
+            conn = headers.get(b"connection", b"").lower()
+            keep = conn != b"close" if parts[2] == b"HTTP/1.1" else conn == b"keep-alive"
+        out = (
+            f"HTTP/1.1 {code} {STATUS[code]}\r\nServer: memtop\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n{extra}"
+            + ("" if keep else "Connection: close\r\n")
+            + "\r\n"
+        ).encode()
+        writer.write(out if parts[0] == b"HEAD" else out + body)  # one write: no wait on a delayed ACK
+        await asyncio.wait_for(writer.drain(), IDLE_S)
+        return keep
+
+
+def _loop_errors(stats: ServeStats):
+    """asyncio's exception handler: what it would log with a traceback (a failed TLS handshake, a
+    transport's error) is counted instead."""
+    import ssl
+
+    def handler(loop, context: dict) -> None:
+        exc = context.get("exception")
+        kind = "reset" if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError) else "internal"
+        stats.count(kind, f"{type(exc).__name__}: {exc}" if exc else str(context.get("message")))
+
+    return handler
 
 
 def _exposes(bind: str) -> bool:
@@ -340,30 +398,35 @@ def _textfile_step(textdir: Path, reg):
     return step
 
 
-def _server(args, handler, stats: ServeStats):
-    import socket
-    from http.server import ThreadingHTTPServer
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        address_family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
-        # the listen backlog (socketserver's default is 5): clients beyond it wait for SYN retries of
-        # 1, 3, 7, 15 s; the kernel caps it at net.core.somaxconn
-        request_queue_size = 4096
-
-        def handle_error(self, request, client_address) -> None:
-            """A connection's end by error is counted (and logged rarely), never a traceback: any
-            client can reset as often as it likes."""
-            import ssl
-
-            exc = sys.exc_info()[1]
-            kind = "reset" if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError) else "internal"
-            stats.count(kind, f"{type(exc).__name__}: {exc}")
-
+def _listen(args) -> socket.socket:
+    """The listening socket, made here so that a port in use is one line and exit 2. Its backlog
+    (socketserver's default was 5) keeps hundreds of clients connecting at once out of SYN retries of
+    1, 3, 7, 15 s; the kernel caps it at net.core.somaxconn."""
+    family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
     try:
-        return Server((args.bind, args.port), handler)
+        return socket.create_server((args.bind, args.port), family=family, backlog=BACKLOG)
     except OSError as e:
         raise UserError(f"cannot listen on {args.bind}:{args.port}: {e.strerror}") from None
+
+
+def _run_http(http: Http, sock: socket.socket, ctx, stats: ServeStats, done: threading.Event) -> None:
+    """Serves until done is set (by a signal); the event loop runs in this thread."""
+    import asyncio
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(_loop_errors(stats))
+        server = await asyncio.start_server(
+            http.connection,
+            sock=sock,
+            backlog=BACKLOG,  # start_server listens again, with 100 unless told
+            ssl=ctx,
+            limit=HEAD_MAX,
+            ssl_handshake_timeout=IDLE_S if ctx else None,
+        )
+        await asyncio.to_thread(done.wait)
+        server.close()  # not wait_closed(): it would wait for idle keep-alive clients; run() cancels them
+
+    asyncio.run(main())
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -394,11 +457,9 @@ def serve(args: argparse.Namespace) -> int:
         finally:
             node.stop()
         return 0
-    httpd = _server(args, _handler(node, reg, token), stats)
-    if ctx is not None:  # the handshake runs in the request's thread, not in accept()
-        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
+    sock = _listen(args)
     scheme = "https" if ctx else "http"
-    port = httpd.server_address[1]
+    port = sock.getsockname()[1]
     node.node_id = f"{platform.node()}:{port}"
     print(f"memtop serve: {scheme}://{args.bind}:{port}/metrics, /snapshot.json, /-/ready", file=sys.stderr)
     if _exposes(args.bind):
@@ -410,15 +471,17 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if done.is_set():
-        httpd.server_close()
+        sock.close()
         return 0
     node.start()
-    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)
+    t = threading.Thread(
+        target=_run_http, args=(Http(node, reg, token, stats), sock, ctx, stats, done), daemon=True
+    )
     t.start()
     try:
         _watch(node, done, 1.0)
     finally:
-        httpd.shutdown()
-        httpd.server_close()
+        done.set()
+        t.join(5.0)
         node.stop()
     return 0
