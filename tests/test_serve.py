@@ -122,6 +122,7 @@ def test_real_prometheus_reads_phase_shares(demo, tmp_path):
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{ROOT / 'docs' / 'prometheus-rules.yml'}']\n"
         "scrape_configs:\n"
         f"  - job_name: memtop\n    static_configs: [{{targets: ['127.0.0.1:{demo}']}}]\n"
     )
@@ -157,6 +158,11 @@ def test_real_prometheus_reads_phase_shares(demo, tmp_path):
         # every second of a GPU's time is in exactly one phase: the shares of all phases sum to one
         assert 0.6 <= float(result[0]["value"][1]) <= 1.4, result
         assert query("memtop_gpu_info * on(gpu, uuid, node) group_left memtop_gpu_sm_clock_hertz")
+        # the shipped recording rules load and evaluate: one GPU's shares, keyed on instance, sum to one
+        (shares,) = query("sum by (instance, gpu) (memtop:gpu_phase_share:rate5m)")
+        assert (
+            abs(float(shares["value"][1]) - 1) < 1e-6 and shares["metric"]["instance"] == f"127.0.0.1:{demo}"
+        )
         # `memtop cluster --prom` reads the same server: one node, its GPU's shares and band
         r = subprocess.run(
             [
