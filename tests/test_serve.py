@@ -339,20 +339,24 @@ def test_resets_are_counted_not_traced():
     line per thousand on stderr, never a traceback: any client could flood the journal."""
     (port,) = free_ports(1)
     p = memtop("serve", "--demo", "--port", str(port), stderr=subprocess.PIPE, text=True)
+
+    def resets() -> float:
+        fams = _families(port)["memtop_serve_connection_errors"].samples
+        return next(s.value for s in fams if s.labels["kind"] == "reset")
+
     try:
         wait_ready(port, proc=p)
+        for _ in range(10):  # clients that close cleanly, silent or after an answer, are no error
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            assert _raw(port, b"GET /-/ready HTTP/1.1\r\nConnection: close\r\n\r\n").endswith(b"ready\n")
+        assert resets() == 0
         for i in range(200):
             _reset(port, whole=i % 2 == 1)
         end = time.monotonic() + 30
         while True:
-            (resets,) = [
-                s.value
-                for s in _families(port)["memtop_serve_connection_errors"].samples
-                if s.labels["kind"] == "reset"
-            ]
-            if resets >= 100:  # every mid-request reset is one; a whole request may be answered first
+            if resets() >= 100:  # every mid-request reset is one; a whole request may be answered first
                 break
-            assert time.monotonic() < end, resets
+            assert time.monotonic() < end, resets()
             time.sleep(0.5)
     finally:
         stop(p)

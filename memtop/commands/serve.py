@@ -9,22 +9,28 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
-import socket
 import stat
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memtop.commands.authtoken import read_token
 from memtop.errors import UserError
 from memtop.sanitize import clean
+
+if TYPE_CHECKING:
+    import socket
 
 # 9100-9999 is the exporter range; Prometheus (9090), node_exporter (9100), dcgm-exporter (9400) and
 # Princeton jobstats' cgroup_exporter (9306) / nvidia_gpu_prometheus_exporter (9445) sit elsewhere.
 DEFAULT_PORT = 9866
 TEXTFILE_EVERY_S = 5.0
 PREFIX = "memtop_"
+
+
+def _what(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 class ServeStats:
@@ -264,25 +270,32 @@ class Http:
         import ssl
 
         try:
-            while await self._one(reader, writer):
-                pass
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
-            if (
-                not isinstance(e, asyncio.IncompleteReadError) or e.partial
-            ):  # a clean close between requests is none
-                self.stats.count("reset", f"{type(e).__name__}: {e}")
-        except (ConnectionError, TimeoutError, ssl.SSLError) as e:
-            self.stats.count("reset", f"{type(e).__name__}: {e}")
+            while True:
+                try:  # between requests, silence and a close are a client's right, not an error
+                    first = await asyncio.wait_for(reader.read(1), IDLE_S)
+                except TimeoutError:
+                    return
+                if not first or not await self._one(first, reader, writer):
+                    return
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            TimeoutError,
+            ssl.SSLError,
+        ) as e:
+            self.stats.count("reset", _what(e))  # mid-request: a reset, a stall, a flood
         except Exception as e:  # a fault of memtop's: counted and said rarely, the server goes on
-            self.stats.count("internal", f"{type(e).__name__}: {e}")
+            self.stats.count("internal", _what(e))
         finally:
             writer.close()
 
-    async def _one(self, reader, writer) -> bool:
-        """Reads and answers one request; False when the connection is to close."""
+    async def _one(self, first: bytes, reader, writer) -> bool:
+        """Reads the rest of a request begun by `first` and answers it; False when the connection is
+        to close."""
         import asyncio
 
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_S)
+        head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_S)
         line, *rest = head[:-4].split(b"\r\n")
         headers = {}
         for h in rest:
@@ -320,7 +333,7 @@ def _loop_errors(stats: ServeStats):
     def handler(loop, context: dict) -> None:
         exc = context.get("exception")
         kind = "reset" if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError) else "internal"
-        stats.count(kind, f"{type(exc).__name__}: {exc}" if exc else str(context.get("message")))
+        stats.count(kind, _what(exc) if exc else str(context.get("message")))
 
     return handler
 
@@ -402,6 +415,8 @@ def _listen(args) -> socket.socket:
     """The listening socket, made here so that a port in use is one line and exit 2. Its backlog
     (socketserver's default was 5) keeps hundreds of clients connecting at once out of SYN retries of
     1, 3, 7, 15 s; the kernel caps it at net.core.somaxconn."""
+    import socket
+
     family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
     try:
         return socket.create_server((args.bind, args.port), family=family, backlog=BACKLOG)
@@ -431,6 +446,8 @@ def _run_http(http: Http, sock: socket.socket, ctx, stats: ServeStats, done: thr
 
 def serve(args: argparse.Namespace) -> int:
     done = _stop_on_signals()
+    import platform
+
     from memtop.commands.snapshot import Node
 
     if bool(args.tls_cert) != bool(args.tls_key):
