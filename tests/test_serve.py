@@ -251,7 +251,10 @@ def test_tls(tmp_path):
 
 
 def test_textfile_is_atomic_and_readable_by_node_exporter(tmp_path):
-    p = memtop("serve", "--demo", "--textfile", str(tmp_path), stderr=subprocess.DEVNULL)
+    p = memtop("serve", "--demo", "--textfile", str(tmp_path), stderr=subprocess.PIPE, text=True)
+    # the temporary name serve used to use, taken before its first write: it stopped serve (exit 70)
+    planted = tmp_path / f".memtop.prom.{p.pid}.tmp"
+    planted.symlink_to(tmp_path / "elsewhere")
     try:
         out = tmp_path / "memtop.prom"
         end = time.monotonic() + 30
@@ -262,9 +265,11 @@ def test_textfile_is_atomic_and_readable_by_node_exporter(tmp_path):
         assert 'node="' + platform.node() + '"' in out.read_text()
         names = {f.name for f in text_string_to_metric_families(out.read_text())}
         assert "memtop_gpu_phase_seconds" in names
-        assert not [f for f in os.listdir(tmp_path) if f != "memtop.prom"]  # no temporary left behind
+        assert sorted(os.listdir(tmp_path)) == sorted([planted.name, "memtop.prom"])  # no temporary left
+        assert not (tmp_path / "elsewhere").exists()
     finally:
         stop(p)
+    assert p.returncode == 0 and p.stderr.read().count("\n") == 0
 
 
 def test_only_loopback_is_quiet():

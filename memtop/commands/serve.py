@@ -198,20 +198,18 @@ def write_textfile(directory: Path, data: bytes) -> None:
 class Answers:
     """The bodies of /metrics and /snapshot.json, made once per newest frame: every scrape between
     two frames would compute the same bytes, and hundreds of clients at once must not each pay for
-    them (p99 9.4 s at 300 clients before, bench/RESULTS.md)."""
+    them (bench/RESULTS.md). Used from the event loop's one thread."""
 
     def __init__(self, make) -> None:
         self.make = make
-        self.lock = threading.Lock()
         self.key: object = None
         self.body = b""
 
     def get(self, key: object) -> bytes:
-        with self.lock:
-            if key is None or key is not self.key:
-                self.body = self.make()
-                self.key = key
-            return self.body
+        if key is None or key is not self.key:
+            self.body = self.make()
+            self.key = key
+        return self.body
 
 
 BACKLOG = 4096  # listen(): the kernel caps it at net.core.somaxconn
@@ -384,7 +382,11 @@ def _watch(node, done: threading.Event, every: float, step=None) -> None:
     while True:
         if node.is_ready():
             if not said and (missing := node.no_gpu()):
-                print(f"memtop serve: no GPU: {missing}; /-/ready answers 503", file=sys.stderr, flush=True)
+                print(
+                    f"memtop serve: no GPU: {clean(missing, 300)}; /-/ready answers 503",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 said = True
             if step is not None:
                 step()
