@@ -3,11 +3,16 @@ reading rate() of the phase counters back, /snapshot.json, token, TLS and the te
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
+import platform
 import shutil
+import signal
+import socket
 import ssl
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -21,7 +26,7 @@ import pytest
 from netutil import free_ports, memtop, stop, wait_ready
 from prometheus_client.parser import text_string_to_metric_families
 
-from memtop.commands.serve import _exposes
+from memtop.commands.serve import _exposes, write_textfile
 from memtop.metrics import METRICS
 from memtop.phases import LABELS
 
@@ -68,7 +73,12 @@ def test_exposition_derives_from_the_metrics_table(demo):
                 assert 0 <= s.value <= 1, s
     (clock,) = fams["memtop_gpu_sm_clock_hertz"].samples
     assert clock.value > 1e8  # MHz became Hz
-    assert set(clock.labels) == {"gpu", "uuid", "hostname"}
+    assert set(clock.labels) == {"gpu", "uuid", "hostname", "node"}
+    # nodes that share a host name (every demo says "vm") stay apart: this machine's name and the port
+    assert clock.labels["node"] == f"{platform.node()}:{demo}"
+    (gpus,) = fams["memtop_node_gpus"].samples
+    assert gpus.value == 1 and gpus.labels["node"] == clock.labels["node"]
+    assert {s.labels["gpu"] for s in fams["memtop_gpu_straggler"].samples} == {"0"}
     phases = {
         s.labels["phase"] for s in fams["memtop_gpu_phase_seconds"].samples if s.name.endswith("_total")
     }
@@ -112,6 +122,7 @@ def test_real_prometheus_reads_phase_shares(demo, tmp_path):
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{ROOT / 'docs' / 'prometheus-rules.yml'}']\n"
         "scrape_configs:\n"
         f"  - job_name: memtop\n    static_configs: [{{targets: ['127.0.0.1:{demo}']}}]\n"
     )
@@ -146,7 +157,12 @@ def test_real_prometheus_reads_phase_shares(demo, tmp_path):
         assert result, "Prometheus never returned the rate"
         # every second of a GPU's time is in exactly one phase: the shares of all phases sum to one
         assert 0.6 <= float(result[0]["value"][1]) <= 1.4, result
-        assert query("memtop_gpu_info * on(gpu, uuid, hostname) group_left memtop_gpu_sm_clock_hertz")
+        assert query("memtop_gpu_info * on(gpu, uuid, node) group_left memtop_gpu_sm_clock_hertz")
+        # the shipped recording rules load and evaluate: one GPU's shares, keyed on instance, sum to one
+        (shares,) = query("sum by (instance, gpu) (memtop:gpu_phase_share:rate5m)")
+        assert (
+            abs(float(shares["value"][1]) - 1) < 1e-6 and shares["metric"]["instance"] == f"127.0.0.1:{demo}"
+        )
         # `memtop cluster --prom` reads the same server: one node, its GPU's shares and band
         r = subprocess.run(
             [
@@ -207,10 +223,11 @@ def test_tls(tmp_path):
          "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
+    key.chmod(0o640)  # a key others can read is served, with a warning
     (port,) = free_ports(1)
     p = memtop(
         "serve", "--demo", "--port", str(port), "--tls-cert", str(cert), "--tls-key", str(key),
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
@@ -227,10 +244,17 @@ def test_tls(tmp_path):
             _get(f"http://127.0.0.1:{port}/-/ready")
     finally:
         stop(p)
+    err = p.stderr.read()
+    assert p.returncode == 0 and "Traceback" not in err, err
+    (warning,) = [line for line in err.splitlines() if "TLS key" in line]
+    assert "0640" in warning and f"chmod 600 {key}" in warning
 
 
 def test_textfile_is_atomic_and_readable_by_node_exporter(tmp_path):
-    p = memtop("serve", "--demo", "--textfile", str(tmp_path), stderr=subprocess.DEVNULL)
+    p = memtop("serve", "--demo", "--textfile", str(tmp_path), stderr=subprocess.PIPE, text=True)
+    # the temporary name serve used to use, taken before its first write: it stopped serve (exit 70)
+    planted = tmp_path / f".memtop.prom.{p.pid}.tmp"
+    planted.symlink_to(tmp_path / "elsewhere")
     try:
         out = tmp_path / "memtop.prom"
         end = time.monotonic() + 30
@@ -238,11 +262,14 @@ def test_textfile_is_atomic_and_readable_by_node_exporter(tmp_path):
             assert time.monotonic() < end and p.poll() is None
             time.sleep(0.2)
         assert stat.S_IMODE(out.stat().st_mode) == 0o644
+        assert 'node="' + platform.node() + '"' in out.read_text()
         names = {f.name for f in text_string_to_metric_families(out.read_text())}
         assert "memtop_gpu_phase_seconds" in names
-        assert not [f for f in os.listdir(tmp_path) if f != "memtop.prom"]  # no temporary left behind
+        assert sorted(os.listdir(tmp_path)) == sorted([planted.name, "memtop.prom"])  # no temporary left
+        assert not (tmp_path / "elsewhere").exists()
     finally:
         stop(p)
+    assert p.returncode == 0 and p.stderr.read().count("\n") == 0
 
 
 def test_only_loopback_is_quiet():
@@ -251,8 +278,9 @@ def test_only_loopback_is_quiet():
 
 
 def test_docs_name_every_exported_metric(demo):
-    """docs/CLUSTER.md and the Grafana dashboard name only metrics the exporter serves, and the docs
-    name all of them."""
+    """docs/CLUSTER.md names every metric the exporter serves; the Grafana dashboard and the
+    Prometheus rules use only those and the rules' own records, and key nodes on instance (exporters
+    may share a host name), never hostname."""
     import re
 
     fams = _families(demo)
@@ -260,6 +288,180 @@ def test_docs_name_every_exported_metric(demo):
     doc = (ROOT / "docs" / "CLUSTER.md").read_text()
     for name in served:
         assert name in doc or name.removesuffix("_total") + "_total" in doc, name
-    dash = (ROOT / "docs" / "grafana-dashboard.json").read_text()
-    used = set(re.findall(r"\bmemtop_[a-z_]+", dash))
-    assert used and used <= served, used - served
+    rules = (ROOT / "docs" / "prometheus-rules.yml").read_text()
+    recorded = set(re.findall(r"- record: (\S+)", rules))
+    assert recorded and all(r.startswith("memtop:") for r in recorded)
+    names = re.compile(r"(?<![\w:])memtop[_:][\w:]*")
+    assert set(names.findall(rules)) <= served | recorded, set(names.findall(rules)) - served - recorded
+    dash = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs += [v["query"] for v in dash["templating"]["list"] if v["type"] == "query"]
+    used = {n for e in exprs for n in names.findall(e)}
+    assert used <= served | recorded, used - served - recorded
+    assert {"memtop_gpu_power_watts", "memtop_gpu_memory_used_bytes", "memtop_gpu_straggler"} <= used
+    assert recorded & used  # the job panel reads the recording rules
+    for e in exprs:
+        assert not re.search(r"\bby \([^)]*hostname|on \([^)]*hostname", e), e
+
+
+def test_textfile_ignores_what_others_planted_in_dir(tmp_path):
+    """The temporary file's name is random (mkstemp): a symlink or file at the name the exporter used
+    to use (`.memtop.prom.<pid>.tmp`, O_EXCL) no longer stops it, and no link is followed."""
+    target = tmp_path / "target"
+    target.write_text("untouched")
+    (tmp_path / f".memtop.prom.{os.getpid()}.tmp").symlink_to(target)
+    write_textfile(tmp_path, b"memtop_build_info 1\n")
+    write_textfile(tmp_path, b"memtop_build_info 2\n")
+    out = tmp_path / "memtop.prom"
+    assert out.read_bytes() == b"memtop_build_info 2\n" and not out.is_symlink()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644 and target.read_text() == "untouched"
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["target", "memtop.prom", f".memtop.prom.{os.getpid()}.tmp"]
+    )
+
+
+def test_listen_backlog_holds_hundreds_of_clients(demo):
+    """The kernel's view of the listening socket (ss: Send-Q is the backlog): socketserver's default
+    of 5 sent the 300-client bench into SYN retries of 1, 3, 7, 15 s."""
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) not installed")
+    out = subprocess.run(
+        ["ss", "-ltnH", f"sport = :{demo}"], capture_output=True, text=True, timeout=10
+    ).stdout
+    backlog = int(out.split()[2])
+    assert backlog >= min(1024, int(Path("/proc/sys/net/core/somaxconn").read_text())), out
+
+
+def _reset(port: int, whole: bool) -> None:
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close sends an RST
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + (b"\r\n" if whole else b""))
+    s.close()
+
+
+def test_resets_are_counted_not_traced():
+    """Clients that reset (mid-request, or before reading the answer) are a counter and at most one
+    line per thousand on stderr, never a traceback: any client could flood the journal."""
+    (port,) = free_ports(1)
+    p = memtop("serve", "--demo", "--port", str(port), stderr=subprocess.PIPE, text=True)
+
+    def resets() -> float:
+        fams = _families(port)["memtop_serve_connection_errors"].samples
+        return next(s.value for s in fams if s.labels["kind"] == "reset")
+
+    try:
+        wait_ready(port, proc=p)
+        for _ in range(10):  # clients that close cleanly, silent or after an answer, are no error
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            assert _raw(port, b"GET /-/ready HTTP/1.1\r\nConnection: close\r\n\r\n").endswith(b"ready\n")
+        assert resets() == 0
+        for i in range(200):
+            _reset(port, whole=i % 2 == 1)
+        end = time.monotonic() + 30
+        while True:
+            if resets() >= 100:  # every mid-request reset is one; a whole request may be answered first
+                break
+            assert time.monotonic() < end, resets()
+            time.sleep(0.5)
+    finally:
+        stop(p)
+    err = p.stderr.read()
+    assert p.returncode == 0 and "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if not line.startswith("memtop serve: http://")]
+    assert len(lines) <= 1 and "connection(s) ended by the client" in lines[0], lines
+
+
+def _catches_sigterm(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+def test_sigterm_during_start_up_exits_0():
+    """A service manager may stop serve while it loads its recording or starts NVML: from the moment
+    Python can catch SIGTERM (serve's first statement) it exits 0, not 143."""
+    (port,) = free_ports(1)
+    p = memtop("serve", "--demo", "--port", str(port), stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 30
+    while not _catches_sigterm(p.pid):
+        assert p.poll() is None and time.monotonic() < end
+        time.sleep(0.001)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0
+    assert "Traceback" not in p.stderr.read()
+
+
+NO_DRIVER = ctypes.util.find_library("nvidia-ml") is None and not Path("/dev/nvidiactl").exists()
+
+
+@pytest.mark.skipif(not NO_DRIVER, reason="this machine has an NVIDIA driver: the no-GPU path needs none")
+def test_no_gpu_is_not_ready():
+    """Live on a machine without an NVIDIA driver: /-/ready says 503 and why, one line on stderr,
+    and /metrics says the node has 0 GPUs (what an alert keys on)."""
+    (port,) = free_ports(1)
+    p = memtop("serve", "--port", str(port), "--no-stacks", stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        while True:
+            try:
+                code, body = _get(f"http://127.0.0.1:{port}/-/ready")
+            except OSError:
+                code, body = 0, b""
+            if body.startswith(b"no GPU"):
+                break
+            assert p.poll() is None and time.monotonic() < end, (code, body)
+            time.sleep(0.3)
+        assert code == 503 and b"NVIDIA driver not found" in body
+        (gpus,) = _families(port)["memtop_node_gpus"].samples
+        assert gpus.value == 0 and gpus.labels["node"] == f"{platform.node()}:{port}"
+        time.sleep(1.5)  # the watcher's next round must not say it again
+    finally:
+        stop(p)
+    err = p.stderr.read()
+    assert p.returncode == 0 and "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "no GPU" in x]
+    assert "NVIDIA driver not found" in line and "503" in line
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    """Sends data, returns all the server sends until it closes (or 5 s of silence)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(data)
+        got = b""
+        try:
+            while chunk := s.recv(1 << 16):
+                got += chunk
+        except TimeoutError:
+            pass
+        return got
+
+
+def test_http_keep_alive_pipelining_and_refusals(demo):
+    """serve's own HTTP/1.1: pipelined keep-alive requests each answered in order; HEAD without a
+    body; other methods refused (405); bodies and malformed lines refused and the connection closed; a
+    head larger than 16 KiB dropped. Each answer says its length."""
+    get = b"GET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+    got = _raw(
+        demo,
+        get
+        + b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        + get.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"),
+    )
+    answers = got.split(b"HTTP/1.1 ")[1:]
+    assert len(answers) == 3 and all(a.startswith(b"200 OK") for a in answers), got
+    assert answers[0].endswith(b"\r\n\r\nready\n") and answers[1].endswith(b"\r\n\r\n")  # HEAD: no body
+    length = int(answers[1].split(b"Content-Length: ")[1].split(b"\r\n")[0])
+    assert length > 1000 and b"Connection: close" in answers[2]
+    assert _raw(demo, b"GET / HTTP/1.0\r\n\r\n").count(b"HTTP/1.1 200") == 1  # 1.0: closed after one
+    got = _raw(demo, b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n" + get)  # whole, so the next one is read
+    assert got.startswith(b"HTTP/1.1 405") and got.endswith(b"ready\n") and b"Allow: GET, HEAD" in got
+    for bad, code in [
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: 4\r\n\r\nabcd", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"400"),
+        (b"GARBAGE\r\n\r\n", b"400"),
+    ]:
+        got = _raw(demo, bad + get)
+        assert got.startswith(b"HTTP/1.1 " + code) and got.count(b"HTTP/1.1") == 1, (bad, got)
+    assert _raw(demo, b"GET / HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n") == b""
+    assert _get(f"http://127.0.0.1:{demo}/-/ready")[0] == 200  # and it goes on serving

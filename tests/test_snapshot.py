@@ -43,6 +43,7 @@ def test_demo_snapshot_follows_the_schema(capsys):
     assert abs(sum(g["shares"].values()) - 1) < 0.01  # shares of one window
     assert g["band"].strip() and set(g["band"]) <= set("CMTSIP.? ")
     assert g["verdict"]["headline"].startswith("GPU 0")
+    assert snap["no_gpu"] is None
     assert snap["processes"] and all(p["job"] == {} for p in snap["processes"])  # replayed PIDs: no environ
 
 

@@ -38,6 +38,13 @@ def record(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop)
     sampler.nvml.start()  # before meta: it names the GPUs
+    from memtop.commands.snapshot import no_gpu_reason
+
+    if no_gpu := no_gpu_reason(sampler.nvml):  # a recording of host and processes only must say so
+        print(
+            f"memtop: no GPU: {clean(no_gpu, 300)}; recording host, processes and stacks only",
+            file=sys.stderr,
+        )
     writer = Writer(out, {}, force=args.force)
     sampler.on_frame = writer.add
     for k, v in sampler.run_meta().items():

@@ -7,13 +7,20 @@ DEFAULT_PORT.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import stat
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memtop.commands.authtoken import read_token
 from memtop.errors import UserError
+from memtop.sanitize import clean
+
+if TYPE_CHECKING:
+    import socket
 
 # 9100-9999 is the exporter range; Prometheus (9090), node_exporter (9100), dcgm-exporter (9400) and
 # Princeton jobstats' cgroup_exporter (9306) / nvidia_gpu_prometheus_exporter (9445) sit elsewhere.
@@ -22,13 +29,45 @@ TEXTFILE_EVERY_S = 5.0
 PREFIX = "memtop_"
 
 
+def _what(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+class ServeStats:
+    """What the HTTP server itself counts: connections that ended in an error, by kind ("reset": the
+    client reset, timed out or spoke no TLS; "internal": a fault of memtop's). Each is logged on its
+    first occurrence and then once per LOG_EVERY, so no client can flood the journal."""
+
+    LOG_EVERY = 1000
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.errors = {"reset": 0, "internal": 0}
+
+    def count(self, kind: str, what: str) -> None:
+        with self.lock:
+            self.errors[kind] += 1
+            n = self.errors[kind]
+        if n == 1 or n % self.LOG_EVERY == 0:
+            print(
+                f"memtop serve: {n} connection(s) ended by {'the client' if kind == 'reset' else 'an error'} "
+                f'so far, the last: {clean(what, 200)} (memtop_serve_connection_errors_total{{kind="{kind}"}};'
+                f" logged once per {self.LOG_EVERY})",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 class NodeCollector:
     """prometheus_client custom collector: gauges from the newest frame, counters of phase and
-    clock-event seconds, an info series per GPU with its job identity, and build info. Labels are
-    gpu, uuid and hostname (the info series adds the job's identity); never a PID."""
+    clock-event seconds, an info series per GPU with its job identity, the node's GPU count, and build
+    info. Labels are gpu, uuid, hostname and node (the info series adds the job's identity); never a
+    PID. `node` tells apart exporters that share a host name (demo nodes, containers): this machine's
+    name and the port served, or the name alone for a textfile."""
 
-    def __init__(self, node) -> None:
+    def __init__(self, node, stats: ServeStats | None = None) -> None:
         self.node = node
+        self.stats = stats
 
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -46,11 +85,28 @@ class NodeCollector:
         build = InfoMetricFamily(PREFIX + "build", "memtop version and how this node is sampled")
         build.add_metric([], {"version": __version__, "mode": view.status.mode})
         yield build
+        if self.stats is not None:
+            errors = CounterMetricFamily(
+                PREFIX + "serve_connection_errors",
+                "connections that ended in an error: reset (the client reset, timed out or spoke no TLS) "
+                "or internal",
+                labels=["kind"],
+            )
+            for kind, n in sorted(self.stats.errors.items()):
+                errors.add_metric([kind], float(n))
+            yield errors
         if frame is None:
             return
+        count = GaugeMetricFamily(
+            PREFIX + "node_gpus",
+            "GPUs this node reports (0: no NVIDIA driver or GPU)",
+            labels=["hostname", "node"],
+        )
+        count.add_metric([host, node.node_id], float(len(frame.gpus)))
+        yield count
         jobs, _ = node.gpu_jobs(frame)
-        base = ["gpu", "uuid", "hostname"]
-        gpus = [(g, [str(g.index), g.uuid, host]) for g in frame.gpus]
+        base = ["gpu", "uuid", "hostname", "node"]
+        gpus = [(g, [str(g.index), g.uuid, host, node.node_id]) for g in frame.gpus]
         for m in GAUGES:
             unit = {"percent": "ratio, 0..1", "mhz": "Hz"}.get(m.kind, m.kind.replace("_", " "))
             dcgm = f"; dcgm-exporter: {m.dcgm}" if m.dcgm else ""
@@ -89,6 +145,16 @@ class NodeCollector:
             for reason in CLOCK_EVENT_NAMES.values():
                 counter.add_metric([*labels, reason.replace(" ", "_")], float(c.get(reason, 0.0)))
         yield counter
+        straggler = GaugeMetricFamily(
+            PREFIX + "gpu_straggler",
+            "1 while this GPU is its job's straggler on this node (the job's other GPUs wait for it), else 0",
+            labels=base,
+        )
+        for g, labels in gpus:
+            v = view.verdicts.get(g.index)
+            if v is not None:
+                straggler.add_metric(labels, 1.0 if v.straggler else 0.0)
+        yield straggler
         info = InfoMetricFamily(PREFIX + "gpu", "GPU model and the identity of the job using it", labels=base)
         for g, labels in gpus:
             job = jobs.get(g.index, {})
@@ -96,11 +162,11 @@ class NodeCollector:
         yield info
 
 
-def registry(node):
+def registry(node, stats: ServeStats | None = None):
     from prometheus_client import CollectorRegistry
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(NodeCollector(node))
+    reg.register(NodeCollector(node, stats))
     return reg
 
 
@@ -111,70 +177,163 @@ def exposition(reg) -> bytes:
 
 
 def write_textfile(directory: Path, data: bytes) -> None:
-    """Atomically replace DIR/memtop.prom. 0644, unlike memtop's other files: node_exporter runs as
-    its own user and must read it; it holds what /metrics would serve (no PIDs, no command lines)."""
-    tmp = directory / f".memtop.prom.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    """Atomically replace DIR/memtop.prom. The temporary file has a random name (mkstemp: O_EXCL,
+    O_NOFOLLOW, 0600), so no one who can write DIR can take its name in advance; it becomes 0644 only
+    once written, unlike memtop's other files: node_exporter runs as its own user and must read it,
+    and it holds what /metrics would serve (no PIDs, no command lines)."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=".memtop.prom.", suffix=".tmp", dir=directory)
     try:
-        os.fchmod(fd, 0o644)
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, directory / "memtop.prom")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), 0o644)
+        os.replace(tmp, directory / "memtop.prom")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
-def _handler(node, reg, token: str | None):
-    import hmac
-    import json
-    from http.server import BaseHTTPRequestHandler
+class Answers:
+    """The bodies of /metrics and /snapshot.json, made once per newest frame: every scrape between
+    two frames would compute the same bytes, and hundreds of clients at once must not each pay for
+    them (bench/RESULTS.md). Used from the event loop's one thread."""
 
-    from memtop.commands.snapshot import snapshot
+    def __init__(self, make) -> None:
+        self.make = make
+        self.key: object = None
+        self.body = b""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: a cluster view polls every node every few seconds
-        server_version = "memtop"
-        timeout = 30
-        # headers and body leave in one write (flushed after each request): written apart, the body
-        # waited for the client's delayed ACK, 40 ms per keep-alive request
-        wbufsize = 1 << 16
+    def get(self, key: object) -> bytes:
+        if key is None or key is not self.key:
+            self.body = self.make()
+            self.key = key
+        return self.body
 
-        def log_message(self, *a) -> None:  # no per-request line on stderr
-            pass
 
-        def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8", extra=()) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            for k, v in extra:
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+BACKLOG = 4096  # listen(): the kernel caps it at net.core.somaxconn
+IDLE_S = 30.0  # an idle keep-alive connection (or a request's head not yet complete) is closed after this
+HEAD_MAX = 16 * 1024  # a request's line and headers; serve reads no body
+STATUS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+          503: "Service Unavailable"}  # fmt: skip
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            path = self.path.split("?", 1)[0]
-            if path == "/-/ready":
-                ok = node.is_ready()
-                return self._send(200 if ok else 503, b"ready\n" if ok else b"starting\n")
-            if token is not None:
-                got = self.headers.get("Authorization", "")
-                if not hmac.compare_digest(got.encode(), f"Bearer {token}".encode()):
-                    return self._send(401, b"unauthorized\n", extra=[("WWW-Authenticate", "Bearer")])
-            if path == "/metrics":
-                from prometheus_client import CONTENT_TYPE_LATEST
 
-                return self._send(200, exposition(reg), CONTENT_TYPE_LATEST)
-            if path == "/snapshot.json":
-                body = json.dumps(snapshot(node), separators=(",", ":")).encode()
-                return self._send(200, body, "application/json")
-            if path == "/":
-                return self._send(200, b"memtop serve: /metrics /snapshot.json /-/ready\n")
-            return self._send(404, b"not found\n")
+class Http:
+    """The endpoints over asyncio: one thread holds every connection, answers leave in one write
+    each, and the bodies come from Answers. A thread per connection (http.server) made 300 keep-alive
+    clients queue behind the GIL's hand-offs: p99 1.6 s after the backlog fix (bench/RESULTS.md)."""
 
-        do_HEAD = do_GET
+    def __init__(self, node, reg, token: str | None, stats: ServeStats) -> None:
+        import json
 
-    return Handler
+        from memtop.commands.snapshot import snapshot
+
+        self.node = node
+        self.token = f"Bearer {token}".encode() if token is not None else None
+        self.stats = stats
+        self.metrics = Answers(lambda: exposition(reg))
+        self.snap = Answers(lambda: json.dumps(snapshot(node), separators=(",", ":")).encode())
+
+    def answer(self, method: bytes, path: bytes, headers: dict[bytes, bytes]) -> tuple[int, bytes, str, str]:
+        """Status, body, content type and any extra header lines for one request."""
+        import hmac
+
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        text = "text/plain; charset=utf-8"
+        if method not in (b"GET", b"HEAD"):
+            return 405, b"GET or HEAD\n", text, "Allow: GET, HEAD\r\n"
+        path = path.split(b"?", 1)[0]
+        node = self.node
+        if path == b"/-/ready":
+            if not node.is_ready():
+                return 503, b"starting\n", text, ""
+            missing = node.no_gpu()
+            return (
+                (503, f"no GPU: {missing}\n".encode(), text, "") if missing else (200, b"ready\n", text, "")
+            )
+        if self.token is not None and not hmac.compare_digest(headers.get(b"authorization", b""), self.token):
+            return 401, b"unauthorized\n", text, "WWW-Authenticate: Bearer\r\n"
+        if path == b"/metrics":
+            return 200, self.metrics.get(node.pipeline.frame), CONTENT_TYPE_LATEST, ""
+        if path == b"/snapshot.json":
+            return 200, self.snap.get(node.pipeline.frame), "application/json", ""
+        if path == b"/":
+            return 200, b"memtop serve: /metrics /snapshot.json /-/ready\n", text, ""
+        return 404, b"not found\n", text, ""
+
+    async def connection(self, reader, writer) -> None:
+        import asyncio
+        import ssl
+
+        try:
+            while True:
+                try:  # between requests, silence and a close are a client's right, not an error
+                    first = await asyncio.wait_for(reader.read(1), IDLE_S)
+                except TimeoutError:
+                    return
+                if not first or not await self._one(first, reader, writer):
+                    return
+        except (
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ConnectionError,
+            TimeoutError,
+            ssl.SSLError,
+        ) as e:
+            self.stats.count("reset", _what(e))  # mid-request: a reset, a stall, a flood
+        except Exception as e:  # a fault of memtop's: counted and said rarely, the server goes on
+            self.stats.count("internal", _what(e))
+        finally:
+            writer.close()
+
+    async def _one(self, first: bytes, reader, writer) -> bool:
+        """Reads the rest of a request begun by `first` and answers it; False when the connection is
+        to close."""
+        import asyncio
+
+        head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_S)
+        line, *rest = head[:-4].split(b"\r\n")
+        headers = {}
+        for h in rest:
+            k, _, v = h.partition(b":")
+            headers[k.strip().lower()] = v.strip()
+        parts = line.split(b" ")
+        if (
+            len(parts) != 3
+            or not parts[2].startswith(b"HTTP/1.")
+            or headers.get(b"content-length", b"0") != b"0"
+            or b"transfer-encoding" in headers
+        ):
+            code, body, ctype, extra = 400, b"bad request\n", "text/plain; charset=utf-8", ""
+            keep = False
+        else:
+            code, body, ctype, extra = self.answer(parts[0], parts[1], headers)
+            conn = headers.get(b"connection", b"").lower()
+            keep = conn != b"close" if parts[2] == b"HTTP/1.1" else conn == b"keep-alive"
+        out = (
+            f"HTTP/1.1 {code} {STATUS[code]}\r\nServer: memtop\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n{extra}"
+            + ("" if keep else "Connection: close\r\n")
+            + "\r\n"
+        ).encode()
+        writer.write(out if parts[0] == b"HEAD" else out + body)  # one write: no wait on a delayed ACK
+        await asyncio.wait_for(writer.drain(), IDLE_S)
+        return keep
+
+
+def _loop_errors(stats: ServeStats):
+    """asyncio's exception handler: what it would log with a traceback (a failed TLS handshake, a
+    transport's error) is counted instead."""
+    import ssl
+
+    def handler(loop, context: dict) -> None:
+        exc = context.get("exception")
+        kind = "reset" if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError) else "internal"
+        stats.count(kind, _what(exc) if exc else str(context.get("message")))
+
+    return handler
 
 
 def _exposes(bind: str) -> bool:
@@ -186,7 +345,111 @@ def _exposes(bind: str) -> bool:
         return bind not in ("localhost",)
 
 
+def _stop_on_signals() -> threading.Event:
+    """SIGINT, SIGTERM and SIGHUP end serve cleanly (exit 0) from here on: a service manager that
+    stops it during start-up (loading a recording, starting NVML) must not see 143."""
+    import signal
+
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: done.set())
+    return done
+
+
+def _tls(cert: str, key: str):
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise UserError(f"cannot load the TLS certificate/key: {e}") from None
+    mode = os.stat(key).st_mode
+    if mode & 0o077:
+        print(
+            f"memtop serve: warning: the TLS key {clean(key, 200)} is readable by others "
+            f"(mode {stat.S_IMODE(mode):04o}): chmod 600 {clean(key, 200)}",
+            file=sys.stderr,
+        )
+    return ctx
+
+
+def _watch(node, done: threading.Event, every: float, step=None) -> None:
+    """Until a signal: run step (if any) every `every` s once the node is ready, and say once, in one
+    line, that the node has no GPU (its /-/ready answers 503 with the same reason)."""
+    said = False
+    while True:
+        if node.is_ready():
+            if not said and (missing := node.no_gpu()):
+                print(
+                    f"memtop serve: no GPU: {clean(missing, 300)}; /-/ready answers 503",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                said = True
+            if step is not None:
+                step()
+        if done.wait(every):
+            return
+
+
+def _textfile_step(textdir: Path, reg):
+    """Writes the textfile; a failed write (disk full, DIR removed) is one line per new error and
+    the exporter goes on."""
+    last: list[str] = []
+
+    def step() -> None:
+        try:
+            write_textfile(textdir, exposition(reg))
+        except OSError as e:
+            msg = f"memtop serve: cannot write {textdir}/memtop.prom: {e.strerror or e}"
+            if last != [msg]:
+                print(clean(msg, 500), file=sys.stderr, flush=True)
+                last[:] = [msg]
+        else:
+            last.clear()
+
+    return step
+
+
+def _listen(args) -> socket.socket:
+    """The listening socket, made here so that a port in use is one line and exit 2. Its backlog
+    (socketserver's default was 5) keeps hundreds of clients connecting at once out of SYN retries of
+    1, 3, 7, 15 s; the kernel caps it at net.core.somaxconn."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in args.bind else socket.AF_INET
+    try:
+        return socket.create_server((args.bind, args.port), family=family, backlog=BACKLOG)
+    except OSError as e:
+        raise UserError(f"cannot listen on {args.bind}:{args.port}: {e.strerror}") from None
+
+
+def _run_http(http: Http, sock: socket.socket, ctx, stats: ServeStats, done: threading.Event) -> None:
+    """Serves until done is set (by a signal); the event loop runs in this thread."""
+    import asyncio
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(_loop_errors(stats))
+        server = await asyncio.start_server(
+            http.connection,
+            sock=sock,
+            backlog=BACKLOG,  # start_server listens again, with 100 unless told
+            ssl=ctx,
+            limit=HEAD_MAX,
+            ssl_handshake_timeout=IDLE_S if ctx else None,
+        )
+        await asyncio.to_thread(done.wait)
+        server.close()  # not wait_closed(): it would wait for idle keep-alive clients; run() cancels them
+
+    asyncio.run(main())
+
+
 def serve(args: argparse.Namespace) -> int:
+    done = _stop_on_signals()
+    import platform
+
     from memtop.commands.snapshot import Node
 
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -194,52 +457,29 @@ def serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be 1..65535: {args.port}")
     token = read_token(args.token_file) if args.token_file else None
-    ctx = None
-    if args.tls_cert:
-        import ssl
-
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            ctx.load_cert_chain(args.tls_cert, args.tls_key)
-        except (OSError, ssl.SSLError) as e:
-            raise UserError(f"cannot load the TLS certificate/key: {e}") from None
+    ctx = _tls(args.tls_cert, args.tls_key) if args.tls_cert else None
     textdir = None
     if args.textfile:
         textdir = Path(args.textfile)
         if not textdir.is_dir():
             raise UserError(f"--textfile {textdir}: no such directory")
     node = Node(args)
-    reg = registry(node)
-    done = threading.Event()
-    import signal
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda *_: done.set())
+    stats = ServeStats()
+    reg = registry(node, stats)
     if textdir is not None:
+        node.node_id = platform.node()
+        if done.is_set():
+            return 0
         node.start()
         try:
-            while not done.is_set():
-                if node.is_ready():
-                    write_textfile(textdir, exposition(reg))
-                done.wait(TEXTFILE_EVERY_S)
+            _watch(node, done, TEXTFILE_EVERY_S, _textfile_step(textdir, reg))
         finally:
             node.stop()
         return 0
-    from http.server import ThreadingHTTPServer
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        address_family = __import__("socket").AF_INET6 if ":" in args.bind else __import__("socket").AF_INET
-
-    try:
-        httpd = Server((args.bind, args.port), _handler(node, reg, token))
-    except OSError as e:
-        raise UserError(f"cannot listen on {args.bind}:{args.port}: {e.strerror}") from None
-    if ctx is not None:  # the handshake runs in the request's thread, not in accept()
-        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
+    sock = _listen(args)
     scheme = "https" if ctx else "http"
-    port = httpd.server_address[1]
+    port = sock.getsockname()[1]
+    node.node_id = f"{platform.node()}:{port}"
     print(f"memtop serve: {scheme}://{args.bind}:{port}/metrics, /snapshot.json, /-/ready", file=sys.stderr)
     if _exposes(args.bind):
         print(
@@ -249,13 +489,18 @@ def serve(args: argparse.Namespace) -> int:
             + (" over TLS" if ctx else " in plain HTTP (no --tls-cert)"),
             file=sys.stderr,
         )
+    if done.is_set():
+        sock.close()
+        return 0
     node.start()
-    t = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True)
+    t = threading.Thread(
+        target=_run_http, args=(Http(node, reg, token, stats), sock, ctx, stats, done), daemon=True
+    )
     t.start()
     try:
-        done.wait()
+        _watch(node, done, 1.0)
     finally:
-        httpd.shutdown()
-        httpd.server_close()
+        done.set()
+        t.join(5.0)
         node.stop()
     return 0

@@ -22,6 +22,7 @@ from memtop.phases import CHARS, LABELS, TITLES
 from memtop.pipeline import Pipeline, ReplaySource, Status, View
 
 SCHEMA_VERSION = 1
+NO_GPU_EXIT = 4  # `memtop snapshot` on a node with no GPU to report (README, "Exit codes")
 BIN_S = 0.5  # the classifier's bin
 BAND_STEP_S = 2.0  # one character of the phase band per this many seconds...
 BAND_STEPS = 120  # ...over the last four minutes
@@ -83,6 +84,7 @@ class Node:
         self.sampler = None
         self.warmup_s = warmup_s
         self._started = 0.0
+        self.node_id = platform.node()  # serve makes it host:port, which tells apart nodes on one host
         replay = getattr(args, "replay", None)
         if args.demo or replay:
             from memtop.commands.local import demo_path, open_recording
@@ -135,6 +137,14 @@ class Node:
     def view(self) -> View:
         return self.pipeline.view()
 
+    def no_gpu(self) -> str | None:
+        """Why this node reports no GPU (once it has data), else None: a live node without a GPU
+        reader (no driver, or the driver lists none), or a recording whose newest frame has none."""
+        if self.sampler is not None:
+            return no_gpu_reason(self.sampler.nvml) if self.pipeline.frame is not None else None
+        frame = self.pipeline.frame
+        return "the recording holds no GPU" if frame is not None and not frame.gpus else None
+
     def gpu_jobs(self, frame: Frame | None) -> tuple[dict[int, dict[str, str]], list[dict]]:
         """Job identity per GPU (its first main process's) and the processes using GPUs."""
         per_gpu: dict[int, dict[str, str]] = {}
@@ -158,6 +168,14 @@ class Node:
                 }
             )
         return per_gpu, procs
+
+
+def no_gpu_reason(nvml) -> str | None:
+    """Why a started NVML collector has no GPU to read (its capabilities say), else None."""
+    if nvml.readers:
+        return None
+    why = [c.detail for c in nvml.capabilities() if not c.ok and c.detail]
+    return "; ".join(why) or "the NVIDIA driver lists no GPU"
 
 
 def band(labels, end: float) -> str:
@@ -223,6 +241,7 @@ def snapshot(node: Node) -> dict:
         "gpus": gpus,
         "processes": procs,
         "notes": list(frame.notes) if frame is not None else [],
+        "no_gpu": node.no_gpu(),
     }
 
 
@@ -257,7 +276,7 @@ def _text(snap: dict) -> str:
 
 def run_snapshot(args: argparse.Namespace) -> int:
     """`memtop snapshot`: one snapshot, or with --interval a stream of them (JSON lines)."""
-    from memtop.sanitize import clean_multiline
+    from memtop.sanitize import clean, clean_multiline
 
     fail = parse_fail_on(args.fail_on) if args.fail_on else None
     count = args.count if args.count is not None else (0 if args.snap_interval else 1)
@@ -275,9 +294,12 @@ def run_snapshot(args: argparse.Namespace) -> int:
                 print(json.dumps(snap, separators=(",", ":")), flush=True)
             else:  # the recording's strings are untrusted
                 print(clean_multiline(_text(snap)), flush=True)
+            if snap["no_gpu"] and worst != NO_GPU_EXIT:  # said once, however long the stream
+                print(f"memtop: no GPU: {clean(snap['no_gpu'], 300)}", file=sys.stderr, flush=True)
+                worst = NO_GPU_EXIT
             if fail is not None and (over := exceeded(snap, *fail)):
                 print("memtop: --fail-on exceeded: " + "; ".join(over), file=sys.stderr)
-                worst = 3
+                worst = max(worst, 3)
             n += 1
             if count and n >= count:
                 return worst
