@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
+from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
@@ -53,6 +54,8 @@ NATIVE_WAIT_S = 10.0  # `s`: a dump not back by then is given up on (py-spy's ow
 HOST_MAX = 8  # host lines at most (CPU, memory, NUMA, one perf line per process)
 BOTTOM_MIN = 14  # rows kept for the host, processes and stacks before the timeline grows
 MAX_SERIES_H = 4
+LOOP_END_S = 1.0  # End in a looping replay: this much before its end, paused
+VERDICT_H = 5  # now and the window, the verdict, its evidence, advice and command
 
 
 @dataclass(frozen=True)
@@ -86,13 +89,13 @@ KEYS = (
     Key("home", "to_end(0)", "start", "to the start", REPLAY, footer=False, priority=True),
     Key("end", "to_end(1)", "end", "to the end", REPLAY, footer=False, priority=True),
     Key("t,colon", "jump", "go to", "go to a time (1:02:03, 62m, 3723)", REPLAY, shown="t / :"),
-    Key("n", "change(1)", "next phase", "next phase change", REPLAY),
+    Key("n", "change(1)", "phase", "next phase change", REPLAY),
     Key("N", "change(-1)", "prev phase", "previous phase change", REPLAY, footer=False),
     Key("plus,equals_sign", "speed(2)", "faster", "play faster", REPLAY, footer=False, shown="+"),
     Key("minus", "speed(0.5)", "slower", "play slower", REPLAY, footer=False, shown="-"),
-    Key("g", "gpu(1)", "next GPU", "next GPU", BOTH),
+    Key("g", "gpu(1)", "GPU", "next GPU", BOTH),
     Key("G", "gpu(-1)", "prev GPU", "previous GPU", BOTH, footer=False),
-    Key("z", "zoom(0.5)", "zoom in", "zoom the timeline in", BOTH),
+    Key("z", "zoom(0.5)", "zoom in", "zoom the timeline in", BOTH, footer=False),
     Key("Z", "zoom(2)", "zoom out", "zoom the timeline out", BOTH, footer=False),
     Key(
         "s",
@@ -297,6 +300,8 @@ def detail_text(view: View, gpu: int, lk: Look) -> Text:
     if vd:
         t.append("\n")
         t.append_text(fmt.headline(view, gpu, lk))
+        t.append("\nverdict: ", style="bold")
+        t.append(clean(vd.about or vd.headline), style=lk.phase(vd.label) + Style(bold=True))
         t.append("\n" + clean(vd.evidence) + "\n", style="dim")
         for a in vd.advice:
             t.append(f"{lk.glyphs.arrow} {clean(a)}\n")
@@ -385,7 +390,7 @@ class MemtopApp(App[int]):
         # tiles where values change every second; a panel that rarely changes needs one
         ellipsis = "..." if self.ascii_only else "…"
         yield TextPanel(tiles=4, id="header", ellipsis=ellipsis)
-        yield TextPanel(tiles=6, id="verdict", ellipsis=ellipsis)  # one line each: headline to command
+        yield TextPanel(tiles=6, id="verdict", ellipsis=ellipsis)  # one line each: now to command
         yield RowTable(fmt.GPU_COLUMNS, id="gpus")
         yield self._timeline(Timeline(self.ascii_only, id="timeline"))
         with Horizontal(id="bottom"):
@@ -520,9 +525,12 @@ class MemtopApp(App[int]):
         roomy = h >= 32 and n > 1
         tl = self.query_one(Timeline)
         tl.set_all_bands(roomy)
+        # below 32 rows the legend's row goes to the processes: the window line above names the phases
+        # in their colours, and `?` lists them
+        tl.set_legend(h >= 32)
         gpus_h = n + 1 if h >= 32 else max(2, min(n + 1, h // 5))
         strip = 1 if self.playback is not None else 0  # the overview strip under the timeline
-        top = 1 + 4 + gpus_h + strip + tl.rows_wanted(v, roomy)  # header, verdict, GPUs, timeline
+        top = 1 + VERDICT_H + gpus_h + strip + tl.rows_wanted(v, roomy)  # header, verdict, GPUs, timeline
         tl.set_series_height(1 + max(0, min(MAX_SERIES_H - 1, (h - top - BOTTOM_MIN) // len(ROWS))))
         self.stack_depth = 4 if h - top < 24 else 8  # frames per thread: deeper where the panel is tall
         tl_h = tl.rows_wanted(v, roomy, tl.series_h)
@@ -564,7 +572,7 @@ class MemtopApp(App[int]):
         lk = self.look
         with self.batch_update():
             self._set("#header", fmt.header(v, lk))
-            self._set("#verdict", fmt.verdict_text(v, self.gpu, lk))
+            self._set("#verdict", fmt.verdict_text(v, self.gpu, lk, self.size.width))
             self._update_gpus(v, lk)
             # the row's phase, the headline's "now" and the band's newest cell name one label: the
             # band follows every paint too (its tiles send only the cells that changed)
@@ -587,7 +595,11 @@ class MemtopApp(App[int]):
 
     def _update_gpus(self, v: View, lk: Look) -> None:
         f = v.frame
-        rows = [(str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk)) for g in (f.gpus if f else ())]
+        late = {i for i, vd in v.verdicts.items() if vd.straggler}
+        rows = [
+            (str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk, g.index in late))
+            for g in (f.gpus if f else ())
+        ]
         self.query_one("#gpus", RowTable).set_rows(rows)
 
     def _update_procs(self, v: View, lk: Look | None = None, column: LeftColumn | None = None) -> None:
@@ -771,8 +783,17 @@ class MemtopApp(App[int]):
             self._seek(self.playback.position + direction * self.playback.duration / 10)
 
     def action_to_end(self, end: int) -> None:
-        if self.playback is not None:
-            self._seek(self.playback.duration if end else 0.0)
+        pb = self.playback
+        if pb is None:
+            return
+        if end and pb.loop:
+            # a looping replay (the demo) played on from its end is its start: End pauses on its
+            # last second instead (space plays on, from the start)
+            if not pb.paused:
+                pb.toggle_pause()
+            self._seek(max(0.0, pb.duration - LOOP_END_S))
+            return
+        self._seek(pb.duration if end else 0.0)
 
     def action_jump(self) -> None:
         pb = self.playback

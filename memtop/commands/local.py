@@ -96,7 +96,12 @@ def _start_nvml() -> RealNvml | None:
 
 
 def _need_tty() -> None:
-    if not (sys.stderr.isatty() and sys.stdin.isatty()):  # Textual paints on stderr
+    if sys.stdin.isatty() and not sys.stderr.isatty():  # `memtop 2>err.log`: Textual paints on stderr
+        raise UserError(
+            "the TUI draws on stderr, which is not a terminal here (2> redirects it): leave stderr on "
+            "the terminal, or use `memtop record` or `memtop report` for a file"
+        )
+    if not (sys.stderr.isatty() and sys.stdin.isatty()):
         raise UserError("the TUI needs a terminal; use `memtop record` or `memtop report` when piping")
 
 
