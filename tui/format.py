@@ -251,11 +251,16 @@ def verdict_text(v: View, gpu: int, lk: Look = DEFAULT, width: int = 200) -> Tex
                     200,
                 )
             )
+            # without NVML no process is known to use a GPU: say how to pick one
+            procs = f.host is not None and bool(f.host.procs)
             t.append(
-                "\nShown: host CPU and memory, NUMA, processes and their Python stacks."
-                " `memtop --demo` shows a recorded GPU run.",
+                "\nShown: host CPU and memory, NUMA"
+                + (", the watched processes and their Python stacks." if procs else "."),
                 style="dim",
             )
+            if not procs:
+                t.append("\n`memtop --pid PID` watches a process you pick: its CPU, threads, Python stacks.")
+            t.append("\n`memtop --demo` shows a recorded GPU run.", style="dim")
         else:
             t.append(f"gathering{lk.glyphs.ellipsis}", style="dim")
         return t
@@ -396,7 +401,11 @@ def stacks_text(
     the last good one for a moment when a read fails)."""
     if pid is None:
         if not any_procs:
-            return Text("no watched process yet: stacks show here once one runs", style="dim")
+            return Text(
+                "no watched process: stacks show here once a GPU process runs, or pick one with "
+                "`memtop --pid PID`",
+                style="dim",
+            )
         return Text("select a process to see its Python stacks", style="dim")
     if s is None or not s.threads:
         cap = next((c for c in caps if c.source == "stacks" and c.name == f"pid {pid}" and not c.ok), None)

@@ -1,0 +1,196 @@
+"""One moment, one answer: the demo (the recording shipped in the package) walked position by position at
+80x24, 120x40 and 200x50. On every screen the verdict line names one label, and every line under it
+explains that label: the evidence's numbers fit its rule, the advice is its advice, the command writes
+`-o memtop-<label>`, and `c` copies that command. The line above names the phase now and the window's
+largest phase first.
+
+The screen once said `now: sync-stall · last 60 s: CPU-bound: input pipeline 24 %` above the input
+pipeline's evidence and command, and `now: compute-bound` above `graphics 15 %, SM 13 %`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from memtop.tui.app import MemtopApp
+from memtop.tui.format import fit_command, share_cells
+
+from memtop.commands.local import demo_path
+from memtop.phases import TITLES
+from memtop.pipeline import Pipeline, Status
+from memtop.store import Recording
+
+STEP_S = 4.0  # the demo is 141 s of labelled phases, each 8-20 s long
+
+# what the evidence of a bin with each label must show (the rules in memtop.phases, give or take the
+# rounding of the numbers printed)
+FITS = {
+    "compute": lambda g, sm, text: g >= 74 and (sm is None or sm >= 59),
+    "memory": lambda g, sm, text: g >= 74 and "DRAM" in text,
+    "sync": lambda g, sm, text: 14 <= g < 81,
+    "input": lambda g, sm, text: g < 81,
+    "cpu": lambda g, sm, text: g < 81,
+    "transfer": lambda g, sm, text: "PCIe" in text,
+    "idle": lambda g, sm, text: g < 6,
+    "comm": lambda g, sm, text: "collective" in text or "NVLink" in text,
+}
+ADVICE = {
+    "compute": "",
+    "memory": "memory-bound",
+    "sync": "sync",
+    "input": "DataLoader",
+    "cpu": "",
+    "transfer": "PCIe|cop",
+    "idle": "idle",
+    "comm": "collective",
+}
+
+
+def verdict_label(line: str) -> str:
+    """The label a verdict line names (its title, after `busy:` for a healthy one)."""
+    about = line.split("verdict:", 1)[1].strip()
+    if about.startswith("the straggler"):
+        return "straggler"
+    for prefix in ("busy: ", "no phase dominates: "):
+        about = about.removeprefix(prefix)
+    return next(
+        k for k, title in sorted(TITLES.items(), key=lambda kv: -len(kv[1])) if about.startswith(title)
+    )
+
+
+def check_screen(rows: list[str], where: str) -> tuple[str, str]:
+    """The verdict's label and the command shown (`` when none), after checking every line under it."""
+    i = next((i for i, r in enumerate(rows) if r.strip().startswith("verdict:")), None)
+    if i is None:  # the first seconds: nothing judged yet, and nothing explained
+        assert "now: warming up" in rows[1] and not any(r.strip().startswith("$ ") for r in rows[:8]), (
+            f"{where}: no verdict line\n" + "\n".join(rows)
+        )
+        return "", ""
+    now = rows[i - 1].strip()
+    assert now.startswith("GPU ") and " now: " in now and "last " in now, f"{where}: {now!r}"
+    label = verdict_label(rows[i])
+    evidence = rows[i + 1].strip()
+    if label != "straggler" and label in FITS:
+        g = re.search(r"graphics (\d+) %", evidence)
+        sm = re.search(r"SM (\d+) %", evidence)
+        assert g, f"{where}: {evidence!r}"
+        assert FITS[label](int(g[1]), int(sm[1]) if sm else None, evidence), (
+            f"{where}: the evidence under {label!r} is another label's: {evidence!r}"
+        )
+    advice = rows[i + 2].strip()
+    if advice.startswith(("→", "->")) and label in ADVICE:
+        assert re.search(ADVICE[label], advice), f"{where}: advice under {label!r}: {advice!r}"
+    cmd = next((r.strip() for r in rows[i + 2 : i + 4] if r.strip().startswith("$ ")), "")
+    if cmd:
+        want = "straggler-rank" if label == "straggler" else label
+        assert f"-o memtop-{want}" in cmd, f"{where}: command under {label!r}: {cmd!r}"
+    return label, cmd
+
+
+def _screen(app: MemtopApp) -> list[str]:
+    return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)])
+async def test_every_line_under_a_verdict_explains_that_verdict(size):
+    rec = Recording(demo_path())
+    frames = list(rec.frames())
+    p = Pipeline(Status("demo", duration=rec.duration, paused=True), meta=rec.meta)
+    app = MemtopApp(p, hangup_guard=False)
+    labels: set[str] = set()
+    copied = 0
+    async with app.run_test(size=size) as pilot:
+        for _ in range(50):  # the first paint (a loaded machine is slow)
+            await pilot.pause(0.1)
+            if "memtop" in _screen(app)[0]:
+                break
+        k = 0
+        stop = rec.t0 + STEP_S
+        while k < len(frames):
+            while k < len(frames) and frames[k].t <= stop:
+                p.on_frame(frames[k], tick=False)
+                k += 1
+            p.set_status(position=stop - rec.t0)
+            app._paint()
+            app._relayout()
+            await pilot.pause(0.05)
+            where = f"{size[0]}x{size[1]} at {stop - rec.t0:.0f} s"
+            label, cmd = check_screen(_screen(app), where)
+            labels.add(label)
+            if cmd and copied < 4:  # `c` copies the command of the verdict on screen, whole
+                await pilot.press("c")
+                assert app.clipboard.startswith(cmd[2:].split(" ")[0]) and f"memtop-{label}" in app.clipboard
+                copied += 1
+            stop += STEP_S
+    # the walk met verdicts of the window's past and of now, healthy and not
+    assert {"compute", "sync", "input", "cpu", "transfer"} <= labels, labels
+    assert copied == 4
+
+
+def test_an_evidence_line_of_another_label_is_caught():
+    """The check itself: the screen of the bug (compute above a GPU 15 % busy, input's command under
+    sync-stall) fails it."""
+    rows = [
+        " GPU 0 now: compute │ last 60 s ████ compute 43 % · cpu 24 %",
+        " verdict: compute-bound now, for the last 5 s (43 % of the last 60 s)",
+        " graphics 15 %, SM 13 %, main thread CPU 100 %",
+        " → Python overhead on the main thread",
+    ]
+    with pytest.raises(AssertionError, match="another label"):
+        check_screen(rows, "bug")
+    rows = [
+        " GPU 0 now: sync │ last 60 s ████ input 24 %",
+        " verdict: sync-stall now, for the last 4 s (13 % of the last 60 s)",
+        " graphics 58 %, SM 62 %, main thread CPU 100 %",
+        " → CPU and GPU take turns: the main thread waits in a CUDA sync",
+        " $ nsys profile … -o memtop-input python train.py",
+    ]
+    with pytest.raises(AssertionError, match="command under 'sync'"):
+        check_screen(rows, "bug")
+
+
+async def test_the_straggler_is_marked_in_the_gpu_table():
+    """Two ranks, rank 1 late (heldout_ddp_s11 at 31 s): GPU 1's row says straggler while GPU 0's
+    headline is selected, and GPU 1's own headline and verdict say it too."""
+    rec = Recording(Path(__file__).parent / "data" / "multi" / "heldout_ddp_s11.memtop")
+    p = Pipeline(Status("replay", duration=rec.duration, paused=True), meta=rec.meta)
+    for f in rec.frames(end=rec.t0 + 31):
+        p.on_frame(f, tick=False)
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if app.view is not None and app.query_one("#gpus")._rows:
+                break
+        late = [g for g, vd in app.view.verdicts.items() if vd.straggler]
+        assert late == [1]
+        rows = {key: cells for key, cells in app.query_one("#gpus")._rows}
+        assert rows["1"][1].plain == "straggler" and rows["0"][1].plain != "straggler"
+        await pilot.pause(0.3)
+        screen = _screen(app)
+        assert any(r.startswith("1   straggler") for r in screen), "\n".join(screen)
+        await pilot.press("g")
+        await pilot.pause(0.2)
+        screen = _screen(app)
+        assert screen[1].strip().startswith("GPU 1 STRAGGLER now:")
+        assert check_screen(screen, "GPU 1")[0] == "straggler"
+
+
+def test_share_cells_split_the_bar_by_share_largest_first():
+    assert share_cells({"idle": 0.22, "compute": 0.35, "cpu": 0.19, "sync": 0.24}, 20) == (
+        ["compute"] * 7 + ["sync"] * 5 + ["idle"] * 4 + ["cpu"] * 4
+    )
+    assert share_cells({"compute": 0.98, "sync": 0.02}, 20) == ["compute"] * 20  # 0.4 of a cell
+    assert share_cells({}, 20) == []
+
+
+def test_a_long_command_keeps_what_differs_per_verdict():
+    cmd = (
+        "nsys profile -t cuda,nvtx,osrt --python-sampling=true --cudabacktrace=sync --delay 3 --duration 20 "
+        "-o memtop-input python train.py --epochs 3"
+    )
+    assert fit_command(cmd, 200) == cmd
+    short = fit_command(cmd, 60)
+    assert short == "nsys profile … -o memtop-input python train.py --epochs 3" and len(short) <= 60
+    assert fit_command(cmd, 30) == "nsys profile … -o memtop-inpu…"
