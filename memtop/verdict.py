@@ -14,7 +14,7 @@ import numpy as np
 
 from memtop.labelcols import columns
 from memtop.labelcols import counts as label_counts
-from memtop.model import Frame
+from memtop.model import Frame, ProcSample
 from memtop.phases import HEALTHY, TITLES, Label
 from memtop.sanitize import is_clean
 from memtop.straggler import Straggler
@@ -211,8 +211,11 @@ def quote_argv(argv: tuple[str, ...] | list[str]) -> str:
     return " ".join(quote_arg(a) for a in argv)
 
 
-def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
+def _command(label: str, frame: Frame | None, gpu: int, t0: float, seen: Sequence[ProcSample] = ()) -> str:
+    """The next profiler command, run on the GPU's own process (the frame's; else one seen on it
+    earlier, as a report of a finished run has: its real command line, never a made-up one)."""
     procs = [] if frame is None or frame.host is None else [p for p in frame.host.procs if gpu in p.gpus]
+    procs = procs or [p for p in seen if gpu in p.gpus]
     argv = (procs[0].argv or tuple(procs[0].cmdline.split())) if procs else ()
     cmd = quote_argv(argv) if argv else "python train.py"
     started = procs[0].started if procs else 0.0
@@ -228,9 +231,14 @@ def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
 
 
 def verdict(
-    labels: Sequence[Label], frame: Frame | None = None, window_s: float = 60.0, gpu: int = 0
+    labels: Sequence[Label],
+    frame: Frame | None = None,
+    window_s: float = 60.0,
+    gpu: int = 0,
+    procs: Sequence[ProcSample] = (),
 ) -> Verdict:
-    """Verdict over the last ``window_s`` seconds of one GPU's labels."""
+    """Verdict over the last ``window_s`` seconds of one GPU's labels; ``procs``: the processes seen
+    over them, for the command where ``frame`` holds none on that GPU (the run has ended)."""
     if not labels:
         return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "waiting for the first seconds of data")
     cols = columns(labels)
@@ -282,7 +290,7 @@ def verdict(
         head,
         _evidence(last),
         _advice(last),
-        _command(label, frame, gpu, first.t),
+        _command(label, frame, gpu, first.t, procs),
         shares,
         # an idle GPU has nothing a missing source would explain
         missing=""
