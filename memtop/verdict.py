@@ -274,7 +274,7 @@ def verdict(
     if label in HEALTHY and share >= BUSY_SHARE:
         about = f"busy: {title} {100 * share:.0f} % {of_last}"
     elif label in HEALTHY:  # the most common phase, but most of the window was something else
-        about = f"no phase dominates: {title}, the most common, {100 * share:.0f} % {of_last}"
+        about = f"mixed: {title} the most common, {100 * share:.0f} % {of_last}"
     elif label == "idle":
         about = f"idle {100 * share:.0f} % {of_last}"
     elif label == current:

@@ -52,7 +52,7 @@ def verdict_label(line: str) -> str:
     about = line.split("verdict:", 1)[1].strip()
     if about.startswith("the straggler"):
         return "straggler"
-    for prefix in ("busy: ", "no phase dominates: "):
+    for prefix in ("busy: ", "mixed: "):
         about = about.removeprefix(prefix)
     return next(
         k for k, title in sorted(TITLES.items(), key=lambda kv: -len(kv[1])) if about.startswith(title)
