@@ -600,7 +600,9 @@ class MemtopApp(App[int]):
             (str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk, g.index in late))
             for g in (f.gpus if f else ())
         ]
-        self.query_one("#gpus", RowTable).set_rows(rows)
+        table = self.query_one("#gpus", RowTable)
+        table.set_titles(fmt.gpu_titles(f.gpus if f else ()))
+        table.set_rows(rows)
 
     def _update_procs(self, v: View, lk: Look | None = None, column: LeftColumn | None = None) -> None:
         left = column or self.query_one("#left", LeftColumn)

@@ -80,12 +80,33 @@ def metric_value(g: GpuSample, name: str) -> float | None:
     return getattr(g, FALLBACK.get(name, name))
 
 
+def nvml_only(gpus: tuple[GpuSample, ...] | list[GpuSample]) -> bool:
+    """No GPU with GPM: the SM and DRAM columns and series show NVML's rates."""
+    return bool(gpus) and all(g.mode != "gpm" for g in gpus)
+
+
+def gpu_titles(gpus: tuple[GpuSample, ...] | list[GpuSample]) -> list[str]:
+    """The GPU table's column titles for these GPUs."""
+    off = 2  # GPU, phase
+    titles = [name for name, _ in GPU_COLUMNS]
+    if nvml_only(gpus):
+        for n, title in NVML_TITLES.items():
+            titles[off + GPU_METRIC_COLUMNS.index(n)] = title
+    return titles
+
+
+# what the SM and DRAM columns hold without GPM (NVML's utilisation rates), titled as what they are
+NVML_TITLES = {"sm": "util", "dram": "memU"}
+
 # (title, width): fixed widths, so a value never resizes (and repaints) a whole table
 GPU_COLUMNS = (
     ("GPU", 3),
     ("phase", 9),
     *(
-        (_title(BY_NAME[n]), max(len(_title(BY_NAME[n])), _CELL_W[BY_NAME[n].kind]))
+        (
+            _title(BY_NAME[n]),
+            max(len(_title(BY_NAME[n])), _CELL_W[BY_NAME[n].kind], len(NVML_TITLES.get(n, ""))),
+        )
         for n in GPU_METRIC_COLUMNS
     ),
     ("link%", 5),

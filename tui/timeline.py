@@ -23,7 +23,7 @@ from memtop.phases import Label
 from memtop.pipeline import Point, View
 from memtop.timefmt import clock
 
-from .format import now_label
+from .format import NVML_TITLES, now_label, nvml_only
 from .palette import PHASES, Look, look
 from .tiles import NULL, TiledLines
 
@@ -171,6 +171,8 @@ class Timeline(TiledLines):
         h = self.series_h
         if y < len(ROWS) * h:
             name, attr, phase = ROWS[y // h]
+            if attr in NVML_TITLES and v.frame is not None and nvml_only(v.frame.gpus):
+                name = NVML_TITLES[attr]  # NVML's rates, not GPM's SM and DRAM activity
             return self._series(name, attr, self._look.phase(phase), pts, start, dt, cols, h - 1 - y % h)
         y -= len(ROWS) * h
         if y < len(bands):

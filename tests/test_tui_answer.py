@@ -10,6 +10,7 @@ pipeline's evidence and command, and `now: compute-bound` above `graphics 15 %, 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,24 @@ def test_a_long_command_keeps_what_differs_per_verdict():
     short = fit_command(cmd, 60)
     assert short == "nsys profile … -o memtop-input python train.py --epochs 3" and len(short) <= 60
     assert fit_command(cmd, 30) == "nsys profile … -o memtop-inpu…"
+
+
+async def test_nvml_only_titles_the_sm_and_dram_columns_as_nvml_rates():
+    """Without GPM the SM column holds NVML util (time a kernel ran): titled util, as the series."""
+    rec = Recording(demo_path())
+    frames = [
+        replace(f, gpus=tuple(replace(g, mode="nvml") for g in f.gpus)) for f in rec.frames(end=rec.t0 + 70)
+    ]
+    p = Pipeline(Status("replay", duration=rec.duration, paused=True), meta=rec.meta)
+    for f in frames:
+        p.on_frame(f, tick=False)
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if app.view is not None and any(r.startswith("util ") for r in _screen(app)):
+                break
+        rows = _screen(app)
+    head = next(r for r in rows if r.startswith("GPU phase"))
+    assert " util " in head and " memU " in head and "SM%" not in head
+    assert any(r.startswith("util ") for r in rows) and not any(r.startswith("SM ") for r in rows)
