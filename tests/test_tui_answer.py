@@ -9,15 +9,18 @@ pipeline's evidence and command, and `now: compute-bound` above `graphics 15 %, 
 
 from __future__ import annotations
 
+import argparse
 import re
+import signal
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from memtop.tui.app import MemtopApp
-from memtop.tui.format import fit_command, share_cells
+from memtop.tui.app import MemtopApp, SignalScreen
+from memtop.tui.format import PROC_ORDERS, fit_command, share_cells, shown_procs
 
-from memtop.commands.local import demo_path
+from memtop.commands.local import LiveController, demo_path
 from memtop.phases import TITLES
 from memtop.pipeline import Pipeline, Status
 from memtop.store import Recording
@@ -216,3 +219,122 @@ async def test_nvml_only_titles_the_sm_and_dram_columns_as_nvml_rates():
     head = next(r for r in rows if r.startswith("GPU phase"))
     assert " util " in head and " memU " in head and "SM%" not in head
     assert any(r.startswith("util ") for r in rows) and not any(r.startswith("SM ") for r in rows)
+
+
+# -- the process table: sort, filter, signal ---------------------------------------------------------
+def _demo_view_at(s: float):
+    rec = Recording(demo_path())
+    p = Pipeline(Status("replay", duration=rec.duration, paused=True), meta=rec.meta)
+    for f in rec.frames(end=rec.t0 + s):
+        p.on_frame(f, tick=False)
+    return p
+
+
+def test_processes_sort_by_each_key_and_filter_on_what_the_row_shows():
+    v = _demo_view_at(32).view()
+    procs = v.frame.host.procs
+    assert len(procs) >= 3  # the training process and its DataLoader workers
+    mem = {p.pid: p.used_memory or 0 for g in v.frame.gpus for p in g.processes}
+    by = {o: [p.pid for p in shown_procs(v, o)] for o in PROC_ORDERS}
+    assert by[""] == [p.pid for p in procs]
+    assert by["PID"] == sorted(by[""])
+    assert by["CPU"][0] == max(procs, key=lambda p: p.cpu_pct).pid
+    assert [mem.get(pid, 0) for pid in by["GPU memory"]] == sorted(
+        (mem.get(p, 0) for p in by[""]), reverse=True
+    )
+    assert by["phase"][0] in mem  # the process on a GPU has a phase; its workers none
+    assert [p.pid for p in shown_procs(v, "PID", reverse=True)] == by["PID"][::-1]
+    main = next(p for p in procs if p.worker_of is None)
+    assert [p.pid for p in shown_procs(v, match=str(main.pid))][0] == main.pid
+    assert [p.pid for p in shown_procs(v, match="no such process anywhere")] == []
+
+
+async def test_sort_and_filter_keys_reorder_the_table_and_say_so():
+    p = _demo_view_at(32)
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if app.query_one("#procs")._rows:
+                break
+        table = app.query_one("#procs")
+        found = table.keys
+        await pilot.press("o", "o", "o", "o")  # GPU memory, CPU, phase, PID
+        await pilot.pause(0.2)
+        assert app.proc_order == "PID" and table.keys == sorted(found, key=int)
+        assert "sorted by PID" in "\n".join(_screen(app))
+        await pilot.press("O")
+        await pilot.pause(0.2)
+        assert table.keys == sorted(found, key=int, reverse=True)
+        await pilot.press("slash")
+        await pilot.pause(0.2)
+        await pilot.press(*found[0], "enter")
+        await pilot.pause(0.3)
+        assert table.keys == [found[0]] and f"only '{found[0]}'" in "\n".join(_screen(app))
+        await pilot.press("slash")
+        await pilot.pause(0.2)
+        await pilot.press("ctrl+u", "enter")  # empty: every process again
+        await pilot.pause(0.3)
+        assert sorted(table.keys) == sorted(found)
+
+
+class _NoSampler:
+    """Live with the frames a test hands the pipeline: nothing sampled, nothing to stop."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def run_meta(self) -> dict:
+        return {}
+
+
+async def test_a_signal_goes_to_the_selected_process_only_after_a_confirmation():
+    """`k` on a watched process: a confirmation, then the controller (not the app) sends it."""
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        rec = Recording(demo_path())
+        frames = list(rec.frames(end=rec.t0 + 70))
+        host = frames[-1].host
+        me = replace(
+            host.procs[0], pid=child.pid, argv=("sleep", "60"), cmdline="sleep 60", worker_of=None, gpus=(0,)
+        )
+        p = Pipeline(Status("live"), meta=rec.meta)
+        for f in frames[:-1]:
+            p.on_frame(f, tick=False)
+        p.on_frame(replace(frames[-1], host=replace(host, procs=(me, *host.procs[1:]))), tick=False)
+        ctl = LiveController(argparse.Namespace(), p, _NoSampler())
+        assert "not a process memtop watches" in ctl.may_signal(host.procs[0].pid)  # replaced above
+        app = MemtopApp(p, ctl, hangup_guard=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(50):
+                await pilot.pause(0.1)
+                if app.query_one("#procs")._rows:
+                    break
+            assert app.selected_pid == child.pid
+            await pilot.press("k")
+            await pilot.pause(0.3)
+            assert isinstance(app.screen, SignalScreen) and child.poll() is None
+            await pilot.press("escape")  # nothing sent
+            await pilot.pause(0.3)
+            assert child.poll() is None
+            await pilot.press("k")
+            await pilot.pause(0.3)
+            await pilot.press("t")
+            assert child.wait(timeout=10) == -signal.SIGTERM
+            await pilot.pause(0.3)
+            assert any(n.message == f"sent SIGTERM to {child.pid}" for n in app._notifications)
+        assert ctl.send_signal(child.pid, signal.SIGTERM).endswith("has exited")
+    finally:
+        child.kill()
+        child.wait()
+
+
+async def test_replay_offers_no_signal():
+    app = MemtopApp(_demo_view_at(70), hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.5)
+        assert "signal" not in {k.action for k in app.enabled_keys()}
+        await pilot.press("k")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, SignalScreen)

@@ -105,6 +105,32 @@ KEYS = (
         LIVE,
         footer=False,
     ),
+    Key(
+        "o",
+        "sort(1)",
+        "sort",
+        "sort the processes: GPU memory, CPU, phase, PID, as found",
+        BOTH,
+        footer=False,
+    ),
+    Key("O", "sort(-1)", "reverse", "reverse the processes' order", BOTH, footer=False),
+    Key(
+        "slash",
+        "filter",
+        "filter",
+        "show only the processes whose PID, user, command or phase hold a text",
+        BOTH,
+        footer=False,
+        shown="/",
+    ),
+    Key(
+        "k",
+        "signal",
+        "signal",
+        "send SIGTERM or SIGINT to the selected process (asks first; only yours, or as root)",
+        LIVE,
+        footer=False,
+    ),
     Key("c", "copy_command", "copy cmd", "copy the next profiler command (OSC 52) and show it whole", BOTH),
     Key("l", "letters", "letters", "phase letters in the timeline band on/off", BOTH, footer=False),
 )
@@ -247,6 +273,46 @@ class JumpScreen(ModalScreen[float | None]):
         self.dismiss(t)
 
 
+class FilterScreen(ModalScreen[str | None]):
+    """Asks for the processes' filter; returns it ("" clears it), or None (esc)."""
+
+    DEFAULT_CSS = JumpScreen.DEFAULT_CSS.replace("JumpScreen", "FilterScreen")
+    BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
+
+    def __init__(self, current: str, ascii_only: bool = False) -> None:
+        super().__init__(classes="-ascii" if ascii_only else "")
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("Show the processes whose PID, user, command or phase hold (empty: all):")
+            yield Input(value=self.current, placeholder="python, 1234, input", id="match")
+
+    @on(Input.Submitted)
+    def _submit(self, ev: Input.Submitted) -> None:
+        self.dismiss(ev.value.strip())
+
+
+class SignalScreen(ModalScreen[str | None]):
+    """Confirms a signal to one process: t SIGTERM, i SIGINT, esc (or n) sends nothing."""
+
+    DEFAULT_CSS = JumpScreen.DEFAULT_CSS.replace("JumpScreen", "SignalScreen")
+    BINDINGS = [
+        Binding("t", "dismiss('SIGTERM')", "SIGTERM"),
+        Binding("i", "dismiss('SIGINT')", "SIGINT"),
+        Binding("escape,n", "dismiss(None)", "cancel"),
+    ]
+
+    def __init__(self, what: Text, ascii_only: bool = False) -> None:
+        super().__init__(classes="-ascii" if ascii_only else "")
+        self.what = what  # a Rich Text: the command line comes from the process
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.what)
+            yield Static("t: SIGTERM (ask it to stop)   i: SIGINT (as Ctrl-C)   esc: nothing")
+
+
 class GpuDetail(ModalScreen[None]):
     DEFAULT_CSS = (
         "GpuDetail { align: center middle; } GpuDetail > Vertical { width: 100%; height: 100%; "
@@ -374,6 +440,9 @@ class MemtopApp(App[int]):
         self._timeline_s = timeline_s  # the timeline's span (`z`, `Z`); None: the timeline's own
         self._laid_out: tuple | None = None  # (GPU count, screen size) the layout was made for
         self._native_asked: tuple[int, float] | None = None  # (pid, frame time) of the `s` awaited
+        self.proc_order = ""  # fmt.PROC_ORDERS (`o`), reversed with `O`, filtered with `/`
+        self.proc_reverse = False
+        self.proc_match = ""
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's terminal driver, but with an input thread that sleeps until a key comes."""
@@ -396,6 +465,7 @@ class MemtopApp(App[int]):
         with Horizontal(id="bottom"):
             with LeftColumn(id="left"):
                 yield TextPanel(tiles=4, id="host")
+                yield Static(id="procs-note")  # the processes' order and filter, when not the default
                 yield RowTable((*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL), id="procs")
             with VerticalScroll(id="right"):
                 yield TextPanel(tiles=3, id="stacks")
@@ -612,7 +682,7 @@ class MemtopApp(App[int]):
         fixed = sum(w + 1 for _, w in (*fmt.PROC_COLUMNS, *fmt.PROC_TAIL)) + 1
         top_w = max(fmt.TOP_FRAME[1], left.size.width - fixed)
         table.set_width(len(fmt.PROC_COLUMNS), top_w)
-        rows = fmt.proc_rows(v, lk or self.look, top_w)
+        rows = fmt.proc_rows(v, lk or self.look, top_w, self.proc_order, self.proc_match, self.proc_reverse)
         table.set_rows(rows)
         if self.selected_pid is None and rows:
             self.selected_pid = int(rows[0][0])
@@ -694,6 +764,8 @@ class MemtopApp(App[int]):
             return len(self._gpus()) > 1
         if action == "native":
             return self.selected_pid is not None and bool(self._gpus())
+        if action == "signal":
+            return self.selected_pid is not None and hasattr(self.controller, "send_signal")
         if self.mode == "live" and action == "seek":
             return True if self.pipeline.frozen or parameters == (-1,) else None
         return True
@@ -725,6 +797,62 @@ class MemtopApp(App[int]):
             return
         self.copy_to_clipboard(cmd)
         self.notify(cmd, title="copied (OSC 52)", timeout=15, markup=False)
+
+    def action_sort(self, step: int) -> None:
+        """`o`: the next order; `O`: the same order turned round."""
+        if step > 0:
+            orders = fmt.PROC_ORDERS
+            self.proc_order = orders[(orders.index(self.proc_order) + 1) % len(orders)]
+        else:
+            self.proc_reverse = not self.proc_reverse
+        self._procs_changed()
+
+    def action_filter(self) -> None:
+        def done(match: str | None) -> None:
+            if match is not None:
+                self.proc_match = match
+                self._procs_changed()
+
+        self.push_screen(FilterScreen(self.proc_match, self.ascii_only), done)
+
+    def _procs_changed(self) -> None:
+        note = self.query_one("#procs-note", Static)
+        parts = []
+        if self.proc_order or self.proc_reverse:
+            order = self.proc_order or "as found"
+            parts.append(f"sorted by {order}{' (reversed)' if self.proc_reverse else ''} (o, O)")
+        if self.proc_match:
+            parts.append(f"only {self.proc_match!r} (/ changes it)")
+        # (a Text: the filter is the user's typing, never markup)
+        note.update(Text(" " + f" {self.look.glyphs.sep} ".join(parts), style="dim"))
+        note.display = bool(parts)
+        if self.view is not None:
+            self._update_procs(self.view)
+
+    def action_signal(self) -> None:
+        """`k`: a signal to the selected process, after a confirmation. The controller checks and sends
+        it (live only: the app itself signals nothing)."""
+        pid, ctl = self.selected_pid, self.controller
+        may, send = getattr(ctl, "may_signal", None), getattr(ctl, "send_signal", None)
+        if pid is None or may is None or send is None:
+            return
+        why = may(pid)
+        if why:
+            self.notify(why, severity="warning", markup=False)
+            return
+        f = self.view.frame if self.view is not None else None
+        p = next(
+            (p for p in (f.host.procs if f is not None and f.host is not None else ()) if p.pid == pid), None
+        )
+        what = Text(f"Send a signal to {pid}", style="bold")
+        if p is not None:
+            what.append(f" ({clean(p.user, 32)}): {clean(p.cmdline, 200)}")
+
+        def done(name: str | None) -> None:
+            if name is not None:
+                self.notify(send(pid, signal.Signals[name]), markup=False)
+
+        self.push_screen(SignalScreen(what, self.ascii_only), done)
 
     def action_letters(self) -> None:
         self._letters = not self._letters

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from memtop.metrics import BY_NAME, Metric
 from memtop.metrics import fmt as metric_fmt
-from memtop.model import Capability, GpuSample, HostSample, StackSample
+from memtop.model import Capability, GpuSample, HostSample, ProcSample, StackSample
 from memtop.phases import STACK_WINDOW_S, Label
 from memtop.pipeline import View
 from memtop.records import Evidence
@@ -363,14 +363,52 @@ def top_frame(s: StackSample | None, width: int, ellipsis: str = "…") -> str:
     return text[: max(width - len(ellipsis), 0)] + ellipsis
 
 
-def proc_rows(v: View, lk: Look = DEFAULT, top_w: int = TOP_FRAME[1]) -> list[tuple[str, tuple]]:
+# the process table's orders (`o` cycles them): "" is the collector's (each process, then its workers)
+PROC_ORDERS = ("", "GPU memory", "CPU", "phase", "PID")
+
+
+def _phase_of(v: View, p: ProcSample) -> str:
+    labs = v.labels.get(p.gpus[0]) if p.gpus else None
+    return now_label(labs)[0] if labs else ""
+
+
+def shown_procs(v: View, order: str = "", match: str = "", reverse: bool = False) -> list[ProcSample]:
+    """The frame's processes in ``order`` (PROC_ORDERS; the largest first, PID and phase A-Z;
+    ``reverse`` turns it round), those whose PID, user, name, command line or phase hold ``match``."""
+    f = v.frame
+    if f is None or f.host is None:
+        return []
+    procs = list(f.host.procs)
+    if match:
+        m = match.lower()
+        procs = [p for p in procs if m in f"{p.pid} {p.user} {p.name} {p.cmdline} {_phase_of(v, p)}".lower()]
+    if order == "GPU memory":
+        mem = {p.pid: p.used_memory or 0 for g in f.gpus for p in g.processes}
+        procs.sort(key=lambda p: (-mem.get(p.pid, 0), p.pid))
+    elif order == "CPU":
+        procs.sort(key=lambda p: (-p.cpu_pct, p.pid))
+    elif order == "phase":
+        procs.sort(key=lambda p: (_phase_of(v, p) or "~", p.pid))  # (no phase: last)
+    elif order == "PID":
+        procs.sort(key=lambda p: p.pid)
+    return procs[::-1] if reverse else procs
+
+
+def proc_rows(
+    v: View,
+    lk: Look = DEFAULT,
+    top_w: int = TOP_FRAME[1],
+    order: str = "",
+    match: str = "",
+    reverse: bool = False,
+) -> list[tuple[str, tuple]]:
     f = v.frame
     if f is None or f.host is None:
         return []
     gpu_mem = {p.pid: p.used_memory for g in f.gpus for p in g.processes}
     stacks = v.stacks
     rows = []
-    for p in f.host.procs:
+    for p in shown_procs(v, order, match, reverse):
         mem = gpu_mem.get(p.pid)
         labs = v.labels.get(p.gpus[0]) if p.gpus else None
         rows.append(
