@@ -338,3 +338,26 @@ async def test_replay_offers_no_signal():
         await pilot.press("k")
         await pilot.pause(0.2)
         assert not isinstance(app.screen, SignalScreen)
+
+
+async def test_80x24_shows_every_process_of_a_two_gpu_replay():
+    """Two ranks and two DataLoader workers (heldout_ddp_s13 at 44 s): the host lines give way, down to
+    the CPU line, and all four rows show (2 of 4 did)."""
+    rec = Recording(Path(__file__).parent / "data" / "multi" / "heldout_ddp_s13.memtop")
+    p = Pipeline(Status("replay", duration=rec.duration, paused=True), meta=rec.meta)
+    for f in rec.frames(end=rec.t0 + 44.5):
+        p.on_frame(f, tick=False)
+    pids = [str(x.pid) for x in p.frame.host.procs]
+    assert len(pids) == 4
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if app.query_one("#procs")._rows:
+                break
+        app._relayout()
+        await pilot.pause(0.5)
+        rows = _screen(app)
+    shown = {r.split()[0] for r in rows if r.split() and r.split()[0] in pids}
+    assert shown == set(pids), "\n".join(rows)
+    assert any(r.strip().startswith("CPU ") for r in rows)  # the host keeps its first line

@@ -438,7 +438,7 @@ class MemtopApp(App[int]):
         # phase letters in the bands and the strip (`l`): without colour, only letters tell them apart
         self._letters = letters or self.no_color
         self._timeline_s = timeline_s  # the timeline's span (`z`, `Z`); None: the timeline's own
-        self._laid_out: tuple | None = None  # (GPU count, screen size) the layout was made for
+        self._laid_out: tuple | None = None  # (GPUs, screen size, processes) the layout was made for
         self._native_asked: tuple[int, float] | None = None  # (pid, frame time) of the `s` awaited
         self.proc_order = ""  # fmt.PROC_ORDERS (`o`), reversed with `O`, filtered with `/`
         self.proc_reverse = False
@@ -589,7 +589,7 @@ class MemtopApp(App[int]):
         over beyond BOTTOM_MIN for the processes and stacks make the series taller (up to
         MAX_SERIES_H rows each: 8 steps a row), and a tall stacks panel shows deeper stacks, so a tall
         terminal with few GPUs is not half empty."""
-        self._laid_out = (len(v.history), self.size)
+        self._laid_out = self._layout_key(v)
         n = max(1, len(v.history))
         h = self.size.height
         roomy = h >= 32 and n > 1
@@ -605,11 +605,20 @@ class MemtopApp(App[int]):
         self.stack_depth = 4 if h - top < 24 else 8  # frames per thread: deeper where the panel is tall
         tl_h = tl.rows_wanted(v, roomy, tl.series_h)
         tl.styles.height = tl_h
-        # the host lines give way to the process table's header and two rows (at 80x24 with two
-        # GPUs, wrapped CPU and perf lines took every row and no process showed)
+        # the host lines give way to the process table's header and its rows, down to the CPU line
+        # (at 80x24 with two GPUs, wrapped CPU and perf lines took every row and no process showed;
+        # then 2 of 4 processes)
         bottom = h - 1 - (top + tl_h - tl.rows_wanted(v, roomy))  # less the footer
-        self.query_one("#host", TextPanel).styles.max_height = max(1, min(HOST_MAX, bottom - 3))
+        procs = self._layout_key(v)[2] + self.query_one("#procs-note").display
+        self.query_one("#host", TextPanel).styles.max_height = max(
+            1, min(HOST_MAX, bottom - 1 - max(2, procs))
+        )
         self.query_one("#gpus", RowTable).styles.max_height = gpus_h
+
+    def _layout_key(self, v: View) -> tuple:
+        f = v.frame
+        n = len(fmt.shown_procs(v, match=self.proc_match)) if f is not None and f.host is not None else 0
+        return (len(v.history), self.size, n)
 
     def _set(self, selector: str, content) -> None:
         """A panel re-sends only the tiles of its lines whose cells changed (tiles.py)."""
@@ -646,7 +655,7 @@ class MemtopApp(App[int]):
             self._update_gpus(v, lk)
             # the row's phase, the headline's "now" and the band's newest cell name one label: the
             # band follows every paint too (its tiles send only the cells that changed)
-            if (len(v.history), self.size) != self._laid_out:
+            if self._layout_key(v) != self._laid_out:
                 self._layout(v)
             self.query_one(Timeline).show(v, self.gpu, bands_only=not slow)
             if not slow:
@@ -827,6 +836,7 @@ class MemtopApp(App[int]):
         note.update(Text(" " + f" {self.look.glyphs.sep} ".join(parts), style="dim"))
         note.display = bool(parts)
         if self.view is not None:
+            self._layout(self.view)
             self._update_procs(self.view)
 
     def action_signal(self) -> None:
