@@ -361,3 +361,19 @@ async def test_80x24_shows_every_process_of_a_two_gpu_replay():
     shown = {r.split()[0] for r in rows if r.split() and r.split()[0] in pids}
     assert shown == set(pids), "\n".join(rows)
     assert any(r.strip().startswith("CPU ") for r in rows)  # the host keeps its first line
+
+
+def test_wording_one_worker_and_warming_up_is_not_settling():
+    from memtop.tui.format import now_label
+
+    from memtop.verdict import _evidence
+
+    labs = _demo_view_at(32).view().labels[0]
+    lab = next(x for x in reversed(labs) if x.evidence.workers > 1)
+    one = replace(lab)
+    one.__dict__["evidence"] = replace(lab.evidence, workers=1)  # (a cached property)
+    assert "1 worker at" in _evidence(one) and "1 workers" not in _evidence(one)
+    assert f"{lab.evidence.workers} workers at" in _evidence(lab)
+    # warming up while this bin's rule already names a phase: not "warming up (settling?)"
+    assert now_label([replace(lab, label="warmup", raw="compute")]) == ("warmup", False)
+    assert now_label([replace(lab, label="input", raw="compute")]) == ("input", True)
