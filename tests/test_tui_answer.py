@@ -377,3 +377,29 @@ def test_wording_one_worker_and_warming_up_is_not_settling():
     # warming up while this bin's rule already names a phase: not "warming up (settling?)"
     assert now_label([replace(lab, label="warmup", raw="compute")]) == ("warmup", False)
     assert now_label([replace(lab, label="input", raw="compute")]) == ("input", True)
+
+
+async def test_the_stacks_beside_a_verdict_are_its_gpus_process_from_the_start():
+    """GPU 1's rank listed first (heldout_ddp_s13): GPU 0's verdict on screen, GPU 0's process selected
+    (rank 1's stacks once stood beside GPU 0's straggler verdict); a process the user picks stays."""
+    rec = Recording(Path(__file__).parent / "data" / "multi" / "heldout_ddp_s13.memtop")
+    p = Pipeline(Status("replay", duration=rec.duration, paused=True), meta=rec.meta)
+    for f in rec.frames(end=rec.t0 + 26):
+        host = f.host and replace(f.host, procs=tuple(sorted(f.host.procs, key=lambda x: x.gpus != (1,))))
+        p.on_frame(replace(f, host=host), tick=False)
+    on = {g: next(x.pid for x in p.frame.host.procs if x.gpus == (g,)) for g in (0, 1)}
+    assert p.frame.host.procs[0].pid == on[1]
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if app.query_one("#procs")._rows and app.selected_pid == on[0]:
+                break
+        assert app.gpu == 0 and app.selected_pid == on[0]
+        app.query_one("#procs").focus()
+        await pilot.press("up")  # the user picks rank 1's process (listed first)
+        await pilot.pause(0.2)
+        app.view = None
+        app._paint()
+        await pilot.pause(0.2)
+        assert app.selected_pid == on[1]

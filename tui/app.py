@@ -666,6 +666,10 @@ class MemtopApp(App[int]):
                 fmt.host_text(f.host if f else None, f.caps if f else (), f.perf if f else (), lk),
             )
             self._update_procs(v, lk)
+            if not self.query_one("#procs", RowTable).has_focus:
+                # the stacks beside a verdict are its GPU's, unless the user picks another process (at
+                # start rank 1's stacks stood beside GPU 0's straggler verdict: it came first)
+                self._select_on(self.gpu)
             self._update_stacks(v, lk)
             vd = v.verdicts.get(self.gpu)
             missing = vd.missing if vd is not None else ""

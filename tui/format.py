@@ -440,7 +440,7 @@ def window_text(ev: Evidence | None, lk: Look = DEFAULT) -> Text:
     # shares in steps of 10 %: a steadier line repaints (and costs bytes) less often
     t.append(f"last {STACK_WINDOW_S:.0f} s: ", style="dim")
     for k, share in sorted(ev.stack_shares, key=lambda kv: -kv[1]):
-        if share >= 0.05:
+        if round(10 * share):  # (not "idle 0%")
             t.append(f"{clean(k, 12)} {10 * round(10 * share)}% ", style=lk.stack_class(k))
     t.append(f"{lk.glyphs.sep} GIL held {10 * round(10 * ev.gil)}%\n", style="dim")
     return t
