@@ -170,8 +170,11 @@ async def test_no_gpu_and_no_process_says_how_to_pick_one():
     p.on_frame(Frame(t=1.0, host=host, caps=(cap,)), tick=False)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.3)
-        rows = ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+        for _ in range(50):  # the first paint (a loaded machine is slow)
+            await pilot.pause(0.1)
+            rows = ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+            if any("--pid" in r for r in rows):
+                break
         assert any(r.strip().startswith("`memtop --pid PID` watches a process you pick") for r in rows)
         assert "memtop --pid PID" in app.query_one("#stacks", TextPanel).text.plain
 

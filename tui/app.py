@@ -777,6 +777,8 @@ class MemtopApp(App[int]):
             return len(self._gpus()) > 1
         if action == "native":
             return self.selected_pid is not None and bool(self._gpus())
+        if action == "copy_command":
+            return bool(self._gpus())  # no GPU, no verdict: nothing to copy
         if action == "signal":
             return self.selected_pid is not None and hasattr(self.controller, "send_signal")
         if self.mode == "live" and action == "seek":
