@@ -574,6 +574,8 @@ class MemtopApp(App[int]):
     def _relayout(self) -> None:
         if self.view is not None:
             self._layout(self.view)
+            # the command is fitted to the width (a paused view paints no more)
+            self._set("#verdict", fmt.verdict_text(self.view, self.gpu, self.look, self.size.width))
             self._update_stacks(self.view)  # the depth follows the height: a paused view paints no more
 
     @on(LeftColumn.Resized)
