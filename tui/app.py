@@ -118,7 +118,7 @@ KEYS = (
         "slash",
         "filter",
         "filter",
-        "show only the processes whose PID, user, command or phase hold a text",
+        "show only the processes whose PID, user, command or phase hold...",
         BOTH,
         footer=False,
         shown="/",
@@ -127,11 +127,17 @@ KEYS = (
         "k",
         "signal",
         "signal",
-        "send SIGTERM or SIGINT to the selected process (asks first; only yours, or as root)",
+        "SIGTERM or SIGINT to the selected process (asks first; if you may)",
         LIVE,
         footer=False,
     ),
-    Key("c", "copy_command", "copy cmd", "copy the next profiler command (OSC 52) and show it whole", BOTH),
+    Key(
+        "c",
+        "copy_command",
+        "copy cmd",
+        "copy the verdict's command (the $ line) whole (OSC 52) and show it",
+        BOTH,
+    ),
     Key("l", "letters", "letters", "phase letters in the timeline band on/off", BOTH, footer=False),
 )
 _ACTIONS = {k.action.split("(")[0] for k in KEYS}
