@@ -8,8 +8,9 @@
     timeline_s = 300.0    # the timeline's span, 15-600 s (saved when `z` / `Z` zoom)
 
 The layout choices made with keys (letters, zoom) are saved as they are made, as the theme is; the
-selected GPU is not (GPU indices differ between nodes and runs). Command-line flags win over the file. A file that cannot be read or has a wrong value is reported
-as one line and otherwise ignored: a config must never stop the monitor from starting.
+selected GPU is not (GPU indices differ between nodes and runs). Command-line flags win over the
+file. A file that cannot be read, a wrong value or a key memtop does not know is reported as one
+line and otherwise ignored: a config must never stop the monitor from starting.
 """
 
 from __future__ import annotations
@@ -94,6 +95,16 @@ def load() -> Config:
             bad.append(f.name)
     if bad:
         print(f"memtop: ignoring bad value(s) in {path()}: {', '.join(bad)}", file=sys.stderr)
+    known = [f.name for f in fields(Config)]
+    unknown = [k for k in raw if k not in known]
+    if unknown:  # a misspelt key did nothing, silently ("paint-rate", "theme " in a table)
+        from memtop.sanitize import clean
+
+        print(
+            f"memtop: ignoring unknown key(s) in {path()}: {clean(', '.join(unknown), 200)} "
+            f"(known: {', '.join(known)})",
+            file=sys.stderr,
+        )
     return Config(**kw)  # type: ignore[arg-type]
 
 

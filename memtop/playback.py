@@ -13,6 +13,7 @@ class Playback(Protocol):
     position: float
     speed: float
     paused: bool
+    loop: bool  # starts over at the end (the demo)
     # per GPU, (offset, label) where each run of one phase label starts, over the whole recording
     # (filled in by a background scan; partial until ``scanned``)
     phase_runs: dict[int, tuple[tuple[float, str], ...]]

@@ -31,6 +31,21 @@ from memtop.verdict import verdict
 SCHEMA = "memtop-report/1"
 
 
+GAPS_SHOWN = 5  # the longest gaps listed in text, in time order
+SOME_READS = "some stack reads failed; the stacks read at other times are used"
+PERF_UNITS = {
+    "task-clock": ("CPUs busy", 1, 2),
+    "ipc": ("instructions/cycle", 1, 2),
+    "cache-miss-rate": ("%", 100, 1),
+}
+
+
+def _perf(k: str, v: float) -> str:
+    """A perf rate with its unit (the counters are per second unless PERF_UNITS says otherwise)."""
+    unit, scale, digits = PERF_UNITS.get(k, ("/s", 1, 0))
+    return f"{k} {scale * v:.{digits}f}{'' if unit == '/s' else ' '}{unit}"
+
+
 def _phase_stacks(
     stacks: dict, pids: set[int], t: np.ndarray, labels: np.ndarray, bin_s: float, cache: dict
 ) -> dict[str, Counter]:
@@ -118,7 +133,7 @@ def _build_report(
             p.pid for p in procs.values() if idx in p.gpus
         }
         by_label = _phase_stacks(stacks, gpu_pids, ct, cl, bin_s, sites)
-        vd = verdict(labels, last, window_s=max(1.0, hi - lo), gpu=idx)
+        vd = verdict(labels, last, window_s=max(1.0, hi - lo), gpu=idx, procs=tuple(procs.values()))
         link = links.get(idx)
         pk = peaks[idx]
         meta_g: dict = next((g for g in gpus_meta if g["index"] == idx), {})
@@ -202,6 +217,7 @@ def _build_report(
         perf_summary[str(pid)] = {
             k: round(sum(r.get(k, 0.0) for _, r in ps) / len(ps), 3) for k in sorted(keys)
         }
+    read = {f"pid {pid}" for pid, _ in stacks}  # the capabilities' names of stacks that were read
     started = rec.meta.get("started_wall")
     rep = {
         "schema": SCHEMA,
@@ -218,6 +234,9 @@ def _build_report(
         "range_s": [round(lo - rec.t0, 1), round(hi - rec.t0, 1)],
         "unavailable": [
             {"source": c.source, "name": c.name, "state": c.state.value, "detail": c.detail, "fix": c.fix}
+            if c.source != "stacks" or c.name not in read
+            # its stacks are cited below: py-spy's error of one failed read is not the story
+            else {**dict(source=c.source, name=c.name, state=c.state.value, fix=c.fix), "detail": SOME_READS}
             for c in caps.values()
             if not c.ok
         ],
@@ -317,7 +336,7 @@ def render(rep: dict, fmt: str) -> str:
         lines.append(f"{'- ' if md else ''}damaged parts skipped: " + "; ".join(rep["damage"]))
     for g in rep["gpus"]:
         v = g["verdict"]
-        lines += ["", f"{h2}GPU {g['index']} — {v['headline']}", ""]
+        lines += ["", f"{h2}{v['headline']}", ""]  # (it names its GPU: "GPU 0 — GPU 0 busy" said it twice)
         lines.append(f"{'**Evidence:** ' if md else 'evidence: '}{v['evidence']}")
         if v.get("missing"):
             lines.append(f"{'**Missing evidence:** ' if md else 'missing evidence: '}{v['missing']}")
@@ -348,8 +367,16 @@ def render(rep: dict, fmt: str) -> str:
                         f"{'`' + s['code'] + '`' if s['code'] else ''} ({s['samples']})"
                     )
         if g["gaps"]:
-            lines += ["", f"GPU gaps (idle >= 0.5 s while the process lives): {len(g['gaps'])}"]
-            for gp in g["gaps"][:5]:
+            n = len(g["gaps"])
+            longest = sorted(
+                sorted(g["gaps"], key=lambda gp: -gp["duration_s"])[:GAPS_SHOWN], key=lambda gp: gp["at_s"]
+            )
+            lines += [
+                "",
+                f"GPU gaps (idle >= 0.5 s while the process lives): {n}"
+                + (f"; the longest {len(longest)} of {n}:" if len(longest) < n else ""),
+            ]
+            for gp in longest:
                 st = gp["stack"] or {}
                 lines.append(
                     f"{'- ' if md else '  '}at {clock(gp['at_s'])} for {length(gp['duration_s'], 1)}: "
@@ -389,5 +416,5 @@ def render(rep: dict, fmt: str) -> str:
         lines += ["", "NUMA placement: " + ", ".join(f"{n['pid']} {n['placement']}" for n in rep["numa"])]
     if rep["perf"]:
         for pid, rates in rep["perf"].items():
-            lines.append(f"perf {pid}: " + ", ".join(f"{k} {v}" for k, v in rates.items()))
+            lines.append(f"perf {pid}: " + ", ".join(_perf(k, v) for k, v in rates.items()))
     return "\n".join(lines)

@@ -14,13 +14,14 @@ import numpy as np
 
 from memtop.labelcols import columns
 from memtop.labelcols import counts as label_counts
-from memtop.model import Frame
+from memtop.model import Frame, ProcSample
 from memtop.phases import HEALTHY, TITLES, Label
 from memtop.sanitize import is_clean
 from memtop.straggler import Straggler
 from memtop.timefmt import length
 
 PROBLEM_SHARE = 0.2  # a problem phase must hold this share of the window to be the verdict
+BUSY_SHARE = 0.5  # a healthy phase is "busy" only where it held most of the window
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class Verdict:
     # keyword-only: a positional argument must not land in the wrong flag
     straggler: bool = field(default=False, kw_only=True)  # its job waits for this GPU (straggler_verdict)
     missing: str = field(default="", kw_only=True)  # which evidence the labels lack, and its cost
+    # the headline without its subject ("GPU 0"): what the evidence, advice and command below explain,
+    # and over which time (now, or the window's past): a screen that shows the phase of now beside it
+    # says which of the two the lines under it are about
+    about: str = field(default="", kw_only=True)
 
     @property
     def healthy(self) -> bool:
@@ -78,6 +83,10 @@ def missing_evidence(mode: str) -> str:
     return f"missing {what}: {cost} (held-out macro-F1 {f1:.3f} against {FULL_F1:.3f} with GPM and stacks)"
 
 
+def _workers(n: int) -> str:
+    return f"{n} worker{'' if n == 1 else 's'}"
+
+
 def _evidence(lab: Label) -> str:
     e = lab.evidence
     parts = [f"graphics {e.graphics:.0f} %"]
@@ -106,7 +115,7 @@ def _evidence(lab: Label) -> str:
     if lab.label in ("cpu", "input", "sync"):
         parts.append(f"main thread CPU {e.proc_cpu} %")
     if e.workers:
-        parts.append(f"{e.workers} workers at {e.worker_cpu} % CPU")
+        parts.append(f"{_workers(e.workers)} at {e.worker_cpu} % CPU")
     top = e.top_stack
     if top:
         parts.append(
@@ -144,7 +153,7 @@ def _advice(lab: Label) -> tuple[str, ...]:
             return ("data is loaded in the training process (num_workers=0): set DataLoader(num_workers>0)",)
         if lab.sub == "prep":
             return (
-                f"DataLoader workers are saturated ({e.workers} at {e.worker_cpu} % CPU): raise "
+                f"DataLoader workers are saturated ({_workers(e.workers)} at {e.worker_cpu} % CPU): raise "
                 "num_workers or make __getitem__/transforms cheaper (move augmentation to the GPU)",
             )
         return (
@@ -202,8 +211,11 @@ def quote_argv(argv: tuple[str, ...] | list[str]) -> str:
     return " ".join(quote_arg(a) for a in argv)
 
 
-def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
+def _command(label: str, frame: Frame | None, gpu: int, t0: float, seen: Sequence[ProcSample] = ()) -> str:
+    """The next profiler command, run on the GPU's own process (the frame's; else one seen on it
+    earlier, as a report of a finished run has: its real command line, never a made-up one)."""
     procs = [] if frame is None or frame.host is None else [p for p in frame.host.procs if gpu in p.gpus]
+    procs = procs or [p for p in seen if gpu in p.gpus]
     argv = (procs[0].argv or tuple(procs[0].cmdline.split())) if procs else ()
     cmd = quote_argv(argv) if argv else "python train.py"
     started = procs[0].started if procs else 0.0
@@ -219,9 +231,14 @@ def _command(label: str, frame: Frame | None, gpu: int, t0: float) -> str:
 
 
 def verdict(
-    labels: Sequence[Label], frame: Frame | None = None, window_s: float = 60.0, gpu: int = 0
+    labels: Sequence[Label],
+    frame: Frame | None = None,
+    window_s: float = 60.0,
+    gpu: int = 0,
+    procs: Sequence[ProcSample] = (),
 ) -> Verdict:
-    """Verdict over the last ``window_s`` seconds of one GPU's labels."""
+    """Verdict over the last ``window_s`` seconds of one GPU's labels; ``procs``: the processes seen
+    over them, for the command where ``frame`` holds none on that GPU (the run has ended)."""
     if not labels:
         return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "waiting for the first seconds of data")
     cols = columns(labels)
@@ -251,15 +268,20 @@ def verdict(
         of_kind = win[wl == label]
     last = labels[int(of_kind[len(of_kind) // 2] if label != current else of_kind[-1])]  # a typical bin
     first = labels[int(of_kind[0])]
-    title = TITLES[label] + (f" ({last.sub})" if last.sub else "")
-    if label in HEALTHY:
-        head = f"GPU {gpu} busy: {title} {100 * share:.0f} % of the last {length(span)}"
+    # a sub-tag the title already says ("launch/Python (python)") is left out
+    title = TITLES[label] + (f" ({last.sub})" if last.sub and last.sub not in TITLES[label].lower() else "")
+    of_last = f"of the last {length(span)}"
+    if label in HEALTHY and share >= BUSY_SHARE:
+        about = f"busy: {title} {100 * share:.0f} % {of_last}"
+    elif label in HEALTHY:  # the most common phase, but most of the window was something else
+        about = f"mixed: {title} the most common, {100 * share:.0f} % {of_last}"
     elif label == "idle":
-        head = f"GPU {gpu} idle {100 * share:.0f} % of the last {length(span)}"
+        about = f"idle {100 * share:.0f} % {of_last}"
     elif label == current:
-        head = f"GPU {gpu} {title} for the last {length(run * 0.5)} ({100 * share:.0f} % of the last {length(span)})"
+        about = f"{title} now, for the last {length(run * 0.5)} ({100 * share:.0f} % {of_last})"
     else:
-        head = f"GPU {gpu} {title} {100 * share:.0f} % of the last {length(span)}"
+        about = f"{title} {100 * share:.0f} % {of_last}"
+    head = f"GPU {gpu} {about}"
     return Verdict(
         gpu,
         label,
@@ -268,12 +290,13 @@ def verdict(
         head,
         _evidence(last),
         _advice(last),
-        _command(label, frame, gpu, first.t),
+        _command(label, frame, gpu, first.t, procs),
         shares,
         # an idle GPU has nothing a missing source would explain
         missing=""
         if label == "idle"
         else missing_evidence(label_counts(cols.mode[win]).most_common(1)[0][0]),
+        about=about,
     )
 
 
@@ -294,13 +317,16 @@ def straggler_verdict(
     newest label (`now`: what it is doing while the others wait; the window verdict's evidence
     otherwise), its own advice after."""
     t0 = frame.t - s.window_s if frame is not None else 0.0
+    about = (
+        f"the straggler: its peers wait for it in collectives ({100 * s.peer_comm:.0f} % of the last "
+        f"{length(s.window_s)})"
+    )
     return Verdict(
         s.gpu,
         v.label,
         v.share,
         v.window_s,
-        f"GPU {s.gpu} is the straggler: its peers wait for it in collectives "
-        f"({100 * s.peer_comm:.0f} % of the last {length(s.window_s)})",
+        f"GPU {s.gpu} is {about}",
         s.evidence + "; " + (f"now {_evidence(now)}" if now is not None else v.evidence),
         (
             _STRAGGLER_ADVICE.get(
@@ -316,4 +342,5 @@ def straggler_verdict(
         v.shares,
         straggler=True,
         missing=v.missing,
+        about=about,
     )

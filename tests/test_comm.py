@@ -206,7 +206,7 @@ def test_pipeline_turns_the_straggler_into_its_gpu_verdict():
     assert v[0].label == "comm" and "waits in a collective" in v[0].advice[0]
     assert v[1].headline.startswith("GPU 1 is the straggler") and v[1].label == "compute"
     # the screen's headline names it first, and its nsys command shows though compute is healthy
-    assert fmt.headline(view, 1).plain.startswith("GPU 1 STRAGGLER now: compute-bound")
+    assert fmt.headline(view, 1).plain.startswith("GPU 1 STRAGGLER now: compute ")
     assert "STRAGGLER" not in fmt.headline(view, 0).plain
     assert "$ nsys profile" in fmt.verdict_text(view, 1).plain and "straggler-rank" in v[1].command
 

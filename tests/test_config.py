@@ -56,6 +56,21 @@ def test_layout_choices_are_read_and_bad_ones_named_in_one_line(tmp_path, monkey
         assert err.count("\n") == 1 and bad.split(" ")[0] in err and "Traceback" not in err
 
 
+def test_unknown_keys_are_named_in_one_line_and_the_known_ones_read(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    p = tmp_path / "memtop" / "config.toml"
+    p.parent.mkdir()
+    p.write_text('letters = true\npaint-rate = 2\n"\\u001b[31m" = 1\n[colours]\ntheme = "nord"\n')
+    assert config.load() == config.Config(letters=True)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err
+    assert err.startswith("memtop: ignoring unknown key(s) in ") and "paint-rate" in err and "colours" in err
+    assert "known: theme, paint_rate" in err
+    p.write_text("letters = true\n")
+    config.load()
+    assert capsys.readouterr().err == ""
+
+
 def test_an_unreadable_config_is_one_line_and_the_defaults(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     p = tmp_path / "memtop" / "config.toml"

@@ -57,6 +57,7 @@ TMUX_KEY = {
     "escape": "Escape",
     "enter": "Enter",
     "tab": "Tab",
+    "slash": "/",
 }
 ALL_KEYS = sorted({key for k in KEYS for key in k.keys.split(",")} - {"q", "ctrl+c"}) + ["tab", "enter"]
 READY = "memtop"  # the header's first word
@@ -142,7 +143,7 @@ def test_every_key_in_every_mode(tmux, mode):
         time.sleep(0.25)
         pane = tmux.pane(mode)
         _alive(pane, f"{mode} after {key}")
-        if key in ("question_mark", "t", "colon", "enter"):  # a modal: close it
+        if key in ("question_mark", "t", "colon", "enter", "slash", "k"):  # a modal: close it
             tmux.keys(mode, "Escape")
             time.sleep(0.3)
     _quit(tmux, mode)
@@ -245,3 +246,48 @@ def test_a_replay_resized_in_height_shows_only_what_a_fresh_start_there_shows(tm
     assert _strip_toasts(moved) == _strip_toasts(fresh), f"moved:\n{moved}\nfresh:\n{fresh}"
     _quit(tmux, "moved")
     _quit(tmux, "fresh")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_demo_at_the_moment_of_the_issue_explains_one_verdict(tmux, size):
+    """`memtop --demo`, `t 1:39` Enter, space (issue 33): the verdict line and every line under it name
+    one label (the screen once said `now: sync-stall` above the input pipeline's evidence and command),
+    and End pauses at the demo's end instead of starting it over."""
+    from test_tui_answer import check_screen
+
+    name = f"demo-{size[0]}x{size[1]}"
+    tmux.start(name, ["--demo"], size, VARIANTS["default"][0])
+    tmux.wait(name, "DEMO")
+    tmux.wait(name, "verdict:")
+    for when in ("1:39", "1:09"):
+        tmux.keys(name, "t")
+        tmux.wait(name, "Go to")
+        tmux.keys(name, when, "Enter")
+        pane = _settle(tmux, name)
+        if "⏸" not in pane.splitlines()[0]:
+            tmux.keys(name, "Space")
+            pane = _settle(tmux, name)
+        label, cmd = check_screen(pane.splitlines(), f"{name} at {when}")
+        assert label and f"-o memtop-{label}" in cmd  # the part of the command that differs shows
+    tmux.keys(name, "End")
+    pane = _settle(tmux, name)
+    assert "⏸ DEMO 0:02:20/0:02:21" in pane.splitlines()[0], pane
+    if size == (80, 24):
+        footer = pane.splitlines()[-1]
+        assert "c copy cmd" in footer, footer  # not cut to `c co`
+    _quit(tmux, name)
+
+
+def test_the_tui_with_stderr_redirected_says_textual_draws_there(tmux, tmp_path):
+    """`memtop --demo 2>err.log` from a terminal: one line on why (Textual draws on stderr), exit 2."""
+    err = tmp_path / "err.log"
+    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in tmux.env.items())
+    cmd = (
+        f"env -u COLUMNS -u LINES {envs} TERM=xterm-256color {shlex.quote(sys.executable)} -m memtop --demo"
+        f" 2>{shlex.quote(str(err))}; echo EXIT=$?; sleep 60"
+    )
+    tmux("new-session", "-d", "-s", "err", "-x", "80", "-y", "24", cmd)
+    tmux.wait("err", "EXIT=")
+    assert "EXIT=2" in tmux.pane("err")
+    text = err.read_text()
+    assert text.count("\n") == 1 and "draws on stderr" in text and "Traceback" not in text, text

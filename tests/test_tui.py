@@ -154,6 +154,29 @@ async def test_no_gpu_live_view_says_so():
             app.query_one("#verdict", TextPanel).text.plain + app.query_one("#header", TextPanel).text.plain
         )
         assert "no GPU found" in text and "--demo" in text
+        assert "--pid" not in text  # the recording's host has its processes: they are shown
+
+
+async def test_no_gpu_and_no_process_says_how_to_pick_one():
+    """Without NVML no process is known to use a GPU: the screen names --pid, where it once showed
+    an empty process table and nothing more."""
+    from dataclasses import replace
+
+    from memtop.model import Capability, CapState, Frame
+
+    p = Pipeline(Status("live"), meta={"host": "test"})
+    cap = Capability("nvml", "driver", CapState.UNSUPPORTED, "NVIDIA driver not found (libnvidia-ml.so.1)")
+    host = replace(_frames()[100].host, procs=())
+    p.on_frame(Frame(t=1.0, host=host, caps=(cap,)), tick=False)
+    app = MemtopApp(p, hangup_guard=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _ in range(50):  # the first paint (a loaded machine is slow)
+            await pilot.pause(0.1)
+            rows = ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+            if any("--pid" in r for r in rows):
+                break
+        assert any(r.strip().startswith("`memtop --pid PID` watches a process you pick") for r in rows)
+        assert "memtop --pid PID" in app.query_one("#stacks", TextPanel).text.plain
 
 
 async def test_faults_during_a_run_show_and_the_app_goes_on():

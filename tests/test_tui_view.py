@@ -174,11 +174,13 @@ async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):
         rows = _screen(app)
         vd = app.view.verdicts[0]
     text = "\n".join(rows)
-    assert "GPU 0 now:" in text and "last 60 s:" in text
+    assert "GPU 0 now:" in text and "last 60 s " in text and "verdict: " in text
     assert any(row.strip().startswith(vd.evidence[:20]) for row in rows)
     cmd_row = next(row for row in rows if row.strip().startswith("$ nsys") or row.strip().startswith("$ ncu"))
     if len(vd.command) + 3 > size[0]:
-        assert cmd_row.rstrip().endswith("…")  # cut with an ellipsis, not mid-word without a sign
+        # the fixed options give way first: what differs per verdict (-o memtop-<label>) stays
+        assert "…" in cmd_row.split(" -o ")[0]  # (and at the end, where the rest does not fit either)
+        assert f"-o memtop-{vd.label}" in cmd_row
 
 
 @pytest.mark.parametrize("size", [(60, 20), (80, 24)])
@@ -238,7 +240,7 @@ async def test_row_band_and_headline_name_the_same_label_and_settling_shows():
             row = app.query_one("#gpus")._rows[0][1][1].plain
             assert row == name + ("?" if settling else "")
             head = app.query_one("#verdict").text.plain.split("\n")[0]
-            assert ("(settling?)" in head) is settling
+            assert (f"now: {name}?" in head) is settling
             tl = app.query_one(Timeline)
             band = next(line for line in tl._sigs[1] if line.startswith("phase"))
             code = band.rstrip()[-1] if tl.gpu == 0 and app.view.status.mode == "live" else None
@@ -327,7 +329,7 @@ async def test_no_gpu_live_says_what_it_can_show():
     async with app.run_test(size=(120, 40)) as pilot:
         await _settle(pilot, app)
         text = "\n".join(_screen(app))
-    assert "host CPU and memory, NUMA, processes and their Python stacks" in text
+    assert "host CPU and memory, NUMA, the watched processes and their Python stacks" in text
 
 
 # -- terminal safety (#16) ------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
+from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
@@ -53,6 +54,8 @@ NATIVE_WAIT_S = 10.0  # `s`: a dump not back by then is given up on (py-spy's ow
 HOST_MAX = 8  # host lines at most (CPU, memory, NUMA, one perf line per process)
 BOTTOM_MIN = 14  # rows kept for the host, processes and stacks before the timeline grows
 MAX_SERIES_H = 4
+LOOP_END_S = 1.0  # End in a looping replay: this much before its end, paused
+VERDICT_H = 5  # now and the window, the verdict, its evidence, advice and command
 
 
 @dataclass(frozen=True)
@@ -86,13 +89,13 @@ KEYS = (
     Key("home", "to_end(0)", "start", "to the start", REPLAY, footer=False, priority=True),
     Key("end", "to_end(1)", "end", "to the end", REPLAY, footer=False, priority=True),
     Key("t,colon", "jump", "go to", "go to a time (1:02:03, 62m, 3723)", REPLAY, shown="t / :"),
-    Key("n", "change(1)", "next phase", "next phase change", REPLAY),
+    Key("n", "change(1)", "phase", "next phase change", REPLAY),
     Key("N", "change(-1)", "prev phase", "previous phase change", REPLAY, footer=False),
     Key("plus,equals_sign", "speed(2)", "faster", "play faster", REPLAY, footer=False, shown="+"),
     Key("minus", "speed(0.5)", "slower", "play slower", REPLAY, footer=False, shown="-"),
-    Key("g", "gpu(1)", "next GPU", "next GPU", BOTH),
+    Key("g", "gpu(1)", "GPU", "next GPU", BOTH),
     Key("G", "gpu(-1)", "prev GPU", "previous GPU", BOTH, footer=False),
-    Key("z", "zoom(0.5)", "zoom in", "zoom the timeline in", BOTH),
+    Key("z", "zoom(0.5)", "zoom in", "zoom the timeline in", BOTH, footer=False),
     Key("Z", "zoom(2)", "zoom out", "zoom the timeline out", BOTH, footer=False),
     Key(
         "s",
@@ -102,7 +105,39 @@ KEYS = (
         LIVE,
         footer=False,
     ),
-    Key("c", "copy_command", "copy cmd", "copy the next profiler command (OSC 52) and show it whole", BOTH),
+    Key(
+        "o",
+        "sort(1)",
+        "sort",
+        "sort the processes: GPU memory, CPU, phase, PID, as found",
+        BOTH,
+        footer=False,
+    ),
+    Key("O", "sort(-1)", "reverse", "reverse the processes' order", BOTH, footer=False),
+    Key(
+        "slash",
+        "filter",
+        "filter",
+        "show only the processes whose PID, user, command or phase hold...",
+        BOTH,
+        footer=False,
+        shown="/",
+    ),
+    Key(
+        "k",
+        "signal",
+        "signal",
+        "SIGTERM or SIGINT to the selected process (asks first; if you may)",
+        LIVE,
+        footer=False,
+    ),
+    Key(
+        "c",
+        "copy_command",
+        "copy cmd",
+        "copy the verdict's command (the $ line) whole (OSC 52) and show it",
+        BOTH,
+    ),
     Key("l", "letters", "letters", "phase letters in the timeline band on/off", BOTH, footer=False),
 )
 _ACTIONS = {k.action.split("(")[0] for k in KEYS}
@@ -244,6 +279,46 @@ class JumpScreen(ModalScreen[float | None]):
         self.dismiss(t)
 
 
+class FilterScreen(ModalScreen[str | None]):
+    """Asks for the processes' filter; returns it ("" clears it), or None (esc)."""
+
+    DEFAULT_CSS = JumpScreen.DEFAULT_CSS.replace("JumpScreen", "FilterScreen")
+    BINDINGS = [Binding("escape", "dismiss(None)", "cancel")]
+
+    def __init__(self, current: str, ascii_only: bool = False) -> None:
+        super().__init__(classes="-ascii" if ascii_only else "")
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("Show the processes whose PID, user, command or phase hold (empty: all):")
+            yield Input(value=self.current, placeholder="python, 1234, input", id="match")
+
+    @on(Input.Submitted)
+    def _submit(self, ev: Input.Submitted) -> None:
+        self.dismiss(ev.value.strip())
+
+
+class SignalScreen(ModalScreen[str | None]):
+    """Confirms a signal to one process: t SIGTERM, i SIGINT, esc (or n) sends nothing."""
+
+    DEFAULT_CSS = JumpScreen.DEFAULT_CSS.replace("JumpScreen", "SignalScreen")
+    BINDINGS = [
+        Binding("t", "dismiss('SIGTERM')", "SIGTERM"),
+        Binding("i", "dismiss('SIGINT')", "SIGINT"),
+        Binding("escape,n", "dismiss(None)", "cancel"),
+    ]
+
+    def __init__(self, what: Text, ascii_only: bool = False) -> None:
+        super().__init__(classes="-ascii" if ascii_only else "")
+        self.what = what  # a Rich Text: the command line comes from the process
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(self.what)
+            yield Static("t: SIGTERM (ask it to stop)   i: SIGINT (as Ctrl-C)   esc: nothing")
+
+
 class GpuDetail(ModalScreen[None]):
     DEFAULT_CSS = (
         "GpuDetail { align: center middle; } GpuDetail > Vertical { width: 100%; height: 100%; "
@@ -297,6 +372,8 @@ def detail_text(view: View, gpu: int, lk: Look) -> Text:
     if vd:
         t.append("\n")
         t.append_text(fmt.headline(view, gpu, lk))
+        t.append("\nverdict: ", style="bold")
+        t.append(clean(vd.about or vd.headline), style=lk.phase(vd.label) + Style(bold=True))
         t.append("\n" + clean(vd.evidence) + "\n", style="dim")
         for a in vd.advice:
             t.append(f"{lk.glyphs.arrow} {clean(a)}\n")
@@ -367,8 +444,11 @@ class MemtopApp(App[int]):
         # phase letters in the bands and the strip (`l`): without colour, only letters tell them apart
         self._letters = letters or self.no_color
         self._timeline_s = timeline_s  # the timeline's span (`z`, `Z`); None: the timeline's own
-        self._laid_out: tuple | None = None  # (GPU count, screen size) the layout was made for
+        self._laid_out: tuple | None = None  # (GPUs, screen size, processes) the layout was made for
         self._native_asked: tuple[int, float] | None = None  # (pid, frame time) of the `s` awaited
+        self.proc_order = ""  # fmt.PROC_ORDERS (`o`), reversed with `O`, filtered with `/`
+        self.proc_reverse = False
+        self.proc_match = ""
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's terminal driver, but with an input thread that sleeps until a key comes."""
@@ -385,12 +465,13 @@ class MemtopApp(App[int]):
         # tiles where values change every second; a panel that rarely changes needs one
         ellipsis = "..." if self.ascii_only else "…"
         yield TextPanel(tiles=4, id="header", ellipsis=ellipsis)
-        yield TextPanel(tiles=6, id="verdict", ellipsis=ellipsis)  # one line each: headline to command
+        yield TextPanel(tiles=6, id="verdict", ellipsis=ellipsis)  # one line each: now to command
         yield RowTable(fmt.GPU_COLUMNS, id="gpus")
         yield self._timeline(Timeline(self.ascii_only, id="timeline"))
         with Horizontal(id="bottom"):
             with LeftColumn(id="left"):
                 yield TextPanel(tiles=4, id="host")
+                yield Static(id="procs-note")  # the processes' order and filter, when not the default
                 yield RowTable((*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL), id="procs")
             with VerticalScroll(id="right"):
                 yield TextPanel(tiles=3, id="stacks")
@@ -499,6 +580,8 @@ class MemtopApp(App[int]):
     def _relayout(self) -> None:
         if self.view is not None:
             self._layout(self.view)
+            # the command is fitted to the width (a paused view paints no more)
+            self._set("#verdict", fmt.verdict_text(self.view, self.gpu, self.look, self.size.width))
             self._update_stacks(self.view)  # the depth follows the height: a paused view paints no more
 
     @on(LeftColumn.Resized)
@@ -514,24 +597,36 @@ class MemtopApp(App[int]):
         over beyond BOTTOM_MIN for the processes and stacks make the series taller (up to
         MAX_SERIES_H rows each: 8 steps a row), and a tall stacks panel shows deeper stacks, so a tall
         terminal with few GPUs is not half empty."""
-        self._laid_out = (len(v.history), self.size)
+        self._laid_out = self._layout_key(v)
         n = max(1, len(v.history))
         h = self.size.height
         roomy = h >= 32 and n > 1
         tl = self.query_one(Timeline)
         tl.set_all_bands(roomy)
+        # below 32 rows the legend's row goes to the processes: the window line above names the phases
+        # in their colours, and `?` lists them
+        tl.set_legend(h >= 32)
         gpus_h = n + 1 if h >= 32 else max(2, min(n + 1, h // 5))
         strip = 1 if self.playback is not None else 0  # the overview strip under the timeline
-        top = 1 + 4 + gpus_h + strip + tl.rows_wanted(v, roomy)  # header, verdict, GPUs, timeline
+        top = 1 + VERDICT_H + gpus_h + strip + tl.rows_wanted(v, roomy)  # header, verdict, GPUs, timeline
         tl.set_series_height(1 + max(0, min(MAX_SERIES_H - 1, (h - top - BOTTOM_MIN) // len(ROWS))))
         self.stack_depth = 4 if h - top < 24 else 8  # frames per thread: deeper where the panel is tall
         tl_h = tl.rows_wanted(v, roomy, tl.series_h)
         tl.styles.height = tl_h
-        # the host lines give way to the process table's header and two rows (at 80x24 with two
-        # GPUs, wrapped CPU and perf lines took every row and no process showed)
+        # the host lines give way to the process table's header and its rows, down to the CPU line
+        # (at 80x24 with two GPUs, wrapped CPU and perf lines took every row and no process showed;
+        # then 2 of 4 processes)
         bottom = h - 1 - (top + tl_h - tl.rows_wanted(v, roomy))  # less the footer
-        self.query_one("#host", TextPanel).styles.max_height = max(1, min(HOST_MAX, bottom - 3))
+        procs = self._layout_key(v)[2] + self.query_one("#procs-note").display
+        self.query_one("#host", TextPanel).styles.max_height = max(
+            1, min(HOST_MAX, bottom - 1 - max(2, procs))
+        )
         self.query_one("#gpus", RowTable).styles.max_height = gpus_h
+
+    def _layout_key(self, v: View) -> tuple:
+        f = v.frame
+        n = len(fmt.shown_procs(v, match=self.proc_match)) if f is not None and f.host is not None else 0
+        return (len(v.history), self.size, n)
 
     def _set(self, selector: str, content) -> None:
         """A panel re-sends only the tiles of its lines whose cells changed (tiles.py)."""
@@ -564,11 +659,11 @@ class MemtopApp(App[int]):
         lk = self.look
         with self.batch_update():
             self._set("#header", fmt.header(v, lk))
-            self._set("#verdict", fmt.verdict_text(v, self.gpu, lk))
+            self._set("#verdict", fmt.verdict_text(v, self.gpu, lk, self.size.width))
             self._update_gpus(v, lk)
             # the row's phase, the headline's "now" and the band's newest cell name one label: the
             # band follows every paint too (its tiles send only the cells that changed)
-            if (len(v.history), self.size) != self._laid_out:
+            if self._layout_key(v) != self._laid_out:
                 self._layout(v)
             self.query_one(Timeline).show(v, self.gpu, bands_only=not slow)
             if not slow:
@@ -579,6 +674,10 @@ class MemtopApp(App[int]):
                 fmt.host_text(f.host if f else None, f.caps if f else (), f.perf if f else (), lk),
             )
             self._update_procs(v, lk)
+            if not self.query_one("#procs", RowTable).has_focus:
+                # the stacks beside a verdict are its GPU's, unless the user picks another process (at
+                # start rank 1's stacks stood beside GPU 0's straggler verdict: it came first)
+                self._select_on(self.gpu)
             self._update_stacks(v, lk)
             vd = v.verdicts.get(self.gpu)
             missing = vd.missing if vd is not None else ""
@@ -587,8 +686,14 @@ class MemtopApp(App[int]):
 
     def _update_gpus(self, v: View, lk: Look) -> None:
         f = v.frame
-        rows = [(str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk)) for g in (f.gpus if f else ())]
-        self.query_one("#gpus", RowTable).set_rows(rows)
+        late = {i for i, vd in v.verdicts.items() if vd.straggler}
+        rows = [
+            (str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk, g.index in late))
+            for g in (f.gpus if f else ())
+        ]
+        table = self.query_one("#gpus", RowTable)
+        table.set_titles(fmt.gpu_titles(f.gpus if f else ()))
+        table.set_rows(rows)
 
     def _update_procs(self, v: View, lk: Look | None = None, column: LeftColumn | None = None) -> None:
         left = column or self.query_one("#left", LeftColumn)
@@ -598,7 +703,7 @@ class MemtopApp(App[int]):
         fixed = sum(w + 1 for _, w in (*fmt.PROC_COLUMNS, *fmt.PROC_TAIL)) + 1
         top_w = max(fmt.TOP_FRAME[1], left.size.width - fixed)
         table.set_width(len(fmt.PROC_COLUMNS), top_w)
-        rows = fmt.proc_rows(v, lk or self.look, top_w)
+        rows = fmt.proc_rows(v, lk or self.look, top_w, self.proc_order, self.proc_match, self.proc_reverse)
         table.set_rows(rows)
         if self.selected_pid is None and rows:
             self.selected_pid = int(rows[0][0])
@@ -680,6 +785,10 @@ class MemtopApp(App[int]):
             return len(self._gpus()) > 1
         if action == "native":
             return self.selected_pid is not None and bool(self._gpus())
+        if action == "copy_command":
+            return bool(self._gpus())  # no GPU, no verdict: nothing to copy
+        if action == "signal":
+            return self.selected_pid is not None and hasattr(self.controller, "send_signal")
         if self.mode == "live" and action == "seek":
             return True if self.pipeline.frozen or parameters == (-1,) else None
         return True
@@ -711,6 +820,63 @@ class MemtopApp(App[int]):
             return
         self.copy_to_clipboard(cmd)
         self.notify(cmd, title="copied (OSC 52)", timeout=15, markup=False)
+
+    def action_sort(self, step: int) -> None:
+        """`o`: the next order; `O`: the same order turned round."""
+        if step > 0:
+            orders = fmt.PROC_ORDERS
+            self.proc_order = orders[(orders.index(self.proc_order) + 1) % len(orders)]
+        else:
+            self.proc_reverse = not self.proc_reverse
+        self._procs_changed()
+
+    def action_filter(self) -> None:
+        def done(match: str | None) -> None:
+            if match is not None:
+                self.proc_match = match
+                self._procs_changed()
+
+        self.push_screen(FilterScreen(self.proc_match, self.ascii_only), done)
+
+    def _procs_changed(self) -> None:
+        note = self.query_one("#procs-note", Static)
+        parts = []
+        if self.proc_order or self.proc_reverse:
+            order = self.proc_order or "as found"
+            parts.append(f"sorted by {order}{' (reversed)' if self.proc_reverse else ''} (o, O)")
+        if self.proc_match:
+            parts.append(f"only {self.proc_match!r} (/ changes it)")
+        # (a Text: the filter is the user's typing, never markup)
+        note.update(Text(" " + f" {self.look.glyphs.sep} ".join(parts), style="dim"))
+        note.display = bool(parts)
+        if self.view is not None:
+            self._layout(self.view)
+            self._update_procs(self.view)
+
+    def action_signal(self) -> None:
+        """`k`: a signal to the selected process, after a confirmation. The controller checks and sends
+        it (live only: the app itself signals nothing)."""
+        pid, ctl = self.selected_pid, self.controller
+        may, send = getattr(ctl, "may_signal", None), getattr(ctl, "send_signal", None)
+        if pid is None or may is None or send is None:
+            return
+        why = may(pid)
+        if why:
+            self.notify(why, severity="warning", markup=False)
+            return
+        f = self.view.frame if self.view is not None else None
+        p = next(
+            (p for p in (f.host.procs if f is not None and f.host is not None else ()) if p.pid == pid), None
+        )
+        what = Text(f"Send a signal to {pid}", style="bold")
+        if p is not None:
+            what.append(f" ({clean(p.user, 32)}): {clean(p.cmdline, 200)}")
+
+        def done(name: str | None) -> None:
+            if name is not None:
+                self.notify(send(pid, signal.Signals[name]), markup=False)
+
+        self.push_screen(SignalScreen(what, self.ascii_only), done)
 
     def action_letters(self) -> None:
         self._letters = not self._letters
@@ -771,8 +937,17 @@ class MemtopApp(App[int]):
             self._seek(self.playback.position + direction * self.playback.duration / 10)
 
     def action_to_end(self, end: int) -> None:
-        if self.playback is not None:
-            self._seek(self.playback.duration if end else 0.0)
+        pb = self.playback
+        if pb is None:
+            return
+        if end and pb.loop:
+            # a looping replay (the demo) played on from its end is its start: End pauses on its
+            # last second instead (space plays on, from the start)
+            if not pb.paused:
+                pb.toggle_pause()
+            self._seek(max(0.0, pb.duration - LOOP_END_S))
+            return
+        self._seek(pb.duration if end else 0.0)
 
     def action_jump(self) -> None:
         pb = self.playback

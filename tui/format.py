@@ -9,14 +9,15 @@ as markup.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import groupby
 
 from rich.style import Style
 from rich.text import Text
 
 from memtop.metrics import BY_NAME, Metric
 from memtop.metrics import fmt as metric_fmt
-from memtop.model import Capability, GpuSample, HostSample, StackSample
-from memtop.phases import STACK_WINDOW_S, TITLES, Label
+from memtop.model import Capability, GpuSample, HostSample, ProcSample, StackSample
+from memtop.phases import STACK_WINDOW_S, Label
 from memtop.pipeline import View
 from memtop.records import Evidence
 from memtop.sanitize import clean
@@ -79,12 +80,33 @@ def metric_value(g: GpuSample, name: str) -> float | None:
     return getattr(g, FALLBACK.get(name, name))
 
 
+def nvml_only(gpus: tuple[GpuSample, ...] | list[GpuSample]) -> bool:
+    """No GPU with GPM: the SM and DRAM columns and series show NVML's rates."""
+    return bool(gpus) and all(g.mode != "gpm" for g in gpus)
+
+
+def gpu_titles(gpus: tuple[GpuSample, ...] | list[GpuSample]) -> list[str]:
+    """The GPU table's column titles for these GPUs."""
+    off = 2  # GPU, phase
+    titles = [name for name, _ in GPU_COLUMNS]
+    if nvml_only(gpus):
+        for n, title in NVML_TITLES.items():
+            titles[off + GPU_METRIC_COLUMNS.index(n)] = title
+    return titles
+
+
+# what the SM and DRAM columns hold without GPM (NVML's utilisation rates), titled as what they are
+NVML_TITLES = {"sm": "util", "dram": "memU"}
+
 # (title, width): fixed widths, so a value never resizes (and repaints) a whole table
 GPU_COLUMNS = (
     ("GPU", 3),
     ("phase", 9),
     *(
-        (_title(BY_NAME[n]), max(len(_title(BY_NAME[n])), _CELL_W[BY_NAME[n].kind]))
+        (
+            _title(BY_NAME[n]),
+            max(len(_title(BY_NAME[n])), _CELL_W[BY_NAME[n].kind], len(NVML_TITLES.get(n, ""))),
+        )
         for n in GPU_METRIC_COLUMNS
     ),
     ("link%", 5),
@@ -99,7 +121,7 @@ def now_label(labels: tuple[Label, ...] | list[Label] | None) -> tuple[str, bool
     if not labels:
         return "warmup", False
     lab = labels[-1]
-    return lab.label, lab.raw != lab.label and lab.raw != "warmup"
+    return lab.label, lab.raw != lab.label and "warmup" not in (lab.raw, lab.label)
 
 
 def phase_cell(labels, lk: Look) -> Text:
@@ -107,13 +129,15 @@ def phase_cell(labels, lk: Look) -> Text:
     return Text(name + ("?" if settling else ""), style=lk.phase(name))
 
 
-def gpu_row(g: GpuSample, labels, lk: Look = DEFAULT) -> tuple:
+def gpu_row(g: GpuSample, labels, lk: Look = DEFAULT, straggler: bool = False) -> tuple:
+    """``straggler``: the rest of its job waits for this GPU: the row says so where the phase goes (the
+    phase stays in its band and in the headline once selected)."""
     frac = g.pcie_fraction()
     mem = f"{mib(g.mem_used)}/{mib(g.mem_total)}G" if g.mem_total else "-"
     thr = ",".join(g.throttle_reasons) if g.throttled else ""
     return (
         str(g.index),
-        phase_cell(labels, lk),
+        Text("straggler", style="bold reverse") if straggler else phase_cell(labels, lk),
         *(_cell(BY_NAME[n], metric_value(g, n)) for n in GPU_METRIC_COLUMNS),
         pct(None if frac is None else 100 * frac),
         mem,
@@ -173,27 +197,67 @@ def header(v: View, lk: Look = DEFAULT) -> Text:
     return t
 
 
+SHARE_BAR_W = 20  # cells of the window's share bar
+SHARES_SHOWN = 4  # phases named after the bar, the largest first
+
+
+def share_cells(shares: Mapping[str, float], width: int = SHARE_BAR_W) -> list[str]:
+    """``width`` cells split between the phases by their shares (largest remainders), largest first:
+    a phase with a share shows at least one cell where there are cells enough."""
+    items = [(k, s) for k, s in sorted(shares.items(), key=lambda kv: -kv[1]) if s > 0]
+    total = sum(s for _, s in items)
+    if not items or total <= 0:
+        return []
+    exact = [width * s / total for _, s in items]
+    n = [int(x) for x in exact]
+    for i in sorted(range(len(items)), key=lambda i: n[i] - exact[i])[: width - sum(n)]:
+        n[i] += 1
+    return [k for (k, _), c in zip(items, n) for _ in range(c)]
+
+
 def headline(v: View, gpu: int, lk: Look = DEFAULT) -> Text:
-    """One clock: the phase now beside the verdict over its window, each named."""
+    """One clock, two things: the phase now, then the window's phases (a share bar, the largest named
+    first). What the lines under it explain is the verdict line after it (verdict_text)."""
     vd = v.verdicts.get(gpu)
     name, settling = now_label(v.labels.get(gpu))
+    g = lk.glyphs
     t = Text()
     t.append(f"GPU {gpu} ", style="bold")
     if vd is not None and vd.straggler:  # the rest of its job waits for this GPU: first, never cut
         t.append("STRAGGLER", style="bold reverse")
         t.append(" ")
     t.append("now: ", style="dim")
-    now = "warming up" if name == "warmup" else TITLES.get(name, name)
-    t.append(now + (" (settling?)" if settling else ""), style=lk.phase(name) + _BOLD)
-    if vd is not None and vd.label != "gathering":
-        t.append(f" {lk.glyphs.sep} ", style="dim")
-        t.append(f"last {vd.window_s:.0f} s: ", style="dim")
-        t.append(f"{TITLES.get(vd.label, vd.label)} {100 * vd.share:.0f} %", style=lk.phase(vd.label) + _BOLD)
+    now = "warming up" if name == "warmup" else name
+    t.append(now + ("?" if settling else ""), style=lk.phase(name) + _BOLD)
+    if vd is None or not vd.shares:
+        return t
+    t.append(f" {'|' if g.ascii else '│'} ", style="dim")
+    t.append(f"last {vd.window_s:.0f} s ", style="dim")
+    for k, run in groupby(share_cells(vd.shares)):
+        ch, style = lk.mark(k)
+        t.append(ch * len(list(run)), style=style)
+    for i, (k, s) in enumerate(sorted(vd.shares.items(), key=lambda kv: -kv[1])[:SHARES_SHOWN]):
+        t.append(f"{' ' if i == 0 else f' {g.sep} '}")
+        t.append(f"{k} {100 * s:.0f} %", style=lk.phase(k))
     return t
 
 
-def verdict_text(v: View, gpu: int, lk: Look = DEFAULT) -> Text:
-    """Headline, evidence, advice, next command: one line each (the panel cuts them with an ellipsis)."""
+def fit_command(cmd: str, width: int, ellipsis: str = "…") -> str:
+    """A command in ``width`` cells keeping what differs between verdicts (the output name and the
+    target: everything from ``-o``): the fixed options after the tool's name give way first, then
+    the end of the target (`c` copies it whole)."""
+    if len(cmd) <= width:
+        return cmd
+    cut = cmd.find(" -o ")
+    words = cmd[:cut].split(" ") if cut > 0 else []
+    short = " ".join(words[:2]) + " " + ellipsis + cmd[cut:] if len(words) > 2 else cmd
+    return short if len(short) <= width else short[: max(0, width - len(ellipsis))] + ellipsis
+
+
+def verdict_text(v: View, gpu: int, lk: Look = DEFAULT, width: int = 200) -> Text:
+    """The phase now and the window's shares, then one verdict: what it says and over which time, its
+    evidence, its advice, its next command. A line each (the panel cuts them with an ellipsis); every
+    line after the second explains the verdict named on the second, and `c` copies its command."""
     vd = v.verdicts.get(gpu)
     t = Text()
     if vd is None:
@@ -208,24 +272,35 @@ def verdict_text(v: View, gpu: int, lk: Look = DEFAULT) -> Text:
                     200,
                 )
             )
+            # without NVML no process is known to use a GPU: say how to pick one
+            procs = f.host is not None and bool(f.host.procs)
             t.append(
-                "\nShown: host CPU and memory, NUMA, processes and their Python stacks."
-                " `memtop --demo` shows a recorded GPU run.",
+                "\nShown: host CPU and memory, NUMA"
+                + (", the watched processes and their Python stacks." if procs else "."),
                 style="dim",
             )
+            if not procs:
+                t.append("\n`memtop --pid PID` watches a process you pick: its CPU, threads, Python stacks.")
+            t.append("\n`memtop --demo` shows a recorded GPU run.", style="dim")
         else:
             t.append(f"gathering{lk.glyphs.ellipsis}", style="dim")
         return t
     t.append_text(headline(v, gpu, lk))
+    if vd.label == "gathering":
+        t.append(f"\n{clean(vd.evidence)}", style="dim")
+        return t
+    t.append("\nverdict: ", style="bold")
+    t.append(clean(vd.about or vd.headline), style=lk.phase(vd.label) + _BOLD)
     t.append("\n" + clean(vd.evidence), style="dim")
     if vd.advice:
         t.append(f"\n{lk.glyphs.arrow} {clean(vd.advice[0])}")
     if vd.command and not vd.healthy:
-        t.append(f"\n$ {clean(vd.command)}", style="italic")
+        t.append(f"\n$ {fit_command(clean(vd.command), width - 2, lk.glyphs.ellipsis)}", style="italic")
     return t
 
 
 def command(v: View | None, gpu: int) -> str | None:
+    """What `c` copies: the command of the verdict on screen (verdict_text's last line), whole."""
     vd = v.verdicts.get(gpu) if v is not None else None
     return clean(vd.command) if vd is not None and vd.command else None
 
@@ -288,14 +363,52 @@ def top_frame(s: StackSample | None, width: int, ellipsis: str = "…") -> str:
     return text[: max(width - len(ellipsis), 0)] + ellipsis
 
 
-def proc_rows(v: View, lk: Look = DEFAULT, top_w: int = TOP_FRAME[1]) -> list[tuple[str, tuple]]:
+# the process table's orders (`o` cycles them): "" is the collector's (each process, then its workers)
+PROC_ORDERS = ("", "GPU memory", "CPU", "phase", "PID")
+
+
+def _phase_of(v: View, p: ProcSample) -> str:
+    labs = v.labels.get(p.gpus[0]) if p.gpus else None
+    return now_label(labs)[0] if labs else ""
+
+
+def shown_procs(v: View, order: str = "", match: str = "", reverse: bool = False) -> list[ProcSample]:
+    """The frame's processes in ``order`` (PROC_ORDERS; the largest first, PID and phase A-Z;
+    ``reverse`` turns it round), those whose PID, user, name, command line or phase hold ``match``."""
+    f = v.frame
+    if f is None or f.host is None:
+        return []
+    procs = list(f.host.procs)
+    if match:
+        m = match.lower()
+        procs = [p for p in procs if m in f"{p.pid} {p.user} {p.name} {p.cmdline} {_phase_of(v, p)}".lower()]
+    if order == "GPU memory":
+        mem = {p.pid: p.used_memory or 0 for g in f.gpus for p in g.processes}
+        procs.sort(key=lambda p: (-mem.get(p.pid, 0), p.pid))
+    elif order == "CPU":
+        procs.sort(key=lambda p: (-p.cpu_pct, p.pid))
+    elif order == "phase":
+        procs.sort(key=lambda p: (_phase_of(v, p) or "~", p.pid))  # (no phase: last)
+    elif order == "PID":
+        procs.sort(key=lambda p: p.pid)
+    return procs[::-1] if reverse else procs
+
+
+def proc_rows(
+    v: View,
+    lk: Look = DEFAULT,
+    top_w: int = TOP_FRAME[1],
+    order: str = "",
+    match: str = "",
+    reverse: bool = False,
+) -> list[tuple[str, tuple]]:
     f = v.frame
     if f is None or f.host is None:
         return []
     gpu_mem = {p.pid: p.used_memory for g in f.gpus for p in g.processes}
     stacks = v.stacks
     rows = []
-    for p in f.host.procs:
+    for p in shown_procs(v, order, match, reverse):
         mem = gpu_mem.get(p.pid)
         labs = v.labels.get(p.gpus[0]) if p.gpus else None
         rows.append(
@@ -327,7 +440,7 @@ def window_text(ev: Evidence | None, lk: Look = DEFAULT) -> Text:
     # shares in steps of 10 %: a steadier line repaints (and costs bytes) less often
     t.append(f"last {STACK_WINDOW_S:.0f} s: ", style="dim")
     for k, share in sorted(ev.stack_shares, key=lambda kv: -kv[1]):
-        if share >= 0.05:
+        if round(10 * share):  # (not "idle 0%")
             t.append(f"{clean(k, 12)} {10 * round(10 * share)}% ", style=lk.stack_class(k))
     t.append(f"{lk.glyphs.sep} GIL held {10 * round(10 * ev.gil)}%\n", style="dim")
     return t
@@ -347,7 +460,11 @@ def stacks_text(
     the last good one for a moment when a read fails)."""
     if pid is None:
         if not any_procs:
-            return Text("no watched process yet: stacks show here once one runs", style="dim")
+            return Text(
+                "no watched process: stacks show here once a GPU process runs, or pick one with "
+                "`memtop --pid PID`",
+                style="dim",
+            )
         return Text("select a process to see its Python stacks", style="dim")
     if s is None or not s.threads:
         cap = next((c for c in caps if c.source == "stacks" and c.name == f"pid {pid}" and not c.ok), None)
@@ -382,7 +499,9 @@ def _threads(t: Text, s: StackSample, lk: Look, depth: int) -> None:
         color = lk.stack_class(th.klass)
         t.append(f"{clean(th.name, 60)} ({th.tid}) ", style="bold")
         t.append(clean(th.klass, 12), style=color + _BOLD)
-        t.append(f"{' active' if th.active else ' idle'}{' GIL' if th.owns_gil else ''}\n", style="dim")
+        # (a thread of class idle is idle: "idle idle" said it twice)
+        state = " active" if th.active else ("" if th.klass == "idle" else " idle")
+        t.append(f"{state}{' GIL' if th.owns_gil else ''}\n", style="dim")
         for fr in th.frames[:depth]:
             t.append(
                 f"  {clean(fr.name, 80)} {clean(fr.file.rsplit('/', 1)[-1], 60)}:{fr.line}",

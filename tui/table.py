@@ -76,6 +76,13 @@ class RowTable(TiledLines, can_focus=True):
         self.forget_geometry()
         self._redraw()
 
+    def set_titles(self, titles: list[str]) -> None:
+        """Other column titles, same widths (NVML-only: what the SM column holds is NVML util)."""
+        if titles == [name for name, _ in self.columns]:
+            return
+        self.columns = tuple((t, w) for t, (_, w) in zip(titles, self.columns, strict=True))
+        self._redraw()
+
     @property
     def keys(self) -> list[str]:
         return [k for k, _ in self._rows]

@@ -23,13 +23,13 @@ from memtop.phases import Label
 from memtop.pipeline import Point, View
 from memtop.timefmt import clock
 
-from .format import now_label
+from .format import NVML_TITLES, now_label, nvml_only
 from .palette import PHASES, Look, look
 from .tiles import NULL, TiledLines
 
 EVENT_MARKS = {
     "gap": ("▼", "v", "bright_white"),
-    "throttle": ("T", "T", "bold red"),
+    "throttle": ("!", "!", "bold red"),  # not T: that is transfer's letter in the band
     "start": ("+", "+", "green"),
     "exit": ("x", "x", "yellow"),
 }
@@ -53,6 +53,7 @@ class Timeline(TiledLines):
         self.letters = False  # a letter per phase in the band (any mode; `--ascii` always)
         self.all_bands = False  # one band per GPU (the app turns it on where the screen has room)
         self.series_h = 1  # rows per series (SM, DRAM, PCIe, CPU): taller where the screen has room
+        self.legend = True  # the phase colours' legend row (a short screen gives it to the processes)
         self.span_s = 120.0
         self.gpu = 0
         self._view: View | None = None
@@ -64,12 +65,17 @@ class Timeline(TiledLines):
 
     def rows_wanted(self, view: View | None, all_bands: bool, series_h: int = 1) -> int:
         n = len(view.history) if view is not None and all_bands else 1
-        return len(ROWS) * series_h + max(1, n) + 3
+        return len(ROWS) * series_h + max(1, n) + 2 + self.legend
 
     def set_series_height(self, rows: int) -> None:
         if rows != self.series_h:
             self.series_h = rows
             self._sigs = None  # every row moves
+
+    def set_legend(self, on: bool) -> None:
+        if on != self.legend:
+            self.legend = on
+            self._sigs = None
 
     def set_all_bands(self, on: bool) -> None:
         if on != self.all_bands:
@@ -124,7 +130,7 @@ class Timeline(TiledLines):
         self._look = look(theme, self.ascii_only, self.letters)
         bands = self._bands()
         series = len(ROWS) * self.series_h
-        n = series + len(bands) + 3
+        n = series + len(bands) + 2 + self.legend
         keep = bands_only and self._sigs is not None and self._sigs[0] == width and len(self._rows) == n
         band_rows = range(series, series + len(bands))
         rows = [
@@ -165,6 +171,8 @@ class Timeline(TiledLines):
         h = self.series_h
         if y < len(ROWS) * h:
             name, attr, phase = ROWS[y // h]
+            if attr in NVML_TITLES and v.frame is not None and nvml_only(v.frame.gpus):
+                name = NVML_TITLES[attr]  # NVML's rates, not GPM's SM and DRAM activity
             return self._series(name, attr, self._look.phase(phase), pts, start, dt, cols, h - 1 - y % h)
         y -= len(ROWS) * h
         if y < len(bands):

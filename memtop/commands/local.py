@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import platform
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -19,6 +21,7 @@ from memtop.timefmt import clock
 
 if TYPE_CHECKING:
     from memtop.collectors.nvml_calls import RealNvml
+    from memtop.model import ProcSample
     from memtop.pipeline import Pipeline
     from memtop.playback import Playback
     from memtop.sampler import Sampler
@@ -96,7 +99,12 @@ def _start_nvml() -> RealNvml | None:
 
 
 def _need_tty() -> None:
-    if not (sys.stderr.isatty() and sys.stdin.isatty()):  # Textual paints on stderr
+    if sys.stdin.isatty() and not sys.stderr.isatty():  # `memtop 2>err.log`: Textual paints on stderr
+        raise UserError(
+            "the TUI draws on stderr, which is not a terminal here (2> redirects it): leave stderr on "
+            "the terminal, or use `memtop record` or `memtop report` for a file"
+        )
+    if not (sys.stderr.isatty() and sys.stdin.isatty()):
         raise UserError("the TUI needs a terminal; use `memtop record` or `memtop report` when piping")
 
 
@@ -197,6 +205,58 @@ class LiveController:
                 running = self._running
         if running is not None:
             running.stop()
+
+    def _watched(self, pid: int) -> ProcSample | None:
+        f = self.pipeline.frame if self.pipeline is not None else None
+        procs = f.host.procs if f is not None and f.host is not None else ()
+        return next((p for p in procs if p.pid == pid), None)
+
+    def may_signal(self, pid: int) -> str:
+        """Why ``pid`` may not be signalled from the view, or "" when it may: only a process memtop
+        watches (in the newest frame), never memtop itself, and only where the kernel lets this user
+        (kill(pid, 0) checks the permission and sends nothing)."""
+        p = self._watched(pid)
+        if p is None:
+            return f"{pid} is not a process memtop watches now"
+        if pid in (os.getpid(), 1):
+            return f"{pid} is not a process to stop from here"
+        try:
+            os.kill(pid, 0)
+        except PermissionError:
+            return f"not permitted: {pid} runs as {clean(p.user, 32)}, and this user may not signal it"
+        except ProcessLookupError:
+            return f"{pid} has exited"
+        return ""
+
+    def send_signal(self, pid: int, sig: signal.Signals) -> str:
+        """Send ``sig`` (SIGINT or SIGTERM) to a watched process; one line saying what happened. The
+        pidfd is opened before the process is checked: a PID reused since the check is not signalled."""
+        if sig not in (signal.SIGINT, signal.SIGTERM):
+            return f"{sig.name} is not offered"
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return f"{pid} has exited"
+        except OSError as e:
+            return f"{pid} not signalled: {e.strerror}"
+        try:
+            why = self.may_signal(pid)
+            p = self._watched(pid)
+            if why or p is None:
+                return why
+            from memtop.collectors import procfs
+
+            now = procfs.cmdline(Path("/"), pid) or []  # (the frame holds it bounded: a prefix)
+            if p.argv and not (len(now) >= len(p.argv) and all(n.startswith(a) for n, a in zip(now, p.argv))):
+                return f"{pid} is another process now (its command line changed): not signalled"
+            signal.pidfd_send_signal(fd, sig)
+        except PermissionError:
+            return f"not permitted to signal {pid}"
+        except ProcessLookupError:
+            return f"{pid} has exited"
+        finally:
+            os.close(fd)
+        return f"sent {sig.name} to {pid}"
 
     def request_native(self, pid: int) -> bool:
         if self.sampler is None or self.sampler.stacks is None:
