@@ -24,7 +24,7 @@ from memtop.agent.merge import Capture, describe, write_merged
 from memtop.errors import UserError
 from memtop.sanitize import clean
 
-LEAD_S = 2.0  # memtop records this long before the window: the classifier's warm-up, then phases
+LEAD_S = 1.0  # memtop records this long before the window (its readings lead into the capture)
 READY_S = 10.0  # the recorder's start (NVML's) allowed before the capture starts without it
 ANSWER_S = 120.0  # beyond the window: the profiler's stop and export of a large trace
 
@@ -116,7 +116,11 @@ def capture_trace(
     work = Path(tempfile.mkdtemp(prefix="memtop-trace-"))  # 0700, removed whole at the end
     try:
         rec_path = work / "window.memtop"
-        recorder = start_recorder(rec_path, [r.pid for r in refs], [] if stacks else ["--no-stacks"])
+        # bounded: a recorder whose memtop was killed ends by itself
+        limit = ["--duration", repr(READY_S + LEAD_S + seconds + ANSWER_S)]
+        recorder = start_recorder(
+            rec_path, [r.pid for r in refs], limit + ([] if stacks else ["--no-stacks"])
+        )
         warnings = []
         try:
             if not _wait_ready(rec_path, recorder):

@@ -12,7 +12,7 @@ Every error is caught where it happens: the job never sees an exception from her
 
 Protocol: one JSON request line, at most MAX_REQUEST bytes; one JSON answer line, then for a trace
 ``bytes`` bytes of the framework's Chrome-trace JSON.
-  {"op": "hello"} -> {"ok": true, "pid", "frameworks", "protocol"}
+  {"op": "hello"} -> {"ok": true, "pid", "frameworks", "protocol", "busy"}
   {"op": "trace", "seconds": S, "steps": N|null, "at": CLOCK_MONOTONIC s|null, "python": bool}
     -> {"ok": true, "framework", "bytes", "clock", "window", "steps", "warnings"}
   any failure -> {"ok": false, "error": "one line"}
@@ -24,6 +24,7 @@ import atexit
 import contextlib
 import json
 import os
+import select
 import socket
 import struct
 import sys
@@ -125,13 +126,14 @@ class Agent:
     def _answer(self, conn: socket.socket, req: dict) -> None:
         op = req.get("op")
         if op == "hello":
-            _send(conn, {"ok": True, "pid": self.pid, "frameworks": frameworks(), "protocol": PROTOCOL})
+            hi = {"ok": True, "pid": self.pid, "frameworks": frameworks(), "protocol": PROTOCOL}
+            _send(conn, {**hi, "busy": self._busy.locked()})
             return
         if op != "trace":
             _send(conn, {"ok": False, "error": f"unknown request {str(op)[:40]!r}"})
             return
         try:
-            head, path = self._trace(req)
+            head, path = self._trace(req, conn)
         except CaptureError as e:
             _send(conn, {"ok": False, "error": str(e)[:500]})
             return
@@ -146,7 +148,7 @@ class Agent:
         _send(conn, {**head, "ok": True, "bytes": len(data)})
         conn.sendall(data)
 
-    def _trace(self, req: dict) -> tuple[dict, str]:
+    def _trace(self, req: dict, conn: socket.socket) -> tuple[dict, str]:
         seconds, steps, at = (
             _number(req.get("seconds"), 0.1, MAX_SECONDS, "seconds"),
             req.get("steps"),
@@ -168,7 +170,7 @@ class Agent:
             if "torch" not in sys.modules:
                 raise CaptureError("this process has not imported torch (no framework trace to take)")
             try:
-                return _torch_trace(self.directory, seconds, steps, bool(req.get("python")))
+                return _torch_trace(self.directory, seconds, steps, bool(req.get("python")), conn)
             finally:
                 self._last_end = time.monotonic()
         finally:
@@ -218,7 +220,19 @@ def _clock_marks(record_function, first: int) -> list[tuple[int, int]]:
     return marks
 
 
-def _torch_trace(directory: str, seconds: float, steps: int | None, python: bool) -> tuple[dict, str]:
+def _until(seconds: float, done: threading.Event, conn: socket.socket) -> None:
+    """Wait out the window: it ends early after ``done`` (the steps were counted) or when memtop
+    hangs up (killed mid-capture: the profiler stops now, rather than after a window nobody reads)."""
+    end = time.monotonic() + seconds
+    while not done.is_set() and (left := end - time.monotonic()) > 0:
+        ready, _, _ = select.select([conn], [], [], min(left, 0.1))
+        if ready and not conn.recv(1, socket.MSG_PEEK):
+            raise CaptureError("memtop hung up")
+
+
+def _torch_trace(
+    directory: str, seconds: float, steps: int | None, python: bool, conn: socket.socket
+) -> tuple[dict, str]:
     """Record the PyTorch profiler's trace from this (the agent's) thread. profile_all_threads makes
     it record every thread's CPU ops, the training thread's included; CUDA activities (kernels,
     memcpys, runtime API) come through CUPTI for the whole process anyway. CUDA is asked for only
@@ -259,7 +273,7 @@ def _torch_trace(directory: str, seconds: float, steps: int | None, python: bool
         try:
             start = time.monotonic()
             marks = _clock_marks(record_function, 0)
-            done.wait(seconds)
+            _until(seconds, done, conn)
             end = time.monotonic()
             marks += _clock_marks(record_function, CLOCK_MARKS)
         finally:
