@@ -3,10 +3,11 @@
 # usage: bash trace_device.sh DIR   (DIR: memtop's wheel, py-spy's, trace_job.py, trace_summary.py)
 # 1) the agent idle: the job alone and under `memtop run --no-tui`, interleaved, 3 rounds;
 # 2) a 5 s capture (`--job`) and a 100-step capture with Python frames of a CUDA training loop.
-# Small results come back under $OUT; the rest is packed in $OUT/results.tgz.
+# Small results come back under $OUT (at most 8 files); the rest is packed in $OUT/results.tgz.
 set -u
 export PYTHONUNBUFFERED=1
-D=$1; R=$OUT/r; mkdir -p "$R"; LOG=$OUT/log.txt
+D=$(cd "$1" && pwd); R=/tmp/trace-r; mkdir -p "$R"; LOG=$OUT/log.txt
+cd /tmp  # not the checkout: its memtop/ would shadow the wheel's for `python3 -m memtop`
 say() { echo "== $(date +%T.%N) $*" | tee -a "$LOG"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target "${SITE:=/tmp/site}" "$D"/*.whl >>"$LOG" 2>&1 || exit 1
 export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
@@ -21,7 +22,7 @@ done
 say "capture job"
 python3 -m memtop run --no-tui -- python3 "$D/trace_job.py" 90 "$R/marks.json" >"$R/cap_job.jsonl" 2>"$R/cap_job.err" &
 RUN=$!
-until grep -q ready "$R/cap_job.jsonl" 2>/dev/null; do sleep 0.2; done
+for _ in $(seq 600); do grep -q ready "$R/cap_job.jsonl" 2>/dev/null && break; kill -0 $RUN || break; sleep 0.2; done
 sleep 3
 say "trace 5 s start"
 python3 -m memtop trace --job "$RUN" --seconds 5 -o "$OUT/trace_5s.json.gz" >>"$LOG" 2>&1; echo "rc=$?" >>"$LOG"
@@ -54,4 +55,5 @@ for name in ("trace_5s", "trace_steps"):
 print(json.dumps(out, indent=1))
 PY
 cp "$R/cap_job.err" "$OUT/cap_job.err"
+cp "$R/trace_5s.summary.json" "$OUT/" 2>/dev/null
 tar czf "$OUT/results.tgz" -C "$R" .
