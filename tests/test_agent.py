@@ -15,12 +15,15 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from memtop.agent import injob
+from memtop.agent.capture import AutoTrigger
 from memtop.agent.client import ask, hello
+from memtop.agent.merge import Capture, align, framework_events
 from memtop.errors import UserError
 
 try:
@@ -363,3 +366,127 @@ def test_the_agent_never_listens_outside_a_private_folder(tmp_path):
     with pytest.raises(injob.CaptureError, match="not a private directory"):
         injob.Agent(str(open_dir)).start()
     assert not list(open_dir.iterdir())
+
+
+def _capture(pid: int, offset_us: float) -> Capture:
+    """A framework trace as the agent sends it: marks on a clock ``offset_us`` ahead of
+    CLOCK_MONOTONIC, two processes' worth of tracks (the process and a GPU) and a flow."""
+    marks = [[f"{injob.MARK}{k}", 1_000_000 + k * 10_000, 1_000_000 + k * 10_000 + 40_000] for k in range(6)]
+    events = [
+        {
+            "ph": "X",
+            "name": f"{injob.MARK}{k}",
+            "pid": pid,
+            "tid": 9,
+            "ts": a / 1000 + offset_us + 5,
+            "dur": 10,
+        }
+        for k, (_, a, _) in enumerate(marks)
+    ]
+    events += [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python3"}},
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 2000 + offset_us, "dur": 5},
+        {"ph": "s", "cat": "ac2g", "name": "launch", "pid": pid, "tid": pid, "ts": 1990 + offset_us, "id": 3},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": "bad"},
+        "not an event",
+    ]
+    payload = json.dumps({"traceEvents": events}).encode()
+    return Capture.parse(pid, {"framework": "torch", "clock": marks}, payload)
+
+
+def test_the_merge_aligns_each_capture_and_keeps_ranks_apart():
+    a, b = _capture(101, 5e12), _capture(202, -3e6)
+    for cap, off in ((a, 5e12), (b, -3e6)):
+        al = align(cap)
+        # a mark 5 µs into its 40 µs bracket, 10 µs long: the offset is off by the bracket's middle
+        # less the mark's, within the residual (40 - 10) / 2
+        assert abs(al.offset_us - off) <= al.residual_us == 15.0
+        assert al.drift_us == 0.0
+    counts: Counter = Counter()
+    out = [list(framework_events(c, k, align(c).offset_us, counts)) for k, c in enumerate((a, b))]
+    kernels = [[e for e in evs if e.get("cat") == "kernel"] for evs in out]
+    assert [abs(k[0]["ts"] - 2000) <= 15 for k in kernels] == [True, True]  # both on CLOCK_MONOTONIC
+    assert kernels[0][0]["pid"] != kernels[1][0]["pid"]  # the two ranks' "GPU 0" stay apart
+    assert {e["id"] for evs in out for e in evs if e["ph"] == "s"} == {"0:3", "1:3"}
+    names = {e["args"]["name"] for evs in out for e in evs if e.get("name") == "process_name"}
+    assert names == {
+        "torch pid 101: python3",
+        "torch pid 101: GPU 0",
+        "torch pid 202: python3",
+        "torch pid 202: GPU 0",
+    }
+    assert not any(e.get("ts") == "bad" for evs in out for e in evs)  # an event without a time is left out
+    assert counts["kernel"] == 2 and counts["cpu_op"] == 0
+
+
+def test_a_trace_without_memtops_marks_is_refused():
+    cap = Capture.parse(1, {"clock": []}, b'{"traceEvents": []}')
+    with pytest.raises(UserError, match="clock marks"):
+        align(cap)
+    with pytest.raises(UserError, match="not JSON"):
+        Capture.parse(1, {}, b"{")
+
+
+def test_trace_on_captures_at_most_once_per_interval():
+    trig = AutoTrigger({"sync-stall"}, interval=60)
+    assert not trig.offer("compute", 0.0)
+    assert trig.offer("sync-stall", 0.0)
+    assert not trig.offer("sync-stall", 59.0)
+    assert trig.offer("sync-stall", 61.0)
+    assert AutoTrigger({"x"}, interval=1).interval == injob.MIN_INTERVAL_S  # never below the agents'
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_all_ranks_of_a_job_are_captured_over_one_window(tmp_path):
+    """Two processes under `memtop run` (as torchrun's ranks are), each with its own agent."""
+    rank = tmp_path / "rank.py"
+    rank.write_text(textwrap.dedent(TORCH_LOOP))
+    stop = tmp_path / "stop"
+    launcher = (
+        "import subprocess, sys\n"
+        f"ranks = [subprocess.Popen([sys.executable, {str(rank)!r}, {str(stop)!r}]) for _ in range(2)]\n"
+        "sys.exit(max(r.wait() for r in ranks))\n"
+    )
+    p = memtop(
+        "run",
+        "--no-tui",
+        "--",
+        sys.executable,
+        "-c",
+        launcher,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        pids = {first_line(p)["pid"], first_line(p)["pid"]}
+        out = tmp_path / "job.json"
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memtop",
+                "trace",
+                "--job",
+                str(p.pid),
+                "--seconds",
+                "1",
+                "-o",
+                str(out),
+                "--no-stacks",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert r.returncode == 0, r.stderr
+    finally:
+        stop.touch()
+        p.communicate(timeout=120)
+    assert p.returncode == 0
+    caps = json.loads(out.read_text())["metadata"]["captures"]
+    assert {c["pid"] for c in caps} == pids  # the launcher (no torch) is not asked
+    (a0, a1), (b0, b1) = (c["window_s"] for c in caps)
+    assert a0 < b1 and b0 < a1  # one window: each started before the other ended
