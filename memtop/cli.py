@@ -88,6 +88,18 @@ _offset.__name__ = "time"
 OFFSET = _offset
 _AT = "from the start: 1:02:03, 62m, 90s or seconds"
 TIMEOUT = _ranged(0.1, 300, " s")
+SECONDS = _ranged(0.1, 120, " s")
+
+
+def _steps(text: str) -> int:
+    v = _index(text)
+    if not 1 <= v <= 10_000:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 10000: {clean(text, 40)!r}")
+    return v
+
+
+_steps.__name__ = "integer"
+STEPS = _steps
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -214,7 +226,42 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="what this machine can give, and the fix for each 'no'")
     d.add_argument("--json", action="store_true")
     _add_cluster_commands(sub)
+    _add_trace_commands(sub)
     return p
+
+
+def _add_trace_commands(sub) -> None:
+    """run / trace: a job with memtop's in-job agent, and its framework's trace (docs/TRACE.md)."""
+    ru = sub.add_parser(
+        "run", help="start a job with memtop's in-job agent (for `memtop trace`) and watch it"
+    )
+    ru.add_argument("--no-tui", action="store_true", help="headless: the job keeps the terminal")
+    ru.add_argument("--record", metavar="FILE", help="record the job while it runs")
+    ru.add_argument("--force", action="store_true", help="overwrite the --record file")
+    ru.add_argument(
+        "--log",
+        default="memtop-run.log",
+        metavar="FILE",
+        help="with the TUI: the job's stdout and stderr are appended here (default memtop-run.log)",
+    )
+    _add_sampling(ru)
+    _add_display(ru, default=argparse.SUPPRESS)
+    ru.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the job")
+
+    tr = sub.add_parser("trace", help="the framework's trace of a `memtop run` job, with memtop's tracks")
+    who = tr.add_mutually_exclusive_group(required=True)
+    who.add_argument("pid", nargs="?", type=_index, metavar="PID", help="one process of the job")
+    who.add_argument("--job", type=_index, metavar="PID", help="every process under PID (`memtop run`'s)")
+    tr.add_argument("--seconds", type=SECONDS, default=5.0, metavar="N", help="window, 0.1-120 s (default 5)")
+    tr.add_argument(
+        "--steps", type=STEPS, metavar="N", help="stop after N optimizer steps (--seconds at most)"
+    )
+    tr.add_argument(
+        "-o", "--output", metavar="OUT.json.gz", help="the merged trace (default: a new file here)"
+    )
+    tr.add_argument("--force", action="store_true", help="replace OUT (a link is replaced, not followed)")
+    tr.add_argument("--python", action="store_true", help="also Python frames (slows the job in the window)")
+    tr.add_argument("--no-stacks", action="store_true", help="no py-spy stacks in memtop's part")
 
 
 def _add_source(p: argparse.ArgumentParser) -> None:
@@ -321,6 +368,8 @@ COMMANDS: dict[str | None, tuple[str, str]] = {
     "snapshot": ("memtop.commands.snapshot", "run_snapshot"),
     "serve": ("memtop.commands.serve", "serve"),
     "cluster": ("memtop.commands.cluster", "run_cluster"),
+    "run": ("memtop.commands.run", "run_job"),
+    "trace": ("memtop.commands.trace", "run_trace"),
 }
 
 

@@ -23,7 +23,7 @@ import queue
 import secrets
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -237,8 +237,12 @@ def write_trace(
     t_from: float | None = None,
     t_to: float | None = None,
     progress: bool | None = None,
+    extra: Iterable[dict] = (),
+    extra_meta: dict | None = None,
 ) -> int:
-    """Write the whole trace document to ``fh``; returns the number of trace events."""
+    """Write the whole trace document to ``fh``; returns the number of trace events. ``extra``
+    events (a framework's trace on this clock: memtop.agent.merge) join ``traceEvents``, and
+    ``extra_meta`` the metadata."""
     lo, hi, gpus_meta = _check(rec, gpu, t_from, t_to)
     fh.write('{"traceEvents":[')
     emit = _Out(fh)
@@ -280,6 +284,8 @@ def write_trace(
                         "args": {"label": m.label, "facts": m.facts},
                     }
                 )
+        for ev in extra:
+            emit(ev)
         emit.flush()
         fh.write('],"displayTimeUnit":"ms","stackFrames":{')
         fh.write(",".join(f'"{k}":{dumps(v)}' for k, v in stacks.frames.items()))
@@ -294,6 +300,7 @@ def write_trace(
         "memtop_version": rec.meta.get("memtop_version"),
         "range_s": [round(lo - rec.t0, 3), round(hi - rec.t0, 3)],
         "gpu": gpu,
+        **(extra_meta or {}),
     }
     fh.write(f'],"metadata":{dumps(meta)}}}')
     return emit.n

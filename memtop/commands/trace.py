@@ -1,0 +1,45 @@
+"""`memtop trace PID | --job PID --seconds N [--steps N] [-o OUT.json.gz]`: the framework's own trace
+of a job started with `memtop run`, merged with memtop's counters and phases (docs/TRACE.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from memtop.agent.capture import capture_trace
+from memtop.agent.client import hello, job_agents
+from memtop.errors import UserError
+
+
+def default_output(pid: int) -> Path:
+    return Path(f"memtop-trace-{pid}-{time.strftime('%Y%m%d-%H%M%S')}.json.gz")
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    if args.job is not None:
+        refs = job_agents(args.job)
+    else:
+        ref = hello(args.pid)
+        if not ref.frameworks:
+            raise UserError(f"PID {args.pid} has not imported torch or jax: no framework trace to take")
+        refs = [ref]
+    out = Path(args.output) if args.output else default_output(args.job or args.pid)
+    print(
+        f"memtop: capturing {args.seconds:g} s of {', '.join(f'pid {r.pid}' for r in refs)}...",
+        file=sys.stderr,
+    )
+    result = capture_trace(
+        refs,
+        args.seconds,
+        out,
+        steps=args.steps,
+        force=args.force,
+        python=args.python,
+        stacks=not args.no_stacks,
+    )
+    for w in result.warnings:
+        print(f"memtop: warning: {w}", file=sys.stderr)
+    print(f"memtop: {result.line()} (open it in https://ui.perfetto.dev)", file=sys.stderr)
+    return 0

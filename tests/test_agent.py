@@ -1,0 +1,492 @@
+"""`memtop run`'s in-job agent and `memtop trace`, with real processes, sockets and (where installed)
+the real CPU build of PyTorch. Never evidence that GPU capture works: that is checked on the device
+(bench/trace_device.sh, docs/TRACE.md)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from memtop.agent import injob
+from memtop.agent.capture import AutoTrigger
+from memtop.agent.client import ask, hello
+from memtop.agent.merge import Capture, align, framework_events
+from memtop.errors import UserError
+
+try:
+    import torch  # noqa: F401
+
+    HAS_TORCH = True
+except ImportError:
+    HAS_TORCH = False
+needs_torch = pytest.mark.skipif(
+    not HAS_TORCH,
+    reason="PyTorch is not installed (CI: torch stays out of the test extras, see docs/TRACE.md)",
+)
+OTHER_PYTHON = "/usr/bin/python3"  # the venv's may sit where uid 65534 cannot reach it
+ACCEPT4 = {"x86_64": 288, "aarch64": 242}  # the syscall an idle agent thread sleeps in
+
+
+def memtop(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "memtop", *args], text=True, **kw)
+
+
+def run_job(code: str, *options: str, env: dict | None = None) -> subprocess.Popen:
+    """`memtop run --no-tui` of a Python job that says its pid and agent folder, then waits for a line."""
+    return memtop(
+        "run",
+        "--no-tui",
+        *options,
+        "--",
+        sys.executable,
+        "-c",
+        textwrap.dedent(code),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+HELLO = """
+    import json, os, sys, threading
+    print(json.dumps({"pid": os.getpid(), "dir": os.environ["MEMTOP_AGENT_DIR"]}), flush=True)
+"""
+
+
+def first_line(p: subprocess.Popen) -> dict:
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert line, p.communicate(timeout=30)
+    return json.loads(line)
+
+
+def finish(p: subprocess.Popen) -> tuple[str, str]:
+    out, err = p.communicate("\n", timeout=60)
+    return out, err
+
+
+def test_the_idle_agent_imports_nothing_and_sleeps_in_accept():
+    p = run_job(
+        HELLO
+        + """
+    agent = [t for t in threading.enumerate() if t.name == "memtop-agent"]
+    print(json.dumps({
+        "frameworks": [m for m in ("torch", "jax", "numpy", "tensorflow") if m in sys.modules],
+        "threads": sorted(t.name for t in threading.enumerate()),
+        "tid": agent[0].native_id if agent else None,
+    }), flush=True)
+    sys.stdin.readline()
+    """
+    )
+    try:
+        job = first_line(p)
+        seen = first_line(p)
+        assert seen["frameworks"] == []
+        assert seen["threads"] == ["MainThread", "memtop-agent"]  # one thread, nothing else
+        task = Path(f"/proc/{job['pid']}/task/{seen['tid']}")
+        assert task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
+        nr = ACCEPT4.get(platform.machine())
+        if nr is not None:  # blocked in accept4(): a system call, without the GIL
+            assert int(task.joinpath("syscall").read_text().split()[0]) == nr
+    finally:
+        finish(p)
+    assert p.returncode == 0
+
+
+def test_the_socket_is_private_and_answers_its_user():
+    p = run_job(HELLO + "\n    sys.stdin.readline()\n")
+    try:
+        job = first_line(p)
+        d = os.lstat(job["dir"])
+        assert stat.S_IMODE(d.st_mode) == 0o700 and d.st_uid == os.getuid()
+        s = os.lstat(injob.socket_path(job["dir"], job["pid"]))
+        assert stat.S_ISSOCK(s.st_mode) and stat.S_IMODE(s.st_mode) == 0o600
+        ref = hello(job["pid"])
+        assert ref.pid == job["pid"] and ref.frameworks == ()
+        with pytest.raises(UserError, match="has not imported torch"):
+            ask(ref.pid, ref.path, {"op": "trace", "seconds": 1}, 10)
+        with pytest.raises(UserError, match="seconds must be"):
+            ask(ref.pid, ref.path, {"op": "trace", "seconds": 1e9}, 10)
+    finally:
+        finish(p)
+    assert not os.path.exists(job["dir"])  # memtop run removes the folder with the job
+
+
+def test_a_peer_of_another_user_is_refused(monkeypatch):
+    """SO_PEERCRED: only the job's uid and root. As root, a real process of uid 65534 asks (the folder
+    and socket opened up for it); otherwise the agent is made to belong to another uid."""
+    d = tempfile.mkdtemp(prefix="memtop-test-")  # (not under pytest's 0700 folder: uid 65534 must reach it)
+    agent = injob.Agent(d)
+    agent.start()
+    try:
+        if os.getuid() == 0:
+            if not os.path.exists(OTHER_PYTHON):
+                pytest.skip(f"{OTHER_PYTHON} (an interpreter uid 65534 may run) is not there")
+            os.chmod(d, 0o711)
+            os.chmod(agent.path, 0o666)
+            code = (
+                "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]);"
+                's.sendall(b\'{"op":"hello"}\\n\'); print(s.recv(4096).decode())'
+            )
+            r = subprocess.run(
+                [OTHER_PYTHON, "-c", code, agent.path],
+                user=65534,
+                cwd="/",
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            answer = json.loads(r.stdout)
+        else:
+            monkeypatch.setattr(injob.os, "getuid", lambda: os.geteuid() + 1)
+            with pytest.raises(UserError, match="refused: uid"):
+                ask(os.getpid(), agent.path, {"op": "hello"}, 10)
+            return
+        assert answer["ok"] is False and "refused: uid 65534" in answer["error"]
+    finally:
+        agent._forget()
+        shutil.rmtree(d)
+
+
+def test_run_passes_output_and_exit_status_through():
+    code = "import sys; sys.stdout.write('out\\n'); sys.stderr.write('err\\n'); sys.exit(7)"
+    r = subprocess.run(
+        [sys.executable, "-m", "memtop", "run", "--no-tui", "--", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (r.returncode, r.stdout, r.stderr) == (7, "out\n", "err\n")
+
+
+def test_run_forwards_signals_and_reports_a_death_by_signal():
+    p = run_job(
+        HELLO
+        + """
+    import signal, time
+    signal.signal(signal.SIGUSR1, lambda *a: print("usr1", flush=True))
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(5))
+    print("ready", flush=True)
+    while True:
+        time.sleep(1)
+    """
+    )
+    first_line(p)
+    assert p.stdout.readline() == "ready\n"
+    p.send_signal(signal.SIGUSR1)
+    assert p.stdout.readline() == "usr1\n"
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 5
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memtop",
+            "run",
+            "--no-tui",
+            "--",
+            sys.executable,
+            "-c",
+            "import os; os.kill(os.getpid(), 15)",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 128 + signal.SIGTERM
+
+
+def test_run_keeps_the_users_sitecustomize(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("MARK = 'users'\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    code = "import sitecustomize, sys; print(sitecustomize.MARK, '_memtop_agent' in sys.modules)"
+    r = subprocess.run(
+        [sys.executable, "-m", "memtop", "run", "--no-tui", "--", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert r.stdout == "users True\n", r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["trace", str(os.getpid()), "--seconds", "1"], "has no memtop agent"),
+        (["trace", "4194304", "--seconds", "1"], "no process with PID 4194304"),
+        (["trace", "--job", str(os.getpid()), "--seconds", "1"], "no process under PID"),
+        (["run", "--no-tui"], "name the job to run"),
+        (["run", "--no-tui", "--", "/nonexistent/job"], "no such file or command"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    r = subprocess.run([sys.executable, "-m", "memtop", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+TORCH_LOOP = """
+    import json, os, sys, time, torch
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 64)
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    steps = 0
+    while not os.path.exists(sys.argv[1]):
+        loss = model(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+    print("done", steps > 0, flush=True)
+"""
+
+
+def torch_job(tmp_path: Path) -> tuple[subprocess.Popen, int, Path]:
+    stop = tmp_path / "stop"
+    p = memtop(
+        "run",
+        "--no-tui",
+        "--",
+        sys.executable,
+        "-c",
+        textwrap.dedent(TORCH_LOOP),
+        str(stop),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    return p, first_line(p)["pid"], stop
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_capture_of_a_cpu_torch_loop_merges_with_memtops_tracks(tmp_path):
+    p, pid, stop = torch_job(tmp_path)
+    out = tmp_path / "t.json.gz"
+    try:
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memtop",
+                "trace",
+                str(pid),
+                "--seconds",
+                "1.5",
+                "-o",
+                str(out),
+                "--no-stacks",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert r.returncode == 0, r.stderr
+        again = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memtop",
+                "trace",
+                str(pid),
+                "--seconds",
+                "1",
+                "-o",
+                str(tmp_path / "b.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        stop.touch()
+        job_out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0 and job_out.endswith("done True\n")
+    assert again.returncode == 2 and "at most one per 30 s" in again.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    ev = doc["traceEvents"]
+    ops = [e for e in ev if e.get("cat") == "cpu_op" and e.get("tid") == pid]  # the training thread's
+    names = {e["name"] for e in ops}
+    assert {"aten::linear", "aten::mean"} <= names, sorted(names)[:40]
+    cpu = [e["ts"] for e in ev if e.get("ph") == "C" and e.get("name") == "CPU %"]  # memtop's host track
+    assert cpu
+    (cap,) = doc["metadata"]["captures"]
+    assert cap["pid"] == pid and cap["steps"] > 0 and cap["clock_residual_us"] < 1000
+    lo, hi = (t * 1e6 for t in cap["window_s"])
+    # on one clock: the ops sit inside the window memtop noted, and memtop's samples span it
+    assert all(lo - 1e4 <= e["ts"] <= hi + 1e4 for e in ops)
+    assert min(cpu) < lo and max(cpu) > hi - 1e6
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_killing_memtop_mid_capture_leaves_the_job_running(tmp_path):
+    p, pid, stop = torch_job(tmp_path)
+    try:
+        tracer = memtop(
+            "trace", str(pid), "--seconds", "20", "-o", str(tmp_path / "t.json"), stderr=subprocess.PIPE
+        )
+        assert "capturing" in tracer.stderr.readline()
+        ref = hello(pid)
+        while not ask(ref.pid, ref.path, {"op": "hello"}, 10)[0]["busy"]:  # the capture is under way
+            assert tracer.poll() is None
+        with pytest.raises(UserError, match="already running"):
+            ask(ref.pid, ref.path, {"op": "trace", "seconds": 1}, 60)
+        tracer.kill()
+        tracer.wait(timeout=30)
+        assert hello(pid).frameworks == ("torch",)  # the agent still answers
+    finally:
+        stop.touch()
+        job_out, job_err = p.communicate(timeout=120)
+    assert p.returncode == 0 and job_out.endswith("done True\n"), job_err
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_the_agent_never_listens_outside_a_private_folder(tmp_path):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o755)
+    os.chmod(open_dir, 0o755)
+    with pytest.raises(injob.CaptureError, match="not a private directory"):
+        injob.Agent(str(open_dir)).start()
+    assert not list(open_dir.iterdir())
+
+
+def _capture(pid: int, offset_us: float) -> Capture:
+    """A framework trace as the agent sends it: marks on a clock ``offset_us`` ahead of
+    CLOCK_MONOTONIC, two processes' worth of tracks (the process and a GPU) and a flow."""
+    marks = [[f"{injob.MARK}{k}", 1_000_000 + k * 10_000, 1_000_000 + k * 10_000 + 40_000] for k in range(6)]
+    events = [
+        {
+            "ph": "X",
+            "name": f"{injob.MARK}{k}",
+            "pid": pid,
+            "tid": 9,
+            "ts": a / 1000 + offset_us + 5,
+            "dur": 10,
+        }
+        for k, (_, a, _) in enumerate(marks)
+    ]
+    events += [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python3"}},
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 2000 + offset_us, "dur": 5},
+        {"ph": "s", "cat": "ac2g", "name": "launch", "pid": pid, "tid": pid, "ts": 1990 + offset_us, "id": 3},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": "bad"},
+        "not an event",
+    ]
+    payload = json.dumps({"traceEvents": events}).encode()
+    return Capture.parse(pid, {"framework": "torch", "clock": marks}, payload)
+
+
+def test_the_merge_aligns_each_capture_and_keeps_ranks_apart():
+    a, b = _capture(101, 5e12), _capture(202, -3e6)
+    for cap, off in ((a, 5e12), (b, -3e6)):
+        al = align(cap)
+        # a mark 5 µs into its 40 µs bracket, 10 µs long: the offset is off by the bracket's middle
+        # less the mark's, within the residual (40 - 10) / 2
+        assert abs(al.offset_us - off) <= al.residual_us == 15.0
+        assert al.drift_us == 0.0
+    counts: Counter = Counter()
+    out = [list(framework_events(c, k, align(c).offset_us, counts)) for k, c in enumerate((a, b))]
+    kernels = [[e for e in evs if e.get("cat") == "kernel"] for evs in out]
+    assert [abs(k[0]["ts"] - 2000) <= 15 for k in kernels] == [True, True]  # both on CLOCK_MONOTONIC
+    assert kernels[0][0]["pid"] != kernels[1][0]["pid"]  # the two ranks' "GPU 0" stay apart
+    assert {e["id"] for evs in out for e in evs if e["ph"] == "s"} == {"0:3", "1:3"}
+    names = {e["args"]["name"] for evs in out for e in evs if e.get("name") == "process_name"}
+    assert names == {
+        "torch pid 101: python3",
+        "torch pid 101: GPU 0",
+        "torch pid 202: python3",
+        "torch pid 202: GPU 0",
+    }
+    assert not any(e.get("ts") == "bad" for evs in out for e in evs)  # an event without a time is left out
+    assert counts["kernel"] == 2 and counts["cpu_op"] == 0
+
+
+def test_a_trace_without_memtops_marks_is_refused():
+    cap = Capture.parse(1, {"clock": []}, b'{"traceEvents": []}')
+    with pytest.raises(UserError, match="clock marks"):
+        align(cap)
+    with pytest.raises(UserError, match="not JSON"):
+        Capture.parse(1, {}, b"{")
+
+
+def test_trace_on_captures_at_most_once_per_interval():
+    trig = AutoTrigger({"sync-stall"}, interval=60)
+    assert not trig.offer("compute", 0.0)
+    assert trig.offer("sync-stall", 0.0)
+    assert not trig.offer("sync-stall", 59.0)
+    assert trig.offer("sync-stall", 61.0)
+    assert AutoTrigger({"x"}, interval=1).interval == injob.MIN_INTERVAL_S  # never below the agents'
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_all_ranks_of_a_job_are_captured_over_one_window(tmp_path):
+    """Two processes under `memtop run` (as torchrun's ranks are), each with its own agent."""
+    rank = tmp_path / "rank.py"
+    rank.write_text(textwrap.dedent(TORCH_LOOP))
+    stop = tmp_path / "stop"
+    launcher = (
+        "import subprocess, sys\n"
+        f"ranks = [subprocess.Popen([sys.executable, {str(rank)!r}, {str(stop)!r}]) for _ in range(2)]\n"
+        "sys.exit(max(r.wait() for r in ranks))\n"
+    )
+    p = memtop(
+        "run",
+        "--no-tui",
+        "--",
+        sys.executable,
+        "-c",
+        launcher,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        pids = {first_line(p)["pid"], first_line(p)["pid"]}
+        out = tmp_path / "job.json"
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memtop",
+                "trace",
+                "--job",
+                str(p.pid),
+                "--seconds",
+                "1",
+                "-o",
+                str(out),
+                "--no-stacks",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert r.returncode == 0, r.stderr
+    finally:
+        stop.touch()
+        p.communicate(timeout=120)
+    assert p.returncode == 0
+    caps = json.loads(out.read_text())["metadata"]["captures"]
+    assert {c["pid"] for c in caps} == pids  # the launcher (no torch) is not asked
+    (a0, a1), (b0, b1) = (c["window_s"] for c in caps)
+    assert a0 < b1 and b0 < a1  # one window: each started before the other ended
