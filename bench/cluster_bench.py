@@ -75,7 +75,8 @@ def endpoint(ports: list[int], snaps_file: str) -> None:
 
 def poller(hosts: str, interval: float, seconds: float) -> None:
     """The headless cluster client: poll every interval, merge into rows once a second."""
-    from memtop.commands.cluster import HttpPoller, NodeState, rows
+    from memtop.fleet.sources import HttpPoller
+    from memtop.fleet.view import NodeState, rows
 
     nodes = [NodeState(h) for h in hosts.split(",")]
     p = HttpPoller(nodes, 0, timeout=3.0)

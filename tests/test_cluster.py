@@ -17,7 +17,8 @@ import pytest
 from netutil import free_ports, memtop, stop, wait_ready
 
 from memtop.cli import main
-from memtop.commands.cluster import NodeState, read_hosts, recent_phase, rows
+from memtop.fleet.sources import read_hosts
+from memtop.fleet.view import NodeState, print_text, recent_phase, rows
 from memtop.sanitize import is_clean
 
 ROOT = Path(__file__).parent.parent
@@ -116,9 +117,7 @@ def test_hostile_node_strings_stay_data(capsys):
     snap["gpus"][0]["phase"] = HOSTILE[3]
     snap["gpus"][0]["band"] = HOSTILE[1]
     n = _state(HOSTILE[2][:40], snap)
-    from memtop.commands.cluster import _print_text
-
-    _print_text([n], 2.0)
+    print_text([n], 2.0)
     out = capsys.readouterr().out
     assert all(is_clean(line) for line in out.splitlines())
 
@@ -279,16 +278,29 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
 
 
 def test_malformed_snapshots_do_not_break_the_view(capsys):
-    """A node may answer anything: wrong types stay out of the rows, deep nesting is 'not JSON'."""
-    from memtop.commands.cluster import _print_text
-
-    weird = {"gpus": [7, {"index": 0, "band": ["C"], "phase": None, "shares": [1], "verdict": "x", "job": 3}]}
+    """A node may answer anything: wrong types stay out of the rows; a GPU that is not an object or
+    whose index is not a small integer refuses the node, with the reason."""
+    weird = {"gpus": [{"index": 0, "band": ["C"], "phase": None, "shares": [1], "verdict": "x", "job": 3}]}
     n = NodeState("weird")
     n.good(weird, 1)
     (r,) = rows([n], 2.0)
     assert r.gpu["band"] == "" and r.gpu["shares"] == {} and r.gpu["job"] == {} and r.gpu["verdict"] is None
-    _print_text([n], 2.0)
+    assert r.gpu["phase"] == "other"
+    print_text([n], 2.0)
     assert "weird" in capsys.readouterr().out
+    for gpus, why in [
+        ([7], "gpus[0] is not an object"),
+        ([{"index": "0"}], "gpus[0].index is not a GPU index"),
+        ([{"index": 10**300}], "gpus[0].index is not a GPU index"),
+        ([{"index": True}], "gpus[0].index is not a GPU index"),
+        ([{"index": {"a": 1}}], "gpus[0].index is not a GPU index"),
+        ([{"index": 1}, {"index": 1}], "a GPU index appears twice"),
+    ]:
+        n = NodeState("weird")
+        n.good({"gpus": gpus}, 1)
+        assert n.snapshot is None and why in (n.error or ""), (gpus, n.error)
+        (r,) = rows([n], 2.0)
+        assert r.stale and why in r.stale
 
 
 def test_hostile_http_nodes_get_a_reason():
@@ -296,7 +308,8 @@ def test_hostile_http_nodes_get_a_reason():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from memtop.commands.cluster import MAX_BODY, HttpPoller
+    from memtop.fleet.sources import HttpPoller
+    from memtop.fleet.wire import MAX_SNAPSHOT as MAX_BODY
 
     answers = {
         "/deep": (200, b"[" * 100_000 + b"]" * 100_000),
@@ -334,8 +347,8 @@ def test_hostile_http_nodes_get_a_reason():
             srv.shutdown()
             srv.server_close()
     assert got == {
-        "/deep": ("bad response: not JSON", None),
-        "/big": ("bad response: too large", None),
+        "/deep": ("bad response: over 20000 JSON objects", None),
+        "/big": ("bad response: over 1 MiB", None),
         "/auth": ("auth", None),
         "/junk": ("bad response: not JSON", None),
     }

@@ -22,7 +22,8 @@ from textual.screen import ModalScreen
 from textual.strip import Strip
 from textual.widgets import Footer, Static
 
-from memtop.commands.cluster import STALE_INTERVALS, Row, SshStreams, node_list, recent_phase, rows
+from memtop.fleet.sources import SshStreams, node_list
+from memtop.fleet.view import STALE_INTERVALS, Row, recent_phase, rows
 from memtop.phases import CHARS, TITLES
 from memtop.sanitize import clean
 
