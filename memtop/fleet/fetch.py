@@ -170,7 +170,7 @@ class Fetcher:
                 length = r.getheader("Content-Length", "")
                 if length.isdigit() and int(length) > self.cap:
                     raise Refused(f"bad response: over {self.cap >> 20} MiB")
-                body = r.read(self.cap + 1)
+                body = _read(r, self.cap + 1)
             except BaseException:
                 conn.close()
                 if id(conn) in expired:  # whatever the shut socket raised: the deadline passed
@@ -186,3 +186,12 @@ class Fetcher:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+
+
+def _read(r: http.client.HTTPResponse, limit: int) -> bytearray:
+    """Up to `limit` bytes of the body, grown in place (read(limit) of a body without a length
+    buffers it twice: 45 MB took 209 MiB of RSS)."""
+    body = bytearray()
+    while len(body) < limit and (chunk := r.read(min(1 << 20, limit - len(body)))):
+        body += chunk
+    return body

@@ -36,7 +36,7 @@ MAX_INDEX = 1023
 MAX_PROCS = 256
 BAND_LEN = 120
 PHASES = frozenset((*LABELS, "warmup", "gathering"))
-GAUGES = frozenset(m.name for m in METRICS)
+GAUGES = {m.name: m for m in METRICS}
 MODES = ("live", "replay", "demo")
 GPU_MODES = ("gpm", "nvml", "lost")
 
@@ -144,7 +144,13 @@ def _gpu(i: int, g: object) -> dict:
     if index is None:
         raise Refused(f"bad snapshot: gpus[{i}].index is not a GPU index (0-{MAX_INDEX})")
     phase = g.get("phase")
-    gauges = {k: f for k, x in _obj(g.get("gauges")).items() if k in GAUGES and (f := _num(x)) is not None}
+    gauges = {
+        k: f
+        for k, x in _obj(g.get("gauges")).items()
+        if k in GAUGES
+        and (f := _num(x)) is not None
+        and GAUGES[k].valid(f) is not None  # the recording's ranges
+    }
     return {
         "index": index,
         "uuid": _str(g.get("uuid"), 64),
