@@ -352,3 +352,100 @@ def test_hostile_http_nodes_get_a_reason():
         "/auth": ("auth", None),
         "/junk": ("bad response: not JSON", None),
     }
+
+
+@pytest.fixture(scope="module")
+def demo_nodes():
+    """Three `memtop serve --demo` nodes on one machine (same hostname, same GPU uuid) and a dead port."""
+    ports = free_ports(4)
+    dead = ports.pop()
+    procs = [memtop("serve", "--demo", "--port", str(p), stderr=subprocess.DEVNULL) for p in ports]
+    try:
+        for p, port in zip(procs, ports):
+            wait_ready(port, proc=p, timeout=60)
+        yield ports, dead
+    finally:
+        stop(*procs)
+
+
+@pytest.mark.slow
+def test_three_demo_nodes_on_one_machine_are_three_nodes(demo_nodes):
+    ports, _ = demo_nodes
+    rc, out = _cluster("--hosts", ",".join(f"127.0.0.1:{p}" for p in ports))
+    assert rc == 0 and [n["target"] for n in out["nodes"]] == [f"127.0.0.1:{p}" for p in ports]
+    for n in out["nodes"]:
+        jsonschema.validate(n["snapshot"], SCHEMA)
+        (g,) = n["snapshot"]["gpus"]
+        assert abs(sum(g["shares"].values()) - 1) < 1e-3, g["shares"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="prometheus not installed (Debian: prometheus)"
+)
+def test_a_real_prometheus_over_three_demo_nodes_shows_three_nodes(demo_nodes, tmp_path):
+    """Every demo node exports hostname="vm" and the recording's uuid: keyed by hostname they were
+    one node with shares summing to 2.76. Keyed by the scrape instance: three, each summing to 1."""
+    ports, _ = demo_nodes
+    (prom_port,) = free_ports(1)
+    targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs:\n  - job_name: memtop\n    static_configs: [{{targets: [{targets}]}}]\n"
+    )
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        end = time.monotonic() + 60
+        while True:  # until every node has a rate (two scrapes) and a band step
+            rc, out = _cluster("--prom", f"http://127.0.0.1:{prom_port}")
+            nodes = out.get("nodes", [])
+            if len(nodes) == 3 and all(n["snapshot"]["gpus"][0]["shares"] for n in nodes):
+                break
+            assert time.monotonic() < end, out
+            time.sleep(1)
+    finally:
+        stop(prom)
+    assert sorted(n["target"] for n in nodes) == sorted(f"127.0.0.1:{p}" for p in ports)
+    for n in nodes:
+        jsonschema.validate(n["snapshot"], SCHEMA)
+        (g,) = n["snapshot"]["gpus"]
+        assert n["snapshot"]["hostname"] and abs(sum(g["shares"].values()) - 1) < 1e-3, g["shares"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
+    """`memtop cluster --hosts` with no other flag, an empty HOME and no config: it paints at 80x24,
+    120x40 and 200x50 (NO_COLOR, --ascii), the verdict and the stale reason uncut, the detail pane
+    right under the rows, and q exits 0."""
+    from test_tmux_matrix import VARIANTS, Tmux, _quit
+
+    ports, dead = demo_nodes
+    home = tmp_path / "home"
+    home.mkdir()
+    tmux = Tmux(tmp_path)
+    hosts = ",".join(f"127.0.0.1:{p}" for p in [*ports, dead])
+    runs = {"s80": ((80, 24), "ascii"), "s120": ((120, 40), "NO_COLOR"), "s200": ((200, 50), "ascii")}
+    try:
+        for name, (size, variant) in runs.items():
+            env, extra = VARIANTS[variant]
+            tmux.start(name, ["cluster", "--hosts", hosts, *extra], size, {**env, "HOME": str(home)})
+        for name, (_, variant) in runs.items():
+            pane = tmux.wait(name, "last 60 s:", timeout=40)
+            lines = pane.splitlines()
+            assert "Traceback" not in pane and "EXIT=" not in pane, pane
+            assert "no data: refused" in pane, pane  # the stale reason whole
+            assert sum("last 60 s: " in ln for ln in lines) >= 3, pane  # every live row names its verdict
+            rows_end = max(i for i, ln in enumerate(lines) if f":{dead}" in ln)
+            detail = next(i for i, ln in enumerate(lines) if "now:" in ln)
+            assert detail <= rows_end + 2, pane  # no empty rows between the table and the detail
+            if variant == "ascii":
+                assert pane.isascii(), pane
+            _quit(tmux, name)
+    finally:
+        tmux("kill-server")

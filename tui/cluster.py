@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from typing import cast
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Span, Text
@@ -22,20 +23,24 @@ from textual.screen import ModalScreen
 from textual.strip import Strip
 from textual.widgets import Footer, Static
 
+from memtop.errors import UserError
 from memtop.fleet.sources import SshStreams, node_list
 from memtop.fleet.view import STALE_INTERVALS, Row, recent_phase, rows
 from memtop.phases import CHARS, TITLES
 from memtop.sanitize import clean
 
-from .palette import phase_colors
+from .palette import AsciiFilter, phase_colors
 from .table import GAP, Cell, RowTable
 from .tiles import TextPanel
 
 PHASE_COLORS = phase_colors(None)  # the cluster view's dark palette
 
 _PHASE_OF = {c: p for p, c in CHARS.items()}
-BAND_W = 60
-COLUMNS = (("node", 20), ("GPU", 3), ("job", 14), ("phase", 9), ("SM", 4), ("phase band", BAND_W), ("", 60))
+BAND_W = 60  # the band's widest (two minutes at the snapshot's 2 s steps)
+MIN_BAND, MIN_NOTE = 10, 24  # under these the column says too little to keep
+# (title, the narrowest, the widest): columns take the width of their content inside these bounds
+COLUMNS = (("node", 4, 32), ("GPU", 3, 4), ("!", 1, 1), ("job", 3, 16), ("phase", 5, 9), ("SM", 4, 4))
+NOTE, BAND = len(COLUMNS) + 1, len(COLUMNS)  # then the phase band, then the verdict or the reason
 DIM = Style.parse("dim")
 FLAG = Style.parse("bold red")
 
@@ -111,14 +116,15 @@ def band_text(band: str, ascii_only: bool) -> Text:
     return Text("".join(plain), spans=spans)
 
 
-def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[tuple[str, str], ...]:
+def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -> tuple[tuple[str, str], ...]:
     """A row as (style, text) pairs, one per column: cheap to build and compare for hundreds of rows;
-    BandTable turns only the rows on screen into styled cells ("band" marks the phase band)."""
+    BandTable turns only the rows on screen into styled cells ("band" marks the phase band). The
+    band is cut to its newest `band_w` steps; the last cell names the moment it speaks for."""
     g = r.gpu
-    node = clean(r.target, 20)  # what the user named (replays on one machine share a hostname)
+    node = clean(r.target, 32)  # what is unique (replays and demo nodes on one machine share a hostname)
     if not g:
-        return (("dim", node), ("", "-"), ("", ""), ("", ""), ("", ""), ("", ""),
-                ("dim", f"no data: {clean(r.stale or '?', 50)}"))  # fmt: skip
+        return (("dim", node), ("", "-"), ("", ""), ("", ""), ("", ""), ("", ""), ("", ""),
+                ("dim", f"no data: {clean(r.stale or '?', 80)}"))  # fmt: skip
     job = g.get("job") or {}
     jid = clean(job.get("slurm_job_id") or job.get("pod") or "", 10)
     if job.get("rank"):
@@ -126,20 +132,38 @@ def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[tuple[str, str
     phase = recent_phase(g)
     sm = (g.get("gauges") or {}).get("sm", (g.get("gauges") or {}).get("util"))
     sm_s = f"{sm:3.0f}%" if isinstance(sm, (int, float)) else " n/a"
-    band = clean(g.get("band", ""), 200)[-BAND_W:]
+    band = clean(g.get("band", ""), 200)[-band_w:]
+    index = str(g.get("index", ""))
     if r.stale:
-        return tuple(("dim", x) for x in (node, str(g.get("index", "")), jid, clean(phase, 9), sm_s, band,
-                                          f"stale: {clean(r.stale, 50)}"))  # fmt: skip
+        return tuple(("dim", x) for x in (node, index, "", jid, clean(phase, 9), sm_s, band,
+                                          f"stale: {clean(r.stale, 80)}"))  # fmt: skip
     v = g.get("verdict") or {}
-    note = (
-        ("bold red", f"straggler? {clean(r.straggler, 200)}")
-        if r.straggler
-        else ("", clean(v.get("headline", ""), 60))
-    )
+    if r.straggler:
+        note = ("bold red", f"straggler? {clean(r.straggler, 200)}")
+    elif v.get("label"):  # the window's verdict, in the phase column's words, named as such
+        share = v.get("share")
+        pct = f" {100 * share:.0f} %" if isinstance(share, (int, float)) else ""
+        note = ("", f"last {v.get('window_s', 60):.0f} s: {clean(v['label'], 16)}{pct}")
+    else:
+        note = ("", "")
     return (
-        ("", node), ("", str(g.get("index", ""))), ("", jid), (PHASE_COLORS.get(phase, ""), clean(phase, 9)),
-        ("", sm_s), ("band", band), note,
+        ("", node), ("", index), ("bold red", "!" if r.straggler else ""), ("", jid),
+        (PHASE_COLORS.get(phase, ""), clean(phase, 9)), ("", sm_s), ("band", band), note,
     )  # fmt: skip
+
+
+def column_widths(cells: list[tuple[tuple[str, str], ...]], width: int) -> list[tuple[str, int]]:
+    """Each column as wide as its content (within its bounds); the verdict column gets what its
+    content needs before the band grows past MIN_BAND, then the band up to BAND_W, then the verdict."""
+    out = []
+    for i, (name, lo, hi) in enumerate(COLUMNS):
+        need = max((cell_len(c[i][1]) for c in cells), default=0)
+        out.append((name, max(lo, len(name), min(hi, need))))
+    note_need = max((cell_len(c[NOTE][1]) for c in cells), default=0)
+    left = width - sum(w for _, w in out) - GAP * (len(out) + 2) - 1  # the last cell: no wrap
+    band = max(MIN_BAND, min(BAND_W, left - max(MIN_NOTE, note_need)))
+    note = max(MIN_NOTE, left - band)
+    return [*out, ("phase band", band), ("", note)]
 
 
 def node_text(target: str, snap: dict | None, error: str | None) -> Text:
@@ -196,7 +220,11 @@ class NodeScreen(ModalScreen[None]):
 
 
 class ClusterApp(App):
-    CSS = "#header { height: 2; } #table { height: 1fr; } #detail { height: 6; border-top: solid $accent; }"
+    # the table as tall as its rows (up to most of the screen), the detail pane right under it
+    CSS = (
+        "#header { height: 2; } #table { height: auto; max-height: 75%; } "
+        "#detail { height: 1fr; min-height: 3; border-top: solid $accent; }"
+    )
     BINDINGS = [Binding("q", "quit", "quit")]
 
     def __init__(self, source, interval: float, ascii_only: bool = False, theme: str | None = None,
@@ -204,7 +232,15 @@ class ClusterApp(App):
         super().__init__()
         self.source, self.interval, self.ascii_only = source, interval, ascii_only
         self.paint_rate = paint_rate
+        # --ascii: everything drawn (Textual's borders and footer too) through the TUI's ASCII filter,
+        # as MemtopApp does (the filter list is a private Textual name)
+        if ascii_only and isinstance(getattr(self, "_filters", None), list):
+            self._filters.append(AsciiFilter())
         if theme:
+            if theme not in self.available_themes:
+                raise UserError(
+                    f"unknown theme {theme!r}; themes: {', '.join(sorted(self.available_themes))}"
+                )
             self.theme = theme
         self._stop = threading.Event()
         self._rows: dict[str, Row] = {}
@@ -212,7 +248,7 @@ class ClusterApp(App):
 
     def compose(self) -> ComposeResult:
         yield TextPanel(tiles=4, id="header")
-        yield BandTable(COLUMNS, id="table")
+        yield BandTable(column_widths([], 80), id="table")
         yield TextPanel(tiles=4, id="detail")
         yield Footer()
 
@@ -229,8 +265,11 @@ class ClusterApp(App):
 
         while not self._stop.is_set():
             t0 = time.monotonic()
-            self.source.poll_all()
+            self.source.poll_all(wait=False)  # a node still in flight is skipped, never waited for
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    def on_resize(self) -> None:
+        self.paint()  # the columns follow the width
 
     def on_unmount(self) -> None:
         self._stop.set()
@@ -239,7 +278,7 @@ class ClusterApp(App):
     def paint(self) -> None:
         nodes = node_list(self.source)
         # nothing new since the last paint (polls come every few seconds): nothing to do
-        state = tuple((n.ok_at, n.error, n.stale(self.interval)) for n in nodes)
+        state = (self.size.width, *((n.ok_at, n.error, n.stale(self.interval)) for n in nodes))
         if state == self._painted:
             return
         self._painted = state
@@ -250,7 +289,7 @@ class ClusterApp(App):
         head = Text(f"memtop cluster: {len(nodes)} nodes, {sum(1 for r in rs if r.gpu)} GPUs, every "
                     f"{self.interval:g} s", "bold")  # fmt: skip
         if flagged:
-            head.append(f"  {flagged} straggler candidate(s)", FLAG)
+            head.append(f"  ! {flagged} straggler candidate{'s' if flagged > 1 else ''}", FLAG)
         if stale:
             head.append(f"\nstale (> {STALE_INTERVALS} intervals): " + ", ".join(clean(s, 40) for s in stale[:8])
                         + (f" +{len(stale) - 8}" if len(stale) > 8 else ""), "dim")  # fmt: skip
@@ -259,22 +298,42 @@ class ClusterApp(App):
         self.query_one("#header", TextPanel).update(head)
         table = self.query_one(BandTable)
         table.ascii_only = self.ascii_only
-        pairs = [(r.key, row_cells(r, self.interval, self.ascii_only)) for r in rs]
+        cells = [row_cells(r, self.interval, self.ascii_only) for r in rs]
+        widths = column_widths(cells, self.size.width)
+        for i, (_, w) in enumerate(widths):
+            table.set_width(i, w)
+        band_w = widths[BAND][1]
+        pairs = [
+            (r.key, (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])) for r, c in zip(rs, cells)
+        ]
         # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
         table.set_rows(cast(list[tuple[str, tuple[Cell, ...]]], pairs))
         self._detail(table.cursor_key)
 
     def _detail(self, key: str | None) -> None:
+        """The selected GPU: its phase now, and the verdict of its window with that verdict's own
+        evidence, advice and command (each line under the label it belongs to)."""
         r = self._rows.get(key or "")
         t = Text()
         if r is not None:
-            v = r.gpu.get("verdict") or {}
-            t.append(f"{clean(r.target, 40)} GPU {clean(r.gpu.get('index', '-'), 4)}: ", "bold")
+            g = r.gpu
+            v = g.get("verdict") or {}
+            t.append(f"{clean(r.target, 40)} GPU {clean(g.get('index', '-'), 4)}", "bold")
+            if g:
+                t.append(f"  now: {clean(recent_phase(g), 12)}")
+            t.append("\n")
             if r.straggler:
                 t.append(f"straggler candidate: {clean(r.straggler, 600)}\n", FLAG)
-            t.append(clean(v.get("headline", r.stale or ""), 200) + "\n")
-            if v.get("evidence"):
-                t.append("evidence: " + clean(v["evidence"], 400))
+            if r.stale or not v:
+                t.append(clean(r.stale or "no verdict yet", 200) + "\n", "dim")
+            else:
+                t.append(f"last {v.get('window_s', 60):.0f} s: {clean(v.get('headline', ''), 200)}\n", "bold")
+                if v.get("evidence"):
+                    t.append("  evidence: " + clean(v["evidence"], 400) + "\n")
+                for a in v.get("advice", [])[:3]:
+                    t.append(f"  - {clean(a, 300)}\n")
+                if v.get("command"):
+                    t.append(f"  next: {clean(v['command'], 400)}\n", "dim")
         self.query_one("#detail", TextPanel).update(t)
 
     @on(RowTable.Highlighted)
