@@ -101,7 +101,7 @@ def poller(hosts: str, interval: float, seconds: float) -> None:
     cpu = time.process_time() - c0
     wall = time.monotonic() - t0
     print(json.dumps({
-        "cpu_pct": round(100 * cpu / wall, 2), "bytes_per_s": round(sum(n.bytes for n in nodes) / wall),
+        "cpu_pct": round(100 * cpu / wall, 2), "bytes_per_s": round(sum(n.received for n in nodes) / wall),
         "oldest_row_s": round(worst, 2), "round_s_max": round(max(rounds), 3),
         "round_s_mean": round(sum(rounds) / len(rounds), 3), "failures": sum(n.failures for n in nodes),
     }))  # fmt: skip

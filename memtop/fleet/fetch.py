@@ -121,7 +121,7 @@ class Fetcher:
         self.origin, self.cap, self.headers, self.ctx = origin, cap, headers, ctx
         self._conn: _Conn | None = None
 
-    def get(self, path: str, deadline: float) -> tuple[int, bytes]:
+    def get(self, path: str, deadline: float) -> tuple[int, bytes | bytearray]:
         """(status, body) of GET path, following same-origin redirects; DeadlineExceeded past
         `deadline` (monotonic), Refused for an answer too large or a redirect elsewhere."""
         for _ in range(MAX_REDIRECTS + 1):
@@ -143,7 +143,7 @@ class Fetcher:
         u = urllib.parse.urlsplit(target)
         return (u.path or "/") + (f"?{u.query}" if u.query else "")
 
-    def _once(self, path: str, deadline: float) -> tuple[int, str | None, bytes]:
+    def _once(self, path: str, deadline: float) -> tuple[int, str | None, bytes | bytearray]:
         for attempt in range(2):
             reused = self._conn is not None and self._conn.sock is not None
             try:
@@ -153,7 +153,7 @@ class Fetcher:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _request(self, path: str, deadline: float) -> tuple[int, str | None, bytes]:
+    def _request(self, path: str, deadline: float) -> tuple[int, str | None, bytes | bytearray]:
         left = deadline - time.monotonic()
         if left <= 0:
             raise DeadlineExceeded("deadline")

@@ -306,13 +306,13 @@ class PromSource:
             headers["Authorization"] = f"Bearer {token}"
         self.fetcher = Fetcher(origin, wire.MAX_PROM, headers)
         self.nodes: dict[str, NodeState] = {}
-        self.bytes = 0
+        self.received = 0  # bytes of answers
         self.error: str | None = None
         self.refused = False  # the server's answer was not a Prometheus answer (not unreachable)
 
     def _get(self, deadline: float, path: str, **params: str) -> list[wire.Series]:
         status, body = self.fetcher.get(f"{self.prefix}{path}?{urllib.parse.urlencode(params)}", deadline)
-        self.bytes += len(body)
+        self.received += len(body)
         if status in (401, 403):
             raise wire.Refused("auth")
         if status != 200 and not body.startswith(b"{"):  # a 400/422/503 carries Prometheus' error

@@ -32,7 +32,7 @@ class NodeState:
     error: str | None = None  # why the newest poll failed: timeout, refused, auth, ...
     polls: int = 0
     failures: int = 0
-    bytes: int = 0
+    received: int = 0  # bytes of good answers
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def age(self, now: float | None = None) -> float | None:
@@ -42,7 +42,7 @@ class NodeState:
         age = self.age(now)
         return age is None or age > STALE_INTERVALS * interval
 
-    def receive(self, body: bytes) -> None:
+    def receive(self, body: bytes | bytearray) -> None:
         """A node's answer as it came off the wire (HTTP body, ssh line)."""
         try:
             self.good(wire.load_json(body, wire.MAX_SNAPSHOT_OBJECTS), len(body))
@@ -58,7 +58,7 @@ class NodeState:
         with self.lock:
             self.snapshot, self.ok_at, self.error = snap, time.monotonic(), None
             self.polls += 1
-            self.bytes += size
+            self.received += size
 
     def bad(self, why: str) -> None:
         with self.lock:

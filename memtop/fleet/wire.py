@@ -45,7 +45,7 @@ class Refused(ValueError):
     """An answer memtop will not use; str() is the reason, written by memtop (safe to print)."""
 
 
-def load_json(body: bytes, max_objects: int) -> object:
+def load_json(body: bytes | bytearray, max_objects: int) -> object:
     """JSON with at most `max_objects` objects and arrays (counted before parsing: every one begins
     with a bracket, and brackets inside strings only make the count cautious)."""
     if body.count(b"{") + body.count(b"[") > max_objects:
@@ -220,7 +220,7 @@ def _point(p: object) -> tuple[float, float]:
     return t, v
 
 
-def prom_result(body: bytes) -> list[Series]:
+def prom_result(body: bytes | bytearray) -> list[Series]:
     """A /api/v1/query or /query_range answer: each series' labels (cleaned) and its samples."""
     data = load_json(body, MAX_PROM_OBJECTS)
     if not isinstance(data, dict):
