@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -239,7 +240,7 @@ class _Nodes:
     def __init__(self, nodes: list[NodeState]) -> None:
         self.nodes = nodes
 
-    def poll_all(self) -> None:
+    def poll_all(self, wait: bool = True) -> None:
         pass
 
     def close(self) -> None:
@@ -260,6 +261,15 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
     dead = NodeState("dead:1")
     dead.bad("refused")
     nodes = [_state(f"n{i}", base) for i in range(4)] + [_state("odd", odd), dead]
+    for width in (80, 120):  # the mark, the verdict's window and the stale reason at any width
+        app = ClusterApp(_Nodes(nodes), interval=2.0)
+        async with app.run_test(size=(width, 30)) as pilot:
+            await pilot.pause()
+            lines = [strip.text.rstrip() for strip in app.query_one(BandTable)._lines]
+            marks = [line.split()[2] == "!" for line in lines[1:6]]
+            assert marks == [False] * 4 + [True], lines
+            assert lines[6].endswith("no data: refused") and all(len(ln) <= width for ln in lines)
+            assert all(re.search(r" last \d+ s: \w+ \d+ %$", ln) for ln in lines[1:5]), lines
     app = ClusterApp(_Nodes(nodes), interval=2.0)
     async with app.run_test(size=(200, 30)) as pilot:
         await pilot.pause()
@@ -268,6 +278,8 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
         lines = [strip.text for strip in table._lines]  # header, then one line per row
         assert "straggler?" in lines[5] and "refused" in lines[6]
         assert not any("straggler?" in line for line in lines[1:5])
+        # the detail pane sits right under the rows (no empty screen between them)
+        assert app.query_one("#detail").region.y <= table.region.bottom + 1
         table.focus()
         table.move_cursor(4)
         await pilot.press("enter")

@@ -278,7 +278,8 @@ class ClusterApp(App):
     def paint(self) -> None:
         nodes = node_list(self.source)
         # nothing new since the last paint (polls come every few seconds): nothing to do
-        state = (self.size.width, *((n.ok_at, n.error, n.stale(self.interval)) for n in nodes))
+        state = (self.size.width, getattr(self.source, "error", None),
+                 *((n.ok_at, n.error, n.stale(self.interval)) for n in nodes))  # fmt: skip
         if state == self._painted:
             return
         self._painted = state
@@ -290,7 +291,10 @@ class ClusterApp(App):
                     f"{self.interval:g} s", "bold")  # fmt: skip
         if flagged:
             head.append(f"  ! {flagged} straggler candidate{'s' if flagged > 1 else ''}", FLAG)
-        if stale:
+        error = getattr(self.source, "error", None)  # Prometheus unreachable or its answer refused
+        if error:
+            head.append(f"\n{clean(error, 300)}", FLAG)
+        elif stale:
             head.append(f"\nstale (> {STALE_INTERVALS} intervals): " + ", ".join(clean(s, 40) for s in stale[:8])
                         + (f" +{len(stale) - 8}" if len(stale) > 8 else ""), "dim")  # fmt: skip
         else:

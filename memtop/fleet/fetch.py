@@ -58,7 +58,6 @@ class Deadlines:
         """While the block runs, `conn` is shut at `deadline`; `id(conn) in` the yielded set then."""
         key = id(conn)
         with self._cond:
-            self._expired.discard(key)
             self._active[key] = (deadline, conn)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="memtop-deadlines", daemon=True)
@@ -69,6 +68,7 @@ class Deadlines:
         finally:
             with self._cond:
                 self._active.pop(key, None)
+                self._expired.discard(key)  # read inside the block: nothing to keep
 
     def _run(self) -> None:
         with self._cond:
