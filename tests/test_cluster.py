@@ -302,10 +302,10 @@ def test_malformed_snapshots_do_not_break_the_view(capsys):
     assert "weird" in capsys.readouterr().out
     for gpus, why in [
         ([7], "gpus[0] is not an object"),
-        ([{"index": "0"}], "gpus[0].index is not a GPU index"),
-        ([{"index": 10**300}], "gpus[0].index is not a GPU index"),
-        ([{"index": True}], "gpus[0].index is not a GPU index"),
-        ([{"index": {"a": 1}}], "gpus[0].index is not a GPU index"),
+        ([{"index": "0"}], "gpus[0].index is not 0-1023"),
+        ([{"index": 10**300}], "gpus[0].index is not 0-1023"),
+        ([{"index": True}], "gpus[0].index is not 0-1023"),
+        ([{"index": {"a": 1}}], "gpus[0].index is not 0-1023"),
         ([{"index": 1}, {"index": 1}], "a GPU index appears twice"),
     ]:
         n = NodeState("weird")

@@ -139,7 +139,7 @@ class Fetcher:
         except ValueError:
             same = False
         if not same:
-            raise Refused("redirect to another origin refused (headers and token stay with their origin)")
+            raise Refused("redirect to another origin refused")  # the token stays with its origin
         u = urllib.parse.urlsplit(target)
         return (u.path or "/") + (f"?{u.query}" if u.query else "")
 

@@ -117,11 +117,14 @@ def band(v: object) -> str:
 _BAND_CHARS = frozenset(CHARS.values()) | {" "}
 
 
+_LABEL = re.compile(r"[a-z][a-z_-]{0,15}")  # a phase's name (the row shows it as one)
+
+
 def _verdict(v: object) -> dict | None:
     if not isinstance(v, dict):
         return None
     out: dict[str, object] = {
-        "label": _str(v.get("label"), 16),
+        "label": label if isinstance(label := v.get("label"), str) and _LABEL.fullmatch(label) else "other",
         "title": _str(v.get("title"), 64),
         "share": _num(v.get("share"), 0.0, 1.0) or 0.0,
         "window_s": _num(v.get("window_s"), 0.0, 1e9) or 0.0,
@@ -142,7 +145,7 @@ def _gpu(i: int, g: object) -> dict:
         raise Refused(f"bad snapshot: gpus[{i}] is not an object")
     index = _small_int(g.get("index"), MAX_INDEX)
     if index is None:
-        raise Refused(f"bad snapshot: gpus[{i}].index is not a GPU index (0-{MAX_INDEX})")
+        raise Refused(f"bad snapshot: gpus[{i}].index is not 0-{MAX_INDEX}")
     phase = g.get("phase")
     gauges = {
         k: f
