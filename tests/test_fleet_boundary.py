@@ -351,3 +351,17 @@ def test_ssh_lines_are_bounded(real):
         SshStreams._read_lines(n, f)
     writer.join()
     assert n.polls == 2 and n.failures == 1 and n.snapshot is not None
+
+
+@pytest.mark.timeout(60)
+def test_closing_the_poller_ends_a_request_in_flight(real, server):
+    """The TUI closes the poller on q while a trickling node's request reads: closing only the socket
+    left that read blocked, and the interpreter's exit waited for its worker forever."""
+    slow = NodeState(f"127.0.0.1:{server.add(trickle(jsonable(real)))}")
+    poller = HttpPoller([slow], 0, timeout=3600)  # the deadline would never end it here
+    poller.poll_all(wait=False)
+    while not server.seen:  # the request is in flight
+        time.sleep(0.02)
+    poller.close()
+    poller.pool.shutdown(wait=True)  # returns once the worker's read has ended
+    assert slow.polls == 1 and slow.snapshot is None

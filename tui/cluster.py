@@ -26,6 +26,7 @@ from textual.widgets import Footer, Static
 from memtop.errors import UserError
 from memtop.fleet.sources import SshStreams, node_list
 from memtop.fleet.view import STALE_INTERVALS, Row, recent_phase, rows
+from memtop.metrics import METRICS, fmt
 from memtop.phases import CHARS, TITLES
 from memtop.sanitize import clean
 
@@ -102,9 +103,9 @@ class BandTable(RowTable):
         return Strip(segs)
 
 
-def band_text(band: str, ascii_only: bool) -> Text:
+def band_text(band: str, ascii_only: bool, width: int = BAND_W) -> Text:
     """The band with one colour per phase: one span per run (a cluster paints hundreds of bands)."""
-    chars = [c if c in _PHASE_OF else " " for c in band[-BAND_W:]]  # unknown characters: missing
+    chars = [c if c in _PHASE_OF else " " for c in band[-width:]]  # unknown characters: missing
     plain, spans, i = [], [], 0
     while i < len(chars):
         j = i
@@ -162,8 +163,19 @@ def column_widths(cells: list[tuple[tuple[str, str], ...]], width: int) -> list[
     note_need = max((cell_len(c[NOTE][1]) for c in cells), default=0)
     left = width - sum(w for _, w in out) - GAP * (len(out) + 2) - 1  # the last cell: no wrap
     band = max(MIN_BAND, min(BAND_W, left - max(MIN_NOTE, note_need)))
-    note = max(MIN_NOTE, left - band)
+    note = max(0, left - band)  # never wider than the screen (a wider table left stray cells)
     return [*out, ("phase band", band), ("", note)]
+
+
+def stale_line(stale: list[str], width: int) -> str:
+    """The stale nodes in one line of `width` cells: as many names as fit, then how many more."""
+    line = f"stale (> {STALE_INTERVALS} intervals):"
+    for i, name in enumerate(stale):
+        item = f"{',' if i else ''} {clean(name, 40)}"
+        if cell_len(line + item) + len(f" +{len(stale)}") > width - 1:
+            return line + f" +{len(stale) - i}"
+        line += item
+    return line
 
 
 def node_text(target: str, snap: dict | None, error: str | None) -> Text:
@@ -222,8 +234,8 @@ class NodeScreen(ModalScreen[None]):
 class ClusterApp(App):
     # the table as tall as its rows (up to most of the screen), the detail pane right under it
     CSS = (
-        "#header { height: 2; } #table { height: auto; max-height: 75%; } "
-        "#detail { height: 1fr; min-height: 3; border-top: solid $accent; }"
+        "Screen { overflow: hidden; } #header { height: 2; } #table { height: auto; max-height: 70%; overflow: hidden; } "
+        "#detail { height: 1fr; min-height: 2; border-top: solid $accent; }"
     )
     BINDINGS = [Binding("q", "quit", "quit")]
 
@@ -295,8 +307,7 @@ class ClusterApp(App):
         if error:
             head.append(f"\n{clean(error, 300)}", FLAG)
         elif stale:
-            head.append(f"\nstale (> {STALE_INTERVALS} intervals): " + ", ".join(clean(s, 40) for s in stale[:8])
-                        + (f" +{len(stale) - 8}" if len(stale) > 8 else ""), "dim")  # fmt: skip
+            head.append("\n" + stale_line(stale, self.size.width), "dim")
         else:
             head.append("\nEnter: the node's snapshot   q: quit", "dim")
         self.query_one("#header", TextPanel).update(head)
@@ -315,8 +326,9 @@ class ClusterApp(App):
         self._detail(table.cursor_key)
 
     def _detail(self, key: str | None) -> None:
-        """The selected GPU: its phase now, and the verdict of its window with that verdict's own
-        evidence, advice and command (each line under the label it belongs to)."""
+        """The selected GPU: its phase now; the verdict of its window with that verdict's own
+        evidence, advice and command (each line under the label it belongs to); the window's shares,
+        the job, and the node's processes on this GPU."""
         r = self._rows.get(key or "")
         t = Text()
         if r is not None:
@@ -334,11 +346,43 @@ class ClusterApp(App):
                 t.append(f"last {v.get('window_s', 60):.0f} s: {clean(v.get('headline', ''), 200)}\n", "bold")
                 if v.get("evidence"):
                     t.append("  evidence: " + clean(v["evidence"], 400) + "\n")
-                for a in v.get("advice", [])[:3]:
+                for a in v.get("advice", []):
                     t.append(f"  - {clean(a, 300)}\n")
                 if v.get("command"):
-                    t.append(f"  next: {clean(v['command'], 400)}\n", "dim")
+                    t.append(f"  next: {clean(v['command'], 1000)}\n", "dim")
+            t.append_text(self._gpu_context(r))
         self.query_one("#detail", TextPanel).update(t)
+
+    def _gpu_context(self, r: Row) -> Text:
+        """What else the node said about this GPU: the window's shares, its job, its processes."""
+        t = Text()
+        gauges = r.gpu.get("gauges") or {}
+        shown = [f"{m.title} {fmt(m, gauges[m.name])}" for m in METRICS if m.name in gauges]
+        if shown:
+            t.append("gauges: " + ", ".join(shown) + "\n", "dim")
+        if r.gpu.get("band"):
+            t.append("band, oldest first: ").append(band_text(r.gpu["band"], self.ascii_only, 240)).append(
+                "\n"
+            )
+        shares = sorted((r.gpu.get("shares") or {}).items(), key=lambda kv: -kv[1])
+        if shares:
+            t.append(
+                "shares, last minute: "
+                + ", ".join(f"{clean(k, 12)} {100 * v:.0f} %" for k, v in shares)
+                + "\n"
+            )
+        job = r.gpu.get("job") or {}
+        if job:
+            t.append("job: " + ", ".join(f"{clean(k, 20)}={clean(v, 64)}" for k, v in job.items()) + "\n")
+        node = next((n for n in node_list(self.source) if n.target == r.target), None)
+        snap = None
+        if node is not None:
+            with node.lock:
+                snap = node.snapshot
+        for p in (snap or {}).get("processes", []):
+            if r.gpu.get("index") in p.get("gpus", []):
+                t.append(f"process {p['pid']} {clean(p['name'], 30)}  CPU {p['cpu_pct']:.0f} %\n")
+        return t
 
     @on(RowTable.Highlighted)
     def _highlighted(self, event: RowTable.Highlighted) -> None:

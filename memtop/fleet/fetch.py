@@ -184,7 +184,10 @@ class Fetcher:
         return r.status, r.getheader("Location"), body
 
     def close(self) -> None:
+        """May come from another thread while a request reads: shut the socket first, which ends
+        that read (closing it alone would leave the reader blocked, and exit waiting for it)."""
         if self._conn is not None:
+            _shut(self._conn)
             self._conn.close()
 
 
