@@ -133,6 +133,10 @@ def test_host_lists(tmp_path, monkeypatch):
     ns = argparse.Namespace(hosts="-oProxyCommand=x", hostfile=None, slurm=None)
     with pytest.raises(Exception, match="not a host name"):
         read_hosts(ns)  # an ssh option is never a host
+    for bad in ("node:99999", "node:0", "[::1]:70000x"):
+        with pytest.raises(Exception, match="not a host name"):
+            read_hosts(argparse.Namespace(hosts=bad, hostfile=None, slurm=None))
+    assert read_hosts(argparse.Namespace(hosts="node:65535,::1,[::1]:9866", hostfile=None, slurm=None))
     # scontrol: the job's NodeList, expanded by `scontrol show hostnames` (Slurm is not on CI:
     # this stands in for its client and records the argv it was given)
     bindir = tmp_path / "bin"
@@ -461,3 +465,20 @@ def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
             _quit(tmux, name)
     finally:
         tmux("kill-server")
+    # the config file's choices, as the local TUI reads them: ascii and paint_rate taken, a theme
+    # that does not exist said once and ignored (the view still starts)
+    conf = Tmux(tmp_path / "configured")
+    (tmp_path / "configured" / "config" / "memtop").mkdir(parents=True)
+    (tmp_path / "configured" / "config" / "memtop" / "config.toml").write_text(
+        'ascii = true\npaint_rate = 2.0\ntheme = "no-such-theme"\n'
+    )
+    try:
+        conf.start(
+            "cfg", ["cluster", "--hosts", hosts], (120, 40), {"TERM": "xterm-256color", "HOME": str(home)}
+        )
+        pane = conf.wait("cfg", "last 60 s:", timeout=40)
+        assert pane.isascii() and "Traceback" not in pane, pane
+        _quit(conf, "cfg")
+        assert "memtop: ignoring the theme in" in conf.pane("cfg")  # said before the view, seen after
+    finally:
+        conf("kill-server")

@@ -53,12 +53,39 @@ def read_hosts(args: argparse.Namespace) -> list[str]:
         hosts = [h for h in hosts if h]
     else:
         hosts = slurm_hosts(args.slurm)
-    bad = [h for h in hosts if not _HOST.fullmatch(h) or h.startswith("-")]
+    bad = [h for h in hosts if not _HOST.fullmatch(h) or h.startswith("-") or not _port_ok(h)]
     if bad:
         raise UserError(f"not a host name: {bad[0]!r}")
     if not hosts:
         raise UserError("no nodes given")
     return list(dict.fromkeys(hosts))
+
+
+def split_target(target: str, default_port: int) -> tuple[str, int]:
+    """(host, port) of host, host:port, [v6] or [v6]:port (a bare v6 address has no port); ValueError
+    for a port that is not one."""
+    if target.startswith("["):
+        host, _, rest = target[1:].partition("]")
+        if rest and not (rest[:1] == ":" and rest[1:].isdigit()):
+            raise ValueError(target)
+        port = int(rest[1:]) if rest else default_port
+    else:
+        host, sep, tail = target.rpartition(":")
+        if not (sep and host and ":" not in host and tail.isdigit()):
+            host, port = target, default_port
+        else:
+            port = int(tail)
+    if not 0 < port < 65536:
+        raise ValueError(target)
+    return host, port
+
+
+def _port_ok(target: str) -> bool:
+    try:
+        split_target(target, 1)
+    except ValueError:
+        return False
+    return True
 
 
 def slurm_hosts(job: str) -> list[str]:
@@ -126,19 +153,10 @@ class HttpPoller:
         self._busy: set[str] = set()
         self._lock = threading.Lock()
 
-    def _addr(self, target: str) -> tuple[str, int]:
-        if target.startswith("["):  # [v6] or [v6]:port
-            host, _, rest = target[1:].partition("]")
-            return host, int(rest[1:]) if rest[:1] == ":" and rest[1:].isdigit() else self.port
-        host, sep, port = target.rpartition(":")
-        if sep and host and ":" not in host and port.isdigit():
-            return host, int(port)
-        return target, self.port
-
     def _fetcher(self, target: str) -> Fetcher:
         f = self._fetchers.get(target)
         if f is None:
-            host, port = self._addr(target)
+            host, port = split_target(target, self.port)
             origin = Origin("https" if self.ctx else "http", host.lower(), port)
             f = self._fetchers[target] = Fetcher(origin, wire.MAX_SNAPSHOT, self.headers, self.ctx)
         return f
