@@ -258,6 +258,12 @@ class ClusterApp(App):
         self._rows: dict[str, Row] = {}
         self._painted: tuple | None = None
 
+    @property
+    def letters(self) -> bool:
+        """A phase band of letters, not colour blocks: --ascii, and NO_COLOR (blocks of one colour
+        say nothing)."""
+        return self.ascii_only or self.no_color
+
     def compose(self) -> ComposeResult:
         yield TextPanel(tiles=4, id="header")
         yield BandTable(column_widths([], 80), id="table")
@@ -312,7 +318,7 @@ class ClusterApp(App):
             head.append("\nEnter: the node's snapshot   q: quit", "dim")
         self.query_one("#header", TextPanel).update(head)
         table = self.query_one(BandTable)
-        table.ascii_only = self.ascii_only
+        table.ascii_only = self.letters
         cells = [row_cells(r, self.interval, self.ascii_only) for r in rs]
         widths = column_widths(cells, self.size.width)
         for i, (_, w) in enumerate(widths):
@@ -361,9 +367,7 @@ class ClusterApp(App):
         if shown:
             t.append("gauges: " + ", ".join(shown) + "\n", "dim")
         if r.gpu.get("band"):
-            t.append("band, oldest first: ").append(band_text(r.gpu["band"], self.ascii_only, 240)).append(
-                "\n"
-            )
+            t.append("band, oldest first: ").append(band_text(r.gpu["band"], self.letters, 240)).append("\n")
         shares = sorted((r.gpu.get("shares") or {}).items(), key=lambda kv: -kv[1])
         if shares:
             t.append(
