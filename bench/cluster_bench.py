@@ -75,7 +75,8 @@ def endpoint(ports: list[int], snaps_file: str) -> None:
 
 def poller(hosts: str, interval: float, seconds: float) -> None:
     """The headless cluster client: poll every interval, merge into rows once a second."""
-    from memtop.commands.cluster import HttpPoller, NodeState, rows
+    from memtop.fleet.sources import HttpPoller
+    from memtop.fleet.view import NodeState, rows
 
     nodes = [NodeState(h) for h in hosts.split(",")]
     p = HttpPoller(nodes, 0, timeout=3.0)
@@ -100,7 +101,7 @@ def poller(hosts: str, interval: float, seconds: float) -> None:
     cpu = time.process_time() - c0
     wall = time.monotonic() - t0
     print(json.dumps({
-        "cpu_pct": round(100 * cpu / wall, 2), "bytes_per_s": round(sum(n.bytes for n in nodes) / wall),
+        "cpu_pct": round(100 * cpu / wall, 2), "bytes_per_s": round(sum(n.received for n in nodes) / wall),
         "oldest_row_s": round(worst, 2), "round_s_max": round(max(rounds), 3),
         "round_s_mean": round(sum(rounds) / len(rounds), 3), "failures": sum(n.failures for n in nodes),
     }))  # fmt: skip

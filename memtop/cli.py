@@ -330,7 +330,9 @@ def _add_cluster_commands(sub) -> None:
         metavar="S",
         help="seconds between polls (default: 2 s, more for many nodes)",
     )
-    cl.add_argument("--timeout", type=TIMEOUT, default=3.0, metavar="S", help="per request (default 3)")
+    cl.add_argument(
+        "--timeout", type=TIMEOUT, default=3.0, metavar="S", help="deadline of each request (default 3)"
+    )
     cl.add_argument("--token-file", metavar="FILE", help="bearer token for the nodes (0600)")
     cl.add_argument("--tls", action="store_true", help="poll https:// (system CA store)")
     cl.add_argument("--once", action="store_true", help="poll once and print, no TUI")

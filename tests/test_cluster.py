@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,8 @@ import pytest
 from netutil import free_ports, memtop, stop, wait_ready
 
 from memtop.cli import main
-from memtop.commands.cluster import NodeState, read_hosts, recent_phase, rows
+from memtop.fleet.sources import read_hosts
+from memtop.fleet.view import NodeState, print_text, recent_phase, rows
 from memtop.sanitize import is_clean
 
 ROOT = Path(__file__).parent.parent
@@ -116,9 +118,7 @@ def test_hostile_node_strings_stay_data(capsys):
     snap["gpus"][0]["phase"] = HOSTILE[3]
     snap["gpus"][0]["band"] = HOSTILE[1]
     n = _state(HOSTILE[2][:40], snap)
-    from memtop.commands.cluster import _print_text
-
-    _print_text([n], 2.0)
+    print_text([n], 2.0)
     out = capsys.readouterr().out
     assert all(is_clean(line) for line in out.splitlines())
 
@@ -133,6 +133,10 @@ def test_host_lists(tmp_path, monkeypatch):
     ns = argparse.Namespace(hosts="-oProxyCommand=x", hostfile=None, slurm=None)
     with pytest.raises(Exception, match="not a host name"):
         read_hosts(ns)  # an ssh option is never a host
+    for bad in ("node:99999", "node:0", "[::1]:70000x"):
+        with pytest.raises(Exception, match="not a host name"):
+            read_hosts(argparse.Namespace(hosts=bad, hostfile=None, slurm=None))
+    assert read_hosts(argparse.Namespace(hosts="node:65535,::1,[::1]:9866", hostfile=None, slurm=None))
     # scontrol: the job's NodeList, expanded by `scontrol show hostnames` (Slurm is not on CI:
     # this stands in for its client and records the argv it was given)
     bindir = tmp_path / "bin"
@@ -240,7 +244,7 @@ class _Nodes:
     def __init__(self, nodes: list[NodeState]) -> None:
         self.nodes = nodes
 
-    def poll_all(self) -> None:
+    def poll_all(self, wait: bool = True) -> None:
         pass
 
     def close(self) -> None:
@@ -261,6 +265,15 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
     dead = NodeState("dead:1")
     dead.bad("refused")
     nodes = [_state(f"n{i}", base) for i in range(4)] + [_state("odd", odd), dead]
+    for width in (80, 120):  # the mark, the verdict's window and the stale reason at any width
+        app = ClusterApp(_Nodes(nodes), interval=2.0)
+        async with app.run_test(size=(width, 30)) as pilot:
+            await pilot.pause()
+            lines = [strip.text.rstrip() for strip in app.query_one(BandTable)._lines]
+            marks = [line.split()[2] == "!" for line in lines[1:6]]
+            assert marks == [False] * 4 + [True], lines
+            assert lines[6].endswith("no data: refused") and all(len(ln) <= width for ln in lines)
+            assert all(re.search(r" last \d+ s: \w+ \d+ %$", ln) for ln in lines[1:5]), lines
     app = ClusterApp(_Nodes(nodes), interval=2.0)
     async with app.run_test(size=(200, 30)) as pilot:
         await pilot.pause()
@@ -269,6 +282,8 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
         lines = [strip.text for strip in table._lines]  # header, then one line per row
         assert "straggler?" in lines[5] and "refused" in lines[6]
         assert not any("straggler?" in line for line in lines[1:5])
+        # the detail pane sits right under the rows (no empty screen between them)
+        assert app.query_one("#detail").region.y <= table.region.bottom + 1
         table.focus()
         table.move_cursor(4)
         await pilot.press("enter")
@@ -279,16 +294,29 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
 
 
 def test_malformed_snapshots_do_not_break_the_view(capsys):
-    """A node may answer anything: wrong types stay out of the rows, deep nesting is 'not JSON'."""
-    from memtop.commands.cluster import _print_text
-
-    weird = {"gpus": [7, {"index": 0, "band": ["C"], "phase": None, "shares": [1], "verdict": "x", "job": 3}]}
+    """A node may answer anything: wrong types stay out of the rows; a GPU that is not an object or
+    whose index is not a small integer refuses the node, with the reason."""
+    weird = {"gpus": [{"index": 0, "band": ["C"], "phase": None, "shares": [1], "verdict": "x", "job": 3}]}
     n = NodeState("weird")
     n.good(weird, 1)
     (r,) = rows([n], 2.0)
     assert r.gpu["band"] == "" and r.gpu["shares"] == {} and r.gpu["job"] == {} and r.gpu["verdict"] is None
-    _print_text([n], 2.0)
+    assert r.gpu["phase"] == "other"
+    print_text([n], 2.0)
     assert "weird" in capsys.readouterr().out
+    for gpus, why in [
+        ([7], "gpus[0] is not an object"),
+        ([{"index": "0"}], "gpus[0].index is not 0-1023"),
+        ([{"index": 10**300}], "gpus[0].index is not 0-1023"),
+        ([{"index": True}], "gpus[0].index is not 0-1023"),
+        ([{"index": {"a": 1}}], "gpus[0].index is not 0-1023"),
+        ([{"index": 1}, {"index": 1}], "a GPU index appears twice"),
+    ]:
+        n = NodeState("weird")
+        n.good({"gpus": gpus}, 1)
+        assert n.snapshot is None and why in (n.error or ""), (gpus, n.error)
+        (r,) = rows([n], 2.0)
+        assert r.stale and why in r.stale
 
 
 def test_hostile_http_nodes_get_a_reason():
@@ -296,7 +324,8 @@ def test_hostile_http_nodes_get_a_reason():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from memtop.commands.cluster import MAX_BODY, HttpPoller
+    from memtop.fleet.sources import HttpPoller
+    from memtop.fleet.wire import MAX_SNAPSHOT as MAX_BODY
 
     answers = {
         "/deep": (200, b"[" * 100_000 + b"]" * 100_000),
@@ -334,8 +363,122 @@ def test_hostile_http_nodes_get_a_reason():
             srv.shutdown()
             srv.server_close()
     assert got == {
-        "/deep": ("bad response: not JSON", None),
-        "/big": ("bad response: too large", None),
+        "/deep": ("bad response: over 20000 JSON objects", None),
+        "/big": ("bad response: over 1 MiB", None),
         "/auth": ("auth", None),
         "/junk": ("bad response: not JSON", None),
     }
+
+
+@pytest.fixture(scope="module")
+def demo_nodes():
+    """Three `memtop serve --demo` nodes on one machine (same hostname, same GPU uuid) and a dead port."""
+    ports = free_ports(4)
+    dead = ports.pop()
+    procs = [memtop("serve", "--demo", "--port", str(p), stderr=subprocess.DEVNULL) for p in ports]
+    try:
+        for p, port in zip(procs, ports):
+            wait_ready(port, proc=p, timeout=60)
+        yield ports, dead
+    finally:
+        stop(*procs)
+
+
+@pytest.mark.slow
+def test_three_demo_nodes_on_one_machine_are_three_nodes(demo_nodes):
+    ports, _ = demo_nodes
+    rc, out = _cluster("--hosts", ",".join(f"127.0.0.1:{p}" for p in ports))
+    assert rc == 0 and [n["target"] for n in out["nodes"]] == [f"127.0.0.1:{p}" for p in ports]
+    for n in out["nodes"]:
+        jsonschema.validate(n["snapshot"], SCHEMA)
+        (g,) = n["snapshot"]["gpus"]
+        assert abs(sum(g["shares"].values()) - 1) < 1e-3, g["shares"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="prometheus not installed (Debian: prometheus)"
+)
+def test_a_real_prometheus_over_three_demo_nodes_shows_three_nodes(demo_nodes, tmp_path):
+    """Every demo node exports hostname="vm" and the recording's uuid: keyed by hostname they were
+    one node with shares summing to 2.76. Keyed by the scrape instance: three, each summing to 1."""
+    ports, _ = demo_nodes
+    (prom_port,) = free_ports(1)
+    targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs:\n  - job_name: memtop\n    static_configs: [{{targets: [{targets}]}}]\n"
+    )
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        end = time.monotonic() + 60
+        while True:  # until every node has a rate (two scrapes) and a band step
+            rc, out = _cluster("--prom", f"http://127.0.0.1:{prom_port}")
+            nodes = out.get("nodes", [])
+            if len(nodes) == 3 and all(n["snapshot"]["gpus"][0]["shares"] for n in nodes):
+                break
+            assert time.monotonic() < end, out
+            time.sleep(1)
+    finally:
+        stop(prom)
+    assert sorted(n["target"] for n in nodes) == sorted(f"127.0.0.1:{p}" for p in ports)
+    for n in nodes:
+        jsonschema.validate(n["snapshot"], SCHEMA)
+        (g,) = n["snapshot"]["gpus"]
+        assert n["snapshot"]["hostname"] and abs(sum(g["shares"].values()) - 1) < 1e-3, g["shares"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
+    """`memtop cluster --hosts` with no other flag, an empty HOME and no config: it paints at 80x24,
+    120x40 and 200x50 (NO_COLOR, --ascii), the verdict and the stale reason uncut, the detail pane
+    right under the rows, and q exits 0."""
+    from test_tmux_matrix import VARIANTS, Tmux, _quit
+
+    ports, dead = demo_nodes
+    home = tmp_path / "home"
+    home.mkdir()
+    tmux = Tmux(tmp_path)
+    hosts = ",".join(f"127.0.0.1:{p}" for p in [*ports, dead])
+    runs = {"s80": ((80, 24), "ascii"), "s120": ((120, 40), "NO_COLOR"), "s200": ((200, 50), "ascii")}
+    try:
+        for name, (size, variant) in runs.items():
+            env, extra = VARIANTS[variant]
+            tmux.start(name, ["cluster", "--hosts", hosts, *extra], size, {**env, "HOME": str(home)})
+        for name, (_, variant) in runs.items():
+            pane = tmux.wait(name, "last 60 s:", timeout=40)
+            lines = pane.splitlines()
+            assert "Traceback" not in pane and "EXIT=" not in pane, pane
+            assert "no data: refused" in pane, pane  # the stale reason whole
+            assert sum("last 60 s: " in ln for ln in lines) >= 3, pane  # every live row names its verdict
+            rows_end = max(i for i, ln in enumerate(lines) if f":{dead}" in ln)
+            detail = next(i for i, ln in enumerate(lines) if "now:" in ln)
+            assert detail <= rows_end + 2, pane  # no empty rows between the table and the detail
+            if variant == "ascii":
+                assert pane.isascii(), pane
+            _quit(tmux, name)
+    finally:
+        tmux("kill-server")
+    # the config file's choices, as the local TUI reads them: ascii and paint_rate taken, a theme
+    # that does not exist said once and ignored (the view still starts)
+    conf = Tmux(tmp_path / "configured")
+    (tmp_path / "configured" / "config" / "memtop").mkdir(parents=True)
+    (tmp_path / "configured" / "config" / "memtop" / "config.toml").write_text(
+        'ascii = true\npaint_rate = 2.0\ntheme = "no-such-theme"\n'
+    )
+    try:
+        conf.start(
+            "cfg", ["cluster", "--hosts", hosts], (120, 40), {"TERM": "xterm-256color", "HOME": str(home)}
+        )
+        pane = conf.wait("cfg", "last 60 s:", timeout=40)
+        assert pane.isascii() and "Traceback" not in pane, pane
+        _quit(conf, "cfg")
+        assert "memtop: ignoring the theme in" in conf.pane("cfg")  # said before the view, seen after
+    finally:
+        conf("kill-server")

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Sequence
 from typing import cast
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Span, Text
@@ -22,19 +23,25 @@ from textual.screen import ModalScreen
 from textual.strip import Strip
 from textual.widgets import Footer, Static
 
-from memtop.commands.cluster import STALE_INTERVALS, Row, SshStreams, node_list, recent_phase, rows
+from memtop.errors import UserError
+from memtop.fleet.sources import SshStreams, node_list
+from memtop.fleet.view import STALE_INTERVALS, Row, recent_phase, rows
+from memtop.metrics import METRICS, fmt
 from memtop.phases import CHARS, TITLES
 from memtop.sanitize import clean
 
-from .palette import phase_colors
+from .palette import AsciiFilter, phase_colors
 from .table import GAP, Cell, RowTable
 from .tiles import TextPanel
 
 PHASE_COLORS = phase_colors(None)  # the cluster view's dark palette
 
 _PHASE_OF = {c: p for p, c in CHARS.items()}
-BAND_W = 60
-COLUMNS = (("node", 20), ("GPU", 3), ("job", 14), ("phase", 9), ("SM", 4), ("phase band", BAND_W), ("", 60))
+BAND_W = 60  # the band's widest (two minutes at the snapshot's 2 s steps)
+MIN_BAND, MIN_NOTE = 10, 24  # under these the column says too little to keep
+# (title, the narrowest, the widest): columns take the width of their content inside these bounds
+COLUMNS = (("node", 4, 32), ("GPU", 3, 4), ("!", 1, 1), ("job", 3, 16), ("phase", 5, 9), ("SM", 4, 4))
+NOTE, BAND = len(COLUMNS) + 1, len(COLUMNS)  # then the phase band, then the verdict or the reason
 DIM = Style.parse("dim")
 FLAG = Style.parse("bold red")
 
@@ -96,9 +103,9 @@ class BandTable(RowTable):
         return Strip(segs)
 
 
-def band_text(band: str, ascii_only: bool) -> Text:
+def band_text(band: str, ascii_only: bool, width: int = BAND_W) -> Text:
     """The band with one colour per phase: one span per run (a cluster paints hundreds of bands)."""
-    chars = [c if c in _PHASE_OF else " " for c in band[-BAND_W:]]  # unknown characters: missing
+    chars = [c if c in _PHASE_OF else " " for c in band[-width:]]  # unknown characters: missing
     plain, spans, i = [], [], 0
     while i < len(chars):
         j = i
@@ -110,14 +117,15 @@ def band_text(band: str, ascii_only: bool) -> Text:
     return Text("".join(plain), spans=spans)
 
 
-def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[tuple[str, str], ...]:
+def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -> tuple[tuple[str, str], ...]:
     """A row as (style, text) pairs, one per column: cheap to build and compare for hundreds of rows;
-    BandTable turns only the rows on screen into styled cells ("band" marks the phase band)."""
+    BandTable turns only the rows on screen into styled cells ("band" marks the phase band). The
+    band is cut to its newest `band_w` steps; the last cell names the moment it speaks for."""
     g = r.gpu
-    node = clean(r.target, 20)  # what the user named (replays on one machine share a hostname)
+    node = clean(r.target, 32)  # what is unique (replays and demo nodes on one machine share a hostname)
     if not g:
-        return (("dim", node), ("", "-"), ("", ""), ("", ""), ("", ""), ("", ""),
-                ("dim", f"no data: {clean(r.stale or '?', 50)}"))  # fmt: skip
+        return (("dim", node), ("", "-"), ("", ""), ("", ""), ("", ""), ("", ""), ("", ""),
+                ("dim", f"no data: {clean(r.stale or '?', 80)}"))  # fmt: skip
     job = g.get("job") or {}
     jid = clean(job.get("slurm_job_id") or job.get("pod") or "", 10)
     if job.get("rank"):
@@ -125,20 +133,49 @@ def row_cells(r: Row, interval: float, ascii_only: bool) -> tuple[tuple[str, str
     phase = recent_phase(g)
     sm = (g.get("gauges") or {}).get("sm", (g.get("gauges") or {}).get("util"))
     sm_s = f"{sm:3.0f}%" if isinstance(sm, (int, float)) else " n/a"
-    band = clean(g.get("band", ""), 200)[-BAND_W:]
+    band = clean(g.get("band", ""), 200)[-band_w:]
+    index = str(g.get("index", ""))
     if r.stale:
-        return tuple(("dim", x) for x in (node, str(g.get("index", "")), jid, clean(phase, 9), sm_s, band,
-                                          f"stale: {clean(r.stale, 50)}"))  # fmt: skip
+        return tuple(("dim", x) for x in (node, index, "", jid, clean(phase, 9), sm_s, band,
+                                          f"stale: {clean(r.stale, 80)}"))  # fmt: skip
     v = g.get("verdict") or {}
-    note = (
-        ("bold red", f"straggler? {clean(r.straggler, 200)}")
-        if r.straggler
-        else ("", clean(v.get("headline", ""), 60))
-    )
+    if r.straggler:
+        note = ("bold red", f"straggler? {clean(r.straggler, 200)}")
+    elif v.get("label"):  # the window's verdict, in the phase column's words, named as such
+        share = v.get("share")
+        pct = f" {100 * share:.0f} %" if isinstance(share, (int, float)) else ""
+        note = ("", f"last {v.get('window_s', 60):.0f} s: {clean(v['label'], 16)}{pct}")
+    else:
+        note = ("", "")
     return (
-        ("", node), ("", str(g.get("index", ""))), ("", jid), (PHASE_COLORS.get(phase, ""), clean(phase, 9)),
-        ("", sm_s), ("band", band), note,
+        ("", node), ("", index), ("bold red", "!" if r.straggler else ""), ("", jid),
+        (PHASE_COLORS.get(phase, ""), clean(phase, 9)), ("", sm_s), ("band", band), note,
     )  # fmt: skip
+
+
+def column_widths(cells: list[tuple[tuple[str, str], ...]], width: int) -> list[tuple[str, int]]:
+    """Each column as wide as its content (within its bounds); the verdict column gets what its
+    content needs before the band grows past MIN_BAND, then the band up to BAND_W, then the verdict."""
+    out = []
+    for i, (name, lo, hi) in enumerate(COLUMNS):
+        need = max((cell_len(c[i][1]) for c in cells), default=0)
+        out.append((name, max(lo, len(name), min(hi, need))))
+    note_need = max((cell_len(c[NOTE][1]) for c in cells), default=0)
+    left = width - sum(w for _, w in out) - GAP * (len(out) + 2) - 1  # the last cell: no wrap
+    band = max(MIN_BAND, min(BAND_W, left - max(MIN_NOTE, note_need)))
+    note = max(0, left - band)  # never wider than the screen (a wider table left stray cells)
+    return [*out, ("phase band", band), ("", note)]
+
+
+def stale_line(stale: list[str], width: int) -> str:
+    """The stale nodes in one line of `width` cells: as many names as fit, then how many more."""
+    line = f"stale (> {STALE_INTERVALS} intervals):"
+    for i, name in enumerate(stale):
+        item = f"{',' if i else ''} {clean(name, 40)}"
+        if cell_len(line + item) + len(f" +{len(stale)}") > width - 1:
+            return line + f" +{len(stale) - i}"
+        line += item
+    return line
 
 
 def node_text(target: str, snap: dict | None, error: str | None) -> Text:
@@ -195,7 +232,11 @@ class NodeScreen(ModalScreen[None]):
 
 
 class ClusterApp(App):
-    CSS = "#header { height: 2; } #table { height: 1fr; } #detail { height: 6; border-top: solid $accent; }"
+    # the table as tall as its rows (up to most of the screen), the detail pane right under it
+    CSS = (
+        "Screen { overflow: hidden; } #header { height: 2; } #table { height: auto; max-height: 70%; overflow: hidden; } "
+        "#detail { height: 1fr; min-height: 2; border-top: solid $accent; }"
+    )
     BINDINGS = [Binding("q", "quit", "quit")]
 
     def __init__(self, source, interval: float, ascii_only: bool = False, theme: str | None = None,
@@ -203,15 +244,29 @@ class ClusterApp(App):
         super().__init__()
         self.source, self.interval, self.ascii_only = source, interval, ascii_only
         self.paint_rate = paint_rate
+        # --ascii: everything drawn (Textual's borders and footer too) through the TUI's ASCII filter,
+        # as MemtopApp does (the filter list is a private Textual name)
+        if ascii_only and isinstance(getattr(self, "_filters", None), list):
+            self._filters.append(AsciiFilter())
         if theme:
+            if theme not in self.available_themes:
+                raise UserError(
+                    f"unknown theme {theme!r}; themes: {', '.join(sorted(self.available_themes))}"
+                )
             self.theme = theme
         self._stop = threading.Event()
         self._rows: dict[str, Row] = {}
         self._painted: tuple | None = None
 
+    @property
+    def letters(self) -> bool:
+        """A phase band of letters, not colour blocks: --ascii, and NO_COLOR (blocks of one colour
+        say nothing)."""
+        return self.ascii_only or self.no_color
+
     def compose(self) -> ComposeResult:
         yield TextPanel(tiles=4, id="header")
-        yield BandTable(COLUMNS, id="table")
+        yield BandTable(column_widths([], 80), id="table")
         yield TextPanel(tiles=4, id="detail")
         yield Footer()
 
@@ -228,8 +283,11 @@ class ClusterApp(App):
 
         while not self._stop.is_set():
             t0 = time.monotonic()
-            self.source.poll_all()
+            self.source.poll_all(wait=False)  # a node still in flight is skipped, never waited for
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    def on_resize(self) -> None:
+        self.paint()  # the columns follow the width
 
     def on_unmount(self) -> None:
         self._stop.set()
@@ -238,7 +296,8 @@ class ClusterApp(App):
     def paint(self) -> None:
         nodes = node_list(self.source)
         # nothing new since the last paint (polls come every few seconds): nothing to do
-        state = tuple((n.ok_at, n.error, n.stale(self.interval)) for n in nodes)
+        state = (self.size.width, getattr(self.source, "error", None),
+                 *((n.ok_at, n.error, n.stale(self.interval)) for n in nodes))  # fmt: skip
         if state == self._painted:
             return
         self._painted = state
@@ -249,32 +308,85 @@ class ClusterApp(App):
         head = Text(f"memtop cluster: {len(nodes)} nodes, {sum(1 for r in rs if r.gpu)} GPUs, every "
                     f"{self.interval:g} s", "bold")  # fmt: skip
         if flagged:
-            head.append(f"  {flagged} straggler candidate(s)", FLAG)
-        if stale:
-            head.append(f"\nstale (> {STALE_INTERVALS} intervals): " + ", ".join(clean(s, 40) for s in stale[:8])
-                        + (f" +{len(stale) - 8}" if len(stale) > 8 else ""), "dim")  # fmt: skip
+            head.append(f"  ! {flagged} straggler candidate{'s' if flagged > 1 else ''}", FLAG)
+        error = getattr(self.source, "error", None)  # Prometheus unreachable or its answer refused
+        if error:
+            head.append(f"\n{clean(error, 300)}", FLAG)
+        elif stale:
+            head.append("\n" + stale_line(stale, self.size.width), "dim")
         else:
             head.append("\nEnter: the node's snapshot   q: quit", "dim")
         self.query_one("#header", TextPanel).update(head)
         table = self.query_one(BandTable)
-        table.ascii_only = self.ascii_only
-        pairs = [(r.key, row_cells(r, self.interval, self.ascii_only)) for r in rs]
+        table.ascii_only = self.letters
+        cells = [row_cells(r, self.interval, self.ascii_only) for r in rs]
+        widths = column_widths(cells, self.size.width)
+        for i, (_, w) in enumerate(widths):
+            table.set_width(i, w)
+        band_w = widths[BAND][1]
+        pairs = [
+            (r.key, (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])) for r, c in zip(rs, cells)
+        ]
         # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
         table.set_rows(cast(list[tuple[str, tuple[Cell, ...]]], pairs))
         self._detail(table.cursor_key)
 
     def _detail(self, key: str | None) -> None:
+        """The selected GPU: its phase now; the verdict of its window with that verdict's own
+        evidence, advice and command (each line under the label it belongs to); the window's shares,
+        the job, and the node's processes on this GPU."""
         r = self._rows.get(key or "")
         t = Text()
         if r is not None:
-            v = r.gpu.get("verdict") or {}
-            t.append(f"{clean(r.target, 40)} GPU {clean(r.gpu.get('index', '-'), 4)}: ", "bold")
+            g = r.gpu
+            v = g.get("verdict") or {}
+            t.append(f"{clean(r.target, 40)} GPU {clean(g.get('index', '-'), 4)}", "bold")
+            if g:
+                t.append(f"  now: {clean(recent_phase(g), 12)}")
+            t.append("\n")
             if r.straggler:
                 t.append(f"straggler candidate: {clean(r.straggler, 600)}\n", FLAG)
-            t.append(clean(v.get("headline", r.stale or ""), 200) + "\n")
-            if v.get("evidence"):
-                t.append("evidence: " + clean(v["evidence"], 400))
+            if r.stale or not v:
+                t.append(clean(r.stale or "no verdict yet", 200) + "\n", "dim")
+            else:
+                t.append(f"last {v.get('window_s', 60):.0f} s: {clean(v.get('headline', ''), 200)}\n", "bold")
+                if v.get("evidence"):
+                    t.append("  evidence: " + clean(v["evidence"], 400) + "\n")
+                for a in v.get("advice", []):
+                    t.append(f"  - {clean(a, 300)}\n")
+                if v.get("command"):
+                    t.append(f"  next: {clean(v['command'], 1000)}\n", "dim")
+            t.append_text(self._gpu_context(r))
         self.query_one("#detail", TextPanel).update(t)
+
+    def _gpu_context(self, r: Row) -> Text:
+        """What else the node said about this GPU: the window's shares, its job, its processes."""
+        t = Text()
+        gauges = r.gpu.get("gauges") or {}
+        shown = [f"{m.title} {fmt(m, gauges[m.name])}" for m in METRICS if m.name in gauges]
+        if shown:
+            t.append("gauges: " + ", ".join(shown) + "\n", "dim")
+        if r.gpu.get("band"):
+            t.append("band, oldest first: ").append(band_text(r.gpu["band"], self.letters, 240)).append("\n")
+        shares = sorted((r.gpu.get("shares") or {}).items(), key=lambda kv: -kv[1])
+        if shares:
+            t.append(
+                "shares, last minute: "
+                + ", ".join(f"{clean(k, 12)} {100 * v:.0f} %" for k, v in shares)
+                + "\n"
+            )
+        job = r.gpu.get("job") or {}
+        if job:
+            t.append("job: " + ", ".join(f"{clean(k, 20)}={clean(v, 64)}" for k, v in job.items()) + "\n")
+        node = next((n for n in node_list(self.source) if n.target == r.target), None)
+        snap = None
+        if node is not None:
+            with node.lock:
+                snap = node.snapshot
+        for p in (snap or {}).get("processes", []):
+            if r.gpu.get("index") in p.get("gpus", []):
+                t.append(f"process {p['pid']} {clean(p['name'], 30)}  CPU {p['cpu_pct']:.0f} %\n")
+        return t
 
     @on(RowTable.Highlighted)
     def _highlighted(self, event: RowTable.Highlighted) -> None:

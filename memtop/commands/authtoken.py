@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import os
-import stat
-
 from memtop.errors import UserError
+from memtop.fleet.files import read_regular
+
+MAX_TOKEN = 4096  # bytes; a longer token is refused, never cut (a cut token fails far from its cause)
 
 
 def read_token(path: str) -> str:
-    """The bearer token; its file must be a regular file only its owner can read (0600 or 0400)."""
+    """The bearer token: the file must be a regular file of the user's own, mode 0600 or 0400, holding
+    one token of at most MAX_TOKEN bytes (surrounding whitespace and a final newline are ignored)."""
+    raw = read_regular(path, "--token-file", MAX_TOKEN + 2, private=True)  # + a CRLF after the token
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as e:
-        raise UserError(f"cannot read --token-file {path}: {e.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
-            raise UserError(f"--token-file {path} must be a regular file with mode 0600 (chmod 600 {path})")
-        token = os.read(fd, 4096).decode("utf-8", "replace").strip()
-    finally:
-        os.close(fd)
-    if not token or any(c.isspace() for c in token):
+        token = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise UserError(f"--token-file {path} must hold an ASCII token") from None
+    if len(token) > MAX_TOKEN:
+        raise UserError(f"--token-file {path}: the token is over {MAX_TOKEN} bytes")
+    if not token or any(c.isspace() or not c.isprintable() for c in token):
         raise UserError(f"--token-file {path} must hold one token")
     return token

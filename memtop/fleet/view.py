@@ -1,0 +1,201 @@
+"""The merged view of many nodes: each node's state (its newest decoded snapshot, or why not), one
+row per GPU across nodes, the straggler candidates within each job, and `--once` output.
+
+Snapshots reach NodeState only through memtop.fleet.wire: every string here is already sanitized and
+every field has its schema's type, whatever the node sent.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from memtop.fleet import wire
+from memtop.phases import CHARS
+from memtop.sanitize import clean
+
+SCHEMA_VERSION = wire.SCHEMA_VERSION
+STALE_INTERVALS = 3  # a node greys out after this many intervals without a good snapshot
+RECENT_STEPS = 5  # straggler detection compares the last few band steps, not one 0.5 s bin
+MAJORITY = 0.6  # ...and needs this share of the job's GPUs to agree on a phase
+PHASE_OF = {c: p for p, c in CHARS.items()}
+
+
+@dataclass
+class NodeState:
+    target: str  # what is unique: host or host:port as given, or a Prometheus scrape instance
+    snapshot: dict | None = None
+    ok_at: float = 0.0  # monotonic time of the newest good snapshot
+    error: str | None = None  # why the newest poll failed: timeout, refused, auth, ...
+    polls: int = 0
+    failures: int = 0
+    received: int = 0  # bytes of good answers
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def age(self, now: float | None = None) -> float | None:
+        return None if not self.ok_at else (now or time.monotonic()) - self.ok_at
+
+    def stale(self, interval: float, now: float | None = None) -> bool:
+        age = self.age(now)
+        return age is None or age > STALE_INTERVALS * interval
+
+    def receive(self, body: bytes | bytearray) -> None:
+        """A node's answer as it came off the wire (HTTP body, ssh line)."""
+        try:
+            self.good(wire.load_json(body, wire.MAX_SNAPSHOT_OBJECTS), len(body))
+        except wire.Refused as e:
+            self.bad(str(e))
+
+    def good(self, raw: object, size: int) -> None:
+        """A decoded JSON value: kept if it is a snapshot (typed and sanitized), else the reason."""
+        try:
+            snap = wire.snapshot(raw)
+        except wire.Refused as e:
+            return self.bad(str(e))
+        with self.lock:
+            self.snapshot, self.ok_at, self.error = snap, time.monotonic(), None
+            self.polls += 1
+            self.received += size
+
+    def bad(self, why: str) -> None:
+        with self.lock:
+            self.error = clean(why, 200)  # reasons may quote the network (ssh's stderr, TLS errors)
+            self.polls += 1
+            self.failures += 1
+
+
+# -- the merged view ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Row:
+    key: str  # target/gpu
+    target: str
+    hostname: str
+    gpu: dict
+    job: str  # the group a straggler is judged in
+    stale: str | None  # why the node is stale, or None
+    age: float | None
+    straggler: str | None = None  # evidence, when this GPU's phase differs from the rest of its job
+
+
+def _job_key(g: dict) -> str:
+    job = g.get("job") or {}
+    if job.get("slurm_job_id"):
+        return f"slurm {job['slurm_job_id']}"
+    if job.get("pod"):
+        return "pod " + re.sub(r"-[0-9]+$", "", job["pod"])  # trainer-0, trainer-1: one job
+    return "all"
+
+
+def recent_phase(g: dict) -> str:
+    """The GPU's phase over the last few band steps (one 0.5 s bin is too jumpy to compare)."""
+    tail = [c for c in (g.get("band") or "")[-RECENT_STEPS:] if c.strip()]
+    if not tail:
+        return str(g.get("phase", "gathering"))
+    return PHASE_OF.get(Counter(tail).most_common(1)[0][0], "other")
+
+
+def rows(nodes: list[NodeState], interval: float) -> list[Row]:
+    now = time.monotonic()
+    out: list[Row] = []
+    for n in nodes:
+        with n.lock:
+            snap, err, age = n.snapshot, n.error, n.age(now)
+        stale = None
+        if n.stale(interval, now):
+            stale = err or ("no answer yet" if snap is None else "no fresh snapshot")
+        if snap is None:
+            out.append(Row(f"{n.target}/-", n.target, "", {}, "none", stale or err, age))
+            continue
+        for g in snap.get("gpus", []):
+            if isinstance(g, dict):
+                out.append(
+                    Row(
+                        f"{n.target}/{g.get('index')}",
+                        n.target,
+                        str(snap.get("hostname", "")),
+                        g,
+                        _job_key(g),
+                        stale,
+                        age,
+                    )
+                )
+    return _flag_stragglers(out)
+
+
+def _flag_stragglers(rs: list[Row]) -> list[Row]:
+    """Within each job (Slurm id, pod set, or all GPUs shown), a GPU whose recent phase differs from
+    what most of the job's GPUs are doing is the straggler candidate: in a synchronous job the slow
+    rank computes while the others wait for it in a collective, or the reverse."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rs):
+        if r.gpu and r.stale is None:
+            groups.setdefault(r.job, []).append(i)
+    out = list(rs)
+    for job, idx in groups.items():
+        if len(idx) < 3:
+            continue
+        phases = {i: recent_phase(rs[i].gpu) for i in idx}
+        (major, count), *_ = Counter(p for p in phases.values() if p != "gathering").most_common(1) or [
+            ("", 0)
+        ]
+        if not major or count < MAJORITY * len(idx) or count == len(idx):
+            continue
+        for i in idx:
+            p = phases[i]
+            if p in (major, "gathering"):
+                continue
+            g = rs[i].gpu
+            v = g.get("verdict") or {}
+            share = (g.get("shares") or {}).get(p)
+            ev = f"{p} while {count} of {len(idx)} GPUs of {'the job' if job == 'all' else job} are {major}"
+            if share is not None:
+                ev += f"; {100 * share:.0f} % {p} over the last minute"
+            if v.get("headline"):
+                ev += f"; verdict: {v['headline']}" + (f" ({v['evidence']})" if v.get("evidence") else "")
+            out[i] = Row(**{**rs[i].__dict__, "straggler": ev})
+    return out
+
+
+def merged(nodes: list[NodeState], interval: float) -> dict:
+    """`--once --json`: every node's snapshot and state, and the straggler candidates."""
+    now = time.monotonic()
+    flagged = [r for r in rows(nodes, interval) if r.straggler]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "time": round(time.time(), 3),
+        "interval_s": interval,
+        "nodes": [
+            {
+                "target": n.target,
+                "ok": n.snapshot is not None and not n.stale(interval, now),
+                "error": n.error,
+                "age_s": None if (age := n.age(now)) is None else round(age, 2),
+                "snapshot": n.snapshot,
+            }
+            for n in nodes
+        ],
+        "stragglers": [
+            {
+                "target": r.target,
+                "hostname": r.hostname,
+                "gpu": r.gpu.get("index"),
+                "job": r.job,
+                "evidence": r.straggler,
+            }
+            for r in flagged
+        ],
+    }
+
+
+def print_text(nodes: list[NodeState], interval: float) -> None:
+    for r in rows(nodes, interval):
+        g = r.gpu
+        head = f"{clean(r.target, 40):<24} GPU {g.get('index', '-')!s:<2}"
+        if r.stale:
+            print(f"{head} stale: {clean(r.stale, 80)}")
+            continue
+        flag = "  << straggler? " + clean(r.straggler, 300) if r.straggler else ""
+        print(f"{head} {clean(g.get('phase', ''), 10):<9} {clean(g.get('band', '')[-40:], 40)}{flag}")

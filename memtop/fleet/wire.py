@@ -1,0 +1,251 @@
+"""The network's decode boundary: every answer a node (/snapshot.json over HTTP, `memtop snapshot`
+over ssh) or a Prometheus server sends becomes data here, or is refused with a reason.
+
+Nothing past this module sees a node's bytes. What comes out holds only the fields the schema
+(docs/snapshot.schema.json) names, with the types it names, every string passed through
+memtop.sanitize.clean and cut to a length its field can legitimately have, every number finite and
+in range, every list bounded. A GPU index that is not a small integer refuses the node: an index
+chooses rows and keys, and a node that cannot say which GPU it is talking about says nothing usable.
+The object count of an answer is bounded before it is parsed (json.loads of 60 MB of `{}` takes
+gigabytes), so a hostile answer costs at most its bytes, which the transport has capped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from memtop.metrics import METRICS
+from memtop.model import JOB_KEYS
+from memtop.phases import CHARS, LABELS
+from memtop.sanitize import clean
+
+SCHEMA_VERSION = 1
+# A snapshot of 64 GPUs and 256 processes, every string at its cap, is under 700 KB; real ones are a
+# few KB (8 GPUs with verdicts: 12 KB).
+MAX_SNAPSHOT = 1 << 20
+MAX_SNAPSHOT_OBJECTS = 20_000
+# Prometheus answers grow with the fleet: 1 024 nodes of 8 GPUs are 65 536 phase series, ~25 points
+# each in the band's range query (~30 MB, ~1.8 M JSON containers).
+MAX_PROM = 48 << 20
+MAX_PROM_OBJECTS = 2_000_000
+MAX_SERIES = 100_000
+MAX_GPUS = 64
+MAX_INDEX = 1023
+MAX_PROCS = 256
+BAND_LEN = 120
+PHASES = frozenset((*LABELS, "warmup", "gathering"))
+GAUGES = {m.name: m for m in METRICS}
+MODES = ("live", "replay", "demo")
+GPU_MODES = ("gpm", "nvml", "lost")
+
+
+class Refused(ValueError):
+    """An answer memtop will not use; str() is the reason, written by memtop (safe to print)."""
+
+
+def load_json(body: bytes | bytearray, max_objects: int) -> object:
+    """JSON with at most `max_objects` objects and arrays (counted before parsing: every one begins
+    with a bracket, and brackets inside strings only make the count cautious)."""
+    if body.count(b"{") + body.count(b"[") > max_objects:
+        raise Refused(f"bad response: over {max_objects} JSON objects")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):  # invalid UTF-8 and 5 000-digit integers are ValueErrors
+        raise Refused("bad response: not JSON") from None
+
+
+# -- typed fields ---------------------------------------------------------------------------
+def _str(v: object, limit: int, default: str = "") -> str:
+    return clean(v, limit) if isinstance(v, str) else default
+
+
+def _num(v: object, lo: float = -math.inf, hi: float = math.inf) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)  # a 4 000-digit int overflows
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) and lo <= f <= hi else None
+
+
+def _small_int(v: object, hi: int) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= hi else None
+
+
+def _obj(v: object) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: object, limit: int) -> list:
+    return v[:limit] if isinstance(v, list) else []
+
+
+# the schema's patterns for the numeric job fields (the rest are free text, cleaned)
+_JOB_PATTERN = {
+    "slurm_job_id": re.compile(r"[0-9]{1,12}(_[0-9]{1,8})?"),
+    "rank": re.compile(r"[0-9]{1,10}"),
+    "local_rank": re.compile(r"[0-9]{1,10}"),
+    "world_size": re.compile(r"[0-9]{1,10}"),
+}
+
+
+def job(v: object) -> dict[str, str]:
+    """The job identity: only JOB_KEYS, the numeric ones only when they are numbers."""
+    out = {}
+    for k, x in _obj(v).items():
+        pattern = _JOB_PATTERN.get(k)
+        if k in JOB_KEYS and isinstance(x, str) and x and (pattern is None or pattern.fullmatch(x)):
+            out[k] = clean(x, 64 if k == "slurm_job_name" else 63)
+    return out
+
+
+def shares(v: object) -> dict[str, float]:
+    """Phase shares, normalised to sum to one: a node's rates or a merged scrape may not."""
+    raw = {k: f for k, x in _obj(v).items() if k in PHASES and (f := _num(x, 0.0)) is not None}
+    total = sum(raw.values())
+    return {k: round(f / total, 4) for k, f in raw.items()} if total > 0 else {}
+
+
+def band(v: object) -> str:
+    """The phase band: known phase characters and spaces only, the newest BAND_LEN steps."""
+    return "".join(c if c in _BAND_CHARS else " " for c in v[-BAND_LEN:]) if isinstance(v, str) else ""
+
+
+_BAND_CHARS = frozenset(CHARS.values()) | {" "}
+
+
+_LABEL = re.compile(r"[a-z][a-z_-]{0,15}")  # a phase's name (the row shows it as one)
+
+
+def _verdict(v: object) -> dict | None:
+    if not isinstance(v, dict):
+        return None
+    out: dict[str, object] = {
+        "label": label if isinstance(label := v.get("label"), str) and _LABEL.fullmatch(label) else "other",
+        "title": _str(v.get("title"), 64),
+        "share": _num(v.get("share"), 0.0, 1.0) or 0.0,
+        "window_s": _num(v.get("window_s"), 0.0, 1e9) or 0.0,
+        "headline": _str(v.get("headline"), 300),
+        "evidence": _str(v.get("evidence"), 600),
+        "advice": [clean(a, 300) for a in _list(v.get("advice"), 5) if isinstance(a, str)],
+        "command": _str(v.get("command"), 1000),
+    }
+    if isinstance(v.get("straggler"), bool):
+        out["straggler"] = v["straggler"]
+    if isinstance(v.get("missing"), str):
+        out["missing"] = clean(v["missing"], 300)
+    return out
+
+
+def _gpu(i: int, g: object) -> dict:
+    if not isinstance(g, dict):
+        raise Refused(f"bad snapshot: gpus[{i}] is not an object")
+    index = _small_int(g.get("index"), MAX_INDEX)
+    if index is None:
+        raise Refused(f"bad snapshot: gpus[{i}].index is not 0-{MAX_INDEX}")
+    phase = g.get("phase")
+    gauges = {
+        k: f
+        for k, x in _obj(g.get("gauges")).items()
+        if k in GAUGES
+        and (f := _num(x)) is not None
+        and GAUGES[k].valid(f) is not None  # the recording's ranges
+    }
+    return {
+        "index": index,
+        "uuid": _str(g.get("uuid"), 64),
+        "name": _str(g.get("name"), 96),
+        "mode": g["mode"] if g.get("mode") in GPU_MODES else "nvml",
+        "gauges": gauges,
+        "throttle": [clean(t, 32) for t in _list(g.get("throttle"), 16) if isinstance(t, str)],
+        "phase": phase if isinstance(phase, str) and phase in PHASES else "other",
+        "shares": shares(g.get("shares")),
+        "band": band(g.get("band")),
+        "verdict": _verdict(g.get("verdict")),
+        "job": job(g.get("job")),
+    }
+
+
+def _process(p: object) -> dict | None:
+    if not isinstance(p, dict) or (pid := _small_int(p.get("pid"), 1 << 22)) is None:
+        return None
+    gpus = [x for x in _list(p.get("gpus"), MAX_GPUS) if _small_int(x, MAX_INDEX) is not None]
+    return {
+        "pid": pid,
+        "name": _str(p.get("name"), 64),
+        "gpus": gpus,
+        "cpu_pct": _num(p.get("cpu_pct"), 0.0, 1e5) or 0.0,
+        "job": job(p.get("job")),
+    }
+
+
+def snapshot(raw: object) -> dict:
+    """A node's snapshot as the schema says it is, or Refused with the reason."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), list):
+        raise Refused("bad response: not a memtop snapshot")
+    if len(raw["gpus"]) > MAX_GPUS:
+        raise Refused(f"bad snapshot: over {MAX_GPUS} GPUs")
+    gpus = [_gpu(i, g) for i, g in enumerate(raw["gpus"])]
+    if len({g["index"] for g in gpus}) != len(gpus):
+        raise Refused("bad snapshot: a GPU index appears twice")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "memtop_version": _str(raw.get("memtop_version"), 32),
+        "hostname": _str(raw.get("hostname"), 253),
+        "time": _num(raw.get("time"), 0.0, 1e11) or 0.0,
+        "mode": raw["mode"] if raw.get("mode") in MODES else "live",
+        "position_s": _num(raw.get("position_s"), 0.0, 1e9),
+        "band_step_s": _num(raw.get("band_step_s"), 0.01, 3600.0) or 0.5,
+        "notes": [clean(n, 300) for n in _list(raw.get("notes"), 16) if isinstance(n, str)],
+        "gpus": gpus,
+        "processes": [p for p in map(_process, _list(raw.get("processes"), MAX_PROCS)) if p is not None],
+    }
+
+
+# -- Prometheus ---------------------------------------------------------------------------
+Series = tuple[dict[str, str], list[tuple[float, float]]]
+
+
+def _point(p: object) -> tuple[float, float]:
+    """[time, "value"]: Prometheus sends the value as a string ("NaN" and "+Inf" included)."""
+    if not (isinstance(p, list) and len(p) == 2 and isinstance(p[1], str) and len(p[1]) <= 40):
+        raise Refused('bad Prometheus answer: a sample is not [time, "value"]')
+    t = _num(p[0])
+    try:
+        v = float(p[1])
+    except ValueError:
+        raise Refused("bad Prometheus answer: a sample's value is not a number") from None
+    if t is None:
+        raise Refused("bad Prometheus answer: a sample's time is not a number")
+    return t, v
+
+
+def prom_result(body: bytes | bytearray) -> list[Series]:
+    """A /api/v1/query or /query_range answer: each series' labels (cleaned) and its samples."""
+    data = load_json(body, MAX_PROM_OBJECTS)
+    if not isinstance(data, dict):
+        raise Refused("bad Prometheus answer: not an object")
+    if data.get("status") != "success":
+        raise Refused(f"query failed: {_str(data.get('error'), 200, 'no reason given')}")
+    result = _obj(data.get("data")).get("result")
+    if not isinstance(result, list) or len(result) > MAX_SERIES:
+        raise Refused(f"bad Prometheus answer: no result list of at most {MAX_SERIES} series")
+    out: list[Series] = []
+    for s in result:
+        metric = s.get("metric") if isinstance(s, dict) else None
+        if not isinstance(metric, dict) or len(metric) > 64:
+            raise Refused("bad Prometheus answer: a series without labels")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+            raise Refused("bad Prometheus answer: a label that is not a string")
+        labels = {clean(k, 64): clean(v, 253) for k, v in metric.items()}
+        if "value" in s:
+            points = [_point(s["value"])]
+        elif isinstance(s.get("values"), list) and len(s["values"]) <= 11_000:  # Prometheus' own cap
+            points = [_point(p) for p in s["values"]]
+        else:
+            raise Refused("bad Prometheus answer: a series without samples")
+        out.append((labels, points))
+    return out
