@@ -237,6 +237,7 @@ def test_record_markers_that_are_not_objects_fail_cleanly_and_the_recording_clos
         capsys,
         ["record", "-o", str(out), "--duration", "1", "--markers", str(markers), "--no-stacks", "--no-perf"],
     )
+    err = "".join(x for x in err.splitlines(True) if not x.startswith("memtop: no GPU: "))  # a GPU-less VM
     assert rc == 2 and "line 2" in err and err.count("\n") == 1
     assert not Path(f"{out}-wal").exists()  # closed: a plain file, readable
     rc, _, _ = _cli(capsys, ["replay", "--summary", str(out)])
