@@ -103,13 +103,23 @@ BY_MODE: dict[str, tuple[str, str]] = {
 }
 # busy asks NVML util first whatever the mode, because util counts copies and GPM graphics does not
 BUSY = ("util", "graphics")
-_BUSY_FIRST, _BUSY_ELSE = map(attrgetter, BUSY)
 
 
 def _by_mode(name: str) -> Any:
     """The property ``name`` of BY_MODE."""
     gpm, nvml = map(attrgetter, BY_MODE[name])
     return property(lambda s: gpm(s) if s.mode == "gpm" else nvml(s))
+
+
+def _first_of(fields: tuple[str, str]) -> Any:
+    """A property: the first field's value, else (None) the second's."""
+    first, other = map(attrgetter, fields)
+
+    def get(s: GpuSample) -> float | None:
+        v = first(s)
+        return v if v is not None else other(s)
+
+    return property(get)
 
 
 def metrics_of(figures: tuple[str, ...]) -> frozenset[str]:
@@ -163,11 +173,7 @@ class GpuSample:
     engine = _by_mode("engine")
     bandwidth = _by_mode("bandwidth")
 
-    @property
-    def busy(self) -> float | None:
-        """Time a kernel or a copy ran, copies included (a gap is neither): NVML util, else GPM graphics."""
-        v = _BUSY_FIRST(self)
-        return v if v is not None else _BUSY_ELSE(self)
+    busy = _first_of(BUSY)  # time a kernel or a copy ran, copies included (a gap is neither)
 
     @property
     def throttled(self) -> bool:
