@@ -24,9 +24,10 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from score import score
+
 from memtop.model import Frame, Marker
 from memtop.phases import classify
-from memtop.score import score
 from memtop.store import Recording
 
 ROOT = Path(__file__).parent.parent

@@ -5,7 +5,7 @@ local rank): `comm` one-vs-rest per bin (the waiting ranks' truth), and the stra
 and GPU (truth: that GPU's rank was the late one in that phase; flagged: memtop.straggler, run on
 the labels as they stood at that bin, as the live pipeline does). Guard bands at each phase edge
 as in bench/accuracy.py; F1 pooled over every GPU and bin of the set. Also the bandwidth sub-tag's
-share of comm bins in the comm_bandwidth phases, and the macro-F1 over all classes (memtop.score).
+share of comm bins in the comm_bandwidth phases, and the macro-F1 over all classes (bench/score.py).
 usage: python bench/comm_accuracy.py RUN.memtop ... [--guard 0.5 1.0] [--window S] [--no-stacks]
 """
 
@@ -18,9 +18,10 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
+from score import score, truth_of
+
 from memtop.model import Frame, Marker
 from memtop.phases import Classifier, Label
-from memtop.score import score, truth_of
 from memtop.store import Recording
 from memtop.straggler import WINDOW_S, stragglers
 

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from comm_accuracy import gpu_markers, pooled, replay, score_run
+from score import truth_of
 
 from memtop import phases
-from memtop.score import truth_of
 from memtop.store import Recording
 
 GRID = {

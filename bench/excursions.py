@@ -15,10 +15,10 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import accuracy
+from score import score
 
 from memtop.model import Frame
 from memtop.phases import classify
-from memtop.score import score
 from memtop.store import Recording
 
 TUNING = ("first", "train", "heldout", "heldout2", "heldout3")

@@ -365,14 +365,14 @@ def measure_tiles(a: argparse.Namespace, d: Path, res: dict, src: Path) -> None:
             out.unlink()
         # equality with one serial pass, in this process: by columns (from blocks), and by Frames
         # from the rows (what replay reads)
-        from memtop import colscan, scan
+        from memtop import colscan
         from memtop.report import build_report
 
         rec = Recording(path)
         par = build_report(rec)
         if not a.skip_serial:
-            chunk = scan.CHUNK_MIN_S
-            scan.CHUNK_MIN_S = colscan.CHUNK_MIN_S = 1e12
+            chunk = colscan.CHUNK_MIN_S
+            colscan.CHUNK_MIN_S = 1e12
             s = time.perf_counter()
             ser = build_report(rec)
             r["report_serial_s"] = round(time.perf_counter() - s, 2)
@@ -381,7 +381,7 @@ def measure_tiles(a: argparse.Namespace, d: Path, res: dict, src: Path) -> None:
             frames = build_report(rec, columns=False)
             r["report_frames_serial_s"] = round(time.perf_counter() - s, 2)
             r["report_equals_frames"] = par == frames
-            scan.CHUNK_MIN_S = colscan.CHUNK_MIN_S = chunk
+            colscan.CHUNK_MIN_S = chunk
         rec.close()
         res[name] = r
         print(name, json.dumps(r), file=sys.stderr, flush=True)

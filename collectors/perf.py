@@ -69,7 +69,7 @@ def derived(rates: dict[str, float]) -> dict[str, float]:
     return out
 
 
-class _Libc:
+class Libc:
     def __init__(self) -> None:
         self.nr = SYSCALL_NR.get(platform.machine())
         self.lib = ctypes.CDLL(None, use_errno=True)
@@ -112,8 +112,8 @@ def explain(err: OSError, hardware: bool) -> tuple[CapState, str, str]:
     return CapState.ERROR, f"perf_event_open: {err.strerror}", ""
 
 
-class _Group:
-    def __init__(self, libc: _Libc, tid: int, events: tuple) -> None:
+class EventGroup:
+    def __init__(self, libc: Libc, tid: int, events: tuple) -> None:
         self.fds: list[int] = []
         try:
             for _, type_, config in events:
@@ -151,8 +151,8 @@ class PerfCollector:
     def __init__(self, interval: float = 1.0, pids: tuple[int, ...] = ()):
         self.interval = interval
         self.pids: tuple[int, ...] = tuple(pids)
-        self._libc: _Libc | None = None
-        self._groups: dict[tuple[int, int, bool], _Group] = {}  # (pid, tid, hw) -> group
+        self._libc: Libc | None = None
+        self._groups: dict[tuple[int, int, bool], EventGroup] = {}  # (pid, tid, hw) -> group
         self._totals: dict[int, tuple[float, dict[str, float]]] = {}
         self.status: dict[str, Capability] = {}
         self.hw_ok: bool | None = None
@@ -174,7 +174,7 @@ class PerfCollector:
 
     def start(self) -> None:
         try:
-            self._libc = _Libc()
+            self._libc = Libc()
         except OSError as e:
             self.status["perf"] = Capability("perf", "perf_event_open", CapState.UNSUPPORTED, str(e))
 
@@ -203,7 +203,7 @@ class PerfCollector:
                 if (pid, tid, hw) in self._groups or (hw and self.hw_ok is False):
                     continue
                 try:
-                    self._groups[(pid, tid, hw)] = _Group(self._libc, tid, events)
+                    self._groups[(pid, tid, hw)] = EventGroup(self._libc, tid, events)
                     if hw:
                         self.hw_ok = True
                 except OSError as e:

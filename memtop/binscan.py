@@ -19,19 +19,20 @@ from typing import Any, overload
 import numpy as np
 
 from memtop.labelcols import LabelCols
+from memtop.model import BY_MODE
 from memtop.phases import (
-    CONFIDENCE,
+    BIN_MEANS,
     NO_RULE,
     RULE_LABEL,
-    RULE_TEXT,
     RULES,
     STICKY,
     Features,
     Label,
-    _collective,
-    _quiet,
+    gpu_in_collective,
+    label_of,
     mode_name,
     nvlink_peak,
+    quiet_view,
     settle,
 )
 from memtop.ruleview import Cols
@@ -261,7 +262,7 @@ class Rules:
             if r[3] is not None and (rid == k).any():
                 subs[k] = np.broadcast_to(np.asarray(r[3](v)), (n,))
         keeps = {lab: np.broadcast_to(keep(v), (n,)) for lab, (_, _, keep) in STICKY.items()}
-        return cls(rid, keeps, np.broadcast_to(_quiet(v), (n,)), stopped, subs)
+        return cls(rid, keeps, np.broadcast_to(quiet_view(v), (n,)), stopped, subs)
 
 
 def settle_all(rules: Rules, warmup_bins: int, confirm: int, bin_s: float) -> tuple[np.ndarray, list[str]]:
@@ -323,20 +324,8 @@ class LabelSeq(Sequence[Label]):
         b = self.start + i
         f = self.bins.features(b)
         rid = int(self.rid[i])
-        stable, raw = str(self.stable[i]), RULE_LABEL[rid]
-        sub = ""
-        if stable == raw and rid in self.rules.subs:
-            sub = str(self.rules.subs[rid][b])
-        return Label(
-            f.t,
-            f.gpu,
-            raw,
-            stable or "warmup",
-            CONFIDENCE[f.gpm, f.stack_n > 0, raw == stable],
-            RULE_TEXT[rid],
-            f,
-            sub,
-        )
+        subs = self.rules.subs
+        return label_of(f, rid, str(self.stable[i]), lambda: str(subs[rid][b]) if rid in subs else "")
 
     def __iter__(self) -> Iterator[Label]:
         return (self[i] for i in range(len(self)))
@@ -371,14 +360,19 @@ def gpu_bins(
     f0, cnt = first[:-1], np.diff(first)
     gpm_s = g.code[rows] == gpm_code
     cols = {c: v[rows] for c, v in g.cols.items() if c != "clock_events"}
-    graphics = seq_mean(np.where(gpm_s, cols["graphics"], cols["util"]), f0, cnt)
+
+    def figure(name: str) -> np.ndarray:  # a GpuSample figure of each sample (fallbacks: model.BY_MODE)
+        if name not in BY_MODE:
+            return cols[name]
+        gpm_field, nvml_field = BY_MODE[name]
+        return np.where(gpm_s, cols[gpm_field], cols[nvml_field])
+
+    graphics = seq_mean(figure("engine"), f0, cnt)
     sel = np.flatnonzero(~np.isnan(graphics))
     if not len(sel):
         return None
     f0, cnt, graphics = f0[sel], cnt[sel], graphics[sel]
-    mean = {c: seq_mean(cols[c], f0, cnt) for c in ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx")}
-    mean |= {c: seq_mean(cols[c], f0, cnt) for c in ("sm", "tensor", "util", "power_w")}
-    dram = seq_mean(np.where(gpm_s, cols["dram"], cols["mem_util"]), f0, cnt)
+    mean = {c: seq_mean(figure(c), f0, cnt) for c in BIN_MEANS}
     not_gpm = np.concatenate([[0], np.cumsum(~gpm_s)])
     gpm = not_gpm[f0 + cnt] == not_gpm[f0]
     # the newest sample's state: link, board name and processes
@@ -406,7 +400,7 @@ def gpu_bins(
         graphics=graphics,
         sm=np.where(gpm, mean["sm"], _NAN),
         tensor=np.where(gpm, mean["tensor"], _NAN),
-        dram=dram,
+        dram=mean["bandwidth"],
         util=mean["util"],
         power_w=mean["power_w"],
         pcie_bps=pcie,
@@ -480,7 +474,7 @@ def with_peers(
 ) -> None:
     """Each GPU's peers per bin (``Classifier.emit``'s ``_with_peers``): the other GPUs of its job
     with features in the same bin, and which of them are not in a collective. ``jobs_at``: each GPU's
-    job (an id, -1 for none) in the given bins, as ``straggler.job_groups`` finds it at their last Frame."""
+    job (an id, -1 for none) in the given bins, as ``jobs.job_groups`` finds it at their last Frame."""
     if len(bins) < 2:
         return
     gs = sorted(bins)
@@ -497,7 +491,7 @@ def with_peers(
     job = np.stack([np.where(at[:, j] >= 0, jobs[g], -1) for j, g in enumerate(gs)], axis=1)
     coll = np.stack(
         [
-            np.broadcast_to(_collective(bins[g][0].view()), (len(bins[g][1]),))[at[:, j]]
+            np.broadcast_to(gpu_in_collective(bins[g][0].view()), (len(bins[g][1]),))[at[:, j]]
             for j, g in enumerate(gs)
         ],
         axis=1,

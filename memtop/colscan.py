@@ -38,38 +38,39 @@ from memtop import labelcols
 from memtop.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_peers
 from memtop.colblock import NULL, Blocks
 from memtop.errors import UserError
-from memtop.metrics import Metric
-from memtop.model import THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
-from memtop.phases import DATA_WORKER_NAMES, Classifier, gap_event, stack_info
+from memtop.jobs import job_groups
+from memtop.metrics import METRICS, Metric
+from memtop.model import BUSY, THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
+from memtop.phases import DATA_WORKER_NAMES, Classifier, bin_start, gap_event, stack_info
 from memtop.progress import Progress
 from memtop.records import Gap
-from memtop.scan import CHUNK_MIN_S, WARM_S, Aggregates, _main_only, scan
+from memtop.scan import REPORT_READS, Aggregates, main_only, scan
 from memtop.stackwin import Entries, window_bounds
 from memtop.store import (
-    _DECODE_ERRORS,
-    _SANE_T,
     BLOCK_STREAMS,
     BLOCK_TABLES,
     BY_NAME,
+    DECODE_ERRORS,
     GPU_MODES,
     HOST_KEY_EVERY,
     HOST_PROC_FIELDS,
+    SANE_T,
     STACK_SQL,
     Recording,
-    _caps_from_json,
-    _host_from_blob,
-    _inflate_host,
-    _num,
-    _record,
+    caps_from_json,
+    finite_number,
+    host_from_blob,
+    inflate_host,
     perf_sample,
     plain_host,
+    record_of,
     stack_sample,
 )
-from memtop.straggler import job_groups
 
-# the GPU columns read: what the features, gaps and aggregates use (phases._BIN_MEANS, busy, throttling)
-_COLS: tuple[str, ...] = ("util", "mem_util", "graphics", "dram", "sm", "tensor", "pcie_rx", "pcie_tx")
-_COLS += ("nvlink_rx", "nvlink_tx", "power_w", "clock_events")
+WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
+CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
+# the GPU columns read (scan.REPORT_READS), in the metrics table's order
+_COLS = tuple(m.name for m in METRICS if m.name in REPORT_READS)
 _GPU_BLOCK = (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c in _COLS))  # of BLOCK_STREAMS["gpu"]
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
@@ -117,8 +118,8 @@ def scan_columns(
     workers: int | None = None,
     chunk_s: float | None = None,
 ) -> tuple[dict, list, Aggregates]:
-    """(labels per GPU, gaps, aggregates) as ``memtop.scan._scan(rec.path, read_from, lo, hi, None,
-    True)`` gives them; raises Unusual where it cannot be sure of that.
+    """(labels per GPU, gaps, aggregates) as ``memtop.scan.scan`` gives them by Frames read from
+    ``read_from``; raises Unusual where it cannot be sure of that.
 
     A long range is cut into chunks at bin edges whose features, rules, gaps and aggregates are
     found in parallel processes, each reading WARM_S early; the hysteresis then runs here over all
@@ -134,7 +135,7 @@ def scan_columns(
                 return got
         try:
             return _join([_scan(rec, read_from, lo, hi, tick)])
-        except (*_DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
+        except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
             raise Unusual(f"{type(e).__name__}: {e}") from None
 
 
@@ -189,7 +190,7 @@ def _chunk(path: Path, read_from: float | None, lo: float, hi: float, slot: int)
     try:
         with no_gc():  # (a spawned worker does not inherit it)
             return _scan(rec, read_from, lo, hi, tick, edge=True)
-    except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
+    except (Unusual, *DECODE_ERRORS, sqlite3.DatabaseError):
         return None
     finally:
         rec.close()
@@ -210,7 +211,7 @@ def _parallel(
     edges = [lo] + [math.floor((lo + (hi - lo) * k / n) / b) * b for k in range(1, n)] + [hi]
     his = []
     for e in edges[1:-1]:  # a chunk ends at its last Frame before the next one's first bin
-        r = rec._q(f"SELECT max(t) FROM frame WHERE t<? AND {_SANE_T}", (e,)).fetchone()
+        r = rec.query(f"SELECT max(t) FROM frame WHERE t<? AND {SANE_T}", (e,)).fetchone()
         his.append(r[0])
     his.append(hi)
     floor = lo if read_from is not None else rec.t0
@@ -234,7 +235,7 @@ def _parallel(
         futures = [ex.submit(_chunk, *job) for job in jobs[1:]]
         try:
             first: _Part | None = _scan(rec, *jobs[0][1:4], tick0)
-        except (Unusual, *_DECODE_ERRORS, sqlite3.DatabaseError):
+        except (Unusual, *DECODE_ERRORS, sqlite3.DatabaseError):
             first = None
         while wait(futures, timeout=0.25).not_done:
             if tick:
@@ -325,9 +326,7 @@ def _scan(
 
     clf = Classifier()
     b = clf.bin_s
-    # Classifier.feed's bin start of each Frame, (t // b) * b: numpy's float floor division is
-    # CPython's algorithm (fmod, then the same corrections), so these are the same floats
-    sa = np.floor_divide(ft, b) * b
+    sa = bin_start(ft, b)  # each Frame's bin, as Classifier.feed bins it
     ends = np.append(np.flatnonzero(sa[1:] != sa[:-1]), len(frames) - 1)
     bin_of = np.repeat(np.arange(len(ends)), np.diff(np.concatenate([[-1], ends])))
     gpm = GPU_MODES.index("gpm")
@@ -363,7 +362,8 @@ def _scan(
     # chunk's edge a gap open at lo is marked, its start the chunk before's to give
     gap_lo: dict[int, tuple | None] = {}
     reset = _mark_open if edge else None
-    gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(clf, i_lo, gap_lo, reset))
+    open_gaps: dict[int, tuple | None] = {}  # each GPU's gap open after its last sample
+    gap_at = sorted((k, g.index, span) for g in gpus for k, span in g.gaps(open_gaps, i_lo, gap_lo, reset))
     gap_at = [e for e in gap_at if e[0] >= i_lo]
     # the stack window at each gap's Frame, and after the warm-up and at the end (the chunks' join)
     ks = np.array([k for k, _, _ in gap_at] + [max(i_lo - 1, 0), len(frames) - 1], dtype=np.int64)
@@ -383,13 +383,13 @@ def _scan(
     done(0.8)
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
     done(1.0)
-    return _Part(kept, first, gaps, dict(clf._gap), gap_lo, warm, keys, agg)
+    return _Part(kept, first, gaps, open_gaps, gap_lo, warm, keys, agg)
 
 
 def _jobs(
     gpus: list[_Gpu], hosts: _Hosts, ks: np.ndarray, tick: Callable[[float], None] | None = None
 ) -> dict[int, np.ndarray]:
-    """Each GPU's job at Frames ``ks`` (ascending) as ``straggler.job_groups`` finds it, as ids (-1:
+    """Each GPU's job at Frames ``ks`` (ascending) as ``jobs.job_groups`` finds it, as ids (-1:
     none). A GPU's job follows from its processes (its state) and the host sample's: it is found once
     per (state, host sample alike for the GPUs' processes, ``_Hosts.job_hosts``)."""
     pids = {p.pid for g in gpus for st in g.states for p in st[4]}
@@ -469,7 +469,11 @@ class _Gpu:
         return GpuSample(self.t[r], self.index, uuid, name, mode, link=link, processes=procs, mig=mig)
 
     def gaps(
-        self, clf: Classifier, i_lo: int, at_lo: dict, reset: Callable[[tuple | None], tuple | None] | None
+        self,
+        open_gaps: dict[int, tuple | None],
+        i_lo: int,
+        at_lo: dict,
+        reset: Callable[[tuple | None], tuple | None] | None,
     ) -> list[tuple[int, tuple[float, float]]]:
         """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample
         (``Classifier._track_gap``, here over runs of quiet samples). ``at_lo`` gets the GPU's open
@@ -481,19 +485,19 @@ class _Gpu:
         new = np.ones(len(at), dtype=bool)
         new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
         frame, row, st = at[new], ra[new], sa[new]
-        util, graphics = self.cols["util"][row], self.cols["graphics"][row]
-        busy = np.where(np.isnan(util), graphics, util)  # util, or graphics without it (NaN: None)
+        first, other = (self.cols[c][row] for c in BUSY)
+        busy = np.where(np.isnan(first), other, first)  # GpuSample.busy (NaN: None)
         alive = np.array([bool(x[4]) for x in self.states] + [False], dtype=bool)[st]  # (-1: none)
         quiet = (busy < 5) & alive
         times = self.t
         m = int(np.searchsorted(frame, i_lo, "left"))  # the first sample from Frame i_lo on
         index = self.index
-        out, state = _quiet_runs(quiet[:m], frame[:m], row[:m], times, clf._gap.get(index))
+        out, state = _quiet_runs(quiet[:m], frame[:m], row[:m], times, open_gaps.get(index))
         at_lo[index] = state
         if reset is not None:
             state = reset(state)
         more, state = _quiet_runs(quiet[m:], frame[m:], row[m:], times, state)
-        clf._gap[index] = state
+        open_gaps[index] = state
         return out + more
 
     def seen(self, i_lo: int) -> list[tuple[int, int]]:
@@ -565,26 +569,26 @@ _PERF_SQL = "SELECT t, pid, data"
 
 
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
-    have = rec._gpu_columns
+    have = rec.gpu_columns
     cols = ", ".join(c if c in have else "NULL" for c in _COLS)
     sql = f"SELECT t, gpu, {_MODE_SQL}, {cols} FROM gpu"
     rows: list = []
     states: dict[int, list] = {}
     if seed is not None:  # Recording._seed: each GPU with a state, as it stood at the start
-        for g in [r[0] for r in rec._q("SELECT DISTINCT gpu FROM gpu_state")]:
-            r = rec._q(f"{_STATE_SQL} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
+        for g in [r[0] for r in rec.query("SELECT DISTINCT gpu FROM gpu_state")]:
+            r = rec.query(f"{_STATE_SQL} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
             if r:
-                states.setdefault(_int(r[1]), []).append((r[0], rec._gpu_state(r)))
-            r = rec._q(f"{sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
+                states.setdefault(_int(r[1]), []).append((r[0], rec.gpu_state(r)))
+            r = rec.query(f"{sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
             if r:
                 rows.append(r)
-    for r in rec._q(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
-        states.setdefault(_int(r[1]), []).append((r[0], rec._gpu_state(r)))
+    for r in rec.query(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
+        states.setdefault(_int(r[1]), []).append((r[0], rec.gpu_state(r)))
     got = _block_rows(rec, plo, hi)
     if got is None:
         got = _json_rows(rec, cols, plo, hi)
     if got is None:
-        rows += rec._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+        rows += rec.query(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
         got = _from_rows(rows)
     elif rows:
         seeded = _from_rows(rows)
@@ -628,13 +632,13 @@ def _scale(lo: object, hi: object) -> float | None:
 
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
     """The sane Frame times in [lo, hi] in order, as ``SELECT t FROM frame WHERE t>=? AND t<=? AND
-    _SANE_T ORDER BY t`` gives them, sent by SQLite as one text of integers (``_scale``)."""
+    SANE_T ORDER BY t`` gives them, sent by SQLite as one text of integers (``_scale``)."""
     blocks = Blocks(rec.db, "frame", BLOCK_STREAMS["frame"], BLOCK_TABLES["frame"])
     if blocks.end > hi and (got := blocks.read(lo, hi)) is not None:
         t = got["t"]
-        if (np.diff(t) > 0).all() and ((t > -1e12) & (t < 1e12)).all():  # (as the rows' key and _SANE_T)
+        if (np.diff(t) > 0).all() and ((t > -1e12) & (t < 1e12)).all():  # (as the rows' key and SANE_T)
             return t.tolist()
-    sql = f"FROM frame WHERE t>=? AND t<=? AND {_SANE_T}"
+    sql = f"FROM frame WHERE t>=? AND t<=? AND {SANE_T}"
     text, scale = None, None
     try:  # (min and max alone are a search each)
         scale = _scale(
@@ -653,7 +657,7 @@ def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
         t = a.astype(np.float64) / scale
         if len(t) == text.count(",") + 1 and (np.diff(t) > 0).all():  # all, in the key's order
             return t.tolist()
-    return [r[0] for r in rec._q(f"SELECT t {sql} ORDER BY t", (lo, hi))]
+    return [r[0] for r in rec.query(f"SELECT t {sql} ORDER BY t", (lo, hi))]
 
 
 def _block_rows(
@@ -753,11 +757,11 @@ class _Hosts:
         rows = []
         if seed is not None:  # Recording._seed: the newest sample, from the blob its chain starts at
             rows = _chain(rec, seed)
-        rows += rec._q("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+        rows += rec.query("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
         raw = []
         prev = None
         for _, blob in rows:  # every blob inflated: a damaged one takes the Frame path, as it skips it
-            prev = _inflate_host(blob, prev)
+            prev = inflate_host(blob, prev)
             raw.append(prev)
         self.raw = raw
         self.t = [r[0] for r in rows]
@@ -861,7 +865,7 @@ class _Hosts:
             self._load[h] = (d["iowait_pct"], tuple(_Proc(*_PROC(p)) for p in procs))
             self._procs[h] = [(p["pid"], p) for p in procs]
         else:  # another layout (an older memtop): decoded whole, as the Frame path does
-            s = _host_from_blob(self.raw[h])
+            s = host_from_blob(self.raw[h])
             self._load[h] = (s.iowait_pct, s.procs)
             self._procs[h] = [(p.pid, p) for p in s.procs]
 
@@ -920,7 +924,7 @@ class _Hosts:
             plain = raw.count(b'"pid"') == n and (n == len(text) or len(mark.findall(raw)) == len(text))
             u = ids.get(text) if plain else None
             if u is None:
-                s = _host_from_blob(raw)
+                s = host_from_blob(raw)
                 procs = tuple(p for p in s.procs if p.pid in pids)
                 sig = tuple((p.pid, p.ppid, p.name, p.cmdline) for p in procs)
                 u = sigs.setdefault(sig, len(samples))
@@ -938,7 +942,7 @@ class _Hosts:
 
     def sample(self, k: int) -> HostSample | None:
         h = self.at[k]
-        return None if h < 0 else _host_from_blob(self.raw[h])
+        return None if h < 0 else host_from_blob(self.raw[h])
 
 
 _JSTR = rb'"[^"\\]*(?:\\.[^"\\]*)*"'  # a JSON string's text (unrolled: a step per run of plain bytes)
@@ -952,7 +956,7 @@ def _leads(text: tuple[bytes, ...]) -> list[tuple]:
 
 def _chain(rec: Recording, t: float) -> list[tuple[float, bytes]]:
     """The host rows from the standalone blob the newest one at or before t is chained to, to it."""
-    chain = rec._q(
+    chain = rec.query(
         "SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY)
     ).fetchall()
     start = next((i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1)
@@ -977,14 +981,14 @@ class _Blobs(Sequence):
             return
         t = self._t
         rows = _chain(self._rec, t[hs[0]])
-        rows += self._rec._q(
+        rows += self._rec.query(
             "SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (t[hs[0]], t[hs[-1]])
         ).fetchall()
         want = iter(hs)
         h = next(want, None)
         prev = None
         for rt, blob in rows:
-            prev = _inflate_host(blob, prev)
+            prev = inflate_host(blob, prev)
             while h is not None and t[h] == rt:
                 yield prev
                 h = next(want, None)
@@ -999,7 +1003,7 @@ class _Blobs(Sequence):
                 raise Unusual("a host sample the blocks hold is not a row")
             prev = None
             for j, (t, blob) in enumerate(chain):
-                prev = _inflate_host(blob, prev)
+                prev = inflate_host(blob, prev)
                 at = h - (len(chain) - 1 - j)
                 if at >= 0 and self._t[at] == t:
                     self._got[at] = prev
@@ -1141,13 +1145,13 @@ class _Stacks:
             if k is None:
                 k = kinds[key] = len(self.dumps)
                 s = stack_sample(rec, [_stack_row(t, cols, i) for i in range(a, b)])
-                self.dumps.append((s, stack_info(s) if s.threads else None, _main_only(s)))
+                self.dumps.append((s, stack_info(s) if s.threads else None, main_only(s)))
             kind.append(k)
         self.times = [t[a] for a in cut[:-1]]
-        # every time a finite float (store._num: the common case) is not checked again per sample
+        # every time a finite float (store.finite_number: the common case) is not checked again per sample
         ts = np.array(self.times, dtype=np.float64) if _types(tuple(self.times), float) else None
         if ts is None or not (np.abs(ts) <= 1e18).all():  # (NaN fails)
-            ts = np.array([_num(x, "stack t") for x in self.times], dtype=np.float64)
+            ts = np.array([finite_number(x, "stack t") for x in self.times], dtype=np.float64)
         self.kind = np.array(kind, dtype=np.int64)
         self.pids = np.array([d[0].pid for d in self.dumps], dtype=np.int64)[self.kind]
         pids = self.pids
@@ -1192,9 +1196,9 @@ class _Stacks:
         rows: list = []
         if seed is not None:  # Recording._seed: the samples of the last 3 s
             rows += _utf8(
-                rec, lambda: rec._q(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0))
+                rec, lambda: rec.query(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0))
             )
-        rows += _utf8(rec, lambda: rec._q(f"{STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)))
+        rows += _utf8(rec, lambda: rec.query(f"{STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)))
         return rows
 
     def _held(self, k: np.ndarray, t: np.ndarray, until: np.ndarray) -> np.ndarray:
@@ -1296,7 +1300,7 @@ def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, i
 def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> list[tuple[float, int, list]]:
     """(t, pid, [[name, rate], ...]) of the perf rows the Frames hold, as ``perf_sample`` decodes
     them: all the JSON parsed at once, every value checked over arrays; where a row is not as this
-    version writes it, each is decoded by ``perf_sample`` (which raises one of _DECODE_ERRORS if it
+    version writes it, each is decoded by ``perf_sample`` (which raises one of DECODE_ERRORS if it
     is damaged)."""
     got = _perf_blocks(rec, plo, hi, seed)
     if got is not None:
@@ -1310,7 +1314,9 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
             rows += _utf8(rec, functools.partial(rec.db.execute, sql, args))
         valid = all(r[3] == 1 for r in rows)
     except sqlite3.DatabaseError:  # no JSON functions (or damage: the plain query says so)
-        rows = [r for w, args in where for r in rec._q(f"{_PERF_SQL} FROM perf WHERE {w} ORDER BY t", args)]
+        rows = [
+            r for w, args in where for r in rec.query(f"{_PERF_SQL} FROM perf WHERE {w} ORDER BY t", args)
+        ]
         valid = False
     if not rows:
         return []
@@ -1409,7 +1415,7 @@ def _aggregate(
         hit = np.flatnonzero((ev & THROTTLE_MASK) != 0)
         if not len(hit):
             continue
-        # Aggregates._throttle of [t, t, reasons] at each throttled sample, over runs: a sample
+        # Aggregates.add_throttle of [t, t, reasons] at each throttled sample, over runs: a sample
         # extends the span before it where its reasons are the same and it is <= 0.5 s later
         values, which = np.unique(ev[hit], return_inverse=True)
         for e in values.tolist():
@@ -1429,13 +1435,13 @@ def _aggregate(
             ids[starts].tolist(),
             strict=True,
         ):
-            agg._throttle(g.index, [times[a], times[b], names[k]])
+            agg.add_throttle(g.index, [times[a], times[b], names[k]])
     # hosts: each sample the Frames from i_lo on hold, once; a process keeps its first place and takes
     # its newest figures (only the samples with a process's newest are decoded whole)
     latest = hosts.latest(i_lo)
     newest = {h: dict(hosts.procs(h)) for h in set(latest.values())}
     agg.procs.update(
-        (pid, p if isinstance(p, ProcSample) else _record(ProcSample, p, "host"))
+        (pid, p if isinstance(p, ProcSample) else record_of(ProcSample, p, "host"))
         for pid, h in latest.items()
         for p in [newest[h][pid]]
     )
@@ -1450,15 +1456,15 @@ def _aggregate(
             cur[q[1]] = q
             changed.add(q[1])
         done = n
-        for pid in sorted(changed):  # (the others' samples are those taken already: _perf skips them)
+        for pid in sorted(changed):  # (the others' samples are those taken already: add_perf skips them)
             q = cur[pid]
-            agg._perf(pid, (q[0], dict(q[2])))
+            agg.add_perf(pid, (q[0], dict(q[2])))
         changed.clear()
     crow: list = []
     if seed is not None:
-        crow += rec._q("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (seed,)).fetchall()
-    crow += rec._q("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-    caps = [_caps_from_json(r[1], rec) for r in crow]
+        crow += rec.query("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (seed,)).fetchall()
+    crow += rec.query("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+    caps = [caps_from_json(r[1], rec) for r in crow]
     for _, n in _changes([r[0] for r in crow], ft, i_lo):
         for c in caps[n - 1] if n else ():
             agg.caps[(c.source, c.name)] = c
@@ -1480,7 +1486,7 @@ def phase_runs(rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | Non
         return None
     ft = np.asarray(frame_times(rec, rec.t0, rec.t1), dtype=np.float64)
     b = Classifier().bin_s  # (this scan's bins)
-    frame_bin = (ft // b) * b  # as Classifier.feed bins a Frame
+    frame_bin = bin_start(ft, b)
     out = {}
     for g, labs in labels.items():
         c = labelcols.columns(labs)

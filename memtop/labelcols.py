@@ -21,20 +21,18 @@ class LabelCols:
     t: np.ndarray  # bin starts
     label: np.ndarray  # shown label ("warmup" in the warm-up), str objects
     raw: np.ndarray  # the rule's label
-    mode: np.ndarray  # evidence_mode of each bin's features
+    mode: np.ndarray  # each bin's evidence mode (Features.mode)
 
 
 def columns(labels: Sequence[Label]) -> LabelCols:
     cols = getattr(labels, "columns", None)
     if cols is not None:
         return cols()
-    from memtop.phases import evidence_mode  # (phases -> straggler -> here: not at import time)
-
     return LabelCols(
         np.array([lab.t for lab in labels], dtype=np.float64),
         np.array([lab.label for lab in labels], dtype=object),
         np.array([lab.raw for lab in labels], dtype=object),
-        np.array([evidence_mode(lab.features) for lab in labels], dtype=object),
+        np.array([lab.features.mode for lab in labels], dtype=object),
     )
 
 

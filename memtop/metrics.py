@@ -38,11 +38,6 @@ class Metric:
     def as_int(self) -> bool:
         return self.kind in ("bytes", "bitmask")
 
-    @property
-    def prom_scale(self) -> float:
-        """Value x this = the Prometheus sample, in the base unit its name says (ratio, hertz)."""
-        return {"percent": 0.01, "mhz": 1e6}.get(self.kind, 1.0)
-
     def valid(self, v: float | None) -> float | None:
         """The value if it is finite and in range, else None (recordings are untrusted)."""
         if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):

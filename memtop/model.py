@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from operator import attrgetter
 from typing import Any
 
 now = time.monotonic
@@ -89,6 +90,46 @@ CLOCK_EVENT_NAMES: dict[int, str] = {
 THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 
 
+# Where GPM and NVML both give a figure: the GpuSample property -> (its GPM field, its NVML field), the
+# GPM one read in "gpm" mode, else the NVML one.
+#   activity: SM activity, else NVML util (time a kernel or copy ran, so it reads higher): the GPU
+#             table's and the history's busy figure
+#   engine: graphics-engine activity, else NVML util: what the phase rules call graphics
+#   bandwidth: DRAM bandwidth utilisation, else NVML memory util (time memory was read or written)
+BY_MODE: dict[str, tuple[str, str]] = {
+    "activity": ("sm", "util"),
+    "engine": ("graphics", "util"),
+    "bandwidth": ("dram", "mem_util"),
+}
+# busy asks NVML util first whatever the mode, because util counts copies and GPM graphics does not
+BUSY = ("util", "graphics")
+
+
+def _by_mode(name: str) -> Any:
+    """The property ``name`` of BY_MODE."""
+    gpm, nvml = map(attrgetter, BY_MODE[name])
+    return property(lambda s: gpm(s) if s.mode == "gpm" else nvml(s))
+
+
+def _first_of(fields: tuple[str, str]) -> Any:
+    """A property: the first field's value, else (None) the second's."""
+    first, other = map(attrgetter, fields)
+
+    def get(s: GpuSample) -> float | None:
+        v = first(s)
+        return v if v is not None else other(s)
+
+    return property(get)
+
+
+def metrics_of(figures: tuple[str, ...]) -> frozenset[str]:
+    """The metric fields GpuSample figures read: a field itself, or both fields of a fallback."""
+    out: set[str] = set()
+    for f in figures:
+        out.update(BY_MODE.get(f, BUSY if f == "busy" else (f,)))
+    return frozenset(out)
+
+
 @dataclass(frozen=True, slots=True)
 class GpuSample:
     t: float
@@ -126,28 +167,13 @@ class GpuSample:
         kw: dict[str, Any] = dict(values)  # a name that is no field is a TypeError
         return replace(self, **kw)
 
-    # The one place each fallback is decided. With GPM the GPM figure, without it the NVML one;
-    # only ``busy`` asks for NVML util first, because util counts copies and GPM graphics does not.
-    @property
-    def activity(self) -> float | None:
-        """SM activity with GPM, else NVML util (time a kernel or copy ran, so it reads higher):
-        the GPU table's and the history's busy figure."""
-        return self.sm if self.mode == "gpm" else self.util
+    # The one place each fallback is decided (BY_MODE, BUSY above): these properties read it for one
+    # sample, the column engine (memtop.binscan, memtop.colscan) over arrays of samples.
+    activity = _by_mode("activity")
+    engine = _by_mode("engine")
+    bandwidth = _by_mode("bandwidth")
 
-    @property
-    def engine(self) -> float | None:
-        """Graphics-engine activity with GPM, else NVML util: what the phase rules call graphics."""
-        return self.graphics if self.mode == "gpm" else self.util
-
-    @property
-    def bandwidth(self) -> float | None:
-        """DRAM bandwidth utilisation with GPM, else NVML memory util (time memory was read or written)."""
-        return self.dram if self.mode == "gpm" else self.mem_util
-
-    @property
-    def busy(self) -> float | None:
-        """Time a kernel or a copy ran, copies included (a gap is neither): NVML util, else GPM graphics."""
-        return self.util if self.util is not None else self.graphics
+    busy = _first_of(BUSY)  # time a kernel or a copy ran, copies included (a gap is neither)
 
     @property
     def throttled(self) -> bool:

@@ -15,12 +15,16 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import attrgetter
+from typing import TYPE_CHECKING, TypeVar
 
-from memtop.model import Frame, GpuSample, PcieLink, StackSample
+from memtop.jobs import job_groups
+from memtop.model import Frame, GpuSample, PcieLink, StackSample, metrics_of
 from memtop.records import Evidence, Gap, StackTop
 from memtop.ruleview import Bool, One, Str, View
 from memtop.stackclass import site
-from memtop.straggler import job_groups
+
+if TYPE_CHECKING:
+    import numpy as np
 
 LABELS = ("idle", "transfer", "memory", "compute", "sync", "input", "cpu", "comm", "other")
 TITLES = {
@@ -58,11 +62,12 @@ EXPLAINED_BY = {
 RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample this recent
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
 STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
-# the GpuSample metrics the features and gaps read (through engine, bandwidth, busy): a report reads
-# only these (and its own) from a recording; tests/test_long_runs.py checks that no Features change
-METRICS_READ = frozenset({"util", "mem_util", "graphics", "sm", "tensor", "dram", "power_w"}) | frozenset(
-    {"pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx"}
-)
+# The GpuSample figures the features read: the engine (graphics), busy (gaps), and the means of a bin
+# (BIN_MEANS, in bin_features' ``means`` order). A fallback figure reads both its fields
+# (model.BY_MODE); a report reads only METRICS_READ (and its own) from a recording, and
+# tests/test_long_runs.py checks that no Features change. A feature of a new figure adds it here.
+BIN_MEANS = ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor", "bandwidth", "util", "power_w")
+METRICS_READ = metrics_of(("engine", "busy", *BIN_MEANS))
 # torch names its DataLoader worker processes so; other children of a GPU process (torch.compile's
 # workers, a logger, wandb-service) are shown but are not an input pipeline
 DATA_WORKER_NAMES = ("pt_data_worker",)
@@ -95,11 +100,16 @@ class Features:
     nvlink_bps: float = 0.0  # GPM NVLink, both directions together
     nvlink_frac: float = 0.0  # nvlink_bps against both directions' peak (NVLINK_PEAK_BPS)
     power_w: float | None = None
-    peers: tuple[int, ...] = ()  # other GPUs of the same job on this node (memtop.straggler.job_groups)
+    peers: tuple[int, ...] = ()  # other GPUs of the same job on this node (memtop.jobs.job_groups)
     peers_elsewhere: tuple[int, ...] = ()  # those not in a collective's GPU pattern this bin
     rise: float = 0.0  # graphics minus the previous bin's: a GPU ramping up toward a busy phase
     alive: bool = True  # the GPU still holds a process (False: the job is gone)
     stopped: bool = False  # its process read stopped (t/T): paused by a tracer (py-spy --native) or a signal
+
+    @property
+    def mode(self) -> str:
+        """Which signals this bin had: GPM or NVML-only, with or without stacks (the evidence mode)."""
+        return mode_name(self.gpm, self.stack_n > 0)
 
 
 @dataclass(frozen=True)
@@ -132,7 +142,7 @@ class Label:
             power_w=_r(f.power_w),
             peers=tuple(f.peers),
             peers_elsewhere=tuple(f.peers_elsewhere),
-            mode=evidence_mode(f),
+            mode=f.mode,
             proc_cpu=round(f.proc_cpu),
             workers=f.workers,
             worker_cpu=round(f.worker_cpu),
@@ -146,11 +156,6 @@ class Label:
             else None,
             top_stack=StackTop(*top) if top else None,
         )
-
-
-def evidence_mode(f: Features) -> str:
-    """Which signals this bin had: GPM or NVML-only, with or without stacks."""
-    return mode_name(f.gpm, f.stack_n > 0)
 
 
 def mode_name(gpm: bool, stacked: bool) -> str:
@@ -256,7 +261,7 @@ COMM_NVLINK_BW = 0.5  # of NVLink's peak: a bandwidth-bound collective...
 COMM_BW_SM_MAX = 50.0  # ...moves data with more SMs at work
 
 
-def _collective(v: View) -> Bool:
+def gpu_in_collective(v: View) -> Bool:
     """The GPU pattern of a collective. NCCL runs a few CTAs per channel, so the graphics engine reads
     busy while SM activity, tensor pipes and DRAM stay near zero (waiting for a peer); a
     bandwidth-bound collective moves NVLink near its peak with more SMs at work. Needs GPM (SM
@@ -276,8 +281,8 @@ def _collective(v: View) -> Bool:
 
 
 def collective(f: Features) -> bool:
-    """One bin's features show a collective's GPU pattern (_collective)."""
-    return bool(_collective(One(f)))
+    """One bin's features show a collective's GPU pattern (gpu_in_collective)."""
+    return bool(gpu_in_collective(One(f)))
 
 
 def _comm_confirmed(v: View) -> Bool:
@@ -331,7 +336,7 @@ RULES: tuple[tuple[str, str, Callable[[View], Bool], Callable[[View], Str] | Non
         "GPM: graphics >= 80 % with SM < 30 %, tensor < 5 %, DRAM < 10 % (or NVLink >= 50 % of peak and "
         "SM < 50 %), confirmed by collective stacks >= 20 %, a peer GPU of the job not in a collective, "
         "or NVLink >= 50 % of peak with peers",
-        lambda v: _collective(v) & _comm_confirmed(v),
+        lambda v: gpu_in_collective(v) & _comm_confirmed(v),
         _comm_sub,
     ),
     (
@@ -475,22 +480,19 @@ MIX_CONFIRM = 2
 SATURATED = ("compute", "memory")
 
 
-def _quiet(v: View) -> Bool:
+def quiet_view(v: View) -> Bool:
     return v.no(v.alive) | ((v.graphics < 1) & (v.util0 < 1) & (v.pcie_frac < 0.005))
 
 
 def quiet(f: Features) -> bool:
     """Idle beyond one reading's doubt: no process left on the GPU, or no kernel, copy or PCIe traffic
     across the bin's GPU samples (10 a second; a tiny step loop still reads NVML util above 0)."""
-    return bool(_quiet(One(f)))
+    return bool(quiet_view(One(f)))
 
 
-def confirm_bins(raw: str, stable: str, f: Features, confirm: int, bin_s: float) -> int:
-    """Bins in a row the candidate ``raw`` must win to replace ``stable`` (one-bin excursions above)."""
-    return _confirm(raw, stable, f.stopped, quiet(f), confirm, bin_s)
-
-
-def _confirm(raw: str, stable: str, stopped: bool, is_quiet: bool, confirm: int, bin_s: float) -> int:
+def confirm_bins(raw: str, stable: str, stopped: bool, is_quiet: bool, confirm: int, bin_s: float) -> int:
+    """Bins in a row the candidate ``raw`` must win to replace ``stable`` (one-bin excursions above),
+    its process read stopped or not, the bin quiet or not (``quiet``)."""
     if stopped:
         return confirm + math.ceil(STOPPED_HOLD_S / bin_s - 1e-9)
     if raw == "other":
@@ -545,7 +547,7 @@ def settle(
     if not warm:
         return rid, ("", raw, 1)
     run = run + 1 if raw == cand else 1
-    if not stable or (raw != stable and run >= _confirm(raw, stable, stopped, is_quiet, confirm, bin_s)):
+    if not stable or (raw != stable and run >= confirm_bins(raw, stable, stopped, is_quiet, confirm, bin_s)):
         stable = raw
     return rid, (stable, raw, run)
 
@@ -562,13 +564,14 @@ def _confidence(gpm: bool, stacked: bool, settled: bool) -> float:
 CONFIDENCE = {k: _confidence(*k) for k in itertools.product((False, True), repeat=3)}
 
 
-def evaluate(f: Features, current: str = "") -> tuple[str, str, str]:
-    """(label, rule text, sub-tag) for one bin's features, given the current stable label."""
-    v = One(f)
-    rid = first_rule(v)
-    if current in STICKY and RULE_LABEL[rid] in STICKY[current][0] and STICKY[current][2](v):
-        rid = EXIT[current]
-    return RULE_LABEL[rid], RULE_TEXT[rid], str(rule_sub(rid, v))
+_T = TypeVar("_T", float, "np.ndarray")
+
+
+def bin_start(t: _T, bin_s: float) -> _T:
+    """The start of the bin a time falls in, or of each time of an array: the same float both ways
+    (numpy's float floor division is CPython's algorithm: fmod, then the same corrections). Live
+    mode, the report's columns, replay's phase runs and the report's stacks all bin by this."""
+    return (t // bin_s) * bin_s
 
 
 @dataclass
@@ -623,7 +626,7 @@ class Classifier:
 
     def feed(self, frame: Frame) -> None:
         b = self.bin_s
-        start = (frame.t // b) * b
+        start = bin_start(frame.t, b)
         if self._bin is not None and start > self._bin.t:
             self._close()
             self._bin = None
@@ -653,20 +656,6 @@ class Classifier:
                 if span is not None:
                     self.gaps.append(self._gap_event(g.index, span))
         self._last = frame
-
-    def state_key(self) -> tuple:
-        """Everything that decides the labels still to come (memtop.scan compares it to stitch
-        scans made in parallel)."""
-        b = self._bin
-        return (
-            sorted(self._state.items()),
-            sorted(self._gap.items()),
-            None if b is None else (b.t, sorted((g, tuple(v)) for g, v in b.gpu_vals.items())),
-            tuple((s.pid, s.t, info) for s, info in self._stacks),
-            sorted((g, min(n, self.warmup_bins + 1)) for g, n in self._nbins.items()),
-            sorted(self._graphics.items()),
-            self._last,
-        )
 
     def flush(self) -> None:
         if self._bin is not None:
@@ -755,7 +744,7 @@ class Classifier:
         procs: Sequence,
     ) -> Features:
         """One GPU's features of the bin starting at ``t`` from its samples' means (``graphics`` the
-        engine's, ``means`` in _BIN_MEANS order), the newest sample's link, board name and process
+        engine's, ``means`` in BIN_MEANS order), the newest sample's link, board name and process
         ids, and the host at the bin's last Frame (``now``): its iowait and processes (objects with
         pid, cpu_pct, worker_of, name, state). memtop.binscan computes the same over arrays of bins."""
         rise = graphics - self._graphics.get(gpu, graphics)
@@ -847,23 +836,29 @@ class Classifier:
             nb > self.warmup_bins,
             lambda lab: bool(STICKY[lab][2](v)),
             f.stopped,
-            bool(_quiet(v)),
+            bool(quiet_view(v)),
             self.confirm,
             self.bin_s,
         )
         self._state[f.gpu] = state
-        stable, raw = state[0], RULE_LABEL[rid]
-        lab = Label(
-            f.t,
-            f.gpu,
-            raw,
-            stable or "warmup",
-            CONFIDENCE[f.gpm, f.stack_n > 0, raw == stable],
-            RULE_TEXT[rid],
-            f,
-            str(rule_sub(rid, v)) if stable == raw else "",
-        )
-        self.labels.setdefault(f.gpu, []).append(lab)
+        self.labels.setdefault(f.gpu, []).append(label_of(f, rid, state[0], lambda: str(rule_sub(rid, v))))
+
+
+def label_of(f: Features, rid: int, stable: str, sub: Callable[[], str]) -> Label:
+    """A bin's Label (live mode's, and a report's LabelSeq's): its features, the rule id that stands
+    after the hysteresis, the stable label ("" in the warm-up) and the rule's sub-tag, asked for only
+    where the label shown is the rule's."""
+    raw = RULE_LABEL[rid]
+    return Label(
+        f.t,
+        f.gpu,
+        raw,
+        stable or "warmup",
+        CONFIDENCE[f.gpm, f.stack_n > 0, raw == stable],
+        RULE_TEXT[rid],
+        f,
+        sub() if stable == raw else "",
+    )
 
 
 def gap_event(gpu: int, span: tuple[float, float], window: Iterable[tuple[StackSample, tuple | None]]) -> Gap:
@@ -895,9 +890,7 @@ def _with_peers(found: dict[int, Features], jobs: dict[int, str]) -> dict[int, F
     return out
 
 
-_BIN_MEANS = attrgetter(
-    "pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor", "bandwidth", "util", "power_w"
-)
+_BIN_MEANS = attrgetter(*BIN_MEANS)
 
 
 def _mean(xs: Iterable[float | None]) -> float | None:

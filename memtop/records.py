@@ -62,7 +62,7 @@ class Evidence:
     power_w: float | None
     peers: tuple[int, ...]  # the GPUs of the same job (collectives' partners)
     peers_elsewhere: tuple[int, ...]  # those of them not in a collective now
-    mode: str  # which signals the bin had (phases.evidence_mode); "evidence" in the JSON
+    mode: str  # which signals the bin had (phases.Features.mode); "evidence" in the JSON
     proc_cpu: int  # main GPU process CPU %
     workers: int
     worker_cpu: int  # mean CPU % per DataLoader worker

@@ -18,13 +18,14 @@ import numpy as np
 
 from memtop.colscan import no_gc, report_scan
 from memtop.errors import UserError
+from memtop.jobs import jobs_of
 from memtop.labelcols import columns as label_columns
 from memtop.labelcols import counts as label_counts
-from memtop.phases import CHARS, TITLES, Classifier
+from memtop.phases import CHARS, TITLES, Classifier, bin_start
 from memtop.sanitize import clean
 from memtop.stackclass import site
 from memtop.store import Recording
-from memtop.straggler import episodes, jobs_of
+from memtop.straggler import episodes
 from memtop.timefmt import clock, length
 from memtop.verdict import verdict
 
@@ -70,7 +71,7 @@ def _phase_stacks(
     if not keys or not len(t):
         return by_label
     # a sample's bin, and the label of that bin if there is one: round() of the bin starts in bins
-    n = np.rint(np.floor_divide(np.array(at, dtype=np.float64), bin_s) * bin_s / bin_s)
+    n = np.rint(bin_start(np.array(at, dtype=np.float64), bin_s) / bin_s)
     bins = np.rint(t / bin_s)
     i = np.minimum(np.searchsorted(bins, n), len(bins) - 1)
     hit = bins[i] == n

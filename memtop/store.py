@@ -1341,6 +1341,15 @@ class Recording:
             _processes(procs),
         )
 
+    # The reading API for the reader by columns (memtop.colscan): the methods above, by public names.
+    query = _q
+    gpu_state = _gpu_state
+
+    @property
+    def gpu_columns(self) -> frozenset[str]:
+        """The gpu table's columns (an older recording lacks the newer metrics')."""
+        return self._gpu_columns
+
     def frames(
         self, start: float | None = None, end: float | None = None, skip: frozenset[str] = frozenset()
     ) -> Iterator[Frame]:
@@ -1688,3 +1697,15 @@ def read_markers(path: str | Path) -> list[Marker]:
             raise UserError(f"{path} line {no}: not a marker ({e})") from None
         out.append(Marker(t0, t1, label, name, facts))
     return out
+
+
+# The decoding API for the reader by columns (memtop.colscan), which reads a recording's rows as arrays
+# and must decode and refuse a part exactly as the Frames' reader here does: this module's own
+# functions, by public names (one definition each, above).
+DECODE_ERRORS = _DECODE_ERRORS
+SANE_T = _SANE_T
+caps_from_json = _caps_from_json
+host_from_blob = _host_from_blob
+inflate_host = _inflate_host
+finite_number = _num
+record_of = _record

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 DATA = Path(__file__).parent / "data"
+# bench/'s scoring (score.py: per-class F1 against the markers) is a test and bench helper, not in the wheel
+sys.path.append(str(Path(__file__).parent.parent / "bench"))
 
 
 def _has_gpu() -> bool:

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from score import GUARD_S, score
 
 from memtop import stackclass
 from memtop.model import Marker
 from memtop.phases import Label
-from memtop.score import GUARD_S, score
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 import accuracy  # noqa: E402

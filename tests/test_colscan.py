@@ -439,10 +439,10 @@ def test_gaps_over_runs_are_the_classifiers(where):
                 resets = (None, lambda gap: None, lambda gap, t0=rec.t0: (t0, t0), colscan._mark_open)
                 for reset in resets:
                     want_at, got_at = {}, {}
-                    want_clf, got_clf = Classifier(), Classifier()
+                    want_clf, got_open = Classifier(), {}
                     want = _track_gaps(g, want_clf, i_lo, want_at, reset)
-                    assert g.gaps(got_clf, i_lo, got_at, reset) == want, (path.name, i_lo, reset)
-                    assert got_at == want_at and got_clf._gap == want_clf._gap, (path.name, i_lo, reset)
+                    assert g.gaps(got_open, i_lo, got_at, reset) == want, (path.name, i_lo, reset)
+                    assert got_at == want_at and got_open == want_clf._gap, (path.name, i_lo, reset)
                     n_mid += i_lo == i_los[-1] and want_at.get(g.index) is not None
     assert n_mid > 0  # some range did start inside a gap
 

@@ -16,6 +16,7 @@ import pytest
 from memtop.tui import format as fmt
 from multigpu import multi_gpu
 
+from memtop.jobs import job_groups
 from memtop.model import (
     Frame,
     GpuProcess,
@@ -31,7 +32,7 @@ from memtop.phases import Classifier, classify, nvlink_peak
 from memtop.pipeline import Pipeline, Status
 from memtop.stackclass import classify as stack_class
 from memtop.store import Recording
-from memtop.straggler import job_groups, stragglers
+from memtop.straggler import stragglers
 from memtop.verdict import straggler_verdict, verdict
 
 H100 = "NVIDIA H100 80GB HBM3"

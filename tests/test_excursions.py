@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from onebin import evaluate
 
 from memtop.phases import (
     IDLE_CONFIRM,
@@ -22,7 +23,6 @@ from memtop.phases import (
     Classifier,
     Features,
     confirm_bins,
-    evaluate,
     quiet,
 )
 from memtop.store import Recording
@@ -110,24 +110,29 @@ def test_idle_shows_at_once_where_the_gpu_did_nothing_at_all(run):
         assert b.label == ("idle" if quiet(b.features) else a.label)
 
 
+def _held(f: Features) -> tuple[bool, bool]:
+    """What confirm_bins reads of a bin: its process stopped, the bin quiet."""
+    return f.stopped, quiet(f)
+
+
 def test_confirm_bins_in_seconds():
     feats = Features(
         t=0.0, gpu=0, gpm=True, graphics=0.0, sm=0.0, tensor=0.0, dram=0.0, pcie_bps=0.0,
         pcie_frac=0.0, proc_cpu=0.0, workers=0, worker_cpu=0.0, worker_sleeping=0.0, iowait=0.0,
         shares={}, gil=0.0, stack_n=0, top=None, util=3.0,
     )  # fmt: skip
-    assert confirm_bins("other", "cpu", feats, 1, 0.5) == 1 + OTHER_HOLD_S / 0.5
-    assert confirm_bins("other", "cpu", feats, 1, 1.0) == 2
-    assert confirm_bins("idle", "compute", feats, 1, 0.5) == IDLE_CONFIRM
-    assert confirm_bins("idle", "compute", replace(feats, util=0.0), 1, 0.5) == 1
-    assert confirm_bins("idle", "compute", replace(feats, alive=False), 1, 0.5) == 1
-    assert confirm_bins("sync", "compute", feats, 1, 0.5) == 1
+    assert confirm_bins("other", "cpu", *_held(feats), 1, 0.5) == 1 + OTHER_HOLD_S / 0.5
+    assert confirm_bins("other", "cpu", *_held(feats), 1, 1.0) == 2
+    assert confirm_bins("idle", "compute", *_held(feats), 1, 0.5) == IDLE_CONFIRM
+    assert confirm_bins("idle", "compute", *_held(replace(feats, util=0.0)), 1, 0.5) == 1
+    assert confirm_bins("idle", "compute", *_held(replace(feats, alive=False)), 1, 0.5) == 1
+    assert confirm_bins("sync", "compute", *_held(feats), 1, 0.5) == 1
     stopped = replace(feats, stopped=True)
-    assert confirm_bins("idle", "cpu", stopped, 1, 0.5) == 1 + STOPPED_HOLD_S / 0.5
-    assert confirm_bins("sync", "cpu", stopped, 1, 0.5) == 1 + STOPPED_HOLD_S / 0.5
-    assert confirm_bins("memory", "compute", feats, 1, 0.5) == MIX_CONFIRM
-    assert confirm_bins("compute", "memory", feats, 1, 0.5) == MIX_CONFIRM
-    assert confirm_bins("memory", "sync", feats, 1, 0.5) == 1
+    assert confirm_bins("idle", "cpu", *_held(stopped), 1, 0.5) == 1 + STOPPED_HOLD_S / 0.5
+    assert confirm_bins("sync", "cpu", *_held(stopped), 1, 0.5) == 1 + STOPPED_HOLD_S / 0.5
+    assert confirm_bins("memory", "compute", *_held(feats), 1, 0.5) == MIX_CONFIRM
+    assert confirm_bins("compute", "memory", *_held(feats), 1, 0.5) == MIX_CONFIRM
+    assert confirm_bins("memory", "sync", *_held(feats), 1, 0.5) == 1
 
 
 def test_a_stopped_process_holds_the_label_for_a_second_then_the_gpu_decides(run):

@@ -1,5 +1,5 @@
 """A multi-GPU report's peers by columns (colscan._jobs, binscan.with_peers): the GPUs share a job
-where straggler.job_groups says so at every Frame, also where the host samples' text is not as the
+where jobs.job_groups says so at every Frame, also where the host samples' text is not as the
 Writer writes it, and the scan's progress goes on through them."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from conftest import DATA
 
 from memtop import colscan
+from memtop.jobs import job_groups
 from memtop.model import Frame
 from memtop.store import Recording
-from memtop.straggler import job_groups
 
 ROOT = Path(__file__).parent.parent
 DDP = DATA / "multi" / "heldout_ddp_s11.memtop"  # two ranks of one job, one GPU each

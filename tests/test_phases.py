@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 from conftest import REC, REC_NOGPM
+from onebin import evaluate
+from score import score
 
-from memtop.phases import Classifier, Features, classify, evaluate
-from memtop.score import score
+from memtop.phases import Classifier, Features, classify
 from memtop.store import Recording
 from memtop.verdict import verdict
 

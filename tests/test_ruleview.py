@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 from conftest import DATA
+from onebin import evaluate
 
 from memtop.binscan import Rules
 from memtop.phases import (
@@ -17,10 +18,9 @@ from memtop.phases import (
     RULE_TEXT,
     STICKY,
     Features,
-    _quiet,
     classify,
-    evaluate,
     first_rule,
+    quiet_view,
     rule_sub,
 )
 from memtop.ruleview import Cols, One
@@ -75,7 +75,7 @@ def _agree(fs: list[Features]) -> None:
             assert rules.subs[rid][i] == rule_sub(rid, one)
         for lab, (_, _, keep) in STICKY.items():
             assert rules.keeps[lab][i] == bool(keep(one)), (lab, f)
-        assert rules.quiet[i] == bool(_quiet(one))
+        assert rules.quiet[i] == bool(quiet_view(one))
         for current in STICKY:  # the exit thresholds as evaluate applies them
             got, text, _ = evaluate(f, current)
             held = RULE_LABEL[rid] in STICKY[current][0] and rules.keeps[current][i]

@@ -13,10 +13,11 @@ import pytest
 from conftest import DATA
 
 from memtop.colscan import report_scan
+from memtop.jobs import jobs_of
 from memtop.labelcols import LabelCols, columns
 from memtop.phases import Classifier
 from memtop.store import Recording
-from memtop.straggler import WINDOW_S, Episode, _fractions, _judge, episodes, jobs_of
+from memtop.straggler import WINDOW_S, Episode, _fractions, _judge, episodes
 
 RUNS = sorted((DATA / "multi").glob("*.memtop"))
 BIN_S = Classifier().bin_s

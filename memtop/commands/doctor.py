@@ -142,12 +142,12 @@ def perf_rows() -> list[Row]:
         )
     ]
     try:
-        libc = perf._Libc()
+        libc = perf.Libc()
     except OSError as e:
         return rows + [_row("perf_event_open", False, str(e))]
     for label, events in (("software counters", perf.SOFTWARE), ("hardware counters (PMU)", perf.HARDWARE)):
         try:  # the whole group the live view opens: one event can open where the group cannot
-            g = perf._Group(libc, 0, events)
+            g = perf.EventGroup(libc, 0, events)
             g.close()
             rows.append(_row(label, True, "readable for own processes"))
         except OSError as e:
