@@ -49,9 +49,7 @@ def test_sixteen_serve_nodes_and_a_dead_one():
         for p, port in zip(procs, ports):
             wait_ready(port, proc=p, timeout=60)
         hosts = ",".join(f"127.0.0.1:{p}" for p in [*ports, dead])
-        t0 = time.monotonic()
         rc, out = _cluster("--hosts", hosts, "--timeout", "5")
-        took = time.monotonic() - t0
     finally:
         stop(*procs)
     assert rc == 1  # one node did not answer
@@ -64,7 +62,6 @@ def test_sixteen_serve_nodes_and_a_dead_one():
         assert n["age_s"] < 5
     # each node replays its own recording: the merged GPUs carry each one's own phase band
     assert len({n["snapshot"]["gpus"][0]["band"] for n in good}) > 8
-    assert took < 30
 
 
 def _real_snapshot(rec: Path, capsys) -> dict:

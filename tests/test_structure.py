@@ -22,7 +22,7 @@ KNOWN_PRIVATE = {
     ("tui/table.py", "_tiles"),
     ("tui/timeline.py", "_tiles"),
 }
-KNOWN_CYCLES = {("memtop.commands.cluster", "memtop.tui.cluster")}
+KNOWN_CYCLES: set[tuple[str, str]] = set()
 
 
 def _modules() -> Iterator[tuple[str, Path, ast.Module]]:

@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from memtop.agent.injob import _CRED, ENV_DIR, MAX_REQUEST, socket_path
+from memtop.agent.injob import ENV_DIR, MAX_REQUEST, UCRED, socket_path
 from memtop.errors import UserError
 from memtop.sanitize import clean
 
@@ -67,7 +67,7 @@ def _connect(pid: int, path: str, timeout: float | None) -> socket.socket:
     except OSError as e:
         sock.close()
         raise UserError(f"the agent of PID {pid} does not answer ({e.strerror or e})") from None
-    peer = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))[0]
+    peer = UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size))[0]
     if peer != pid:  # a socket someone else put there: never talk to it
         sock.close()
         raise UserError(f"the socket of PID {pid} belongs to PID {peer}: not asked")

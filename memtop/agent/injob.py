@@ -39,7 +39,7 @@ MAX_STEPS = 10_000
 MIN_INTERVAL_S = 30.0  # at most one capture per process per 30 s (a capture slows the job)
 CLOCK_MARKS = 3  # record_function marks bracketed by CLOCK_MONOTONIC reads; the tightest aligns
 MARK = "memtop.clock."
-_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def socket_path(directory: str, pid: int) -> str:
@@ -110,7 +110,7 @@ class Agent:
         try:
             with conn:
                 conn.settimeout(5.0)
-                pid, uid, _ = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
+                pid, uid, _ = UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size))
                 if uid not in (os.getuid(), 0):
                     _send(
                         conn,
