@@ -230,6 +230,9 @@ def test_run_keeps_the_users_sitecustomize(tmp_path):
         (["trace", "4194304", "--seconds", "1"], "no process with PID 4194304"),
         (["trace", "--job", str(os.getpid()), "--seconds", "1"], "no process under PID"),
         (["run", "--no-tui"], "name the job to run"),
+        (["trace", "1", "--seconds", "nan"], "not a finite number"),
+        (["trace", "1", "--seconds", "1e9"], "must be between 0.1 and 120 s"),
+        (["trace", "1", "--steps", "0"], "must be between 1 and 10000"),
         (["run", "--no-tui", "--", "/nonexistent/job"], "no such file or command"),
     ],
 )

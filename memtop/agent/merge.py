@@ -20,9 +20,7 @@ from pathlib import Path
 
 from memtop.agent.injob import CLOCK_MARKS, MARK
 from memtop.errors import UserError
-from memtop.export import dumps, private_output, write_trace
 from memtop.sanitize import clean
-from memtop.store import Recording
 
 FRAMEWORK_PID_BASE = 2_000_000  # framework tracks: synthetic pids clear of memtop's and real ones
 PIDS_PER_CAPTURE = 1000  # a trace's own pids (the process, its GPUs) are renumbered inside a block
@@ -122,6 +120,9 @@ def framework_events(cap: Capture, k: int, offset_us: float, counts: Counter) ->
 
 def write_merged(recording: Path | None, captures: list[Capture], out: Path, force: bool) -> tuple[int, dict]:
     """Write the merged trace; returns (events written, a summary of what it holds)."""
+    from memtop.export import dumps, private_output, write_trace  # (numpy, SQLite: only when writing)
+    from memtop.store import Recording
+
     counts: Counter = Counter()
     aligned = [(cap, align(cap)) for cap in captures]
     info = [
