@@ -1302,6 +1302,8 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
     them: all the JSON parsed at once, every value checked over arrays; where a row is not as this
     version writes it, each is decoded by ``perf_sample`` (which raises one of DECODE_ERRORS if it
     is damaged)."""
+    from memtop import store  # (here: the import list above is the reading API's)
+
     got = _perf_blocks(rec, plo, hi, seed)
     if got is not None:
         return got
@@ -1310,7 +1312,8 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
     rows: list = []
     try:  # with whether SQLite finds each text one valid JSON value
         for w, args in where:
-            sql = f"{_PERF_SQL}, json_valid(data) FROM perf WHERE {w} ORDER BY t"
+            # (a text past FIELD_MAX is left to perf_sample, which refuses it: objects cost)
+            sql = f"{_PERF_SQL}, json_valid(data) AND length(data) <= {store.FIELD_MAX} FROM perf WHERE {w} ORDER BY t"
             rows += _utf8(rec, functools.partial(rec.db.execute, sql, args))
         valid = all(r[3] == 1 for r in rows)
     except sqlite3.DatabaseError:  # no JSON functions (or damage: the plain query says so)

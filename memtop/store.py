@@ -403,8 +403,8 @@ def inflate(data: bytes, limit: int, what: str, zdict: bytes = b"") -> bytes:
     z = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
     try:
         raw = z.decompress(data, limit)
-    except zlib.error:
-        raise Damaged(f"{what} is not deflated data") from None
+    except zlib.error as e:  # (its text says which: not zlib, or not the dictionary it names)
+        raise Damaged(f"{what} is not deflated data ({e})") from None
     if z.unconsumed_tail or not z.eof:
         raise Damaged(f"{what} too large or cut short")
     return raw

@@ -232,11 +232,8 @@ def _sql_edit(db: sqlite3.Connection, rng: random.Random) -> str:
         n = rng.choice((100_000, 2_000_000, 17_000_000))
         fn = rng.choice(("zeroblob", "text"))
         v = f"zeroblob({n})" if fn == "zeroblob" else f"printf('%.*c', {n}, 'x')"
-        db.execute(
-            f"UPDATE {t} SET {col} = {v} WHERE rowid IN (SELECT rowid FROM {t} LIMIT 1)"
-            if t not in _NO_ROWID
-            else f"UPDATE {t} SET {col} = {v} WHERE {some}"
-        )
+        # one row (a hundred made a 1.7 GB file: its copy, not its reading, was the cost)
+        db.execute(f"UPDATE {t} SET {col} = {v} WHERE {key} IN (SELECT {key} FROM {t} LIMIT 1)")
         kind = f"huge {n}"
     elif kind == "bomb":
         size = rng.choice((4 << 20, 64 << 20, 1 << 30))
@@ -446,7 +443,7 @@ def _reject(c: str) -> None:
     raise ValueError(f"non-strict JSON token {c}")
 
 
-def run_tui(path: Path, seconds: float = 3.0) -> Outcome:
+def run_tui(path: Path, seconds: float = 3.0, hang_s: int = HANG_S) -> Outcome:
     """A headless TUI replay of `path` at 16x for a few seconds: no exception in any thread."""
     import asyncio
 
@@ -477,7 +474,7 @@ def run_tui(path: Path, seconds: float = 3.0) -> Outcome:
                 await pilot.pause(0.3)
                 await pilot.press("escape", "q")
 
-        asyncio.run(asyncio.wait_for(drive(), HANG_S + seconds))
+        asyncio.run(asyncio.wait_for(drive(), hang_s + seconds))
     except TimeoutError:
         return Outcome("hang", "tui")
     except BaseException as e:  # noqa: BLE001
@@ -532,7 +529,7 @@ def run_forked(path: Path, command: str, out_dir: Path, hang_s: int = 30) -> tup
     if pid == 0:  # the child: one run, its outcome as JSON on the pipe
         os.close(r)
         try:
-            o = run_tui(path, seconds=2.0) if command == "tui" else run_case(path, command, out_dir, hang_s)
+            o = run_tui(path, 2.0, hang_s) if command == "tui" else run_case(path, command, out_dir, hang_s)
         except BaseException as e:  # noqa: BLE001 (what the fuzz is for)
             o = Outcome("traceback", _signature(e))
         os.write(w, json.dumps(o.__dict__).encode())
