@@ -3,6 +3,7 @@ straggler flags on real snapshots, stale reasons, host lists, and hostile node s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -288,6 +289,38 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
         assert isinstance(app.screen, NodeScreen)
         shown = str(app.screen.query_one(Static).render())
         assert "odd" in shown and "\x1b" not in shown
+
+
+async def test_a_fault_in_a_poll_is_shown_and_polling_goes_on(capsys):
+    """Whatever a poll raises is the header's error line while it lasts; the poll thread lives on."""
+    from memtop.tui.cluster import ClusterApp
+    from memtop.tui.tiles import TextPanel
+
+    class Faulty(_Nodes):
+        failing, calls = True, 0
+
+        def poll_all(self, wait: bool = True) -> None:
+            self.calls += 1
+            if self.failing:
+                raise UnicodeEncodeError("ascii", "/prométhée", 5, 6, "ordinal not in range(128)")
+
+    async def polls(n: int) -> None:
+        end = src.calls + n
+        while src.calls < end:  # the test's timeout catches a dead poll thread
+            await asyncio.sleep(0.02)
+
+    src = Faulty([_state("n0", _real_snapshot(RECS[0], capsys))])
+    app = ClusterApp(src, interval=0.05)
+    async with app.run_test(size=(120, 30)):
+        await polls(2)
+        app.paint()
+        head = app.query_one("#header", TextPanel).text.plain
+        assert "polling failed: UnicodeEncodeError: 'ascii' codec can't encode" in head, head
+        src.failing = False
+        await polls(2)
+        app.paint()
+        head = app.query_one("#header", TextPanel).text.plain
+        assert "polling failed" not in head and head.startswith("memtop cluster:"), head
 
 
 def test_malformed_snapshots_do_not_break_the_view(capsys):

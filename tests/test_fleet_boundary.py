@@ -248,6 +248,37 @@ def test_no_token_crosses_an_origin(real, server, elsewhere, tmp_path):
     assert target  # (a plain node on the same server answers as before)
 
 
+def test_non_ascii_paths_are_percent_encoded(real, server):
+    """A --prom URL with a non-ASCII path, and a same-origin redirect to one (its Location in raw
+    UTF-8), reach the server percent-encoded: http.client refuses them as they are (a traceback and
+    exit 70 with --once; a dead poll thread in the view)."""
+    empty = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+
+    def behind(body: bytes):
+        """Redirects every request into /ä/..., and answers there."""
+        here = send(body)
+        return lambda sock, p: (here if p.startswith("/%C3%A4") else redirect("/ä" + p))(sock, p)
+
+    port = server.add(send(empty))
+    rc, out, err, _ = _cli("--prom", f"http://127.0.0.1:{port}/prométhée", "--once", "--json")
+    assert rc == 0 and err == "" and json.loads(out)["nodes"] == [], err
+    prom = server.add(behind(empty))
+    rc, out, err, _ = _cli("--prom", f"http://127.0.0.1:{prom}", "--once", "--json")
+    assert rc == 0 and err == "", err
+    node = NodeState(f"127.0.0.1:{server.add(behind(jsonable(real)))}")
+    poller = HttpPoller([node], 0, timeout=30)
+    poller.poll_all()
+    poller.close()
+    assert node.error is None and node.snapshot is not None
+    lines = [line for _, line, _ in server.seen]
+    assert any(ln.startswith("GET /prom%C3%A9th%C3%A9e/api/v1/query?") for ln in lines), lines
+    assert any(ln.startswith("GET /%C3%A4/api/v1/query?") for ln in lines), lines
+    assert "GET /%C3%A4/snapshot.json HTTP/1.1" in lines
+    # a host name the resolver cannot encode: the reason, as a node's would be said, and exit 1
+    rc, out, err, _ = _cli("--prom", "http://a..b:9/", "--once")
+    assert rc == 1 and err.count("\n") == 1 and ": bad address: encoding with 'idna' codec" in err, err
+
+
 def test_the_60mb_prometheus_bomb_is_refused_in_bounded_memory(server):
     bomb = bomb_60mb()
     with_len = server.add(send(bomb))

@@ -255,6 +255,7 @@ class ClusterApp(App):
                 )
             self.theme = theme
         self._stop = threading.Event()
+        self._fault: str | None = None  # why the poll loop's last round failed: shown as the source's error
         self._rows: dict[str, Row] = {}
         self._painted: tuple | None = None
 
@@ -283,7 +284,12 @@ class ClusterApp(App):
 
         while not self._stop.is_set():
             t0 = time.monotonic()
-            self.source.poll_all(wait=False)  # a node still in flight is skipped, never waited for
+            try:
+                self.source.poll_all(wait=False)  # a node still in flight is skipped, never waited for
+            except Exception as e:  # a fault of memtop's: said in the header; the view goes on polling
+                self._fault = f"polling failed: {type(e).__name__}: {e}"
+            else:
+                self._fault = None
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
 
     def on_resize(self) -> None:
@@ -296,7 +302,9 @@ class ClusterApp(App):
     def paint(self) -> None:
         nodes = node_list(self.source)
         # nothing new since the last paint (polls come every few seconds): nothing to do
-        state = (self.size.width, getattr(self.source, "error", None),
+        # Prometheus unreachable or its answer refused, or this view's own poll failed
+        error = getattr(self.source, "error", None) or self._fault
+        state = (self.size.width, error,
                  *((n.ok_at, n.error, n.stale(self.interval)) for n in nodes))  # fmt: skip
         if state == self._painted:
             return
@@ -309,7 +317,6 @@ class ClusterApp(App):
                     f"{self.interval:g} s", "bold")  # fmt: skip
         if flagged:
             head.append(f"  ! {flagged} straggler candidate{'s' if flagged > 1 else ''}", FLAG)
-        error = getattr(self.source, "error", None)  # Prometheus unreachable or its answer refused
         if error:
             head.append(f"\n{clean(error, 300)}", FLAG)
         elif stale:

@@ -110,6 +110,10 @@ def slurm_hosts(job: str) -> list[str]:
     return scontrol("show", "hostnames", m.group(1)).split()
 
 
+# what a fetch may raise, each said by _why (wire.Refused is a ValueError)
+FETCH_ERRORS = (OSError, http.client.HTTPException, ValueError)
+
+
 def _why(e: BaseException) -> str:
     if isinstance(e, DeadlineExceeded):
         return "timeout (deadline)"
@@ -125,6 +129,8 @@ def _why(e: BaseException) -> str:
         return str(e)
     if isinstance(e, OSError):
         return e.strerror or type(e).__name__
+    if isinstance(e, ValueError):  # http.client on a port out of range, a host it cannot encode
+        return f"bad address: {e}"
     return type(e).__name__  # http.client's: BadStatusLine, IncompleteRead, LineTooLong...
 
 
@@ -164,10 +170,8 @@ class HttpPoller:
     def poll_one(self, node: NodeState) -> None:
         try:
             status, body = self._fetcher(node.target).get("/snapshot.json", time.monotonic() + self.timeout)
-        except (OSError, http.client.HTTPException, wire.Refused) as e:
+        except FETCH_ERRORS as e:
             return node.bad(_why(e))
-        except ValueError as e:  # http.client on a port out of range, a host it cannot encode
-            return node.bad(f"bad address: {e}")
         if status in (401, 403):
             return node.bad("auth")
         if status != 200:
@@ -364,7 +368,7 @@ class PromSource:
             seen = self._get(
                 deadline, "/api/v1/query", query="max by (instance) (timestamp(memtop_build_info))"
             )
-        except (OSError, http.client.HTTPException, wire.Refused) as e:
+        except FETCH_ERRORS as e:
             self.refused = isinstance(e, wire.Refused) and str(e) != "auth"
             self.error = f"Prometheus at {self.url}: {_why(e)}"
             for n in self.nodes.values():
