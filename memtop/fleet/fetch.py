@@ -177,7 +177,9 @@ class Fetcher:
                 body = _read(r, self.cap + 1)
             except BaseException:
                 conn.close()
-                if id(conn) in expired:  # whatever the shut socket raised: the deadline passed
+                # whatever the shut socket raised, or a recv timed out (its timeout is what was left):
+                # the deadline passed
+                if id(conn) in expired or time.monotonic() >= deadline:
                     raise DeadlineExceeded("deadline") from None
                 raise
         if len(body) > self.cap:
