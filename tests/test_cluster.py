@@ -236,6 +236,39 @@ def test_ssh_transport_against_a_real_sshd(tmp_path):
     assert rc == 1
 
 
+def test_an_ssh_started_as_stop_comes_is_ended(tmp_path, monkeypatch):
+    """stop() landing between a node thread's Popen and its entry in procs: that ssh is ended too,
+    and the node's thread returns (it was left reading an ssh that nothing would end)."""
+    from memtop.fleet.sources import SshStreams
+
+    (tmp_path / "ssh").write_text("#!/bin/sh\nexec sleep 600\n")
+    (tmp_path / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    streams = SshStreams([NodeState("node-a")], interval=60)
+    started: list[subprocess.Popen] = []
+    popen = subprocess.Popen
+
+    def popen_then_stop(*args, **kw):
+        p = popen(*args, **kw)
+        started.append(p)
+        streams.stop()  # here, before _run has recorded p
+        return p
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_stop)
+    try:
+        streams.start()
+        (t,) = streams._threads
+        t.join(30)  # a bound, not a pace: the fault is a thread that never returns
+        assert not t.is_alive()
+        (p,) = started
+        assert p.poll() is not None  # ended and reaped
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 class _Nodes:
     """The TUI's source: node states already polled (from real snapshots)."""
 

@@ -297,7 +297,10 @@ class ClusterApp(App):
 
     def on_unmount(self) -> None:
         self._stop.set()
-        (self.source.stop if isinstance(self.source, SshStreams) else self.source.close)()
+        # off the event loop, which restores the terminal meanwhile: ending every ssh may wait up to
+        # 5 s; not a daemon, so the process reaps them before it exits
+        end = self.source.stop if isinstance(self.source, SshStreams) else self.source.close
+        threading.Thread(target=end, name="memtop-cluster-stop").start()
 
     def paint(self) -> None:
         nodes = node_list(self.source)

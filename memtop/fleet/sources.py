@@ -211,6 +211,7 @@ class SshStreams:
         self.nodes, self.interval, self.ssh_config, self.timeout = nodes, interval, ssh_config, timeout
         self.procs: dict[str, subprocess.Popen] = {}
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # stop() and a new ssh's entry in procs: one before the other
         self._threads: list[threading.Thread] = []
 
     def argv(self, host: str) -> list[str]:
@@ -251,7 +252,13 @@ class SshStreams:
             except OSError as e:
                 node.bad(f"ssh: {e.strerror}")
                 return
-            self.procs[node.target] = p
+            with self._lock:
+                stopped = self._stop.is_set()
+                if not stopped:
+                    self.procs[node.target] = p
+            if stopped:  # stop() came while ssh started: it did not see this one
+                _end([p], time.monotonic() + 5)
+                return
             last_err: list[str] = []  # ssh's last stderr line
             err_reader = threading.Thread(target=self._drain_err, args=(p, last_err), daemon=True)
             err_reader.start()
@@ -282,16 +289,24 @@ class SshStreams:
             last[:] = [line.decode("utf-8", "replace").strip()[:200]]  # NodeState.bad cleans it
 
     def stop(self) -> None:
-        self._stop.set()
-        for p in list(self.procs.values()):
-            if p.poll() is None:
-                p.terminate()
-        for p in list(self.procs.values()):
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        """Ends every ssh: all told at once, then waited for within one deadline (5 s in all)."""
+        with self._lock:
+            self._stop.set()
+            procs = list(self.procs.values())
+        _end(procs, time.monotonic() + 5)
+
+
+def _end(procs: list[subprocess.Popen], deadline: float) -> None:
+    """SIGTERM to each, then SIGKILL to those still running at `deadline`; each reaped."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _ssh_why(rc: int, err: str) -> str:
