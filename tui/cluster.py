@@ -25,9 +25,9 @@ from textual.widgets import Footer, Static
 
 from memtop.errors import UserError
 from memtop.fleet.sources import SshStreams, node_list
-from memtop.fleet.view import STALE_INTERVALS, Row, recent_phase, rows
+from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, Row, recent_phase, rows
 from memtop.metrics import METRICS, fmt
-from memtop.phases import CHARS, TITLES
+from memtop.phases import TITLES
 from memtop.sanitize import clean
 
 from .palette import AsciiFilter, phase_colors
@@ -36,7 +36,6 @@ from .tiles import TextPanel
 
 PHASE_COLORS = phase_colors(None)  # the cluster view's dark palette
 
-_PHASE_OF = {c: p for p, c in CHARS.items()}
 BAND_W = 60  # the band's widest (two minutes at the snapshot's 2 s steps)
 MIN_BAND, MIN_NOTE = 10, 24  # under these the column says too little to keep
 # (title, the narrowest, the widest): columns take the width of their content inside these bounds
@@ -105,14 +104,14 @@ class BandTable(RowTable):
 
 def band_text(band: str, ascii_only: bool, width: int = BAND_W) -> Text:
     """The band with one colour per phase: one span per run (a cluster paints hundreds of bands)."""
-    chars = [c if c in _PHASE_OF else " " for c in band[-width:]]  # unknown characters: missing
+    chars = [c if c in PHASE_OF else " " for c in band[-width:]]  # unknown characters: missing
     plain, spans, i = [], [], 0
     while i < len(chars):
         j = i
         while j < len(chars) and chars[j] == chars[i]:
             j += 1
         plain.append((chars[i] if ascii_only or chars[i] == " " else "█") * (j - i))
-        spans.append(Span(i, j, PHASE_COLORS.get(_PHASE_OF[chars[i]], "white")))
+        spans.append(Span(i, j, PHASE_COLORS.get(PHASE_OF[chars[i]], "white")))
         i = j
     return Text("".join(plain), spans=spans)
 
