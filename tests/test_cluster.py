@@ -348,6 +348,7 @@ async def test_a_fault_in_a_poll_is_shown_and_polling_goes_on(capsys):
         await polls(2)
         app.paint()
         head = app.query_one("#header", TextPanel).text.plain
+        assert head.startswith("memtop cluster: 1 node, 1 GPU, every 0.05 s"), head
         assert "polling failed: UnicodeEncodeError: 'ascii' codec can't encode" in head, head
         src.failing = False
         await polls(2)

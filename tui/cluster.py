@@ -29,6 +29,7 @@ from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, Row, recent_phase, rows
 from memtop.metrics import METRICS, fmt
 from memtop.phases import TITLES
 from memtop.sanitize import clean
+from memtop.wording import counted
 
 from .palette import AsciiFilter, phase_colors
 from .table import GAP, Cell, RowTable
@@ -315,10 +316,11 @@ class ClusterApp(App):
         self._rows = {r.key: r for r in rs}
         stale = sorted({r.target for r in rs if r.stale})
         flagged = sum(1 for r in rs if r.straggler)
-        head = Text(f"memtop cluster: {len(nodes)} nodes, {sum(1 for r in rs if r.gpu)} GPUs, every "
+        gpus = sum(1 for r in rs if r.gpu)
+        head = Text(f"memtop cluster: {counted(len(nodes), 'node')}, {counted(gpus, 'GPU')}, every "
                     f"{self.interval:g} s", "bold")  # fmt: skip
         if flagged:
-            head.append(f"  ! {flagged} straggler candidate{'s' if flagged > 1 else ''}", FLAG)
+            head.append(f"  ! {counted(flagged, 'straggler candidate')}", FLAG)
         if error:
             head.append(f"\n{clean(error, 300)}", FLAG)
         elif stale:
