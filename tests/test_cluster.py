@@ -357,6 +357,21 @@ async def test_a_fault_in_a_poll_is_shown_and_polling_goes_on(capsys):
         assert "polling failed" not in head and head.startswith("memtop cluster:"), head
 
 
+async def test_a_stale_reason_cut_in_its_row_is_whole_in_the_detail_pane():
+    from memtop.tui.cluster import BandTable, ClusterApp
+    from memtop.tui.tiles import TextPanel
+
+    why = "bad snapshot: gpus[0].index is not 0-1023"
+    bad = NodeState("127.0.0.1:19867")
+    bad.bad(why)
+    app = ClusterApp(_Nodes([bad]), interval=2.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        (row,) = [strip.text.rstrip() for strip in app.query_one(BandTable)._lines][1:]
+        assert why not in row and "no data: bad snapshot: gpus" in row, row  # cut at 80 columns
+        assert why in app.query_one("#detail", TextPanel).text.plain
+
+
 def test_malformed_snapshots_do_not_break_the_view(capsys):
     """A node may answer anything: wrong types stay out of the rows; a GPU that is not an object or
     whose index is not a small integer refuses the node, with the reason."""
