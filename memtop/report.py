@@ -28,6 +28,7 @@ from memtop.store import Recording
 from memtop.straggler import episodes
 from memtop.timefmt import clock, length
 from memtop.verdict import verdict
+from memtop.wording import counted
 
 SCHEMA = "memtop-report/1"
 
@@ -387,8 +388,8 @@ def render(rep: dict, fmt: str) -> str:
             st = g["straggler"]
             lines += [
                 "",
-                f"straggler (its job's other GPUs waited for it in collectives): {len(st)} "
-                f"episode{'s' if len(st) > 1 else ''}, "
+                f"straggler (its job's other GPUs waited for it in collectives): "
+                f"{counted(len(st), 'episode')}, "
                 f"{length(sum(e['duration_s'] for e in st), 1)} in all",
             ]
             for e in st[:5]:
@@ -400,7 +401,7 @@ def render(rep: dict, fmt: str) -> str:
                 )
         if g["throttle"]:
             lines.append(
-                f"throttling: {len(g['throttle'])} episode{'s' if len(g['throttle']) > 1 else ''}, e.g. "
+                f"throttling: {counted(len(g['throttle']), 'episode')}, e.g. "
                 + ", ".join(
                     f"at {clock(t['at_s'])} {'/'.join(t['reasons'])} {t['duration_s']} s"
                     for t in g["throttle"][:3]

@@ -48,6 +48,7 @@ from memtop.model import (
 )
 from memtop.sanitize import clean
 from memtop.timefmt import clock
+from memtop.wording import counted
 
 # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
 # 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored; stack
@@ -349,7 +350,7 @@ def _checker(ann: str):
         def fixed(v: object, what: str) -> tuple:
             items = _seq(v, what)
             if len(items) != len(each):
-                raise Damaged(f"{what} has {len(items)} items, not {len(each)}")
+                raise Damaged(f"{what} has {counted(len(items), 'item')}, not {len(each)}")
             return tuple(c(x, what) for c, x in zip(each, items, strict=True))
 
         return fixed

@@ -19,6 +19,7 @@ from memtop.phases import HEALTHY, TITLES, Label
 from memtop.sanitize import is_clean
 from memtop.straggler import Straggler
 from memtop.timefmt import length
+from memtop.wording import counted
 
 PROBLEM_SHARE = 0.2  # a problem phase must hold this share of the window to be the verdict
 BUSY_SHARE = 0.5  # a healthy phase is "busy" only where it held most of the window
@@ -83,10 +84,6 @@ def missing_evidence(mode: str) -> str:
     return f"missing {what}: {cost} (held-out macro-F1 {f1:.3f} against {FULL_F1:.3f} with GPM and stacks)"
 
 
-def _workers(n: int) -> str:
-    return f"{n} worker{'' if n == 1 else 's'}"
-
-
 def _evidence(lab: Label) -> str:
     e = lab.evidence
     parts = [f"graphics {e.graphics:.0f} %"]
@@ -115,7 +112,7 @@ def _evidence(lab: Label) -> str:
     if lab.label in ("cpu", "input", "sync"):
         parts.append(f"main thread CPU {e.proc_cpu} %")
     if e.workers:
-        parts.append(f"{_workers(e.workers)} at {e.worker_cpu} % CPU")
+        parts.append(f"{counted(e.workers, 'worker')} at {e.worker_cpu} % CPU")
     top = e.top_stack
     if top:
         parts.append(
@@ -153,7 +150,7 @@ def _advice(lab: Label) -> tuple[str, ...]:
             return ("data is loaded in the training process (num_workers=0): set DataLoader(num_workers>0)",)
         if lab.sub == "prep":
             return (
-                f"DataLoader workers are saturated ({_workers(e.workers)} at {e.worker_cpu} % CPU): raise "
+                f"DataLoader workers are saturated ({counted(e.workers, 'worker')} at {e.worker_cpu} % CPU): raise "
                 "num_workers or make __getitem__/transforms cheaper (move augmentation to the GPU)",
             )
         return (

@@ -3,6 +3,7 @@ straggler flags on real snapshots, stale reasons, host lists, and hostile node s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -235,6 +236,39 @@ def test_ssh_transport_against_a_real_sshd(tmp_path):
     assert rc == 1
 
 
+def test_an_ssh_started_as_stop_comes_is_ended(tmp_path, monkeypatch):
+    """stop() landing between a node thread's Popen and its entry in procs: that ssh is ended too,
+    and the node's thread returns (it was left reading an ssh that nothing would end)."""
+    from memtop.fleet.sources import SshStreams
+
+    (tmp_path / "ssh").write_text("#!/bin/sh\nexec sleep 600\n")
+    (tmp_path / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    streams = SshStreams([NodeState("node-a")], interval=60)
+    started: list[subprocess.Popen] = []
+    popen = subprocess.Popen
+
+    def popen_then_stop(*args, **kw):
+        p = popen(*args, **kw)
+        started.append(p)
+        streams.stop()  # here, before _run has recorded p
+        return p
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_stop)
+    try:
+        streams.start()
+        (t,) = streams._threads
+        t.join(30)  # a bound, not a pace: the fault is a thread that never returns
+        assert not t.is_alive()
+        (p,) = started
+        assert p.poll() is not None  # ended and reaped
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 class _Nodes:
     """The TUI's source: node states already polled (from real snapshots)."""
 
@@ -288,6 +322,54 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
         assert isinstance(app.screen, NodeScreen)
         shown = str(app.screen.query_one(Static).render())
         assert "odd" in shown and "\x1b" not in shown
+
+
+async def test_a_fault_in_a_poll_is_shown_and_polling_goes_on(capsys):
+    """Whatever a poll raises is the header's error line while it lasts; the poll thread lives on."""
+    from memtop.tui.cluster import ClusterApp
+    from memtop.tui.tiles import TextPanel
+
+    class Faulty(_Nodes):
+        failing, calls = True, 0
+
+        def poll_all(self, wait: bool = True) -> None:
+            self.calls += 1
+            if self.failing:
+                raise UnicodeEncodeError("ascii", "/prométhée", 5, 6, "ordinal not in range(128)")
+
+    async def polls(n: int) -> None:
+        end = src.calls + n
+        while src.calls < end:  # the test's timeout catches a dead poll thread
+            await asyncio.sleep(0.02)
+
+    src = Faulty([_state("n0", _real_snapshot(RECS[0], capsys))])
+    app = ClusterApp(src, interval=0.05)
+    async with app.run_test(size=(120, 30)):
+        await polls(2)
+        app.paint()
+        head = app.query_one("#header", TextPanel).text.plain
+        assert head.startswith("memtop cluster: 1 node, 1 GPU, every 0.05 s"), head
+        assert "polling failed: UnicodeEncodeError: 'ascii' codec can't encode" in head, head
+        src.failing = False
+        await polls(2)
+        app.paint()
+        head = app.query_one("#header", TextPanel).text.plain
+        assert "polling failed" not in head and head.startswith("memtop cluster:"), head
+
+
+async def test_a_stale_reason_cut_in_its_row_is_whole_in_the_detail_pane():
+    from memtop.tui.cluster import BandTable, ClusterApp
+    from memtop.tui.tiles import TextPanel
+
+    why = "bad snapshot: gpus[0].index is not 0-1023"
+    bad = NodeState("127.0.0.1:19867")
+    bad.bad(why)
+    app = ClusterApp(_Nodes([bad]), interval=2.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        (row,) = [strip.text.rstrip() for strip in app.query_one(BandTable)._lines][1:]
+        assert why not in row and "no data: bad snapshot: gpus" in row, row  # cut at 80 columns
+        assert why in app.query_one("#detail", TextPanel).text.plain
 
 
 def test_malformed_snapshots_do_not_break_the_view(capsys):

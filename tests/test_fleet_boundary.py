@@ -194,25 +194,37 @@ def test_bodies_are_capped_with_or_without_a_length(server):
 
 
 def test_a_trickling_node_never_holds_back_another(real, server):
-    """1 byte a second, headers included: the request ends at its deadline, whatever the per-recv
-    timeout; meanwhile the healthy node is polled on every tick, not once per slow poll."""
+    """A node still in flight is skipped, never waited for: the healthy node is polled on every
+    tick while the trickling ones (1 byte a second; every 2 s, headers included) are still in their
+    first request. Their deadline is an hour here, so nothing depends on how fast this machine is."""
     slow = NodeState(f"127.0.0.1:{server.add(trickle(jsonable(real)))}")
     slow_head = NodeState(f"127.0.0.1:{server.add(trickle(jsonable(real), every=2.0))}")
     healthy = NodeState(f"127.0.0.1:{server.add(send(jsonable(real)))}")
-    poller = HttpPoller([slow, slow_head, healthy], 0, timeout=4)
+    poller = HttpPoller([slow, slow_head, healthy], 0, timeout=3600)
     try:
         for tick in range(1, 4):  # three ticks, each after the healthy node answered the last one
             poller.poll_all(wait=False)
-            while healthy.polls < tick:
+            while healthy.polls < tick:  # the test's timeout catches a healthy node held back
                 time.sleep(0.02)
             assert slow.polls == 0 and slow_head.polls == 0  # still in flight, never waited for
-        while slow.polls == 0 or slow_head.polls == 0:
-            time.sleep(0.05)
     finally:
         poller.close()
-    assert healthy.error is None and not healthy.stale(2.0)
+    assert healthy.error is None and healthy.snapshot is not None
+
+
+def test_a_trickling_request_ends_at_its_deadline(real, server):
+    """1 byte a second (every 2 s), headers included: the request ends at its deadline, whatever
+    the per-recv timeout (a recv that times out does so at the deadline: its timeout is what was
+    left). The trickle lasts hours: only the deadline can end it."""
+    slow = NodeState(f"127.0.0.1:{server.add(trickle(jsonable(real)))}")
+    slow_head = NodeState(f"127.0.0.1:{server.add(trickle(jsonable(real), every=2.0))}")
+    poller = HttpPoller([slow, slow_head], 0, timeout=1)
+    try:
+        poller.poll_all()
+    finally:
+        poller.close()
     assert slow.error == slow_head.error == "timeout (deadline)"
-    assert slow.snapshot is None
+    assert slow.snapshot is None and slow_head.snapshot is None
 
 
 def test_no_token_crosses_an_origin(real, server, elsewhere, tmp_path):
@@ -246,6 +258,37 @@ def test_no_token_crosses_an_origin(real, server, elsewhere, tmp_path):
     ] * 3
     assert all(h.get("authorization") == "Bearer s3cret-token" for _, _, h in followed)
     assert target  # (a plain node on the same server answers as before)
+
+
+def test_non_ascii_paths_are_percent_encoded(real, server):
+    """A --prom URL with a non-ASCII path, and a same-origin redirect to one (its Location in raw
+    UTF-8), reach the server percent-encoded: http.client refuses them as they are (a traceback and
+    exit 70 with --once; a dead poll thread in the view)."""
+    empty = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+
+    def behind(body: bytes):
+        """Redirects every request into /ä/..., and answers there."""
+        here = send(body)
+        return lambda sock, p: (here if p.startswith("/%C3%A4") else redirect("/ä" + p))(sock, p)
+
+    port = server.add(send(empty))
+    rc, out, err, _ = _cli("--prom", f"http://127.0.0.1:{port}/prométhée", "--once", "--json")
+    assert rc == 0 and err == "" and json.loads(out)["nodes"] == [], err
+    prom = server.add(behind(empty))
+    rc, out, err, _ = _cli("--prom", f"http://127.0.0.1:{prom}", "--once", "--json")
+    assert rc == 0 and err == "", err
+    node = NodeState(f"127.0.0.1:{server.add(behind(jsonable(real)))}")
+    poller = HttpPoller([node], 0, timeout=30)
+    poller.poll_all()
+    poller.close()
+    assert node.error is None and node.snapshot is not None
+    lines = [line for _, line, _ in server.seen]
+    assert any(ln.startswith("GET /prom%C3%A9th%C3%A9e/api/v1/query?") for ln in lines), lines
+    assert any(ln.startswith("GET /%C3%A4/api/v1/query?") for ln in lines), lines
+    assert "GET /%C3%A4/snapshot.json HTTP/1.1" in lines
+    # a host name the resolver cannot encode: the reason, as a node's would be said, and exit 1
+    rc, out, err, _ = _cli("--prom", "http://a..b:9/", "--once")
+    assert rc == 1 and err.count("\n") == 1 and ": bad address: encoding with 'idna' codec" in err, err
 
 
 def test_the_60mb_prometheus_bomb_is_refused_in_bounded_memory(server):

@@ -465,3 +465,43 @@ def test_http_keep_alive_pipelining_and_refusals(demo):
         assert got.startswith(b"HTTP/1.1 " + code) and got.count(b"HTTP/1.1") == 1, (bad, got)
     assert _raw(demo, b"GET / HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n") == b""
     assert _get(f"http://127.0.0.1:{demo}/-/ready")[0] == 200  # and it goes on serving
+
+
+def test_idle_and_stalled_clients_are_no_fault_on_python_310(monkeypatch):
+    """Python 3.10's asyncio.wait_for raises asyncio.TimeoutError, which is not the builtin
+    TimeoutError there (one class from 3.11): an idle keep-alive connection closed at IDLE_S was
+    counted "internal" and logged as memtop's fault. 3.10's classes are played here on any Python;
+    the server and its clients are real sockets."""
+    import asyncio
+
+    from memtop.commands import serve
+
+    class Py310Timeout(Exception):  # asyncio.exceptions.TimeoutError on 3.10
+        pass
+
+    wait_for = asyncio.wait_for
+
+    async def wait_for_310(aw, timeout):
+        try:
+            return await wait_for(aw, timeout)
+        except TimeoutError:
+            raise Py310Timeout from None
+
+    monkeypatch.setattr(asyncio, "TimeoutError", Py310Timeout)
+    monkeypatch.setattr(asyncio, "wait_for", wait_for_310)
+    monkeypatch.setattr(serve, "IDLE_S", 0.2)
+    stats = serve.ServeStats()
+    http = serve.Http(None, None, None, stats)
+
+    async def main() -> None:
+        server = await asyncio.start_server(http.connection, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        for sent in (b"", b"GET /metrics HTTP/1.1\r\n"):  # idle, then a head that never ends
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(sent)
+            assert await wait_for(reader.read(), 60) == b""  # closed by the server (60: a hang fails)
+            writer.close()
+        server.close()
+
+    asyncio.run(main())
+    assert stats.errors == {"reset": 1, "internal": 0}  # the stalled head is the client's, idle is none

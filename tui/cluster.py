@@ -25,10 +25,11 @@ from textual.widgets import Footer, Static
 
 from memtop.errors import UserError
 from memtop.fleet.sources import SshStreams, node_list
-from memtop.fleet.view import STALE_INTERVALS, Row, recent_phase, rows
+from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, Row, recent_phase, rows
 from memtop.metrics import METRICS, fmt
-from memtop.phases import CHARS, TITLES
+from memtop.phases import TITLES
 from memtop.sanitize import clean
+from memtop.wording import counted
 
 from .palette import AsciiFilter, phase_colors
 from .table import GAP, Cell, RowTable
@@ -36,7 +37,6 @@ from .tiles import TextPanel
 
 PHASE_COLORS = phase_colors(None)  # the cluster view's dark palette
 
-_PHASE_OF = {c: p for p, c in CHARS.items()}
 BAND_W = 60  # the band's widest (two minutes at the snapshot's 2 s steps)
 MIN_BAND, MIN_NOTE = 10, 24  # under these the column says too little to keep
 # (title, the narrowest, the widest): columns take the width of their content inside these bounds
@@ -105,14 +105,14 @@ class BandTable(RowTable):
 
 def band_text(band: str, ascii_only: bool, width: int = BAND_W) -> Text:
     """The band with one colour per phase: one span per run (a cluster paints hundreds of bands)."""
-    chars = [c if c in _PHASE_OF else " " for c in band[-width:]]  # unknown characters: missing
+    chars = [c if c in PHASE_OF else " " for c in band[-width:]]  # unknown characters: missing
     plain, spans, i = [], [], 0
     while i < len(chars):
         j = i
         while j < len(chars) and chars[j] == chars[i]:
             j += 1
         plain.append((chars[i] if ascii_only or chars[i] == " " else "█") * (j - i))
-        spans.append(Span(i, j, PHASE_COLORS.get(_PHASE_OF[chars[i]], "white")))
+        spans.append(Span(i, j, PHASE_COLORS.get(PHASE_OF[chars[i]], "white")))
         i = j
     return Text("".join(plain), spans=spans)
 
@@ -255,6 +255,7 @@ class ClusterApp(App):
                 )
             self.theme = theme
         self._stop = threading.Event()
+        self._fault: str | None = None  # why the poll loop's last round failed: shown as the source's error
         self._rows: dict[str, Row] = {}
         self._painted: tuple | None = None
 
@@ -283,7 +284,12 @@ class ClusterApp(App):
 
         while not self._stop.is_set():
             t0 = time.monotonic()
-            self.source.poll_all(wait=False)  # a node still in flight is skipped, never waited for
+            try:
+                self.source.poll_all(wait=False)  # a node still in flight is skipped, never waited for
+            except Exception as e:  # a fault of memtop's: said in the header; the view goes on polling
+                self._fault = f"polling failed: {type(e).__name__}: {e}"
+            else:
+                self._fault = None
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
 
     def on_resize(self) -> None:
@@ -291,12 +297,17 @@ class ClusterApp(App):
 
     def on_unmount(self) -> None:
         self._stop.set()
-        (self.source.stop if isinstance(self.source, SshStreams) else self.source.close)()
+        # off the event loop, which restores the terminal meanwhile: ending every ssh may wait up to
+        # 5 s; not a daemon, so the process reaps them before it exits
+        end = self.source.stop if isinstance(self.source, SshStreams) else self.source.close
+        threading.Thread(target=end, name="memtop-cluster-stop").start()
 
     def paint(self) -> None:
         nodes = node_list(self.source)
         # nothing new since the last paint (polls come every few seconds): nothing to do
-        state = (self.size.width, getattr(self.source, "error", None),
+        # Prometheus unreachable or its answer refused, or this view's own poll failed
+        error = getattr(self.source, "error", None) or self._fault
+        state = (self.size.width, error,
                  *((n.ok_at, n.error, n.stale(self.interval)) for n in nodes))  # fmt: skip
         if state == self._painted:
             return
@@ -305,11 +316,11 @@ class ClusterApp(App):
         self._rows = {r.key: r for r in rs}
         stale = sorted({r.target for r in rs if r.stale})
         flagged = sum(1 for r in rs if r.straggler)
-        head = Text(f"memtop cluster: {len(nodes)} nodes, {sum(1 for r in rs if r.gpu)} GPUs, every "
+        gpus = sum(1 for r in rs if r.gpu)
+        head = Text(f"memtop cluster: {counted(len(nodes), 'node')}, {counted(gpus, 'GPU')}, every "
                     f"{self.interval:g} s", "bold")  # fmt: skip
         if flagged:
-            head.append(f"  ! {flagged} straggler candidate{'s' if flagged > 1 else ''}", FLAG)
-        error = getattr(self.source, "error", None)  # Prometheus unreachable or its answer refused
+            head.append(f"  ! {counted(flagged, 'straggler candidate')}", FLAG)
         if error:
             head.append(f"\n{clean(error, 300)}", FLAG)
         elif stale:

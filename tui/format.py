@@ -23,6 +23,7 @@ from memtop.records import Evidence
 from memtop.sanitize import clean
 from memtop.stackclass import user_frame
 from memtop.timefmt import clock
+from memtop.wording import counted
 
 from .palette import Look, look
 
@@ -488,7 +489,9 @@ def native_text(s: StackSample, lk: Look, ascii_only: bool = False) -> Text:
     """A --native dump whole (every thread, every frame), for its own scrolling screen."""
     arrows = "up/down" if ascii_only else "↑/↓"
     t = Text(f"Native stack dump of {s.pid}", style="bold")
-    t.append(f"  ({len(s.threads)} threads, leaf first; {arrows} scroll, esc closes)\n\n", style="dim")
+    t.append(
+        f"  ({counted(len(s.threads), 'thread')}, leaf first; {arrows} scroll, esc closes)\n\n", style="dim"
+    )
     _threads(t, s, lk, NATIVE_DEPTH)
     return t
 

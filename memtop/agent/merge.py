@@ -21,6 +21,7 @@ from pathlib import Path
 from memtop.agent.injob import CLOCK_MARKS, MARK
 from memtop.errors import UserError
 from memtop.sanitize import clean
+from memtop.wording import counted
 
 FRAMEWORK_PID_BASE = 2_000_000  # framework tracks: synthetic pids clear of memtop's and real ones
 PIDS_PER_CAPTURE = 1000  # a trace's own pids (the process, its GPUs) are renumbered inside a block
@@ -176,7 +177,7 @@ def describe(summary: dict) -> str:
         else "no memtop tracks (the window was not recorded)"
     )
     return clean(
-        f"{summary['events']} events: {', '.join(parts) or 'no framework events'} from {who}; {tracks}; "
+        f"{counted(summary['events'], 'event')}: {', '.join(parts) or 'no framework events'} from {who}; {tracks}; "
         f"clocks aligned to within {worst:.0f} µs",
         1000,
     )

@@ -14,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING, TextIO
 
 from memtop.sanitize import clean
+from memtop.wording import counted
 
 if TYPE_CHECKING:
     from memtop.collectors.nvml_calls import Nvml
@@ -37,7 +38,7 @@ def lines(nv: Nvml, width: int, height: int) -> list[str]:
     """The screen: a header, then a row per GPU that fits (the TUI follows with everything else)."""
     info = nv.init()  # idempotent: started already
     n = info["count"]
-    head = f"memtop  driver {clean(info['driver'], 20)}  {n} GPU{'s' if n != 1 else ''}  starting..."
+    head = f"memtop  driver {clean(info['driver'], 20)}  {counted(n, 'GPU')}  starting..."
     rows = [_row(nv, i) for i in range(min(n, max(0, height - 2)))]
     return [s.encode("ascii", "replace").decode()[:width] for s in [head, "", *rows]]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from memtop.errors import UserError
 from memtop.sanitize import clean
 from memtop.store import Writer, read_markers
+from memtop.wording import counted
 
 
 def _size(path: Path) -> int:
@@ -70,7 +71,7 @@ def record(args: argparse.Namespace) -> int:
             if tty:
                 missing = sorted({c.source for c in sampler.capabilities() if not c.ok})
                 line = (
-                    f"\rrecording {out.name}: {elapsed:6.1f} s, {writer.frames} frames, "
+                    f"\rrecording {out.name}: {elapsed:6.1f} s, {counted(writer.frames, 'frame')}, "
                     f"{_size(out) / 1e6:.1f} MB" + (f", unavailable: {', '.join(missing)}" if missing else "")
                 )
                 print(line[:200].ljust(80), end="", file=sys.stderr, flush=True)
@@ -94,7 +95,7 @@ def record(args: argparse.Namespace) -> int:
     if tty:
         print(file=sys.stderr)
     print(
-        f"recorded {writer.frames} frames in {time.monotonic() - t0:.1f} s to {out} "
+        f"recorded {counted(writer.frames, 'frame')} in {time.monotonic() - t0:.1f} s to {out} "
         f"({_size(out) / 1e6:.2f} MB)",
         file=sys.stderr,
     )

@@ -271,7 +271,7 @@ class Http:
             while True:
                 try:  # between requests, silence and a close are a client's right, not an error
                     first = await asyncio.wait_for(reader.read(1), IDLE_S)
-                except TimeoutError:
+                except (TimeoutError, asyncio.TimeoutError):  # not one class before Python 3.11
                     return
                 if not first or not await self._one(first, reader, writer):
                     return
@@ -280,6 +280,7 @@ class Http:
             asyncio.LimitOverrunError,
             ConnectionError,
             TimeoutError,
+            asyncio.TimeoutError,
             ssl.SSLError,
         ) as e:
             self.stats.count("reset", _what(e))  # mid-request: a reset, a stall, a flood
@@ -326,11 +327,13 @@ class Http:
 def _loop_errors(stats: ServeStats):
     """asyncio's exception handler: what it would log with a traceback (a failed TLS handshake, a
     transport's error) is counted instead."""
+    import asyncio
     import ssl
 
     def handler(loop, context: dict) -> None:
         exc = context.get("exception")
-        kind = "reset" if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError) else "internal"
+        reset = (ConnectionError, TimeoutError, asyncio.TimeoutError, ssl.SSLError)
+        kind = "reset" if isinstance(exc, reset) else "internal"
         stats.count(kind, _what(exc) if exc else str(context.get("message")))
 
     return handler

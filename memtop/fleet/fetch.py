@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import re
 import socket
 import ssl
 import threading
@@ -24,6 +25,8 @@ from memtop.fleet.wire import Refused
 
 MAX_REDIRECTS = 3
 _REDIRECTS = (301, 302, 303, 307, 308)
+# what http.client refuses in a request line: non-ASCII (UnicodeEncodeError), spaces and controls
+_UNSAFE = re.compile(r"[^\x21-\x7e]")
 
 
 class DeadlineExceeded(TimeoutError):
@@ -128,7 +131,8 @@ class Fetcher:
             status, location, body = self._once(path, deadline)
             if status not in _REDIRECTS or location is None:
                 return status, body
-            path = self._same_origin(path, location)
+            # http.client decodes header bytes as latin-1: the Location's own bytes again, as UTF-8
+            path = self._same_origin(path, location.encode("latin-1").decode("utf-8", "surrogateescape"))
         raise Refused(f"more than {MAX_REDIRECTS} redirects")
 
     def _same_origin(self, path: str, location: str) -> str:
@@ -165,7 +169,7 @@ class Fetcher:
             conn.sock.settimeout(left)
         with DEADLINES.watch(conn, deadline) as expired:
             try:
-                conn.request("GET", path, headers=self.headers)
+                conn.request("GET", _wire_path(path), headers=self.headers)
                 r = conn.getresponse()
                 length = r.getheader("Content-Length", "")
                 if length.isdigit() and int(length) > self.cap:
@@ -173,7 +177,9 @@ class Fetcher:
                 body = _read(r, self.cap + 1)
             except BaseException:
                 conn.close()
-                if id(conn) in expired:  # whatever the shut socket raised: the deadline passed
+                # whatever the shut socket raised, or a recv timed out (its timeout is what was left):
+                # the deadline passed
+                if id(conn) in expired or time.monotonic() >= deadline:
                     raise DeadlineExceeded("deadline") from None
                 raise
         if len(body) > self.cap:
@@ -198,3 +204,9 @@ def _read(r: http.client.HTTPResponse, limit: int) -> bytearray:
     while len(body) < limit and (chunk := r.read(min(1 << 20, limit - len(body)))):
         body += chunk
     return body
+
+
+def _wire_path(path: str) -> str:
+    """The path as a request line carries it: non-ASCII, spaces and controls percent-encoded as
+    UTF-8 (argv's undecodable bytes, surrogate-escaped, as they were)."""
+    return _UNSAFE.sub(lambda m: urllib.parse.quote(m.group(), safe="", errors="surrogateescape"), path)

@@ -110,6 +110,10 @@ def slurm_hosts(job: str) -> list[str]:
     return scontrol("show", "hostnames", m.group(1)).split()
 
 
+# what a fetch may raise, each said by _why (wire.Refused is a ValueError)
+FETCH_ERRORS = (OSError, http.client.HTTPException, ValueError)
+
+
 def _why(e: BaseException) -> str:
     if isinstance(e, DeadlineExceeded):
         return "timeout (deadline)"
@@ -125,6 +129,8 @@ def _why(e: BaseException) -> str:
         return str(e)
     if isinstance(e, OSError):
         return e.strerror or type(e).__name__
+    if isinstance(e, ValueError):  # http.client on a port out of range, a host it cannot encode
+        return f"bad address: {e}"
     return type(e).__name__  # http.client's: BadStatusLine, IncompleteRead, LineTooLong...
 
 
@@ -164,10 +170,8 @@ class HttpPoller:
     def poll_one(self, node: NodeState) -> None:
         try:
             status, body = self._fetcher(node.target).get("/snapshot.json", time.monotonic() + self.timeout)
-        except (OSError, http.client.HTTPException, wire.Refused) as e:
+        except FETCH_ERRORS as e:
             return node.bad(_why(e))
-        except ValueError as e:  # http.client on a port out of range, a host it cannot encode
-            return node.bad(f"bad address: {e}")
         if status in (401, 403):
             return node.bad("auth")
         if status != 200:
@@ -207,6 +211,7 @@ class SshStreams:
         self.nodes, self.interval, self.ssh_config, self.timeout = nodes, interval, ssh_config, timeout
         self.procs: dict[str, subprocess.Popen] = {}
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # stop() and a new ssh's entry in procs: one before the other
         self._threads: list[threading.Thread] = []
 
     def argv(self, host: str) -> list[str]:
@@ -247,7 +252,13 @@ class SshStreams:
             except OSError as e:
                 node.bad(f"ssh: {e.strerror}")
                 return
-            self.procs[node.target] = p
+            with self._lock:
+                stopped = self._stop.is_set()
+                if not stopped:
+                    self.procs[node.target] = p
+            if stopped:  # stop() came while ssh started: it did not see this one
+                _end([p], time.monotonic() + 5)
+                return
             last_err: list[str] = []  # ssh's last stderr line
             err_reader = threading.Thread(target=self._drain_err, args=(p, last_err), daemon=True)
             err_reader.start()
@@ -278,16 +289,24 @@ class SshStreams:
             last[:] = [line.decode("utf-8", "replace").strip()[:200]]  # NodeState.bad cleans it
 
     def stop(self) -> None:
-        self._stop.set()
-        for p in list(self.procs.values()):
-            if p.poll() is None:
-                p.terminate()
-        for p in list(self.procs.values()):
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        """Ends every ssh: all told at once, then waited for within one deadline (5 s in all)."""
+        with self._lock:
+            self._stop.set()
+            procs = list(self.procs.values())
+        _end(procs, time.monotonic() + 5)
+
+
+def _end(procs: list[subprocess.Popen], deadline: float) -> None:
+    """SIGTERM to each, then SIGKILL to those still running at `deadline`; each reaped."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _ssh_why(rc: int, err: str) -> str:
@@ -364,7 +383,7 @@ class PromSource:
             seen = self._get(
                 deadline, "/api/v1/query", query="max by (instance) (timestamp(memtop_build_info))"
             )
-        except (OSError, http.client.HTTPException, wire.Refused) as e:
+        except FETCH_ERRORS as e:
             self.refused = isinstance(e, wire.Refused) and str(e) != "auth"
             self.error = f"Prometheus at {self.url}: {_why(e)}"
             for n in self.nodes.values():
