@@ -210,6 +210,8 @@ FIELD_MAX = 64 << 10  # a gpu_state link or process list, a perf row's rates, a 
 NAME_MAX = 4096  # a marker's label and name, a note
 META_KEYS_MAX = 4096  # metadata rows read (memtop writes about 12)
 VALUE_MAX = 16 << 20  # any one SQLite value a reader loads (SQLITE_LIMIT_LENGTH): a block is ~200 KB
+# bounded in SQL too: Python 3.10 has no setlimit, and a file may hold millions of metadata rows
+_META_QUERY = f"SELECT key, value FROM meta WHERE length(value) <= {VALUE_MAX} LIMIT {META_KEYS_MAX}"
 # a reader's query stops after this many SQLite VM steps plus STEPS_PER_BYTE per byte of the file (a
 # pass over every row takes a few steps a byte): a backstop for a query that would not end
 STEPS_BASE = 100_000_000
@@ -401,6 +403,8 @@ def _record(cls: type, d: object, what: str, nested: dict | None = None) -> obje
 def inflate(data: bytes, limit: int, what: str, zdict: bytes = b"") -> bytes:
     """A deflated blob's bytes, inflated to at most ``limit`` (a blob of a few KB can inflate to
     gigabytes); past it, cut short or not deflated at all, it raises Damaged."""
+    if limit <= 0:  # zlib reads a max_length of 0 as "no limit": a spent budget must refuse, not lift the cap
+        raise Damaged(f"{what}: the recording's decode budget is spent")
     z = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
     try:
         raw = z.decompress(data, limit)
@@ -1042,7 +1046,7 @@ def _connect(path: Path, uri: str) -> tuple[sqlite3.Connection, dict]:
     db.text_factory = _text
     try:
         _guard(db, path)
-        return db, dict(db.execute("SELECT key, value FROM meta").fetchall())
+        return db, dict(db.execute(_META_QUERY).fetchall())
     except BaseException:
         db.close()
         raise

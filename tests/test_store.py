@@ -352,6 +352,37 @@ def test_a_host_blob_inflates_only_so_far():
     assert _inflate_host(zlib.compress(raw[: HOST_JSON_MAX - 2] + b'"}'), None).endswith(b'"}')
 
 
+def test_a_spent_decode_budget_refuses_rather_than_lifting_the_cap():
+    """zlib reads a max_length of 0 as no limit: once a recording's budget is spent, the next blob
+    (a bomb after ordinary rows) must be refused, not inflated whole."""
+    import zlib
+
+    from memtop.store import Damaged, inflate
+
+    bomb = zlib.compress(bytes(10 << 20), 9)
+    for spent in (0, -5):
+        with pytest.raises(Damaged, match="budget"):
+            inflate(bomb, spent, "stack")
+    assert len(inflate(zlib.compress(b"abc"), 3, "stack")) == 3
+
+
+def test_metadata_rows_are_read_only_so_far(tmp_path):
+    """A file with millions of metadata rows (or one huge value, where Python has no setlimit) loads
+    at most META_KEYS_MAX rows of at most VALUE_MAX each."""
+    from memtop.store import META_KEYS_MAX
+
+    path = tmp_path / "m.memtop"
+    src = list(itertools.islice(Recording(DATA / "heldout_torch_s3.memtop").frames(), 50))
+    _copy(src, path).close()
+    db = sqlite3.connect(path)
+    db.executemany("INSERT INTO meta VALUES (?, ?)", ((f"k{i}", "1") for i in range(3 * META_KEYS_MAX)))
+    db.commit()
+    db.close()
+    rec = Recording(path)
+    assert len(rec.meta) <= META_KEYS_MAX + 20
+    assert len(list(rec.frames())) == len(src)
+
+
 def test_a_query_that_would_not_end_is_stopped_and_the_next_one_runs():
     from memtop.store import _step_limit
 
