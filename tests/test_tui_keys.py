@@ -502,3 +502,21 @@ async def test_a_native_dump_asked_for_shows_whole_on_its_own_screen_when_it_com
             pipe.on_frame(replace(f, stacks=(plain,)))
         assert await _until(pilot, lambda: app._native_asked is None)
         assert any("no native dump" in str(n.message) for n in app._notifications)
+
+
+async def test_a_resize_under_the_help_screen_leaves_the_app_alive_and_laid_out_after():
+    """The fuzz found NoMatches from a panel update while a modal screen was on top: a resize (or a
+    paint) under help lays out when the panels show again, and nothing raises."""
+    pipe, src = _replay()
+    app = MemtopApp(pipe, src, hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert await _until(pilot, lambda: app.view is not None)
+        await pilot.press("question_mark")
+        assert await _until(pilot, lambda: app.screen is not app.screen_stack[0])
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.3)
+        await pilot.press("escape")
+        assert await _until(pilot, lambda: app.screen is app.screen_stack[0])
+        await pilot.resize_terminal(100, 30)
+        assert await _until(pilot, lambda: app._laid_out is not None and app._laid_out[1].width == 100)
+        assert app.is_running

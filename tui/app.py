@@ -578,7 +578,9 @@ class MemtopApp(App[int]):
         self.call_after_refresh(self._relayout)  # after the layout: the panels' new widths are known
 
     def _relayout(self) -> None:
-        if self.view is not None:
+        # a resize under a modal screen (help, go to, a dialog) lays out when the panels show again:
+        # the paint after it finds the size changed
+        if self.view is not None and self.screen is self.screen_stack[0]:
             self._layout(self.view)
             # the command is fitted to the width (a paused view paints no more)
             self._set("#verdict", fmt.verdict_text(self.view, self.gpu, self.look, self.size.width))
@@ -629,8 +631,9 @@ class MemtopApp(App[int]):
         return (len(v.history), self.size, n)
 
     def _set(self, selector: str, content) -> None:
-        """A panel re-sends only the tiles of its lines whose cells changed (tiles.py)."""
-        self.query_one(selector, TextPanel).update(content)
+        """A panel re-sends only the tiles of its lines whose cells changed (tiles.py). The panels live
+        on the first screen: a modal one pushed meanwhile (a native dump arriving mid-paint) has none."""
+        self.screen_stack[0].query_one(selector, TextPanel).update(content)
 
     def _paint(self) -> None:
         try:  # a timer or a Refresh racing the app's start or shutdown finds no widgets to paint
