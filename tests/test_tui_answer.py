@@ -403,3 +403,14 @@ async def test_the_stacks_beside_a_verdict_are_its_gpus_process_from_the_start()
         app._paint()
         await pilot.pause(0.2)
         assert app.selected_pid == on[1]
+
+
+@pytest.mark.parametrize("width", [30, 50, 70])
+def test_a_command_with_wide_characters_fits_its_cells(width):
+    """Fitted by terminal cells, not characters: a CJK path is two cells a character."""
+    from memtop.tui.format import fit_command
+    from rich.cells import cell_len
+
+    cmd = "nsys profile -t cuda --delay 0 -o memtop-sync python3 /データ/訓練スクリプト/train_モデル.py --epochs 10"
+    out = fit_command(cmd, width)
+    assert cell_len(out) <= width and "-o memtop-sync" in out

@@ -819,7 +819,7 @@ class MemtopApp(App[int]):
         """The next profiler command, whole: to the clipboard (OSC 52) and in a notification."""
         cmd = fmt.command(self.view, self.gpu)
         if cmd is None:
-            self.notify("no profiler command for this GPU yet", markup=False)
+            self.notify("no profiler command for this GPU: its verdict needs none, or none yet", markup=False)
             return
         self.copy_to_clipboard(cmd)
         self.notify(cmd, title="copied (OSC 52)", timeout=15, markup=False)

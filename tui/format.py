@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import groupby
 
+from rich.cells import cell_len, set_cell_size
 from rich.style import Style
 from rich.text import Text
 
@@ -247,12 +248,16 @@ def fit_command(cmd: str, width: int, ellipsis: str = "…") -> str:
     """A command in ``width`` cells keeping what differs between verdicts (the output name and the
     target: everything from ``-o``): the fixed options after the tool's name give way first, then
     the end of the target (`c` copies it whole)."""
-    if len(cmd) <= width:
+    if cell_len(cmd) <= width:  # cells, not characters: a command line may hold wide (CJK) characters
         return cmd
     cut = cmd.find(" -o ")
     words = cmd[:cut].split(" ") if cut > 0 else []
     short = " ".join(words[:2]) + " " + ellipsis + cmd[cut:] if len(words) > 2 else cmd
-    return short if len(short) <= width else short[: max(0, width - len(ellipsis))] + ellipsis
+    return (
+        short
+        if cell_len(short) <= width
+        else set_cell_size(short, max(0, width - cell_len(ellipsis))) + ellipsis
+    )
 
 
 def verdict_text(v: View, gpu: int, lk: Look = DEFAULT, width: int = 200) -> Text:
@@ -303,7 +308,8 @@ def verdict_text(v: View, gpu: int, lk: Look = DEFAULT, width: int = 200) -> Tex
 def command(v: View | None, gpu: int) -> str | None:
     """What `c` copies: the command of the verdict on screen (verdict_text's last line), whole."""
     vd = v.verdicts.get(gpu) if v is not None else None
-    return clean(vd.command) if vd is not None and vd.command else None
+    # the same condition as verdict_text's `$` line: a healthy verdict shows no command, so none is copied
+    return clean(vd.command) if vd is not None and vd.command and not vd.healthy else None
 
 
 def host_text(h: HostSample | None, caps: tuple[Capability, ...], perf: tuple, lk: Look = DEFAULT) -> Text:
