@@ -10,19 +10,22 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from memtop.agent import injob
-from memtop.agent.capture import AutoTrigger
-from memtop.agent.client import ask, hello
+from memtop.agent.capture import _ask_all
+from memtop.agent.client import AgentRef, ask, hello
 from memtop.agent.merge import Capture, align, framework_events
 from memtop.errors import UserError
 
@@ -98,13 +101,24 @@ def test_the_idle_agent_imports_nothing_and_sleeps_in_accept():
         assert seen["frameworks"] == []
         assert seen["threads"] == ["MainThread", "memtop-agent"]  # one thread, nothing else
         task = Path(f"/proc/{job['pid']}/task/{seen['tid']}")
-        assert task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
+        # the thread may not have reached accept4() yet on a loaded machine: wait for it to, then
+        # see it asleep there (a system call, without the GIL)
         nr = ACCEPT4.get(platform.machine())
-        if nr is not None:  # blocked in accept4(): a system call, without the GIL
-            assert int(task.joinpath("syscall").read_text().split()[0]) == nr
+        deadline = time.monotonic() + 30
+        while nr is not None and _syscall(task) != nr and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if nr is not None:
+            assert _syscall(task) == nr
+        assert task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
     finally:
         finish(p)
     assert p.returncode == 0
+
+
+def _syscall(task: Path) -> int | None:
+    """The system call the thread is in ("running" or "-1 ..." when it is in none)."""
+    first = task.joinpath("syscall").read_text().split()[0]
+    return int(first) if first.isdigit() else None
 
 
 def test_the_socket_is_private_and_answers_its_user():
@@ -371,6 +385,40 @@ def test_the_agent_never_listens_outside_a_private_folder(tmp_path):
     assert not list(open_dir.iterdir())
 
 
+def test_a_socket_left_by_the_same_pid_is_replaced():
+    """exec keeps the pid and skips atexit: the new image's agent must still listen."""
+    p = run_job(
+        """
+    import json, os, sys
+    if "AGAIN" not in os.environ:
+        os.environ["AGAIN"] = "1"
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    sys.stdin.readline()
+    """
+    )
+    try:
+        pid = first_line(p)["pid"]
+        assert hello(pid).pid == pid
+    finally:
+        finish(p)
+    assert p.returncode == 0
+
+
+def test_bytes_after_the_request_end_the_window_instead_of_spinning():
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b"x")
+        with pytest.raises(injob.CaptureError, match="unexpected bytes"):
+            injob._until(60.0, threading.Event(), ours)
+        theirs.close()
+        with pytest.raises(injob.CaptureError, match="hung up"):
+            injob._until(60.0, threading.Event(), ours)
+
+
+HEAD = {"clock": [], "window": [1.0, 2.0], "warnings": []}
+
+
 def _capture(pid: int, offset_us: float) -> Capture:
     """A framework trace as the agent sends it: marks on a clock ``offset_us`` ahead of
     CLOCK_MONOTONIC, two processes' worth of tracks (the process and a GPU) and a flow."""
@@ -395,7 +443,7 @@ def _capture(pid: int, offset_us: float) -> Capture:
         "not an event",
     ]
     payload = json.dumps({"traceEvents": events}).encode()
-    return Capture.parse(pid, {"framework": "torch", "clock": marks}, payload)
+    return Capture.parse(pid, {**HEAD, "framework": "torch", "clock": marks}, payload)
 
 
 def test_the_merge_aligns_each_capture_and_keeps_ranks_apart():
@@ -424,20 +472,76 @@ def test_the_merge_aligns_each_capture_and_keeps_ranks_apart():
 
 
 def test_a_trace_without_memtops_marks_is_refused():
-    cap = Capture.parse(1, {"clock": []}, b'{"traceEvents": []}')
+    cap = Capture.parse(1, HEAD, b'{"traceEvents": [{"ph": "X", "name": ["unhashable"], "ts": 1}]}')
     with pytest.raises(UserError, match="clock marks"):
         align(cap)
     with pytest.raises(UserError, match="not JSON"):
-        Capture.parse(1, {}, b"{")
+        Capture.parse(1, HEAD, b"{")
+    with pytest.raises(UserError, match="over 20000000 JSON objects"):
+        Capture.parse(1, HEAD, b"[" * 20_000_001)
 
 
-def test_trace_on_captures_at_most_once_per_interval():
-    trig = AutoTrigger({"sync-stall"}, interval=60)
-    assert not trig.offer("compute", 0.0)
-    assert trig.offer("sync-stall", 0.0)
-    assert not trig.offer("sync-stall", 59.0)
-    assert trig.offer("sync-stall", 61.0)
-    assert AutoTrigger({"x"}, interval=1).interval == injob.MIN_INTERVAL_S  # never below the agents'
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"clock": 5},
+        {"clock": [[f"{injob.MARK}x", 1, 2]]},
+        {"clock": [[f"{injob.MARK}1", 1, 10**400]]},
+        {"clock": [[f"{injob.MARK}1", True, 2]]},
+        {"warnings": 5},
+        {"warnings": [5]},
+        {"window": [0, float("nan")]},
+        {"window": None},
+    ],
+)
+def test_a_malformed_answer_head_is_one_line(bad):
+    with pytest.raises(UserError, match="malformed") as e:
+        Capture.parse(7, {**HEAD, **bad}, b'{"traceEvents": []}')
+    assert "\n" not in str(e.value)
+
+
+def fake_agent(tmp_path: Path, answer: bytes, pause: float = 0.0) -> AgentRef:
+    """An agent socket in this process (SO_PEERCRED: our pid) that sends ``answer`` in 1-byte
+    pieces ``pause`` s apart to the first caller."""
+    path = str(tmp_path / "agent.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def serve() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(4096)
+                for i in range(len(answer)):
+                    try:
+                        conn.sendall(answer[i : i + 1])
+                    except OSError:  # the caller gave up
+                        return
+                    time.sleep(pause)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return AgentRef(os.getpid(), path)
+
+
+def test_an_agent_that_trickles_its_answer_is_cut_at_one_deadline(tmp_path):
+    ref = fake_agent(tmp_path, b'{"ok": true, "pid": 1}' + b" " * 1000 + b"\n", pause=0.01)
+    with pytest.raises(UserError, match="in time|timed out"):
+        ask(ref.pid, ref.path, {"op": "hello"}, 0.5)  # every byte within 0.5 s of the last
+
+
+def test_an_answer_head_of_many_objects_is_refused_unparsed(tmp_path):
+    ref = fake_agent(tmp_path, b"[" * 1000 + b"\n")
+    with pytest.raises(UserError, match="over 100 JSON objects"):
+        ask(ref.pid, ref.path, {"op": "hello"}, 30)
+
+
+def test_one_process_that_cannot_be_aligned_is_a_failure_line_not_the_captures_end(tmp_path):
+    trace = b'{"traceEvents": []}'
+    head = json.dumps({**HEAD, "ok": True, "framework": "torch", "bytes": len(trace)}).encode()
+    ref = fake_agent(tmp_path, head + b"\n" + trace)
+    caps, failed = _ask_all([ref], {"op": "trace"}, 30)
+    assert caps == [] and len(failed) == 1 and "clock marks" in failed[0]
 
 
 @needs_torch
