@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import socket
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from memtop.agent import injob
+from memtop.agent import capture, injob
 from memtop.agent.capture import _ask_all
 from memtop.agent.client import AgentRef, ask, hello
 from memtop.agent.merge import Capture, align, framework_events
@@ -254,6 +255,71 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     r = subprocess.run([sys.executable, "-m", "memtop", *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_run_refuses_an_existing_record_file_before_the_job_starts(tmp_path):
+    (tmp_path / "x.memtop").write_text("keep")
+    ran = tmp_path / "ran"
+    r = subprocess.run(
+        [sys.executable, "-m", "memtop", "run", "--no-tui", "--record", str(tmp_path / "x.memtop"), "--"]
+        + [sys.executable, "-c", f"open({str(ran)!r}, 'w')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "exists" in r.stderr, r.stderr
+    assert not ran.exists() and (tmp_path / "x.memtop").read_text() == "keep"
+
+
+def test_a_tui_that_fails_to_start_takes_the_job_down_with_it(tmp_path):
+    """A TUI that cannot watch (here: a --pid that does not exist) must not leave the job running
+    detached: it is stopped and reaped before memtop exits 2."""
+    sock, token = f"memtop-run-{os.getpid()}", f"job-{os.getpid()}-{time.monotonic_ns()}"
+    job = f"import time; time.sleep(600)  # {token}"
+    cmd = shlex.join(
+        [sys.executable, "-m", "memtop", "run", "--pid", "4194304", "--log", str(tmp_path / "log")]
+        + ["--", sys.executable, "-c", job]
+    )
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run(
+        ["tmux", "-L", sock, "new-session", "-d", "-x", "120", "-y", "30", f"{cmd}; echo EXIT=$?; sleep 60"],
+        check=True,
+        env=env,
+    )
+    try:
+        deadline, screen = time.monotonic() + 60, ""
+        while "EXIT=" not in screen and time.monotonic() < deadline:
+            time.sleep(0.2)
+            screen = subprocess.run(
+                ["tmux", "-L", sock, "capture-pane", "-p"], capture_output=True, text=True
+            ).stdout
+        assert "EXIT=2" in screen and "no process with PID 4194304" in screen, screen
+        assert not _processes_with(token)  # stopped and reaped, not orphaned
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+
+
+def _processes_with(token: str) -> list[int]:
+    """Python processes whose command line holds ``token`` (not tmux's shell, which names it too)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0") if entry.isdigit() else []
+        except OSError:
+            continue
+        if argv and argv[0] == os.fsencode(sys.executable) and token.encode() in b" ".join(argv):
+            found.append(int(entry))
+    return found
+
+
+def test_a_recording_that_is_slow_to_close_is_waited_for_not_killed(monkeypatch, capsys):
+    slow = "import signal, sys, time; signal.signal(signal.SIGINT, lambda *a: None); print(flush=True); time.sleep(1)"
+    for timeout, fault in ((0.2, True), (None, False)):
+        proc = subprocess.Popen([sys.executable, "-c", slow], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline()  # its SIGINT handler is set
+        monkeypatch.setattr(capture, "STOP_S", 0.2)
+        assert bool(capture.stop_recorder(proc, timeout=timeout)) == fault
+    assert "waiting for the recording to be closed" in capsys.readouterr().err
 
 
 TORCH_LOOP = """

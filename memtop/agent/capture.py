@@ -26,6 +26,7 @@ from memtop.sanitize import clean
 LEAD_S = 1.0  # memtop records this long before the window (its readings lead into the capture)
 READY_S = 10.0  # the recorder's start (NVML's) allowed before the capture starts without it
 ANSWER_S = 120.0  # beyond the window: the profiler's stop and export of a large trace
+STOP_S = 15.0  # a capture's recorder (a window's worth) closes well within this
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,19 @@ def start_recorder(path: Path, pids: list[int], options: list[str]) -> subproces
     )
 
 
-def stop_recorder(proc: subprocess.Popen) -> str:
-    """Stop it as Ctrl-C would (the file is closed whole); its last words, if it failed."""
+def stop_recorder(proc: subprocess.Popen, timeout: float | None = STOP_S) -> str:
+    """Stop it as Ctrl-C would: the file is closed whole, its last blocks and checkpoint written,
+    which takes a while for a long recording. Killed after ``timeout`` s; None waits until it is
+    done (saying so on stderr after STOP_S). Its last words, if it failed."""
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=STOP_S if timeout is None else timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        if timeout is None:
+            print("memtop: waiting for the recording to be closed (its last blocks)...", file=sys.stderr)
+        else:
+            proc.kill()
         _, err = proc.communicate()
     if proc.returncode == 0:
         return ""
