@@ -485,6 +485,21 @@ def test_bytes_after_the_request_end_the_window_instead_of_spinning():
 HEAD = {"clock": [], "window": [1.0, 2.0], "warnings": []}
 
 
+@needs_torch
+def test_a_failed_export_leaves_no_trace_file_behind(tmp_path, monkeypatch):
+    import torch.profiler
+
+    def half_written(self, path: str) -> None:
+        Path(path).write_text('{"traceEvents": [')
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", half_written)
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(OSError, match="disk full"):
+        injob._torch_trace(str(tmp_path), 0.1, None, False, ours)
+    assert list(tmp_path.iterdir()) == []
+
+
 def _capture(pid: int, offset_us: float) -> Capture:
     """A framework trace as the agent sends it: marks on a clock ``offset_us`` ahead of
     CLOCK_MONOTONIC, two processes' worth of tracks (the process and a GPU) and a flow."""
