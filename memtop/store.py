@@ -694,10 +694,9 @@ def _caps_from_json(data: str | bytes, rec: Recording | None = None) -> tuple[Ca
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside a database
 
 
-def create_private(path: Path, force: bool) -> None:
-    """Create the file 0600 (recordings hold stacks and command lines), never through a symlink:
-    an existing path is refused without `force`; with it, a file or link is unlinked (a link's
-    target is never written), a directory refused."""
+def check_creatable(path: Path, force: bool) -> None:
+    """create_private's refusals, touching nothing: for a caller that must know before it starts
+    something (`memtop run --record` before the job)."""
     path = Path(path)
     try:
         st = os.lstat(path)
@@ -707,6 +706,23 @@ def create_private(path: Path, force: bool) -> None:
         raise UserError(f"cannot create {path}: {e.strerror}") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise UserError(f"{path} is a directory; name a file to write")
+    if not os.path.isdir(path.parent):
+        raise UserError(f"cannot create {path}: directory {path.parent} does not exist")
+    if force:
+        return
+    if st is not None:
+        raise UserError(f"{path} exists (use --force to overwrite)")
+    for suffix in _SIDE_FILES:  # SQLite opens these beside it: one made by someone else (a link) is refused
+        if os.path.lexists(f"{path}{suffix}"):
+            raise UserError(f"{path}{suffix} exists (left by another writer?): remove it, or use --force")
+
+
+def create_private(path: Path, force: bool) -> None:
+    """Create the file 0600 (recordings hold stacks and command lines), never through a symlink:
+    an existing path is refused without `force`; with it, a file or link is unlinked (a link's
+    target is never written), a directory refused."""
+    path = Path(path)
+    check_creatable(path, force)
     if force:
         for suffix in ("", *_SIDE_FILES):
             try:
@@ -715,10 +731,6 @@ def create_private(path: Path, force: bool) -> None:
                 pass
             except OSError as e:
                 raise UserError(f"cannot replace {path}{suffix}: {e.strerror}") from None
-    else:  # SQLite opens these beside it: one made by someone else (a link) is refused, never used
-        for suffix in _SIDE_FILES:
-            if os.path.lexists(f"{path}{suffix}"):
-                raise UserError(f"{path}{suffix} exists (left by another writer?): remove it, or use --force")
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:

@@ -8,21 +8,25 @@ import gzip
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from memtop.agent import injob
-from memtop.agent.capture import AutoTrigger
-from memtop.agent.client import ask, hello
+from memtop.agent import capture, injob
+from memtop.agent.capture import _ask_all
+from memtop.agent.client import AgentRef, ask, hello
 from memtop.agent.merge import Capture, align, framework_events
 from memtop.errors import UserError
 
@@ -98,13 +102,24 @@ def test_the_idle_agent_imports_nothing_and_sleeps_in_accept():
         assert seen["frameworks"] == []
         assert seen["threads"] == ["MainThread", "memtop-agent"]  # one thread, nothing else
         task = Path(f"/proc/{job['pid']}/task/{seen['tid']}")
-        assert task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
+        # the thread may not have reached accept4() yet on a loaded machine: wait for it to, then
+        # see it asleep there (a system call, without the GIL)
         nr = ACCEPT4.get(platform.machine())
-        if nr is not None:  # blocked in accept4(): a system call, without the GIL
-            assert int(task.joinpath("syscall").read_text().split()[0]) == nr
+        deadline = time.monotonic() + 30
+        while nr is not None and _syscall(task) != nr and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if nr is not None:
+            assert _syscall(task) == nr
+        assert task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0] == "S"
     finally:
         finish(p)
     assert p.returncode == 0
+
+
+def _syscall(task: Path) -> int | None:
+    """The system call the thread is in ("running" or "-1 ..." when it is in none)."""
+    first = task.joinpath("syscall").read_text().split()[0]
+    return int(first) if first.isdigit() else None
 
 
 def test_the_socket_is_private_and_answers_its_user():
@@ -242,6 +257,71 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
+def test_run_refuses_an_existing_record_file_before_the_job_starts(tmp_path):
+    (tmp_path / "x.memtop").write_text("keep")
+    ran = tmp_path / "ran"
+    r = subprocess.run(
+        [sys.executable, "-m", "memtop", "run", "--no-tui", "--record", str(tmp_path / "x.memtop"), "--"]
+        + [sys.executable, "-c", f"open({str(ran)!r}, 'w')"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "exists" in r.stderr, r.stderr
+    assert not ran.exists() and (tmp_path / "x.memtop").read_text() == "keep"
+
+
+def test_a_tui_that_fails_to_start_takes_the_job_down_with_it(tmp_path):
+    """A TUI that cannot watch (here: a --pid that does not exist) must not leave the job running
+    detached: it is stopped and reaped before memtop exits 2."""
+    sock, token = f"memtop-run-{os.getpid()}", f"job-{os.getpid()}-{time.monotonic_ns()}"
+    job = f"import time; time.sleep(600)  # {token}"
+    cmd = shlex.join(
+        [sys.executable, "-m", "memtop", "run", "--pid", "4194304", "--log", str(tmp_path / "log")]
+        + ["--", sys.executable, "-c", job]
+    )
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run(
+        ["tmux", "-L", sock, "new-session", "-d", "-x", "120", "-y", "30", f"{cmd}; echo EXIT=$?; sleep 60"],
+        check=True,
+        env=env,
+    )
+    try:
+        deadline, screen = time.monotonic() + 60, ""
+        while "EXIT=" not in screen and time.monotonic() < deadline:
+            time.sleep(0.2)
+            screen = subprocess.run(
+                ["tmux", "-L", sock, "capture-pane", "-p"], capture_output=True, text=True
+            ).stdout
+        assert "EXIT=2" in screen and "no process with PID 4194304" in screen, screen
+        assert not _processes_with(token)  # stopped and reaped, not orphaned
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+
+
+def _processes_with(token: str) -> list[int]:
+    """Python processes whose command line holds ``token`` (not tmux's shell, which names it too)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0") if entry.isdigit() else []
+        except OSError:
+            continue
+        if argv and argv[0] == os.fsencode(sys.executable) and token.encode() in b" ".join(argv):
+            found.append(int(entry))
+    return found
+
+
+def test_a_recording_that_is_slow_to_close_is_waited_for_not_killed(monkeypatch, capsys):
+    slow = "import signal, sys, time; signal.signal(signal.SIGINT, lambda *a: None); print(flush=True); time.sleep(1)"
+    for timeout, fault in ((0.2, True), (None, False)):
+        proc = subprocess.Popen([sys.executable, "-c", slow], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline()  # its SIGINT handler is set
+        monkeypatch.setattr(capture, "STOP_S", 0.2)
+        assert bool(capture.stop_recorder(proc, timeout=timeout)) == fault
+    assert "waiting for the recording to be closed" in capsys.readouterr().err
+
+
 TORCH_LOOP = """
     import json, os, sys, time, torch
     model = torch.nn.Linear(64, 64)
@@ -371,6 +451,55 @@ def test_the_agent_never_listens_outside_a_private_folder(tmp_path):
     assert not list(open_dir.iterdir())
 
 
+def test_a_socket_left_by_the_same_pid_is_replaced():
+    """exec keeps the pid and skips atexit: the new image's agent must still listen."""
+    p = run_job(
+        """
+    import json, os, sys
+    if "AGAIN" not in os.environ:
+        os.environ["AGAIN"] = "1"
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    sys.stdin.readline()
+    """
+    )
+    try:
+        pid = first_line(p)["pid"]
+        assert hello(pid).pid == pid
+    finally:
+        finish(p)
+    assert p.returncode == 0
+
+
+def test_bytes_after_the_request_end_the_window_instead_of_spinning():
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b"x")
+        with pytest.raises(injob.CaptureError, match="unexpected bytes"):
+            injob._until(60.0, threading.Event(), ours)
+        theirs.close()
+        with pytest.raises(injob.CaptureError, match="hung up"):
+            injob._until(60.0, threading.Event(), ours)
+
+
+HEAD = {"clock": [], "window": [1.0, 2.0], "warnings": []}
+
+
+@needs_torch
+def test_a_failed_export_leaves_no_trace_file_behind(tmp_path, monkeypatch):
+    import torch.profiler
+
+    def half_written(self, path: str) -> None:
+        Path(path).write_text('{"traceEvents": [')
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", half_written)
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(OSError, match="disk full"):
+        injob._torch_trace(str(tmp_path), 0.1, None, False, ours)
+    assert list(tmp_path.iterdir()) == []
+
+
 def _capture(pid: int, offset_us: float) -> Capture:
     """A framework trace as the agent sends it: marks on a clock ``offset_us`` ahead of
     CLOCK_MONOTONIC, two processes' worth of tracks (the process and a GPU) and a flow."""
@@ -395,7 +524,7 @@ def _capture(pid: int, offset_us: float) -> Capture:
         "not an event",
     ]
     payload = json.dumps({"traceEvents": events}).encode()
-    return Capture.parse(pid, {"framework": "torch", "clock": marks}, payload)
+    return Capture.parse(pid, {**HEAD, "framework": "torch", "clock": marks}, payload)
 
 
 def test_the_merge_aligns_each_capture_and_keeps_ranks_apart():
@@ -424,20 +553,76 @@ def test_the_merge_aligns_each_capture_and_keeps_ranks_apart():
 
 
 def test_a_trace_without_memtops_marks_is_refused():
-    cap = Capture.parse(1, {"clock": []}, b'{"traceEvents": []}')
+    cap = Capture.parse(1, HEAD, b'{"traceEvents": [{"ph": "X", "name": ["unhashable"], "ts": 1}]}')
     with pytest.raises(UserError, match="clock marks"):
         align(cap)
     with pytest.raises(UserError, match="not JSON"):
-        Capture.parse(1, {}, b"{")
+        Capture.parse(1, HEAD, b"{")
+    with pytest.raises(UserError, match="over 20000000 JSON objects"):
+        Capture.parse(1, HEAD, b"[" * 20_000_001)
 
 
-def test_trace_on_captures_at_most_once_per_interval():
-    trig = AutoTrigger({"sync-stall"}, interval=60)
-    assert not trig.offer("compute", 0.0)
-    assert trig.offer("sync-stall", 0.0)
-    assert not trig.offer("sync-stall", 59.0)
-    assert trig.offer("sync-stall", 61.0)
-    assert AutoTrigger({"x"}, interval=1).interval == injob.MIN_INTERVAL_S  # never below the agents'
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"clock": 5},
+        {"clock": [[f"{injob.MARK}x", 1, 2]]},
+        {"clock": [[f"{injob.MARK}1", 1, 10**400]]},
+        {"clock": [[f"{injob.MARK}1", True, 2]]},
+        {"warnings": 5},
+        {"warnings": [5]},
+        {"window": [0, float("nan")]},
+        {"window": None},
+    ],
+)
+def test_a_malformed_answer_head_is_one_line(bad):
+    with pytest.raises(UserError, match="malformed") as e:
+        Capture.parse(7, {**HEAD, **bad}, b'{"traceEvents": []}')
+    assert "\n" not in str(e.value)
+
+
+def fake_agent(tmp_path: Path, answer: bytes, pause: float = 0.0) -> AgentRef:
+    """An agent socket in this process (SO_PEERCRED: our pid) that sends ``answer`` in 1-byte
+    pieces ``pause`` s apart to the first caller."""
+    path = str(tmp_path / "agent.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def serve() -> None:
+        with server:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(4096)
+                for i in range(len(answer)):
+                    try:
+                        conn.sendall(answer[i : i + 1])
+                    except OSError:  # the caller gave up
+                        return
+                    time.sleep(pause)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return AgentRef(os.getpid(), path)
+
+
+def test_an_agent_that_trickles_its_answer_is_cut_at_one_deadline(tmp_path):
+    ref = fake_agent(tmp_path, b'{"ok": true, "pid": 1}' + b" " * 1000 + b"\n", pause=0.01)
+    with pytest.raises(UserError, match="in time|timed out"):
+        ask(ref.pid, ref.path, {"op": "hello"}, 0.5)  # every byte within 0.5 s of the last
+
+
+def test_an_answer_head_of_many_objects_is_refused_unparsed(tmp_path):
+    ref = fake_agent(tmp_path, b"[" * 1000 + b"\n")
+    with pytest.raises(UserError, match="over 100 JSON objects"):
+        ask(ref.pid, ref.path, {"op": "hello"}, 30)
+
+
+def test_one_process_that_cannot_be_aligned_is_a_failure_line_not_the_captures_end(tmp_path):
+    trace = b'{"traceEvents": []}'
+    head = json.dumps({**HEAD, "ok": True, "framework": "torch", "bytes": len(trace)}).encode()
+    ref = fake_agent(tmp_path, head + b"\n" + trace)
+    caps, failed = _ask_all([ref], {"op": "trace"}, 30)
+    assert caps == [] and len(failed) == 1 and "clock marks" in failed[0]
 
 
 @needs_torch

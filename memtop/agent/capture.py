@@ -1,8 +1,8 @@
 """Capture a window of a job: the framework trace of each of its processes (through their agents)
 and memtop's own recording of the same window, merged into one Perfetto file.
 
-This is the one call every trigger uses: `memtop trace`, and the TUI's key and --trace-on (from a
-worker thread: it blocks for the window plus a few seconds)."""
+`memtop trace` is its one caller today; a TUI key would call it from a worker thread (it blocks for
+the window plus a few seconds)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memtop.agent.client import AgentRef, ask
-from memtop.agent.injob import MIN_INTERVAL_S
-from memtop.agent.merge import Capture, describe, write_merged
+from memtop.agent.merge import Alignment, Capture, align, describe, write_merged
 from memtop.errors import UserError
 from memtop.sanitize import clean
 
 LEAD_S = 1.0  # memtop records this long before the window (its readings lead into the capture)
 READY_S = 10.0  # the recorder's start (NVML's) allowed before the capture starts without it
 ANSWER_S = 120.0  # beyond the window: the profiler's stop and export of a large trace
+STOP_S = 15.0  # a capture's recorder (a window's worth) closes well within this
 
 
 @dataclass(frozen=True)
@@ -52,14 +52,19 @@ def start_recorder(path: Path, pids: list[int], options: list[str]) -> subproces
     )
 
 
-def stop_recorder(proc: subprocess.Popen) -> str:
-    """Stop it as Ctrl-C would (the file is closed whole); its last words, if it failed."""
+def stop_recorder(proc: subprocess.Popen, timeout: float | None = STOP_S) -> str:
+    """Stop it as Ctrl-C would: the file is closed whole, its last blocks and checkpoint written,
+    which takes a while for a long recording. Killed after ``timeout`` s; None waits until it is
+    done (saying so on stderr after STOP_S). Its last words, if it failed."""
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=STOP_S if timeout is None else timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        if timeout is None:
+            print("memtop: waiting for the recording to be closed (its last blocks)...", file=sys.stderr)
+        else:
+            proc.kill()
         _, err = proc.communicate()
     if proc.returncode == 0:
         return ""
@@ -77,14 +82,19 @@ def _wait_ready(path: Path, proc: subprocess.Popen) -> bool:
     return False
 
 
-def _ask_all(refs: list[AgentRef], request: dict, timeout: float) -> tuple[list[Capture], list[str]]:
-    """Every agent at once (threads: each waits out the window), so all ranks share the window."""
-    got: dict[int, Capture | str] = {}
+Aligned = tuple[Capture, Alignment]
+
+
+def _ask_all(refs: list[AgentRef], request: dict, timeout: float) -> tuple[list[Aligned], list[str]]:
+    """Every agent at once (threads: each waits out the window), so all ranks share the window. A
+    process whose answer is bad or cannot be aligned is one failure line, not the capture's end."""
+    got: dict[int, Aligned | str] = {}
 
     def one(ref: AgentRef) -> None:
         try:
             head, payload = ask(ref.pid, ref.path, request, timeout)
-            got[ref.pid] = Capture.parse(ref.pid, head, payload)
+            cap = Capture.parse(ref.pid, head, payload)
+            got[ref.pid] = (cap, align(cap))
         except UserError as e:
             got[ref.pid] = str(e)
 
@@ -93,8 +103,8 @@ def _ask_all(refs: list[AgentRef], request: dict, timeout: float) -> tuple[list[
         t.start()
     for t in threads:
         t.join()
-    caps = [c for c in got.values() if isinstance(c, Capture)]
-    return sorted(caps, key=lambda c: c.pid), [c for c in got.values() if isinstance(c, str)]
+    caps = [c for c in got.values() if isinstance(c, tuple)]
+    return sorted(caps, key=lambda c: c[0].pid), [c for c in got.values() if isinstance(c, str)]
 
 
 def capture_trace(
@@ -135,8 +145,8 @@ def capture_trace(
         warnings += failed
         if not captures:
             raise UserError("; ".join(failed) or "no capture")
-        for cap in captures:
-            warnings += [f"PID {cap.pid}: {clean(w, 300)}" for w in cap.head.get("warnings") or []]
+        for cap, _ in captures:
+            warnings += [f"PID {cap.pid}: {clean(w, 300)}" for w in cap.head["warnings"]]
         recorded = rec_path if rec_path.exists() and not fault else None
         if fault:
             warnings.append(
@@ -151,23 +161,3 @@ def capture_trace(
         return TraceResult(out, summary, tuple(warnings))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-class AutoTrigger:
-    """--trace-on LABEL[,...]: whether a phase label seen now should start a capture. At most one
-    capture at a time and one per ``interval`` s (never below the agents' own MIN_INTERVAL_S)."""
-
-    def __init__(self, labels: set[str], interval: float = 300.0) -> None:
-        self.labels = labels
-        self.interval = max(interval, MIN_INTERVAL_S)
-        self._last = -float("inf")
-        self._lock = threading.Lock()
-
-    def offer(self, label: str, now: float) -> bool:
-        """True (and the interval restarts) when ``label`` is one of ours and the last capture
-        started over ``interval`` s ago; call it with each new stable label (CLOCK_MONOTONIC now)."""
-        with self._lock:
-            if label not in self.labels or now - self._last < self.interval:
-                return False
-            self._last = now
-            return True

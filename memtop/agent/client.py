@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from memtop.agent.injob import ENV_DIR, MAX_REQUEST, UCRED, socket_path
 from memtop.errors import UserError
+from memtop.fleet.wire import load_json
 from memtop.sanitize import clean
 
 MAX_TRACE_BYTES = 1 << 30  # a framework trace larger than this is refused (5 s of a busy GPU: ~10-100 MB)
 HELLO_TIMEOUT_S = 3.0
+MAX_HEAD_OBJECTS = 100  # an answer's head: a few marks and warnings
 
 
 @dataclass(frozen=True)
@@ -56,9 +59,9 @@ def locate(pid: int) -> str:
     return path
 
 
-def _connect(pid: int, path: str, timeout: float | None) -> socket.socket:
+def _connect(pid: int, path: str, deadline: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
+    sock.settimeout(_left(deadline))
     try:
         sock.connect(path)
     except PermissionError:
@@ -74,29 +77,44 @@ def _connect(pid: int, path: str, timeout: float | None) -> socket.socket:
     return sock
 
 
-def _read_line(sock: socket.socket, limit: int) -> tuple[dict, bytes]:
+def _left(deadline: float) -> float:
+    """The time left to an answer: an agent that trickles bytes still ends at the deadline."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("no whole answer in time")
+    return left
+
+
+def _recv(sock: socket.socket, size: int, deadline: float) -> bytes:
+    sock.settimeout(_left(deadline))
+    return sock.recv(size)
+
+
+def _read_line(sock: socket.socket, limit: int, deadline: float) -> tuple[dict, bytes]:
     buf = b""
     while b"\n" not in buf:
-        chunk = sock.recv(65536)
+        chunk = _recv(sock, 65536, deadline)
         if not chunk:
             raise OSError("the agent closed the connection")
         buf += chunk
         if len(buf) > limit and b"\n" not in buf[:limit]:
             raise OSError("the agent's answer is too long")
     line, rest = buf.split(b"\n", 1)
-    head = json.loads(line)
+    head = load_json(line, MAX_HEAD_OBJECTS)
     if not isinstance(head, dict):
         raise OSError("the agent's answer is not a JSON object")
     return head, rest
 
 
-def ask(pid: int, path: str, request: dict, timeout: float | None) -> tuple[dict, bytes]:
-    """One request; the answer's head (ok: true) and its payload, or a UserError."""
-    sock = _connect(pid, path, timeout)
+def ask(pid: int, path: str, request: dict, timeout: float) -> tuple[dict, bytes]:
+    """One request; the answer's head (ok: true) and its payload, whole within ``timeout`` s, or a
+    UserError."""
+    deadline = time.monotonic() + timeout
+    sock = _connect(pid, path, deadline)
     try:
         with sock:
             sock.sendall(json.dumps(request).encode() + b"\n")
-            head, rest = _read_line(sock, MAX_REQUEST * 16)
+            head, rest = _read_line(sock, MAX_REQUEST * 16, deadline)
             if head.get("ok") is not True:
                 raise UserError(f"PID {pid}: {clean(head.get('error', 'refused'), 500)}")
             size = head.get("bytes", 0)
@@ -104,13 +122,13 @@ def ask(pid: int, path: str, request: dict, timeout: float | None) -> tuple[dict
                 raise OSError(f"a payload of {clean(size, 40)} bytes")
             parts, got = [rest[:size]], len(rest[:size])
             while got < size:
-                chunk = sock.recv(min(1 << 20, size - got))
+                chunk = _recv(sock, min(1 << 20, size - got), deadline)
                 if not chunk:
                     raise OSError("the agent closed the connection mid-answer")
                 parts.append(chunk)
                 got += len(chunk)
             return head, b"".join(parts)
-    except (OSError, ValueError) as e:  # ValueError: JSON that does not parse
+    except (OSError, ValueError) as e:  # OSError: timeouts too; ValueError: JSON refused
         raise UserError(f"the agent of PID {pid} answered badly: {clean(e, 200)}") from None
 
 

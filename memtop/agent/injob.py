@@ -64,6 +64,10 @@ class Agent:
         if st.st_uid != os.getuid() or st.st_mode & 0o077:  # not the private directory it must be
             raise CaptureError(f"{self.directory} is not a private directory of this user")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # close-on-exec (PEP 446)
+        # a socket left by an earlier process of this pid (exec, os._exit, pid reuse) would make bind
+        # fail: the directory is private, so whatever is there is ours to remove
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
         old = os.umask(0o177)  # the socket file is born 0600: no moment where others could connect
         try:
             sock.bind(self.path)
@@ -140,13 +144,12 @@ class Agent:
         except Exception as e:  # the profiler's own failure (no CUPTI, one already running...)
             _send(conn, {"ok": False, "error": f"{type(e).__name__}: {str(e)[:400]}"})
             return
-        try:
+        try:  # sent from the page cache: a trace of hundreds of MB never sits in the job's memory
             with open(path, "rb") as fh:
-                data = fh.read()
+                _send(conn, {**head, "ok": True, "bytes": os.fstat(fh.fileno()).st_size})
+                conn.sendfile(fh)
         finally:
             os.unlink(path)
-        _send(conn, {**head, "ok": True, "bytes": len(data)})
-        conn.sendall(data)
 
     def _trace(self, req: dict, conn: socket.socket) -> tuple[dict, str]:
         seconds, steps, at = (
@@ -222,12 +225,14 @@ def _clock_marks(record_function, first: int) -> list[tuple[int, int]]:
 
 def _until(seconds: float, done: threading.Event, conn: socket.socket) -> None:
     """Wait out the window: it ends early after ``done`` (the steps were counted) or when memtop
-    hangs up (killed mid-capture: the profiler stops now, rather than after a window nobody reads)."""
+    hangs up (killed mid-capture: the profiler stops now, rather than after a window nobody reads).
+    A byte after the request ends it too, as a protocol error: a readable socket left unread would
+    make select return at once, forever (a spin inside the job)."""
     end = time.monotonic() + seconds
     while not done.is_set() and (left := end - time.monotonic()) > 0:
         ready, _, _ = select.select([conn], [], [], min(left, 0.1))
-        if ready and not conn.recv(1, socket.MSG_PEEK):
-            raise CaptureError("memtop hung up")
+        if ready:
+            raise CaptureError("unexpected bytes after the request" if conn.recv(1) else "memtop hung up")
 
 
 def _torch_trace(
@@ -284,7 +289,12 @@ def _torch_trace(
     if steps is not None and counted[0] < steps:
         warnings.append(f"{counted[0]} of {steps} optimizer steps in {seconds:g} s")
     path = os.path.join(directory, f".{os.getpid()}.{time.monotonic_ns()}.json")
-    prof.export_chrome_trace(path)
+    try:
+        prof.export_chrome_trace(path)
+    except BaseException:  # a half-written trace is never left in the agents' directory
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
     head = {
         "framework": "torch",
         "version": str(torch.__version__),

@@ -11,8 +11,8 @@ the window's end give the drift between the clocks over the window (NTP slewing 
 
 from __future__ import annotations
 
-import json
 import math
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from memtop.agent.injob import CLOCK_MARKS, MARK
 from memtop.errors import UserError
+from memtop.fleet.wire import Refused, load_json
 from memtop.sanitize import clean
 from memtop.wording import counted
 
@@ -28,6 +29,11 @@ PIDS_PER_CAPTURE = 1000  # a trace's own pids (the process, its GPUs) are renumb
 # the trace's categories a summary counts (Kineto's names)
 COUNTED = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "python_function")
 _FLOW = frozenset("stf")
+# a trace's objects (two per event, ~150 bytes each): a real 1 GiB trace stays under; 1 GiB of `[]`
+# (500 M lists, tens of GB parsed) does not
+MAX_TRACE_OBJECTS = 20_000_000
+_MARK_NAME = re.compile(re.escape(MARK) + "[0-9]{1,6}")
+_NS_MAX = 1 << 63  # a CLOCK_MONOTONIC ns reading (beyond it, µs as float overflow or mean nothing)
 
 
 @dataclass
@@ -40,10 +46,15 @@ class Capture:
 
     @classmethod
     def parse(cls, pid: int, head: dict, payload: bytes) -> Capture:
+        """The agent's answer, or one UserError line: its head is checked before the trace is read."""
+        if not _valid_head(head):
+            raise UserError(
+                f"PID {pid}: the agent's answer is malformed (clock, window or warnings of the wrong shape)"
+            )
         try:
-            doc = json.loads(payload)
-        except ValueError:
-            raise UserError(f"PID {pid}: the framework's trace is not JSON") from None
+            doc = load_json(payload, MAX_TRACE_OBJECTS)
+        except Refused as e:
+            raise UserError(f"PID {pid}: the framework's trace: {e}") from None
         events = doc.get("traceEvents") if isinstance(doc, dict) else None
         if not isinstance(events, list):
             raise UserError(f"PID {pid}: the framework's trace has no traceEvents")
@@ -57,17 +68,29 @@ class Alignment:
     drift_us: float | None  # the offset at the window's end less that at its start
 
 
+def _valid_head(head: dict) -> bool:
+    """clock: [[MARK + digits, ns, ns], ...]; window: two finite numbers; warnings: strings."""
+    clock, window, warnings = head.get("clock"), head.get("window"), head.get("warnings")
+    return (
+        isinstance(clock, list)
+        and all(
+            isinstance(m, list)
+            and len(m) == 3
+            and isinstance(m[0], str)
+            and _MARK_NAME.fullmatch(m[0]) is not None
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _NS_MAX for v in m[1:])
+            for m in clock
+        )
+        and isinstance(window, list)
+        and len(window) == 2
+        and all(_finite(v) for v in window)
+        and isinstance(warnings, list)
+        and all(isinstance(w, str) for w in warnings)
+    )
+
+
 def _marks(head: dict) -> dict[str, tuple[float, float]]:
-    out = {}
-    for item in head.get("clock") or []:
-        if (
-            isinstance(item, list)
-            and len(item) == 3
-            and isinstance(item[0], str)
-            and all(isinstance(v, int) for v in item[1:])
-        ):
-            out[item[0]] = (item[1] / 1000.0, item[2] / 1000.0)  # ns -> µs
-    return out
+    return {name: (a / 1000.0, b / 1000.0) for name, a, b in head["clock"]}  # ns -> µs (parse checked)
 
 
 def align(cap: Capture) -> Alignment:
@@ -75,11 +98,11 @@ def align(cap: Capture) -> Alignment:
     fits: dict[bool, list[tuple[float, float]]] = {True: [], False: []}  # start? -> (residual, offset)
     for ev in cap.events:
         name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur", 0)
-        if name not in marks or not _finite(ts) or not _finite(dur):
+        if not isinstance(name, str) or name not in marks or not _finite(ts) or not _finite(dur):
             continue
         a, b = marks[name]
         residual = max(0.0, (b - a) - dur) / 2
-        fits[int(name[len(MARK) :] or 0) < CLOCK_MARKS].append((residual, ts + dur / 2 - (a + b) / 2))
+        fits[int(name[len(MARK) :]) < CLOCK_MARKS].append((residual, ts + dur / 2 - (a + b) / 2))
     if not fits[True]:
         raise UserError(f"PID {cap.pid}: the framework's trace lacks memtop's clock marks (cannot align it)")
     residual, offset = min(fits[True])
@@ -88,7 +111,12 @@ def align(cap: Capture) -> Alignment:
 
 
 def _finite(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 def framework_events(cap: Capture, k: int, offset_us: float, counts: Counter) -> Iterator[dict]:
@@ -119,13 +147,15 @@ def framework_events(cap: Capture, k: int, offset_us: float, counts: Counter) ->
         yield out
 
 
-def write_merged(recording: Path | None, captures: list[Capture], out: Path, force: bool) -> tuple[int, dict]:
-    """Write the merged trace; returns (events written, a summary of what it holds)."""
+def write_merged(
+    recording: Path | None, aligned: list[tuple[Capture, Alignment]], out: Path, force: bool
+) -> tuple[int, dict]:
+    """Write the merged trace of captures ``align`` placed; returns (events written, a summary of
+    what it holds)."""
     from memtop.export import dumps, private_output, write_trace  # (numpy, SQLite: only when writing)
     from memtop.store import Recording
 
     counts: Counter = Counter()
-    aligned = [(cap, align(cap)) for cap in captures]
     info = [
         {
             "pid": cap.pid,

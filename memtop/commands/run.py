@@ -98,6 +98,10 @@ def run_job(args: argparse.Namespace) -> int:
     cmd = _command(args)
     if not args.no_tui and not (sys.stderr.isatty() and sys.stdin.isatty()):
         raise UserError("the TUI needs a terminal; use `memtop run --no-tui -- CMD` when piping")
+    if args.record:  # refused now, not once the job runs (a TUI that fails would orphan it)
+        from memtop.store import check_creatable
+
+        check_creatable(Path(args.record), args.force)
     agent_dir = tempfile.mkdtemp(prefix="memtop-run-")  # 0700: only the job's user reaches the sockets
     log = None if args.no_tui else _open_log(args.log)
     try:
@@ -129,7 +133,7 @@ def _headless(child: subprocess.Popen, args: argparse.Namespace) -> int:
         recorder = start_recorder(Path(args.record), [child.pid, *args.pid], _record_options(args))
     code = exit_status(child.wait())
     if recorder is not None:
-        fault = stop_recorder(recorder)
+        fault = stop_recorder(recorder, timeout=None)  # a long recording's close is never cut short
         print(
             f"memtop: {f'recording failed: {fault}' if fault else f'recorded the job to {args.record}'}",
             file=sys.stderr,
@@ -143,7 +147,13 @@ def _with_tui(child: subprocess.Popen, args: argparse.Namespace) -> int:
     args.pid = [child.pid, *args.pid]
     args.demo = False
     forward_signals(child)  # (in the TUI a Ctrl-C is a key; after it, Ctrl-C reaches the job)
-    code = live(args)
+    try:
+        code = live(args)
+    except BaseException:  # memtop exits: the job, detached from the terminal, must not outlive it
+        with contextlib.suppress(ProcessLookupError):
+            child.terminate()
+        child.wait()
+        raise
     if child.poll() is None:
         print(
             f"memtop: the job (pid {child.pid}) is still running, its output in {args.log}; "
