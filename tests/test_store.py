@@ -230,7 +230,7 @@ def _as_nobody(code: str, *args: str) -> subprocess.CompletedProcess:
 def test_recording_in_a_directory_the_reader_cannot_write():
     """A recording still in WAL mode (as an older memtop left them) in a directory the reader
     cannot write, e.g. the demo installed by root: readable without its lock files."""
-    if _as_nobody("import memtop.store").returncode != 0:
+    if _as_nobody("import memtop.store, numpy").returncode != 0:
         pytest.skip("this Python or checkout is not reachable by another user")
     import shutil
     import tempfile
