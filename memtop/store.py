@@ -1193,6 +1193,9 @@ class Recording:
             raise UserError(f"{self.path} is damaged (missing table {', '.join(missing)})")
         if n_all != r[2]:
             self.damage.append(f"damaged recording: {n_all - r[2]} frame(s) with an invalid time skipped")
+        if r[2] and not all(isinstance(x, (int, float)) for x in r[:2]):
+            # a damaged index of the key can answer a text or a blob for min(t)/max(t)
+            raise UserError(f"{self.path} is damaged or truncated (frame times are not numbers)")
         self.t0, self.t1, self.n_frames = r[0], r[1], r[2]
         if not self.n_frames:
             raise UserError(
