@@ -196,9 +196,10 @@ def test_display_options_work_before_or_after_replay():
     assert b.no_mouse and b.paint_rate == 2.0 and not b.ascii
 
 
-def _pty_run(argv: list[str], keys: bytes = b"", sig: int | None = None, wait: float = 4.0, env=None):
-    """Run ``argv`` on a real 120x40 pty; after ``wait`` s type ``keys`` and/or send ``sig``.
-    Returns (exit code, everything written to the terminal)."""
+def _pty_run(argv: list[str], keys: bytes = b"", sig: int | None = None, env=None):
+    """Run ``argv`` on a real 120x40 pty; once the app has painted its footer (its key and signal
+    handlers are in place by then: a fixed wait lost the race on a loaded machine) type ``keys``
+    and/or send ``sig``. Returns (exit code, everything written to the terminal)."""
     import fcntl
     import select
     import struct
@@ -217,9 +218,9 @@ def _pty_run(argv: list[str], keys: bytes = b"", sig: int | None = None, wait: f
     os.close(s)
     out = b""
 
-    def drain(until: float) -> bool:
+    def drain(until: float, seen: bytes = b"") -> bool:
         nonlocal out
-        while time.monotonic() < until:
+        while time.monotonic() < until and not (seen and seen in out):
             if select.select([m], [], [], 0.1)[0]:
                 try:
                     chunk = os.read(m, 65536)
@@ -233,7 +234,8 @@ def _pty_run(argv: list[str], keys: bytes = b"", sig: int | None = None, wait: f
         return True
 
     try:
-        drain(time.monotonic() + wait)
+        drain(time.monotonic() + 90, seen=b"quit")
+        drain(time.monotonic() + 0.5)
         if keys:
             os.write(m, keys)
         if sig is not None:
