@@ -41,7 +41,17 @@ from memtop.errors import UserError
 from memtop.jobs import job_groups
 from memtop.metrics import METRICS, Metric
 from memtop.model import BUSY, THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
-from memtop.phases import DATA_WORKER_NAMES, Classifier, bin_start, gap_event, stack_info
+from memtop.phases import (
+    GAP_MIN_S,
+    Classifier,
+    bin_start,
+    gap_event,
+    gap_quiet,
+    is_asleep,
+    is_data_worker,
+    is_stopped,
+    stack_info,
+)
 from memtop.progress import Progress
 from memtop.records import Gap
 from memtop.scan import REPORT_READS, Aggregates, main_only, scan
@@ -271,7 +281,7 @@ def _join(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
             if gap.t0 == _OPEN:  # open at the chunk's start: it began where the chunk before says
                 start = open_gap[gap.gpu]
                 assert start is not None and window is not None
-                if gap.t1 - start[0] >= 0.5:
+                if gap.t1 - start[0] >= GAP_MIN_S:
                     gaps.append(gap_event(gap.gpu, (start[0], gap.t1), window))
             else:
                 gaps.append(gap)
@@ -488,7 +498,7 @@ class _Gpu:
         first, other = (self.cols[c][row] for c in BUSY)
         busy = np.where(np.isnan(first), other, first)  # GpuSample.busy (NaN: None)
         alive = np.array([bool(x[4]) for x in self.states] + [False], dtype=bool)[st]  # (-1: none)
-        quiet = (busy < 5) & alive
+        quiet = gap_quiet(busy, alive)
         times = self.t
         m = int(np.searchsorted(frame, i_lo, "left"))  # the first sample from Frame i_lo on
         index = self.index
@@ -526,14 +536,14 @@ def _quiet_runs(
     edges = np.diff(np.concatenate([[0], quiet.view(np.int8), [0]]))
     starts, ends = np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()
     out = []
-    if gap is not None and not quiet[0] and gap[1] - gap[0] >= 0.5:  # the first sample ends it
+    if gap is not None and not quiet[0] and gap[1] - gap[0] >= GAP_MIN_S:  # the first sample ends it
         out.append((int(frame[0]), gap))
     open_ = None
     for a, b in zip(starts, ends, strict=True):
         t0 = gap[0] if a == 0 and gap is not None else times[row[a]]
         span = (t0, times[row[b]])
         if b + 1 < n:
-            if span[1] - span[0] >= 0.5:
+            if span[1] - span[0] >= GAP_MIN_S:
                 out.append((int(frame[b + 1]), span))
         else:
             open_ = span
@@ -1089,9 +1099,9 @@ def _proc_arrays(pid: Sequence, cpu: Sequence, worker_of: Sequence, name: Sequen
 def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """HostFigures' data_worker, asleep and stopped of the processes' names and states."""
     return (
-        np.array([x in DATA_WORKER_NAMES for x in name], dtype=bool),
-        np.array([x in "SD" for x in state], dtype=bool),
-        np.array([x in ("t", "T") for x in state], dtype=bool),
+        np.fromiter(map(is_data_worker, name), bool, len(name)),
+        np.fromiter(map(is_asleep, state), bool, len(state)),
+        np.fromiter(map(is_stopped, state), bool, len(state)),
     )
 
 
