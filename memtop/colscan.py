@@ -6,8 +6,8 @@ and stack sample each Frame holds is a search over sorted times; a bin's samples
 its last Frame, a GPU's gap events and the aggregates follow from those searches without building a
 Frame. memtop.binscan turns them into every bin's features, rules and labels over arrays with the
 same float operations on the same values, the rules and hysteresis being memtop.phases' own.
-What this path does not reproduce exactly (damaged or unusual rows) raises ``Unusual``: the caller
-then scans by Frames. tests/test_colscan.py compares the two on every recording.
+What this path does not read (damaged or unusual rows) raises ``Unusual``: the caller then scans by
+Frames.
 """
 
 from __future__ import annotations
@@ -510,12 +510,8 @@ class _Gpu:
         open_gaps[index] = state
         return out + more
 
-    def seen(self, i_lo: int) -> list[tuple[int, int]]:
-        """(row, state) of each sample the Frames from i_lo on take, once (Aggregates.add)."""
-        return list(zip(*(a.tolist() for a in self._seen(i_lo)), strict=True))
-
     def _seen(self, i_lo: int) -> tuple[np.ndarray, np.ndarray]:
-        """``seen`` as arrays of rows and states."""
+        """(rows, states) of each sample the Frames from i_lo on take, once (Aggregates.add)."""
         r, s = self.r[i_lo:], self.s[i_lo:]
         at = np.flatnonzero(r >= 0)
         ra, sa = r[at], s[at]
@@ -561,7 +557,7 @@ def _raw(values: tuple) -> np.ndarray:
 def _scaled(m: Metric, a: np.ndarray) -> np.ndarray:
     """A gpu column's raw values (``_raw``) decoded as store._decode_sql decodes them: NaN where it
     gives NULL (not a number, out of the valid range), else the value at its scale by the same
-    float operations (tests/test_colscan.py compares the two on edge values)."""
+    float operations (tests/test_colscan.py holds them to it on edge values)."""
     with np.errstate(invalid="ignore"):
         ok = (a >= m.lo * m.scale) & (a <= m.hi * m.scale)
     if m.as_int:
