@@ -1413,10 +1413,8 @@ def _aggregate(
         rows, sts = g._seen(i_lo)
         if not len(rows):
             continue
-        pk = agg.peaks[g.index]
-        for d in ("rx", "tx"):  # max(peak, value or 0.0) over the samples: values are >= 0
-            v = g.cols[f"pcie_{d}"][rows]
-            pk[d] = max(pk[d], float(np.nanmax(v, initial=0.0)))
+        rx, tx = (float(np.nanmax(g.cols[f"pcie_{d}"][rows], initial=0.0)) for d in ("rx", "tx"))
+        agg.add_peak(g.index, rx, tx)  # (the samples' largest, a missing one as 0: values are >= 0)
         linked = np.array([st[3] is not None for st in g.states] + [False])[sts]  # (-1: no state)
         if linked.any():  # the newest sample's link that is not None
             agg.links[g.index] = g.states[int(sts[np.flatnonzero(linked)[-1]])][3]
