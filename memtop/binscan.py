@@ -1,11 +1,10 @@
 """The report's bins over arrays: every bin's Features, rule and label of a range at once.
 
-memtop.colscan finds which samples each Frame holds; this module turns that into what
-``Classifier`` gives bin by bin (``_features``, ``bin_features``, ``emit``, ``_label``) with the same
-float operations on the same values, in arrays over all bins of a GPU: the means of a bin's samples
-summed left to right, the host's processes matched against the GPU's, the stack window's shares
-(memtop.stackwin), the rules over a ``ruleview.Cols`` (the one definition in memtop.phases), then
-the hysteresis bin by bin (``phases.settle``). Features and Label objects are built only for the
+memtop.colscan finds which samples each Frame holds; this module gathers each bin's samples over
+arrays of all bins of a GPU (the means of a bin's samples summed left to right, the host's processes
+matched against the GPU's, the stack window's shares: memtop.stackwin) and computes from them what
+``Classifier`` gives bin by bin, by memtop.phases' own definitions over a ``ruleview.Cols``: the
+features (``gpu_figures``, ``proc_figures``), the rules, then the hysteresis (``phases.settle``). Features and Label objects are built only for the
 bins a reader asks for (``LabelSeq``): a report of 8 hours has 57,600 bins a GPU and quotes a few.
 """
 
@@ -72,7 +71,7 @@ def seq_mean(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.nda
 
 @dataclass
 class GpuBins:
-    """One GPU's bins of a scan with the Features ``Classifier.bin_features`` gives them, as columns
+    """One GPU's bins of a scan with the Features ``Classifier._features`` gives them, as columns
     (NaN where the Features hold None)."""
 
     gpu: int
@@ -392,7 +391,7 @@ def gpu_bins(
 def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozenset[int]]) -> dict:
     """Each bin's figures of the host's processes at its last Frame: the GPU's processes' CPU
     (the busiest), its DataLoader workers' count, mean CPU and share asleep, whether one is stopped,
-    and the host's iowait, as ``Classifier.bin_features`` takes them from the processes in order."""
+    and the host's iowait, as ``Classifier._features`` takes them from the processes in order."""
     h_of = np.array(hosts.at, dtype=np.int64)[k]
     hs = np.unique(h_of[h_of >= 0])
     fig = hosts.figures(hs.tolist())

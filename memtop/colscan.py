@@ -1078,7 +1078,7 @@ class HostFigures(NamedTuple):
     worker_of: np.ndarray  # -1 where none (has_parent False)
     has_parent: np.ndarray
     data_worker: np.ndarray  # named as a DataLoader worker (phases.DATA_WORKER_NAMES)
-    asleep: np.ndarray  # state in "SD" (Classifier.bin_features' test, as a substring)
+    asleep: np.ndarray  # phases.is_asleep
     stopped: np.ndarray  # state t or T
 
 
@@ -1189,13 +1189,6 @@ class _Stacks:
     def within(self, a: int, b: int) -> list[tuple[StackSample, tuple | None]]:
         """The window's entries [a, b) (``entries``) as (sample, info)."""
         return [(self.sample(i), self.dumps[self.kind[i]][1]) for i in self.order[a:b].tolist()]
-
-    @functools.cached_property
-    def window(self) -> list[tuple[int, StackSample, tuple | None]]:
-        """The window's entries as (Frame, sample, info) (tests compare stackwin's with the Classifier's)."""
-        return [
-            (int(self.first[i]), *e) for i, e in zip(self.order.tolist(), self.within(0, len(self.order)))
-        ]
 
     @staticmethod
     def _rows(rec: Recording, plo: float, hi: float, seed: float | None) -> list:

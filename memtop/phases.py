@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memtop.jobs import job_groups
-from memtop.model import Frame, GpuSample, PcieLink, StackSample, metrics_of
+from memtop.model import Frame, GpuSample, StackSample, metrics_of
 from memtop.records import Evidence, Gap, StackTop
 from memtop.ruleview import Bool, One, Str, View
 from memtop.stackclass import site
@@ -63,9 +63,9 @@ RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample th
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
 STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
 # The GpuSample figures the features read: the engine (graphics), busy (gaps), and the means of a bin
-# (BIN_MEANS, in bin_features' ``means`` order). A fallback figure reads both its fields
-# (model.BY_MODE); a report reads only METRICS_READ (and its own) from a recording, and
-# tests/test_long_runs.py checks that no Features change. A feature of a new figure adds it here.
+# (BIN_MEANS, gpu_figures' ``means``). A fallback figure reads both its fields (model.BY_MODE); a report
+# reads only METRICS_READ (and its own) from a recording, and tests/test_long_runs.py checks that no
+# Features change. A feature of a new figure adds it here.
 BIN_MEANS = ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor", "bandwidth", "util", "power_w")
 METRICS_READ = metrics_of(("engine", "busy", *BIN_MEANS))
 # torch names its DataLoader worker processes so; other children of a GPU process (torch.compile's
@@ -717,7 +717,7 @@ class Classifier:
                 # NVML util counts copies too: a gap is neither kernels nor copies running
                 span = self._track_gap(g.index, g.t, g.busy, bool(g.processes))
                 if span is not None:
-                    self.gaps.append(self._gap_event(g.index, span))
+                    self.gaps.append(gap_event(g.index, span, self._stacks))
         self._last = frame
 
     def flush(self) -> None:
@@ -737,9 +737,6 @@ class Classifier:
             return None
         self._gap[gpu] = None
         return cur if cur is not None and cur[1] - cur[0] >= GAP_MIN_S else None
-
-    def _gap_event(self, gpu: int, span: tuple[float, float]) -> Gap:
-        return gap_event(gpu, span, self._stacks)
 
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
@@ -772,44 +769,16 @@ class Classifier:
     def _features(
         self, gpu: int, t: float, vals: list, now: float, iowait: float, procs: Sequence
     ) -> Features | None:
+        """One GPU's features of the bin starting at ``t`` from its samples ``vals`` (their means, the
+        newest one's link, board name and processes) and the host at the bin's last Frame (``now``):
+        its iowait and processes (objects with pid, cpu_pct, worker_of, name, state)."""
         graphics = _mean([v.engine for v in vals])
         if graphics is None:
             return None
         # the bin's other means, from one pass over its samples
-        means = tuple(map(_mean, zip(*map(_BIN_MEANS, vals), strict=True)))
-        v = vals[-1]
-        return self.bin_features(
-            gpu,
-            t,
-            all(v.mode == "gpm" for v in vals),
-            graphics,
-            means,
-            v.link,
-            v.name,
-            {p.pid for p in v.processes},
-            now,
-            iowait,
-            procs,
-        )
-
-    def bin_features(
-        self,
-        gpu: int,
-        t: float,
-        gpm: bool,
-        graphics: float,
-        means: tuple,
-        link: PcieLink | None,
-        name: str,
-        pids: set[int],
-        now: float,
-        iowait: float,
-        procs: Sequence,
-    ) -> Features:
-        """One GPU's features of the bin starting at ``t`` from its samples' means (``graphics`` the
-        engine's, ``means`` in BIN_MEANS order), the newest sample's link, board name and process
-        ids, and the host at the bin's last Frame (``now``): its iowait and processes (objects with
-        pid, cpu_pct, worker_of, name, state). memtop.binscan computes the same over arrays of bins."""
+        means = dict(zip(BIN_MEANS, map(_mean, zip(*map(_BIN_MEANS, vals), strict=True)), strict=True))
+        gpm = all(v.mode == "gpm" for v in vals)
+        link, name, pids = vals[-1].link, vals[-1].name, {p.pid for p in vals[-1].processes}
         prev = self._graphics.get(gpu, graphics)
         self._graphics[gpu] = graphics
         mains = [p for p in procs if p.pid in pids]
@@ -819,15 +788,7 @@ class Classifier:
         return Features(
             t=t,
             gpu=gpu,
-            **gpu_figures(
-                One,
-                gpm,
-                graphics,
-                prev,
-                dict(zip(BIN_MEANS, means, strict=True)),
-                link_bps,
-                nvlink_peak(name),
-            ),
+            **gpu_figures(One, gpm, graphics, prev, means, link_bps, nvlink_peak(name)),
             **proc_figures(
                 One,
                 max((p.cpu_pct for p in mains), default=0.0),

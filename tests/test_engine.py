@@ -30,7 +30,7 @@ from memtop.phases import (
     stack_info,
 )
 from memtop.ruleview import Cols, One
-from memtop.stackwin import stack_columns
+from memtop.stackwin import Entries, stack_columns
 from memtop.store import Recording
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
@@ -143,8 +143,16 @@ def _window(samples: list[StackSample], now: float, pids: set[int], o) -> tuple:
         clf._stacks.extend((s, stack_info(s)) for s in samples if s.t >= now - STACK_WINDOW_S)
         return clf._stack_shares(pids, now)
     frames = np.array([*(s.t for s in samples), now])
-    entries = [(i, s, stack_info(s)) for i, s in enumerate(samples)]
-    cols = stack_columns(entries, frames, np.array([len(samples)]), np.zeros(1, np.int64), [pids])
+    infos = list(dict.fromkeys(stack_info(s) for s in samples))
+    n = len(samples)
+    entries = Entries(
+        np.arange(n),  # each sample enters the window at its own Frame
+        np.array([s.t for s in samples]),
+        np.array([s.pid for s in samples]),
+        np.array([infos.index(stack_info(s)) for s in samples]),
+        tuple(infos),
+    )
+    cols = stack_columns(entries, frames, np.array([n]), np.zeros(1, np.int64), [pids])
     return cols.at(0)
 
 
