@@ -553,6 +553,12 @@ def quiet_view(v: View) -> Bool:
     return v.no(v.alive) | ((v.graphics < 1) & (v.util0 < 1) & (v.pcie_frac < 0.005))
 
 
+def quiet(f: Features) -> bool:
+    """Idle beyond one reading's doubt: no process left on the GPU, or no kernel, copy or PCIe traffic
+    across the bin's GPU samples (10 a second; a tiny step loop still reads NVML util above 0)."""
+    return bool(quiet_view(One(f)))
+
+
 def confirm_bins(raw: str, stable: str, stopped: bool, is_quiet: bool, confirm: int, bin_s: float) -> int:
     """Bins in a row the candidate ``raw`` must win to replace ``stable`` (one-bin excursions above),
     its process read stopped or not, the bin quiet or not (``quiet``)."""
