@@ -1,16 +1,16 @@
 """The report's bins over arrays: every bin's Features, rule and label of a range at once.
 
-memtop.colscan finds which samples each Frame holds; this module turns that into what
-``Classifier`` gives bin by bin (``_features``, ``bin_features``, ``emit``, ``_label``) with the same
-float operations on the same values, in arrays over all bins of a GPU: the means of a bin's samples
-summed left to right, the host's processes matched against the GPU's, the stack window's shares
-(memtop.stackwin), the rules over a ``ruleview.Cols`` (the one definition in memtop.phases), then
-the hysteresis bin by bin (``phases.settle``). Features and Label objects are built only for the
+memtop.colscan finds which samples each Frame holds; this module gathers each bin's samples over
+arrays of all bins of a GPU (the means of a bin's samples summed left to right, the host's processes
+matched against the GPU's, the stack window's shares: memtop.stackwin) and computes from them what
+``Classifier`` gives bin by bin, by memtop.phases' own definitions over a ``ruleview.Cols``: the
+features (``gpu_figures``, ``proc_figures``), the rules, then the hysteresis (``phases.settle``). Features and Label objects are built only for the
 bins a reader asks for (``LabelSeq``): a report of 8 hours has 57,600 bins a GPU and quotes a few.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,10 +28,12 @@ from memtop.phases import (
     STICKY,
     Features,
     Label,
+    gpu_figures,
     gpu_in_collective,
     label_of,
     mode_name,
     nvlink_peak,
+    proc_figures,
     quiet_view,
     settle,
 )
@@ -69,7 +71,7 @@ def seq_mean(values: np.ndarray, first: np.ndarray, count: np.ndarray) -> np.nda
 
 @dataclass
 class GpuBins:
-    """One GPU's bins of a scan with the Features ``Classifier.bin_features`` gives them, as columns
+    """One GPU's bins of a scan with the Features ``Classifier._features`` gives them, as columns
     (NaN where the Features hold None)."""
 
     gpu: int
@@ -169,22 +171,9 @@ class GpuBins:
 
     def features(self, i: int) -> Features:
         shares, gil, n, top, tops, recent, sync_age = self.stacks.at(i)
-        gpm = bool(self.gpm[i])
         return Features(
-            t=float(self.t[i]),
             gpu=self.gpu,
-            gpm=gpm,
-            graphics=float(self.graphics[i]),
-            sm=_opt(self.sm[i]),
-            tensor=_opt(self.tensor[i]),
-            dram=_opt(self.dram[i]),
-            pcie_bps=float(self.pcie_bps[i]),
-            pcie_frac=float(self.pcie_frac[i]),
-            proc_cpu=float(self.proc_cpu[i]),
-            workers=int(self.workers[i]),
-            worker_cpu=float(self.worker_cpu[i]),
-            worker_sleeping=float(self.worker_sleeping[i]),
-            iowait=float(self.iowait[i]),
+            **{k: _scalar(getattr(self, k)[i]) for k in _PER_BIN},
             shares=shares,
             gil=gil,
             stack_n=n,
@@ -192,20 +181,23 @@ class GpuBins:
             tops=tops,
             recent=recent,
             sync_age=sync_age,
-            util=_opt(self.util[i]),
-            nvlink_bps=float(self.nvlink_bps[i]),
-            nvlink_frac=float(self.nvlink_frac[i]),
-            power_w=_opt(self.power_w[i]),
             peers=self.peers[i] if self.peers is not None else (),
             peers_elsewhere=self.away[i] if self.away is not None else (),
-            rise=float(self.rise[i]),
-            alive=bool(self.alive[i]),
-            stopped=bool(self.stopped[i]),
         )
 
 
-def _opt(x: float) -> float | None:
-    return None if x != x else float(x)
+# the Features a GpuBins holds as an array, one value per bin
+_PER_BIN = tuple(
+    f.name
+    for f in dataclasses.fields(GpuBins)
+    if f.name in Features.__dataclass_fields__ and f.name not in ("gpu", "peers")
+)
+
+
+def _scalar(x: np.generic) -> Any:
+    """A column's value as the Features hold it: a Python bool, int or float, None for NaN."""
+    v = x.item()
+    return None if v != v else v
 
 
 @dataclass
@@ -382,35 +374,16 @@ def gpu_bins(
     link_bps = np.array([(x[3].bytes_per_s if x[3] else 0.0) or 0.0 for x in states], dtype=np.float64)
     peak = np.array([nvlink_peak(x[1]) for x in states], dtype=np.float64)
     pidsets = [frozenset(p.pid for p in x[4]) for x in states]
-    pcie = np.nan_to_num(mean["pcie_rx"]) + np.nan_to_num(mean["pcie_tx"])
-    bps = link_bps[st]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pcie_frac = np.where(bps != 0, pcie / np.where(bps != 0, bps, 1.0), 0.0)
-        nvlink = np.nan_to_num(mean["nvlink_rx"]) + np.nan_to_num(mean["nvlink_tx"])
-        nvlink_frac = np.where(gpm, nvlink / peak[st], 0.0)
     k = ends[sel]
-    procs = _host_procs(hosts, k, st, pidsets)
-    stacks = stack_columns(entries, ft, k, st, pidsets, use_stacks)
     prev = np.concatenate([graphics[:1], graphics[:-1]])
     bins = GpuBins(
         gpu=g.index,
         t=starts[k],
         k=k,
-        gpm=gpm,
-        graphics=graphics,
-        sm=np.where(gpm, mean["sm"], _NAN),
-        tensor=np.where(gpm, mean["tensor"], _NAN),
-        dram=mean["bandwidth"],
-        util=mean["util"],
-        power_w=mean["power_w"],
-        pcie_bps=pcie,
-        pcie_frac=pcie_frac,
-        nvlink_bps=nvlink,
-        nvlink_frac=nvlink_frac,
-        rise=graphics - prev,
+        **gpu_figures(Cols, gpm, graphics, prev, mean, link_bps[st], peak[st]),
         alive=np.array([bool(p) for p in pidsets])[st],
-        stacks=stacks,
-        **procs,
+        stacks=stack_columns(entries, ft, k, st, pidsets, use_stacks),
+        **_host_procs(hosts, k, st, pidsets),
     )
     return bins, sel
 
@@ -418,7 +391,7 @@ def gpu_bins(
 def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozenset[int]]) -> dict:
     """Each bin's figures of the host's processes at its last Frame: the GPU's processes' CPU
     (the busiest), its DataLoader workers' count, mean CPU and share asleep, whether one is stopped,
-    and the host's iowait, as ``Classifier.bin_features`` takes them from the processes in order."""
+    and the host's iowait, as ``Classifier._features`` takes them from the processes in order."""
     h_of = np.array(hosts.at, dtype=np.int64)[k]
     hs = np.unique(h_of[h_of >= 0])
     fig = hosts.figures(hs.tolist())
@@ -456,15 +429,8 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
         wsum[on[wk]] += cpu_a[row][wk]
         wn[on[wk]] += 1
         wsd[on[wk & sd_a[row]]] += 1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return {
-            "proc_cpu": np.where(best == -math.inf, 0.0, best),
-            "workers": wn,
-            "worker_cpu": np.where(wn > 0, wsum / np.maximum(wn, 1), 0.0),
-            "worker_sleeping": np.where(wn > 0, wsd / np.maximum(wn, 1), 0.0),
-            "stopped": stopped,
-            "iowait": iow,
-        }
+    busiest = np.where(best == -math.inf, 0.0, best)
+    return proc_figures(Cols, busiest, wsum, wn, wsd, stopped, iow)
 
 
 def with_peers(

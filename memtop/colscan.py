@@ -6,8 +6,8 @@ and stack sample each Frame holds is a search over sorted times; a bin's samples
 its last Frame, a GPU's gap events and the aggregates follow from those searches without building a
 Frame. memtop.binscan turns them into every bin's features, rules and labels over arrays with the
 same float operations on the same values, the rules and hysteresis being memtop.phases' own.
-What this path does not reproduce exactly (damaged or unusual rows) raises ``Unusual``: the caller
-then scans by Frames. tests/test_colscan.py compares the two on every recording.
+What this path does not read (damaged or unusual rows) raises ``Unusual``: the caller then scans by
+Frames.
 """
 
 from __future__ import annotations
@@ -41,7 +41,17 @@ from memtop.errors import UserError
 from memtop.jobs import job_groups
 from memtop.metrics import METRICS, Metric
 from memtop.model import BUSY, THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
-from memtop.phases import DATA_WORKER_NAMES, Classifier, bin_start, gap_event, stack_info
+from memtop.phases import (
+    GAP_MIN_S,
+    Classifier,
+    bin_start,
+    gap_event,
+    gap_quiet,
+    is_asleep,
+    is_data_worker,
+    is_stopped,
+    stack_info,
+)
 from memtop.progress import Progress
 from memtop.records import Gap
 from memtop.scan import REPORT_READS, Aggregates, main_only, scan
@@ -271,7 +281,7 @@ def _join(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
             if gap.t0 == _OPEN:  # open at the chunk's start: it began where the chunk before says
                 start = open_gap[gap.gpu]
                 assert start is not None and window is not None
-                if gap.t1 - start[0] >= 0.5:
+                if gap.t1 - start[0] >= GAP_MIN_S:
                     gaps.append(gap_event(gap.gpu, (start[0], gap.t1), window))
             else:
                 gaps.append(gap)
@@ -488,7 +498,7 @@ class _Gpu:
         first, other = (self.cols[c][row] for c in BUSY)
         busy = np.where(np.isnan(first), other, first)  # GpuSample.busy (NaN: None)
         alive = np.array([bool(x[4]) for x in self.states] + [False], dtype=bool)[st]  # (-1: none)
-        quiet = (busy < 5) & alive
+        quiet = gap_quiet(busy, alive)
         times = self.t
         m = int(np.searchsorted(frame, i_lo, "left"))  # the first sample from Frame i_lo on
         index = self.index
@@ -500,12 +510,8 @@ class _Gpu:
         open_gaps[index] = state
         return out + more
 
-    def seen(self, i_lo: int) -> list[tuple[int, int]]:
-        """(row, state) of each sample the Frames from i_lo on take, once (Aggregates.add)."""
-        return list(zip(*(a.tolist() for a in self._seen(i_lo)), strict=True))
-
     def _seen(self, i_lo: int) -> tuple[np.ndarray, np.ndarray]:
-        """``seen`` as arrays of rows and states."""
+        """(rows, states) of each sample the Frames from i_lo on take, once (Aggregates.add)."""
         r, s = self.r[i_lo:], self.s[i_lo:]
         at = np.flatnonzero(r >= 0)
         ra, sa = r[at], s[at]
@@ -526,14 +532,14 @@ def _quiet_runs(
     edges = np.diff(np.concatenate([[0], quiet.view(np.int8), [0]]))
     starts, ends = np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()
     out = []
-    if gap is not None and not quiet[0] and gap[1] - gap[0] >= 0.5:  # the first sample ends it
+    if gap is not None and not quiet[0] and gap[1] - gap[0] >= GAP_MIN_S:  # the first sample ends it
         out.append((int(frame[0]), gap))
     open_ = None
     for a, b in zip(starts, ends, strict=True):
         t0 = gap[0] if a == 0 and gap is not None else times[row[a]]
         span = (t0, times[row[b]])
         if b + 1 < n:
-            if span[1] - span[0] >= 0.5:
+            if span[1] - span[0] >= GAP_MIN_S:
                 out.append((int(frame[b + 1]), span))
         else:
             open_ = span
@@ -551,7 +557,7 @@ def _raw(values: tuple) -> np.ndarray:
 def _scaled(m: Metric, a: np.ndarray) -> np.ndarray:
     """A gpu column's raw values (``_raw``) decoded as store._decode_sql decodes them: NaN where it
     gives NULL (not a number, out of the valid range), else the value at its scale by the same
-    float operations (tests/test_colscan.py compares the two on edge values)."""
+    float operations (tests/test_colscan.py holds them to it on edge values)."""
     with np.errstate(invalid="ignore"):
         ok = (a >= m.lo * m.scale) & (a <= m.hi * m.scale)
     if m.as_int:
@@ -1072,7 +1078,7 @@ class HostFigures(NamedTuple):
     worker_of: np.ndarray  # -1 where none (has_parent False)
     has_parent: np.ndarray
     data_worker: np.ndarray  # named as a DataLoader worker (phases.DATA_WORKER_NAMES)
-    asleep: np.ndarray  # state in "SD" (Classifier.bin_features' test, as a substring)
+    asleep: np.ndarray  # phases.is_asleep
     stopped: np.ndarray  # state t or T
 
 
@@ -1089,9 +1095,9 @@ def _proc_arrays(pid: Sequence, cpu: Sequence, worker_of: Sequence, name: Sequen
 def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """HostFigures' data_worker, asleep and stopped of the processes' names and states."""
     return (
-        np.array([x in DATA_WORKER_NAMES for x in name], dtype=bool),
-        np.array([x in "SD" for x in state], dtype=bool),
-        np.array([x in ("t", "T") for x in state], dtype=bool),
+        np.fromiter(map(is_data_worker, name), bool, len(name)),
+        np.fromiter(map(is_asleep, state), bool, len(state)),
+        np.fromiter(map(is_stopped, state), bool, len(state)),
     )
 
 
@@ -1183,13 +1189,6 @@ class _Stacks:
     def within(self, a: int, b: int) -> list[tuple[StackSample, tuple | None]]:
         """The window's entries [a, b) (``entries``) as (sample, info)."""
         return [(self.sample(i), self.dumps[self.kind[i]][1]) for i in self.order[a:b].tolist()]
-
-    @functools.cached_property
-    def window(self) -> list[tuple[int, StackSample, tuple | None]]:
-        """The window's entries as (Frame, sample, info) (tests compare stackwin's with the Classifier's)."""
-        return [
-            (int(self.first[i]), *e) for i, e in zip(self.order.tolist(), self.within(0, len(self.order)))
-        ]
 
     @staticmethod
     def _rows(rec: Recording, plo: float, hi: float, seed: float | None) -> list:
@@ -1407,10 +1406,8 @@ def _aggregate(
         rows, sts = g._seen(i_lo)
         if not len(rows):
             continue
-        pk = agg.peaks[g.index]
-        for d in ("rx", "tx"):  # max(peak, value or 0.0) over the samples: values are >= 0
-            v = g.cols[f"pcie_{d}"][rows]
-            pk[d] = max(pk[d], float(np.nanmax(v, initial=0.0)))
+        rx, tx = (float(np.nanmax(g.cols[f"pcie_{d}"][rows], initial=0.0)) for d in ("rx", "tx"))
+        agg.add_peak(g.index, rx, tx)  # (the samples' largest, a missing one as 0: values are >= 0)
         linked = np.array([st[3] is not None for st in g.states] + [False])[sts]  # (-1: no state)
         if linked.any():  # the newest sample's link that is not None
             agg.links[g.index] = g.states[int(sts[np.flatnonzero(linked)[-1]])][3]

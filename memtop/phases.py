@@ -11,14 +11,14 @@ import functools
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from operator import attrgetter
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memtop.jobs import job_groups
-from memtop.model import Frame, GpuSample, PcieLink, StackSample, metrics_of
+from memtop.model import Frame, GpuSample, StackSample, metrics_of
 from memtop.records import Evidence, Gap, StackTop
 from memtop.ruleview import Bool, One, Str, View
 from memtop.stackclass import site
@@ -63,9 +63,9 @@ RECENT_S = 1.0  # "is it still happening": the input rule needs a data sample th
 STACK_WINDOW_S = 6.0  # stack shares come from this many seconds of samples...
 STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quickly
 # The GpuSample figures the features read: the engine (graphics), busy (gaps), and the means of a bin
-# (BIN_MEANS, in bin_features' ``means`` order). A fallback figure reads both its fields
-# (model.BY_MODE); a report reads only METRICS_READ (and its own) from a recording, and
-# tests/test_long_runs.py checks that no Features change. A feature of a new figure adds it here.
+# (BIN_MEANS, gpu_figures' ``means``). A fallback figure reads both its fields (model.BY_MODE); a report
+# reads only METRICS_READ (and its own) from a recording, and tests/test_long_runs.py checks that no
+# Features change. A feature of a new figure adds it here.
 BIN_MEANS = ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor", "bandwidth", "util", "power_w")
 METRICS_READ = metrics_of(("engine", "busy", *BIN_MEANS))
 # torch names its DataLoader worker processes so; other children of a GPU process (torch.compile's
@@ -156,6 +156,75 @@ class Label:
             else None,
             top_stack=StackTop(*top) if top else None,
         )
+
+
+# A bin's features, written once over a backend ``o``: memtop.ruleview.One (one bin's Python scalars,
+# a missing value None: live mode) or ruleview.Cols (arrays over every bin of a GPU, a missing value
+# NaN: the report, memtop.binscan). What differs between the two is only how a bin's samples are
+# gathered (a mean over a list of samples, or over segments of arrays); the formulas are these.
+def gpu_figures(
+    o: Any, gpm: Any, graphics: Any, prev: Any, means: Mapping[str, Any], link_bps: Any, peak: Any
+) -> dict[str, Any]:
+    """A GPU's features of a bin from its samples' means (``means``: BIN_MEANS by name), whether all
+    were GPM, the previous bin's graphics, the newest sample's PCIe link rate (0: unknown) and NVLink
+    peak (``nvlink_peak``)."""
+    pcie = o.nz(means["pcie_rx"]) + o.nz(means["pcie_tx"])  # a full-duplex link moves each at once
+    nvlink = o.nz(means["nvlink_rx"]) + o.nz(means["nvlink_tx"])
+    return {
+        "gpm": gpm,
+        "graphics": graphics,
+        "sm": o.unless(gpm, means["sm"]),
+        "tensor": o.unless(gpm, means["tensor"]),
+        "dram": means["bandwidth"],
+        "util": means["util"],
+        "power_w": means["power_w"],
+        "pcie_bps": pcie,
+        "pcie_frac": o.ratio(pcie, link_bps),
+        "nvlink_bps": nvlink,
+        "nvlink_frac": o.where(gpm, nvlink / peak, 0.0),
+        "rise": graphics - prev,
+    }
+
+
+def proc_figures(
+    o: Any, busiest: Any, worker_cpu: Any, workers: Any, asleep: Any, stopped: Any, iowait: Any
+) -> dict[str, Any]:
+    """A GPU's host features of a bin from the host sample at its last Frame: its processes' CPU (the
+    busiest), its DataLoader workers' (``is_data_worker`` children of them) count, summed CPU and
+    count asleep (``is_asleep``), whether one of its processes is stopped (``is_stopped``)."""
+    return {
+        "proc_cpu": busiest,
+        "workers": workers,
+        "worker_cpu": o.ratio(worker_cpu, workers),  # the mean per worker
+        "worker_sleeping": o.ratio(asleep, workers),
+        "stopped": stopped,
+        "iowait": iowait,
+    }
+
+
+def is_data_worker(name: str) -> bool:
+    return name in DATA_WORKER_NAMES
+
+
+def is_asleep(state: str) -> bool:
+    """S or D (a substring test: the process table's one-letter state)."""
+    return state in "SD"
+
+
+def is_stopped(state: str) -> bool:
+    """Stopped (t/T): paused by a tracer (py-spy --native) or a signal."""
+    return state in ("t", "T")
+
+
+# A GPU gap: its samples read neither kernels nor copies (GpuSample.busy, NVML util counting copies)
+# while it holds a process, for at least GAP_MIN_S
+GAP_BUSY = 5.0
+GAP_MIN_S = 0.5
+
+
+def gap_quiet(busy: Any, alive: Any) -> Any:
+    """A sample inside a gap (``busy`` NaN where unknown: not quiet), for one sample or arrays of them."""
+    return (busy < GAP_BUSY) & alive
 
 
 def mode_name(gpm: bool, stacked: bool) -> str:
@@ -654,7 +723,7 @@ class Classifier:
                 # NVML util counts copies too: a gap is neither kernels nor copies running
                 span = self._track_gap(g.index, g.t, g.busy, bool(g.processes))
                 if span is not None:
-                    self.gaps.append(self._gap_event(g.index, span))
+                    self.gaps.append(gap_event(g.index, span, self._stacks))
         self._last = frame
 
     def flush(self) -> None:
@@ -666,17 +735,14 @@ class Classifier:
     def _track_gap(self, gpu: int, t: float, busy: float | None, alive: bool) -> tuple[float, float] | None:
         """A GPU's new sample; the span of the gap it ends, if one >= 0.5 s did."""
         cur = self._gap.get(gpu)
-        if busy is not None and busy < 5 and alive:
+        if gap_quiet(math.nan if busy is None else busy, alive):
             if cur is None:
                 self._gap[gpu] = (t, t)
             else:
                 self._gap[gpu] = (cur[0], t)
             return None
         self._gap[gpu] = None
-        return cur if cur is not None and cur[1] - cur[0] >= 0.5 else None
-
-    def _gap_event(self, gpu: int, span: tuple[float, float]) -> Gap:
-        return gap_event(gpu, span, self._stacks)
+        return cur if cur is not None and cur[1] - cur[0] >= GAP_MIN_S else None
 
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
@@ -709,73 +775,35 @@ class Classifier:
     def _features(
         self, gpu: int, t: float, vals: list, now: float, iowait: float, procs: Sequence
     ) -> Features | None:
+        """One GPU's features of the bin starting at ``t`` from its samples ``vals`` (their means, the
+        newest one's link, board name and processes) and the host at the bin's last Frame (``now``):
+        its iowait and processes (objects with pid, cpu_pct, worker_of, name, state)."""
         graphics = _mean([v.engine for v in vals])
         if graphics is None:
             return None
         # the bin's other means, from one pass over its samples
-        means = tuple(map(_mean, zip(*map(_BIN_MEANS, vals), strict=True)))
-        v = vals[-1]
-        return self.bin_features(
-            gpu,
-            t,
-            all(v.mode == "gpm" for v in vals),
-            graphics,
-            means,
-            v.link,
-            v.name,
-            {p.pid for p in v.processes},
-            now,
-            iowait,
-            procs,
-        )
-
-    def bin_features(
-        self,
-        gpu: int,
-        t: float,
-        gpm: bool,
-        graphics: float,
-        means: tuple,
-        link: PcieLink | None,
-        name: str,
-        pids: set[int],
-        now: float,
-        iowait: float,
-        procs: Sequence,
-    ) -> Features:
-        """One GPU's features of the bin starting at ``t`` from its samples' means (``graphics`` the
-        engine's, ``means`` in BIN_MEANS order), the newest sample's link, board name and process
-        ids, and the host at the bin's last Frame (``now``): its iowait and processes (objects with
-        pid, cpu_pct, worker_of, name, state). memtop.binscan computes the same over arrays of bins."""
-        rise = graphics - self._graphics.get(gpu, graphics)
+        means = dict(zip(BIN_MEANS, map(_mean, zip(*map(_BIN_MEANS, vals), strict=True)), strict=True))
+        gpm = all(v.mode == "gpm" for v in vals)
+        link, name, pids = vals[-1].link, vals[-1].name, {p.pid for p in vals[-1].processes}
+        prev = self._graphics.get(gpu, graphics)
         self._graphics[gpu] = graphics
-        rx, tx, nvrx, nvtx, sm, tensor, dram, util, power = means
-        rx, tx = rx or 0.0, tx or 0.0
-        pcie = rx + tx
-        nvlink = (nvrx or 0.0) + (nvtx or 0.0)
         mains = [p for p in procs if p.pid in pids]
-        proc_cpu = max((p.cpu_pct for p in mains), default=0.0)
-        wk = [p for p in procs if p.worker_of in pids and p.name in DATA_WORKER_NAMES]
+        wk = [p for p in procs if p.worker_of in pids and is_data_worker(p.name)]
         shares, gil, n, top, tops, recent, sync_age = self._stack_shares(pids, now)
+        link_bps = (link.bytes_per_s if link else 0.0) or 0.0
         return Features(
             t=t,
             gpu=gpu,
-            gpm=gpm,
-            graphics=graphics,
-            sm=sm if gpm else None,
-            tensor=tensor if gpm else None,
-            dram=dram,
-            pcie_bps=pcie,
-            pcie_frac=pcie / link.bytes_per_s if link and link.bytes_per_s else 0.0,
-            util=util,
-            nvlink_bps=nvlink,
-            nvlink_frac=nvlink / nvlink_peak(name) if gpm else 0.0,
-            power_w=power,
-            proc_cpu=proc_cpu,
-            workers=len(wk),
-            worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,
-            worker_sleeping=sum(p.state in "SD" for p in wk) / len(wk) if wk else 0.0,
-            iowait=iowait,
+            **gpu_figures(One, gpm, graphics, prev, means, link_bps, nvlink_peak(name)),
+            **proc_figures(
+                One,
+                max((p.cpu_pct for p in mains), default=0.0),
+                sum(p.cpu_pct for p in wk),
+                len(wk),
+                sum(is_asleep(p.state) for p in wk),
+                any(is_stopped(p.state) for p in mains),
+                iowait,
+            ),
             shares=shares,
             gil=gil,
             stack_n=n,
@@ -783,9 +811,7 @@ class Classifier:
             tops=tops,
             recent=recent,
             sync_age=sync_age,
-            rise=rise,
             alive=bool(pids),
-            stopped=any(p.state in ("t", "T") for p in mains),
         )
 
     def _stack_shares(self, pids: set[int], now: float) -> tuple:

@@ -4,7 +4,11 @@ memtop.phases writes each rule once, as an expression over a view: ``&``/``|`` f
 for not, ``v.where`` for a conditional, and a missing value (SM without GPM, a mean of no samples)
 read as 0 beside a ``has_`` flag. ``One`` evaluates it for one bin (live mode: Python scalars, no
 numpy per bin); ``Cols`` for every bin of a range at once (the report: numpy arrays). Comparisons,
-+, - and * are IEEE operations in both, so both give the same answer for the same numbers.
++, -, * and / are IEEE operations in both, so both give the same answer for the same numbers.
+
+The two classes are also the two backends the features are written over (memtop.phases
+``gpu_figures``, ``proc_figures``, ``gap_quiet``): ``nz``, ``ratio`` and ``unless`` are the
+operations on a missing value (None for One, NaN for Cols) and a zero divisor.
 """
 
 from __future__ import annotations
@@ -99,6 +103,21 @@ class One:
     def where(cond: bool, a: Any, b: Any) -> Any:
         return a if cond else b
 
+    @staticmethod
+    def nz(x: float | None) -> float:
+        """A missing value as 0.0."""
+        return x or 0.0
+
+    @staticmethod
+    def ratio(a: float, b: float) -> float:
+        """a / b, 0.0 where b is 0."""
+        return a / b if b else 0.0
+
+    @staticmethod
+    def unless(cond: bool, x: float | None) -> float | None:
+        """x where cond holds, else missing."""
+        return x if cond else None
+
 
 @dataclass
 class Cols:
@@ -142,3 +161,16 @@ class Cols:
     @staticmethod
     def where(cond: np.ndarray, a: Any, b: Any) -> np.ndarray:
         return np.where(cond, a, b)
+
+    @staticmethod
+    def nz(x: np.ndarray) -> np.ndarray:
+        return np.nan_to_num(x)
+
+    @staticmethod
+    def ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(b != 0, a / np.where(b != 0, b, 1), 0.0)
+
+    @staticmethod
+    def unless(cond: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return np.where(cond, x, np.nan)

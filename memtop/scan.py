@@ -57,9 +57,7 @@ class Aggregates:
             if seen_gpu.get(g.index) is g:  # a repeated sample changes no peak, link or throttle span
                 continue
             seen_gpu[g.index] = g
-            pk = self.peaks[g.index]
-            pk["rx"] = max(pk["rx"], g.pcie_rx or 0.0)
-            pk["tx"] = max(pk["tx"], g.pcie_tx or 0.0)
+            self.add_peak(g.index, g.pcie_rx or 0.0, g.pcie_tx or 0.0)
             if g.link is not None:
                 self.links[g.index] = g.link
             if g.throttled:
@@ -87,6 +85,11 @@ class Aggregates:
         else:
             tl.append(span)
 
+    def add_peak(self, gpu: int, rx: float, tx: float) -> None:
+        """PCIe's peak of each direction: the largest reading (a missing one counts as 0)."""
+        pk = self.peaks[gpu]
+        pk["rx"], pk["tx"] = max(pk["rx"], rx), max(pk["tx"], tx)
+
     def add_perf(self, pid: int, sample: tuple) -> None:
         ps = self.perf[pid]
         if not ps or ps[-1][0] != sample[0]:
@@ -98,8 +101,7 @@ class Aggregates:
             for span in spans:
                 self.add_throttle(gpu, span)
         for gpu, pk in later.peaks.items():
-            mine = self.peaks[gpu]
-            mine["rx"], mine["tx"] = max(mine["rx"], pk["rx"]), max(mine["tx"], pk["tx"])
+            self.add_peak(gpu, pk["rx"], pk["tx"])
         self.links.update(later.links)
         self.procs.update(later.procs)
         for pid, samples in later.perf.items():

@@ -6,7 +6,7 @@ takes them and each bin's last Frame and GPU processes; from those this module g
 IEEE arguments) summed one at a time in window order, the leaves ranked as ``sorted(..., reverse=True)``
 ranks them (weight, then first appearance). An 8-hour report has 57,529 bins of ~11 samples each,
 which the per-bin Python walks one sample at a time (1.4 CPU-s); here the (bin, sample) pairs are
-arrays (0.15 CPU-s, half of it the exps; bench/stackwin_bench.py).
+arrays (0.15 CPU-s, half of it the exps; bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from memtop.model import StackSample
 from memtop.phases import RECENT_S, STACK_TAU_S, STACK_WINDOW_S
 
 Info = tuple[str, str, str, bool]
@@ -63,49 +61,6 @@ class StackCols:
         recent = frozenset(cls[c] for c in np.flatnonzero(self.recent[i]).tolist())
         busy = leaves[int(self.busy[i])]
         return shares, float(self.gil[i]), n, busy, tops, recent, float(self.sync_age[i])
-
-    def tuples(self) -> list[tuple]:
-        """``at(i)`` of every bin (the same values, built in one pass: a report makes 57,529)."""
-        cls, leaves, bins, nc = self.classes, self.leaves, len(self), len(self.classes)
-        here = self.first >= 0
-        # each bin's classes in the shares dict's order (first appearance) and in the tops dict's
-        # (rank: weight, then first appearance); the pair of orders as a number, and the values in
-        # those orders one bin after another
-        big = np.iinfo(np.int32).max
-        by_first = np.argsort(np.where(here, self.first, big), axis=1, kind="stable")
-        w, d = np.where(here, self.top_w, -math.inf), np.where(here, self.top_d, big)
-        by_rank = np.lexsort((d, -w), axis=1) if nc else by_first
-        m = here.sum(axis=1)
-        used = np.arange(nc) < m[:, None]  # the first m places of each order
-        code = np.zeros(bins, np.int64)
-        for j in range(nc):  # base nc + 1, a place past m is 0
-            code = code * (nc + 1) + np.where(used[:, j], by_first[:, j] + 1, 0)
-            code = code * (nc + 1) + np.where(used[:, j], by_rank[:, j] + 1, 0)
-        kinds, first_at, pattern = np.unique(code, return_index=True, return_inverse=True)
-        how = []
-        for i in first_at.tolist():
-            f, r = by_first[i, : m[i]].tolist(), by_rank[i, : m[i]].tolist()
-            how.append((tuple(cls[c] for c in f), tuple(cls[c] for c in r)))
-        rows = np.repeat(np.arange(bins), m)
-        share = self.shares[rows, by_first[used]].tolist()
-        named = [*leaves, None]  # -1: none
-        top = [named[x] for x in self.top[rows, by_rank[used]].tolist()]
-        bits = (self.recent.astype(np.int64) << np.arange(nc)).sum(axis=1).tolist()
-        recent = {b: frozenset(cls[c] for c in range(nc) if b >> c & 1) for b in set(bits)}
-        # zip stops at the keys' end before taking from the values: each dict takes its bin's values
-        shares, tops = iter(share), iter(top)
-        return [
-            (dict(zip(how[p][0], shares)), g, n, named[busy], dict(zip(how[p][1], tops)), recent[b], sa)
-            for p, n, g, sa, b, busy in zip(
-                pattern.tolist(),
-                self.n.tolist(),
-                self.gil.tolist(),
-                self.sync_age.tolist(),
-                bits,
-                self.busy.tolist(),
-                strict=True,
-            )
-        ]
 
     def _col(self, klass: str) -> int | None:
         return self.classes.index(klass) if klass in self.classes else None
@@ -179,8 +134,6 @@ def _build(classes: tuple[str, ...], leaves: tuple[Leaf, ...], n: np.ndarray) ->
 
 
 _BLOCK = 1 << 16
-_K, _S, _I = itemgetter(0), itemgetter(1), itemgetter(2)
-_T, _PID = attrgetter("t"), attrgetter("pid")
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,30 +149,10 @@ class Entries:
     def __len__(self) -> int:
         return len(self.k)
 
-    @classmethod
-    def of(cls, entries: Sequence[tuple[int, StackSample, Info | None]]) -> Entries:
-        n = len(entries)
-        samples = list(map(_S, entries))
-        # infos by identity first (colscan hands on one tuple per distinct dump), then by value
-        _, first, inv = np.unique(
-            np.fromiter(map(id, map(_I, entries)), np.int64, n), return_index=True, return_inverse=True
-        )
-        codes: dict[Info, int] = {}
-        of_id = [
-            -1 if (x := entries[j][2]) is None else codes.setdefault(x, len(codes)) for j in first.tolist()
-        ]
-        return cls(
-            np.fromiter(map(_K, entries), np.int64, n),
-            np.fromiter(map(_T, samples), np.float64, n),
-            np.fromiter(map(_PID, samples), np.int64, n),
-            np.array(of_id, dtype=np.int64)[inv] if n else np.zeros(0, np.int64),
-            tuple(codes),
-        )
-
 
 def window_bounds(entries: Entries, frames: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(front, count): the window as the classifier's deque holds it after Frame ``k[i]`` (``k`` in
-    time order) is ``entries`` [front[i], count[i]) (the order of colscan's ``_Stacks.window``)."""
+    time order) is ``entries`` [front[i], count[i]) (colscan's ``_Stacks.entries``)."""
     # The window after Frame k: the entries that entered by then (count), less those popped from its
     # front while the front sample is older than frames[k] - STACK_WINDOW_S. colscan and
     # Classifier.feed also pop at the Frames between; that leaves the same front: those edges are no
@@ -235,7 +168,7 @@ def window_bounds(entries: Entries, frames: np.ndarray, k: np.ndarray) -> tuple[
 
 
 def stack_columns(
-    entries: Sequence[tuple[int, StackSample, Info | None]] | Entries,
+    entries: Entries,
     frames: Sequence[float] | np.ndarray,
     bin_frame: np.ndarray,
     bin_pidset: np.ndarray,
@@ -246,15 +179,14 @@ def stack_columns(
     window as it stands after Frame ``bin_frame[i]`` (bins in time order; ``frames`` best as the
     float64 array colscan has).
 
-    ``entries``: (Frame the sample enters the window at, sample, phases.stack_info of it) in the
-    window's order (memtop.colscan ``_Stacks.window``), or those as ``Entries``; samples without info
-    occupy the window but count for nothing."""
+    ``entries``: the window's samples in its order (memtop.colscan ``_Stacks.entries``); those
+    without info occupy the window but count for nothing."""
     bin_frame = np.asarray(bin_frame, dtype=np.int64)
     bin_pidset = np.asarray(bin_pidset, dtype=np.int64)
     bins = len(bin_frame)
     if not use_stacks or not bins or not len(entries):
         return StackCols.empty(bins)
-    en = entries if isinstance(entries, Entries) else Entries.of(entries)
+    en = entries
     codes = {x: j for j, x in enumerate(en.infos)}
     frames = np.asarray(frames, dtype=np.float64)
     now = frames[bin_frame]

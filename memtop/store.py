@@ -244,7 +244,7 @@ def _host_blob(h: HostSample, prev: bytes | None) -> tuple[bytes, bytes]:
     return z.compress(raw) + z.flush(), raw
 
 
-# what the classifier reads of a process (phases.Classifier.bin_features): the host_proc blocks' columns
+# what the classifier reads of a process (phases.Classifier._features): the host_proc blocks' columns
 # (and those of the host_proc table, which recordings from 2026-11-24 hold)
 HOST_PROC_FIELDS = ("pid", "cpu_pct", "worker_of", "name", "state")
 _FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)

@@ -1,6 +1,6 @@
 """Column blocks (memtop.colblock) hold the rows they copy, decode hostile blobs as None, and the
-report read from them (memtop.colscan) is the Frame path's, byte for byte; damaged or inconsistent
-blocks send the report back to the rows. Recordings: real ones re-written through this Writer with
+report read from them (memtop.colscan) is the report read from the rows alone (the block table
+dropped), byte for byte; damaged or inconsistent blocks send the report back to the rows. Recordings: real ones re-written through this Writer with
 10-second blocks, so each holds a dozen blocks per stream."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import stat
 import sys
+import tempfile
 import time
 import tracemalloc
 import zlib
@@ -452,7 +453,16 @@ def test_hostless_blocks_hold_no_rows(many):
 
 
 def _report(path: Path, columns: bool, fmt: str, kw: dict) -> str:
-    """The report, its file's path left out (the copies compared live in other folders)."""
+    """The report, its file's path left out (the copies compared live in other folders).
+    ``columns`` False: of the rows alone, from a copy without the block table."""
+    if not columns:
+        with tempfile.TemporaryDirectory() as d:
+            return _report(
+                _edit_rows(Path(shutil.copyfile(path, Path(d) / path.name)), "DROP TABLE block"),
+                True,
+                fmt,
+                kw,
+            )
     try:
         got = render(build_report(Recording(path), columns=columns, **kw), fmt)
     except UserError as e:
@@ -505,7 +515,7 @@ def _no_rows(mp) -> None:
 
 @pytest.fixture(scope="module")
 def frame_reports(many):
-    """The Frame path's report of each recording and variant (computed once)."""
+    """The report of each recording and variant read from its rows alone (computed once)."""
     return {
         (name, fmt, json.dumps(kw)): _report(path, False, fmt, kw)
         for name, path in many.items()
@@ -547,8 +557,7 @@ def _edit(path: Path, stream: str, seq: int, change) -> None:
 
 
 def test_blocks_are_read_not_ignored(many, frame_reports, tmp_path):
-    """Every row of the busiest gpu block at util 0: the column report changes, the Frame path's
-    (the rows) does not."""
+    """Every row of the busiest gpu block at util 0: the report changes, the rows' does not."""
     path = tmp_path / "u.memtop"
     shutil.copyfile(many["labelled_s2"], path)
     util = [c for c, _ in BLOCK_STREAMS["gpu"]].index("util")

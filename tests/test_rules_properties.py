@@ -1,6 +1,6 @@
 """Properties of the phase rules over any bin (hypothesis draws the features): what each label
 promises, and the design's negative controls. The rules are memtop.phases.RULES as the engine
-evaluates them for one bin (ruleview.One); tests/test_ruleview.py checks the arrays' form agrees."""
+evaluates them for one bin (ruleview.One)."""
 
 from __future__ import annotations
 
