@@ -101,8 +101,9 @@ class TraceWriter:
         self.n = 0
         self._buf: list[bytes] = []
         self._uuids = 0
-        self._iids: dict[str, int] = {}
-        self._counters: dict[int, bytes] = {}  # counter track uuid -> its event's constant head
+        self._iids: dict[str, bytes] = {}  # event name -> its name_iid field
+        self._heads: dict[tuple[int, int], bytes] = {}  # (track, type) -> those fields of an event
+        self._counters: dict[int, tuple[bytes, int]] = {}  # counter track -> its packet's constant part, size
         self._put(SEQ + vint(13, _CLEARED))
 
     def _put(self, body: bytes) -> None:
@@ -135,8 +136,11 @@ class TraceWriter:
     def counter_track(self, parent: int, name: str) -> int:
         uuid = self._uuid()
         self._descriptor(vint(1, uuid) + text(2, name) + vint(5, parent) + blob(8, b""))
-        # TrackEvent: type = COUNTER, track_uuid, then double_counter_value (field 44) follows
-        self._counters[uuid] = b"\x48\x04" + vint(11, uuid) + b"\xe1\x02"
+        # the packet after its timestamp, but for the value: the sequence, then the TrackEvent (type =
+        # COUNTER, track_uuid, double_counter_value's key); with its size, less the timestamp's
+        te = b"\x48\x04" + vint(11, uuid) + b"\xe1\x02"
+        tail = SEQ + b"\x5a" + bytes((len(te) + 8,)) + te
+        self._counters[uuid] = (tail, len(tail) + 8)
         return uuid
 
     @staticmethod
@@ -146,24 +150,30 @@ class TraceWriter:
 
     def counter(self, uuid: int, ts: bytes, value: float) -> None:
         """A counter value at ``ts`` (``stamp``): ``value`` must be finite."""
-        te = self._counters[uuid] + _DOUBLE(value)
-        body = ts + SEQ + b"\x5a" + bytes((len(te),)) + te  # (a counter event and its packet: < 128 bytes)
-        self._buf.append(b"\x0a" + bytes((len(body),)) + body)
+        tail, size = self._counters[uuid]
+        # (a counter's packet is under 128 bytes: its size is one byte)
+        self._buf.append(b"\x0a" + bytes((len(ts) + size,)) + ts + tail + _DOUBLE(value))
         self.n += 1
 
     def name(self, name: str) -> tuple[bytes, bytes]:
         """(TrackEvent.name_iid field, the InternedData to send with it the first time, else b"")."""
-        iid = self._iids.get(name)
-        if iid is not None:
-            return vint(10, iid), b""
-        iid = self._iids[name] = len(self._iids) + 1
-        return vint(10, iid), blob(12, blob(2, vint(1, iid) + text(2, name)))  # InternedData.event_names
+        got = self._iids.get(name)
+        if got is not None:
+            return got, b""
+        iid = len(self._iids) + 1
+        got = self._iids[name] = vint(10, iid)
+        return got, blob(12, blob(2, vint(1, iid) + text(2, name)))  # InternedData.event_names
 
     def event(self, uuid: int, ts: bytes, kind: int, name: str | None = None, extra: bytes = b"") -> None:
         """A slice begin/end or instant on track ``uuid``; ``extra``: more TrackEvent fields (``annotations``)."""
-        head, interned = self.name(name) if name is not None else (b"", b"")
-        te = vint(9, kind) + vint(11, uuid) + head + extra
-        self.event_raw(ts, te, interned)
+        head = self._heads.get((uuid, kind))
+        if head is None:
+            head = self._heads[(uuid, kind)] = vint(9, kind) + vint(11, uuid)
+        if name is None:
+            self.event_raw(ts, head + extra)
+        else:
+            iid, interned = self.name(name)
+            self.event_raw(ts, head + iid + extra, interned)
 
     def event_raw(self, ts: bytes, te: bytes, interned: bytes = b"") -> None:
         """A TrackEvent already encoded (``te``), with the InternedData its name needs."""
