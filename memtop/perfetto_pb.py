@@ -146,7 +146,8 @@ class TraceWriter:
     @staticmethod
     def stamp(t: float) -> bytes:
         """TracePacket.timestamp (ns) of a time in seconds, encoded once for the events at it."""
-        return b"\x40" + varint(min(max(0, round(t * 1e9)), _NS_MAX))
+        ns = t * 1e9
+        return b"\x40" + varint(round(ns) if 0 <= ns <= _NS_MAX else 0)  # (NaN: 0, as JSON's null)
 
     def counter(self, uuid: int, ts: bytes, value: float) -> None:
         """A counter value at ``ts`` (``stamp``): ``value`` must be finite."""
