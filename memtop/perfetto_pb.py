@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Callable
 from typing import BinaryIO
 
 _DOUBLE = struct.Struct("<d").pack
@@ -103,7 +104,8 @@ class TraceWriter:
         self._uuids = 0
         self._iids: dict[str, bytes] = {}  # event name -> its name_iid field
         self._heads: dict[tuple[int, int], bytes] = {}  # (track, type) -> those fields of an event
-        self._counters: dict[int, tuple[bytes, int]] = {}  # counter track -> its packet's constant part, size
+        self._counters: dict[int, bytes] = {}  # counter track -> its packet's part after the timestamp
+        self._packs: dict[tuple[int, int], Callable[..., bytes]] = {}  # (those sizes) -> their packer
         self._put(SEQ + vint(13, _CLEARED))
 
     def _put(self, body: bytes) -> None:
@@ -139,8 +141,7 @@ class TraceWriter:
         # the packet after its timestamp, but for the value: the sequence, then the TrackEvent (type =
         # COUNTER, track_uuid, double_counter_value's key); with its size, less the timestamp's
         te = b"\x48\x04" + vint(11, uuid) + b"\xe1\x02"
-        tail = SEQ + b"\x5a" + bytes((len(te) + 8,)) + te
-        self._counters[uuid] = (tail, len(tail) + 8)
+        self._counters[uuid] = SEQ + b"\x5a" + bytes((len(te) + 8,)) + te
         return uuid
 
     @staticmethod
@@ -151,9 +152,12 @@ class TraceWriter:
 
     def counter(self, uuid: int, ts: bytes, value: float) -> None:
         """A counter value at ``ts`` (``stamp``): ``value`` must be finite."""
-        tail, size = self._counters[uuid]
-        # (a counter's packet is under 128 bytes: its size is one byte)
-        self._buf.append(b"\x0a" + bytes((len(ts) + size,)) + ts + tail + _DOUBLE(value))
+        tail = self._counters[uuid]
+        shape = (len(ts), len(tail))
+        pack = self._packs.get(shape)
+        if pack is None:  # the packet in one struct.pack: its key, size (< 128: one byte), the rest
+            pack = self._packs[shape] = struct.Struct(f"<BB{shape[0]}s{shape[1]}sd").pack
+        self._buf.append(pack(0x0A, shape[0] + shape[1] + 8, ts, tail, value))
         self.n += 1
 
     def name(self, name: str) -> tuple[bytes, bytes]:
