@@ -250,7 +250,7 @@ class _Proto:
 
     @staticmethod
     def instant_body(name: str, args: dict) -> tuple[str, bytes]:
-        return name, pb.annotations(args)
+        return name, pb.debug_args(args)
 
     def instant(self, pid: int, tid: int, ts: bytes, body: tuple[str, bytes], sf: int | None) -> None:
         self.w.event(self._on(pid, tid), ts, pb.INSTANT, body[0], body[1])
@@ -266,7 +266,7 @@ class _Proto:
             lanes.append((self.w.track(self._proc(pid), f"{base} {k + 1}"), t1))
         uuid = lanes[k][0]
         lanes[k] = (uuid, t1)
-        self.w.event(uuid, self.stamp(t0), pb.SLICE_BEGIN, name, pb.annotations(args))
+        self.w.event(uuid, self.stamp(t0), pb.SLICE_BEGIN, name, pb.debug_args(args))
         self.w.event(uuid, self.stamp(t1), pb.SLICE_END)
 
     def flush(self, at_least: int = 1) -> None:
@@ -471,7 +471,7 @@ def write_proto(
         out.stamp(lo),
         pb.INSTANT,
         "memtop trace",
-        pb.annotations(_meta(rec, lo, hi, gpu, None)),
+        pb.debug_args(_meta(rec, lo, hi, gpu, None)),
     )
     out.flush()
     return out.n
@@ -617,7 +617,7 @@ def private_binary(out: Path, force: bool) -> Iterator[BinaryIO]:
         with open(fd, "wb", buffering=1 << 20) as raw:
             if out.name.endswith(".gz"):
                 with io.BufferedWriter(_Deflater(raw), 1 << 20) as gz:
-                    yield gz  # type: ignore[misc]
+                    yield gz
             else:
                 yield raw
         _publish(tmp, out, force)

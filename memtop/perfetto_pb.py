@@ -86,7 +86,7 @@ def _plain(value: object) -> bool:
     return True
 
 
-def annotations(args: dict) -> bytes:
+def debug_args(args: dict) -> bytes:
     """TrackEvent.debug_annotations (field 4) of ``args``."""
     return b"".join(blob(4, annotation(str(k), v)) for k, v in args.items())
 
@@ -170,7 +170,7 @@ class TraceWriter:
         return got, blob(12, blob(2, vint(1, iid) + text(2, name)))  # InternedData.event_names
 
     def event(self, uuid: int, ts: bytes, kind: int, name: str | None = None, extra: bytes = b"") -> None:
-        """A slice begin/end or instant on track ``uuid``; ``extra``: more TrackEvent fields (``annotations``)."""
+        """A slice begin/end or instant on track ``uuid``; ``extra``: more TrackEvent fields (``debug_args``)."""
         head = self._heads.get((uuid, kind))
         if head is None:
             head = self._heads[(uuid, kind)] = vint(9, kind) + vint(11, uuid)

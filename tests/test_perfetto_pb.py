@@ -177,7 +177,7 @@ def test_odd_argument_values_are_encoded(tmp_path):
         proc = w.process(7, "p")
         track = w.track(proc, "markers")
         odd = {"x": float("nan"), "y": {"z": [1, 2]}, "big": 1 << 70, "neg": -3, "ok": True}
-        w.event(track, w.stamp(1.0), pb.SLICE_BEGIN, "a", pb.annotations(odd))
+        w.event(track, w.stamp(1.0), pb.SLICE_BEGIN, "a", pb.debug_args(odd))
         w.event(track, w.stamp(2.0), pb.SLICE_END)
         w.flush()
     assert read_trace(buf)["slices"] == {"a": 1}
