@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -24,10 +25,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from netutil import free_ports, memtop, stop, wait_ready  # noqa: E402
+from netutil import memtop, stop, wait_ready  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 ERR = Path(os.environ.get("OUT", "/tmp")) / "serve_cost_stderr.txt"
+
+
+def free_ports(n: int, ports: range = range(43000, 47000)) -> list[int]:
+    """n free loopback ports (up to 4 000: the tests' helper has 1 000)."""
+    got: list[int] = []
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        got.append(port)
+        if len(got) == n:
+            return got
+    raise RuntimeError("no free loopback ports")
 
 
 def real_snapshots(n_per: int = 10) -> list[list[bytes]]:
