@@ -25,7 +25,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from memtop import perfetto_pb as pb
 from memtop.errors import UserError
@@ -82,6 +82,10 @@ def dumps(o: object) -> str:
         return _encode(_finite(o))
 
 
+# a sink's encoding of an instant, made once for the events at it: JSON text (µs) or a protobuf field (ns)
+Stamp = Any
+
+
 class _Json:
     """The JSON document's events, written as they come, comma-separated, in batches.
 
@@ -116,14 +120,14 @@ class _Json:
 
     track = thread  # a GPU's phases and markers are threads of its process here
 
-    def counter(self, name: str, pid: int, ts: str, value: float) -> None:
+    def counter(self, name: str, pid: int, ts: Stamp, value: float) -> None:
         """A counter sample (most of a trace) at ``ts`` (``stamp``): ``value`` must be finite."""
         head = self._counters.get((name, pid))
         if head is None:
             head = self._counters[(name, pid)] = f'{{"ph":"C","name":{dumps(name)},"pid":{pid},"tid":0,"ts":'
         self.raw(f'{head}{ts},"args":{{"value":{value!r}}}}}')
 
-    def pcie(self, pid: int, ts: str, rx: float, tx: float) -> None:
+    def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
         self.raw(
             f'{{"ph":"C","name":"PCIe GB/s","pid":{pid},"tid":0,"ts":{ts},"args":{{"rx":{rx!r},"tx":{tx!r}}}}}'
         )
@@ -141,14 +145,14 @@ class _Json:
             got = self._who[(pid, tid)] = (f'"pid":{dumps(pid)},"tid":{tj}', f'{{"cpu":0,"tid":{tj},"ts":')
         return got
 
-    def begin(self, pid: int, tid: int, ts: str, nid: int, name: str) -> None:
+    def begin(self, pid: int, tid: int, ts: Stamp, nid: int, name: str) -> None:
         who = self._of(pid, tid)[0]
         self.raw(f'{{"ph":"B","name":{self._json(name)},"cat":"stack",{who},"ts":{ts},"sf":{nid}}}')
 
-    def end(self, pid: int, tid: int, ts: str, name: str) -> None:
+    def end(self, pid: int, tid: int, ts: Stamp, name: str) -> None:
         self.raw(f'{{"ph":"E","name":{self._json(name)},"cat":"stack",{self._of(pid, tid)[0]},"ts":{ts}}}')
 
-    def sample(self, pid: int, tid: int, ts: str, klass: str, sf: int) -> None:
+    def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
         sample = f'{self._of(pid, tid)[1]}{ts},"name":{self._json(klass)},"sf":{sf},"weight":1}}'
         self.samples.write("," + sample if self.n_samples else sample)
         self.n_samples += 1
@@ -157,7 +161,7 @@ class _Json:
     def instant_body(name: str, args: dict) -> tuple[str, str]:
         return dumps(name), dumps(args)
 
-    def instant(self, pid: int, tid: int, ts: str, body: tuple[str, str], sf: int | None) -> None:
+    def instant(self, pid: int, tid: int, ts: Stamp, body: Any, sf: int | None) -> None:
         tail = "}" if sf is None else f',"sf":{sf}}}'
         who = self._of(pid, tid)[0]
         self.raw(f'{{"ph":"i","s":"t","name":{body[0]},{who},"ts":{ts},"args":{body[1]}{tail}')
@@ -229,30 +233,30 @@ class _Proto:
             got = self._tracks[(pid, tid)]
         return got
 
-    def counter(self, name: str, pid: int, ts: bytes, value: float) -> None:
+    def counter(self, name: str, pid: int, ts: Stamp, value: float) -> None:
         uuid = self._counters.get((name, pid))
         if uuid is None:
             uuid = self._counters[(name, pid)] = self.w.counter_track(self._proc(pid), name)
         self.w.counter(uuid, ts, value)
 
-    def pcie(self, pid: int, ts: bytes, rx: float, tx: float) -> None:
+    def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
         self.counter("PCIe GB/s rx", pid, ts, rx)  # (the JSON importer's names for its two args)
         self.counter("PCIe GB/s tx", pid, ts, tx)
 
-    def begin(self, pid: int, tid: int, ts: bytes, nid: int, name: str) -> None:
+    def begin(self, pid: int, tid: int, ts: Stamp, nid: int, name: str) -> None:
         self.w.event(self._on(pid, tid), ts, pb.SLICE_BEGIN, name)
 
-    def end(self, pid: int, tid: int, ts: bytes, name: str) -> None:
+    def end(self, pid: int, tid: int, ts: Stamp, name: str) -> None:
         self.w.event(self._on(pid, tid), ts, pb.SLICE_END)
 
-    def sample(self, pid: int, tid: int, ts: bytes, klass: str, sf: int) -> None:
-        pass
+    def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
+        """Nothing: the protobuf has the stack's slices only (chrome://tracing's samples are JSON's)."""
 
     @staticmethod
     def instant_body(name: str, args: dict) -> tuple[str, bytes]:
         return name, pb.debug_args(args)
 
-    def instant(self, pid: int, tid: int, ts: bytes, body: tuple[str, bytes], sf: int | None) -> None:
+    def instant(self, pid: int, tid: int, ts: Stamp, body: Any, sf: int | None) -> None:
         self.w.event(self._on(pid, tid), ts, pb.INSTANT, body[0], body[1])
 
     def span(self, pid: int, tid: int, name: str, t0: float, t1: float, args: dict) -> None:
@@ -328,10 +332,10 @@ class _Stacks:
             common += 1
         self._close(key, cur, common, t)
         for nid, name in path[common:]:
-            self.out.begin(pid, tid, ts, nid, name)  # type: ignore[arg-type]
+            self.out.begin(pid, tid, ts, nid, name)
         self.open[key] = (path, t)
         if parent is not None:
-            self.out.sample(pid, tid, ts, klass, parent)  # type: ignore[arg-type]
+            self.out.sample(pid, tid, ts, klass, parent)
         return parent
 
     def instant(self, pid: int, m: ThreadStack, t: float, sf: int | None) -> None:
@@ -345,13 +349,13 @@ class _Stacks:
             if len(self._instants) >= _KEPT:
                 self._instants.clear()
             got = self._instants[key] = (m.frames, self.out.instant_body(name, args))
-        self.out.instant(pid, m.tid, self.out.stamp(t), got[1], sf)  # type: ignore[arg-type]
+        self.out.instant(pid, m.tid, self.out.stamp(t), got[1], sf)
 
     def _close(self, key: tuple[int, int], path: list, keep: int, t: float) -> None:
         if len(path) > keep:
             ts = self.out.stamp(t)
             for _nid, name in reversed(path[keep:]):
-                self.out.end(*key, ts, name)  # type: ignore[arg-type]
+                self.out.end(*key, ts, name)
 
     def finish(self, hi: float) -> None:
         for key, (path, last) in self.open.items():
@@ -516,12 +520,12 @@ def _events(
             ts = emit.stamp(h.t)
             cpu = sum(h.cpu_pct) / max(1, len(h.cpu_pct))
             if math.isfinite(cpu):
-                emit.counter("CPU %", HOST_PID, ts, round(cpu, 1))  # type: ignore[arg-type]
+                emit.counter("CPU %", HOST_PID, ts, round(cpu, 1))
             for p in h.procs:
                 if only is not None and only in p.gpus:
                     gpu_pids.add(p.pid)
                 if math.isfinite(p.cpu_pct):
-                    emit.counter(f"CPU % {p.pid} {p.name}", HOST_PID, ts, round(p.cpu_pct, 1))  # type: ignore[arg-type]
+                    emit.counter(f"CPU % {p.pid} {p.name}", HOST_PID, ts, round(p.cpu_pct, 1))
         for s in f.stacks:
             m = s.main
             if (
@@ -551,11 +555,11 @@ def _gpu_counters(emit: Sink, g: GpuSample) -> None:
     pid, ts = GPU_PID_BASE + g.index, emit.stamp(g.t)
     for (name, _, scale), v in zip(COUNTERS, _VALUES(g), strict=True):
         if v is not None and math.isfinite(v):
-            emit.counter(name, pid, ts, v * scale)  # type: ignore[arg-type]
+            emit.counter(name, pid, ts, v * scale)
     if g.pcie_rx is not None or g.pcie_tx is not None:
         rx, tx = (round((v or 0) / 1e9, 3) for v in (g.pcie_rx, g.pcie_tx))
         if math.isfinite(rx) and math.isfinite(tx):
-            emit.pcie(pid, ts, rx, tx)  # type: ignore[arg-type]
+            emit.pcie(pid, ts, rx, tx)
 
 
 def _phases(
