@@ -7,7 +7,7 @@ with real snapshots (taken from the shipped recordings with `memtop snapshot --r
 time field refreshed). The measured process is either the headless poller (HttpPoller + the merge
 into rows, as the TUI does every paint) or the real TUI under tmux.
 
-usage: python bench/cluster_bench.py [--nodes 64 256] [--interval 5] [--seconds 60] [--real 16] [--tui]
+usage: python bench/cluster_bench.py [--nodes 64 256] [--interval 5] [--seconds 60] [--real 16] [--tui [--no-poller]]
 prints one JSON line per run.
 """
 
@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -24,10 +25,25 @@ from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from netutil import free_ports, memtop, stop, wait_ready  # noqa: E402
+from netutil import memtop, stop, wait_ready  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 ERR = Path(os.environ.get("OUT", "/tmp")) / "serve_cost_stderr.txt"
+
+
+def free_ports(n: int, ports: range = range(43000, 47000)) -> list[int]:
+    """n free loopback ports (up to 4 000: the tests' helper has 1 000)."""
+    got: list[int] = []
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        got.append(port)
+        if len(got) == n:
+            return got
+    raise RuntimeError("no free loopback ports")
 
 
 def real_snapshots(n_per: int = 10) -> list[list[bytes]]:
@@ -224,6 +240,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--real", type=int, default=16)
     ap.add_argument("--tui", action="store_true")
+    ap.add_argument("--no-poller", action="store_true", help="with --tui: the TUI alone")
     ap.add_argument(
         "--serve-cost", action="store_true", help="on a GPU machine: serve vs record, scrape latency"
     )
@@ -255,10 +272,11 @@ def main() -> None:
                 if fake:
                     time.sleep(2)  # the endpoint answers no /-/ready: give it its start-up
                 hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
-                r = subprocess.run([sys.executable, __file__, "--_poller", hosts, str(a.interval), str(a.seconds)],
-                                   capture_output=True, text=True, timeout=a.seconds + 120)  # fmt: skip
-                res = {"nodes": n, "real_serve": len(real), "interval_s": a.interval, "seconds": a.seconds,
-                       **json.loads(r.stdout)}  # fmt: skip
+                res = {"nodes": n, "real_serve": len(real), "interval_s": a.interval, "seconds": a.seconds}
+                if not (a.tui and a.no_poller):
+                    r = subprocess.run([sys.executable, __file__, "--_poller", hosts, str(a.interval), str(a.seconds)],
+                                       capture_output=True, text=True, timeout=a.seconds + 120)  # fmt: skip
+                    res.update(json.loads(r.stdout))
                 if a.tui:
                     res.update(tui(hosts, a.interval, a.seconds))
                 print(json.dumps(res), flush=True)

@@ -213,12 +213,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "--perfetto",
         required=True,
-        metavar="OUT.json",
-        help="the trace file (gzip-compressed if it ends in .gz)",
+        metavar="OUT",
+        help="the trace file: Perfetto's protobuf, or its JSON if OUT ends in .json[.gz] "
+        "(gzip-compressed if it ends in .gz)",
     )
     ex.add_argument(
-        "--force", action="store_true", help="replace OUT.json (a link is replaced, not followed)"
+        "--format",
+        choices=("proto", "json"),
+        help="the trace's format whatever OUT's name (default: from the name; protobuf unless .json)",
     )
+    ex.add_argument("--force", action="store_true", help="replace OUT (a link is replaced, not followed)")
     ex.add_argument("--gpu", type=_index, metavar="N", help="only this GPU (and the processes on it)")
     ex.add_argument("--from", dest="t_from", type=OFFSET, metavar="T", help=_AT)
     ex.add_argument("--to", dest="t_to", type=OFFSET, metavar="T", help=_AT)

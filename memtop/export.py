@@ -23,10 +23,11 @@ import queue
 import secrets
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
+from memtop import perfetto_pb as pb
 from memtop.errors import UserError
 from memtop.metrics import METRICS, Metric
 from memtop.model import GpuSample, ThreadStack
@@ -81,29 +82,103 @@ def dumps(o: object) -> str:
         return _encode(_finite(o))
 
 
-class _Out:
-    """Writes the events of ``traceEvents`` as they come, comma-separated, in batches.
+# a sink's encoding of an instant, made once for the events at it: JSON text (µs) or a protobuf field (ns)
+Stamp = Any
+
+
+class _Json:
+    """The JSON document's events, written as they come, comma-separated, in batches.
 
     The frequent events (counters, stack slices and samples) are formatted from templates with
     their JSON strings made once (a template makes the text ``dumps`` of the dict would make)."""
 
-    def __init__(self, fh: io.TextIOBase) -> None:
+    def __init__(self, fh: io.TextIOBase, samples: io.TextIOBase) -> None:
         self.fh = fh
+        self.samples = samples  # spill file: `samples` follow `traceEvents` in the document
+        self.n_samples = 0
         self.n = 0  # events written
         self._buf: list[str] = []
         self.raw = self._buf.append  # an event already encoded
         self._counters: dict[tuple[str, int], str] = {}  # (track name, pid) -> the event's head
+        self._names: dict[str, str] = {}  # frame name or class -> its JSON string
+        # (pid, tid) -> their JSON fields in an event, the head of a sample of theirs
+        self._who: dict[tuple[int, int], tuple[str, str]] = {}
 
     def __call__(self, ev: dict) -> None:
         self.raw(dumps(ev))
         self.flush(2000)
 
-    def counter(self, name: str, pid: int, ts: str, value: float) -> None:
-        """A counter sample (most of a trace) at ``ts`` (its JSON): ``value`` must be finite."""
+    @staticmethod
+    def stamp(t: float) -> str:
+        return repr(_us(t))
+
+    def process(self, pid: int, name: str) -> None:
+        self({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
+
+    def thread(self, pid: int, tid: int, name: str) -> None:
+        self({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+
+    track = thread  # a GPU's phases and markers are threads of its process here
+
+    def counter(self, name: str, pid: int, ts: Stamp, value: float) -> None:
+        """A counter sample (most of a trace) at ``ts`` (``stamp``): ``value`` must be finite."""
         head = self._counters.get((name, pid))
         if head is None:
             head = self._counters[(name, pid)] = f'{{"ph":"C","name":{dumps(name)},"pid":{pid},"tid":0,"ts":'
         self.raw(f'{head}{ts},"args":{{"value":{value!r}}}}}')
+
+    def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
+        self.raw(
+            f'{{"ph":"C","name":"PCIe GB/s","pid":{pid},"tid":0,"ts":{ts},"args":{{"rx":{rx!r},"tx":{tx!r}}}}}'
+        )
+
+    def _json(self, text: str) -> str:
+        got = self._names.get(text)
+        if got is None:
+            got = self._names[text] = dumps(text)
+        return got
+
+    def _of(self, pid: int, tid: int) -> tuple[str, str]:
+        got = self._who.get((pid, tid))
+        if got is None:
+            tj = dumps(tid)
+            got = self._who[(pid, tid)] = (f'"pid":{dumps(pid)},"tid":{tj}', f'{{"cpu":0,"tid":{tj},"ts":')
+        return got
+
+    def begin(self, pid: int, tid: int, ts: Stamp, nid: int, name: str) -> None:
+        who = self._of(pid, tid)[0]
+        self.raw(f'{{"ph":"B","name":{self._json(name)},"cat":"stack",{who},"ts":{ts},"sf":{nid}}}')
+
+    def end(self, pid: int, tid: int, ts: Stamp, name: str) -> None:
+        self.raw(f'{{"ph":"E","name":{self._json(name)},"cat":"stack",{self._of(pid, tid)[0]},"ts":{ts}}}')
+
+    def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
+        sample = f'{self._of(pid, tid)[1]}{ts},"name":{self._json(klass)},"sf":{sf},"weight":1}}'
+        self.samples.write("," + sample if self.n_samples else sample)
+        self.n_samples += 1
+
+    @staticmethod
+    def instant_body(name: str, args: dict) -> tuple[str, str]:
+        return dumps(name), dumps(args)
+
+    def instant(self, pid: int, tid: int, ts: Stamp, body: Any, sf: int | None) -> None:
+        tail = "}" if sf is None else f',"sf":{sf}}}'
+        who = self._of(pid, tid)[0]
+        self.raw(f'{{"ph":"i","s":"t","name":{body[0]},{who},"ts":{ts},"args":{body[1]}{tail}')
+
+    def span(self, pid: int, tid: int, name: str, t0: float, t1: float, args: dict) -> None:
+        """A complete slice (a phase run, a marker)."""
+        self(
+            {
+                "ph": "X",
+                "name": name,
+                "pid": pid,
+                "tid": tid,
+                "ts": _us(t0),
+                "dur": _us(max(0.0, t1 - t0)),
+                "args": args,
+            }
+        )
 
     def flush(self, at_least: int = 1) -> None:
         """Write the events held if there are ``at_least`` of them."""
@@ -113,38 +188,112 @@ class _Out:
             self._buf.clear()
 
 
-class _Stacks:
-    """Stack samples of main threads: B/E flame-chart slices, stackFrames and samples."""
+class _Proto:
+    """The same events as Perfetto's protobuf TrackEvents (memtop.perfetto_pb): a process track per
+    pid, counter tracks under it, named tracks for a GPU's phases and markers (overlapping markers
+    on further lanes), thread tracks for stacks. Stacks go out as slices only (the flame chart):
+    the JSON's ``samples`` are for chrome://tracing and speedscope, which do not read protobuf."""
 
-    def __init__(self, out: _Out, samples: io.TextIOBase) -> None:
+    def __init__(self, fh: BinaryIO) -> None:
+        self.w = pb.TraceWriter(fh)
+        self.stamp = self.w.stamp
+        self._procs: dict[int, int] = {}  # pid -> its process track
+        self._tracks: dict[tuple[int, int], int] = {}  # (pid, tid) -> its track
+        self._counters: dict[tuple[str, int], int] = {}
+        self._lanes: dict[
+            tuple[int, int], list[tuple[int, float]]
+        ] = {}  # (pid, tid) -> [(track, busy until)]
+        self._names: dict[tuple[int, int], str] = {}
+
+    @property
+    def n(self) -> int:
+        return self.w.n
+
+    def process(self, pid: int, name: str) -> None:
+        self._procs[pid] = self.w.process(pid, name)
+
+    def _proc(self, pid: int) -> int:
+        got = self._procs.get(pid)
+        if got is None:
+            self.process(pid, f"pid {pid}")
+            got = self._procs[pid]
+        return got
+
+    def thread(self, pid: int, tid: int, name: str) -> None:
+        self._tracks[(pid, tid)] = self.w.thread(pid, tid, name, self._proc(pid))
+
+    def track(self, pid: int, tid: int, name: str) -> None:
+        self._names[(pid, tid)] = name
+        self._tracks[(pid, tid)] = self.w.track(self._proc(pid), name)
+
+    def _on(self, pid: int, tid: int) -> int:
+        got = self._tracks.get((pid, tid))
+        if got is None:
+            self.thread(pid, tid, f"thread {tid}")
+            got = self._tracks[(pid, tid)]
+        return got
+
+    def counter(self, name: str, pid: int, ts: Stamp, value: float) -> None:
+        uuid = self._counters.get((name, pid))
+        if uuid is None:
+            uuid = self._counters[(name, pid)] = self.w.counter_track(self._proc(pid), name)
+        self.w.counter(uuid, ts, value)
+
+    def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
+        self.counter("PCIe GB/s rx", pid, ts, rx)  # (the JSON importer's names for its two args)
+        self.counter("PCIe GB/s tx", pid, ts, tx)
+
+    def begin(self, pid: int, tid: int, ts: Stamp, nid: int, name: str) -> None:
+        self.w.event(self._on(pid, tid), ts, pb.SLICE_BEGIN, name)
+
+    def end(self, pid: int, tid: int, ts: Stamp, name: str) -> None:
+        self.w.event(self._on(pid, tid), ts, pb.SLICE_END)
+
+    def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
+        """Nothing: the protobuf has the stack's slices only (chrome://tracing's samples are JSON's)."""
+
+    @staticmethod
+    def instant_body(name: str, args: dict) -> tuple[str, bytes]:
+        return name, pb.debug_args(args)
+
+    def instant(self, pid: int, tid: int, ts: Stamp, body: Any, sf: int | None) -> None:
+        self.w.event(self._on(pid, tid), ts, pb.INSTANT, body[0], body[1])
+
+    def span(self, pid: int, tid: int, name: str, t0: float, t1: float, args: dict) -> None:
+        """A complete slice, on the first lane of its track free at ``t0`` (slices on a track nest)."""
+        t1 = max(t0, t1)
+        lanes = self._lanes.setdefault((pid, tid), [(self._on(pid, tid), -math.inf)])
+        k = next((i for i, (_, busy) in enumerate(lanes) if busy <= t0), None)
+        if k is None:
+            k = len(lanes)
+            base = self._names.get((pid, tid), f"thread {tid}")
+            lanes.append((self.w.track(self._proc(pid), f"{base} {k + 1}"), t1))
+        uuid = lanes[k][0]
+        lanes[k] = (uuid, t1)
+        self.w.event(uuid, self.stamp(t0), pb.SLICE_BEGIN, name, pb.debug_args(args))
+        self.w.event(uuid, self.stamp(t1), pb.SLICE_END)
+
+    def flush(self, at_least: int = 1) -> None:
+        self.w.flush(at_least)
+
+
+Sink = _Json | _Proto
+
+
+class _Stacks:
+    """Stack samples of main threads: nested slices (the flame chart), their stack ids and samples."""
+
+    def __init__(self, out: Sink) -> None:
         self.out = out
-        self.samples = samples  # spill file: `samples` follow `traceEvents` in the document
-        self.n_samples = 0
         self.nodes: dict[tuple[int | None, str], int] = {}  # (parent id, frame) -> stackFrames id
         self.frames: dict[int, dict] = {}
         self.open: dict[
             tuple[int, int], tuple[list[tuple[int, str]], float]
         ] = {}  # (pid, tid) -> (path, last t)
         # per stack (the recording hands on one tuple per stored stack; holding it keeps its id
-        # unique): the stack, its path of (stackFrames id, frame name's JSON), root first, and leaf
+        # unique): the stack, its path of (stackFrames id, frame name), root first, and leaf
         self._paths: dict[int, tuple[tuple, list[tuple[int, str]], int | None]] = {}
-        self._instants: dict[tuple[int, str, bool], tuple[tuple, str, str]] = {}  # -> (stack, name, args)
-        self._names: dict[str, str] = {}  # frame name or class -> its JSON string
-        # (pid, tid) -> their JSON fields in an event, the head of a sample of theirs
-        self._who: dict[tuple[int, int], tuple[str, str]] = {}
-
-    def _json(self, text: str) -> str:
-        got = self._names.get(text)
-        if got is None:
-            got = self._names[text] = dumps(text)
-        return got
-
-    def who(self, pid: int, tid: int) -> tuple[str, str]:
-        got = self._who.get((pid, tid))
-        if got is None:
-            tj = dumps(tid)
-            got = self._who[(pid, tid)] = (f'"pid":{dumps(pid)},"tid":{tj}', f'{{"cpu":0,"tid":{tj},"ts":')
-        return got
+        self._instants: dict[tuple[int, str, bool], tuple[tuple, object]] = {}  # -> (stack, encoded)
 
     def _node(self, parent: int | None, label: str) -> int:
         key = (parent, label)
@@ -164,7 +313,7 @@ class _Stacks:
             parent = None
             for fr in reversed(frames):  # root first
                 parent = self._node(parent, f"{fr.name} {fr.file.rsplit('/', 1)[-1]}:{fr.line}")
-                path.append((parent, self._json(fr.name)))
+                path.append((parent, fr.name))
             if len(self._paths) >= _KEPT:  # a reader that hands on a new tuple per sample: stay flat
                 self._paths.clear()
             got = self._paths[id(frames)] = (frames, path, parent)
@@ -173,7 +322,7 @@ class _Stacks:
     def add(self, pid: int, tid: int, t: float, frames: tuple, klass: str) -> int | None:
         path, parent = self._path(frames)
         key = (pid, tid)
-        (who, sample), ts = self.who(pid, tid), repr(_us(t))
+        ts = self.out.stamp(t)
         cur, last = self.open.get(key, ([], t))
         if cur and t - last > STALE_S:
             self._close(key, cur, 0, last + SAMPLE_S)
@@ -183,12 +332,10 @@ class _Stacks:
             common += 1
         self._close(key, cur, common, t)
         for nid, name in path[common:]:
-            self.out.raw(f'{{"ph":"B","name":{name},"cat":"stack",{who},"ts":{ts},"sf":{nid}}}')
+            self.out.begin(pid, tid, ts, nid, name)
         self.open[key] = (path, t)
         if parent is not None:
-            sample += f'{ts},"name":{self._json(klass)},"sf":{parent},"weight":1}}'
-            self.samples.write("," + sample if self.n_samples else sample)
-            self.n_samples += 1
+            self.out.sample(pid, tid, ts, klass, parent)
         return parent
 
     def instant(self, pid: int, m: ThreadStack, t: float, sf: int | None) -> None:
@@ -201,16 +348,14 @@ class _Stacks:
             name = f"{m.klass}: {m.frames[0].name if m.frames else '?'}"
             if len(self._instants) >= _KEPT:
                 self._instants.clear()
-            got = self._instants[key] = (m.frames, dumps(name), dumps(args))
-        tail = "}" if sf is None else f',"sf":{sf}}}'
-        who = self.who(pid, m.tid)[0]
-        self.out.raw(f'{{"ph":"i","s":"t","name":{got[1]},{who},"ts":{_us(t)!r},"args":{got[2]}{tail}')
+            got = self._instants[key] = (m.frames, self.out.instant_body(name, args))
+        self.out.instant(pid, m.tid, self.out.stamp(t), got[1], sf)
 
     def _close(self, key: tuple[int, int], path: list, keep: int, t: float) -> None:
         if len(path) > keep:
-            tail = f'"cat":"stack",{self.who(*key)[0]},"ts":{_us(t)!r}}}'
+            ts = self.out.stamp(t)
             for _nid, name in reversed(path[keep:]):
-                self.out.raw(f'{{"ph":"E","name":{name},{tail}')
+                self.out.end(*key, ts, name)
 
     def finish(self, hi: float) -> None:
         for key, (path, last) in self.open.items():
@@ -230,6 +375,58 @@ def _check(rec: Recording, gpu: int | None, t_from: float | None, t_to: float | 
     return lo, hi, gpus
 
 
+def _walk(
+    rec: Recording,
+    out: Sink,
+    gpu: int | None,
+    t_from: float | None,
+    t_to: float | None,
+    progress: bool | None,
+) -> tuple[float, float, _Stacks]:
+    """Every event of the recording (a --gpu/--from/--to choice of it) into ``out``: the tracks'
+    names, counters, stacks, phases and markers; returns (lo, hi, the stacks seen)."""
+    lo, hi, gpus_meta = _check(rec, gpu, t_from, t_to)
+    out.process(HOST_PID, "host")
+    for g in gpus_meta:
+        if gpu is not None and g["index"] != gpu:
+            continue
+        pid = GPU_PID_BASE + g["index"]
+        out.process(pid, f"GPU {g['index']} {g.get('name')}")
+        out.track(pid, 1, "phases")
+        out.track(pid, 2, "markers")
+    stacks = _Stacks(out)
+    with Progress("exporting", hi - lo, enabled=progress) as bar:
+        _events(rec, lo, hi, gpu, out, stacks, bar, fresh=bool(t_from))
+    stacks.finish(hi)
+    for m in rec.markers():
+        if m.t1 < lo or m.t0 > hi:
+            continue
+        for g in gpus_meta or [{"index": 0}]:
+            if gpu is not None and g["index"] != gpu:
+                continue
+            out.span(
+                GPU_PID_BASE + g["index"],
+                2,
+                f"marker {m.name}",
+                m.t0,
+                m.t1,
+                {"label": m.label, "facts": m.facts},
+            )
+    return lo, hi, stacks
+
+
+def _meta(rec: Recording, lo: float, hi: float, gpu: int | None, extra: dict | None) -> dict:
+    return {
+        "clock": "CLOCK_MONOTONIC",
+        "wall_offset_s": rec.meta.get("wall_offset"),
+        "host": rec.meta.get("host"),
+        "memtop_version": rec.meta.get("memtop_version"),
+        "range_s": [round(lo - rec.t0, 3), round(hi - rec.t0, 3)],
+        "gpu": gpu,
+        **(extra or {}),
+    }
+
+
 def write_trace(
     rec: Recording,
     fh: io.TextIOBase,
@@ -240,50 +437,14 @@ def write_trace(
     extra: Iterable[dict] = (),
     extra_meta: dict | None = None,
 ) -> int:
-    """Write the whole trace document to ``fh``; returns the number of trace events. ``extra``
+    """Write the whole trace document (JSON) to ``fh``; returns the number of trace events. ``extra``
     events (a framework's trace on this clock: memtop.agent.merge) join ``traceEvents``, and
     ``extra_meta`` the metadata."""
-    lo, hi, gpus_meta = _check(rec, gpu, t_from, t_to)
+    _check(rec, gpu, t_from, t_to)
     fh.write('{"traceEvents":[')
-    emit = _Out(fh)
-    emit({"ph": "M", "name": "process_name", "pid": HOST_PID, "tid": 0, "args": {"name": "host"}})
-    for g in gpus_meta:
-        if gpu is not None and g["index"] != gpu:
-            continue
-        pid = GPU_PID_BASE + g["index"]
-        emit(
-            {
-                "ph": "M",
-                "name": "process_name",
-                "pid": pid,
-                "tid": 0,
-                "args": {"name": f"GPU {g['index']} {g.get('name')}"},
-            }
-        )
-        emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "phases"}})
-        emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "markers"}})
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spill:
-        stacks = _Stacks(emit, spill)
-        with Progress("exporting", hi - lo, enabled=progress) as bar:
-            _events(rec, lo, hi, gpu, emit, stacks, bar, fresh=bool(t_from))
-        stacks.finish(hi)
-        for m in rec.markers():
-            if m.t1 < lo or m.t0 > hi:
-                continue
-            for g in gpus_meta or [{"index": 0}]:
-                if gpu is not None and g["index"] != gpu:
-                    continue
-                emit(
-                    {
-                        "ph": "X",
-                        "name": f"marker {m.name}",
-                        "pid": GPU_PID_BASE + g["index"],
-                        "tid": 2,
-                        "ts": _us(m.t0),
-                        "dur": _us(max(0.0, m.t1 - m.t0)),
-                        "args": {"label": m.label, "facts": m.facts},
-                    }
-                )
+        emit = _Json(fh, spill)
+        lo, hi, stacks = _walk(rec, emit, gpu, t_from, t_to, progress)
         for ev in extra:
             emit(ev)
         emit.flush()
@@ -293,17 +454,31 @@ def write_trace(
         spill.seek(0)
         while chunk := spill.read(1 << 20):
             fh.write(chunk)
-    meta = {
-        "clock": "CLOCK_MONOTONIC",
-        "wall_offset_s": rec.meta.get("wall_offset"),
-        "host": rec.meta.get("host"),
-        "memtop_version": rec.meta.get("memtop_version"),
-        "range_s": [round(lo - rec.t0, 3), round(hi - rec.t0, 3)],
-        "gpu": gpu,
-        **(extra_meta or {}),
-    }
-    fh.write(f'],"metadata":{dumps(meta)}}}')
+    fh.write(f'],"metadata":{dumps(_meta(rec, lo, hi, gpu, extra_meta))}}}')
     return emit.n
+
+
+def write_proto(
+    rec: Recording,
+    fh: BinaryIO,
+    gpu: int | None = None,
+    t_from: float | None = None,
+    t_to: float | None = None,
+    progress: bool | None = None,
+) -> int:
+    """The same trace as Perfetto's protobuf (``write_trace``'s metadata as the arguments of an
+    instant "memtop trace" at its start, on the host's track); returns the number of events."""
+    out = _Proto(fh)
+    lo, hi, _ = _walk(rec, out, gpu, t_from, t_to, progress)
+    out.w.event(
+        out._proc(HOST_PID),
+        out.stamp(lo),
+        pb.INSTANT,
+        "memtop trace",
+        pb.debug_args(_meta(rec, lo, hi, gpu, None)),
+    )
+    out.flush()
+    return out.n
 
 
 def _events(
@@ -311,7 +486,7 @@ def _events(
     lo: float,
     hi: float,
     only: int | None,
-    emit: _Out,
+    emit: Sink,
     stacks: _Stacks,
     bar: Progress,
     fresh: bool,
@@ -342,7 +517,7 @@ def _events(
         h = f.host
         if h is not None and h.t != seen_host and h.t >= cut:
             seen_host = h.t
-            ts = repr(_us(h.t))
+            ts = emit.stamp(h.t)
             cpu = sum(h.cpu_pct) / max(1, len(h.cpu_pct))
             if math.isfinite(cpu):
                 emit.counter("CPU %", HOST_PID, ts, round(cpu, 1))
@@ -363,24 +538,8 @@ def _events(
             seen_stack[s.pid] = s.t
             if s.pid not in named:
                 named.add(s.pid)
-                emit(
-                    {
-                        "ph": "M",
-                        "name": "process_name",
-                        "pid": s.pid,
-                        "tid": 0,
-                        "args": {"name": f"pid {s.pid}"},
-                    }
-                )
-                emit(
-                    {
-                        "ph": "M",
-                        "name": "thread_name",
-                        "pid": s.pid,
-                        "tid": m.tid,
-                        "args": {"name": "main (stacks)"},
-                    }
-                )
+                emit.process(s.pid, f"pid {s.pid}")
+                emit.thread(s.pid, m.tid, "main (stacks)")
             stacks.instant(s.pid, m, s.t, stacks.add(s.pid, m.tid, s.t, m.frames, m.klass))
         emit.flush(2000)
         _phases(clf, runs, only, lo, emit)
@@ -391,22 +550,20 @@ def _events(
 _VALUES = operator.attrgetter(*(attr for _, attr, _ in COUNTERS))
 
 
-def _gpu_counters(emit: _Out, g: GpuSample) -> None:
+def _gpu_counters(emit: Sink, g: GpuSample) -> None:
     """The counters of one GPU sample: COUNTERS and PCIe."""
-    pid, ts = GPU_PID_BASE + g.index, repr(_us(g.t))
+    pid, ts = GPU_PID_BASE + g.index, emit.stamp(g.t)
     for (name, _, scale), v in zip(COUNTERS, _VALUES(g), strict=True):
         if v is not None and math.isfinite(v):
             emit.counter(name, pid, ts, v * scale)
     if g.pcie_rx is not None or g.pcie_tx is not None:
         rx, tx = (round((v or 0) / 1e9, 3) for v in (g.pcie_rx, g.pcie_tx))
         if math.isfinite(rx) and math.isfinite(tx):
-            emit.raw(
-                f'{{"ph":"C","name":"PCIe GB/s","pid":{pid},"tid":0,"ts":{ts},"args":{{"rx":{rx!r},"tx":{tx!r}}}}}'
-            )
+            emit.pcie(pid, ts, rx, tx)
 
 
 def _phases(
-    clf: Classifier, runs: dict, only: int | None, lo: float, emit: Callable, final: bool = False
+    clf: Classifier, runs: dict, only: int | None, lo: float, emit: Sink, final: bool = False
 ) -> None:
     """Turn the labels the classifier made since the last call into phase slices, and let go of them."""
     for gpu, labels in clf.labels.items():
@@ -431,24 +588,23 @@ def _phases(
     clf.gaps.clear()
 
 
-def _slice(clf: Classifier, gpu: int, run: list, emit: Callable) -> None:
+def _slice(clf: Classifier, gpu: int, run: list, emit: Sink) -> None:
     a, b = run
-    emit(
-        {
-            "ph": "X",
-            "name": TITLES.get(a.label, a.label),
-            "pid": GPU_PID_BASE + gpu,
-            "tid": 1,
-            "ts": _us(a.t),
-            "dur": _us(b.t + clf.bin_s - a.t),
-            "args": {"label": a.label, "confidence": b.confidence, "rule": b.rule, **b.evidence.as_dict()},
-        }
-    )
+    args = {"label": a.label, "confidence": b.confidence, "rule": b.rule, **b.evidence.as_dict()}
+    emit.span(GPU_PID_BASE + gpu, 1, TITLES.get(a.label, a.label), a.t, b.t + clf.bin_s, args)
 
 
 @contextlib.contextmanager
 def private_output(out: Path, force: bool) -> Iterator[io.TextIOBase]:
-    """A text stream whose content becomes ``out`` only when the block ends without an error.
+    """A text stream whose content becomes ``out`` only when the block ends without an error
+    (``private_binary``'s, as UTF-8)."""
+    with private_binary(out, force) as sink, io.TextIOWrapper(sink, encoding="utf-8", newline="\n") as text:
+        yield text
+
+
+@contextlib.contextmanager
+def private_binary(out: Path, force: bool) -> Iterator[BinaryIO]:
+    """A byte stream whose content becomes ``out`` only when the block ends without an error.
 
     It is written to a temporary file beside ``out``, created like recordings are (0600, O_EXCL, so
     never through a symlink), then renamed over ``out``: a failed export leaves nothing, and --force
@@ -463,9 +619,11 @@ def private_output(out: Path, force: bool) -> Iterator[io.TextIOBase]:
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         with open(fd, "wb", buffering=1 << 20) as raw:
-            sink = io.BufferedWriter(_Deflater(raw), 1 << 20) if out.name.endswith(".gz") else raw
-            with io.TextIOWrapper(sink, encoding="utf-8", newline="\n") as text:
-                yield text
+            if out.name.endswith(".gz"):
+                with io.BufferedWriter(_Deflater(raw), 1 << 20) as gz:
+                    yield gz
+            else:
+                yield raw
         _publish(tmp, out, force)
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None
@@ -528,6 +686,11 @@ def _publish(tmp: Path, out: Path, force: bool) -> None:
         os.replace(tmp, out)
 
 
+def trace_format(out: Path) -> str:
+    """The format a trace file's name asks for: JSON for .json and .json.gz, else Perfetto's protobuf."""
+    return "json" if out.name.removesuffix(".gz").endswith(".json") else "proto"
+
+
 def export_perfetto(
     rec: Recording,
     out: Path,
@@ -536,7 +699,12 @@ def export_perfetto(
     gpu: int | None = None,
     t_from: float | None = None,
     t_to: float | None = None,
+    fmt: str | None = None,
 ) -> int:
+    """``out`` in ``fmt`` ("json" or "proto"; None: as its name asks, ``trace_format``)."""
     _check(rec, gpu, t_from, t_to)  # a bad choice fails before any file is made
-    with private_output(out, force) as fh:
-        return write_trace(rec, fh, gpu=gpu, t_from=t_from, t_to=t_to, progress=progress)
+    if (fmt or trace_format(out)) == "json":
+        with private_output(out, force) as fh:
+            return write_trace(rec, fh, gpu=gpu, t_from=t_from, t_to=t_to, progress=progress)
+    with private_binary(out, force) as bh:
+        return write_proto(rec, bh, gpu=gpu, t_from=t_from, t_to=t_to, progress=progress)

@@ -10,10 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
+
     from memtop.phases import Label
+else:
+    from memtop.lazy import Lazy
+
+    np = Lazy("numpy")  # (the report's; live mode never reads it)
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,20 @@ def columns(labels: Sequence[Label]) -> LabelCols:
         np.array([lab.label for lab in labels], dtype=object),
         np.array([lab.raw for lab in labels], dtype=object),
         np.array([lab.features.mode for lab in labels], dtype=object),
+    )
+
+
+def rows(labels: Sequence[Label]) -> tuple[list[float], list[str], list[str], list[str]]:
+    """``columns`` as lists: live mode's newest few hundred labels without numpy."""
+    cols = getattr(labels, "columns", None)
+    if cols is not None:
+        c = cols()
+        return c.t.tolist(), c.label.tolist(), c.raw.tolist(), c.mode.tolist()
+    return (
+        [lab.t for lab in labels],
+        [lab.label for lab in labels],
+        [lab.raw for lab in labels],
+        [lab.features.mode for lab in labels],
     )
 
 

@@ -15,9 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from memtop.lazy import Lazy
+
+    np = Lazy("numpy")  # (the report's; live mode never reads it)
 
 Bool = Any  # bool for One, a bool array for Cols
 Num = Any  # float or int for One, an array for Cols

@@ -12,13 +12,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from memtop.labelcols import LabelCols, columns
 from memtop.timefmt import length
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from memtop.phases import Label
+else:
+    from memtop.lazy import Lazy
+
+    np = Lazy("numpy")  # (the report's; live mode never reads it)
 
 # a straggler is judged over this much of the newest labels: 2 s gave straggler F1 0.965 on the
 # training 2-GPU runs (1 s 0.998 but two bins of evidence; 10 s 0.45: it lags an 8 s phase)

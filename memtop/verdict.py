@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from memtop.labelcols import columns
-from memtop.labelcols import counts as label_counts
+from memtop.labelcols import rows
 from memtop.model import Frame, ProcSample
 from memtop.phases import HEALTHY, TITLES, Label
 from memtop.sanitize import is_clean
@@ -238,33 +236,35 @@ def verdict(
     over them, for the command where ``frame`` holds none on that GPU (the run has ended)."""
     if not labels:
         return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "waiting for the first seconds of data")
-    cols = columns(labels)
-    t = cols.t
+    # by lists: live mode's hundred labels a tick need no numpy, and a report's hours take milliseconds
+    t, shown, raw, mode = rows(labels)
     end = t[-1]
-    win = np.flatnonzero((t > end - window_s) & (cols.label != "warmup"))
-    if not len(win):
+    win = [
+        i for i, (ti, lab) in enumerate(zip(t, shown, strict=True)) if ti > end - window_s and lab != "warmup"
+    ]
+    if not win:
         return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "warming up")
     n = len(win)
-    wl = cols.label[win]
-    counts = label_counts(wl)
+    wl = [shown[i] for i in win]
+    counts = Counter(wl)
     shares = {k: v / n for k, v in counts.most_common()}
     problems = [(k, s) for k, s in shares.items() if k not in HEALTHY and k not in ("idle", "other")]
-    t0 = float(t[win[0]])
-    span = min(window_s, float(end) - t0 + (float(t[win[1]]) - t0 if n > 1 else 0.5))
+    t0 = t[win[0]]
+    span = min(window_s, end - t0 + (t[win[1]] - t0 if n > 1 else 0.5))
     current = wl[-1]
-    other = np.flatnonzero(wl != current)
-    run = n - 1 - int(other[-1]) if len(other) else n  # the bins of the current label at the end
+    other = next((k for k in range(n - 1, -1, -1) if wl[k] != current), None)
+    run = n - 1 - other if other is not None else n  # the bins of the current label at the end
     if current not in HEALTHY and current not in ("idle", "other") and run * 0.5 >= 3:
         label, share = current, shares[current]  # what is happening now wins over the window's past
     elif problems and problems[0][1] >= PROBLEM_SHARE:
         label, share = problems[0]
     else:
         label, share = counts.most_common(1)[0][0], shares[counts.most_common(1)[0][0]]
-    of_kind = win[(wl == label) & (cols.raw[win] == label)]
-    if not len(of_kind):
-        of_kind = win[wl == label]
-    last = labels[int(of_kind[len(of_kind) // 2] if label != current else of_kind[-1])]  # a typical bin
-    first = labels[int(of_kind[0])]
+    of_kind = [i for i, lab in zip(win, wl, strict=True) if lab == label and raw[i] == label]
+    if not of_kind:
+        of_kind = [i for i, lab in zip(win, wl, strict=True) if lab == label]
+    last = labels[of_kind[len(of_kind) // 2] if label != current else of_kind[-1]]  # a typical bin
+    first = labels[of_kind[0]]
     # a sub-tag the title already says ("launch/Python (python)") is left out
     title = TITLES[label] + (f" ({last.sub})" if last.sub and last.sub not in TITLES[label].lower() else "")
     of_last = f"of the last {length(span)}"
@@ -292,7 +292,7 @@ def verdict(
         # an idle GPU has nothing a missing source would explain
         missing=""
         if label == "idle"
-        else missing_evidence(label_counts(cols.mode[win]).most_common(1)[0][0]),
+        else missing_evidence(Counter(mode[i] for i in win).most_common(1)[0][0]),
         about=about,
     )
 

@@ -153,14 +153,20 @@ def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -
     )  # fmt: skip
 
 
-def column_widths(cells: list[tuple[tuple[str, str], ...]], width: int) -> list[tuple[str, int]]:
-    """Each column as wide as its content (within its bounds); the verdict column gets what its
-    content needs before the band grows past MIN_BAND, then the band up to BAND_W, then the verdict."""
+def cell_lens(cells: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+    """The width of each of a row's cells (``row_cells``)."""
+    return tuple(cell_len(text) for _, text in cells)
+
+
+def column_widths(lens: list[tuple[int, ...]], width: int) -> list[tuple[str, int]]:
+    """Each column as wide as its content (``cell_lens`` of each row, within its bounds); the verdict
+    column gets what its content needs before the band grows past MIN_BAND, then the band up to
+    BAND_W, then the verdict."""
     out = []
     for i, (name, lo, hi) in enumerate(COLUMNS):
-        need = max((cell_len(c[i][1]) for c in cells), default=0)
+        need = max((n[i] for n in lens), default=0)
         out.append((name, max(lo, len(name), min(hi, need))))
-    note_need = max((cell_len(c[NOTE][1]) for c in cells), default=0)
+    note_need = max((n[NOTE] for n in lens), default=0)
     left = width - sum(w for _, w in out) - GAP * (len(out) + 2) - 1  # the last cell: no wrap
     band = max(MIN_BAND, min(BAND_W, left - max(MIN_NOTE, note_need)))
     note = max(0, left - band)  # never wider than the screen (a wider table left stray cells)
@@ -258,6 +264,12 @@ class ClusterApp(App):
         self._fault: str | None = None  # why the poll loop's last round failed: shown as the source's error
         self._rows: dict[str, Row] = {}
         self._painted: tuple | None = None
+        # row key -> (its GPU's dict, stale, straggler: what its cells are made of; the cells, their widths): a
+        # node's snapshot changes once an interval, the paint comes every second (1 024 nodes: a
+        # fifth of the rows new each paint at 5 s)
+        self._row_cells: dict[
+            str, tuple[dict, str | None, str | None, tuple[tuple[str, str], ...], tuple[int, ...]]
+        ] = {}
 
     @property
     def letters(self) -> bool:
@@ -330,8 +342,11 @@ class ClusterApp(App):
         self.query_one("#header", TextPanel).update(head)
         table = self.query_one(BandTable)
         table.ascii_only = self.letters
-        cells = [row_cells(r, self.interval, self.ascii_only) for r in rs]
-        widths = column_widths(cells, self.size.width)
+        made = [self._cells_of(r) for r in rs]
+        if len(self._row_cells) > 2 * len(rs):  # rows gone (a node's GPUs changed): let go of theirs
+            self._row_cells = {r.key: self._row_cells[r.key] for r in rs}
+        cells = [c for c, _ in made]
+        widths = column_widths([n for _, n in made], self.size.width)
         for i, (_, w) in enumerate(widths):
             table.set_width(i, w)
         band_w = widths[BAND][1]
@@ -341,6 +356,14 @@ class ClusterApp(App):
         # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
         table.set_rows(cast(list[tuple[str, tuple[Cell, ...]]], pairs))
         self._detail(table.cursor_key)
+
+    def _cells_of(self, r: Row) -> tuple[tuple[tuple[str, str], ...], tuple[int, ...]]:
+        """The row's cells and their widths, made again only when what they show changed."""
+        got = self._row_cells.get(r.key)
+        if got is None or got[0] is not r.gpu or got[1] != r.stale or got[2] != r.straggler:
+            cells = row_cells(r, self.interval, self.ascii_only)
+            got = self._row_cells[r.key] = (r.gpu, r.stale, r.straggler, cells, cell_lens(cells))
+        return got[3], got[4]
 
     def _detail(self, key: str | None) -> None:
         """The selected GPU: its phase now; the verdict of its window with that verdict's own

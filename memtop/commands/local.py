@@ -427,7 +427,13 @@ def export(args: argparse.Namespace) -> int:
 
     rec = open_recording(args.file)
     n = export_perfetto(
-        rec, Path(args.perfetto), force=args.force, gpu=args.gpu, t_from=args.t_from, t_to=args.t_to
+        rec,
+        Path(args.perfetto),
+        force=args.force,
+        gpu=args.gpu,
+        t_from=args.t_from,
+        t_to=args.t_to,
+        fmt=args.format,
     )
     print(f"wrote {n} trace events to {args.perfetto} (open it in https://ui.perfetto.dev)", file=sys.stderr)
     return 0

@@ -34,6 +34,8 @@ class NodeState:
     failures: int = 0
     received: int = 0  # bytes of good answers
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # (snapshot, stale): its rows, made once per snapshot (rows() runs at every paint)
+    made: tuple[dict | None, str | None, list[Row]] | None = field(default=None, repr=False)
 
     def age(self, now: float | None = None) -> float | None:
         return None if not self.ok_at else (now or time.monotonic()) - self.ok_at
@@ -76,7 +78,6 @@ class Row:
     gpu: dict
     job: str  # the group a straggler is judged in
     stale: str | None  # why the node is stale, or None
-    age: float | None
     straggler: str | None = None  # evidence, when this GPU's phase differs from the rest of its job
 
 
@@ -91,10 +92,20 @@ def _job_key(g: dict) -> str:
 
 def recent_phase(g: dict) -> str:
     """The GPU's phase over the last few band steps (one 0.5 s bin is too jumpy to compare)."""
-    tail = [c for c in (g.get("band") or "")[-RECENT_STEPS:] if c.strip()]
-    if not tail:
-        return str(g.get("phase", "gathering"))
-    return PHASE_OF.get(Counter(tail).most_common(1)[0][0], "other")
+    band = g.get("band") or ""
+    got = _RECENT.get(band[-RECENT_STEPS:]) if isinstance(band, str) else None
+    if got is None:
+        tail = [c for c in band[-RECENT_STEPS:] if c.strip()]
+        got = PHASE_OF.get(Counter(tail).most_common(1)[0][0], "other") if tail else ""
+        if isinstance(band, str):
+            if len(_RECENT) >= 4096:  # (10 characters, 5 steps: a bound, seldom reached)
+                _RECENT.clear()
+            _RECENT[band[-RECENT_STEPS:]] = got
+    return got or str(g.get("phase", "gathering"))
+
+
+# a band's last steps -> their phase ("": none): a cluster of a thousand GPUs asks at every paint
+_RECENT: dict[str, str] = {}
 
 
 def rows(nodes: list[NodeState], interval: float) -> list[Row]:
@@ -102,27 +113,26 @@ def rows(nodes: list[NodeState], interval: float) -> list[Row]:
     out: list[Row] = []
     for n in nodes:
         with n.lock:
-            snap, err, age = n.snapshot, n.error, n.age(now)
+            snap, err = n.snapshot, n.error
         stale = None
         if n.stale(interval, now):
             stale = err or ("no answer yet" if snap is None else "no fresh snapshot")
-        if snap is None:
-            out.append(Row(f"{n.target}/-", n.target, "", {}, "none", stale or err, age))
-            continue
-        for g in snap.get("gpus", []):
-            if isinstance(g, dict):
-                out.append(
-                    Row(
-                        f"{n.target}/{g.get('index')}",
-                        n.target,
-                        str(snap.get("hostname", "")),
-                        g,
-                        _job_key(g),
-                        stale,
-                        age,
-                    )
-                )
+        made = n.made
+        if made is None or made[0] is not snap or made[1] != (stale or err):
+            made = n.made = (snap, stale or err, _node_rows(n.target, snap, stale, err))
+        out.extend(made[2])
     return _flag_stragglers(out)
+
+
+def _node_rows(target: str, snap: dict | None, stale: str | None, err: str | None) -> list[Row]:
+    if snap is None:
+        return [Row(f"{target}/-", target, "", {}, "none", stale or err)]
+    host = str(snap.get("hostname", ""))
+    return [
+        Row(f"{target}/{g.get('index')}", target, host, g, _job_key(g), stale)
+        for g in snap.get("gpus", [])
+        if isinstance(g, dict)
+    ]
 
 
 def _flag_stragglers(rs: list[Row]) -> list[Row]:

@@ -111,10 +111,16 @@ def shares(v: object) -> dict[str, float]:
 
 def band(v: object) -> str:
     """The phase band: known phase characters and spaces only, the newest BAND_LEN steps."""
-    return "".join(c if c in _BAND_CHARS else " " for c in v[-BAND_LEN:]) if isinstance(v, str) else ""
+    if not isinstance(v, str):
+        return ""
+    v = v[-BAND_LEN:]
+    if _BAND.fullmatch(v):  # (what a node sends: a thousand nodes' bands every few seconds)
+        return v
+    return "".join(c if c in _BAND_CHARS else " " for c in v)
 
 
 _BAND_CHARS = frozenset(CHARS.values()) | {" "}
+_BAND = re.compile("[" + re.escape("".join(sorted(_BAND_CHARS))) + "]*")
 
 
 _LABEL = re.compile(r"[a-z][a-z_-]{0,15}")  # a phase's name (the row shows it as one)

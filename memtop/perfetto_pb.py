@@ -1,0 +1,191 @@
+"""A minimal writer of Perfetto's native trace format (protobuf ``Trace`` of ``TracePacket``s, TrackEvent).
+
+Only what memtop writes is encoded: track descriptors (process, thread, named and counter tracks),
+slice begin/end, instants with debug annotations, and counter values, all on one packet sequence
+with event names interned. Field numbers are those of Perfetto's protos
+(protos/perfetto/trace/trace_packet.proto, track_event/track_event.proto, track_descriptor.proto,
+debug_annotation.proto, interned_data.proto). Written by hand rather than with the protobuf
+package: a dozen message shapes, their constant parts encoded once, and no dependency or generated
+code to keep in step (docs/ARCHITECTURE.md, "Perfetto export").
+
+Timestamps are integer nanoseconds; the trace carries no clock snapshot, so Perfetto reads them as
+its default trace clock, unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Callable
+from typing import BinaryIO
+
+_DOUBLE = struct.Struct("<d").pack
+SEQ = b"\x50\x01"  # trusted_packet_sequence_id = 1: every packet is on one sequence
+_CLEARED = 1  # sequence_flags: SEQ_INCREMENTAL_STATE_CLEARED (interned names start afresh)
+_NEEDS_STATE = b"\x68\x02"  # sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE (the packet uses an iid)
+_NS_MAX = (1 << 63) - 1
+SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type
+
+
+def varint(v: int) -> bytes:
+    """Base-128 varint; a negative int64 as its 64-bit two's complement (10 bytes), as protobuf does."""
+    if v < 0:
+        v += 1 << 64
+    if v < 0x80:
+        return bytes((v,))
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def key(field: int, wire: int) -> bytes:
+    return varint(field << 3 | wire)
+
+
+def vint(field: int, v: int) -> bytes:
+    return key(field, 0) + varint(v)
+
+
+def blob(field: int, data: bytes) -> bytes:
+    """A length-delimited field (a string's UTF-8, a message's bytes)."""
+    return key(field, 2) + varint(len(data)) + data
+
+
+def text(field: int, s: str) -> bytes:
+    return blob(field, s.encode("utf-8", "replace"))
+
+
+def double(field: int, v: float) -> bytes:
+    return key(field, 1) + _DOUBLE(v)
+
+
+def annotation(name: str, value: object) -> bytes:
+    """One DebugAnnotation: scalars as themselves, anything else as its JSON text (None: JSON null)."""
+    if isinstance(value, bool):
+        v = vint(2, int(value))
+    elif isinstance(value, int) and -(1 << 63) <= value < 1 << 63:
+        v = vint(4, value)
+    elif isinstance(value, float) and math.isfinite(value):
+        v = double(5, value)
+    elif isinstance(value, str):
+        v = text(6, value)
+    else:
+        v = text(9, json.dumps(value, default=str, allow_nan=False) if _plain(value) else "null")
+    return text(10, name) + v
+
+
+def _plain(value: object) -> bool:
+    try:
+        json.dumps(value, default=str, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
+def debug_args(args: dict) -> bytes:
+    """TrackEvent.debug_annotations (field 4) of ``args``."""
+    return b"".join(blob(4, annotation(str(k), v)) for k, v in args.items())
+
+
+class TraceWriter:
+    """Packets of one sequence, buffered and written to ``fh`` in batches (``flush``).
+
+    Tracks are made by ``process``/``thread``/``track``/``counter_track`` (each returns its uuid);
+    events name the uuid of their track. ``n`` counts the events written (not descriptors)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh = fh
+        self.n = 0
+        self._buf: list[bytes] = []
+        self._uuids = 0
+        self._iids: dict[str, bytes] = {}  # event name -> its name_iid field
+        self._heads: dict[tuple[int, int], bytes] = {}  # (track, type) -> those fields of an event
+        self._counters: dict[int, bytes] = {}  # counter track -> its packet's part after the timestamp
+        self._packs: dict[tuple[int, int], Callable[..., bytes]] = {}  # (those sizes) -> their packer
+        self._put(SEQ + vint(13, _CLEARED))
+
+    def _put(self, body: bytes) -> None:
+        self._buf.append(b"\x0a" + varint(len(body)) + body)  # Trace.packet = 1
+
+    def _uuid(self) -> int:
+        self._uuids += 1
+        return self._uuids
+
+    def _descriptor(self, desc: bytes) -> None:
+        self._put(SEQ + blob(60, desc))  # TracePacket.track_descriptor = 60
+
+    def process(self, pid: int, name: str) -> int:
+        uuid = self._uuid()
+        self._descriptor(vint(1, uuid) + blob(3, vint(1, pid) + text(6, name)))
+        return uuid
+
+    def thread(self, pid: int, tid: int, name: str, parent: int | None = None) -> int:
+        uuid = self._uuid()
+        up = b"" if parent is None else vint(5, parent)
+        self._descriptor(vint(1, uuid) + up + blob(4, vint(1, pid) + vint(2, tid) + text(5, name)))
+        return uuid
+
+    def track(self, parent: int, name: str) -> int:
+        """A named track for slices under ``parent`` (a process's track)."""
+        uuid = self._uuid()
+        self._descriptor(vint(1, uuid) + text(2, name) + vint(5, parent))
+        return uuid
+
+    def counter_track(self, parent: int, name: str) -> int:
+        uuid = self._uuid()
+        self._descriptor(vint(1, uuid) + text(2, name) + vint(5, parent) + blob(8, b""))
+        # the packet after its timestamp, but for the value: the sequence, then the TrackEvent (type =
+        # COUNTER, track_uuid, double_counter_value's key); with its size, less the timestamp's
+        te = b"\x48\x04" + vint(11, uuid) + b"\xe1\x02"
+        self._counters[uuid] = SEQ + b"\x5a" + bytes((len(te) + 8,)) + te
+        return uuid
+
+    @staticmethod
+    def stamp(t: float) -> bytes:
+        """TracePacket.timestamp (ns) of a time in seconds, encoded once for the events at it."""
+        ns = t * 1e9
+        return b"\x40" + varint(round(ns) if 0 <= ns <= _NS_MAX else 0)  # (NaN: 0, as JSON's null)
+
+    def counter(self, uuid: int, ts: bytes, value: float) -> None:
+        """A counter value at ``ts`` (``stamp``): ``value`` must be finite."""
+        tail = self._counters[uuid]
+        shape = (len(ts), len(tail))
+        pack = self._packs.get(shape)
+        if pack is None:  # the packet in one struct.pack: its key, size (< 128: one byte), the rest
+            pack = self._packs[shape] = struct.Struct(f"<BB{shape[0]}s{shape[1]}sd").pack
+        self._buf.append(pack(0x0A, shape[0] + shape[1] + 8, ts, tail, value))
+        self.n += 1
+
+    def name(self, name: str) -> tuple[bytes, bytes]:
+        """(TrackEvent.name_iid field, the InternedData to send with it the first time, else b"")."""
+        got = self._iids.get(name)
+        if got is not None:
+            return got, b""
+        iid = len(self._iids) + 1
+        got = self._iids[name] = vint(10, iid)
+        return got, blob(12, blob(2, vint(1, iid) + text(2, name)))  # InternedData.event_names
+
+    def event(self, uuid: int, ts: bytes, kind: int, name: str | None = None, extra: bytes = b"") -> None:
+        """A slice begin/end or instant on track ``uuid``; ``extra``: more TrackEvent fields (``debug_args``)."""
+        head = self._heads.get((uuid, kind))
+        if head is None:
+            head = self._heads[(uuid, kind)] = vint(9, kind) + vint(11, uuid)
+        if name is None:
+            self.event_raw(ts, head + extra)
+        else:
+            iid, interned = self.name(name)
+            self.event_raw(ts, head + iid + extra, interned)
+
+    def event_raw(self, ts: bytes, te: bytes, interned: bytes = b"") -> None:
+        """A TrackEvent already encoded (``te``), with the InternedData its name needs."""
+        self._put(ts + SEQ + interned + _NEEDS_STATE + blob(11, te))
+        self.n += 1
+
+    def flush(self, at_least: int = 1) -> None:
+        if len(self._buf) >= at_least:
+            self.fh.write(b"".join(self._buf))
+            self._buf.clear()

@@ -1,0 +1,234 @@
+"""`memtop export --perfetto OUT.pftrace`: Perfetto's protobuf, read back field by field here and held
+against the JSON export of the same recording (what each holds, event for event)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import DATA, REC
+
+from memtop import perfetto_pb as pb
+from memtop.cli import main
+from memtop.export import trace_format
+
+
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    v = shift = 0
+    while True:
+        c = b[i]
+        v |= (c & 0x7F) << shift
+        i += 1
+        if c < 0x80:
+            return v, i
+        shift += 7
+
+
+def fields(b: bytes) -> list[tuple[int, object]]:
+    """A message's (field number, value): an int, 8 bytes (fixed64) or bytes (length-delimited)."""
+    out: list[tuple[int, object]] = []
+    i = 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            v, i = _varint(b, i)
+            out.append((num, v))
+        elif wire == 1:
+            out.append((num, b[i : i + 8]))
+            i += 8
+        elif wire == 2:
+            n, i = _varint(b, i)
+            out.append((num, b[i : i + n]))
+            i += n
+        else:
+            raise AssertionError(f"wire type {wire} at {i}")
+    assert i == len(b), "a field runs past its message"
+    return out
+
+
+def one(msg: list[tuple[int, object]], num: int, default: object = None) -> object:
+    return next((v for n, v in msg if n == num), default)
+
+
+def read_trace(path: Path) -> dict:
+    """What a protobuf trace holds: counter values per track name, slices (begin/end balanced per
+    track), instants by name; every event's track described before it, every name iid defined."""
+    names: dict[int, str] = {}
+    iids: dict[int, str] = {}
+    counters: Counter[str] = Counter()
+    depth: Counter[int] = Counter()
+    slices, instants = Counter(), Counter()
+    last_ts: dict[int, int] = {}
+    for num, packet in fields(path.read_bytes()):
+        assert num == 1  # Trace.packet
+        p = fields(packet)  # type: ignore[arg-type]
+        assert one(p, 10) == 1  # one sequence
+        if (d := one(p, 60)) is not None:
+            desc = fields(d)  # type: ignore[arg-type]
+            sub = one(desc, 3) or one(desc, 4)
+            label = one(desc, 2) or one(fields(sub), 6 if one(desc, 3) else 5)  # type: ignore[arg-type]
+            names[one(desc, 1)] = label.decode()  # type: ignore[union-attr,index]
+        for n, interned in p:
+            if n == 12:
+                for k, name in fields(interned):  # type: ignore[arg-type]
+                    assert k == 2  # event_names
+                    e = fields(name)  # type: ignore[arg-type]
+                    iids[one(e, 1)] = one(e, 2).decode()  # type: ignore[union-attr,index]
+        if (te := one(p, 11)) is None:
+            continue
+        ev = fields(te)  # type: ignore[arg-type]
+        track, kind, ts = one(ev, 11), one(ev, 9), one(p, 8)
+        assert track in names, "an event on a track not described before it"
+        assert ts >= last_ts.get(track, 0) or kind == pb.COUNTER  # type: ignore[operator]
+        last_ts[track] = ts  # type: ignore[assignment]
+        name = iids.get(one(ev, 10)) if one(ev, 10) is not None else None  # type: ignore[arg-type]
+        if kind == pb.COUNTER:
+            counters[names[track]] += 1  # type: ignore[index]
+            assert len(one(ev, 44)) == 8  # type: ignore[arg-type]
+        elif kind == pb.SLICE_BEGIN:
+            assert name is not None
+            depth[track] += 1  # type: ignore[index]
+            slices[name] += 1
+        elif kind == pb.SLICE_END:
+            depth[track] -= 1  # type: ignore[index]
+            assert depth[track] >= 0  # type: ignore[index]
+        else:
+            assert kind == pb.INSTANT and name is not None
+            instants[name] += 1
+    assert not any(depth.values()), "a slice left open"
+    return {"counters": counters, "slices": slices, "instants": instants}
+
+
+def read_json(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    counters: Counter[str] = Counter()
+    slices, instants = Counter(), Counter()
+    for ev in doc["traceEvents"]:
+        if ev["ph"] == "C":  # (Perfetto's JSON importer names a counter of several args "name arg")
+            for k in ev["args"]:
+                counters[ev["name"] if k == "value" else f"{ev['name']} {k}"] += 1
+        elif ev["ph"] in "BX":
+            slices[ev["name"]] += 1
+        elif ev["ph"] == "i":
+            instants[ev["name"]] += 1
+    return {"counters": counters, "slices": slices, "instants": instants}
+
+
+@pytest.mark.parametrize(
+    "rec", [REC[0], DATA / "heldout2_torch_s21.memtop", DATA / "multi/heldout_ddp_s11.memtop"]
+)
+def test_protobuf_holds_what_the_json_holds(rec, tmp_path):
+    """Counters per track, slices (phases, markers, stack frames) and instants by name: the same in
+    both forms; the protobuf's one extra instant is its metadata."""
+    js, pf = tmp_path / "t.json", tmp_path / "t.pftrace"
+    assert main(["export", str(rec), "--perfetto", str(js)]) == 0
+    assert main(["export", str(rec), "--perfetto", str(pf)]) == 0
+    a, b = read_json(js), read_trace(pf)
+    assert b["instants"].pop("memtop trace") == 1
+    assert a == b
+    assert sum(a["counters"].values()) > 1000 and a["slices"] and a["instants"]
+    assert pf.stat().st_size < js.stat().st_size / 2  # the point of the format, with its fidelity
+    assert pf.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_range_of_one_gpu_and_gzip(tmp_path):
+    import gzip
+
+    out, gz = tmp_path / "t.pftrace", tmp_path / "t.pftrace.gz"
+    args = ["export", str(REC[0]), "--from", "30", "--to", "60", "--gpu", "0"]
+    assert main([*args, "--perfetto", str(out)]) == 0
+    assert main([*args, "--perfetto", str(gz)]) == 0
+    assert gzip.decompress(gz.read_bytes()) == out.read_bytes()
+    got = read_trace(out)
+    full = read_trace(_export(REC[0], tmp_path / "full.pftrace"))
+    assert 0 < sum(got["counters"].values()) < sum(full["counters"].values()) / 2
+
+
+def _export(rec: Path, out: Path) -> Path:
+    assert main(["export", str(rec), "--perfetto", str(out)]) == 0
+    return out
+
+
+def test_the_name_picks_the_format_and_the_flag_overrides_it(tmp_path):
+    assert [trace_format(Path(n)) for n in ("a.json", "a.json.gz", "a.pftrace", "a", "a.gz")] == [
+        "json",
+        "json",
+        "proto",
+        "proto",
+        "proto",
+    ]
+    out = tmp_path / "t.trace"
+    assert main(["export", str(REC[0]), "--perfetto", str(out), "--format", "json"]) == 0
+    assert json.loads(out.read_text())["traceEvents"]
+    assert main(["export", str(REC[0]), "--perfetto", str(out), "--format", "proto", "--force"]) == 0
+    assert read_trace(out)["counters"]
+
+
+def test_odd_argument_values_are_encoded(tmp_path):
+    """A NaN, a nested value and an int beyond int64 in a slice's arguments: JSON text (null for the
+    NaN), never an error; a negative int as protobuf's 64-bit two's complement."""
+    buf = tmp_path / "t.pftrace"
+    with open(buf, "wb") as fh:
+        w = pb.TraceWriter(fh)
+        proc = w.process(7, "p")
+        track = w.track(proc, "markers")
+        odd = {"x": float("nan"), "y": {"z": [1, 2]}, "big": 1 << 70, "neg": -3, "ok": True}
+        w.event(track, w.stamp(1.0), pb.SLICE_BEGIN, "a", pb.debug_args(odd))
+        w.event(track, w.stamp(2.0), pb.SLICE_END)
+        w.flush()
+    assert read_trace(buf)["slices"] == {"a": 1}
+    packets = [fields(p) for _, p in fields(buf.read_bytes())]  # type: ignore[arg-type]
+    ann = [fields(v) for n, v in fields(one(packets[3], 11)) if n == 4]  # type: ignore[arg-type]
+    got = {one(a, 10).decode(): a[1] for a in ann}  # type: ignore[union-attr]
+    assert got["x"] == (9, b"null") and got["y"] == (9, b'{"z": [1, 2]}')
+    assert got["neg"] == (4, (1 << 64) - 3) and got["ok"] == (2, 1) and got["big"][0] == 9
+    assert struct.unpack("<d", pb.double(5, 0.5)[1:])[0] == 0.5
+
+
+def test_overlapping_markers_go_on_lanes(tmp_path):
+    """Slices on one track must nest: a marker overlapping the ones before it goes on the first lane
+    free at its start."""
+    from memtop.export import _Proto
+
+    out = tmp_path / "t.pftrace"
+    with open(out, "wb") as fh:
+        sink = _Proto(fh)
+        sink.process(1_000_000, "GPU 0")
+        sink.track(1_000_000, 2, "markers")
+        for t0, t1 in ((1.0, 3.0), (2.0, 4.0), (3.5, 5.0), (2.5, 2.6)):
+            sink.span(1_000_000, 2, "m", t0, t1, {})
+        sink.flush()
+    got = read_trace(out)  # (read_trace asserts nesting and time order per track)
+    assert got["slices"]["m"] == 4
+    tracks = [one(fields(d), 2) for n, d in fields(out.read_bytes()) for k, d in fields(d) if k == 60]  # type: ignore[arg-type]
+    assert b"markers 2" in tracks and b"markers 3" in tracks and b"markers 4" not in tracks
+
+
+def test_varint():
+    assert [pb.varint(v) for v in (0, 1, 127, 128, 300)] == [
+        b"\x00",
+        b"\x01",
+        b"\x7f",
+        b"\x80\x01",
+        b"\xac\x02",
+    ]
+    assert len(pb.varint(-1)) == 10 and _varint(pb.varint((1 << 63) - 1), 0)[0] == (1 << 63) - 1
+    assert pb.TraceWriter.stamp(float("nan")) == b"\x40\x00"
+
+
+def test_live_mode_imports_no_numpy():
+    """numpy (~15 MiB resident) is the report's: live mode's modules do not load it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import memtop.commands.local, memtop.tui.app, memtop.sampler, memtop.pipeline, "
+        "memtop.collectors.nvml, memtop.collectors.host, memtop.collectors.stacks; "
+        "print('numpy' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "False"
