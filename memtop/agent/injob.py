@@ -14,7 +14,7 @@ Protocol: one JSON request line, at most MAX_REQUEST bytes; one JSON answer line
 ``bytes`` bytes of the framework's Chrome-trace JSON.
   {"op": "hello"} -> {"ok": true, "pid", "frameworks", "protocol", "busy"}
   {"op": "trace", "seconds": S, "steps": N|null, "at": CLOCK_MONOTONIC s|null, "python": bool}
-    -> {"ok": true, "framework", "bytes", "clock", "window", "steps", "warnings"}
+    -> {"ok": true, "framework", "bytes", "clock", "window", "steps", "warnings", "timing"}
   any failure -> {"ok": false, "error": "one line"}
 """
 
@@ -282,7 +282,9 @@ def _torch_trace(
             end = time.monotonic()
             marks += _clock_marks(record_function, CLOCK_MARKS)
         finally:
+            stopping = time.monotonic()
             prof.stop()
+            stopped = time.monotonic()
     finally:
         if hook is not None:
             hook.remove()
@@ -295,6 +297,7 @@ def _torch_trace(
         with contextlib.suppress(OSError):
             os.unlink(path)
         raise
+    exported = time.monotonic()
     head = {
         "framework": "torch",
         "version": str(torch.__version__),
@@ -302,6 +305,7 @@ def _torch_trace(
         "window": [start, end],
         "steps": counted[0],
         "warnings": warnings,
+        "timing": {"stop_s": round(stopped - stopping, 3), "export_s": round(exported - stopped, 3)},
     }
     return head, path
 

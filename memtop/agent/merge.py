@@ -43,6 +43,7 @@ class Capture:
     pid: int
     head: dict
     events: list = field(default_factory=list)
+    timing: dict = field(default_factory=dict)  # memtop's side: when it came, how long it took to read
 
     @classmethod
     def parse(cls, pid: int, head: dict, payload: bytes) -> Capture:

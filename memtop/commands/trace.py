@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from memtop.agent.capture import capture_trace
+from memtop.agent.capture import capture_trace, default_output
 from memtop.agent.client import hello, job_agents
 from memtop.errors import UserError
-
-
-def default_output(pid: int) -> Path:
-    return Path(f"memtop-trace-{pid}-{time.strftime('%Y%m%d-%H%M%S')}.json.gz")
 
 
 def run_trace(args: argparse.Namespace) -> int:
