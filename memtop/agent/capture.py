@@ -24,9 +24,8 @@ from memtop.agent.merge import Alignment, Capture, align, describe, write_merged
 from memtop.errors import UserError
 from memtop.sanitize import clean
 
-LEAD_S = 1.5  # the window starts this long after the request: the recorder, started at the same
-# time, is up by then (its Python and NVML start took ~1 s on the H100 host), and the agents of all
-# ranks have the request
+LEAD_S = 0.5  # the window starts this long after the recorder is up: its readings lead into the
+# window, and the agents of all ranks have the request by then
 READY_S = 10.0  # the recorder's start (NVML's) allowed: one that is not up by then is given up on
 ANSWER_S = 120.0  # beyond the window: the profiler's stop and export of a large trace
 STOP_S = 15.0  # a capture's recorder (a window's worth) closes well within this
@@ -154,25 +153,15 @@ def capture_trace(
         )
         warnings: list[str] = []
         try:
-            # the agents are asked at once, for a window LEAD_S ahead; the recorder starts meanwhile
-            # (waiting for it first cost its whole start-up on top of the lead)
-            at = asked + LEAD_S
-            request = {"op": "trace", "seconds": seconds, "steps": steps, "at": at, "python": python}
-            pids = ", ".join(f"pid {r.pid}" for r in refs)
-            say(f"capturing {seconds:g} s of {pids}")
-            ready: list[bool] = []
-            watcher = threading.Thread(
-                target=lambda: ready.append(_wait_ready(rec_path, recorder, at + seconds)),
-                name="memtop-trace-ready",
-                daemon=True,
-            )
-            watcher.start()
-            captures, failed = _ask_all(refs, request, LEAD_S + seconds + ANSWER_S)
-            watcher.join()
-            if not ready[0]:
+            if not _wait_ready(rec_path, recorder, asked + READY_S):
                 warnings.append(
-                    "memtop's recorder did not start in the window: the trace holds the framework's events only"
+                    "memtop's recorder did not start: the trace holds the framework's events only"
                 )
+            ready = time.monotonic()
+            at = ready + LEAD_S
+            request = {"op": "trace", "seconds": seconds, "steps": steps, "at": at, "python": python}
+            say(f"capturing {seconds:g} s of {', '.join(f'pid {r.pid}' for r in refs)}")
+            captures, failed = _ask_all(refs, request, LEAD_S + seconds + ANSWER_S)
         finally:
             answered = time.monotonic()
             fault = stop_recorder(recorder)
@@ -192,11 +181,15 @@ def capture_trace(
         try:
             _, summary = write_merged(recorded, captures, out, force)
         except UserError as e:
-            if recorded is None or "holds no samples" not in str(e):
+            if recorded is None:
                 raise
+            # a recording that holds no sample of the window (a recorder slow to start on a busy host)
+            warnings.append(
+                f"memtop's recording of the window is unusable ({e}): the framework's events only"
+            )
             _, summary = write_merged(None, captures, out, force)
         done = time.monotonic()
-        summary["timing"] = _timing(asked, at, seconds, captures, answered, merging, done)
+        summary["timing"] = _timing(asked, ready, at, seconds, captures, answered, merging, done)
         return TraceResult(out, summary, tuple(warnings))
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -204,6 +197,7 @@ def capture_trace(
 
 def _timing(
     asked: float,
+    ready: float,
     at: float,
     seconds: float,
     captures: list[Aligned],
@@ -219,7 +213,8 @@ def _timing(
     }
     last = max(c.timing["received"] for c, _ in captures)
     return {
-        "lead_s": round(at - asked, 3),
+        "recorder_start_s": round(ready - asked, 3),
+        "lead_s": round(at - ready, 3),
         "window_s": round(max(c.head["window"][1] - c.head["window"][0] for c, _ in captures), 3),
         "asked_window_s": seconds,
         "profiler_stop_s": worst["stop_s"],
