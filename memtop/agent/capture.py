@@ -28,6 +28,7 @@ LEAD_S = 0.5  # the window starts this long after the recorder is up: its readin
 # window, and the agents of all ranks have the request by then
 READY_S = 10.0  # the recorder's start (NVML's) allowed: one that is not up by then is given up on
 ANSWER_S = 120.0  # beyond the window: the profiler's stop and export of a large trace
+TAIL_S = 0.5  # memtop's recording goes on this long past the window
 STOP_S = 15.0  # a capture's recorder (a window's worth) closes well within this
 
 
@@ -85,6 +86,28 @@ def stop_recorder(proc: subprocess.Popen, timeout: float | None = STOP_S) -> str
         return ""
     lines = err.decode(errors="replace").strip().splitlines()
     return clean(lines[-1] if lines else f"exit status {proc.returncode}", 300)
+
+
+class _Stopper:
+    """Stops the recorder at ``when`` (CLOCK_MONOTONIC), or at stop_now() if that comes first."""
+
+    def __init__(self, proc: subprocess.Popen, when: float) -> None:
+        self._now = threading.Event()
+        self._fault: list[str] = []
+        self._thread = threading.Thread(
+            target=self._run, args=(proc, when), name="memtop-trace-stop", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, proc: subprocess.Popen, when: float) -> None:
+        self._now.wait(max(0.0, when - time.monotonic()))
+        self._fault.append(stop_recorder(proc))
+
+    def stop_now(self) -> str:
+        """The recorder's last words if it failed ("" if not), once it has stopped."""
+        self._now.set()
+        self._thread.join()
+        return self._fault[0] if self._fault else "its stop failed"
 
 
 def _wait_ready(path: Path, proc: subprocess.Popen, deadline: float) -> bool:
@@ -152,6 +175,7 @@ def capture_trace(
             rec_path, [r.pid for r in refs], limit + ([] if stacks else ["--no-stacks"])
         )
         warnings: list[str] = []
+        stopper = None
         try:
             if not _wait_ready(rec_path, recorder, asked + READY_S):
                 warnings.append(
@@ -161,10 +185,13 @@ def capture_trace(
             at = ready + LEAD_S
             request = {"op": "trace", "seconds": seconds, "steps": steps, "at": at, "python": python}
             say(f"capturing {seconds:g} s of {', '.join(f'pid {r.pid}' for r in refs)}")
+            # the recorder stops once the window is over, while the agents stop their profilers and
+            # export (seconds for a large trace): its close is then off the way to the file
+            stopper = _Stopper(recorder, at + seconds + TAIL_S)
             captures, failed = _ask_all(refs, request, LEAD_S + seconds + ANSWER_S)
         finally:
             answered = time.monotonic()
-            fault = stop_recorder(recorder)
+            fault = stop_recorder(recorder) if stopper is None else stopper.stop_now()
         warnings += failed
         if not captures:
             raise UserError("; ".join(failed) or "no capture")
