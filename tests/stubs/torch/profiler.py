@@ -46,7 +46,9 @@ class record_function:
 
 
 class profile:
-    def __init__(self, activities: list, with_stack: bool = False, experimental_config: object = None) -> None:
+    def __init__(
+        self, activities: list, with_stack: bool = False, experimental_config: object = None
+    ) -> None:
         self.events: list = []
 
     def start(self) -> None:
