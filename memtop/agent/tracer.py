@@ -85,15 +85,17 @@ class Tracer:
 
     def _capture(self, pid: int, trigger: str) -> bool:
         started, wall = time.monotonic(), time.time()
-        pids, path, line, ok = [pid], None, "", False
+        entry: dict = {"t": round(started, 3), "wall": round(wall, 3), "pids": [pid], "trigger": trigger}
+        path, line, ok = None, "", False
         try:
             refs = self.targets(pid, self.pipeline.frame)
-            pids = [r.pid for r in refs]
+            entry["pids"] = [r.pid for r in refs]
             path = default_output(pid, self.options.directory)
             result = capture_trace(
                 refs, self.options.seconds, path, progress=lambda s: self.notify("progress", f"trace: {s}")
             )
             line, ok = result.line(), True
+            entry["timing"] = result.summary.get("timing")
             for w in result.warnings:
                 self.notify("progress", f"trace: warning: {w}")
         except UserError as e:
@@ -101,24 +103,18 @@ class Tracer:
         except Exception as e:  # the view goes on whatever a capture meets
             line = f"{type(e).__name__}: {e}"
         line = clean(line, 1000)
-        self._keep(started, wall, pids, str(path) if ok else None, trigger, ok, line)
+        entry |= {
+            "file": str(path) if ok else None,
+            "outcome": "ok" if ok else "failed",
+            "detail": line,
+            "took_s": round(time.monotonic() - started, 3),  # from the asking to the file written
+        }
+        self._keep(entry)
         self.notify("done" if ok else "failed", f"trace: {line}" if ok else f"trace failed: {line}")
         return ok
 
-    def _keep(
-        self, t: float, wall: float, pids: list[int], path: str | None, trigger: str, ok: bool, line: str
-    ) -> None:
-        self.captures.append(
-            {
-                "t": round(t, 3),
-                "wall": round(wall, 3),
-                "pids": pids,
-                "trigger": trigger,
-                "file": path,
-                "outcome": "ok" if ok else "failed",
-                "detail": line,
-            }
-        )
+    def _keep(self, entry: dict) -> None:
+        self.captures.append(entry)
         del self.captures[:-MAX_KEPT]
         writer = self.pipeline.writer
         if writer is not None:
