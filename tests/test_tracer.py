@@ -122,6 +122,10 @@ def test_trace_on_fires_when_a_verdict_turns_and_not_again_within_the_interval()
     assert frame is not None and frame.gpus[0].processes
     pid = frame.gpus[0].processes[0].pid
     t = Tracer(TraceOptions(on=frozenset({"sync"}), every_s=300), pipeline)
+    bare = replace(frame, gpus=tuple(replace(g, processes=()) for g in frame.gpus))
+    assert t.due(_verdicts(gpu0="sync"), bare) == []  # no process on it yet: the turn waits for one
+    assert t.due(_verdicts(gpu0="sync"), frame) == [(0, pid, "sync")]
+    t = Tracer(TraceOptions(on=frozenset({"sync"}), every_s=300), pipeline)
     assert t.due(_verdicts(gpu0="compute"), frame) == []
     assert t.due(_verdicts(gpu0="sync"), frame) == [(0, pid, "sync")]
     assert t.due(_verdicts(gpu0="sync"), frame) == []  # no turn: nothing

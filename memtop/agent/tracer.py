@@ -145,16 +145,22 @@ class Tracer:
         now, out = time.monotonic(), []
         for gpu, v in sorted(verdicts.items()):
             label = "straggler" if v.straggler else v.label
-            turned = self._labels.get(gpu) != label
-            self._labels[gpu] = label
-            if not turned or label not in self.options.on:
+            if self._labels.get(gpu) == label:
                 continue
-            for pid in _gpu_pids(gpu, frame):
-                if now - self._last.get(pid, -self.options.every_s) >= self.options.every_s:
-                    for p in [pid, *_job_peers(pid, frame)]:
-                        self._last[p] = now
-                    out.append((gpu, pid, label))
-                    break
+            pids = _gpu_pids(gpu, frame)
+            if label in self.options.on and not pids:
+                continue  # no process on it yet (a context not made): the turn waits for one
+            self._labels[gpu] = label
+            if label not in self.options.on:
+                continue
+            pid = next(
+                (p for p in pids if now - self._last.get(p, -self.options.every_s) >= self.options.every_s),
+                None,
+            )
+            if pid is not None:
+                for p in [pid, *_job_peers(pid, frame)]:
+                    self._last[p] = now
+                out.append((gpu, pid, label))
         return out
 
 
