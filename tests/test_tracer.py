@@ -182,3 +182,41 @@ async def test_x_captures_the_selected_process_and_says_where_the_file_went(tmp_
         assert any(m.startswith("trace: capturing 0.5 s of pid") for m in said), said
         (out,) = tmp_path.glob("memtop-trace-*.json.gz")
         assert any(str(out) in m and "clocks aligned" in m for m in said), said
+
+
+def test_the_report_lists_the_recordings_captures_and_skips_damaged_entries(tmp_path):
+    rec = Recording(demo_path())
+    path = tmp_path / "r.memtop"
+    w = Writer(path, rec.meta)
+    for i, f in enumerate(rec.frames()):
+        w.add(f)
+        if i > 50:
+            break
+    good = {
+        "t": rec.t0 + 3,
+        "pids": [7, 8],
+        "trigger": "sync on GPU 0",
+        "outcome": "ok",
+        "file": "/x/t.json.gz",
+    }
+    w.set_meta("captures", [good, {"t": "soon", "pids": [1]}, {"t": 1.0, "pids": [True]}, "junk"])
+    w.close()
+    rep = build_report(Recording(path))
+    (c,) = rep["captures"]
+    assert c["pids"] == [7, 8] and c["at_s"] == 3.0 and c["outcome"] == "ok" and c["file"] == "/x/t.json.gz"
+    md = render(rep, "markdown")
+    assert "## traces captured" in md and "- at 0:00:03 (sync on GPU 0) pid 7, 8: /x/t.json.gz" in md
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trace-on", "sync,nap"], "unknown label 'nap'"),
+        (["--trace-every", "5"], "must be between 30 s and a year"),
+        (["--trace-dir", "/nonexistent/dir"], "--trace-dir /nonexistent/dir: no such directory"),
+        (["run", "--no-tui", "--trace-on", "sync", "--", "true"], "--trace-on needs the live view"),
+    ],
+)
+def test_bad_trace_flags_are_one_line_and_exit_2(args, message):
+    r = subprocess.run([sys.executable, "-m", "memtop", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") <= 1, r.stderr
