@@ -3,7 +3,7 @@
 #   bash bench/trace_tui.sh        ($OUT set by the device runner; memtop importable on PYTHONPATH)
 # 1) `memtop run` with the TUI in a pseudo-terminal (bench/pty_keys.py) on a CUDA training loop
 #    (bench/trace_job.py), recording the run: --trace-on captures when the verdict first forms, then
-#    the `x` key 52 s in (after the agent's 30 s between captures); `memtop report` of the recording;
+#    the `x` key 55 s in (after the agent's 30 s between captures); `memtop report` of the recording;
 # 2) a 5 s `memtop trace` of a second job, for the time from the request to the file;
 # 3) whether this machine has JAX (JOB_JAX=1 and jax importable: a JAX loop captured too).
 # Results: $OUT/log.txt, $OUT/results.tgz (the 3 s traces, the recording, report, step rates, marks).
@@ -19,9 +19,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$LOG" 2>&1
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())" >>"$LOG" 2>&1 || echo "jax: not importable" >>"$LOG"
 
 say "tui start"
-python3 "$B/pty_keys.py" 160x45 "$R/pty" "52:x 14:q" -- python3 -m memtop run \
+python3 "$B/pty_keys.py" 160x45 "$R/pty" "55:x 12:q" -- python3 -m memtop run \
   --trace-on compute,memory,sync,cpu,input,transfer,comm,other --trace-seconds 3 --trace-dir "$R" \
-  --record "$R/run.memtop" --log "$R/job.log" -- python3 "$B/trace_job.py" 64 "$R/marks.json" >>"$LOG" 2>&1
+  --record "$R/run.memtop" --log "$R/job.log" -- python3 "$B/trace_job.py" 62 "$R/marks.json" >>"$LOG" 2>&1
 say "tui end"
 python3 -m memtop report "$R/run.memtop" >"$R/report.txt" 2>>"$LOG"
 python3 -m memtop report --format json "$R/run.memtop" >"$R/report.json" 2>>"$LOG"
@@ -31,7 +31,7 @@ for t in "$R"/memtop-trace-*.json.gz; do
 done
 
 say "headless 5 s capture"
-python3 -m memtop run --no-tui -- python3 "$B/trace_job.py" 24 "$R/marks5.json" >"$R/job5.jsonl" 2>"$R/job5.err" &
+python3 -m memtop run --no-tui -- python3 "$B/trace_job.py" 20 "$R/marks5.json" >"$R/job5.jsonl" 2>"$R/job5.err" &
 RUN=$!
 for _ in $(seq 300); do grep -q ready "$R/job5.jsonl" 2>/dev/null && break; sleep 0.1; done
 sleep 4
