@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The live view's captures on the lent GPU (docs/TRACE.md, bench/RESULTS.md), from the checkout:
-#   bash bench/trace_tui.sh        ($OUT set by the device runner; memtop importable on PYTHONPATH)
+#   bash bench/trace_tui.sh        ($OUT set by the device runner; memtop's wheel installed on PYTHONPATH)
 # 1) `memtop run` with the TUI in a pseudo-terminal (bench/pty_keys.py) on a CUDA training loop
 #    (bench/trace_job.py), recording the run: --trace-on captures when the verdict first forms, then
 #    the `x` key 55 s in (after the agent's 30 s between captures); `memtop report` of the recording;
@@ -12,6 +12,7 @@ export PYTHONUNBUFFERED=1
 B=$(cd "$(dirname "$0")" && pwd)
 R=/tmp/trace-tui
 rm -rf "$R" && mkdir -p "$R/pty"
+cd "$R"  # not the checkout: its memtop/ would shadow the installed one for `python3 -m memtop`
 LOG=$OUT/log.txt
 say() { echo "== $(date +%T.%N) $*" | tee -a "$LOG"; }
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.get_device_name())" >>"$LOG" 2>&1
