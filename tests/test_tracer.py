@@ -220,3 +220,30 @@ def test_the_report_lists_the_recordings_captures_and_skips_damaged_entries(tmp_
 def test_bad_trace_flags_are_one_line_and_exit_2(args, message):
     r = subprocess.run([sys.executable, "-m", "memtop", *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") <= 1, r.stderr
+
+
+def test_a_capture_waits_while_the_job_is_importing(tmp_path, monkeypatch):
+    """The profiler's start imports parts of torch; the job importing them at the same moment got a
+    half-initialised module on the H100 (its optimizer's first use imports torch._dynamo)."""
+    import threading
+
+    from memtop.agent import injob
+
+    (tmp_path / "slow_module_for_settle.py").write_text("import time\ntime.sleep(1.5)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importer = threading.Thread(target=__import__, args=("slow_module_for_settle",))
+    importer.start()
+    time.sleep(0.3)
+    asked = time.monotonic()
+    warnings = injob._settle(asked)
+    assert not importer.is_alive()  # the window starts after the import ended
+    assert time.monotonic() - asked >= injob.SETTLE_S and warnings and "importing" in warnings[0]
+    importer.join()
+    monkeypatch.setattr(injob, "SETTLE_MAX_S", 0.2)
+    importer = threading.Thread(target=__import__, args=("slow_module_for_settle_2",))
+    (tmp_path / "slow_module_for_settle_2.py").write_text("import time\ntime.sleep(1.5)\n")
+    importer.start()
+    time.sleep(0.3)
+    with pytest.raises(injob.CaptureError, match="kept importing"):
+        injob._settle(time.monotonic())
+    importer.join()
