@@ -5,8 +5,7 @@
 #    (bench/trace_job.py), recording the run: --trace-on captures when the verdict first forms, then
 #    the `x` key 55 s in (after the agent's 30 s between captures); `memtop report` of the recording;
 # 2) a 5 s `memtop trace` of a second job, for the time from the request to the file;
-# 3) where jax imports: a 2 s `memtop trace` of a JAX loop (bench/trace_jax_job.py).
-# HEADLESS=0 leaves 2) out.
+# 3) whether this machine has JAX (said in the log; JAX is not captured yet, docs/TRACE.md).
 # Results: $OUT/log.txt, $OUT/results.tgz (the 3 s traces, the recording, report, step rates, marks).
 set -u
 export PYTHONUNBUFFERED=1
@@ -32,7 +31,6 @@ for t in "$R"/memtop-trace-*.json.gz; do
   python3 "$B/trace_summary.py" "$t" "$R/marks.json" >"$t.summary.json" 2>>"$LOG"
 done
 
-if [ "${HEADLESS:-1}" = 1 ]; then
 say "headless 5 s capture"
 python3 -m memtop run --no-tui -- python3 "$B/trace_job.py" 20 "$R/marks5.json" >"$R/job5.jsonl" 2>"$R/job5.err" &
 RUN=$!
@@ -44,26 +42,5 @@ say "trace 5 s written rc=$?"
 wait "$RUN"
 python3 "$B/trace_summary.py" "$R/t5.json.gz" "$R/marks5.json" >"$R/t5.summary.json" 2>>"$LOG"
 rm -f "$R/t5.json.gz"  # (large: its summary comes back)
-fi
-if python3 -c "import jax" 2>/dev/null; then
-  say "jax capture"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false python3 -m memtop run --no-tui -- python3 "$B/trace_jax_job.py" 16 >"$R/jax.jsonl" 2>"$R/jax.err" &
-  RUN=$!
-  for _ in $(seq 600); do grep -q ready "$R/jax.jsonl" 2>/dev/null && break; sleep 0.1; done
-  sleep 3
-  python3 -m memtop trace --job "$RUN" --seconds 2 -o "$R/memtop-jax.json.gz" >>"$LOG" 2>&1
-  say "jax trace rc=$?"
-  wait "$RUN"
-  python3 - "$R/memtop-jax.json.gz" >"$R/jax.summary.json" 2>>"$LOG" <<'PY'
-import collections, gzip, json, sys
-doc = json.loads(gzip.decompress(open(sys.argv[1], "rb").read()))
-ev = [e for e in doc["traceEvents"] if e.get("pid", 0) >= 2_000_000]
-procs = {e["pid"]: e["args"].get("name") for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
-print(json.dumps({"events": len(ev), "by_process": collections.Counter(procs.get(e["pid"], "?") for e in ev).most_common(12),
-                  "names": collections.Counter(e.get("name") for e in ev).most_common(25),
-                  "captures": doc["metadata"]["captures"]}, indent=1))
-PY
-  tail -c 3000 "$R/jax.summary.json" >>"$LOG"
-fi
 ls -la "$R" >>"$LOG"
 tar czf "$OUT/results.tgz" -C "$R" --exclude pty .

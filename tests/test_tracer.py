@@ -247,21 +247,3 @@ def test_a_capture_waits_while_the_job_is_importing(tmp_path, monkeypatch):
     with pytest.raises(injob.CaptureError, match="kept importing"):
         injob._settle(time.monotonic())
     importer.join()
-
-
-def test_a_gzipped_trace_is_read_and_a_bomb_is_refused(monkeypatch):
-    """jax.profiler's trace comes gzipped; memtop inflates at most MAX_TRACE_BYTES of it."""
-    from memtop.agent import merge
-    from memtop.errors import UserError
-
-    head = {"clock": [["memtop.clock.0", 1000, 3000]], "window": [1.0, 2.0], "warnings": []}
-    trace = {
-        "traceEvents": [{"ph": "X", "name": "memtop.clock.0", "pid": 1, "tid": 1, "ts": 7.0, "dur": 1.0}]
-    }
-    cap = merge.Capture.parse(5, head, gzip.compress(json.dumps(trace).encode()))
-    assert merge.align(cap).offset_us == 7.5 - 2.0
-    monkeypatch.setattr(merge, "MAX_TRACE_BYTES", 1000)
-    with pytest.raises(UserError, match="inflates past"):
-        merge.Capture.parse(5, head, gzip.compress(b" " * 100_000))
-    with pytest.raises(UserError, match="damaged"):
-        merge.Capture.parse(5, head, b"\x1f\x8b" + b"\x00" * 40)

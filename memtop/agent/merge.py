@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import math
 import re
-import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memtop.agent.client import MAX_TRACE_BYTES
 from memtop.agent.injob import CLOCK_MARKS, MARK
 from memtop.errors import UserError
 from memtop.fleet.wire import Refused, load_json
@@ -55,28 +53,13 @@ class Capture:
                 f"PID {pid}: the agent's answer is malformed (clock, window or warnings of the wrong shape)"
             )
         try:
-            doc = load_json(_gunzipped(pid, payload), MAX_TRACE_OBJECTS)
+            doc = load_json(payload, MAX_TRACE_OBJECTS)
         except Refused as e:
             raise UserError(f"PID {pid}: the framework's trace: {e}") from None
         events = doc.get("traceEvents") if isinstance(doc, dict) else None
         if not isinstance(events, list):
             raise UserError(f"PID {pid}: the framework's trace has no traceEvents")
         return cls(pid, head, [e for e in events if isinstance(e, dict) and isinstance(e.get("ph"), str)])
-
-
-def _gunzipped(pid: int, payload: bytes) -> bytes:
-    """A gzipped trace (jax.profiler's) inflated, at most MAX_TRACE_BYTES of it: a small bomb of
-    a payload cannot take memtop's memory."""
-    if payload[:2] != b"\x1f\x8b":
-        return payload
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = inflate.decompress(payload, MAX_TRACE_BYTES)
-    except zlib.error as e:
-        raise UserError(f"PID {pid}: the framework's gzipped trace is damaged ({e})") from None
-    if inflate.unconsumed_tail:
-        raise UserError(f"PID {pid}: the framework's trace inflates past {MAX_TRACE_BYTES >> 20} MiB")
-    return out
 
 
 @dataclass(frozen=True)
