@@ -247,3 +247,16 @@ def test_a_capture_waits_while_the_job_is_importing(tmp_path, monkeypatch):
     with pytest.raises(injob.CaptureError, match="kept importing"):
         injob._settle(time.monotonic())
     importer.join()
+
+
+def test_x_on_one_rank_takes_every_rank_of_its_job():
+    """Two DDP ranks on two GPUs (heldout_ddp_s13 at 44 s): each rank's peers are the other rank;
+    its DataLoader workers hold no GPU and are not asked."""
+    from memtop.agent.tracer import _job_peers
+
+    rec = Recording(Path(__file__).parent / "data" / "multi" / "heldout_ddp_s13.memtop")
+    *_, frame = rec.frames(end=rec.t0 + 44.5)
+    ranks = sorted({p.pid for g in frame.gpus for p in g.processes})
+    assert len(ranks) == 2
+    assert _job_peers(ranks[0], frame) == [ranks[1]] and _job_peers(ranks[1], frame) == [ranks[0]]
+    assert _job_peers(12345678, frame) == []
