@@ -76,7 +76,7 @@ class Tracer:
         """Capture ``pid`` (and its job's ranks) now, in this thread: True if a file was written. Every
         outcome is one ``notify`` line; a capture already under way refuses this one."""
         if not self._busy.acquire(blocking=False):
-            self.notify("failed", "a capture is already under way: one at a time")
+            self.notify("failed", "trace failed: a capture is already under way (one at a time)")
             return False
         try:
             return self._capture(pid, trigger)
@@ -131,7 +131,14 @@ class Tracer:
 
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_S):
-            for gpu, pid, label in self.due(self.pipeline.view(now=True).verdicts, self.pipeline.frame):
+            try:
+                due = self.due(self.pipeline.view(now=True).verdicts, self.pipeline.frame)
+            except Exception as e:  # (a memtop- thread that dies ends the app: this one never does)
+                self.notify(
+                    "failed", f"trace failed: --trace-on stopped: {clean(f'{type(e).__name__}: {e}', 300)}"
+                )
+                return
+            for gpu, pid, label in due:
                 if self._stop.is_set():
                     return
                 self.notify("progress", f"trace: GPU {gpu} turned {label}: capturing pid {pid}")
