@@ -226,13 +226,17 @@ def _clock_marks(record_function, first: int) -> list[tuple[int, int]]:
     return marks
 
 
+_IMPORTLIB = ("importlib/_bootstrap.py", "importlib/_bootstrap_external.py")
+
+
 def _importing(me: int) -> bool:
     """Whether a thread of the job other than ``me`` is inside an import now (importlib's frames on
     its stack)."""
     for tid, frame in sys._current_frames().items():
         f = frame if tid != me else None
         while f is not None:
-            if f.f_code.co_filename.startswith("<frozen importlib"):
+            name = f.f_code.co_filename  # (frozen in CPython; a build without frozen modules: the file)
+            if name.startswith("<frozen importlib") or name.endswith(_IMPORTLIB):
                 return True
             f = f.f_back
     return False
