@@ -136,6 +136,61 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-perf", action="store_true", help="do not open perf counters")
 
 
+def _labels(text: str) -> frozenset[str]:
+    """--trace-on's LABEL[,LABEL...]: the verdict's phase labels, and straggler."""
+    from memtop.phases import LABELS
+
+    known = (*LABELS, "straggler")
+    got = frozenset(x.strip() for x in text.split(",") if x.strip())
+    bad = sorted(got - set(known))
+    if bad or not got:
+        raise argparse.ArgumentTypeError(
+            f"unknown label {clean(', '.join(bad) or text, 80)!r} (labels: {', '.join(known)})"
+        )
+    return got
+
+
+_labels.__name__ = "labels"
+TRACE_EVERY = _ranged(30, 366 * 86400, " s", "30 s and a year")
+
+
+def _add_tracing(p: argparse.ArgumentParser, default: object = None) -> None:
+    """The live view's captures (the `x` key, --trace-on) of jobs started with `memtop run`."""
+
+    def d(value: object) -> object:
+        return value if default is None else default
+
+    p.add_argument(
+        "--trace-on",
+        type=_labels,
+        default=d(None),
+        metavar="LABEL[,...]",
+        help="capture a trace when a GPU's verdict turns to one of these labels (sync, input, cpu, comm,"
+        " memory, transfer, idle, compute, other, straggler): its processes and their job's ranks, if"
+        " started with `memtop run`",
+    )
+    p.add_argument(
+        "--trace-every",
+        type=TRACE_EVERY,
+        default=d(None),
+        metavar="S",
+        help="--trace-on captures a process at most once per S seconds, 30 s to a year (default 300)",
+    )
+    p.add_argument(
+        "--trace-seconds",
+        type=SECONDS,
+        default=d(None),
+        metavar="N",
+        help="window of a capture from the live view (`x`, --trace-on), 0.1-120 s (default 3)",
+    )
+    p.add_argument(
+        "--trace-dir",
+        default=d(None),
+        metavar="DIR",
+        help="where the live view's captures are written (default: the current directory)",
+    )
+
+
 def _add_display(p: argparse.ArgumentParser, default: object = None) -> None:
     """TUI options; on `replay` they may also follow the subcommand (SUPPRESS keeps the top-level value)."""
 
@@ -181,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite the --record file")
     _add_display(p)
     _add_sampling(p)
+    _add_tracing(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     r = sub.add_parser("record", help="record headless to a file")
@@ -250,6 +306,7 @@ def _add_trace_commands(sub) -> None:
     )
     _add_sampling(ru)
     _add_display(ru, default=argparse.SUPPRESS)
+    _add_tracing(ru, default=argparse.SUPPRESS)
     ru.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the job")
 
     tr = sub.add_parser("trace", help="the framework's trace of a `memtop run` job, with memtop's tracks")

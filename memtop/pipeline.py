@@ -228,9 +228,11 @@ class Pipeline:
             self._frozen_version = self._version
             self.status = replace(self.status, frozen_at=newest - self._frozen)
 
-    def view(self) -> View:
+    def view(self, now: bool = False) -> View:
+        """What the screen shows; ``now``: at the newest sample even while the view is paused (the
+        tracer's --trace-on watches the verdicts of now)."""
         with self._lock:
-            at = self._frozen
+            at = None if now else self._frozen
             labels = {g: tuple(v) for g, v in self.classifier.labels.items()}
             jobs = dict(self.classifier.jobs)
             hist = {g: tuple(h) for g, h in self.history.items()}

@@ -256,11 +256,40 @@ def _build_report(
             if m.t1 >= lo and m.t0 <= hi
         ],
     }
+    captures = _captures(rec)
+    if captures:  # (only where some were taken: a report of any other recording is as it was)
+        rep["captures"] = captures
     # what was skipped as damaged: the file's own checks (at open, markers) and the scan's
     damage = [*rec.damage, *(n for n in agg.damage if n not in rec.damage)]
     if damage:
         rep["damage"] = damage
     return rep
+
+
+def _captures(rec: Recording) -> list[dict]:
+    """The traces the live view captured while recording (metadata ``captures``, memtop.agent.tracer),
+    type-checked: a damaged entry is left out."""
+    out = []
+    raw = rec.meta.get("captures")
+    for c in raw if isinstance(raw, list) else []:
+        if not isinstance(c, dict):
+            continue
+        t, pids = c.get("t"), c.get("pids")
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not isinstance(pids, list):
+            continue
+        if not all(isinstance(p, int) and not isinstance(p, bool) for p in pids):
+            continue
+        out.append(
+            {
+                "at_s": round(t - rec.t0, 1),
+                "pids": pids,
+                "trigger": str(c.get("trigger", "")),
+                "outcome": "ok" if c.get("outcome") == "ok" else "failed",
+                "file": c["file"] if isinstance(c.get("file"), str) else None,
+                "detail": str(c.get("detail", "")),
+            }
+        )
+    return out
 
 
 def _timeline(t: np.ndarray, labels: np.ndarray, lo: float, hi: float, bin_s: float, width: int = 60) -> str:
@@ -419,4 +448,10 @@ def render(rep: dict, fmt: str) -> str:
     if rep["perf"]:
         for pid, rates in rep["perf"].items():
             lines.append(f"perf {pid}: " + ", ".join(_perf(k, v) for k, v in rates.items()))
+    if rep.get("captures"):
+        lines += ["", f"{h2}traces captured (memtop run's agent):"]
+        for c in rep["captures"]:
+            who = ", ".join(map(str, c["pids"]))
+            what = c["file"] if c["outcome"] == "ok" else f"failed: {c['detail']}"
+            lines.append(f"{'- ' if md else '  '}at {clock(c['at_s'])} ({c['trigger']}) pid {who}: {what}")
     return "\n".join(lines)

@@ -139,6 +139,14 @@ KEYS = (
         BOTH,
     ),
     Key("l", "letters", "letters", "phase letters in the timeline band on/off", BOTH, footer=False),
+    Key(
+        "x",
+        "trace",
+        "trace",
+        "capture the framework's trace of the selected process (all ranks of its job) with memtop's"
+        " tracks into one Perfetto file (a job started with `memtop run`)",
+        LIVE,
+    ),
 )
 _ACTIONS = {k.action.split("(")[0] for k in KEYS}
 
@@ -197,6 +205,15 @@ class Refresh(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, Refresh)
+
+
+class TraceNote(Message):
+    """A capture's stage or outcome, posted from the tracer's thread (memtop.agent.tracer)."""
+
+    def __init__(self, stage: str, line: str) -> None:
+        super().__init__()
+        self.stage = stage  # progress / done / failed
+        self.line = line
 
 
 class LeftColumn(Vertical):
@@ -511,6 +528,9 @@ class MemtopApp(App[int]):
                 pass
         if self.save_config:
             self.theme_changed_signal.subscribe(self, self._theme_changed)
+        listen = getattr(self.controller, "listen_traces", None)
+        if listen is not None:  # (post_message is safe from any thread)
+            listen(lambda stage, line: self.post_message(TraceNote(stage, line)))
         self._paint()
         self.call_after_refresh(self._relayout)
 
@@ -792,6 +812,8 @@ class MemtopApp(App[int]):
             return bool(self._gpus())  # no GPU, no verdict: nothing to copy
         if action == "signal":
             return self.selected_pid is not None and hasattr(self.controller, "send_signal")
+        if action == "trace":
+            return self.selected_pid is not None and hasattr(self.controller, "capture_trace")
         if self.mode == "live" and action == "seek":
             return True if self.pipeline.frozen or parameters == (-1,) else None
         return True
@@ -880,6 +902,24 @@ class MemtopApp(App[int]):
                 self.notify(send(pid, signal.Signals[name]), markup=False)
 
         self.push_screen(SignalScreen(what, self.ascii_only), done)
+
+    def action_trace(self) -> None:
+        """`x`: a capture of the selected process and its job's ranks, in a worker thread (it blocks for
+        the window, the profiler's export and the merge); its stages and outcome come as TraceNotes."""
+        capture, pid = getattr(self.controller, "capture_trace", None), self.selected_pid
+        if capture is None or pid is None:
+            return
+        self.notify(f"trace: asking the agent of {pid}...", markup=False)
+        threading.Thread(target=capture, args=(pid,), name="memtop-trace-key", daemon=True).start()
+
+    @on(TraceNote)
+    def _trace_note(self, note: TraceNote) -> None:
+        if note.stage == "progress":
+            self.notify(note.line, timeout=8, markup=False)
+        elif note.stage == "done":
+            self.notify(note.line, title="trace written", timeout=30, markup=False)
+        else:
+            self.notify(note.line, severity="warning", timeout=20, markup=False)
 
     def action_letters(self) -> None:
         self._letters = not self._letters

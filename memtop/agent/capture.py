@@ -1,8 +1,8 @@
 """Capture a window of a job: the framework trace of each of its processes (through their agents)
 and memtop's own recording of the same window, merged into one Perfetto file.
 
-`memtop trace` is its one caller today; a TUI key would call it from a worker thread (it blocks for
-the window plus a few seconds)."""
+`memtop trace` calls it, and the live view's tracer (memtop.agent.tracer: the TUI's `x` key and
+`--trace-on`) from a worker thread: it blocks for the window plus a few seconds."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +24,25 @@ from memtop.agent.merge import Alignment, Capture, align, describe, write_merged
 from memtop.errors import UserError
 from memtop.sanitize import clean
 
-LEAD_S = 1.0  # memtop records this long before the window (its readings lead into the capture)
-READY_S = 10.0  # the recorder's start (NVML's) allowed before the capture starts without it
+LEAD_S = 0.5  # the window starts this long after the recorder is up: its readings lead into the
+# window, and the agents of all ranks have the request by then
+READY_S = 10.0  # the recorder's start (NVML's) allowed: one that is not up by then is given up on
 ANSWER_S = 120.0  # beyond the window: the profiler's stop and export of a large trace
+TAIL_S = 0.5  # memtop's recording goes on this long past the window
 STOP_S = 15.0  # a capture's recorder (a window's worth) closes well within this
+
+
+Progress = Callable[[str], None]
+
+
+def default_output(pid: int, directory: Path = Path()) -> Path:
+    """A new file name for a capture of ``pid`` (a second capture in the same second gets -2...)."""
+    stem = f"memtop-trace-{pid}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for i in range(1, 100):
+        path = directory / f"{stem}{f'-{i}' if i > 1 else ''}.json.gz"
+        if not os.path.lexists(path):
+            return path
+    return directory / f"{stem}-{time.monotonic_ns()}.json.gz"
 
 
 @dataclass(frozen=True)
@@ -72,14 +88,35 @@ def stop_recorder(proc: subprocess.Popen, timeout: float | None = STOP_S) -> str
     return clean(lines[-1] if lines else f"exit status {proc.returncode}", 300)
 
 
-def _wait_ready(path: Path, proc: subprocess.Popen) -> bool:
+class _Stopper:
+    """Stops the recorder at ``when`` (CLOCK_MONOTONIC), or at stop_now() if that comes first."""
+
+    def __init__(self, proc: subprocess.Popen, when: float) -> None:
+        self._now = threading.Event()
+        self._fault: list[str] = []
+        self._thread = threading.Thread(
+            target=self._run, args=(proc, when), name="memtop-trace-stop", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, proc: subprocess.Popen, when: float) -> None:
+        self._now.wait(max(0.0, when - time.monotonic()))
+        self._fault.append(stop_recorder(proc))
+
+    def stop_now(self) -> str:
+        """The recorder's last words if it failed ("" if not), once it has stopped."""
+        self._now.set()
+        self._thread.join()
+        return self._fault[0] if self._fault else "its stop failed"
+
+
+def _wait_ready(path: Path, proc: subprocess.Popen, deadline: float) -> bool:
     """The recorder creates its file once NVML is up and its sampler starts right after."""
-    deadline = time.monotonic() + READY_S
     while time.monotonic() < deadline and proc.poll() is None:
         if path.exists():
             return True
         time.sleep(0.05)
-    return False
+    return path.exists()
 
 
 Aligned = tuple[Capture, Alignment]
@@ -93,8 +130,11 @@ def _ask_all(refs: list[AgentRef], request: dict, timeout: float) -> tuple[list[
     def one(ref: AgentRef) -> None:
         try:
             head, payload = ask(ref.pid, ref.path, request, timeout)
+            t0 = time.monotonic()
             cap = Capture.parse(ref.pid, head, payload)
             got[ref.pid] = (cap, align(cap))
+            cap.timing["received"] = t0
+            cap.timing["parse_s"] = time.monotonic() - t0
         except UserError as e:
             got[ref.pid] = str(e)
 
@@ -115,33 +155,43 @@ def capture_trace(
     force: bool = False,
     python: bool = False,
     stacks: bool = True,
+    progress: Progress | None = None,
 ) -> TraceResult:
     """Capture ``seconds`` (or ``steps`` optimizer steps, ``seconds`` at most) of every process in
     ``refs`` and write the merged trace to ``out``. A process that fails is a warning; all failing,
-    or a bad ``out``, a UserError."""
+    or a bad ``out``, a UserError. ``progress`` hears one line per stage (from this thread)."""
+    say = progress or (lambda _line: None)
     if os.path.lexists(out) and not force:
         raise UserError(f"{out} exists (use --force to overwrite)")
     if not out.parent.is_dir():
         raise UserError(f"cannot write {out}: directory {out.parent} does not exist")
     work = Path(tempfile.mkdtemp(prefix="memtop-trace-"))  # 0700, removed whole at the end
     try:
+        asked = time.monotonic()
         rec_path = work / "window.memtop"
         # bounded: a recorder whose memtop was killed ends by itself
         limit = ["--duration", repr(READY_S + LEAD_S + seconds + ANSWER_S)]
         recorder = start_recorder(
             rec_path, [r.pid for r in refs], limit + ([] if stacks else ["--no-stacks"])
         )
-        warnings = []
+        warnings: list[str] = []
+        stopper = None
         try:
-            if not _wait_ready(rec_path, recorder):
+            if not _wait_ready(rec_path, recorder, asked + READY_S):
                 warnings.append(
                     "memtop's recorder did not start: the trace holds the framework's events only"
                 )
-            at = time.monotonic() + LEAD_S
+            ready = time.monotonic()
+            at = ready + LEAD_S
             request = {"op": "trace", "seconds": seconds, "steps": steps, "at": at, "python": python}
+            say(f"capturing {seconds:g} s of {', '.join(f'pid {r.pid}' for r in refs)}")
+            # the recorder stops once the window is over, while the agents stop their profilers and
+            # export (seconds for a large trace): its close is then off the way to the file
+            stopper = _Stopper(recorder, at + seconds + TAIL_S)
             captures, failed = _ask_all(refs, request, LEAD_S + seconds + ANSWER_S)
         finally:
-            fault = stop_recorder(recorder)
+            answered = time.monotonic()
+            fault = stop_recorder(recorder) if stopper is None else stopper.stop_now()
         warnings += failed
         if not captures:
             raise UserError("; ".join(failed) or "no capture")
@@ -152,12 +202,57 @@ def capture_trace(
             warnings.append(
                 f"memtop's recording failed ({fault}): the trace holds the framework's events only"
             )
+        events = sum(len(c.events) for c, _ in captures)
+        say(f"merging {events} framework events with memtop's tracks into {out}")
+        merging = time.monotonic()
         try:
             _, summary = write_merged(recorded, captures, out, force)
         except UserError as e:
-            if recorded is None or "holds no samples" not in str(e):
+            if recorded is None:
                 raise
+            # a recording that holds no sample of the window (a recorder slow to start on a busy host)
+            warnings.append(
+                f"memtop's recording of the window is unusable ({e}): the framework's events only"
+            )
             _, summary = write_merged(None, captures, out, force)
+        done = time.monotonic()
+        summary["timing"] = _timing(asked, ready, at, seconds, captures, answered, merging, done)
         return TraceResult(out, summary, tuple(warnings))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _timing(
+    asked: float,
+    ready: float,
+    at: float,
+    seconds: float,
+    captures: list[Aligned],
+    answered: float,
+    merging: float,
+    done: float,
+) -> dict:
+    """Where the time from the request to the written file went (seconds; docs/TRACE.md)."""
+    agents = [c.head.get("timing") for c, _ in captures]
+    worst = {
+        k: max((a[k] for a in agents if isinstance(a, dict) and _seconds(a.get(k))), default=None)
+        for k in ("stop_s", "export_s")
+    }
+    last = max(c.timing["received"] for c, _ in captures)
+    return {
+        "recorder_start_s": round(ready - asked, 3),
+        "lead_s": round(at - ready, 3),
+        "window_s": round(max(c.head["window"][1] - c.head["window"][0] for c, _ in captures), 3),
+        "asked_window_s": seconds,
+        "profiler_stop_s": worst["stop_s"],
+        "profiler_export_s": worst["export_s"],
+        "received_s": round(last - asked, 3),  # request to the last trace in memtop's hands
+        "parse_s": round(max(c.timing["parse_s"] for c, _ in captures), 3),
+        "recorder_stop_s": round(merging - answered, 3),
+        "merge_s": round(done - merging, 3),
+        "total_s": round(done - asked, 3),
+    }
+
+
+def _seconds(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e6

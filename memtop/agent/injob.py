@@ -14,7 +14,7 @@ Protocol: one JSON request line, at most MAX_REQUEST bytes; one JSON answer line
 ``bytes`` bytes of the framework's Chrome-trace JSON.
   {"op": "hello"} -> {"ok": true, "pid", "frameworks", "protocol", "busy"}
   {"op": "trace", "seconds": S, "steps": N|null, "at": CLOCK_MONOTONIC s|null, "python": bool}
-    -> {"ok": true, "framework", "bytes", "clock", "window", "steps", "warnings"}
+    -> {"ok": true, "framework", "bytes", "clock", "window", "steps", "warnings", "timing"}
   any failure -> {"ok": false, "error": "one line"}
 """
 
@@ -39,6 +39,8 @@ MAX_STEPS = 10_000
 MIN_INTERVAL_S = 30.0  # at most one capture per process per 30 s (a capture slows the job)
 CLOCK_MARKS = 3  # record_function marks bracketed by CLOCK_MONOTONIC reads; the tightest aligns
 MARK = "memtop.clock."
+SETTLE_S = 0.5  # a capture starts once no other thread has been importing for this long
+SETTLE_MAX_S = 20.0  # ... or is refused after waiting this long for that
 UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -167,13 +169,14 @@ class Agent:
                 raise CaptureError(
                     f"the last capture of this process ended {since:.0f} s ago: at most one per {MIN_INTERVAL_S:.0f} s"
                 )
-            if at is not None:
-                at = _number(at, 0, 1e12, "at")
-                time.sleep(min(max(0.0, at - time.monotonic()), 10.0))  # all ranks start together
+            start = time.monotonic()
+            if at is not None:  # all ranks start together
+                start = min(max(start, _number(at, 0, 1e12, "at")), start + 10.0)
+            warnings = _settle(start)
             if "torch" not in sys.modules:
                 raise CaptureError("this process has not imported torch (no framework trace to take)")
             try:
-                return _torch_trace(self.directory, seconds, steps, bool(req.get("python")), conn)
+                return _torch_trace(self.directory, seconds, steps, bool(req.get("python")), conn, warnings)
             finally:
                 self._last_end = time.monotonic()
         finally:
@@ -223,6 +226,47 @@ def _clock_marks(record_function, first: int) -> list[tuple[int, int]]:
     return marks
 
 
+_IMPORTLIB = ("importlib/_bootstrap.py", "importlib/_bootstrap_external.py")
+
+
+def _importing(me: int) -> bool:
+    """Whether a thread of the job other than ``me`` is inside an import now (importlib's frames on
+    its stack)."""
+    for tid, frame in sys._current_frames().items():
+        f = frame if tid != me else None
+        while f is not None:
+            name = f.f_code.co_filename  # (frozen in CPython; a build without frozen modules: the file)
+            if name.startswith("<frozen importlib") or name.endswith(_IMPORTLIB):
+                return True
+            f = f.f_back
+    return False
+
+
+def _settle(start: float) -> list[str]:
+    """Wait until ``start`` (CLOCK_MONOTONIC), and beyond it while the job is importing modules.
+
+    Starting the profiler imports parts of torch the job may not have imported yet (torch._dynamo,
+    lazily, at its optimizer's first use); two threads importing the same package at once can end in
+    a _DeadlockError in one and a half-initialised module in the other. Seen on the H100: a capture
+    asked 7 s after the job started, while the optimizer imported torch._dynamo, made the job's
+    import fail (bench/RESULTS.md). So the window starts only once no other thread has been inside
+    an import for SETTLE_S (checked every 50 ms, from the request on), or is refused after SETTLE_MAX_S."""
+    me, quiet, now = threading.get_ident(), time.monotonic(), time.monotonic()
+    deadline = max(now, start) + SETTLE_MAX_S
+    while True:
+        if _importing(me):
+            quiet = now
+        elif now >= start and now - quiet >= SETTLE_S:
+            late = now - start
+            return [f"started {late:.1f} s late: the job was importing modules"] if late > 0.1 else []
+        if now > deadline:
+            raise CaptureError(
+                f"the job kept importing modules for {SETTLE_MAX_S:.0f} s: no capture now (it could break an import)"
+            )
+        time.sleep(0.05)
+        now = time.monotonic()
+
+
 def _until(seconds: float, done: threading.Event, conn: socket.socket) -> None:
     """Wait out the window: it ends early after ``done`` (the steps were counted) or when memtop
     hangs up (killed mid-capture: the profiler stops now, rather than after a window nobody reads).
@@ -236,7 +280,7 @@ def _until(seconds: float, done: threading.Event, conn: socket.socket) -> None:
 
 
 def _torch_trace(
-    directory: str, seconds: float, steps: int | None, python: bool, conn: socket.socket
+    directory: str, seconds: float, steps: int | None, python: bool, conn: socket.socket, warnings: list[str]
 ) -> tuple[dict, str]:
     """Record the PyTorch profiler's trace from this (the agent's) thread. profile_all_threads makes
     it record every thread's CPU ops, the training thread's included; CUDA activities (kernels,
@@ -247,7 +291,6 @@ def _torch_trace(
 
     if torch.autograd.profiler._is_profiler_enabled:
         raise CaptureError("the PyTorch profiler is already running in this process")
-    warnings: list[str] = []
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_initialized():
         activities.append(ProfilerActivity.CUDA)
@@ -282,7 +325,9 @@ def _torch_trace(
             end = time.monotonic()
             marks += _clock_marks(record_function, CLOCK_MARKS)
         finally:
+            stopping = time.monotonic()
             prof.stop()
+            stopped = time.monotonic()
     finally:
         if hook is not None:
             hook.remove()
@@ -295,6 +340,7 @@ def _torch_trace(
         with contextlib.suppress(OSError):
             os.unlink(path)
         raise
+    exported = time.monotonic()
     head = {
         "framework": "torch",
         "version": str(torch.__version__),
@@ -302,6 +348,7 @@ def _torch_trace(
         "window": [start, end],
         "steps": counted[0],
         "warnings": warnings,
+        "timing": {"stop_s": round(stopped - stopping, 3), "export_s": round(exported - stopped, 3)},
     }
     return head, path
 

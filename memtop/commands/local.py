@@ -20,6 +20,7 @@ from memtop.sanitize import clean
 from memtop.timefmt import clock
 
 if TYPE_CHECKING:
+    from memtop.agent.tracer import Notify, Tracer
     from memtop.collectors.nvml_calls import RealNvml
     from memtop.model import ProcSample
     from memtop.pipeline import Pipeline
@@ -135,6 +136,8 @@ class LiveController:
         self._lock = threading.Lock()  # which of stop() and _start() stops a sampler started late
         self._running: Sampler | None = None
         self._stopped = False
+        self._tracer: Tracer | None = None  # `x` and --trace-on (made when first wanted)
+        self._trace_notify: Notify | None = None
 
     def start(self) -> None:
         """Idempotent: live() starts it before its imports, a test's app after its first paint."""
@@ -182,6 +185,8 @@ class LiveController:
             return
         if not self.pipeline.meta.get("gpus"):
             self.pipeline.meta = {**self.pipeline.meta, **self.sampler.run_meta()}
+        if getattr(self.args, "trace_on", None):
+            self.tracer().start()
 
     def stop(self) -> None:
         """Idempotent: the app stops it on unmount, live() again if the app never ran."""
@@ -191,6 +196,8 @@ class LiveController:
             self._stopped = True
         self._attached.set()  # a start-up waiting for a pipeline that will not come ends
         self._trim.cancel()
+        if self._tracer is not None:
+            self._tracer.stop()
         if self.first_look is not None:
             self.first_look.close()
         if self._thread.ident is None:  # never started: only a recording's sampler has NVML up
@@ -257,6 +264,35 @@ class LiveController:
         finally:
             os.close(fd)
         return f"sent {sig.name} to {pid}"
+
+    def tracer(self) -> Tracer:
+        """The live view's captures (memtop.agent.tracer), with the run's --trace-* options."""
+        if self._tracer is None:
+            from memtop.agent.tracer import SECONDS, TraceOptions, Tracer
+
+            assert self.pipeline is not None
+            a = self.args
+            opts = TraceOptions(
+                seconds=getattr(a, "trace_seconds", None) or SECONDS,
+                directory=Path(getattr(a, "trace_dir", None) or "."),
+                on=frozenset(getattr(a, "trace_on", None) or ()),
+                **({"every_s": a.trace_every} if getattr(a, "trace_every", None) else {}),
+            )
+            self._tracer = Tracer(opts, self.pipeline, self._trace_notify)
+        return self._tracer
+
+    def listen_traces(self, notify: Notify) -> None:
+        """Where the captures' lines go (the app posts them to itself: they come from other threads)."""
+        self._trace_notify = notify
+        if self._tracer is not None:
+            self._tracer.notify = notify
+
+    def capture_trace(self, pid: int) -> bool:
+        """`x`: capture ``pid`` and its job's other ranks now; blocks for the window and the merge (the
+        app calls it from a worker thread). Its outcome comes through listen_traces' ``notify``."""
+        if self.pipeline is None:
+            return False
+        return self.tracer().capture(pid)
 
     def request_native(self, pid: int) -> bool:
         if self.sampler is None or self.sampler.stacks is None:
@@ -363,7 +399,15 @@ def _phase_runs(rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | No
     return phase_runs(rec)
 
 
+def check_trace_dir(args: argparse.Namespace) -> None:
+    """--trace-dir must be a directory that exists (the captures are written there, never made)."""
+    d = getattr(args, "trace_dir", None)
+    if d is not None and not Path(d).is_dir():
+        raise UserError(f"--trace-dir {clean(d, 200)}: no such directory")
+
+
 def live(args: argparse.Namespace) -> int:
+    check_trace_dir(args)
     if args.demo:
         # start a minute in, so the first screen already shows a timeline of phases
         return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)

@@ -96,6 +96,12 @@ def _open_log(path: str) -> int:
 
 def run_job(args: argparse.Namespace) -> int:
     cmd = _command(args)
+    if args.no_tui and getattr(args, "trace_on", None):
+        raise UserError("--trace-on needs the live view (its verdicts): drop --no-tui")
+    if not args.no_tui:
+        from memtop.commands.local import check_trace_dir
+
+        check_trace_dir(args)
     if not args.no_tui and not (sys.stderr.isatty() and sys.stdin.isatty()):
         raise UserError("the TUI needs a terminal; use `memtop run --no-tui -- CMD` when piping")
     if args.record:  # refused now, not once the job runs (a TUI that fails would orphan it)

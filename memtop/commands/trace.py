@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from memtop.agent.capture import capture_trace
+from memtop.agent.capture import capture_trace, default_output
 from memtop.agent.client import hello, job_agents
 from memtop.errors import UserError
 
 
-def default_output(pid: int) -> Path:
-    return Path(f"memtop-trace-{pid}-{time.strftime('%Y%m%d-%H%M%S')}.json.gz")
+def timing_line(t: dict) -> str:
+    """Where the time from the request to the file went (capture._timing), in one line."""
+    agent = "".join(
+        f", {what} {t[k]:.1f} s"
+        for k, what in (("profiler_stop_s", "profiler stop"), ("profiler_export_s", "export"))
+        if t.get(k) is not None
+    )
+    return (
+        f"{t['total_s']:.1f} s in all: recorder start {t['recorder_start_s']:.1f} s, lead {t['lead_s']:.1f} s, "
+        f"window {t['window_s']:.1f} s{agent}, trace in hand at {t['received_s']:.1f} s, "
+        f"parse {t['parse_s']:.1f} s, merge and write {t['merge_s']:.1f} s"
+    )
 
 
 def run_trace(args: argparse.Namespace) -> int:
@@ -42,4 +51,5 @@ def run_trace(args: argparse.Namespace) -> int:
     for w in result.warnings:
         print(f"memtop: warning: {w}", file=sys.stderr)
     print(f"memtop: {result.line()} (open it in https://ui.perfetto.dev)", file=sys.stderr)
+    print(f"memtop: {timing_line(result.summary['timing'])}", file=sys.stderr)
     return 0
