@@ -11,11 +11,12 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from memtop.metrics import GPM_METRICS, MIB
-from memtop.model import Capability, CapState, GpuProcess, GpuSample, PcieLink, SeriesChunk
+from memtop.model import Capability, CapState, GpuHealth, GpuProcess, GpuSample, PcieLink, SeriesChunk
 
 from .nvml_calls import (
     ERROR_GPU_LOST,
     ERROR_NOT_FOUND,
+    ERROR_NOT_SUPPORTED,
     DeviceInfo,
     LinkInfo,
     Nvml,
@@ -30,6 +31,11 @@ GPM_IDS = tuple(m.gpm_id for m in GPM_METRICS if m.gpm_id is not None)
 R = TypeVar("R")
 # Per-lane transfer rate (MT/s) by PCIe generation, for when nvmlDeviceGetPcieSpeed is missing.
 GEN_MTS = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
+# Health counters (ECC, remapped rows, PCIe replays, NVLink errors, violation time): 17-60 NVML calls a
+# read, so every few seconds (bench/RESULTS.md, "Health counters"); Xid events are polled each second
+# and a Xid brings the counters' read forward, so its event comes with the counters it moved.
+HEALTH_EVERY_S = 5.0
+ERROR_NO_PERMISSION = 4
 
 
 def link_bytes_per_s(gen: int, width: int, speed_mts: int | None = None) -> float:
@@ -110,6 +116,7 @@ class GpuReader:
         self.offset = offset
         self.series = series  # drain the driver's sample buffers (only a recording keeps them)
         self.lost = False
+        self._last_code = 0
         self.errors: dict[str, str] = {}  # metric -> last error, cleared when it works again
         self._link: PcieLink | None = None
         self._link_t = -1e9
@@ -119,6 +126,9 @@ class GpuReader:
         self._slow_t = -1e9
         self._slow: dict[str, float | int | None] = {}
         self._drains = [SampleDrain("util"), SampleDrain("mem_util"), SampleDrain("power_w", 1e-3)]
+        self._health: GpuHealth | None = None
+        self._health_t = -1e9
+        self.unsupported: dict[str, str] = {}  # optional readings this GPU or driver refused, not asked again
 
     def start(self) -> None:
         # Prime the drains so the first chunk holds only samples taken after start.
@@ -149,11 +159,14 @@ class GpuReader:
                     "check dmesg for Xid errors; the GPU needs a reset by an administrator",
                 )
             )
+        for metric, err in sorted(self.unsupported.items()):
+            caps.append(Capability("nvml", f"{g} {metric}", CapState.UNSUPPORTED, err))
         for metric, err in sorted(self.errors.items()):
             caps.append(Capability("nvml", f"{g} {metric}", CapState.ERROR, err))
         return tuple(caps)
 
     def _fail(self, metric: str, e: NvmlCallError) -> None:
+        self._last_code = e.code
         if e.code == ERROR_GPU_LOST:
             self.lost = True
         self.errors[metric] = e.message
@@ -166,6 +179,28 @@ class GpuReader:
             return None
         self.errors.pop(metric, None)
         return r
+
+    def _optional(self, metric: str, fn: Callable[..., R], *args: object) -> R | None:
+        """``_try`` for a reading some GPUs or drivers lack (energy before Volta, Xid events in some
+        containers): refused once, it is a capability and never asked again."""
+        if metric in self.unsupported:
+            return None
+        try:
+            return self._try(metric, fn, *args)
+        finally:
+            err = self.errors.get(metric)
+            if err is not None and self._last_code in (ERROR_NOT_SUPPORTED, ERROR_NO_PERMISSION):
+                self.unsupported[metric] = self.errors.pop(metric)
+
+    def _read_health(self, now: float) -> None:
+        """Xids each call (each second); the counters every HEALTH_EVERY_S, or now when a Xid came."""
+        xids = self._optional("xid events", self.nv.xids, self.index) or []
+        if not xids and now - self._health_t < HEALTH_EVERY_S:
+            return
+        self._health_t = now
+        info = self._optional("health", self.nv.health, self.index)
+        if info is not None or xids:
+            self._health = GpuHealth(now, **(info or {}), xids=tuple(xids))
 
     def sample(self, now: float) -> list[object]:
         i = self.index
@@ -189,6 +224,8 @@ class GpuReader:
                     f["pcie_" + d] = kbs * 1024.0
         p = self._try("power", nv.power_mw, i)
         f["power_w"] = None if p is None else p / 1000.0
+        e = self._optional("energy", nv.energy_mj, i)
+        f["energy_j"] = None if e is None else e / 1000.0
         if now - self._slow_t >= 1.0:  # temperature, clocks, throttle, memory: 1 Hz is plenty
             self._slow_t = now
             tc = self._try("temperature", nv.temperature, i)
@@ -202,6 +239,7 @@ class GpuReader:
                 "mem_used": mem[0] if mem else None,
                 "mem_total": mem[1] if mem else None,
             }
+            self._read_health(now)
         f.update(self._slow)
         if now - self._link_t >= 10.0:
             self._link_t = now
@@ -224,6 +262,7 @@ class GpuReader:
             link=self._link,
             processes=self._procs,
             mig=info["mig"],
+            health=self._health,
         )
         out: list[object] = [g.with_values(f)]
         if self.series and now - self._drain_t >= 1.0:
