@@ -58,3 +58,49 @@ def shares(by_label: dict[str, float]) -> dict[str, dict[str, float]]:
         k: {"joules": round(v, 1), "kwh": round(v / J_PER_KWH, 6), "share": round(v / total, 4)}
         for k, v in sorted(by_label.items(), key=lambda kv: -kv[1])
     }
+
+
+def report_section(
+    series: tuple[list[float], list[float]] | None, bin_t: np.ndarray, bin_label: np.ndarray, bin_s: float
+) -> dict | None:
+    """A GPU's energy in `report`: the counter's rise over the range and its split by phase, or None
+    where the recording has no energy counter."""
+    if series is None or len(series[0]) < 2:
+        return None
+    by = split(series[0], series[1], bin_t, bin_label, bin_s)
+    total = sum(by.values())
+    return {
+        "source": "driver energy counter",
+        "joules": round(total, 1),
+        "kwh": round(total / J_PER_KWH, 6),
+        "by_phase": shares(by),
+    }
+
+
+def job_sections(per_gpu: dict[int, dict], jobs: dict[int, str]) -> list[dict]:
+    """Energy per job (GPUs grouped by memtop.jobs): the sum of its GPUs' splits."""
+    groups: dict[str, list[int]] = {}
+    for gpu, key in jobs.items():
+        if gpu in per_gpu:
+            groups.setdefault(key, []).append(gpu)
+    out = []
+    for gpus in groups.values():
+        by: dict[str, float] = {}
+        for g in gpus:
+            for k, v in per_gpu[g]["by_phase"].items():
+                by[k] = by.get(k, 0.0) + v["joules"]
+        total = sum(by.values())
+        out.append(
+            {
+                "gpus": sorted(gpus),
+                "joules": round(total, 1),
+                "kwh": round(total / J_PER_KWH, 6),
+                "by_phase": shares(by),
+            }
+        )
+    return out
+
+
+def report_lines(e: dict, md: bool) -> list[str]:
+    parts = ", ".join(f"{k} {100 * v['share']:.0f} %" for k, v in e["by_phase"].items())
+    return [f"{'- ' if md else ''}energy: {e['kwh']:.4f} kWh ({e['joules']:.0f} J, {e['source']}): {parts}"]

@@ -8,10 +8,13 @@ table `serve` and `snapshot` export (names close to dcgm-exporter's). No textual
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from memtop.model import GpuHealth, GpuSample, PcieLink
+from memtop.timefmt import clock, length
+from memtop.verdict import Verdict
 
 Severity = Literal["critical", "warning"]
 
@@ -224,3 +227,79 @@ def summary(h: GpuHealth | None) -> dict[str, int]:
     if h is None:
         return {}
     return {n: v for n in HEALTH_FIELDS if (v := getattr(h, n)) is not None}
+
+
+# throttle reasons that say the hardware holds the clocks down (a power cap under load is the GPU
+# working as configured, not a fault)
+HW_THROTTLE = ("hw slowdown", "hw thermal", "hw power brake", "sw thermal")
+
+
+def suspect(
+    events: Sequence[HealthEvent], g: GpuSample | None, since: float, end: float
+) -> tuple[str, str] | None:
+    """What on this GPU's hardware could explain a problem since ``since``: (what, command), or None.
+    A critical event at any time, a warning since then, the clocks held down by the hardware now, or a
+    PCIe link narrower than its maximum now."""
+    for e in reversed(events):
+        if e.severity == "critical" or e.t >= since:
+            return f"{e.text} ({length(max(0.0, end - e.t))} ago)", e.command
+    if g is not None:
+        hw = [r for r in g.throttle_reasons if r in HW_THROTTLE]
+        if hw:
+            return f"its clocks are held down now ({', '.join(hw)})", CMD_PERF
+        if g.link is not None and g.link.width < g.link.max_width:
+            return f"its {link_text(g.link)}", CMD_PCIE
+    return None
+
+
+def hardware_first(v: Verdict, events: Sequence[HealthEvent], g: GpuSample | None) -> Verdict:
+    """The verdict with the hardware first where a problem (a straggler, a slow or idle phase) coincides
+    with a health event, a hardware throttle or a narrowed link on that GPU: check the GPU before
+    profiling the program. A healthy busy GPU keeps its verdict unless the event is critical."""
+    end = g.t if g is not None else (events[-1].t if events else 0.0)
+    found = suspect(events, g, end - v.window_s, end)
+    busy = v.healthy and v.label != "idle"
+    if found is None or (busy and not any(e.severity == "critical" for e in events)):
+        return v
+    what, cmd = found
+    about = f"{v.about or v.label}; hardware first: {what}"
+    return replace(
+        v,
+        headline=f"{v.headline} — hardware first: {what}",
+        advice=(
+            f"check the GPU before profiling the program: {cmd}",
+            f"then, if it is healthy: {CMD_DIAG}",
+            *v.advice,
+        ),
+        command=cmd,
+        about=about,
+    )
+
+
+def report_section(samples: list[GpuSample], t0: float) -> dict | None:
+    """A GPU's health in `report`: its counters at the end of the range (None ones left out) and its
+    events (seconds from the recording's start), or None where the recording has no health reads."""
+    reads = [g.health for g in samples if g.health is not None]
+    events = health_events(samples)
+    if not reads and not events:
+        return None
+    return {
+        "counters": summary(reads[-1] if reads else None),
+        "events": [e.as_dict(t0) for e in events],
+    }
+
+
+def report_lines(h: dict, md: bool) -> list[str]:
+    """The health section as text (the report's renderer; ``h`` already made safe for a terminal)."""
+    ev = h["events"]
+    crit = sum(e["severity"] == "critical" for e in ev)
+    head = f"health: {len(ev)} event{'s' if len(ev) != 1 else ''}" + (f" ({crit} critical)" if crit else "")
+    shown = {k: v for k, v in h["counters"].items() if v}
+    lines = [
+        head + (": " + ", ".join(f"{k} {v}" for k, v in shown.items()) if shown else "; counters all zero")
+    ]
+    for e in ev[:10]:
+        lines.append(
+            f"{'- ' if md else '  '}at {clock(e['at_s'])} {e['severity']}: {e['text']}  $ {e['command']}"
+        )
+    return lines
