@@ -240,9 +240,12 @@ def suspect(
     """What on this GPU's hardware could explain a problem since ``since``: (what, command), or None.
     A critical event at any time, a warning since then, the clocks held down by the hardware now, or a
     PCIe link narrower than its maximum now."""
-    for e in reversed(events):
-        if e.severity == "critical" or e.t >= since:
-            return f"{e.text} ({length(max(0.0, end - e.t))} ago)", e.command
+    # the newest such instant; of its events the first critical one the tracker made (a Xid before the
+    # counters it moved)
+    hit = [e for e in events if e.severity == "critical" or e.t >= since]
+    if hit:
+        e = min((e for e in hit if e.t == hit[-1].t), key=lambda e: e.severity != "critical")
+        return f"{e.text} ({length(max(0.0, end - e.t))} ago)", e.command
     if g is not None:
         hw = [r for r in g.throttle_reasons if r in HW_THROTTLE]
         if hw:
