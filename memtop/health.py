@@ -132,6 +132,7 @@ class HealthEvent:
     severity: Severity
     text: str  # what happened, for people
     command: str  # what to run next
+    xid: int | None = None  # the Xid's number, for kind "xid"
 
     def as_dict(self, t0: float = 0.0) -> dict:
         return {
@@ -186,7 +187,9 @@ class HealthTracker:
 
     def _counters(self, prev: GpuHealth | None, h: GpuHealth) -> list[HealthEvent]:
         out = [
-            self._ev(h.t, "xid", "critical", xid_text(x), XID_MEANINGS.get(x, ("", CMD_XID))[1])
+            HealthEvent(
+                h.t, self.gpu, "xid", "critical", xid_text(x), XID_MEANINGS.get(x, ("", CMD_XID))[1], x
+            )
             for x in h.xids
         ]
         for name, (text, cmd) in _TURNS_ON.items():

@@ -125,6 +125,7 @@ class Pipeline:
             self._throttled: dict[int, bool] = {}
             self._trackers: dict[int, HealthTracker] = {}
             self.health: deque[HealthEvent] = deque(maxlen=500)
+            self.n_health = 0  # events ever appended (the deque drops the oldest)
             self._kept: deque[Frame] = deque()  # one frame a second, for a paused live view
             self._frozen: float | None = None  # the instant (frame clock) a paused view shows
             self._frozen_version = 0
@@ -197,6 +198,7 @@ class Pipeline:
         tracker = self._trackers.get(g.index) or self._trackers.setdefault(g.index, HealthTracker(g.index))
         for e in tracker.feed(g):
             self.health.append(e)
+            self.n_health += 1
             self.events.append(Event(e.t, e.gpu, "health", e.text))
 
     @property

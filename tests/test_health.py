@@ -20,12 +20,14 @@ from memtop.collectors.nvml_calls import ReplayNvml
 
 from memtop import energy, health
 from memtop.model import Frame, GpuSample, PcieLink
+from memtop.phases import LABELS
 from memtop.pipeline import Pipeline, Status
 from memtop.report import build_report, render
 from memtop.store import Recording, Writer
 from memtop.verdict import Verdict
 
 FIXTURE = DATA / "nvml_health_h100.json"
+LABELS_ALL = (*LABELS, "warmup", energy.UNLABELLED)
 
 
 def _recorded() -> list[dict]:
@@ -238,3 +240,45 @@ def test_old_recordings_have_no_health_or_energy_and_still_report(tmp_path):
     rec = Recording(DATA / "labelled_s2.memtop")
     rep = build_report(rec)
     assert all("energy" not in g and "health" not in g for g in rep["gpus"]) and "energy_jobs" not in rep
+
+
+def test_serve_and_snapshot_export_health_and_energy_by_phase(tmp_path):
+    """`memtop serve --replay` over a recording of replayed replies with a Xid 94 early in it: the
+    counters, the Xid and energy by phase come out of real HTTP, the snapshot against its schema."""
+    import subprocess
+    import time
+    import urllib.request
+
+    import jsonschema
+    from netutil import free_ports, memtop, stop, wait_ready
+    from prometheus_client.parser import text_string_to_metric_families
+
+    base = _baseline()
+    gs = _run(_log([base, _with(base, remap_pending=1)], [[]] * 8 + [[94], []]), 30.0)
+    rec = _write(tmp_path, gs)
+    (port,) = free_ports(1)
+    p = memtop("serve", "--replay", str(rec.path), "--port", str(port), stderr=subprocess.PIPE)
+    try:
+        wait_ready(port, proc=p)
+        end = time.monotonic() + 40
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+            xids = [s for s in fams["memtop_gpu_health_events"].samples if s.labels["xid"] == "94"]
+            joules = [s for s in fams["memtop_gpu_energy_joules"].samples if s.name.endswith("_total")]
+            if (xids and joules) or time.monotonic() > end:
+                break
+            time.sleep(0.5)
+        assert xids and xids[0].value >= 1 and xids[0].labels["kind"] == "xid"
+        assert joules and all(s.value >= 0 for s in joules) and sum(s.value for s in joules) > 0
+        assert {s.labels["phase"] for s in joules} <= {*LABELS_ALL}
+        (pending,) = fams["memtop_gpu_row_remap_pending"].samples
+        assert pending.value in (0, 1) and fams["memtop_gpu_ecc_dbe_volatile"].type == "counter"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/snapshot.json", timeout=5) as r:
+            snap = json.loads(r.read())
+        schema = json.loads((DATA.parent.parent / "docs" / "snapshot.schema.json").read_text())
+        jsonschema.validate(snap, schema)
+        (g,) = snap["gpus"]
+        assert "remap_pending" in g["health"]["counters"] and g["energy"]["source"] == "driver energy counter"
+    finally:
+        stop(p)
