@@ -322,7 +322,7 @@ class RealNvml:
                 self._call("nvmlEventSetFree", es)
                 raise
             self._events[i] = es
-        out = []
+        out: list[int] = []
         while len(out) < 64:  # a storm of Xids: the rest wait for the next call
             try:
                 ev = self._call("nvmlEventSetWait_v2", es, 0)

@@ -64,10 +64,10 @@ def chart(p: Point, name: str, ascii_only: bool) -> Text:
     for col in range(CHART_W):
         ai = 10 ** (lo_x + (hi_x - lo_x) * col / (CHART_W - 1))
         grid[row_of(min(top, ai * peak.dram))][col] = "-" if ascii_only else "─"
-    ai = p.intensity
-    if ai is not None and p.flops > 0:
+    at = p.intensity
+    if at is not None and p.flops > 0:
         col = round(
-            (math.log10(min(max(ai, AI_RANGE[0]), AI_RANGE[1])) - lo_x) / (hi_x - lo_x) * (CHART_W - 1)
+            (math.log10(min(max(at, AI_RANGE[0]), AI_RANGE[1])) - lo_x) / (hi_x - lo_x) * (CHART_W - 1)
         )
         grid[row_of(p.flops)][col] = "*" if ascii_only else "●"
     t = Text()

@@ -182,12 +182,14 @@ def _hardware_families(pipeline, gpus: list, base: list[str]):
     yield fam
     for c in COUNTERS:
         kind = CounterMetricFamily if c.counter else GaugeMetricFamily
-        fam = kind(PREFIX + c.prom.removesuffix("_total"), f"{c.help} (dcgm-exporter: {c.dcgm})", labels=base)
+        one: CounterMetricFamily | GaugeMetricFamily = kind(
+            PREFIX + c.prom.removesuffix("_total"), f"{c.help} (dcgm-exporter: {c.dcgm})", labels=base
+        )
         for g, labels in gpus:
             v = None if g.health is None else getattr(g.health, c.field)
             if v is not None:
-                fam.add_metric(labels, v * c.scale)
-        yield fam
+                one.add_metric(labels, v * c.scale)
+        yield one
     fam = CounterMetricFamily(
         PREFIX + "gpu_health_events",
         "health events memtop saw since it started, by kind and Xid (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS "
