@@ -16,7 +16,7 @@ from typing import cast
 
 import numpy as np
 
-from memtop import energy, health
+from memtop import energy, health, roofline
 from memtop.colscan import no_gc, report_scan
 from memtop.errors import UserError
 from memtop.jobs import jobs_of
@@ -124,6 +124,7 @@ def _build_report(
     out_gpus = []
     sites: dict[tuple[int, int], tuple] = {}
     health_by_gpu, energy_by_gpu, energies = rec.health_samples(lo, hi), rec.energy(lo, hi), {}
+    busy = rec.busy_means(lo, hi, roofline.READS)
     for idx in sorted(labels_by_gpu):
         if gpu is not None and idx != gpu:
             continue
@@ -209,6 +210,11 @@ def _build_report(
                 },
                 **({"health": hw} if hw is not None else {}),
                 **({"energy": en} if en is not None else {}),
+                **(
+                    {"roofline": rf}
+                    if (rf := roofline.report_section(meta_g.get("name"), busy.get(idx)))
+                    else {}
+                ),
             }
         )
     numa = [
@@ -429,6 +435,8 @@ def render(rep: dict, fmt: str) -> str:
             lines += health.report_lines(g["health"], md)
         if g.get("energy"):
             lines += energy.report_lines(g["energy"], md)
+        if g.get("roofline"):
+            lines += roofline.report_lines(g["roofline"], md)
     if rep["numa"]:
         lines += ["", "NUMA placement: " + ", ".join(f"{n['pid']} {n['placement']}" for n in rep["numa"])]
     if rep["perf"]:

@@ -77,3 +77,41 @@ def point(g: GpuSample) -> Point | None:
     total = sum(flops.values())
     bw = g.dram / 100 * peak.dram
     return Point(total, bw, flops[roof] / pipes[roof][1], bw / peak.dram, roof)
+
+
+READS = ("tensor", "fp16", "fp32", "fp64", "dram", "sm_clock")
+
+
+def report_section(name: str | None, means: dict[str, float | None] | None) -> dict | None:
+    """The roofline point over a run's busy GPM samples (``means``: Recording.busy_means), for `report`;
+    None without GPM samples; a GPU without datasheet peaks says so."""
+    if not means or not means.get("samples"):
+        return None
+    if name not in PEAKS:
+        return {"estimate": ESTIMATE, "unknown": f"no datasheet peaks for {name}: memtop never guesses one"}
+    g = GpuSample(0.0, 0, "", name, "gpm", **{k: means.get(k) for k in READS})
+    p = point(g)
+    if p is None:
+        return None
+    ai = p.intensity
+    return {
+        "estimate": ESTIMATE,
+        "samples": means["samples"],
+        "tflops": round(p.flops / 1e12, 1),
+        "dram_gbps": round(p.bandwidth / 1e9, 1),
+        "intensity": None if ai is None else round(ai, 1),
+        "roof": p.roof,
+        "compute_roof": round(p.compute_roof, 3),
+        "bandwidth_roof": round(p.bandwidth_roof, 3),
+    }
+
+
+def report_lines(r: dict, md: bool) -> list[str]:
+    lead = f"{'- ' if md else ''}roofline (while busy): "
+    if "unknown" in r:
+        return [lead + r["unknown"]]
+    return [
+        lead
+        + f"{100 * r['compute_roof']:.0f} % of the {r['roof']} roof / {100 * r['bandwidth_roof']:.0f} % of "
+        f"the bandwidth roof; {r['tflops']} TFLOP/s, {r['dram_gbps']} GB/s, {r['intensity']} FLOP/B ({r['estimate']})"
+    ]

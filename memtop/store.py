@@ -1436,6 +1436,23 @@ class Recording:
                 )
         return out
 
+    def busy_means(self, lo: float, hi: float, names: tuple[str, ...]) -> dict[int, dict[str, float | None]]:
+        """Per GPU, the mean of each named metric over its GPM samples while the graphics engine was busy
+        (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a metric the
+        recording has no column for."""
+        if "graphics" not in self._gpu_columns:
+            return {}
+        cols = ", ".join(
+            f"avg({_decode_sql(BY_NAME[n])})" if n in self._gpu_columns else "NULL" for n in names
+        )
+        busy = _decode_sql(BY_NAME["graphics"])
+        sql = f"SELECT gpu, count(*), {cols} FROM gpu WHERE mode='gpm' AND t>=? AND t<=? AND {busy} >= 5 GROUP BY gpu"
+        return {
+            r[0]: {"samples": r[1], **dict(zip(names, r[2:], strict=True))}
+            for r in self._rows(sql, (lo, hi))
+            if isinstance(r[0], int)
+        }
+
     def energy(self, lo: float, hi: float) -> dict[int, tuple[list[float], list[float]]]:
         """Per GPU, the driver's energy counter (J) and its times, where the recording has it."""
         if "energy_j" not in self._gpu_columns:

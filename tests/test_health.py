@@ -282,3 +282,46 @@ def test_serve_and_snapshot_export_health_and_energy_by_phase(tmp_path):
         assert "remap_pending" in g["health"]["counters"] and g["energy"]["source"] == "driver energy counter"
     finally:
         stop(p)
+
+
+def test_roofline_point_is_pipe_activity_times_the_datasheet_peak_at_the_clock_run():
+    from memtop.roofline import PEAKS, point
+
+    name = "NVIDIA H100 80GB HBM3"
+    peak = PEAKS[name]
+    g = GpuSample(0.0, 0, "u", name, "gpm", tensor=50.0, fp32=10.0, dram=40.0, sm_clock=peak.boost_mhz / 2)
+    p = point(g)
+    assert p is not None and p.roof == "tensor"
+    assert p.flops == pytest.approx(0.25 * peak.tensor + 0.05 * peak.fp32)
+    assert p.bandwidth == pytest.approx(0.4 * peak.dram) and p.bandwidth_roof == pytest.approx(0.4)
+    assert p.compute_roof == pytest.approx(0.25) and p.intensity == pytest.approx(p.flops / p.bandwidth)
+    assert "(estimate)" in p.text
+    # a GPU memtop has no peaks for, or no GPM, has no point: never a guessed peak
+    assert point(GpuSample(0.0, 0, "u", "NVIDIA A10", "gpm", tensor=50.0, dram=40.0)) is None
+    assert point(GpuSample(0.0, 0, "u", name, "nvml", util=90.0)) is None
+
+
+def test_report_places_a_known_gpu_on_the_roofline_and_says_so_for_an_unknown_one():
+    from memtop.roofline import report_section
+
+    rec = Recording(DATA / "labelled_s2.memtop")
+    rf = build_report(rec)["gpus"][0]["roofline"]
+    assert rf["roof"] == "tensor" and 0 < rf["compute_roof"] < 1 and rf["estimate"].startswith("estimate")
+    assert "no datasheet peaks for NVIDIA A10" in report_section("NVIDIA A10", {"samples": 3})["unknown"]
+
+
+def test_the_detail_screen_lists_health_and_draws_the_roofline():
+    from memtop.tui.hardware import hardware_text
+
+    base = _baseline()
+    gs = _run(_log([base, _with(base, remap_pending=1)], [[]]), 6.0)
+    p = Pipeline(Status("live"))
+    for g in gs:
+        p.on_frame(Frame(g.t, gpus=(g,)), tick=False)
+    g = gs[-1]
+    text = hardware_text(p.view(), g, ascii_only=True).plain
+    assert "remap_pending 1" in text and "critical: remapped rows pending" in text
+    assert "roofline" in text and ("% of the" in text or "n/a" in text)
+    assert text.isascii()
+    unknown = GpuSample(0.0, 0, "u", "NVIDIA A10", "gpm", tensor=5.0, dram=5.0)
+    assert "no datasheet peaks for NVIDIA A10" in hardware_text(p.view(), unknown, True).plain
