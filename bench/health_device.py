@@ -30,7 +30,7 @@ from memtop.collectors.nvml_calls import RealNvml, RecordingNvml
 from memtop.roofline import point
 
 
-def cost(out: dict) -> None:
+def cost(out: dict, _outdir: Path) -> None:
     nv = RealNvml()
     nv.init()
 
@@ -40,14 +40,20 @@ def cost(out: dict) -> None:
             fn()
         return (time.thread_time() - t) / n * 1e6
 
-    out["cost_us"] = {
-        "health": cpu_us(lambda: nv.health(0), 50),
-        "energy_mj": cpu_us(lambda: nv.energy_mj(0), 500),
-        "xids": cpu_us(lambda: nv.xids(0), 500),
-        "power_mw": cpu_us(lambda: nv.power_mw(0), 500),
+    calls = {
+        "health": (lambda: nv.health(0), 50),
+        "energy_mj": (lambda: nv.energy_mj(0), 500),
+        "xids": (lambda: nv.xids(0), 500),
+        "power_mw": (lambda: nv.power_mw(0), 500),
     }
+    out["cost_us"] = {}
+    for name, (fn, n) in calls.items():
+        try:
+            out["cost_us"][name] = cpu_us(fn, n)
+        except Exception as e:  # one refused call must not lose the others
+            out["cost_us"][name] = repr(e)
     out["health_now"] = nv.health(0)
-    out["xids_now"] = nv.xids(0)
+    out["energy_mj_now"] = nv.energy_mj(0)
 
 
 class Sampler(threading.Thread):
@@ -215,7 +221,7 @@ def main() -> None:
     out: dict = {"device": torch.cuda.get_device_name(0)}
     for step in (cost, roofline, energy):
         try:
-            step(out, outdir) if step is not cost else step(out)
+            step(out, outdir)
         except Exception as e:
             out[f"{step.__name__}_error"] = repr(e)
         (outdir / "health.json").write_text(json.dumps(out, indent=1, default=str))
