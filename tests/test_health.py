@@ -325,3 +325,22 @@ def test_the_detail_screen_lists_health_and_draws_the_roofline():
     assert text.isascii()
     unknown = GpuSample(0.0, 0, "u", "NVIDIA A10", "gpm", tensor=5.0, dram=5.0)
     assert "no datasheet peaks for NVIDIA A10" in hardware_text(p.view(), unknown, True).plain
+
+
+def test_a_damaged_health_row_is_missing_data_not_an_exception(tmp_path):
+    import sqlite3
+
+    gs = _run(_recorded(), 2.0)
+    rec = _write(tmp_path, gs)
+    rec.close()
+    db = sqlite3.connect(rec.path)
+    db.execute("INSERT INTO health VALUES (?, 0, ?)", (gs[-1].t, "[" * 5000))  # too large, and no JSON
+    db.execute("INSERT INTO health VALUES (?, 0, ?)", (gs[-1].t + 0.01, '{"xids": "not a list"}'))
+    db.execute("INSERT INTO health VALUES (?, 0, ?)", (gs[-1].t + 0.02, '{"pcie_replay": -5, "xids": [79]}'))
+    db.commit()
+    db.close()
+    rec = Recording(rec.path)
+    (samples,) = rec.health_samples(rec.t0, rec.t1 + 1).values()
+    assert samples[-1].health.pcie_replay is None and samples[-1].health.xids == (79,)
+    assert "damaged health data skipped" in rec.damage
+    assert list(rec.frames())  # Frames read past it
