@@ -11,7 +11,16 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from memtop.metrics import GPM_METRICS, MIB
-from memtop.model import Capability, CapState, GpuHealth, GpuProcess, GpuSample, PcieLink, SeriesChunk
+from memtop.model import (
+    Capability,
+    CapState,
+    GpuHealth,
+    GpuProcess,
+    GpuSample,
+    MigInstance,
+    PcieLink,
+    SeriesChunk,
+)
 
 from .nvml_calls import (
     ERROR_GPU_LOST,
@@ -127,6 +136,7 @@ class GpuReader:
         self._slow: dict[str, float | int | None] = {}
         self._drains = [SampleDrain("util"), SampleDrain("mem_util"), SampleDrain("power_w", 1e-3)]
         self._health: GpuHealth | None = None
+        self._mig: tuple[MigInstance, ...] = ()
         self._health_t = -1e9
         self.unsupported: dict[str, str] = {}  # optional readings this GPU or driver refused, not asked again
 
@@ -201,6 +211,10 @@ class GpuReader:
         info = self._optional("health", self.nv.health, self.index)
         if info is not None or xids:
             self._health = GpuHealth(now, **(info or {}), xids=tuple(xids))
+        if self.info["mig"]:  # the instances change only when an administrator changes them
+            devs = self._optional("mig devices", self.nv.mig_devices, self.index)
+            if devs is not None:
+                self._mig = tuple(MigInstance(**d) for d in devs)
 
     def sample(self, now: float) -> list[object]:
         i = self.index
@@ -263,6 +277,7 @@ class GpuReader:
             processes=self._procs,
             mig=info["mig"],
             health=self._health,
+            mig_instances=self._mig,
         )
         out: list[object] = [g.with_values(f)]
         if self.series and now - self._drain_t >= 1.0:

@@ -79,6 +79,18 @@ class HealthInfo(TypedDict, total=False):
     violation_thermal_ns: int  # by the thermal limit
 
 
+class MigInfo(TypedDict):
+    """One MIG device (a compute instance of a GPU instance) of a GPU in MIG mode."""
+
+    index: int  # its slot among the GPU's MIG devices
+    gi: int  # GPU instance id
+    ci: int  # compute instance id
+    name: str  # e.g. "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    uuid: str
+    mem_used: int | None  # bytes; None where the driver does not say
+    mem_total: int | None
+
+
 class Nvml(Protocol):
     """The NVML calls memtop makes, in plain (JSON-able) values. Errors are NvmlCallError (one call
     failed) or NvmlUnavailable (from ``init``: no NVML at all)."""
@@ -112,6 +124,10 @@ class Nvml(Protocol):
     def xids(self, i: int) -> list[int]:
         """The critical Xid errors the driver reported for this GPU since the previous call (an NVML
         event set, registered on the first call; never waits)."""
+        ...
+
+    def mig_devices(self, i: int) -> list[MigInfo]:
+        """The MIG devices of a GPU in MIG mode (read only: memtop never changes the mode)."""
         ...
 
     def shutdown(self) -> None: ...
@@ -312,6 +328,34 @@ class RealNvml:
     def energy_mj(self, i: int) -> int:
         return int(self._call("nvmlDeviceGetTotalEnergyConsumption", self._handles[i]))
 
+    def mig_devices(self, i: int) -> list[MigInfo]:
+        h = self._handles[i]
+        out: list[MigInfo] = []
+        for k in range(self._call("nvmlDeviceGetMaxMigDeviceCount", h)):
+            try:
+                m = self._call("nvmlDeviceGetMigDeviceHandleByIndex", h, k)
+            except NvmlCallError as e:
+                if e.code == ERROR_NOT_FOUND:  # an empty slot
+                    continue
+                raise
+            try:
+                mem = self._call("nvmlDeviceGetMemoryInfo", m)
+                used, total = int(mem.used), int(mem.total)
+            except NvmlCallError:
+                used = total = None
+            out.append(
+                {
+                    "index": k,
+                    "gi": int(self._call("nvmlDeviceGetGpuInstanceId", m)),
+                    "ci": int(self._call("nvmlDeviceGetComputeInstanceId", m)),
+                    "name": _s(self._call("nvmlDeviceGetName", m)),
+                    "uuid": _s(self._call("nvmlDeviceGetUUID", m)),
+                    "mem_used": used,
+                    "mem_total": total,
+                }
+            )
+        return out
+
     def xids(self, i: int) -> list[int]:
         es = self._events.get(i)
         if es is None:
@@ -431,6 +475,9 @@ class RecordingNvml:
     def xids(self, i: int) -> list[int]:
         return self._log("xids", self.inner.xids, i)
 
+    def mig_devices(self, i: int) -> list[MigInfo]:
+        return self._log("mig_devices", self.inner.mig_devices, i)
+
     def shutdown(self) -> None:
         self.inner.shutdown()
 
@@ -536,6 +583,10 @@ class ReplayNvml:
 
     def xids(self, i: int) -> list[int]:
         return [int(x) for x in self._serve("xids", i, repeat=False)]
+
+    def mig_devices(self, i: int) -> list[MigInfo]:
+        r: list[MigInfo] = self._serve("mig_devices", i)
+        return r
 
     def shutdown(self) -> None:
         pass

@@ -96,6 +96,20 @@ class GpuHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG device of a GPU in MIG mode: what NVML gives per GPU/compute instance (memory; utilisation
+    is not given per instance without GPM, which memtop turns off under MIG)."""
+
+    index: int
+    gi: int  # GPU instance id
+    ci: int  # compute instance id
+    name: str  # the profile, e.g. "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    uuid: str
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuProcess:
     pid: int
     used_memory: int | None  # bytes; None when the driver does not say
@@ -190,6 +204,7 @@ class GpuSample:
     processes: tuple[GpuProcess, ...] = ()
     mig: bool = False
     health: GpuHealth | None = None  # the newest health read (every HEALTH_EVERY_S)
+    mig_instances: tuple[MigInstance, ...] = ()  # under MIG (live only: not recorded)
 
     def with_values(self, values: Mapping[str, float | int | None]) -> GpuSample:
         """This sample with metric fields set by name (the names of memtop.metrics.METRICS)."""

@@ -344,3 +344,33 @@ def test_a_damaged_health_row_is_missing_data_not_an_exception(tmp_path):
     assert samples[-1].health.pcie_replay is None and samples[-1].health.xids == (79,)
     assert "damaged health data skipped" in rec.damage
     assert list(rec.frames())  # Frames read past it
+
+
+def test_mig_instances_on_synthetic_replies():
+    """MIG cannot be turned on here (memtop never changes a card's mode): the recorded H100 replies with
+    the device in MIG mode and two MIG devices, written as nvmlDeviceGetMigDeviceHandleByIndex and
+    nvmlDeviceGetMemoryInfo would give them (synthetic)."""
+    from memtop.tui.hardware import hardware_text
+
+    log = _log([_baseline()], [[]])
+    for e in log:
+        if e["m"] == "device":
+            e["r"] = {**e["r"], "mig": True}
+    devs = [
+        {"index": 0, "gi": 1, "ci": 0, "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "uuid": "MIG-a",
+         "mem_used": 2 << 30, "mem_total": 40 << 30},
+        {"index": 1, "gi": 2, "ci": 0, "name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "uuid": "MIG-b",
+         "mem_used": None, "mem_total": None},
+    ]  # fmt: skip
+    log.append({"m": "mig_devices", "a": [0], "r": devs})
+    col = NvmlCollector(ReplayNvml(log), 0.1, offset=0.0, series=False)
+    col.start()
+    (r,) = col.readers
+    assert not r.gpm and "MIG" in r.gpm_reason  # GPM stays off under MIG
+    g = next(p for p in r.sample(100.0) if isinstance(p, GpuSample))
+    assert [(m.gi, m.name.rsplit(" ", 1)[-1], m.mem_total) for m in g.mig_instances] == [
+        (1, "3g.40gb", 40 << 30),
+        (2, "1g.10gb", None),
+    ]
+    text = hardware_text(Pipeline(Status("live")).view(), g, True).plain
+    assert "GI 1 CI 0" in text and "2.0 / 40.0 GiB" in text and "memory n/a" in text

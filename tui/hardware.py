@@ -32,6 +32,13 @@ def hardware_text(view: View, g: GpuSample, ascii_only: bool) -> Text:
             f"    {e.severity}: {clean(e.text)}  $ {e.command}\n",
             style="bold red" if e.severity == "critical" else "yellow",
         )
+    for m in g.mig_instances:
+        mem = (
+            "memory n/a"
+            if m.mem_total is None
+            else f"{(m.mem_used or 0) / 2**30:.1f} / {m.mem_total / 2**30:.1f} GiB"
+        )
+        t.append(f"  {'MIG ' + str(m.index):<14}GI {m.gi} CI {m.ci}  {clean(m.name, 60)}  {mem}\n")
     p = point(g)
     t.append(f"  {'roofline':<14}", style="bold")
     if p is None:

@@ -290,6 +290,19 @@ def _hardware(pipeline: CountingPipeline, view: View, g) -> dict:
             "counters": health.summary(g.health),
             "events": [{**e.as_dict(ago), "at_s": round(e.t - ago, 1)} for e in events[-10:]],
         }
+    if g.mig_instances:
+        out["mig"] = [
+            {
+                "index": m.index,
+                "gi": m.gi,
+                "ci": m.ci,
+                "name": m.name,
+                "uuid": m.uuid,
+                "mem_used": m.mem_used,
+                "mem_total": m.mem_total,
+            }
+            for m in g.mig_instances
+        ]
     joules = pipeline.phase_energy.get(g.index)
     if joules:
         out["energy"] = {"source": "driver energy counter", "by_phase": energy.shares(joules)}
