@@ -338,11 +338,11 @@ class RealNvml:
                 if e.code == ERROR_NOT_FOUND:  # an empty slot
                     continue
                 raise
-            try:
+            used: int | None = None
+            total: int | None = None
+            with contextlib.suppress(NvmlCallError):
                 mem = self._call("nvmlDeviceGetMemoryInfo", m)
                 used, total = int(mem.used), int(mem.total)
-            except NvmlCallError:
-                used = total = None
             out.append(
                 {
                     "index": k,

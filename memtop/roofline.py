@@ -89,7 +89,7 @@ def report_section(name: str | None, means: dict[str, float | None] | None) -> d
         return None
     if name not in PEAKS:
         return {"estimate": ESTIMATE, "unknown": f"no datasheet peaks for {name}: memtop never guesses one"}
-    g = GpuSample(0.0, 0, "", name, "gpm", **{k: means.get(k) for k in READS})
+    g = GpuSample(0.0, 0, "", name, "gpm").with_values({k: means.get(k) for k in READS})
     p = point(g)
     if p is None:
         return None
