@@ -40,9 +40,10 @@ GPM_IDS = tuple(m.gpm_id for m in GPM_METRICS if m.gpm_id is not None)
 R = TypeVar("R")
 # Per-lane transfer rate (MT/s) by PCIe generation, for when nvmlDeviceGetPcieSpeed is missing.
 GEN_MTS = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
-# Health counters (ECC, remapped rows, PCIe replays, NVLink errors, violation time): 17-60 NVML calls a
-# read, so every few seconds (bench/RESULTS.md, "Health counters"); Xid events are polled each second
-# and a Xid brings the counters' read forward, so its event comes with the counters it moved.
+# Health counters (ECC, remapped rows, PCIe replays, NVLink errors, violation time; 2.3 ms of CPU a read
+# on the H100) and the energy counter (4.0 ms a read!) every few seconds (bench/RESULTS.md, "Health
+# counters"); Xid events (6 us) are polled each second and a Xid brings the counters' read forward, so its
+# event comes with the counters it moved.
 HEALTH_EVERY_S = 5.0
 ERROR_NO_PERMISSION = 4
 
@@ -137,6 +138,7 @@ class GpuReader:
         self._drains = [SampleDrain("util"), SampleDrain("mem_util"), SampleDrain("power_w", 1e-3)]
         self._health: GpuHealth | None = None
         self._mig: tuple[MigInstance, ...] = ()
+        self._energy: float | None = None  # J, as last read (memtop.energy shares each rise by power)
         self._health_t = -1e9
         self.unsupported: dict[str, str] = {}  # optional readings this GPU or driver refused, not asked again
 
@@ -208,6 +210,8 @@ class GpuReader:
         if not xids and now - self._health_t < HEALTH_EVERY_S:
             return
         self._health_t = now
+        e = self._optional("energy", self.nv.energy_mj, self.index)  # ~4 ms of CPU a read on the H100
+        self._energy = None if e is None else e / 1000.0
         info = self._optional("health", self.nv.health, self.index)
         if info is not None or xids:
             self._health = GpuHealth(now, **(info or {}), xids=tuple(xids))
@@ -238,8 +242,6 @@ class GpuReader:
                     f["pcie_" + d] = kbs * 1024.0
         p = self._try("power", nv.power_mw, i)
         f["power_w"] = None if p is None else p / 1000.0
-        e = self._optional("energy", nv.energy_mj, i)
-        f["energy_j"] = None if e is None else e / 1000.0
         if now - self._slow_t >= 1.0:  # temperature, clocks, throttle, memory: 1 Hz is plenty
             self._slow_t = now
             tc = self._try("temperature", nv.temperature, i)
@@ -255,6 +257,7 @@ class GpuReader:
             }
             self._read_health(now)
         f.update(self._slow)
+        f["energy_j"] = self._energy
         if now - self._link_t >= 10.0:
             self._link_t = now
             lk = self._try("pcie link", nv.link, i)

@@ -1,10 +1,14 @@
-"""Energy by cause: the driver's energy counter (nvmlDeviceGetTotalEnergyConsumption, not power
-integrated from samples) split by the phase label of each bin.
+"""Energy by cause: the driver's energy counter (nvmlDeviceGetTotalEnergyConsumption), split by the phase
+label of each bin.
 
-``split`` is the one computation: `report` calls it over a recording's counter and labels, live
-outputs (`snapshot`, `serve`) over the samples and labels closed since their last count. Each rise of
-the counter between two samples goes to the bin of the later sample; a bin with no label (before the
-first one) counts as "unlabelled", so the split always sums to the counter's rise.
+The counter costs ~4 ms of CPU a read on the H100 (bench/RESULTS.md, "Health counters"), so it is read
+every few seconds (collectors/nvml.py, with the health counters) and a GpuSample repeats the last read.
+``split`` is the one computation: `report` calls it over a recording, live outputs (`snapshot`, `serve`)
+over the samples and labels closed since their last count. Each rise of the counter between two reads is
+shared among the samples between them in proportion to their power x time (the 10 Hz power readings
+give the shape, the counter the amount), and each sample's share goes to its bin's label; after the last
+read of a report's range, power x time stands in (an estimate over at most one read interval). A bin
+with no label counts as "unlabelled", so the split sums to the counter's rise (plus that tail).
 """
 
 from __future__ import annotations
@@ -17,37 +21,79 @@ from memtop.phases import bin_start
 
 UNLABELLED = "unlabelled"
 J_PER_KWH = 3.6e6
+SOURCE = "driver energy counter, shared among bins by power"
+
+_Floats = Sequence[float | None] | np.ndarray
+
+
+def reads(e: _Floats) -> np.ndarray:
+    """Indices of the samples where the counter was read: the first, and each change of its value."""
+    e = np.asarray([np.nan if v is None else v for v in e], dtype=np.float64)
+    ok = np.isfinite(e)
+    idx = np.flatnonzero(ok)
+    if not len(idx):
+        return idx
+    v = e[idx]
+    return idx[np.concatenate(([True], v[1:] != v[:-1]))]
+
+
+def per_sample(t: _Floats, e: _Floats, p: _Floats, tail: bool = True) -> np.ndarray:
+    """Joules of each sample (the first gets none): counter rises shared by power x time, and with
+    ``tail`` power x time after the last read."""
+    ta = np.asarray(t, dtype=np.float64)
+    ea = np.asarray([np.nan if v is None else v for v in e], dtype=np.float64)
+    pa = np.asarray([np.nan if v is None else v for v in p], dtype=np.float64)
+    out = np.zeros(len(ta))
+    r = reads(ea)
+    if len(ta) < 2 or not len(r):
+        return out
+    dt = np.diff(ta, prepend=ta[0])
+    w = np.nan_to_num(pa) * dt  # power x time of each sample's interval
+    k = np.arange(len(ta))
+    seg = np.searchsorted(r, k)  # the read that closes each sample's interval (len(r): after the last)
+    inside = (seg > 0) & (seg < len(r))
+    rise = np.diff(ea[r])
+    rise[rise < 0] = 0.0  # the driver reloaded: that interval gives nothing
+    wsum = np.bincount(seg[inside], weights=w[inside], minlength=len(r))
+    nsum = np.bincount(seg[inside], minlength=len(r))
+    si = seg[inside]
+    share = np.where(
+        wsum[si] > 0, w[inside] / np.where(wsum[si] > 0, wsum[si], 1.0), 1.0 / np.maximum(nsum[si], 1)
+    )
+    out[inside] = rise[si - 1] * share
+    if tail:
+        after = seg == len(r)
+        out[after] = w[after]
+    return out
 
 
 def split(
-    t: Sequence[float] | np.ndarray,
-    e: Sequence[float] | np.ndarray,
-    bin_t: Sequence[float] | np.ndarray,
+    t: _Floats,
+    e: _Floats,
+    p: _Floats,
+    bin_t: _Floats,
     bin_label: Sequence[str] | np.ndarray,
     bin_s: float,
+    tail: bool = True,
 ) -> dict[str, float]:
-    """Joules per label from counter readings ``e`` (J) at times ``t`` (ascending) and the labelled
-    bins (their starts ``bin_t``, ascending, and labels). A counter that went back (the driver
-    reloaded) gives nothing for that step."""
+    """Joules per label from samples (times ``t`` ascending, the counter ``e`` in J as last read, power
+    ``p`` in W; None where unknown) and the labelled bins (their starts ``bin_t``, ascending, and labels)."""
+    j = per_sample(t, e, p, tail)
     ta = np.asarray(t, dtype=np.float64)
-    ea = np.asarray(e, dtype=np.float64)
-    if len(ta) < 2:
-        return {}
-    rise = np.diff(ea)
-    ok = rise > 0
-    at = np.rint(bin_start(ta[1:][ok], bin_s) / bin_s)
-    rise = rise[ok]
+    some = j > 0
+    at = np.rint(bin_start(ta[some], bin_s) / bin_s)
+    got = j[some]
     labels = np.asarray(bin_label, dtype=object)
     bins = np.rint(np.asarray(bin_t, dtype=np.float64) / bin_s)
     out: dict[str, float] = {}
-    if len(bins):
+    if len(bins) and len(at):
         i = np.minimum(np.searchsorted(bins, at), len(bins) - 1)
         hit = bins[i] == at
         for lab in set(labels[i[hit]].tolist()):
-            out[str(lab)] = float(rise[hit][labels[i[hit]] == lab].sum())
-        rise = rise[~hit]
-    if len(rise):
-        out[UNLABELLED] = out.get(UNLABELLED, 0.0) + float(rise.sum())
+            out[str(lab)] = float(got[hit][labels[i[hit]] == lab].sum())
+        got = got[~hit]
+    if len(got):
+        out[UNLABELLED] = out.get(UNLABELLED, 0.0) + float(got.sum())
     return out
 
 
@@ -61,16 +107,19 @@ def shares(by_label: dict[str, float]) -> dict[str, dict[str, float]]:
 
 
 def report_section(
-    series: tuple[list[float], list[float]] | None, bin_t: np.ndarray, bin_label: np.ndarray, bin_s: float
+    series: tuple[list[float], list[float | None], list[float | None]] | None,
+    bin_t: np.ndarray,
+    bin_label: np.ndarray,
+    bin_s: float,
 ) -> dict | None:
-    """A GPU's energy in `report`: the counter's rise over the range and its split by phase, or None
-    where the recording has no energy counter."""
+    """A GPU's energy in `report`: the counter's rise over the range (and power x time after its last
+    read) split by phase, or None where the recording has no energy counter."""
     if series is None or len(series[0]) < 2:
         return None
-    by = split(series[0], series[1], bin_t, bin_label, bin_s)
+    by = split(*series, bin_t, bin_label, bin_s)
     total = sum(by.values())
     return {
-        "source": "driver energy counter",
+        "source": SOURCE,
         "joules": round(total, 1),
         "kwh": round(total / J_PER_KWH, 6),
         "by_phase": shares(by),

@@ -1453,18 +1453,23 @@ class Recording:
             if isinstance(r[0], int)
         }
 
-    def energy(self, lo: float, hi: float) -> dict[int, tuple[list[float], list[float]]]:
-        """Per GPU, the driver's energy counter (J) and its times, where the recording has it."""
+    def energy(
+        self, lo: float, hi: float
+    ) -> dict[int, tuple[list[float], list[float | None], list[float | None]]]:
+        """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W)
+        (memtop.energy.split reads them)."""
         if "energy_j" not in self._gpu_columns:
             return {}
-        out: dict[int, tuple[list[float], list[float]]] = {}
-        sql = f"SELECT gpu, t, {_decode_sql(BY_NAME['energy_j'])} AS e FROM gpu WHERE t>=? AND t<=? ORDER BY gpu, t"
-        for g, t, e in self._rows(sql, (lo, hi)):
-            if e is not None and isinstance(g, int):
-                ts, es = out.setdefault(g, ([], []))
+        out: dict[int, tuple[list[float], list[float | None], list[float | None]]] = {}
+        e, p = _decode_sql(BY_NAME["energy_j"]), _decode_sql(BY_NAME["power_w"])
+        sql = f"SELECT gpu, t, {e}, {p} FROM gpu WHERE t>=? AND t<=? ORDER BY gpu, t"
+        for g, t, ej, pw in self._rows(sql, (lo, hi)):
+            if isinstance(g, int) and isinstance(t, float):
+                ts, es, ps = out.setdefault(g, ([], [], []))
                 ts.append(t)
-                es.append(e)
-        return out
+                es.append(ej)
+                ps.append(pw)
+        return {g: v for g, v in out.items() if any(x is not None for x in v[1])}
 
     def frames(
         self, start: float | None = None, end: float | None = None, skip: frozenset[str] = frozenset()

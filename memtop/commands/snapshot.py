@@ -60,7 +60,7 @@ class CountingPipeline(Pipeline):
                 if g.energy_j is not None:
                     pending = self._energy.setdefault(g.index, [])
                     if not pending or g.t > pending[-1][0]:
-                        pending.append((g.t, g.energy_j))
+                        pending.append((g.t, g.energy_j, g.power_w))
         for g in frame.gpus:
             prev = self._last_t.get(g.index)
             self._last_t[g.index] = g.t
@@ -90,18 +90,21 @@ class CountingPipeline(Pipeline):
             return {g: defaultdict(float, c) for g, c in self.phase_seconds.items()}
 
     def _split_energy(self, gpu: int, new: list) -> None:
-        """Adds the energy of the readings in the bins just labelled (the rest wait for their labels)."""
+        """Adds the energy of the samples up to the newest counter read in the bins just labelled (the
+        rest wait for their labels and the next read: live, no power x time stands in for a read)."""
         pending = self._energy.get(gpu, [])
         end = new[-1].t + BIN_S
-        k = next((i for i, (t, _) in enumerate(pending) if t >= end), len(pending))
-        if k < 2:
+        k = next((i for i, s in enumerate(pending) if s[0] >= end), len(pending))
+        r = energy.reads([s[1] for s in pending[:k]])
+        if len(r) < 2:
             return
-        t, e = zip(*pending[:k], strict=True)
-        got = energy.split(t, e, [lab.t for lab in new], [lab.label for lab in new], BIN_S)
+        k = int(r[-1]) + 1  # up to the newest read
+        t, e_, p = zip(*pending[:k], strict=True)
+        got = energy.split(t, e_, p, [lab.t for lab in new], [lab.label for lab in new], BIN_S, tail=False)
         c = self.phase_energy.setdefault(gpu, defaultdict(float))
         for label, joules in got.items():
             c[label] += joules
-        self._energy[gpu] = pending[k - 1 :]  # the last one split is the next rise's base
+        self._energy[gpu] = pending[k - 1 :]  # that read is the next rise's base
 
 
 class Node:
@@ -305,7 +308,7 @@ def _hardware(pipeline: CountingPipeline, view: View, g) -> dict:
         ]
     joules = pipeline.phase_energy.get(g.index)
     if joules:
-        out["energy"] = {"source": "driver energy counter", "by_phase": energy.shares(joules)}
+        out["energy"] = {"source": energy.SOURCE, "by_phase": energy.shares(joules)}
     return out
 
 
