@@ -44,9 +44,8 @@ class CountingPipeline(Pipeline):
             self.health_counts: Counter[tuple[int, str, str]] = Counter()  # (gpu, kind, Xid or "")
             self._seen: dict[int, float] = {}
         self._last_t: dict[int, float] = {}
-        self._energy: dict[
-            int, list[tuple[float, float]]
-        ] = {}  # readings not yet split (the first: the base)
+        # (t, counter J, power W) of the samples not yet split; the first: the read the next rise starts at
+        self._energy: dict[int, list[tuple[float, float, float | None]]] = {}
         self._n_health = 0
 
     def on_frame(self, frame: Frame, tick: bool = True) -> None:
