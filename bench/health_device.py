@@ -172,6 +172,7 @@ def energy(out: dict, outdir: Path) -> None:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        cwd=outdir,  # not the tree: `-m memtop` would import its memtop/ (no collectors) before the view's
     )
     time.sleep(4)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
