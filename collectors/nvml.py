@@ -11,11 +11,21 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from memtop.metrics import GPM_METRICS, MIB
-from memtop.model import Capability, CapState, GpuProcess, GpuSample, PcieLink, SeriesChunk
+from memtop.model import (
+    Capability,
+    CapState,
+    GpuHealth,
+    GpuProcess,
+    GpuSample,
+    MigInstance,
+    PcieLink,
+    SeriesChunk,
+)
 
 from .nvml_calls import (
     ERROR_GPU_LOST,
     ERROR_NOT_FOUND,
+    ERROR_NOT_SUPPORTED,
     DeviceInfo,
     LinkInfo,
     Nvml,
@@ -30,6 +40,12 @@ GPM_IDS = tuple(m.gpm_id for m in GPM_METRICS if m.gpm_id is not None)
 R = TypeVar("R")
 # Per-lane transfer rate (MT/s) by PCIe generation, for when nvmlDeviceGetPcieSpeed is missing.
 GEN_MTS = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
+# Health counters (ECC, remapped rows, PCIe replays, NVLink errors, violation time; 2.3 ms of CPU a read
+# on the H100) and the energy counter (4.0 ms a read!) every few seconds (bench/RESULTS.md, "Health
+# counters"); Xid events (6 us) are polled each second and a Xid brings the counters' read forward, so its
+# event comes with the counters it moved.
+HEALTH_EVERY_S = 5.0
+ERROR_NO_PERMISSION = 4
 
 
 def link_bytes_per_s(gen: int, width: int, speed_mts: int | None = None) -> float:
@@ -110,6 +126,7 @@ class GpuReader:
         self.offset = offset
         self.series = series  # drain the driver's sample buffers (only a recording keeps them)
         self.lost = False
+        self._last_code = 0
         self.errors: dict[str, str] = {}  # metric -> last error, cleared when it works again
         self._link: PcieLink | None = None
         self._link_t = -1e9
@@ -119,6 +136,11 @@ class GpuReader:
         self._slow_t = -1e9
         self._slow: dict[str, float | int | None] = {}
         self._drains = [SampleDrain("util"), SampleDrain("mem_util"), SampleDrain("power_w", 1e-3)]
+        self._health: GpuHealth | None = None
+        self._mig: tuple[MigInstance, ...] = ()
+        self._energy: float | None = None  # J, as last read (memtop.energy shares each rise by power)
+        self._health_t = -1e9
+        self.unsupported: dict[str, str] = {}  # optional readings this GPU or driver refused, not asked again
 
     def start(self) -> None:
         # Prime the drains so the first chunk holds only samples taken after start.
@@ -149,11 +171,14 @@ class GpuReader:
                     "check dmesg for Xid errors; the GPU needs a reset by an administrator",
                 )
             )
+        for metric, err in sorted(self.unsupported.items()):
+            caps.append(Capability("nvml", f"{g} {metric}", CapState.UNSUPPORTED, err))
         for metric, err in sorted(self.errors.items()):
             caps.append(Capability("nvml", f"{g} {metric}", CapState.ERROR, err))
         return tuple(caps)
 
     def _fail(self, metric: str, e: NvmlCallError) -> None:
+        self._last_code = e.code
         if e.code == ERROR_GPU_LOST:
             self.lost = True
         self.errors[metric] = e.message
@@ -166,6 +191,34 @@ class GpuReader:
             return None
         self.errors.pop(metric, None)
         return r
+
+    def _optional(self, metric: str, fn: Callable[..., R], *args: object) -> R | None:
+        """``_try`` for a reading some GPUs or drivers lack (energy before Volta, Xid events in some
+        containers): refused once, it is a capability and never asked again."""
+        if metric in self.unsupported:
+            return None
+        try:
+            return self._try(metric, fn, *args)
+        finally:
+            err = self.errors.get(metric)
+            if err is not None and self._last_code in (ERROR_NOT_SUPPORTED, ERROR_NO_PERMISSION):
+                self.unsupported[metric] = self.errors.pop(metric)
+
+    def _read_health(self, now: float) -> None:
+        """Xids each call (each second); the counters every HEALTH_EVERY_S, or now when a Xid came."""
+        xids = self._optional("xid events", self.nv.xids, self.index) or []
+        if not xids and now - self._health_t < HEALTH_EVERY_S:
+            return
+        self._health_t = now
+        e = self._optional("energy", self.nv.energy_mj, self.index)  # ~4 ms of CPU a read on the H100
+        self._energy = None if e is None else e / 1000.0
+        info = self._optional("health", self.nv.health, self.index)
+        if info is not None or xids:
+            self._health = GpuHealth(now, **(info or {}), xids=tuple(xids))
+        if self.info["mig"]:  # the instances change only when an administrator changes them
+            devs = self._optional("mig devices", self.nv.mig_devices, self.index)
+            if devs is not None:
+                self._mig = tuple(MigInstance(**d) for d in devs)
 
     def sample(self, now: float) -> list[object]:
         i = self.index
@@ -202,7 +255,9 @@ class GpuReader:
                 "mem_used": mem[0] if mem else None,
                 "mem_total": mem[1] if mem else None,
             }
+            self._read_health(now)
         f.update(self._slow)
+        f["energy_j"] = self._energy
         if now - self._link_t >= 10.0:
             self._link_t = now
             lk = self._try("pcie link", nv.link, i)
@@ -224,6 +279,8 @@ class GpuReader:
             link=self._link,
             processes=self._procs,
             mig=info["mig"],
+            health=self._health,
+            mig_instances=self._mig,
         )
         out: list[object] = [g.with_values(f)]
         if self.series and now - self._drain_t >= 1.0:

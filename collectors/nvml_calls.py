@@ -12,12 +12,24 @@ import json
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, TypeVar, cast
 
 SAMPLE_TYPES = {"power_w": 0, "util": 1, "mem_util": 2}  # NVML_*_SAMPLES
 ERROR_GPU_LOST = 15
 ERROR_NOT_FOUND = 6
 ERROR_NOT_SUPPORTED = 3
+ERROR_TIMEOUT = 10
+XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+# nvmlDeviceGetTotalEccErrors(errorType, counterType): corrected/uncorrected x volatile/aggregate
+ECC_COUNTERS = {
+    "ecc_sbe_volatile": (0, 0),
+    "ecc_dbe_volatile": (1, 0),
+    "ecc_sbe_aggregate": (0, 1),
+    "ecc_dbe_aggregate": (1, 1),
+}
+# NVML_NVLINK_ERROR_DL_*: the link's error counters, summed over the active links
+NVLINK_COUNTERS = {"nvlink_replay": 0, "nvlink_recovery": 1, "nvlink_crc": 2}
+NVLINK_MAX_LINKS = 18  # NVLink 4 (Hopper): 18 links a GPU
 
 SampleKind = Literal["power_w", "util", "mem_util"]
 Direction = Literal["rx", "tx"]
@@ -45,6 +57,40 @@ class LinkInfo(TypedDict):
     speed_mts: int | None
 
 
+class HealthInfo(TypedDict, total=False):
+    """The slow health counters of one GPU; a counter the GPU or driver does not give is left out."""
+
+    ecc_sbe_volatile: int  # corrected (single-bit) ECC errors since the driver loaded
+    ecc_dbe_volatile: int  # uncorrected (double-bit) since the driver loaded
+    ecc_sbe_aggregate: int  # the same over the board's life
+    ecc_dbe_aggregate: int
+    retired_sbe: int  # pages retired (pre-Ampere): for repeated single-bit errors
+    retired_dbe: int  # for a double-bit error
+    retired_pending: int  # 1: a retirement waits for the next reset
+    remap_correctable: int  # rows remapped (Ampere+) for correctable errors
+    remap_uncorrectable: int  # for uncorrectable errors
+    remap_pending: int  # 1: a remap waits for the next reset
+    remap_failure: int  # 1: a remap failed (no spare rows left)
+    pcie_replay: int  # PCIe packets replayed (link errors the link layer recovered)
+    nvlink_replay: int  # summed over the active NVLinks
+    nvlink_recovery: int
+    nvlink_crc: int
+    violation_power_ns: int  # time the clocks were held down by the power limit
+    violation_thermal_ns: int  # by the thermal limit
+
+
+class MigInfo(TypedDict):
+    """One MIG device (a compute instance of a GPU instance) of a GPU in MIG mode."""
+
+    index: int  # its slot among the GPU's MIG devices
+    gi: int  # GPU instance id
+    ci: int  # compute instance id
+    name: str  # e.g. "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    uuid: str
+    mem_used: int | None  # bytes; None where the driver does not say
+    mem_total: int | None
+
+
 class Nvml(Protocol):
     """The NVML calls memtop makes, in plain (JSON-able) values. Errors are NvmlCallError (one call
     failed) or NvmlUnavailable (from ``init``: no NVML at all)."""
@@ -67,6 +113,23 @@ class Nvml(Protocol):
     def clock_events(self, i: int) -> int: ...
     def memory(self, i: int) -> tuple[int, int]: ...
     def processes(self, i: int) -> list[tuple[int, int | None]]: ...
+    def health(self, i: int) -> HealthInfo:
+        """The health counters the GPU gives (one call per counter; a missing one is left out)."""
+        ...
+
+    def energy_mj(self, i: int) -> int:
+        """The driver's energy counter: mJ since the driver loaded."""
+        ...
+
+    def xids(self, i: int) -> list[int]:
+        """The critical Xid errors the driver reported for this GPU since the previous call (an NVML
+        event set, registered on the first call; never waits)."""
+        ...
+
+    def mig_devices(self, i: int) -> list[MigInfo]:
+        """The MIG devices of a GPU in MIG mode (read only: memtop never changes the mode)."""
+        ...
+
     def shutdown(self) -> None: ...
 
 
@@ -87,6 +150,7 @@ class RealNvml:
         self._handles: list[Any] = []
         self._gpm_prev: dict[int, Any] = {}
         self._system: SystemInfo | None = None
+        self._events: dict[int, Any] = {}  # GPU -> its Xid event set
 
     def _call(self, fn: str, *args: Any) -> Any:
         try:
@@ -223,8 +287,103 @@ class RealNvml:
         # pynvml already maps "not available" to None
         return [(p.pid, None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
 
+    def health(self, i: int) -> HealthInfo:
+        h = self._handles[i]
+        out: dict[str, int] = {}
+
+        def put(key: str, fn: str, *args: Any) -> None:
+            with contextlib.suppress(NvmlCallError):  # a counter this GPU lacks is left out
+                out[key] = int(self._call(fn, h, *args))
+
+        for key, (etype, ctype) in ECC_COUNTERS.items():
+            put(key, "nvmlDeviceGetTotalEccErrors", etype, ctype)
+        with contextlib.suppress(NvmlCallError):
+            out["retired_sbe"] = len(self._call("nvmlDeviceGetRetiredPages", h, 0))
+            out["retired_dbe"] = len(self._call("nvmlDeviceGetRetiredPages", h, 1))
+            out["retired_pending"] = int(self._call("nvmlDeviceGetRetiredPagesPendingStatus", h))
+        with contextlib.suppress(NvmlCallError):
+            corr, unc, pending, failure = self._call("nvmlDeviceGetRemappedRows", h)
+            out.update(
+                remap_correctable=corr, remap_uncorrectable=unc, remap_pending=pending, remap_failure=failure
+            )
+        put("pcie_replay", "nvmlDeviceGetPcieReplayCounter")
+        links = [k for k in range(NVLINK_MAX_LINKS) if self._nvlink_up(h, k)]
+        for key, counter in NVLINK_COUNTERS.items():
+            with contextlib.suppress(NvmlCallError):
+                if links:
+                    out[key] = sum(
+                        int(self._call("nvmlDeviceGetNvLinkErrorCounter", h, k, counter)) for k in links
+                    )
+        for key, policy in (("violation_power_ns", 0), ("violation_thermal_ns", 1)):
+            with contextlib.suppress(NvmlCallError):
+                out[key] = int(self._call("nvmlDeviceGetViolationStatus", h, policy).violationTime)
+        return cast(HealthInfo, out)
+
+    def _nvlink_up(self, h: Any, link: int) -> bool:
+        try:
+            return bool(self._call("nvmlDeviceGetNvLinkState", h, link))
+        except NvmlCallError:
+            return False
+
+    def energy_mj(self, i: int) -> int:
+        return int(self._call("nvmlDeviceGetTotalEnergyConsumption", self._handles[i]))
+
+    def mig_devices(self, i: int) -> list[MigInfo]:
+        h = self._handles[i]
+        out: list[MigInfo] = []
+        for k in range(self._call("nvmlDeviceGetMaxMigDeviceCount", h)):
+            try:
+                m = self._call("nvmlDeviceGetMigDeviceHandleByIndex", h, k)
+            except NvmlCallError as e:
+                if e.code == ERROR_NOT_FOUND:  # an empty slot
+                    continue
+                raise
+            used: int | None = None
+            total: int | None = None
+            with contextlib.suppress(NvmlCallError):
+                mem = self._call("nvmlDeviceGetMemoryInfo", m)
+                used, total = int(mem.used), int(mem.total)
+            out.append(
+                {
+                    "index": k,
+                    "gi": int(self._call("nvmlDeviceGetGpuInstanceId", m)),
+                    "ci": int(self._call("nvmlDeviceGetComputeInstanceId", m)),
+                    "name": _s(self._call("nvmlDeviceGetName", m)),
+                    "uuid": _s(self._call("nvmlDeviceGetUUID", m)),
+                    "mem_used": used,
+                    "mem_total": total,
+                }
+            )
+        return out
+
+    def xids(self, i: int) -> list[int]:
+        es = self._events.get(i)
+        if es is None:
+            es = self._call("nvmlEventSetCreate")
+            try:
+                self._call("nvmlDeviceRegisterEvents", self._handles[i], XID_CRITICAL, es)
+            except NvmlCallError:
+                self._call("nvmlEventSetFree", es)
+                raise
+            self._events[i] = es
+        out: list[int] = []
+        while len(out) < 64:  # a storm of Xids: the rest wait for the next call
+            try:
+                ev = self._call("nvmlEventSetWait_v2", es, 0)
+            except NvmlCallError as e:
+                if e.code == ERROR_TIMEOUT:  # nothing pending
+                    break
+                raise
+            if ev.eventType & XID_CRITICAL:
+                out.append(int(ev.eventData))
+        return out
+
     def shutdown(self) -> None:
         if self._nv is not None:
+            for es in self._events.values():
+                with contextlib.suppress(Exception):
+                    self._nv.nvmlEventSetFree(es)
+            self._events.clear()
             for s in self._gpm_prev.values():
                 with contextlib.suppress(Exception):
                     self._nv.nvmlGpmSampleFree(s)
@@ -307,6 +466,18 @@ class RecordingNvml:
     def processes(self, i: int) -> list[tuple[int, int | None]]:
         return self._log("processes", self.inner.processes, i)
 
+    def health(self, i: int) -> HealthInfo:
+        return self._log("health", self.inner.health, i)
+
+    def energy_mj(self, i: int) -> int:
+        return self._log("energy_mj", self.inner.energy_mj, i)
+
+    def xids(self, i: int) -> list[int]:
+        return self._log("xids", self.inner.xids, i)
+
+    def mig_devices(self, i: int) -> list[MigInfo]:
+        return self._log("mig_devices", self.inner.mig_devices, i)
+
     def shutdown(self) -> None:
         self.inner.shutdown()
 
@@ -336,9 +507,11 @@ class ReplayNvml:
     def _key(m: str, a: Sequence[object]) -> str:
         return json.dumps([m, list(a[: _REPLAY_KEY_ARGS.get(m, len(a))])])
 
-    def _serve(self, m: str, *a: object) -> Any:
+    def _serve(self, m: str, *a: object, repeat: bool = True) -> Any:
         key = self._key(m, a)
         q = self._q.get(key)
+        if not q and not repeat:
+            return []  # events (Xids) happen once: a spent log has no more of them
         e = q.popleft() if q else self._last.get(key)
         if e is None:
             raise NvmlCallError(ERROR_NOT_SUPPORTED, f"{m} not in the recording")
@@ -400,6 +573,20 @@ class ReplayNvml:
 
     def processes(self, i: int) -> list[tuple[int, int | None]]:
         return [(pid, mem) for pid, mem in self._serve("processes", i)]
+
+    def health(self, i: int) -> HealthInfo:
+        r = self._serve("health", i)
+        return cast(HealthInfo, {k: int(v) for k, v in r.items() if k in HealthInfo.__annotations__})
+
+    def energy_mj(self, i: int) -> int:
+        return int(self._serve("energy_mj", i))
+
+    def xids(self, i: int) -> list[int]:
+        return [int(x) for x in self._serve("xids", i, repeat=False)]
+
+    def mig_devices(self, i: int) -> list[MigInfo]:
+        r: list[MigInfo] = self._serve("mig_devices", i)
+        return r
 
     def shutdown(self) -> None:
         pass

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Source = Literal["gpm", "nvml"]
-Kind = Literal["percent", "bytes_per_s", "watts", "celsius", "mhz", "bytes", "bitmask"]
+Kind = Literal["percent", "bytes_per_s", "watts", "joules", "celsius", "mhz", "bytes", "bitmask"]
 
 MIB = 1 << 20
 
@@ -238,6 +238,16 @@ METRICS: tuple[Metric, ...] = (
         help="board power draw",
     ),
     Metric(
+        "energy_j",
+        "energy",
+        "joules",
+        "nvml",
+        10,  # 0.1 J: a 10 s run at 300 W is 3 kJ, so 0.003 %
+        hi=1e12,  # the counter runs from the driver's load: 700 W for 40 years is below this
+        dcgm="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        help="the driver's energy counter since it loaded (served by phase: gpu_energy_joules_total)",
+    ),
+    Metric(
         "temp_c",
         "temperature",
         "celsius",
@@ -318,6 +328,8 @@ def fmt(m: Metric, v: float | None) -> str:
         return f"{v / 1e9:.2f} GB/s" if v >= 1e8 else f"{v / 1e6:.1f} MB/s"
     if m.kind == "watts":
         return f"{v:.0f} W"
+    if m.kind == "joules":
+        return f"{v / 3.6e6:.3f} kWh" if v >= 3.6e5 else f"{v:.0f} J"
     if m.kind == "celsius":
         return f"{v:.0f} °C"
     if m.kind == "mhz":

@@ -69,6 +69,47 @@ class PcieLink:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """A GPU's health counters (collectors/nvml_calls.HealthInfo; None: the GPU does not give it) and
+    the critical Xids the driver reported since the previous read. Read every few seconds; memtop.health
+    turns a change into events."""
+
+    t: float  # when it was read
+    ecc_sbe_volatile: int | None = None
+    ecc_dbe_volatile: int | None = None
+    ecc_sbe_aggregate: int | None = None
+    ecc_dbe_aggregate: int | None = None
+    retired_sbe: int | None = None
+    retired_dbe: int | None = None
+    retired_pending: int | None = None
+    remap_correctable: int | None = None
+    remap_uncorrectable: int | None = None
+    remap_pending: int | None = None
+    remap_failure: int | None = None
+    pcie_replay: int | None = None
+    nvlink_replay: int | None = None
+    nvlink_recovery: int | None = None
+    nvlink_crc: int | None = None
+    violation_power_ns: int | None = None
+    violation_thermal_ns: int | None = None
+    xids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG device of a GPU in MIG mode: what NVML gives per GPU/compute instance (memory; utilisation
+    is not given per instance without GPM, which memtop turns off under MIG)."""
+
+    index: int
+    gi: int  # GPU instance id
+    ci: int  # compute instance id
+    name: str  # the profile, e.g. "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    uuid: str
+    mem_used: int | None = None  # bytes
+    mem_total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuProcess:
     pid: int
     used_memory: int | None  # bytes; None when the driver does not say
@@ -153,6 +194,7 @@ class GpuSample:
     nvlink_tx: float | None = None
     link: PcieLink | None = None
     power_w: float | None = None
+    energy_j: float | None = None  # the driver's counter since it loaded
     temp_c: float | None = None
     sm_clock: float | None = None  # MHz
     mem_clock: float | None = None
@@ -161,6 +203,8 @@ class GpuSample:
     mem_total: int | None = None
     processes: tuple[GpuProcess, ...] = ()
     mig: bool = False
+    health: GpuHealth | None = None  # the newest health read (every HEALTH_EVERY_S)
+    mig_instances: tuple[MigInstance, ...] = ()  # under MIG (live only: not recorded)
 
     def with_values(self, values: Mapping[str, float | int | None]) -> GpuSample:
         """This sample with metric fields set by name (the names of memtop.metrics.METRICS)."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from memtop.health import HealthEvent, HealthTracker, hardware_first
 from memtop.model import Frame, StackSample
 from memtop.phases import Classifier, Label
 from memtop.records import Gap
@@ -61,7 +62,7 @@ class Status:
 class Event:
     t: float
     gpu: int
-    kind: str  # gap / throttle / start / exit
+    kind: str  # gap / throttle / start / exit / health
     text: str
 
 
@@ -78,6 +79,7 @@ class View:
     events: tuple[Event, ...] = ()
     stacks: dict[int, StackSample] = field(default_factory=dict)  # pid -> the stack to show
     natives: dict[int, StackSample] = field(default_factory=dict)  # pid -> its newest --native dump
+    health: tuple[HealthEvent, ...] = ()  # the GPUs' health events, oldest first (memtop.health)
 
 
 def shown_stacks(frame: Frame | None, good: dict[int, StackSample]) -> dict[int, StackSample]:
@@ -121,6 +123,9 @@ class Pipeline:
             self.events: deque[Event] = deque(maxlen=500)
             self._pids: dict[int, set[int]] = {}
             self._throttled: dict[int, bool] = {}
+            self._trackers: dict[int, HealthTracker] = {}
+            self.health: deque[HealthEvent] = deque(maxlen=500)
+            self.n_health = 0  # events ever appended (the deque drops the oldest)
             self._kept: deque[Frame] = deque()  # one frame a second, for a paused live view
             self._frozen: float | None = None  # the instant (frame clock) a paused view shows
             self._frozen_version = 0
@@ -190,6 +195,11 @@ class Pipeline:
         if g.throttled and not self._throttled.get(g.index):
             self.events.append(Event(g.t, g.index, "throttle", "throttled: " + ", ".join(g.throttle_reasons)))
         self._throttled[g.index] = g.throttled
+        tracker = self._trackers.get(g.index) or self._trackers.setdefault(g.index, HealthTracker(g.index))
+        for e in tracker.feed(g):
+            self.health.append(e)
+            self.n_health += 1
+            self.events.append(Event(e.t, e.gpu, "health", e.text))
 
     @property
     def version(self) -> int:
@@ -247,14 +257,29 @@ class Pipeline:
             )
             stacks = shown_stacks(frame, self._good_stacks)
             natives = dict(self._natives)
+            health = tuple(e for e in self.health if at is None or e.t <= at)
         verdicts = {
             g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)
             for g, ls in labels.items()
         }
         for s in stragglers(labels, jobs):
             verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame, labels[s.gpu][-1])
+        for gi, v in verdicts.items():
+            g = frame.gpu(gi) if frame is not None else None
+            verdicts[gi] = hardware_first(v, [e for e in health if e.gpu == gi], g)
         return View(
-            frame, hist, labels, verdicts, gaps, self.status, self.meta, version, events, stacks, natives
+            frame,
+            hist,
+            labels,
+            verdicts,
+            gaps,
+            self.status,
+            self.meta,
+            version,
+            events,
+            stacks,
+            natives,
+            health,
         )
 
     def set_status(self, **kw: Any) -> None:

@@ -16,6 +16,7 @@ from typing import cast
 
 import numpy as np
 
+from memtop import energy, health, roofline
 from memtop.colscan import no_gc, report_scan
 from memtop.errors import UserError
 from memtop.jobs import jobs_of
@@ -122,6 +123,8 @@ def _build_report(
 
     out_gpus = []
     sites: dict[tuple[int, int], tuple] = {}
+    health_by_gpu, energy_by_gpu, energies = rec.health_samples(lo, hi), rec.energy(lo, hi), {}
+    busy = rec.busy_means(lo, hi, roofline.READS)
     for idx in sorted(labels_by_gpu):
         if gpu is not None and idx != gpu:
             continue
@@ -136,6 +139,11 @@ def _build_report(
         }
         by_label = _phase_stacks(stacks, gpu_pids, ct, cl, bin_s, sites)
         vd = verdict(labels, last, window_s=max(1.0, hi - lo), gpu=idx, procs=tuple(procs.values()))
+        hw = health.report_section(health_by_gpu.get(idx, []), rec.t0)
+        en = energy.report_section(energy_by_gpu.get(idx), cols.t, cols.label, bin_s)
+        if en is not None:
+            energies[idx] = en
+        vd = health.hardware_first(vd, health.health_events(health_by_gpu.get(idx, [])), last.gpu(idx))
         link = links.get(idx)
         pk = peaks[idx]
         meta_g: dict = next((g for g in gpus_meta if g["index"] == idx), {})
@@ -200,6 +208,13 @@ def _build_report(
                     "peak_tx_gbps": round(pk["tx"] / 1e9, 1),
                     "peak_pct_link": round(100 * max(pk["rx"], pk["tx"]) / link.bytes_per_s, 1),
                 },
+                **({"health": hw} if hw is not None else {}),
+                **({"energy": en} if en is not None else {}),
+                **(
+                    {"roofline": rf}
+                    if (rf := roofline.report_section(meta_g.get("name"), busy.get(idx)))
+                    else {}
+                ),
             }
         )
     numa = [
@@ -259,6 +274,8 @@ def _build_report(
     captures = _captures(rec)
     if captures:  # (only where some were taken: a report of any other recording is as it was)
         rep["captures"] = captures
+    if energies:
+        rep["energy_jobs"] = energy.job_sections(energies, jobs_of(procs))
     # what was skipped as damaged: the file's own checks (at open, markers) and the scan's
     damage = [*rec.damage, *(n for n in agg.damage if n not in rec.damage)]
     if damage:
@@ -443,6 +460,12 @@ def render(rep: dict, fmt: str) -> str:
                 f"{p['capacity_gbps']} GB/s; peak RX {p['peak_rx_gbps']} / TX {p['peak_tx_gbps']} GB/s "
                 f"({p['peak_pct_link']} % of link)"
             )
+        if g.get("health"):
+            lines += health.report_lines(g["health"], md)
+        if g.get("energy"):
+            lines += energy.report_lines(g["energy"], md)
+        if g.get("roofline"):
+            lines += roofline.report_lines(g["roofline"], md)
     if rep["numa"]:
         lines += ["", "NUMA placement: " + ", ".join(f"{n['pid']} {n['placement']}" for n in rep["numa"])]
     if rep["perf"]:

@@ -33,6 +33,7 @@ from memtop.model import (
     Capability,
     CapState,
     Frame,
+    GpuHealth,
     GpuProcess,
     GpuSample,
     HostSample,
@@ -75,12 +76,17 @@ GPU_MODES = ("gpm", "nvml", "lost")
 # GpuSample's fields in order: t, index, uuid, name, mode, then metrics and the slow fields of gpu_state;
 # any other field (none today) takes its default
 _GPU_FIELDS = tuple(f.name for f in fields(GpuSample))
-_LINK, _PROCS, _MIG = (_GPU_FIELDS.index(n) for n in ("link", "processes", "mig"))
+_LINK, _PROCS, _MIG, _HEALTH = (_GPU_FIELDS.index(n) for n in ("link", "processes", "mig", "health"))
 _GPU_OTHER = tuple(
     (i, f.default)
     for i, f in enumerate(fields(GpuSample))
-    if i >= 5 and f.name not in BY_NAME and i not in (_LINK, _PROCS, _MIG)
+    if i >= 5 and f.name not in BY_NAME and i not in (_LINK, _PROCS, _MIG, _HEALTH)
 )
+# the health table (added to schema 4 without a bump: a recording made before it has none, and reads as
+# one whose GPUs gave no health counters): one row per read whose counters or Xids changed
+HEALTH_JSON_MAX = 4096
+_HEALTH_INTS = tuple(f.name for f in fields(GpuHealth) if f.name not in ("t", "xids"))
+XIDS_MAX = 64
 
 
 def _decode_sql(m: Metric) -> str:
@@ -117,6 +123,7 @@ CREATE INDEX perf_t ON perf(t);
 CREATE TABLE caps(t REAL NOT NULL, data BLOB NOT NULL);
 CREATE TABLE note(t REAL NOT NULL, text TEXT NOT NULL);
 CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, name TEXT, facts TEXT);
+CREATE TABLE health(t REAL NOT NULL, gpu INTEGER NOT NULL, data TEXT NOT NULL);
 {colblock.SCHEMA}
 """
 
@@ -195,7 +202,7 @@ _TABLES = frozenset(
 )
 # every schema object a reader queries by name, where a recording has it (the block tables, and those
 # of older schemas): each must be a plain table, or a query of it could run anything (a view's CTE)
-_READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc"}
+_READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc", "health"}
 
 # What one part may hold at most, decoded. The largest of the 70 recordings in tests/data (measured
 # 2026-11-27): a host sample's JSON 16 KB, a series chunk 512 bytes, a metadata value 276 bytes, a
@@ -228,6 +235,23 @@ def _enc(m: Metric, v: float | None) -> int | None:
 
 def gpu_row(g: GpuSample) -> tuple:
     return (g.t, g.index, g.mode, *(_enc(m, getattr(g, m.name)) for m in METRICS))
+
+
+def health_json(h: GpuHealth) -> str:
+    d: dict[str, object] = {n: v for n in _HEALTH_INTS if (v := getattr(h, n)) is not None}
+    if h.xids:
+        d["xids"] = list(h.xids)
+    return json.dumps(d, separators=(",", ":"))
+
+
+def health_of(t: float, text: object) -> GpuHealth:
+    """A stored health row; a damaged one raises (Damaged, ValueError, TypeError)."""
+    d = bounded_json(_str(text, "health"), HEALTH_JSON_MAX, "health")
+    if not isinstance(d, dict):
+        raise Damaged("health is not an object")
+    vals = {n: _bounded_int(d.get(n), 2**63 - 1) for n in _HEALTH_INTS}
+    xids = tuple(_int(x, "Xid") for x in _seq(d.get("xids", []), "Xids")[:XIDS_MAX])
+    return GpuHealth(_float(t, "health time"), **vals, xids=xids)
 
 
 def gpu_state_key(g: GpuSample) -> tuple:
@@ -929,6 +953,13 @@ class Writer:
                         json.dumps([[p.pid, p.used_memory] for p in g.processes]),
                     ),
                 )
+        for g in f.gpus:
+            h = g.health
+            # stored when a counter or the Xids changed; a Xid repeating in the next read is a new one
+            if h is not None and self._changed(
+                ("health", g.index), (replace(h, t=0.0), h.t if h.xids else 0.0)
+            ):
+                db.execute("INSERT INTO health VALUES (?,?,?)", (h.t, g.index, health_json(h)))
         for c in f.series:
             if c.t:
                 db.execute(
@@ -1188,6 +1219,7 @@ class Recording:
         except UnicodeDecodeError:
             raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
         self._has_names = "thread_name" in have
+        self._has_health = "health" in have
         missing = sorted(_TABLES - have)
         if missing:  # found now, not seconds into a replay
             raise UserError(f"{self.path} is damaged (missing table {', '.join(missing)})")
@@ -1339,12 +1371,12 @@ class Recording:
         ]
         return "SELECT t, gpu, mode, " + ", ".join(cols) + " FROM gpu"
 
-    def _gpu(self, row: tuple, state: tuple | None) -> GpuSample:
-        """A GpuSample from a row of ``_gpu_select`` and its GPU's slow state."""
+    def _gpu(self, row: tuple, state: tuple | None, health: GpuHealth | None = None) -> GpuSample:
+        """A GpuSample from a row of ``_gpu_select``, its GPU's slow state and its newest health read."""
         uuid, name, mig, link, procs = state or ("", "GPU", False, None, ())
         mode = row[2] if row[2] in GPU_MODES else "nvml"  # damaged: claim no more than NVML
         args = [row[0], row[1], uuid, name, mode, *row[3:]]
-        args[_LINK], args[_PROCS], args[_MIG] = link, procs, mig
+        args[_LINK], args[_PROCS], args[_MIG], args[_HEALTH] = link, procs, mig, health
         for i, default in _GPU_OTHER:
             args[i] = default
         return GpuSample(*args)
@@ -1369,6 +1401,78 @@ class Recording:
     def gpu_columns(self) -> frozenset[str]:
         """The gpu table's columns (an older recording lacks the newer metrics')."""
         return self._gpu_columns
+
+    def health_samples(self, lo: float, hi: float) -> dict[int, list[GpuSample]]:
+        """Per GPU, in time order, what its health events come from (memtop.health.HealthTracker): a
+        sample at each health row (with the link of then), at each change of its PCIe link and at the
+        first time it was lost. Other figures are left out: the events read none."""
+        rows: list[tuple[float, int, int, object]] = []
+        if self._has_health:
+            rows += [
+                (t, g, 0, d) for t, g, d in self._rows("SELECT t, gpu, data FROM health WHERE t<=?", (hi,))
+            ]
+        rows += [
+            (t, g, 1, lk) for t, g, lk in self._rows("SELECT t, gpu, link FROM gpu_state WHERE t<=?", (hi,))
+        ]
+        rows += [
+            (t, g, 2, None)
+            for g, t in self._rows(
+                "SELECT gpu, min(t) FROM gpu WHERE mode='lost' AND t>=? AND t<=? GROUP BY gpu", (lo, hi)
+            )
+        ]
+        out: dict[int, list[GpuSample]] = {}
+        health: dict[int, GpuHealth] = {}
+        links: dict[int, PcieLink | None] = {}
+        for t, g, kind, v in sorted(r for r in rows if isinstance(r[0], float) and isinstance(r[1], int)):
+            try:
+                if kind == 0:
+                    health[g] = health_of(t, v)
+                elif kind == 1:
+                    links[g] = _link(v)
+            except _DECODE_ERRORS:
+                self._note("damaged health data skipped")
+                continue
+            if t >= lo:  # (earlier rows only set the state the range starts with)
+                mode = "lost" if kind == 2 else "gpm"
+                out.setdefault(g, []).append(
+                    GpuSample(t, g, "", "", mode, link=links.get(g), health=health.get(g))
+                )
+        return out
+
+    def busy_means(self, lo: float, hi: float, names: tuple[str, ...]) -> dict[int, dict[str, float | None]]:
+        """Per GPU, the mean of each named metric over its GPM samples while the graphics engine was busy
+        (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a metric the
+        recording has no column for."""
+        if "graphics" not in self._gpu_columns:
+            return {}
+        cols = ", ".join(
+            f"avg({_decode_sql(BY_NAME[n])})" if n in self._gpu_columns else "NULL" for n in names
+        )
+        busy = _decode_sql(BY_NAME["graphics"])
+        sql = f"SELECT gpu, count(*), {cols} FROM gpu WHERE mode='gpm' AND t>=? AND t<=? AND {busy} >= 5 GROUP BY gpu"
+        return {
+            r[0]: {"samples": r[1], **dict(zip(names, r[2:], strict=True))}
+            for r in self._rows(sql, (lo, hi))
+            if isinstance(r[0], int)
+        }
+
+    def energy(
+        self, lo: float, hi: float
+    ) -> dict[int, tuple[list[float], list[float | None], list[float | None]]]:
+        """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W)
+        (memtop.energy.split reads them)."""
+        if "energy_j" not in self._gpu_columns:
+            return {}
+        out: dict[int, tuple[list[float], list[float | None], list[float | None]]] = {}
+        e, p = _decode_sql(BY_NAME["energy_j"]), _decode_sql(BY_NAME["power_w"])
+        sql = f"SELECT gpu, t, {e}, {p} FROM gpu WHERE t>=? AND t<=? ORDER BY gpu, t"
+        for g, t, ej, pw in self._rows(sql, (lo, hi)):
+            if isinstance(g, int) and isinstance(t, float):
+                ts, es, ps = out.setdefault(g, ([], [], []))
+                ts.append(t)
+                es.append(ej)
+                ps.append(pw)
+        return {g: v for g, v in out.items() if any(x is not None for x in v[1])}
 
     def frames(
         self, start: float | None = None, end: float | None = None, skip: frozenset[str] = frozenset()
@@ -1398,6 +1502,8 @@ class Recording:
             "caps": ("SELECT t, data FROM caps", plo, 1),
             "note": ("SELECT t, text FROM note", plo, 1),
         }
+        if self._has_health:
+            queries["health"] = ("SELECT t, gpu, data FROM health", plo, 0)
 
         # (order, stream, kind, cursor): rows become (t, order, stream, kind, row), sorted by the first
         # three, so the stream number breaks ties (parts at a frame's time belong to it)
@@ -1451,6 +1557,12 @@ class Recording:
             )
             if r:
                 st.apply(self, "gpu_state", r)
+            if self._has_health:
+                r = self._one(
+                    "SELECT t, gpu, data FROM health WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)
+                )
+                if r:
+                    st.apply(self, "health", r)
             r = self._one(f"{gpu_sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t))
             if r:
                 st.apply(self, "gpu", r)
@@ -1610,6 +1722,7 @@ class _State:
         self._n_damage = 0
         self.gpus: dict[int, GpuSample] = {}
         self.gstate: dict[int, tuple] = {}
+        self.health: dict[int, GpuHealth] = {}
         self.host: HostSample | None = None
         self.host_raw: bytes | None = None  # the host sample's JSON: the next blob may be chained to it
         self.stacks: dict[int, StackSample] = {}
@@ -1626,7 +1739,7 @@ class _State:
     def apply(self, rec: Recording, kind: str, r: tuple) -> None:
         """Decode one stored part; a damaged one is missing data and a note, never an exception."""
         try:
-            if kind in ("gpu", "gpu_state", "series"):
+            if kind in ("gpu", "gpu_state", "series", "health"):
                 _int(r[1], "GPU index")  # a text index would not sort with the others
             if kind == "gpu":  # its values are numbers in range or NULL: _decode_sql checked them
                 _str(r[2], "GPU mode")
@@ -1644,7 +1757,12 @@ class _State:
                 uuid, name, mig, link, procs = self.gstate[r[1]]
                 self.gpus[r[1]] = replace(g, uuid=uuid, name=name, mig=mig, link=link, processes=procs)
         elif kind == "gpu":
-            self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]))
+            self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]), self.health.get(r[1]))
+        elif kind == "health":
+            h = self.health[r[1]] = health_of(r[0], r[2])
+            g = self.gpus.get(r[1])
+            if g is not None:
+                self.gpus[r[1]] = replace(g, health=h)
         elif kind == "series":
             dt, v = _series_data(r[2], r[3])
             self.series.append(SeriesChunk(r[1], r[2], tuple((dt + r[0]).tolist()), tuple(v.tolist())))

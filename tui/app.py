@@ -40,6 +40,7 @@ from memtop.sanitize import clean
 from memtop.timefmt import clock, parse_clock
 
 from . import format as fmt
+from .hardware import hardware_text
 from .overview import Overview
 from .palette import AsciiFilter, Look, look
 from .table import RowTable
@@ -385,6 +386,7 @@ def detail_text(view: View, gpu: int, lk: Look) -> Text:
     t.append(f"  {'throttle':<14}{', '.join(g.throttle_reasons) or 'none'}\n")
     pids = ", ".join(str(p.pid) for p in g.processes) or "none"
     t.append(f"  {'processes':<14}{pids}\n")
+    t.append_text(hardware_text(view, g, lk.glyphs.ascii))
     vd = view.verdicts.get(gpu)
     if vd:
         t.append("\n")

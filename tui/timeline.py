@@ -32,7 +32,10 @@ EVENT_MARKS = {
     "throttle": ("!", "!", "bold red"),  # not T: that is transfer's letter in the band
     "start": ("+", "+", "green"),
     "exit": ("x", "x", "yellow"),
+    "health": ("✖", "X", "bold magenta"),  # memtop.health: a Xid, an ECC/remap/link event
 }
+# the legend's: a health event is rare, and the GPU detail screen (enter) lists each one in words
+LEGEND_MARKS = ("gap", "throttle", "start", "exit")
 ROWS = (  # (label, Point attribute, the phase whose colour the row takes)
     ("SM", "sm", "compute"),
     ("DRAM", "dram", "memory"),
@@ -309,7 +312,8 @@ class Timeline(TiledLines):
         segs = [Segment(" " * LABEL_W, NULL)]
         for k in PHASES:
             segs += [Segment(*lk.mark(k)), Segment(f" {k}  ", DIM)]
-        for kind, (uni, asc, st) in EVENT_MARKS.items():
+        for kind in LEGEND_MARKS:
+            uni, asc, st = EVENT_MARKS[kind]
             segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind}  ", DIM)]
         return "".join(seg.text for seg in segs), Strip(segs)
 

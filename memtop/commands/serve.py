@@ -145,6 +145,7 @@ class NodeCollector:
             for reason in CLOCK_EVENT_NAMES.values():
                 counter.add_metric([*labels, reason.replace(" ", "_")], float(c.get(reason, 0.0)))
         yield counter
+        yield from _hardware_families(node.pipeline, gpus, base)
         straggler = GaugeMetricFamily(
             PREFIX + "gpu_straggler",
             "1 while this GPU is its job's straggler on this node (the job's other GPUs wait for it), else 0",
@@ -160,6 +161,46 @@ class NodeCollector:
             job = jobs.get(g.index, {})
             info.add_metric(labels, {"name": g.name, **{k: job.get(k, "") for k in KEYS}})
         yield info
+
+
+def _hardware_families(pipeline, gpus: list, base: list[str]):
+    """Energy by phase (the driver's counter, split by memtop.energy), the health counters (memtop.health:
+    names after dcgm-exporter's fields) and the health events memtop saw, as counters rate() reads."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from memtop.health import COUNTERS
+
+    fam = CounterMetricFamily(
+        PREFIX + "gpu_energy_joules",
+        "energy by phase since memtop started: the driver's energy counter (dcgm-exporter: "
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ, unsplit), each rise given to its bin's phase",
+        labels=[*base, "phase"],
+    )
+    for g, labels in gpus:
+        for phase, joules in sorted(pipeline.phase_energy.get(g.index, {}).items()):
+            fam.add_metric([*labels, phase], joules)
+    yield fam
+    for c in COUNTERS:
+        kind = CounterMetricFamily if c.counter else GaugeMetricFamily
+        one: CounterMetricFamily | GaugeMetricFamily = kind(
+            PREFIX + c.prom.removesuffix("_total"), f"{c.help} (dcgm-exporter: {c.dcgm})", labels=base
+        )
+        for g, labels in gpus:
+            v = None if g.health is None else getattr(g.health, c.field)
+            if v is not None:
+                one.add_metric(labels, v * c.scale)
+        yield one
+    fam = CounterMetricFamily(
+        PREFIX + "gpu_health_events",
+        "health events memtop saw since it started, by kind and Xid (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS "
+        "is the last Xid, which never resets; this counts each one)",
+        labels=[*base, "kind", "xid"],
+    )
+    for (gi, kind, xid), n in sorted(pipeline.health_counts.items()):
+        labels = next((lb for g, lb in gpus if g.index == gi), None)
+        if labels is not None:
+            fam.add_metric([*labels, kind, xid], float(n))
+    yield fam
 
 
 def registry(node, stats: ServeStats | None = None):

@@ -14,7 +14,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from memtop import __version__
+from memtop import __version__, energy, health
 from memtop.errors import UserError
 from memtop.metrics import METRICS
 from memtop.model import CLOCK_EVENT_NAMES, Frame
@@ -40,11 +40,26 @@ class CountingPipeline(Pipeline):
             # seconds are floats, which typeshed's Counter does not admit
             self.clock_seconds: dict[int, defaultdict[str, float]] = {}
             self.phase_seconds: dict[int, defaultdict[str, float]] = {}
+            self.phase_energy: dict[int, defaultdict[str, float]] = {}  # joules (memtop.energy.split)
+            self.health_counts: Counter[tuple[int, str, str]] = Counter()  # (gpu, kind, Xid or "")
             self._seen: dict[int, float] = {}
         self._last_t: dict[int, float] = {}
+        # (t, counter J, power W) of the samples not yet split; the first: the read the next rise starts at
+        self._energy: dict[int, list[tuple[float, float, float | None]]] = {}
+        self._n_health = 0
 
     def on_frame(self, frame: Frame, tick: bool = True) -> None:
         super().on_frame(frame, tick)
+        with self._lock:
+            fresh = self.n_health - self._n_health
+            self._n_health = self.n_health
+            for e in list(self.health)[len(self.health) - min(fresh, len(self.health)) :]:
+                self.health_counts[e.gpu, e.kind, str(e.xid or "")] += 1
+            for g in frame.gpus:
+                if g.energy_j is not None:
+                    pending = self._energy.setdefault(g.index, [])
+                    if not pending or g.t > pending[-1][0]:
+                        pending.append((g.t, g.energy_j, g.power_w))
         for g in frame.gpus:
             prev = self._last_t.get(g.index)
             self._last_t[g.index] = g.t
@@ -64,12 +79,31 @@ class CountingPipeline(Pipeline):
                 if labels and labels[-1].t < seen:  # the pipeline was reset (replay loop or seek)
                     seen = -1.0
                 c = self.phase_seconds.setdefault(gpu, defaultdict(float))
-                for lab in labels:
-                    if lab.t > seen:
-                        c[lab.label] += BIN_S
+                new = [lab for lab in labels if lab.t > seen]
+                for lab in new:
+                    c[lab.label] += BIN_S
+                if new:
+                    self._split_energy(gpu, new)
                 if labels:
                     self._seen[gpu] = max(seen, labels[-1].t)
             return {g: defaultdict(float, c) for g, c in self.phase_seconds.items()}
+
+    def _split_energy(self, gpu: int, new: list) -> None:
+        """Adds the energy of the samples up to the newest counter read in the bins just labelled (the
+        rest wait for their labels and the next read: live, no power x time stands in for a read)."""
+        pending = self._energy.get(gpu, [])
+        end = new[-1].t + BIN_S
+        k = next((i for i, s in enumerate(pending) if s[0] >= end), len(pending))
+        r = energy.reads([s[1] for s in pending[:k]])
+        if len(r) < 2:
+            return
+        k = int(r[-1]) + 1  # up to the newest read
+        t, e_, p = zip(*pending[:k], strict=True)
+        got = energy.split(t, e_, p, [lab.t for lab in new], [lab.label for lab in new], BIN_S, tail=False)
+        c = self.phase_energy.setdefault(gpu, defaultdict(float))
+        for label, joules in got.items():
+            c[label] += joules
+        self._energy[gpu] = pending[k - 1 :]  # that read is the next rise's base
 
 
 class Node:
@@ -195,6 +229,7 @@ def band(labels, end: float) -> str:
 def snapshot(node: Node) -> dict:
     """What the TUI knows now, as plain data (the schema in docs/snapshot.schema.json)."""
     view = node.view()
+    node.pipeline.count_phases(view)  # (the energy by phase follows the labels counted)
     frame = view.frame
     jobs, procs = node.gpu_jobs(frame)
     gpus = []
@@ -227,6 +262,7 @@ def snapshot(node: Node) -> dict:
                     "missing": v.missing,
                 },
                 "job": jobs.get(g.index, {}),
+                **_hardware(node.pipeline, view, g),
             }
         )
     st = view.status
@@ -243,6 +279,36 @@ def snapshot(node: Node) -> dict:
         "notes": list(frame.notes) if frame is not None else [],
         "no_gpu": node.no_gpu(),
     }
+
+
+def _hardware(pipeline: CountingPipeline, view: View, g) -> dict:
+    """A GPU's health (counters now, its newest events) and energy by phase since memtop started, where
+    the GPU gives them."""
+    out: dict = {}
+    events = [e for e in view.health if e.gpu == g.index]
+    if g.health is not None or events:
+        ago = view.frame.t if view.frame is not None else 0.0
+        out["health"] = {
+            "counters": health.summary(g.health),
+            "events": [{**e.as_dict(ago), "at_s": round(e.t - ago, 1)} for e in events[-10:]],
+        }
+    if g.mig_instances:
+        out["mig"] = [
+            {
+                "index": m.index,
+                "gi": m.gi,
+                "ci": m.ci,
+                "name": m.name,
+                "uuid": m.uuid,
+                "mem_used": m.mem_used,
+                "mem_total": m.mem_total,
+            }
+            for m in g.mig_instances
+        ]
+    joules = pipeline.phase_energy.get(g.index)
+    if joules:
+        out["energy"] = {"source": energy.SOURCE, "by_phase": energy.shares(joules)}
+    return out
 
 
 def parse_fail_on(text: str) -> tuple[str, float]:
