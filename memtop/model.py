@@ -245,6 +245,10 @@ class ProcSample:
     feeder_cpu: float = 0.0
 
 
+# what the phase features take of a GPU process (the busiest) besides its CPU
+MAIN_FIELDS = ("main_cpu", "wait", "wait_on", "feeder", "feeder_cpu")
+
+
 @dataclass(frozen=True, slots=True)
 class HostSample:
     t: float

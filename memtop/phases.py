@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, TypeVar
 
 from memtop.jobs import job_groups
-from memtop.model import Frame, GpuSample, PcieLink, StackSample, metrics_of
+from memtop.model import MAIN_FIELDS, Frame, GpuSample, PcieLink, StackSample, metrics_of
 from memtop.records import Evidence, Gap, StackTop
 from memtop.ruleview import Bool, One, Str, View
 from memtop.stackclass import site
@@ -105,6 +105,13 @@ class Features:
     rise: float = 0.0  # graphics minus the previous bin's: a GPU ramping up toward a busy phase
     alive: bool = True  # the GPU still holds a process (False: the job is gone)
     stopped: bool = False  # its process read stopped (t/T): paused by a tracer (py-spy --native) or a signal
+    # the GPU process's main thread and the busiest other part of its job (model.ProcSample, recorded
+    # from 2026-11-28; older recordings hold the defaults, which no rule reads as evidence)
+    main_cpu: float = -1.0
+    wait: str = ""  # what the main thread waits on (collectors.procfs.thread_wait), "" while it runs
+    wait_on: str = ""  # the file, pipe or socket its call names, where /proc shows one
+    feeder: str = ""  # "PID name" of the busiest child of the job, or its other threads
+    feeder_cpu: float = 0.0
 
     @property
     def mode(self) -> str:
@@ -151,6 +158,11 @@ class Label:
             stack_shares=tuple((k, round(v, 2)) for k, v in sorted(f.shares.items())),
             gil=round(f.gil, 2),
             stack_samples=f.stack_n,
+            main_cpu=round(f.main_cpu),
+            wait=f.wait,
+            wait_on=f.wait_on,
+            feeder=f.feeder,
+            feeder_cpu=round(f.feeder_cpu),
             comm="not judged: a collective's wait needs GPM SM activity, which this GPU lacks"
             if not f.gpm and (f.peers or f.shares.get("comm", 0) >= 0.2)
             else None,
@@ -217,6 +229,33 @@ def _main_awake(v: View) -> Bool:
     evidence either way. A resnet50 step's first second (heldout7_torch_s85, heldout_torch_s3: the GPU
     ramping 8 -> 79 -> 56 -> 100 %, the main thread asleep while workers fed it) read as a stall."""
     return v.awake
+
+
+# Input-bound by behaviour (recorded from 2026-11-28: collectors/host.py): the GPU process's main thread
+# mostly blocked, in a wait that hands it work made elsewhere (a lock or condition: queue.get, a future,
+# a pool's results, a shared-memory semaphore; a pipe, a socket, poll/select; or caught running), while
+# another part of the same job burns CPU: a child of any kind or name, or the process's other threads.
+# A timed sleep, user input, disk I/O, waitpid or a wait in the driver is not being fed.
+FED_WAITS = ("lock", "pipe", "socket", "poll", "")
+MAIN_WAITING = 50.0  # main thread CPU % below which it mostly waits
+FEEDER_MIN = 50.0  # CPU % of the busiest other part of the job
+
+
+def _fed(v: View) -> Bool:
+    waits = functools.reduce(lambda a, b: a | b, [v.wait == w for w in FED_WAITS])
+    return (
+        (v.main_cpu >= 0)
+        & (v.main_cpu < MAIN_WAITING)
+        & (v.feeder_cpu >= FEEDER_MIN)
+        & waits
+        & (v.share("sync") < 0.1)  # a blocking CUDA sync waits too: with a sync stack it is a stall
+    )
+
+
+def _idle_sub(v: View) -> Str:
+    """What an idle GPU's process waits on (procfs.thread_wait's class: sleep, lock, pipe, socket,
+    poll, io, tty, child, other), or "gone"; "" where not recorded or its main thread ran."""
+    return v.where(v.alive, v.wait, "gone")
 
 
 def _pageable(v: View) -> Str:
@@ -301,14 +340,16 @@ RULES: tuple[tuple[str, str, Callable[[View], Bool], Callable[[View], Str] | Non
     (
         "idle",
         "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on "
-        "(without stacks: none alive; workers asleep beside an idle GPU wait on storage)",
+        "(without stacks: none alive; workers asleep beside an idle GPU wait on storage), the main thread "
+        "not waiting on another part of the job at work",
         lambda v: (
             (v.graphics < 5)
             & (v.pcie_frac < 0.02)
             & (v.proc_cpu < 20)
             & v.no((v.workers > 0) & ((v.share("data") >= 0.2) | (v.stack_n == 0)))
+            & v.no(_fed(v))
         ),
-        None,
+        _idle_sub,
     ),
     (
         "transfer",
@@ -358,6 +399,20 @@ RULES: tuple[tuple[str, str, Callable[[View], Bool], Callable[[View], Str] | Non
         lambda v: "pageable",
     ),
     (
+        "transfer",
+        "no stacks: PCIe >= 1 GB/s with graphics < 80 %, SM < 30 % and memory < 10 %, the process's CPU in "
+        "the copy (>= 50 %): a pageable copy at a low link rate (a 1 GiB .cpu() moves 1.3 GB/s)",
+        lambda v: (
+            (v.stack_n == 0)
+            & (v.pcie_bps >= 1e9)
+            & _under(v)
+            & (v.sm0 < 30)
+            & (v.dram0 < 10)
+            & (v.proc_cpu >= 50)
+        ),
+        lambda v: "pageable",
+    ),
+    (
         "memory",
         "DRAM >= 60 % (NVML-only: memory util >= 85 %) with graphics >= 80 %",
         lambda v: (v.dram0 >= v.where(v.gpm, 60, NVML_MEMORY_UTIL)) & (v.graphics >= 80),
@@ -385,6 +440,14 @@ RULES: tuple[tuple[str, str, Callable[[View], Bool], Callable[[View], Str] | Non
         "no stacks: GPU under-used while DataLoader workers are busy (CPU >= 15 %) or the main process waits",
         lambda v: (v.stack_n == 0) & _under(v) & (v.workers > 0) & (_workers_busy(v) | (v.proc_cpu < 50)),
         _input_sub,
+    ),
+    (
+        "input",
+        f"GPU under-used, its process's main thread waits (CPU < {MAIN_WAITING:.0f} %, on a lock, queue, pipe, "
+        f"socket or poll) while another part of the job (a child of any kind, or its other threads) burns "
+        f"CPU >= {FEEDER_MIN:.0f} %, no sync stack",
+        lambda v: _under(v) & _fed(v),
+        lambda v: "producer",
     ),
     (
         "sync",
@@ -754,7 +817,7 @@ class Classifier:
         pcie = rx + tx
         nvlink = (nvrx or 0.0) + (nvtx or 0.0)
         mains = [p for p in procs if p.pid in pids]
-        proc_cpu = max((p.cpu_pct for p in mains), default=0.0)
+        main = max(mains, key=attrgetter("cpu_pct"), default=None)  # the busiest (the first of equals)
         wk = [p for p in procs if p.worker_of in pids and p.name in DATA_WORKER_NAMES]
         shares, gil, n, top, tops, recent, sync_age = self._stack_shares(pids, now)
         return Features(
@@ -771,7 +834,7 @@ class Classifier:
             nvlink_bps=nvlink,
             nvlink_frac=nvlink / nvlink_peak(name) if gpm else 0.0,
             power_w=power,
-            proc_cpu=proc_cpu,
+            proc_cpu=main.cpu_pct if main else 0.0,
             workers=len(wk),
             worker_cpu=sum(p.cpu_pct for p in wk) / len(wk) if wk else 0.0,
             worker_sleeping=sum(p.state in "SD" for p in wk) / len(wk) if wk else 0.0,
@@ -786,6 +849,7 @@ class Classifier:
             rise=rise,
             alive=bool(pids),
             stopped=any(p.state in ("t", "T") for p in mains),
+            **({k: getattr(main, k) for k in MAIN_FIELDS} if main else {}),
         )
 
     def _stack_shares(self, pids: set[int], now: float) -> tuple:

@@ -59,6 +59,9 @@ def _cols(fs: list[Features]) -> Cols:
         has_away=a(lambda f: bool(f.peers_elsewhere), bool),
         alive=a(lambda f: f.alive, bool),
         stopped=a(lambda f: f.stopped, bool),
+        main_cpu=a(lambda f: f.main_cpu),
+        feeder_cpu=a(lambda f: f.feeder_cpu),
+        wait=a(lambda f: f.wait, object),
         shares=lambda k: a(lambda f: f.shares.get(k, 0.0)),
         recent=lambda k: a(lambda f: k in f.recent, bool),
     )
