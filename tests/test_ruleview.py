@@ -143,6 +143,9 @@ def _features(r: random.Random) -> Features:
         rise=r.choice([-5.0, 14.9, 15.0, 30.0]),
         alive=r.random() < 0.8,
         stopped=r.random() < 0.2,
+        main_cpu=r.choice([-1.0, 0.0, 49.9, 50.0]),
+        feeder_cpu=r.choice([0.0, 49.9, 50.0, 200.0]),
+        wait=r.choice(["", "lock", "sleep", "pipe", "io", "tty"]),
     )
 
 
