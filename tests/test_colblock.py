@@ -1023,7 +1023,9 @@ def test_host_proc_blocks_beyond_what_the_file_could_hold_are_not_read(tmp_path,
     inflated = []
     real = colblock.decode
     monkeypatch.setattr(
-        colblock, "decode", lambda columns, data, *opt: inflated.append(columns[:6]) or real(columns, data, *opt)
+        colblock,
+        "decode",
+        lambda columns, data, *opt: inflated.append(columns[:6]) or real(columns, data, *opt),
     )
     assert colscan._host_blocks(rec, rec.t0, rec.t1, None) is None
     assert inflated and cols not in inflated  # (the host blocks were read; these were refused unread)
