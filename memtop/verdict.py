@@ -98,7 +98,7 @@ WAIT_WORDS = {
     "tty": "its process waiting for user input",
     "child": "its process waiting for a child process to exit",
     "other": "its process blocked in the kernel",
-    "gone": "its process gone",
+    "gone": "no process on it",
 }
 
 
@@ -181,8 +181,8 @@ def _advice(lab: Label) -> tuple[str, ...]:
         if lab.sub == "producer":
             return (
                 f"the main thread waits ({e.wait or 'briefly running'}) while {e.feeder} works at {e.feeder_cpu} % "
-                "CPU: the job's producers are slower than the GPU — add workers to the pool, make the per-item "
-                "work cheaper, or move decoding/augmentation to the GPU",
+                "CPU: the job's producers are slower than the GPU — add workers to the pool (DataLoader: num_workers), "
+                "make the per-item work cheaper, or move decoding/augmentation to the GPU",
             )
         if lab.sub == "main":
             return ("data is loaded in the training process (num_workers=0): set DataLoader(num_workers>0)",)
@@ -232,17 +232,22 @@ def _advice(lab: Label) -> tuple[str, ...]:
 
 
 _IDLE_ADVICE = {
-    "gone": "the job has exited: nothing runs on this GPU",
-    "sleep": "the job sleeps (time.sleep): paused or between runs — nothing to fix on the GPU side",
-    "lock": "the main thread waits on a lock, queue or future and nothing of the job is working: it waits for "
-    "something outside the job (a service, a peer, a scheduler) — see the stack over the gap",
-    "pipe": "the main thread waits on a pipe and nothing of the job is working: check the process at its other end",
-    "socket": "the main thread waits on a socket and nothing of the job is working: check the server or peer it "
-    "talks to (a data service, a rendezvous, a parameter server)",
-    "poll": "the main thread waits in poll/select and nothing of the job is working: check what it reads from",
-    "io": "the main thread waits on disk I/O: storage is the bottleneck — cache or prefetch the data",
-    "tty": "the process waits for user input (a prompt, pdb or breakpoint()): answer it or run non-interactively",
-    "child": "the process waits for a child process to exit: see what that child does",
+    "gone": "the GPU is idle and no process holds it: the job has not started yet, or has exited",
+    "sleep": "the GPU is idle while the job sleeps (time.sleep): paused or between runs — nothing to fix on "
+    "the GPU side",
+    "lock": "the GPU is idle while the main thread waits on a lock, queue or future and nothing of the job "
+    "works: it waits for something outside the job (a service, a peer, a scheduler) — see the stack over the gap",
+    "pipe": "the GPU is idle while the main thread waits on a pipe and nothing of the job works: check the "
+    "process at its other end",
+    "socket": "the GPU is idle while the main thread waits on a socket and nothing of the job works: check the "
+    "server or peer it talks to (a data service, a rendezvous, a parameter server)",
+    "poll": "the GPU is idle while the main thread waits in poll/select and nothing of the job works: check "
+    "what it reads from",
+    "io": "the GPU is idle while the main thread waits on disk I/O: storage is the bottleneck — cache or "
+    "prefetch the data",
+    "tty": "the GPU is idle while the process waits for user input (a prompt, pdb or breakpoint()): answer it "
+    "or run non-interactively",
+    "child": "the GPU is idle while the process waits for a child process to exit: see what that child does",
 }
 
 

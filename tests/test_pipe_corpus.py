@@ -86,7 +86,7 @@ def test_the_producer_is_named_with_its_pid_and_cpu():
 
 def test_a_sleeping_job_says_so_beside_its_busy_helper():
     v = verdict([lab for m, labs in _phases(PIPE[0]) if m.name == "neg_idle_logger" for lab in labs])
-    assert v.label == "idle" and "asleep" in v.headline and "sleeps" in v.advice[0]
+    assert v.label == "idle" and "asleep" in v.headline and "job sleeps" in v.advice[0]
 
 
 def test_older_blocks_read_the_new_fields_as_their_defaults():
