@@ -68,8 +68,8 @@ STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quick
 # tests/test_long_runs.py checks that no Features change. A feature of a new figure adds it here.
 BIN_MEANS = ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor", "bandwidth", "util", "power_w")
 METRICS_READ = metrics_of(("engine", "busy", *BIN_MEANS))
-# torch names its DataLoader worker processes so; other children of a GPU process (torch.compile's
-# workers, a logger, wandb-service) are shown but are not an input pipeline
+# torch names its DataLoader worker processes so (the DataLoader rules count them); any other child, or
+# the process's own threads, feeds it only by behaviour: the main thread waiting while it works (_fed)
 DATA_WORKER_NAMES = ("pt_data_worker",)
 
 
