@@ -106,7 +106,7 @@ def _main_thread(e: Evidence) -> str:
     """The GPU process's main thread and the busiest other part of its job, where recorded."""
     if e.main_cpu < 0:
         return ""
-    out = f"main thread alone {e.main_cpu} % CPU" + (
+    out = f"of the process's threads the main thread alone {e.main_cpu} % CPU" + (
         f", waiting ({e.wait}{' ' + e.wait_on if e.wait_on else ''})" if e.wait else ""
     )
     if e.feeder:
@@ -140,7 +140,9 @@ def _evidence(lab: Label) -> str:
                     + (f"{', '.join(map(str, away))} not in a collective" if away else "all in collectives")
                 )
     if lab.label in ("cpu", "input", "sync"):
-        parts.append(f"process CPU {e.proc_cpu} %")  # all its threads: the main thread alone follows
+        parts.append(
+            f"main thread CPU {e.proc_cpu} %"
+        )  # (the process, all its threads: _main_thread splits it)
     if lab.label in ("cpu", "input", "sync", "idle") and (main := _main_thread(e)):
         parts.append(main)
     if e.workers:
