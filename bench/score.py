@@ -90,5 +90,6 @@ def score(labels: list[Label], markers: list[Marker], guard: float = GUARD_S, bi
         "flips_per_min": round(60 * flips / steady_s, 2) if steady_s else 0.0,
         "flips_after_detection_per_min": round(60 * flips_after / after_s, 2) if after_s else 0.0,
         "neg_false_sync_s": sum(bin_s for _, b, _ in neg if b == "sync"),
+        "neg_false_input_s": sum(bin_s for _, b, _ in neg if b == "input"),
         "neg_false_any_s": sum(bin_s for a, b, _ in neg if a != b),
     }

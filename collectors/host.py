@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ class HostCollector:
         self._numa = numa.NumaReader(root)
         self._cpu = procfs.CpuTimes(root)
         self._cpu_used: dict[int, tuple[int, float, float]] = {}  # pid -> (start ticks, at, CPU s used)
+        self._main_used: dict[int, tuple[float, float]] = {}  # GPU pid -> its main thread's (at, CPU s used)
         # per pid: what does not change while it lives (name, cmdline, user, start time), and its
         # placement (allowed CPUs/memory, CPUs its threads last ran on: one /proc read per thread),
         # refreshed with the NUMA counters rather than on every sample
@@ -218,10 +220,15 @@ class HostCollector:
         for cache in (self._cpu_used, self._static, self._placed):
             for gone in set(cache) - set(targets):
                 del cache[gone]
-        procs = tuple(
-            ps
-            for pid, parent in targets.items()
-            if (ps := self._proc_sample(pid, parent, self._numa_nodes, now)) is not None
+        for gone in set(self._main_used) - set(targets):
+            del self._main_used[gone]
+        procs = self._with_waits(
+            tuple(
+                ps
+                for pid, parent in targets.items()
+                if (ps := self._proc_sample(pid, parent, self._numa_nodes, now)) is not None
+            ),
+            now,
         )
         return [
             HostSample(
@@ -239,5 +246,40 @@ class HostCollector:
             )
         ]
 
+    def _with_waits(self, procs: tuple[ProcSample, ...], now: float) -> tuple[ProcSample, ...]:
+        """Each GPU process with its main thread's CPU and wait and its busiest feeder: the input-bound
+        evidence the phase rules read (a main thread that waits while another part of the job works),
+        found by behaviour, whatever the parts are named."""
+        out = []
+        for p in procs:
+            if p.worker_of is not None:
+                out.append(p)
+                continue
+            got = procfs.thread_wait(self.root, p.pid, p.pid)
+            if got is None:
+                out.append(p)
+                continue
+            _, used, wait, target = got
+            at, before = self._main_used.get(p.pid, (now, used))
+            self._main_used[p.pid] = (now, used)
+            main = max(0.0, 100.0 * (used - before) / (now - at)) if now > at else 0.0
+            # the other threads together, against each child of the job (any name, any depth)
+            feeder, fcpu = f"{p.pid} {p.name} (other threads)", max(0.0, p.cpu_pct - main)
+            for c in procs:
+                if c.worker_of == p.pid and c.cpu_pct > fcpu:
+                    feeder, fcpu = f"{c.pid} {c.name}", c.cpu_pct
+            out.append(
+                dataclasses.replace(
+                    p,
+                    main_cpu=round(main, 1),
+                    wait=wait,
+                    wait_on=target,
+                    feeder=feeder,
+                    feeder_cpu=round(fcpu, 1),
+                )
+            )
+        return tuple(out)
+
     def stop(self) -> None:
         self._cpu_used.clear()
+        self._main_used.clear()

@@ -159,3 +159,74 @@ def user(root: Path, pid: int) -> str | None:
             except KeyError:
                 return str(uid)
     return None
+
+
+# What a blocked thread waits on, from the kernel's view of it (no ptrace, no stacks): its wait channel
+# (/proc/PID/task/TID/wchan, a kernel function, readable by the process's user), else its system call
+# (/proc/PID/task/TID/syscall: number and arguments; needs ptrace access, so often refused). Classes:
+# sleep (a timed sleep), lock (a futex: a lock, condition, queue.get, a future, a shared-memory
+# semaphore), pipe, socket, poll (poll/select/epoll on descriptors), io (disk), tty (user input), child
+# (waitpid), other (blocked elsewhere).
+_WCHAN = (
+    ("sleep", ("nanosleep", "hrtimer_nanosleep", "do_nanosleep")),
+    ("lock", ("futex",)),
+    ("pipe", ("pipe_read", "pipe_write", "pipe_wait")),
+    ("tty", ("n_tty_read", "tty_read")),
+    ("socket", ("sk_wait", "unix_stream", "unix_dgram", "tcp_recv", "inet_csk_accept", "sock_", "skb_")),
+    ("poll", ("poll", "select", "epoll", "ep_poll")),
+    ("child", ("do_wait", "wait4", "waitid")),
+    ("io", ("io_schedule", "folio_wait", "wait_on_page", "blk_", "jbd2", "nfs", "fuse")),
+)
+# syscall numbers by machine: (read-like calls whose first argument is the descriptor waited on, and
+# each class's calls)
+_SYSCALLS = {
+    "x86_64": ({0, 17, 19, 45, 47, 43, 288}, {35: "sleep", 230: "sleep", 202: "lock", 449: "lock", 7: "poll",
+               23: "poll", 270: "poll", 271: "poll", 232: "poll", 281: "poll", 441: "poll", 61: "child",
+               247: "child", 45: "socket", 47: "socket", 43: "socket", 288: "socket"}),
+    "aarch64": ({63, 67, 65, 207, 212, 202, 242}, {101: "sleep", 115: "sleep", 98: "lock", 449: "lock",
+                73: "poll", 72: "poll", 22: "poll", 441: "poll", 260: "child", 95: "child", 207: "socket",
+                212: "socket", 202: "socket", 242: "socket"}),
+}  # fmt: skip
+_MACHINE = os.uname().machine
+
+
+def thread_wait(root: Path, pid: int, tid: int) -> tuple[str, float, str, str] | None:
+    """(state, CPU seconds used, what it waits on, the descriptor's target where the call names one:
+    "pipe:[123]", "socket:[456]", a file) of one thread; None once it is gone. A running thread
+    (R) waits on nothing; a thread in D state waits on I/O."""
+    base = f"{root}/proc/{pid}/task/{tid}"
+    text = read(f"{base}/stat")
+    if not text:
+        return None
+    f = text.rsplit(")", 1)[-1].split()
+    if len(f) < 13:
+        return None
+    state, used = f[0], (int(f[11]) + int(f[12])) / TICK
+    if state == "R":
+        return state, used, "", ""
+    fd_calls, classes = _SYSCALLS.get(_MACHINE, (set(), {}))
+    call = (read(f"{base}/syscall") or "").split()
+    nr = int(call[0]) if call and call[0].lstrip("-").isdigit() else -1
+    target = ""
+    if nr in fd_calls and len(call) > 1:
+        try:
+            target = os.readlink(f"{root}/proc/{pid}/fd/{int(call[1], 16)}")[:200]
+        except (OSError, ValueError):
+            target = ""
+    wait = _of_target(target) or classes.get(nr, "")
+    if not wait:
+        chan = read(f"{base}/wchan") or ""
+        wait = next((k for k, keys in _WCHAN if any(s in chan for s in keys)), "")
+    if state == "D":
+        wait = "io"
+    return state, used, wait or "other", target
+
+
+def _of_target(target: str) -> str:
+    if target.startswith("pipe:"):
+        return "pipe"
+    if target.startswith("socket:"):
+        return "socket"
+    if target.startswith(("/dev/pts/", "/dev/tty")):
+        return "tty"
+    return "io" if target.startswith("/") else ""

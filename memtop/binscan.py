@@ -97,6 +97,12 @@ class GpuBins:
     alive: np.ndarray
     stopped: np.ndarray
     stacks: StackCols
+    # phases.MAIN_FIELDS of the busiest GPU process (its main thread, its feeder), per bin
+    main_cpu: np.ndarray
+    wait: np.ndarray  # of str, as wait_on and feeder
+    wait_on: np.ndarray
+    feeder: np.ndarray
+    feeder_cpu: np.ndarray
     peers: list[tuple[int, ...]] | None = None  # per bin, where the recording has several GPUs
     away: list[tuple[int, ...]] | None = None
 
@@ -160,6 +166,9 @@ class GpuBins:
             has_away=self._any(self.away),
             alive=self.alive,
             stopped=self.stopped,
+            main_cpu=self.main_cpu,
+            feeder_cpu=self.feeder_cpu,
+            wait=self.wait,
             shares=st.share,
             recent=st.recent_has,
         )
@@ -412,6 +421,7 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
     pid_id = inv[:rows]
     wof_id = np.where(fig.has_parent, inv[rows : 2 * rows], len(known))  # no parent: the False column
     cpu_a, dw_a, sd_a, tt_a = fig.cpu, fig.data_worker, fig.asleep, fig.stopped
+    best_row = np.full(len(k), -1, dtype=np.int64)
     n = len(k)
     best = np.full(n, -math.inf)
     wsum, wn, wsd = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
@@ -424,13 +434,31 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
         main = member[s_on, pid_id[row]]
         up = main & (cpu_a[row] > best[on])
         best[on[up]] = cpu_a[row][up]
+        best_row[on[up]] = row[up]
         stopped[on[main & tt_a[row]]] = True
         wk = dw_a[row] & member[s_on, wof_id[row]]
         wsum[on[wk]] += cpu_a[row][wk]
         wn[on[wk]] += 1
         wsd[on[wk & sd_a[row]]] += 1
     busiest = np.where(best == -math.inf, 0.0, best)
-    return proc_figures(Cols, busiest, wsum, wn, wsd, stopped, iow)
+    return {**proc_figures(Cols, busiest, wsum, wn, wsd, stopped, iow), **_main_fields(fig, best_row)}
+
+
+def _main_fields(fig: Any, row: np.ndarray) -> dict[str, np.ndarray]:
+    """Each bin's phases.MAIN_FIELDS of its busiest GPU process's row (``row``; -1: none, the
+    Features' defaults)."""
+    out = {}
+    for k, default in (
+        ("main_cpu", -1.0),
+        ("wait", ""),
+        ("wait_on", ""),
+        ("feeder", ""),
+        ("feeder_cpu", 0.0),
+    ):
+        col = getattr(fig, k)
+        padded = np.append(col, np.array([default], dtype=col.dtype))  # the default at index -1
+        out[k] = padded[row]
+    return out
 
 
 def with_peers(

@@ -100,10 +100,13 @@ def encode(columns: Columns, rows: Sequence[Sequence]) -> bytes:
     return zlib.compress(len(data).to_bytes(4, "little") + data + b"".join(body), 6)
 
 
-def decode(columns: Columns, blob: object) -> tuple[int, dict[str, np.ndarray], list[str]] | None:
+def decode(
+    columns: Columns, blob: object, optional: frozenset[str] = frozenset()
+) -> tuple[int, dict[str, np.ndarray], list[str]] | None:
     """(row count, each of ``columns`` as an array: float64, or int64 with NULL (a text: -1 for NULL),
     the strings) of a block, which may hold other columns too (a block of a later or earlier memtop);
-    None where it is not a block as ``encode`` writes them, or lacks one of ``columns``."""
+    None where it is not a block as ``encode`` writes them, or lacks one of ``columns`` not in
+    ``optional`` (columns a later memtop added to a stream: an older block reads them as NULL)."""
     import numpy as np
 
     if not isinstance(blob, bytes):
@@ -145,6 +148,9 @@ def decode(columns: Columns, blob: object) -> tuple[int, dict[str, np.ndarray], 
     at = dict(zip(names, zip(kinds, widths, itertools.accumulate([0, *widths]), strict=False), strict=True))
     out = {}
     for name, kind in columns:
+        if name not in at and name in optional:
+            out[name] = np.full(n, math.nan) if kind == "f" else np.full(n, -1 if kind == "s" else NULL)
+            continue
         if name not in at or at[name][0] != kind:
             return None
         _, w, offset = at[name]
@@ -250,13 +256,20 @@ class Blocks:
     """A recording's blocks of one stream, read for a span of time."""
 
     def __init__(
-        self, db: sqlite3.Connection, stream: str, columns: Columns, table: str | None = None
+        self,
+        db: sqlite3.Connection,
+        stream: str,
+        columns: Columns,
+        table: str | None = None,
+        optional: frozenset[str] = frozenset(),
     ) -> None:
         """``table``: the stream's row table, whose count of rows the blocks must hold (a row
-        deleted or added after the recording was closed makes them stand for other rows)."""
+        deleted or added after the recording was closed makes them stand for other rows);
+        ``optional``: columns an older block may lack (``decode``)."""
         self._db = db
         self.stream = stream
         self.columns = columns
+        self.optional = optional
         self.end = -math.inf  # the time the blocks cover up to (the rows from it on are rows)
         self._index: list[tuple[int, float, float, int]] = []
         self.held = 0
@@ -329,7 +342,7 @@ class Blocks:
             return None
         parts = []
         for seq, n, data in blobs:
-            got = decode(self.columns, data)
+            got = decode(self.columns, data, self.optional)
             if got is None or got[0] != n or n != index[seq][3]:
                 return None
             t = got[1][self.columns[0][0]]

@@ -63,6 +63,7 @@ from memtop.store import (
     DECODE_ERRORS,
     GPU_MODES,
     HOST_KEY_EVERY,
+    HOST_PROC_ADDED,
     HOST_PROC_FIELDS,
     SANE_T,
     STACK_SQL,
@@ -98,6 +99,11 @@ class _Proc(NamedTuple):  # what the features read of a process
     worker_of: int | None
     name: str
     state: str
+    main_cpu: float = -1.0  # model.MAIN_FIELDS, the defaults where a recording lacks them
+    wait: str = ""
+    wait_on: str = ""
+    feeder: str = ""
+    feeder_cpu: float = 0.0
 
 
 def report_scan(
@@ -818,7 +824,7 @@ class _Hosts:
                 np.array(iowait, dtype=np.float64),
                 np.cumsum(counts) - counts,
                 counts,
-                _proc_arrays(pid, cpu, worker_of, name, state),
+                _proc_arrays(pid, cpu, worker_of, name, state, procs),
             )
         except OverflowError:
             pass
@@ -840,6 +846,7 @@ class _Hosts:
         wof: list[int | None] = []
         name: list[str] = []
         state: list[str] = []
+        rows: list = []
         for hi in hs:
             if hi not in self._load:
                 self._decode(hi)
@@ -853,8 +860,9 @@ class _Hosts:
                 wof.append(p.worker_of)
                 name.append(p.name)
                 state.append(p.state)
+                rows.append(p)
         try:
-            arrays = _proc_arrays(pid, cpu, wof, name, state)
+            arrays = _proc_arrays(pid, cpu, wof, name, state, rows)
         except OverflowError:
             raise Unusual("a process id beyond int64") from None
         return HostFigures(
@@ -1024,7 +1032,9 @@ def _host_blocks(
     them from the rows; None where the blocks do not cover the span (a recording from before them, one
     not closed) or are damaged."""
     loads = Blocks(rec.db, "host", BLOCK_STREAMS["host"], BLOCK_TABLES["host"])
-    procs = Blocks(rec.db, "host_proc", BLOCK_STREAMS["host_proc"], BLOCK_TABLES["host_proc"])
+    procs = Blocks(
+        rec.db, "host_proc", BLOCK_STREAMS["host_proc"], BLOCK_TABLES["host_proc"], HOST_PROC_ADDED
+    )
     if loads.end <= hi or procs.end <= hi:
         return None
     h = loads.read(float(np.nextafter(plo, np.inf)), hi, seed)
@@ -1062,6 +1072,12 @@ def _host_blocks(
             np.where(parent, wof, -1),
             parent,
             *_name_flags(name, state),
+            np.where(np.isnan(p["main_cpu"]), -1.0, p["main_cpu"]),
+            *(
+                np.array(["" if x is None else x for x in p[k]], dtype=object)
+                for k in ("wait", "wait_on", "feeder")
+            ),
+            np.nan_to_num(p["feeder_cpu"]),
         ),
     )
     return t.tolist(), table
@@ -1080,15 +1096,27 @@ class HostFigures(NamedTuple):
     data_worker: np.ndarray  # named as a DataLoader worker (phases.DATA_WORKER_NAMES)
     asleep: np.ndarray  # phases.is_asleep
     stopped: np.ndarray  # state t or T
+    # model.MAIN_FIELDS (what a GPU process's row holds of its main thread and feeder; texts as objects)
+    main_cpu: np.ndarray
+    wait: np.ndarray
+    wait_on: np.ndarray
+    feeder: np.ndarray
+    feeder_cpu: np.ndarray
 
 
-def _proc_arrays(pid: Sequence, cpu: Sequence, worker_of: Sequence, name: Sequence, state: Sequence) -> tuple:
+def _proc_arrays(
+    pid: Sequence, cpu: Sequence, worker_of: Sequence, name: Sequence, state: Sequence, procs: Sequence
+) -> tuple:
+    """HostFigures' per-process arrays; ``procs``: the rows as objects with model.MAIN_FIELDS."""
     return (
         np.array(pid, dtype=np.int64),
         np.array(cpu, dtype=np.float64),
         np.array([-1 if w is None else w for w in worker_of], dtype=np.int64),
         np.array([w is not None for w in worker_of], dtype=bool),
         *_name_flags(name, state),
+        np.array([p.main_cpu for p in procs], dtype=np.float64),
+        *(np.array([getattr(p, k) for p in procs], dtype=object) for k in ("wait", "wait_on", "feeder")),
+        np.array([p.feeder_cpu for p in procs], dtype=np.float64),
     )
 
 
@@ -1101,7 +1129,7 @@ def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray
     )
 
 
-_FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS)} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
+_FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS[:5])} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
 
 
 def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:

@@ -277,6 +277,20 @@ class ProcSample:
     placement: str = "n/a"  # local / remote / split / n/a
     started: float = 0.0  # process start on the monotonic clock (for nsys --delay)
     argv: tuple[str, ...] = ()  # the command line as its arguments (suggested commands quote them)
+    # a GPU process's main thread (collectors/host.py; other processes, and recordings from before
+    # 2026-11-28, hold the defaults): its CPU % (-1: not read), what it waits on while blocked
+    # (procfs.thread_wait's class, "" while it runs), the descriptor's target where one is named, and
+    # the busiest other part of the job (a child of any kind, or its other threads together) that
+    # could be feeding it: "PID name", and its CPU %
+    main_cpu: float = -1.0
+    wait: str = ""
+    wait_on: str = ""
+    feeder: str = ""
+    feeder_cpu: float = 0.0
+
+
+# what the phase features take of a GPU process (the busiest) besides its CPU
+MAIN_FIELDS = ("main_cpu", "wait", "wait_on", "feeder", "feeder_cpu")
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memtop.jobs import job_groups
-from memtop.model import Frame, GpuSample, StackSample, metrics_of
+from memtop.model import MAIN_FIELDS, Frame, GpuSample, StackSample, metrics_of
 from memtop.records import Evidence, Gap, StackTop
 from memtop.ruleview import Bool, One, Str, View
 from memtop.stackclass import site
@@ -68,8 +68,8 @@ STACK_TAU_S = 1.5  # ...weighted by recency, so a finished phase fades out quick
 # Features change. A feature of a new figure adds it here.
 BIN_MEANS = ("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx", "sm", "tensor", "bandwidth", "util", "power_w")
 METRICS_READ = metrics_of(("engine", "busy", *BIN_MEANS))
-# torch names its DataLoader worker processes so; other children of a GPU process (torch.compile's
-# workers, a logger, wandb-service) are shown but are not an input pipeline
+# torch names its DataLoader worker processes so (the DataLoader rules count them); any other child, or
+# the process's own threads, feeds it only by behaviour: the main thread waiting while it works (_fed)
 DATA_WORKER_NAMES = ("pt_data_worker",)
 
 
@@ -105,6 +105,13 @@ class Features:
     rise: float = 0.0  # graphics minus the previous bin's: a GPU ramping up toward a busy phase
     alive: bool = True  # the GPU still holds a process (False: the job is gone)
     stopped: bool = False  # its process read stopped (t/T): paused by a tracer (py-spy --native) or a signal
+    # the GPU process's main thread and the busiest other part of its job (model.ProcSample, recorded
+    # from 2026-11-28; older recordings hold the defaults, which no rule reads as evidence)
+    main_cpu: float = -1.0
+    wait: str = ""  # what the main thread waits on (collectors.procfs.thread_wait), "" while it runs
+    wait_on: str = ""  # the file, pipe or socket its call names, where /proc shows one
+    feeder: str = ""  # "PID name" of the busiest child of the job, or its other threads
+    feeder_cpu: float = 0.0
 
     @property
     def mode(self) -> str:
@@ -151,6 +158,11 @@ class Label:
             stack_shares=tuple((k, round(v, 2)) for k, v in sorted(f.shares.items())),
             gil=round(f.gil, 2),
             stack_samples=f.stack_n,
+            main_cpu=round(f.main_cpu),
+            wait=f.wait,
+            wait_on=f.wait_on,
+            feeder=f.feeder,
+            feeder_cpu=round(f.feeder_cpu),
             comm="not judged: a collective's wait needs GPM SM activity, which this GPU lacks"
             if not f.gpm and (f.peers or f.shares.get("comm", 0) >= 0.2)
             else None,
@@ -288,6 +300,29 @@ def _main_awake(v: View) -> Bool:
     return v.awake
 
 
+# Input-bound by behaviour (recorded from 2026-11-28: collectors/host.py): the GPU process's main thread
+# mostly blocked, in a wait that hands it work made elsewhere (a lock or condition: queue.get, a future,
+# a pool's results, a shared-memory semaphore; a pipe, a socket, poll/select; or caught running), while
+# another part of the same job burns CPU: a child of any kind or name, or the process's other threads.
+# A timed sleep, user input, disk I/O, waitpid or a wait in the driver is not being fed.
+FED_WAITS = ("lock", "pipe", "socket", "poll", "")
+# main thread CPU % below which it waits part of the time: a loop fed at 40 % GPU busy spends 40-60 % of
+# its main thread launching work and in pageable .to() copies; a CUDA sync spins at 100 %
+MAIN_WAITING = 80.0
+FEEDER_MIN = 50.0  # CPU % of the busiest other part of the job
+
+
+def _fed(v: View) -> Bool:
+    waits = functools.reduce(lambda a, b: a | b, [v.wait == w for w in FED_WAITS])
+    return (v.main_cpu >= 0) & (v.main_cpu < MAIN_WAITING) & (v.feeder_cpu >= FEEDER_MIN) & waits
+
+
+def _idle_sub(v: View) -> Str:
+    """What an idle GPU's process waits on (procfs.thread_wait's class: sleep, lock, pipe, socket,
+    poll, io, tty, child, other), or "gone"; "" where not recorded or its main thread ran."""
+    return v.where(v.alive, v.wait, "gone")
+
+
 def _pageable(v: View) -> Str:
     return v.where((v.share("copy") >= 0.2) | (v.pcie_frac < 0.5), "pageable", "dma")
 
@@ -370,14 +405,16 @@ RULES: tuple[tuple[str, str, Callable[[View], Bool], Callable[[View], Str] | Non
     (
         "idle",
         "graphics < 5 %, PCIe < 2 % of link, process CPU < 20 %, no DataLoader workers being waited on "
-        "(without stacks: none alive; workers asleep beside an idle GPU wait on storage)",
+        "(without stacks: none alive; workers asleep beside an idle GPU wait on storage), the main thread "
+        "not waiting on another part of the job at work",
         lambda v: (
             (v.graphics < 5)
             & (v.pcie_frac < 0.02)
             & (v.proc_cpu < 20)
             & v.no((v.workers > 0) & ((v.share("data") >= 0.2) | (v.stack_n == 0)))
+            & v.no(_fed(v))
         ),
-        None,
+        _idle_sub,
     ),
     (
         "transfer",
@@ -427,6 +464,20 @@ RULES: tuple[tuple[str, str, Callable[[View], Bool], Callable[[View], Str] | Non
         lambda v: "pageable",
     ),
     (
+        "transfer",
+        "no stacks: PCIe >= 1 GB/s with graphics < 80 %, SM < 30 % and memory < 10 %, the process's CPU in "
+        "the copy (>= 50 %): a pageable copy at a low link rate (a 1 GiB .cpu() moves 1.3 GB/s)",
+        lambda v: (
+            (v.stack_n == 0)
+            & (v.pcie_bps >= 1e9)
+            & _under(v)
+            & (v.sm0 < 30)
+            & (v.dram0 < 10)
+            & (v.proc_cpu >= 50)
+        ),
+        lambda v: "pageable",
+    ),
+    (
         "memory",
         "DRAM >= 60 % (NVML-only: memory util >= 85 %) with graphics >= 80 %",
         lambda v: (v.dram0 >= v.where(v.gpm, 60, NVML_MEMORY_UTIL)) & (v.graphics >= 80),
@@ -454,6 +505,14 @@ RULES: tuple[tuple[str, str, Callable[[View], Bool], Callable[[View], Str] | Non
         "no stacks: GPU under-used while DataLoader workers are busy (CPU >= 15 %) or the main process waits",
         lambda v: (v.stack_n == 0) & _under(v) & (v.workers > 0) & (_workers_busy(v) | (v.proc_cpu < 50)),
         _input_sub,
+    ),
+    (
+        "input",
+        f"GPU under-used, its process's main thread waits (CPU < {MAIN_WAITING:.0f} %, on a lock, queue, pipe, "
+        f"socket or poll) while another part of the job (a child of any kind, or its other threads) burns "
+        f"CPU >= {FEEDER_MIN:.0f} %",
+        lambda v: _under(v) & _fed(v),
+        lambda v: "producer",
     ),
     (
         "sync",
@@ -788,6 +847,7 @@ class Classifier:
         prev = self._graphics.get(gpu, graphics)
         self._graphics[gpu] = graphics
         mains = [p for p in procs if p.pid in pids]
+        main = max(mains, key=attrgetter("cpu_pct"), default=None)  # the busiest (the first of equals)
         wk = [p for p in procs if p.worker_of in pids and is_data_worker(p.name)]
         shares, gil, n, top, tops, recent, sync_age = self._stack_shares(pids, now)
         link_bps = (link.bytes_per_s if link else 0.0) or 0.0
@@ -812,6 +872,7 @@ class Classifier:
             recent=recent,
             sync_age=sync_age,
             alive=bool(pids),
+            **({k: getattr(main, k) for k in MAIN_FIELDS} if main else {}),
         )
 
     def _stack_shares(self, pids: set[int], now: float) -> tuple:

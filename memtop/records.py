@@ -72,6 +72,13 @@ class Evidence:
     gil: float  # share of samples where the main thread held the GIL
     stack_samples: int
     comm: str | None = None  # why a collective's wait was not judged, where it could not be
+    # the GPU process's main thread (-1: not recorded), what it waits on, the file/pipe/socket its call
+    # names, and the busiest other part of its job ("PID name") with its CPU % (phases.Features)
+    main_cpu: int = -1
+    wait: str = ""
+    wait_on: str = ""
+    feeder: str = ""
+    feeder_cpu: int = 0
     top_stack: StackTop | None = None  # the stack that explains the label
 
     def share(self, klass: str) -> float:
@@ -103,6 +110,8 @@ class Evidence:
         }
         if self.comm is not None:
             d["comm"] = self.comm
+        if self.main_cpu >= 0:
+            d |= {k: getattr(self, k) for k in ("main_cpu", "wait", "wait_on", "feeder", "feeder_cpu")}
         if self.top_stack is not None:
             d["top_stack"] = self.top_stack.as_dict()
         return d

@@ -52,6 +52,9 @@ class View(Protocol):
     has_away: Bool  # a peer GPU of the job not in a collective
     alive: Bool
     stopped: Bool
+    main_cpu: Num  # the GPU process's main thread CPU %, -1 where not recorded
+    feeder_cpu: Num  # the busiest other part of its job
+    wait: Str  # what the main thread waits on ("" while it runs or where not recorded)
 
     def share(self, klass: str) -> Num: ...
     def recent_has(self, klass: str) -> Bool: ...
@@ -65,7 +68,8 @@ class One:
     __slots__ = (
         "graphics", "gpm", "has_sm", "sm0", "tensor0", "dram0", "util0", "pcie_bps", "pcie_frac",
         "nvlink_frac", "proc_cpu", "workers", "worker_cpu", "worker_sleeping", "stack_n", "rise",
-        "awake", "sync_age", "has_peers", "has_away", "alive", "stopped", "_shares", "_recent",
+        "awake", "sync_age", "has_peers", "has_away", "alive", "stopped", "main_cpu", "feeder_cpu", "wait",
+        "_shares", "_recent",
     )  # fmt: skip
 
     def __init__(self, f: Any) -> None:  # a phases.Features
@@ -91,6 +95,9 @@ class One:
         self.has_away = bool(f.peers_elsewhere)
         self.alive = f.alive
         self.stopped = f.stopped
+        self.main_cpu = f.main_cpu
+        self.feeder_cpu = f.feeder_cpu
+        self.wait = f.wait
         self._shares: Mapping[str, float] = f.shares
         self._recent: frozenset[str] = f.recent
 
@@ -150,6 +157,9 @@ class Cols:
     has_away: np.ndarray
     alive: np.ndarray
     stopped: np.ndarray
+    main_cpu: np.ndarray
+    feeder_cpu: np.ndarray
+    wait: np.ndarray  # of str
     shares: Callable[[str], np.ndarray]
     recent: Callable[[str], np.ndarray]
 

@@ -30,6 +30,7 @@ from memtop import __version__, colblock, stackclass
 from memtop.errors import UserError
 from memtop.metrics import BY_NAME, METRICS, Metric
 from memtop.model import (
+    MAIN_FIELDS,
     Capability,
     CapState,
     Frame,
@@ -156,6 +157,12 @@ BLOCK_STREAMS: dict[str, colblock.Columns] = {
         ("worker_of", "i"),
         ("name", "s"),
         ("state", "s"),
+        # from 2026-11-28 (a block without them reads as the defaults: colblock.OPTIONAL)
+        ("main_cpu", "f"),
+        ("wait", "s"),
+        ("wait_on", "s"),
+        ("feeder", "s"),
+        ("feeder_cpu", "f"),
     ),
     "stack": (
         ("t", "f"),
@@ -270,7 +277,9 @@ def _host_blob(h: HostSample, prev: bytes | None) -> tuple[bytes, bytes]:
 
 # what the classifier reads of a process (phases.Classifier._features): the host_proc blocks' columns
 # (and those of the host_proc table, which recordings from 2026-11-24 hold)
-HOST_PROC_FIELDS = ("pid", "cpu_pct", "worker_of", "name", "state")
+HOST_PROC_FIELDS = ("pid", "cpu_pct", "worker_of", "name", "state", *MAIN_FIELDS)
+# the fields a recording holds from 2026-11-28 (schema additive): older blocks, tables and JSON lack them
+HOST_PROC_ADDED = frozenset(MAIN_FIELDS)
 _FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)
 
 
@@ -473,7 +482,7 @@ def host_figures(t: float, raw: bytes) -> tuple[tuple, list[tuple]]:
     except _DECODE_ERRORS:
         return (t, 0.0, -1), []
     rows = [(t, *_FIGURES(p)) for p in h.procs]
-    if not all(_utf8(r[4]) and _utf8(r[5]) for r in rows):
+    if not all(_utf8(r[4]) and _utf8(r[5]) and _utf8(r[8]) and _utf8(r[9]) for r in rows):
         return (t, 0.0, -1), []
     return (t, h.iowait_pct, len(rows)), rows
 

@@ -73,7 +73,8 @@ HELDOUT7_FLOORS = {
     "NVML-only, no stacks (both dropped on read)": 0.875,
 }
 # The heldout8 runs (rules frozen at b1493d5, declared before recording; 5 runs with stacks, defaults,
-# H100, 2026-11-24), scored once: 0.991 / 0.986 / 0.983 / 0.878 at the 0.5 s guard.
+# H100, 2026-11-24), scored once: 0.991 / 0.986 / 0.983 / 0.878 at the 0.5 s guard (0.974 without GPM or
+# stacks under the ninth freeze, issue #35: a pageable copy told from PCIe and the host CPU in it).
 HELDOUT8_FLOORS = {
     "GPM + stacks": 0.985,
     "NVML-only (GPM dropped on read)": 0.98,

@@ -1019,7 +1019,7 @@ def test_host_proc_blocks_beyond_what_the_file_could_hold_are_not_read(tmp_path,
     rec = Recording(path)
     n = rec.size // 4 // 2 + 1  # two blocks of n rows: just past the budget
     rec.close()
-    cols = BLOCK_STREAMS["host_proc"]
+    cols = BLOCK_STREAMS["host_proc"][:6]  # the layout before model.MAIN_FIELDS: still read
     db = sqlite3.connect(path)
     db.execute("DELETE FROM block WHERE stream='host_proc'")
     for k in range(2):
@@ -1032,7 +1032,9 @@ def test_host_proc_blocks_beyond_what_the_file_could_hold_are_not_read(tmp_path,
     inflated = []
     real = colblock.decode
     monkeypatch.setattr(
-        colblock, "decode", lambda columns, data: inflated.append(columns) or real(columns, data)
+        colblock,
+        "decode",
+        lambda columns, data, *opt: inflated.append(columns[:6]) or real(columns, data, *opt),
     )
     assert colscan._host_blocks(rec, rec.t0, rec.t1, None) is None
     assert inflated and cols not in inflated  # (the host blocks were read; these were refused unread)
