@@ -43,6 +43,25 @@ def write_again(src: Path, dst: Path) -> Path:
     return dst
 
 
+def cut(src: Path, dst: Path, seconds: float) -> Path:
+    """A copy of the real recording ``src`` in ``dst`` holding its first ``seconds`` only (the same
+    structure, a fraction of the rows: for tests that read a file many times)."""
+    import sqlite3
+
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    db = sqlite3.connect(tmp)
+    (t0,) = db.execute("SELECT min(t) FROM frame").fetchone()
+    end = t0 + seconds
+    for table in ("frame", "gpu", "gpu_state", "series", "host", "stack_sample", "perf", "caps", "note"):
+        db.execute(f"DELETE FROM {table} WHERE t > ?", (end,))
+    db.execute("DELETE FROM marker WHERE t0 > ?", (end,))
+    db.commit()
+    db.execute("VACUUM")
+    db.close()
+    return tmp.rename(dst)
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_GPU:
         return

@@ -33,7 +33,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import write_again
+from conftest import cut, write_again
 from hostile import HOSTILE
 
 DATA = Path(__file__).parent / "data"
@@ -114,28 +114,7 @@ def make_bases(cache: Path) -> list[Path]:
     for name in BASES:
         dst = cache / name
         if not dst.exists():
-            tmp = cache / (name + ".tmp")
-            shutil.copyfile(DATA / name, tmp)
-            db = sqlite3.connect(tmp)
-            (t0,) = db.execute("SELECT min(t) FROM frame").fetchone()
-            end = t0 + WINDOW_S
-            for table in (
-                "frame",
-                "gpu",
-                "gpu_state",
-                "series",
-                "host",
-                "stack_sample",
-                "perf",
-                "caps",
-                "note",
-            ):
-                db.execute(f"DELETE FROM {table} WHERE t > ?", (end,))
-            db.execute("DELETE FROM marker WHERE t0 > ?", (end,))
-            db.commit()
-            db.execute("VACUUM")
-            db.close()
-            tmp.rename(dst)
+            cut(DATA / name, dst, WINDOW_S)
         out.append(dst)
     dst = cache / "written_s0.memtop"  # the first cut as this version's Writer writes it
     if not dst.exists():
