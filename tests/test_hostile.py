@@ -328,7 +328,6 @@ def test_source_lines_are_bounded(shared_dir):
 
 
 @needs_root
-@pytest.mark.timeout(60)
 def test_record_of_a_hostile_process_ends_on_time_and_reads_nothing(shared_dir, tmp_path):
     """End to end: py-spy sees frames in /etc/shadow, /dev/zero and a FIFO; memtop (root) records the
     stacks, reads none of them, stays small and stops after --duration."""
@@ -339,13 +338,13 @@ def test_record_of_a_hostile_process_ends_on_time_and_reads_nothing(shared_dir, 
     p, pid = _spinner(["/etc/shadow", "/dev/zero", str(fifo)], "nobody")
     out = tmp_path / "r.memtop"
     try:
-        # "ends on time": the 40 s timeout below catches a record that does not stop (a wall-clock bound
+        # "ends on time": the 120 s timeout below catches a record that does not stop (a wall-clock bound
         # tighter than that would be a pace test and flake on a loaded machine)
         r = subprocess.run(
             [sys.executable, "-m", "memtop", "record", "-o", str(out), "--pid", str(pid), "--duration", "5"],
             capture_output=True,
             text=True,
-            timeout=40,
+            timeout=120,
             preexec_fn=lambda: __import__("resource").setrlimit(
                 __import__("resource").RLIMIT_AS, (4 << 30,) * 2
             ),
@@ -366,7 +365,6 @@ def test_record_of_a_hostile_process_ends_on_time_and_reads_nothing(shared_dir, 
 
 # -- a real terminal -----------------------------------------------------------------------
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
-@pytest.mark.timeout(120)
 def test_report_and_errors_leave_a_real_terminal_untouched(hostile_files, tmp_path):
     sock = f"memtop-hostile-{os.getpid()}"
     tm = ["tmux", "-L", sock, "-f", "/dev/null"]
@@ -395,7 +393,7 @@ def test_report_and_errors_leave_a_real_terminal_untouched(hostile_files, tmp_pa
         subprocess.run([*tm, "set", "-g", "set-clipboard", "on"], check=True)
         subprocess.run([*tm, "select-pane", "-T", title], check=True)
         subprocess.run([*tm, "send-keys", f"sh {script}", "Enter"], check=True)
-        subprocess.run([*tm, "wait-for", "done"], check=True, timeout=100)
+        subprocess.run([*tm, "wait-for", "done"], check=True, timeout=300)
         got = subprocess.run([*tm, "display", "-p", "#{pane_title}"], capture_output=True, text=True).stdout
         bufs = subprocess.run([*tm, "list-buffers"], capture_output=True, text=True).stdout
         screen = subprocess.run([*tm, "capture-pane", "-p"], capture_output=True, text=True).stdout
@@ -404,7 +402,7 @@ def test_report_and_errors_leave_a_real_terminal_untouched(hostile_files, tmp_pa
         assert "not a valid schema" in screen  # the last error line is on screen, nothing cleared it
         # the check can fail: the same bytes printed raw do retitle the pane
         subprocess.run([*tm, "send-keys", f"sh {control}", "Enter"], check=True)
-        subprocess.run([*tm, "wait-for", "done"], check=True, timeout=30)
+        subprocess.run([*tm, "wait-for", "done"], check=True, timeout=120)
         got = subprocess.run([*tm, "display", "-p", "#{pane_title}"], capture_output=True, text=True).stdout
         assert got.strip() == "PWNED"
     finally:

@@ -25,7 +25,6 @@ from memtop.tui.app import KEYS
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.timeout(300),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"),
 ]
 
