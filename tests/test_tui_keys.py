@@ -34,9 +34,13 @@ def _live(upto: int = 600) -> Pipeline:
 
 
 def _replay(speed: float = 1.0) -> tuple[Pipeline, ReplaySource]:
+    """A replay as `memtop replay` makes one: its phase runs by the column scan (by Frames, the
+    background scan of the whole file was most of these tests' time)."""
+    from memtop.colscan import phase_runs
+
     rec = Recording(REC[2])
     pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
-    return pipe, ReplaySource(rec, pipe, speed=speed)
+    return pipe, ReplaySource(rec, pipe, speed=speed, fast_runs=phase_runs)
 
 
 async def _until(pilot, cond, timeout: float = 30.0) -> bool:
