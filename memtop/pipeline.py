@@ -298,8 +298,10 @@ class ReplaySource:
         prefill_s: float = 120.0,
         start_at: float = 0.0,
         fast_runs: Callable[[Recording], dict[int, tuple[tuple[float, str], ...]] | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.rec = rec
+        self._clock = clock  # the pace's clock (a test gives a virtual one)
         self.pipeline = pipeline
         self.speed = speed
         self.loop = loop
@@ -453,7 +455,7 @@ class ReplaySource:
             self._status()
             self.pipeline.on_tick()
             prev_t: float | None = None
-            prev_wall = time.monotonic()
+            prev_wall = self._clock()
             for f in self.rec.frames(start=start if start > self.rec.t0 else None):
                 if self._stop.is_set():
                     return
@@ -461,21 +463,19 @@ class ReplaySource:
                 while self.paused and prev_t is not None and self._seek is None and not self._stop.is_set():
                     self._wake.wait(0.2)
                     self._wake.clear()
-                    prev_wall = time.monotonic()
+                    prev_wall = self._clock()
                 if self._seek is not None:
                     break
                 if prev_t is not None:
                     due = prev_wall + (f.t - prev_t) / self.speed
                     while (
-                        (delay := due - time.monotonic()) > 0
-                        and self._seek is None
-                        and not self._stop.is_set()
+                        (delay := due - self._clock()) > 0 and self._seek is None and not self._stop.is_set()
                     ):
                         self._wake.wait(min(delay, 1.0))  # (a damaged time's gap: no wait past TIMEOUT_MAX)
                         self._wake.clear()
                     if self._seek is not None:
                         break
-                prev_t, prev_wall = f.t, time.monotonic()
+                prev_t, prev_wall = f.t, self._clock()
                 self.position = f.t - self.rec.t0
                 self._status()
                 self.pipeline.on_frame(f)

@@ -43,7 +43,149 @@ def write_again(src: Path, dst: Path) -> Path:
     return dst
 
 
+def pytest_configure(config):
+    """Compiles the package once (the controller does, before xdist's workers start): with
+    PYTHONDONTWRITEBYTECODE=1 in the environment nothing else writes its bytecode, and every `memtop`
+    the suite starts (some hundreds) would compile what it imports again."""
+    if hasattr(config, "workerinput"):
+        return
+    import compileall
+
+    root = Path(__file__).parent.parent
+    for d in ("memtop", "collectors", "tui"):  # (pyproject's package-dir)
+        compileall.compile_dir(root / d, quiet=2)  # (a read-only tree: each reads the source, as before)
+
+
+def cut(src: Path, dst: Path, seconds: float) -> Path:
+    """A copy of the real recording ``src`` in ``dst`` holding its first ``seconds`` only (the same
+    structure, a fraction of the rows: for tests that read a file many times)."""
+    import sqlite3
+
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    db = sqlite3.connect(tmp)
+    (t0,) = db.execute("SELECT min(t) FROM frame").fetchone()
+    end = t0 + seconds
+    for table in ("frame", "gpu", "gpu_state", "series", "host", "stack_sample", "perf", "caps", "note"):
+        db.execute(f"DELETE FROM {table} WHERE t > ?", (end,))
+    db.execute("DELETE FROM marker WHERE t0 > ?", (end,))
+    db.commit()
+    db.execute("VACUUM")
+    db.close()
+    return tmp.rename(dst)
+
+
+# `pytest -m quick`: each module's core behaviour in under a minute on a quiet 2-core machine. A module
+# named with None is quick whole; else the tests named (without parameters) are.
+QUICK: dict[str, frozenset[str] | None] = {
+    "test_timefmt.py": None,
+    "test_stackclass.py": None,
+    "test_flags.py": None,
+    "test_comm.py": frozenset(
+        {
+            "test_comm_fires_on_the_waiting_gpu_and_not_on_its_busy_peer",
+            "test_comm_confirmed_by_collective_stacks_without_peers",
+            "test_overlapped_all_reduce_during_compute_stays_compute",
+            "test_peers_of_another_job_do_not_confirm_comm",
+            "test_straggler_is_the_computing_rank_with_evidence_and_advice",
+            "test_no_straggler_when_every_rank_computes",
+            "test_job_groups_by_launcher_and_command_line",
+            "test_comm_stack_class",
+        }
+    ),
+    "test_procfs.py": None,
+    "test_numa.py": None,
+    "test_nvml.py": None,
+    "test_stacks.py": None,
+    "test_excursions.py": None,
+    "test_multigpu_score.py": None,
+    "test_missing_evidence.py": None,
+    "test_report_wording.py": None,
+    "test_stack_hold.py": None,
+    "test_driver.py": None,
+    "test_gpu.py": None,
+    "test_snapshot.py": None,
+    "test_perf.py": None,
+    "test_host.py": None,
+    "test_live_controller.py": None,
+    "test_firstlook.py": None,
+    "test_store.py": frozenset(
+        {
+            "test_round_trip_equal_frames",
+            "test_markers_round_trip",
+            "test_seek_lands_on_the_right_frame",
+            "test_file_is_private",
+            "test_refuses_to_overwrite",
+            "test_bad_inputs_each_get_one_line",
+            "test_a_series_blob_inflates_only_so_far",
+            "test_a_side_file_someone_else_made_is_refused_never_written_through",
+        }
+    ),
+    "test_phases.py": frozenset(
+        {
+            "test_rule_table",
+            "test_hysteresis_needs_two_bins_to_switch",
+            "test_compute_exit_threshold_ignores_a_dip_but_not_memory",
+            "test_verdict_names_the_sync_line_and_the_next_command",
+            "test_gaps_carry_the_stack_over_the_gap",
+            "test_only_torch_dataloader_workers_count_as_workers",
+        }
+    ),
+    "test_metrics.py": frozenset(
+        {
+            "test_every_metric_is_a_gpu_sample_field_and_every_numeric_field_a_metric",
+            "test_table_is_consistent",
+            "test_encode_never_raises_and_round_trips_through_the_table",
+        }
+    ),
+    "test_config.py": frozenset(
+        {
+            "test_layout_choices_are_read_and_bad_ones_named_in_one_line",
+            "test_the_config_is_never_written_through_a_link",
+        }
+    ),
+    "test_sampler.py": frozenset(
+        {
+            "test_frames_at_ten_hertz_with_gpu_and_host_parts",
+            "test_a_failing_collector_becomes_a_note_and_the_run_goes_on",
+        }
+    ),
+    "test_report_export.py": frozenset(
+        {
+            "test_report_json_validates_against_its_schema",
+            "test_report_bad_input_is_one_line_exit_2",
+            "test_perfetto_export_follows_the_trace_event_format",
+        }
+    ),
+    "test_damaged.py": frozenset({"test_a_report_on_a_damaged_recording_says_what_it_skipped"}),
+    "test_cluster.py": frozenset({"test_stale_after_three_intervals_with_the_reason", "test_host_lists"}),
+    "test_fleet_boundary.py": frozenset({"test_bodies_are_capped_with_or_without_a_length"}),
+    "test_serve.py": frozenset(
+        {"test_exposition_derives_from_the_metrics_table", "test_resets_are_counted_not_traced"}
+    ),
+    "test_cli.py": frozenset({"test_replay_summary", "test_tui_refuses_without_a_terminal"}),
+    "test_tui.py": frozenset(
+        {
+            "test_replay_paces_frames_by_their_recorded_gaps_over_speed",
+            "test_replay_controls_pause_seek_speed_next_phase",
+        }
+    ),
+    "test_tui_keys.py": frozenset(
+        {"test_overview_cells_follow_the_runs", "test_seek_in_a_long_recording_reads_only_around_the_target"}
+    ),
+    "test_tui_view.py": frozenset({"test_to_ascii_keeps_cell_widths"}),
+}
+
+
+def _quick(item) -> bool:
+    names = QUICK.get(item.path.name, frozenset())
+    return names is None or item.originalname in names
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _quick(item):
+            item.add_marker(pytest.mark.quick)
     if HAS_GPU:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU and driver (runs on the lent H100, not on CI)")

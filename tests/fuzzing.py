@@ -33,7 +33,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import write_again
+from conftest import cut, write_again
 from hostile import HOSTILE
 
 DATA = Path(__file__).parent / "data"
@@ -114,28 +114,7 @@ def make_bases(cache: Path) -> list[Path]:
     for name in BASES:
         dst = cache / name
         if not dst.exists():
-            tmp = cache / (name + ".tmp")
-            shutil.copyfile(DATA / name, tmp)
-            db = sqlite3.connect(tmp)
-            (t0,) = db.execute("SELECT min(t) FROM frame").fetchone()
-            end = t0 + WINDOW_S
-            for table in (
-                "frame",
-                "gpu",
-                "gpu_state",
-                "series",
-                "host",
-                "stack_sample",
-                "perf",
-                "caps",
-                "note",
-            ):
-                db.execute(f"DELETE FROM {table} WHERE t > ?", (end,))
-            db.execute("DELETE FROM marker WHERE t0 > ?", (end,))
-            db.commit()
-            db.execute("VACUUM")
-            db.close()
-            tmp.rename(dst)
+            cut(DATA / name, dst, WINDOW_S)
         out.append(dst)
     dst = cache / "written_s0.memtop"  # the first cut as this version's Writer writes it
     if not dst.exists():
@@ -168,11 +147,20 @@ def _bomb(what: str, size: int) -> bytes:
         "objects": (b"[", b"{},", b"{}]"),
         "host": (b'{"t":0.0,"pad":"', b"a", b'"}'),
     }[what]
-    z = zlib.compressobj(9)
     chunk = unit * ((1 << 20) // len(unit))
-    out = [z.compress(head)]
-    out += [z.compress(chunk) for _ in range(max(1, size // len(chunk)))]
-    return b"".join(out) + z.compress(tail) + z.flush()
+    n = max(1, size // len(chunk))
+    # after a full flush deflate starts afresh, so every chunk deflates to the same bytes: one is
+    # deflated and repeated (a 1 GiB bomb costs its checksum, not seconds of compression); the zlib
+    # wrapper (header, Adler-32 of the whole) is written here around the raw stream
+    z = zlib.compressobj(9, zlib.DEFLATED, -15)
+    start = z.compress(head) + z.flush(zlib.Z_FULL_FLUSH)
+    piece = z.compress(chunk) + z.flush(zlib.Z_FULL_FLUSH)
+    end = z.compress(tail) + z.flush()
+    check = zlib.adler32(head)
+    for _ in range(n):
+        check = zlib.adler32(chunk, check)
+    check = zlib.adler32(tail, check)
+    return b"\x78\xda" + start + piece * n + end + check.to_bytes(4, "big")
 
 
 def _json_bomb(rng: random.Random) -> str:
@@ -491,7 +479,7 @@ def run_tui(path: Path, seconds: float = 3.0, hang_s: int = HANG_S) -> Outcome:
     return Outcome("ok")
 
 
-def run_subprocess(path: Path, command: str, out_dir: Path) -> Outcome:
+def run_subprocess(path: Path, command: str, out_dir: Path, hang_s: int = HANG_S) -> Outcome:
     """The same as run_case, as a real process: exit codes as the shell sees them."""
     out_json = out_dir / "trace.json"
     argv = {
@@ -501,7 +489,7 @@ def run_subprocess(path: Path, command: str, out_dir: Path) -> Outcome:
     env = {**os.environ, "XDG_STATE_HOME": str(out_dir)}
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "memtop", *argv], capture_output=True, text=True, timeout=HANG_S, env=env
+            [sys.executable, "-m", "memtop", *argv], capture_output=True, text=True, timeout=hang_s, env=env
         )
     except subprocess.TimeoutExpired:
         return Outcome("hang", command)

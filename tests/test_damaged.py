@@ -163,7 +163,6 @@ def costly(tmp_path_factory):
     return out
 
 
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", list(COST_CASES))
 def test_a_costly_part_is_read_at_a_bounded_cost_or_refused(capsys, costly, tmp_path, name):
     p = str(costly[name])

@@ -396,7 +396,6 @@ def test_ssh_lines_are_bounded(real):
     assert n.polls == 2 and n.failures == 1 and n.snapshot is not None
 
 
-@pytest.mark.timeout(60)
 def test_closing_the_poller_ends_a_request_in_flight(real, server):
     """The TUI closes the poller on q while a trickling node's request reads: closing only the socket
     left that read blocked, and the interpreter's exit waited for its worker forever."""

@@ -105,32 +105,39 @@ async def test_resize_degrades_without_crashing():
         assert app.is_running
 
 
+async def _until(pilot, cond, timeout: float = 60.0) -> bool:
+    """Waits on ``cond`` (a bound for a loaded machine, not a pace)."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        await pilot.pause(0.05)
+    return True
+
+
 async def test_replay_controls_pause_seek_speed_next_phase():
+    """The keys reach the replay; its pace at a speed is test_replay_paces_... (a virtual clock)."""
     rec = Recording(REC[0])
     pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
     src = ReplaySource(rec, pipe, speed=16.0)
+    step = max(b.t - a.t for a, b in zip(_frames(), _frames()[1:50]))  # the recording's frame interval
     app = MemtopApp(pipe, src, hangup_guard=False, paint_rate=4)
     async with app.run_test(size=(160, 45)) as pilot:
-        t0 = time.monotonic()
-        while pipe.status.position <= 8 and time.monotonic() - t0 < 10:
-            await pilot.pause(0.1)
-        assert pipe.status.position > 8 and pipe.status.position > 2 * (time.monotonic() - t0)  # 16x, not 1x
+        assert await _until(pilot, lambda: pipe.status.position > 8)
         await pilot.press("space")
-        await pilot.pause(0.3)
-        assert pipe.status.paused
+        assert await _until(pilot, lambda: pipe.status.paused)
         p0 = src.position
         await pilot.pause(0.5)
-        assert src.position == p0  # paused really stops
-        await pilot.press("right")  # seek while paused
-        await pilot.pause(0.8)
+        # paused really stops: at most the Frame already being waited for when space came
+        assert p0 <= src.position <= p0 + step + 1e-6
+        p0 = src.position
+        await pilot.press("right")  # seek while paused (it steps from where the replay is)
         assert src.position >= p0 + 9
         before = src.position
         await pilot.press("n")
-        await pilot.pause(0.8)
-        assert src.position > before
+        assert await _until(pilot, lambda: src.position > before)
         await pilot.press("home")
-        await pilot.pause(0.8)
-        assert src.position < before
+        assert await _until(pilot, lambda: src.position < before)
         await pilot.press("plus")
         assert src.speed == 32
         await pilot.press("minus", "minus")
@@ -138,6 +145,65 @@ async def test_replay_controls_pause_seek_speed_next_phase():
         await pilot.press("space")
         assert not pipe.status.paused
         await pilot.press("q")
+
+
+class _VirtualWake:
+    """The replay's wake-up event on a virtual clock: a wait moves the clock on by its whole timeout
+    at once; ``on_wait`` may pause, play or stop the replay at a virtual instant."""
+
+    def __init__(self, on_wait: Callable[[float], None]) -> None:
+        self.now = 0.0
+        self._on_wait = on_wait
+
+    def set(self) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+    def wait(self, timeout: float) -> bool:
+        self.now += timeout
+        self._on_wait(self.now)
+        return False
+
+
+def test_replay_paces_frames_by_their_recorded_gaps_over_speed():
+    """At speed s a Frame t seconds after the last is shown t/s (virtual) seconds after it; a speed
+    change holds from the next Frame; a pause shows nothing until play, then paces from there."""
+    rec = Recording(REC[0])
+    pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
+    shown: list[tuple[float, float, float]] = []  # (virtual time, frame time, speed)
+    played_at: list[float] = []
+
+    def on_wait(now: float) -> None:
+        if src.paused and now >= 50.0 and not played_at:
+            src.toggle_pause()
+            played_at.append(now)
+        if now > 60.0:
+            src.stop()
+
+    wake = _VirtualWake(on_wait)
+    src = ReplaySource(rec, pipe, speed=16.0, clock=lambda: wake.now)
+    src._wake = wake  # (the event's timeouts are the pace's waits)
+    real = pipe.on_frame
+
+    def on_frame(f, tick: bool = True) -> None:
+        shown.append((wake.now, f.t, src.speed))
+        real(f, tick)
+        if len(shown) == 10:
+            src.set_speed(4.0)
+        elif len(shown) == 20:
+            src.toggle_pause()
+
+    pipe.on_frame = on_frame
+    src._run()
+    assert len(shown) > 25 and shown[0][0] == 0.0
+    assert [s for _, _, s in shown[:10]] == [16.0] * 10 and shown[10][2] == 4.0
+    for (w0, t0, _), (w1, t1, speed) in zip(shown[:19], shown[1:20]):
+        assert w1 - w0 == pytest.approx((t1 - t0) / speed)
+    (play,) = played_at
+    assert shown[20][0] == pytest.approx(play + (shown[20][1] - shown[19][1]) / 4.0)
+    assert pipe.status.paused is False and pipe.status.speed == 4.0
 
 
 async def test_no_gpu_live_view_says_so():
