@@ -203,9 +203,10 @@ _PER_BIN = tuple(
 )
 
 
-def _scalar(x: np.generic) -> Any:
-    """A column's value as the Features hold it: a Python bool, int or float, None for NaN."""
-    v = x.item()
+def _scalar(x: np.generic | str) -> Any:
+    """A column's value as the Features hold it: a Python bool, int, float or str, None for NaN
+    (a text column is an object array: its items are Python strs already)."""
+    v = x if isinstance(x, str) else x.item()
     return None if v != v else v
 
 

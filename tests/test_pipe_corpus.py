@@ -116,3 +116,17 @@ def test_the_writers_block_rows_hold_the_recorded_fields():
     assert n == len(rows)
     waits = {strings[i] for i in got["wait"].tolist() if i >= 0}
     assert {"sleep", "lock"} <= waits and (got["main_cpu"] >= 0).any() and got["feeder_cpu"].max() >= 50
+
+
+@pytest.mark.parametrize("path", PIPE[2:], ids=lambda p: p.stem)
+def test_the_report_reads_each_pipeline_as_its_truth(path):
+    """`memtop report`'s labels (the column scan: the feeder's text fields are object columns) give
+    each held-out phase its truth as live mode's do, and the whole report builds."""
+    from memtop.report import build_report
+
+    rec = Recording(path)
+    labels, _, _ = colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1)
+    for m in rec.markers():
+        labs = [lab for lab in labels[0] if m.t0 + GUARD_S <= lab.t and lab.t + 0.5 <= m.t1 - GUARD_S]
+        assert Counter(lab.label for lab in labs).most_common(1)[0][0] == m.label, m.name
+    assert build_report(Recording(path))["gpus"]
