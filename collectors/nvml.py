@@ -11,16 +11,18 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from memtop.metrics import GPM_METRICS, MIB
-from memtop.model import Capability, CapState, GpuProcess, GpuSample, PcieLink, SeriesChunk
+from memtop.model import Capability, CapState, GpuProcess, GpuSample, PcieLink, ProcUtil, SeriesChunk
 
 from .nvml_calls import (
     ERROR_GPU_LOST,
     ERROR_NOT_FOUND,
+    ERROR_NOT_SUPPORTED,
     DeviceInfo,
     LinkInfo,
     Nvml,
     NvmlCallError,
     NvmlUnavailable,
+    ProcUtilRow,
     RealNvml,
     SampleKind,
     SystemInfo,
@@ -86,6 +88,44 @@ class SampleDrain:
         )
 
 
+class ProcUtilDrain:
+    """Per-process utilisation from the driver's per-process samples, drained each second by the
+    newest timestamp seen (so none is read twice or missed while the buffer holds it).
+
+    A process's figure is the mean of its samples new this second. The driver samples at its own
+    pace and leaves out a process that did not use the GPU since its last sample, so a process
+    without a new sample keeps its last figure for ``HOLD_S`` after that sample, then reads 0.
+    """
+
+    HOLD_S = 2.0
+
+    def __init__(self) -> None:
+        self.last_us = 0
+        self._last: dict[int, tuple[int, ProcUtil]] = {}  # pid -> (its newest sample's time, figure)
+
+    def take(self, rows: Sequence[ProcUtilRow], pids: Sequence[int], now_us: int) -> tuple[ProcUtil, ...]:
+        """``pids``: the GPU's processes (NVML's list); each gets a figure, as does any sampled pid."""
+        fresh: dict[int, list[ProcUtilRow]] = {}
+        for r in rows:
+            if r[1] > self.last_us:
+                fresh.setdefault(r[0], []).append(r)
+        if fresh:
+            self.last_us = max(r[1] for rs in fresh.values() for r in rs)
+        for pid, rs in fresh.items():
+            n = len(rs)
+            mean = [min(100.0, sum(r[k] for r in rs) / n) for k in (2, 3, 4, 5)]
+            self._last[pid] = (max(r[1] for r in rs), ProcUtil(pid, *mean))
+        out = []
+        for pid in sorted(set(pids) | set(fresh)):
+            ts, u = self._last.get(pid, (0, None))
+            if u is None or now_us - ts > self.HOLD_S * 1e6:
+                u = ProcUtil(pid, 0.0, 0.0, 0.0, 0.0)
+            out.append(u)
+        for gone in set(self._last) - set(pids) - set(fresh):
+            del self._last[gone]
+        return tuple(out)
+
+
 class GpuReader:
     name = "nvml"
     jitter = 0.0  # GPM pairs and drains keep a fixed rate
@@ -119,12 +159,16 @@ class GpuReader:
         self._slow_t = -1e9
         self._slow: dict[str, float | int | None] = {}
         self._drains = [SampleDrain("util"), SampleDrain("mem_util"), SampleDrain("power_w", 1e-3)]
+        self._putil = ProcUtilDrain()
+        self._putil_ok = True  # until the driver says it has no per-process utilisation
+        self._proc_util: tuple[ProcUtil, ...] = ()
 
     def start(self) -> None:
         # Prime the drains so the first chunk holds only samples taken after start.
         now_us = int((time.monotonic() + self.offset) * 1e6)
         for d in self._drains:
             d.last_us = now_us
+        self._putil.last_us = now_us
         if self.gpm:
             self._try("gpm", self.nv.gpm_metrics, self.index, GPM_IDS)
 
@@ -213,6 +257,7 @@ class GpuReader:
             procs = self._try("processes", nv.processes, i)
             if procs is not None:
                 self._procs = tuple(GpuProcess(pid, mem) for pid, mem in procs)
+            self._proc_util = self._process_util(now)
         if self.lost:
             return [GpuSample(now, i, info["uuid"], info["name"], "lost", mig=info["mig"])]
         g = GpuSample(
@@ -224,12 +269,28 @@ class GpuReader:
             link=self._link,
             processes=self._procs,
             mig=info["mig"],
+            proc_util=self._proc_util,
         )
         out: list[object] = [g.with_values(f)]
         if self.series and now - self._drain_t >= 1.0:
             self._drain_t = now
             out.extend(self.drain())
         return out
+
+    def _process_util(self, now: float) -> tuple[ProcUtil, ...]:
+        if not self._putil_ok:
+            return ()
+        try:
+            rows = self.nv.process_utilization(self.index, self._putil.last_us)
+        except NvmlCallError as e:
+            if e.code == ERROR_NOT_SUPPORTED:  # (MIG, an older GPU): the column reads "-"; ask no more
+                self._putil_ok = False
+            else:
+                self._fail("process utilization", e)
+            return ()
+        self.errors.pop("process utilization", None)
+        now_us = int((now + self.offset) * 1e6)
+        return self._putil.take(rows, [p.pid for p in self._procs], now_us)
 
     def drain(self) -> list[SeriesChunk]:
         chunks = []

@@ -18,8 +18,11 @@ SAMPLE_TYPES = {"power_w": 0, "util": 1, "mem_util": 2}  # NVML_*_SAMPLES
 ERROR_GPU_LOST = 15
 ERROR_NOT_FOUND = 6
 ERROR_NOT_SUPPORTED = 3
+ERROR_FUNCTION_NOT_FOUND = 13
 
 SampleKind = Literal["power_w", "util", "mem_util"]
+# one per-process sample: (pid, driver timestamp in wall µs, SM %, memory %, encoder %, decoder %)
+ProcUtilRow = tuple[int, int, int, int, int, int]
 Direction = Literal["rx", "tx"]
 
 
@@ -67,6 +70,11 @@ class Nvml(Protocol):
     def clock_events(self, i: int) -> int: ...
     def memory(self, i: int) -> tuple[int, int]: ...
     def processes(self, i: int) -> list[tuple[int, int | None]]: ...
+    def process_utilization(self, i: int, since_us: int) -> list[ProcUtilRow]:
+        """The driver's per-process samples newer than ``since_us``; [] when there are none (the
+        driver samples only processes that used the GPU)."""
+        ...
+
     def shutdown(self) -> None: ...
 
 
@@ -87,6 +95,7 @@ class RealNvml:
         self._handles: list[Any] = []
         self._gpm_prev: dict[int, Any] = {}
         self._system: SystemInfo | None = None
+        self._proc_util_v1 = True  # nvmlDeviceGetProcessesUtilizationInfo, until the driver lacks it
 
     def _call(self, fn: str, *args: Any) -> Any:
         try:
@@ -223,6 +232,29 @@ class RealNvml:
         # pynvml already maps "not available" to None
         return [(p.pid, None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs]
 
+    def process_utilization(self, i: int, since_us: int) -> list[ProcUtilRow]:
+        h = self._handles[i]
+        rows: list[Any] = []
+        try:
+            if self._proc_util_v1:
+                try:
+                    rows = self._call("nvmlDeviceGetProcessesUtilizationInfo", h, since_us)
+                except (NvmlCallError, AttributeError) as e:
+                    if isinstance(e, NvmlCallError) and e.code not in (
+                        ERROR_NOT_SUPPORTED,
+                        ERROR_FUNCTION_NOT_FOUND,
+                    ):
+                        raise
+                    self._proc_util_v1 = False  # an older driver (or pynvml): the older call
+            if not self._proc_util_v1:
+                rows = self._call("nvmlDeviceGetProcessUtilization", h, since_us)
+        except NvmlCallError as e:
+            # NotFound: no sample since since_us; pynvml raises "Success" for an empty buffer
+            if e.code in (0, ERROR_NOT_FOUND):
+                return []
+            raise
+        return [(r.pid, r.timeStamp, r.smUtil, r.memUtil, r.encUtil, r.decUtil) for r in rows]
+
     def shutdown(self) -> None:
         if self._nv is not None:
             for s in self._gpm_prev.values():
@@ -307,6 +339,9 @@ class RecordingNvml:
     def processes(self, i: int) -> list[tuple[int, int | None]]:
         return self._log("processes", self.inner.processes, i)
 
+    def process_utilization(self, i: int, since_us: int) -> list[ProcUtilRow]:
+        return self._log("process_utilization", self.inner.process_utilization, i, since_us)
+
     def shutdown(self) -> None:
         self.inner.shutdown()
 
@@ -316,7 +351,7 @@ class RecordingNvml:
 
 # Calls replayed by their first arguments only: the rest vary from run to run (a timestamp) or
 # with memtop's own choices (which GPM metrics it asks for), not with what the GPU answers.
-_REPLAY_KEY_ARGS = {"samples": 2, "gpm_metrics": 1}
+_REPLAY_KEY_ARGS = {"samples": 2, "gpm_metrics": 1, "process_utilization": 1}
 
 
 class ReplayNvml:
@@ -400,6 +435,9 @@ class ReplayNvml:
 
     def processes(self, i: int) -> list[tuple[int, int | None]]:
         return [(pid, mem) for pid, mem in self._serve("processes", i)]
+
+    def process_utilization(self, i: int, since_us: int) -> list[ProcUtilRow]:
+        return [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in self._serve("process_utilization", i)]
 
     def shutdown(self) -> None:
         pass

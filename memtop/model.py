@@ -74,6 +74,19 @@ class GpuProcess:
     used_memory: int | None  # bytes; None when the driver does not say
 
 
+@dataclass(frozen=True, slots=True)
+class ProcUtil:
+    """One process's share of a GPU over the last second, from the driver's per-process samples
+    (nvmlDeviceGetProcessesUtilizationInfo): percent of the time its kernels ran (SM), its memory
+    was read or written, and the video encoder/decoder worked; None where the driver gave nothing."""
+
+    pid: int
+    sm: float | None
+    mem: float | None
+    enc: float | None = None
+    dec: float | None = None
+
+
 # Clock-event (throttle) reason bits, as NVML defines them.
 CLOCK_EVENT_NAMES: dict[int, str] = {
     0x1: "gpu idle",
@@ -161,6 +174,13 @@ class GpuSample:
     mem_total: int | None = None
     processes: tuple[GpuProcess, ...] = ()
     mig: bool = False
+    proc_util: tuple[ProcUtil, ...] = ()  # per-process utilisation (stored in its own table)
+
+    def util_of(self, pid: int) -> ProcUtil | None:
+        for u in self.proc_util:
+            if u.pid == pid:
+                return u
+        return None
 
     def with_values(self, values: Mapping[str, float | int | None]) -> GpuSample:
         """This sample with metric fields set by name (the names of memtop.metrics.METRICS)."""

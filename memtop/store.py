@@ -41,6 +41,7 @@ from memtop.model import (
     PcieLink,
     PerfSample,
     ProcSample,
+    ProcUtil,
     SeriesChunk,
     StackFrame,
     StackSample,
@@ -117,6 +118,7 @@ CREATE INDEX perf_t ON perf(t);
 CREATE TABLE caps(t REAL NOT NULL, data BLOB NOT NULL);
 CREATE TABLE note(t REAL NOT NULL, text TEXT NOT NULL);
 CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, name TEXT, facts TEXT);
+CREATE TABLE proc_util(t REAL NOT NULL, gpu INTEGER NOT NULL, data TEXT NOT NULL);
 {colblock.SCHEMA}
 """
 
@@ -195,7 +197,8 @@ _TABLES = frozenset(
 )
 # every schema object a reader queries by name, where a recording has it (the block tables, and those
 # of older schemas): each must be a plain table, or a query of it could run anything (a view's CTE)
-_READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc"}
+# (proc_util: per-process GPU utilisation, added 2026-11-28 without a schema bump: older files lack it)
+_READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc", "proc_util"}
 
 # What one part may hold at most, decoded. The largest of the 70 recordings in tests/data (measured
 # 2026-11-27): a host sample's JSON 16 KB, a series chunk 512 bytes, a metadata value 276 bytes, a
@@ -929,6 +932,13 @@ class Writer:
                         json.dumps([[p.pid, p.used_memory] for p in g.processes]),
                     ),
                 )
+        for g in f.gpus:  # a row when the figures change (none while a GPU has never had any)
+            if (g.proc_util or ("proc_util", g.index) in self._last) and self._changed(
+                ("proc_util", g.index), g.proc_util
+            ):
+                db.execute(
+                    "INSERT INTO proc_util VALUES (?,?,?)", (g.t, g.index, proc_util_json(g.proc_util))
+                )
         for c in f.series:
             if c.t:
                 db.execute(
@@ -1188,6 +1198,7 @@ class Recording:
         except UnicodeDecodeError:
             raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
         self._has_names = "thread_name" in have
+        self._has_proc_util = "proc_util" in have
         missing = sorted(_TABLES - have)
         if missing:  # found now, not seconds into a replay
             raise UserError(f"{self.path} is damaged (missing table {', '.join(missing)})")
@@ -1395,6 +1406,8 @@ class Recording:
             "caps": ("SELECT t, data FROM caps", plo, 1),
             "note": ("SELECT t, text FROM note", plo, 1),
         }
+        if self._has_proc_util:
+            queries["proc_util"] = ("SELECT t, gpu, data FROM proc_util", plo, 0)
 
         # (order, stream, kind, cursor): rows become (t, order, stream, kind, row), sorted by the first
         # three, so the stream number breaks ties (parts at a frame's time belong to it)
@@ -1459,6 +1472,12 @@ class Recording:
         r = self._one("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,))
         if r:
             st.apply(self, "caps", r)
+        for g in gpus if self._has_proc_util else ():
+            r = self._one(
+                "SELECT t, gpu, data FROM proc_util WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)
+            )
+            if r:
+                st.apply(self, "proc_util", r)
         for _, rows in itertools.groupby(
             self._rows(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (t, t - 3.0)),
             key=_SAMPLE,
@@ -1552,6 +1571,29 @@ def _link(text: object) -> PcieLink | None:
     return PcieLink(gen, width, max_gen, max_width, float(bps))
 
 
+def proc_util_json(us: tuple[ProcUtil, ...]) -> str:
+    """[[pid, SM, memory, encoder, decoder], ...], percent to a tenth, null where not given."""
+    return json.dumps(
+        [[u.pid, *(None if v is None else round(v, 1) for v in (u.sm, u.mem, u.enc, u.dec))] for u in us]
+    )
+
+
+def _pct(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 100 else None
+
+
+def proc_util_of(text: object) -> tuple[ProcUtil, ...]:
+    """A proc_util row's figures; a damaged entry is left out, a value out of range is None."""
+    d = _json(text)
+    if not isinstance(d, list):
+        return ()
+    return tuple(
+        ProcUtil(p[0], *map(_pct, p[1:5]))
+        for p in d[:4096]
+        if isinstance(p, list) and len(p) >= 5 and _bounded_int(p[0], 2**31) is not None
+    )
+
+
 def _processes(text: object) -> tuple[GpuProcess, ...]:
     d = _json(text or "[]")
     if not isinstance(d, list):
@@ -1607,6 +1649,7 @@ class _State:
         self._n_damage = 0
         self.gpus: dict[int, GpuSample] = {}
         self.gstate: dict[int, tuple] = {}
+        self.putil: dict[int, tuple[ProcUtil, ...]] = {}
         self.host: HostSample | None = None
         self.host_raw: bytes | None = None  # the host sample's JSON: the next blob may be chained to it
         self.stacks: dict[int, StackSample] = {}
@@ -1623,7 +1666,7 @@ class _State:
     def apply(self, rec: Recording, kind: str, r: tuple) -> None:
         """Decode one stored part; a damaged one is missing data and a note, never an exception."""
         try:
-            if kind in ("gpu", "gpu_state", "series"):
+            if kind in ("gpu", "gpu_state", "series", "proc_util"):
                 _int(r[1], "GPU index")  # a text index would not sort with the others
             if kind == "gpu":  # its values are numbers in range or NULL: _decode_sql checked them
                 _str(r[2], "GPU mode")
@@ -1641,7 +1684,14 @@ class _State:
                 uuid, name, mig, link, procs = self.gstate[r[1]]
                 self.gpus[r[1]] = replace(g, uuid=uuid, name=name, mig=mig, link=link, processes=procs)
         elif kind == "gpu":
-            self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]))
+            g = rec._gpu(r, self.gstate.get(r[1]))
+            pu = self.putil.get(r[1])
+            self.gpus[r[1]] = replace(g, proc_util=pu) if pu else g
+        elif kind == "proc_util":
+            self.putil[r[1]] = proc_util_of(r[2])
+            g = self.gpus.get(r[1])
+            if g is not None:
+                self.gpus[r[1]] = replace(g, proc_util=self.putil[r[1]])
         elif kind == "series":
             dt, v = _series_data(r[2], r[3])
             self.series.append(SeriesChunk(r[1], r[2], tuple((dt + r[0]).tolist()), tuple(v.tolist())))
