@@ -1486,6 +1486,24 @@ class Recording:
         for r in self._rows("SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
             st.apply(self, "perf", r)
 
+    def proc_util_rows(self, lo: float, hi: float) -> list[tuple[float, int, tuple[ProcUtil, ...]]]:
+        """Per-process GPU figures of [lo, hi] by GPU and time, each GPU's row in force at ``lo``
+        first; [] for a recording made before they were stored. Damaged rows are left out."""
+        if not self._has_proc_util:
+            return []
+        rows = self._rows(
+            "SELECT t, gpu, data FROM proc_util WHERE typeof(gpu) = 'integer' AND "
+            f"{_SANE_T} AND t <= ? ORDER BY gpu, t",
+            (hi,),
+        )
+        # of the rows at or before lo, each GPU's last (the next row is a later one, or another GPU's)
+        rows = [
+            r
+            for k, r in enumerate(rows)
+            if r[0] > lo or k + 1 == len(rows) or rows[k + 1][1] != r[1] or rows[k + 1][0] > lo
+        ]
+        return [(float(t), g, proc_util_of(d)) for t, g, d in rows if isinstance(g, int)]
+
     def seek(self, t: float) -> Frame:
         """The Frame at (or just before) time t."""
         r = self._one(f"SELECT t FROM frame WHERE t<=? AND {_SANE_T} ORDER BY t DESC LIMIT 1", (t,))

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from memtop.metrics import BY_NAME, Metric
 from memtop.metrics import fmt as metric_fmt
-from memtop.model import Capability, GpuSample, HostSample, ProcSample, StackSample
+from memtop.model import Capability, Frame, GpuSample, HostSample, ProcSample, StackSample
 from memtop.phases import STACK_WINDOW_S, Label
 from memtop.pipeline import View
 from memtop.records import Evidence
@@ -153,6 +153,7 @@ PROC_COLUMNS = (
     ("user", 8),
     ("GPU", 3),
     ("GPU mem", 7),
+    ("SM%", 4),
     ("CPU%", 4),
     ("phase", 9),
 )
@@ -371,12 +372,39 @@ def top_frame(s: StackSample | None, width: int, ellipsis: str = "…") -> str:
 
 
 # the process table's orders (`o` cycles them): "" is the collector's (each process, then its workers)
-PROC_ORDERS = ("", "GPU memory", "CPU", "phase", "PID")
+PROC_ORDERS = ("", "GPU memory", "CPU", "phase", "PID", "GPU SM")
+
+
+def proc_sm(f: Frame) -> dict[int, float]:
+    """pid -> the share of time its kernels ran (the driver's per-process SM %), summed over its GPUs;
+    a process the driver gave no figure for is absent."""
+    out: dict[int, float] = {}
+    for g in f.gpus:
+        for u in g.proc_util:
+            if u.sm is not None:
+                out[u.pid] = out.get(u.pid, 0.0) + u.sm
+    return out
 
 
 def _phase_of(v: View, p: ProcSample) -> str:
     labs = v.labels.get(p.gpus[0]) if p.gpus else None
     return now_label(labs)[0] if labs else ""
+
+
+def gpu_proc_text(g: GpuSample, pid: int) -> str:
+    """A GPU's process with its share of the GPU: "1234 (SM 62%, mem 31%)", the encoder and decoder
+    only when they worked."""
+    u = g.util_of(pid)
+    parts = (
+        [
+            f"{name} {v:.0f}%"
+            for name, v in (("SM", u.sm), ("mem", u.mem), ("enc", u.enc), ("dec", u.dec))
+            if v is not None and (v > 0 or name in ("SM", "mem"))
+        ]
+        if u
+        else []
+    )
+    return f"{pid} ({', '.join(parts)})" if parts else str(pid)
 
 
 def shown_procs(v: View, order: str = "", match: str = "", reverse: bool = False) -> list[ProcSample]:
@@ -398,6 +426,9 @@ def shown_procs(v: View, order: str = "", match: str = "", reverse: bool = False
         procs.sort(key=lambda p: (_phase_of(v, p) or "~", p.pid))  # (no phase: last)
     elif order == "PID":
         procs.sort(key=lambda p: p.pid)
+    elif order == "GPU SM":
+        sm = proc_sm(f)
+        procs.sort(key=lambda p: (-sm.get(p.pid, -1.0), p.pid))
     return procs[::-1] if reverse else procs
 
 
@@ -413,10 +444,12 @@ def proc_rows(
     if f is None or f.host is None:
         return []
     gpu_mem = {p.pid: p.used_memory for g in f.gpus for p in g.processes}
+    sm = proc_sm(f)
     stacks = v.stacks
     rows = []
     for p in shown_procs(v, order, match, reverse):
         mem = gpu_mem.get(p.pid)
+        p_sm = sm.get(p.pid)
         labs = v.labels.get(p.gpus[0]) if p.gpus else None
         rows.append(
             (
@@ -426,6 +459,7 @@ def proc_rows(
                     clean(p.user, 8),
                     ",".join(map(str, p.gpus)) or "-",
                     "-" if mem is None else f"{mem / 2**30:.1f}G",
+                    "-" if p_sm is None else f"{p_sm:.0f}",
                     f"{p.cpu_pct:.0f}",
                     phase_cell(labs, lk) if labs else Text("-"),
                     top_frame(stacks.get(p.pid), top_w, lk.glyphs.ellipsis),

@@ -165,9 +165,19 @@ class Node:
                     "gpus": list(p.gpus),
                     "cpu_pct": round(p.cpu_pct, 1),
                     "job": job,
+                    "gpu_util": gpu_util(frame, p.pid),
                 }
             )
         return per_gpu, procs
+
+
+def gpu_util(frame: Frame, pid: int) -> list[dict]:
+    """The process's share of each GPU it used this second (the driver's per-process figures)."""
+    return [
+        {"gpu": g.index, "sm": u.sm, "mem": u.mem, "enc": u.enc, "dec": u.dec}
+        for g in frame.gpus
+        if (u := g.util_of(pid)) is not None
+    ]
 
 
 def no_gpu_reason(nvml) -> str | None:
