@@ -7,9 +7,9 @@ import os
 import time
 from pathlib import Path
 
-from memtop.model import Capability, CapState, HostSample, ProcSample
+from memtop.model import Capability, CapState, HostSample, ProcJob, ProcSample
 
-from . import numa, procfs
+from . import jobid, numa, procfs
 
 WORKER_NAMES = ("pt_data_worker",)  # memtop.phases.DATA_WORKER_NAMES says the same
 # NUMA counters, process placement, swap, children of non-main threads: slow-moving, and costly
@@ -37,6 +37,8 @@ class HostCollector:
         self._invisible: set[int] = set()
         self._numa_t = -1e9
         self._numa_nodes: tuple = ()
+        self._jobs: dict[tuple[int, float], ProcJob] = {}  # (pid, start) -> its cgroup's identity
+        self.jobs: tuple[ProcJob, ...] = ()  # those that have one, by pid
         self._swap = procfs.swap(root)
         self._tree: dict[int, int | None] = {}  # the process tree at the last walk of every thread
         self._gpu_nodes: tuple[int, ...] = ()
@@ -223,6 +225,7 @@ class HostCollector:
             for pid, parent in targets.items()
             if (ps := self._proc_sample(pid, parent, self._numa_nodes, now)) is not None
         )
+        self._identify(procs)
         return [
             HostSample(
                 t=now,
@@ -238,6 +241,18 @@ class HostCollector:
                 procs=procs,
             )
         ]
+
+    def _identify(self, procs: tuple[ProcSample, ...]) -> None:
+        """The main processes' identity from their cgroups, read once per process (a process moved to
+        another cgroup keeps the first: schedulers place a job before it starts). ``jobs`` is replaced
+        whole, so the sampler's thread reads it without a lock."""
+        keys = {(p.pid, p.started): p.pid for p in procs if p.worker_of is None}
+        for k in set(self._jobs) - set(keys):
+            del self._jobs[k]
+        for k, pid in keys.items():
+            if k not in self._jobs:
+                self._jobs[k] = ProcJob(pid, tuple(sorted(jobid.read_cgroup(pid, self.root).items())))
+        self.jobs = tuple(sorted((j for j in self._jobs.values() if j.job), key=lambda j: j.pid))
 
     def stop(self) -> None:
         self._cpu_used.clear()

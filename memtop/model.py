@@ -327,6 +327,16 @@ class Marker:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcJob:
+    """Who a watched process works for, from its cgroup (collectors/jobid.py): keys of JOB_KEYS
+    (container and runtime, pod UID and QoS class, Slurm job and step). Never from its environment:
+    that is read live for snapshots and serve, and never recorded."""
+
+    pid: int
+    job: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Frame:
     t: float
     gpus: tuple[GpuSample, ...] = ()
@@ -336,6 +346,13 @@ class Frame:
     series: tuple[SeriesChunk, ...] = ()  # only the chunks new in this Frame
     caps: tuple[Capability, ...] = ()
     notes: tuple[str, ...] = field(default=())  # faults during the run, shown in the UI
+    jobs: tuple[ProcJob, ...] = ()  # the watched processes' identity from their cgroups, by pid
+
+    def job_of(self, pid: int) -> dict[str, str]:
+        for j in self.jobs:
+            if j.pid == pid:
+                return dict(j.job)
+        return {}
 
     def gpu(self, index: int) -> GpuSample | None:
         for g in self.gpus:
@@ -345,5 +362,9 @@ class Frame:
 
 
 # The job-identity keys a snapshot or metric may carry (collectors/jobid.py reads them from the training
-# process's environment: Slurm job id and name, torchrun rank / local rank / world size, Kubernetes pod).
-JOB_KEYS: tuple[str, ...] = ("slurm_job_id", "slurm_job_name", "rank", "local_rank", "world_size", "pod")
+# process's environment: Slurm job id and name, torchrun rank / local rank / world size, Kubernetes pod
+# and namespace; and from its cgroup: pod UID and QoS class, container id and runtime, Slurm step).
+JOB_KEYS: tuple[str, ...] = (
+    *("slurm_job_id", "slurm_job_name", "rank", "local_rank", "world_size", "pod", "pod_namespace"),
+    *("pod_uid", "qos", "container", "runtime", "slurm_step"),
+)

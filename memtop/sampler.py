@@ -328,6 +328,7 @@ class Sampler:
                 series=series,
                 caps=self._caps,
                 notes=tuple(self._notes),
+                jobs=self.host.jobs,
             )
             for pid in self._unsent_native:  # carried now: the sample after it takes its place
                 later = self._after_native.pop(pid, None)

@@ -30,6 +30,7 @@ from memtop import __version__, colblock, stackclass
 from memtop.errors import UserError
 from memtop.metrics import BY_NAME, METRICS, Metric
 from memtop.model import (
+    JOB_KEYS,
     Capability,
     CapState,
     Frame,
@@ -40,6 +41,7 @@ from memtop.model import (
     NumaNode,
     PcieLink,
     PerfSample,
+    ProcJob,
     ProcSample,
     ProcUtil,
     SeriesChunk,
@@ -119,6 +121,7 @@ CREATE TABLE caps(t REAL NOT NULL, data BLOB NOT NULL);
 CREATE TABLE note(t REAL NOT NULL, text TEXT NOT NULL);
 CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, name TEXT, facts TEXT);
 CREATE TABLE proc_util(t REAL NOT NULL, gpu INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE TABLE proc_job(t REAL NOT NULL, pid INTEGER NOT NULL, data TEXT NOT NULL);
 {colblock.SCHEMA}
 """
 
@@ -197,8 +200,9 @@ _TABLES = frozenset(
 )
 # every schema object a reader queries by name, where a recording has it (the block tables, and those
 # of older schemas): each must be a plain table, or a query of it could run anything (a view's CTE)
-# (proc_util: per-process GPU utilisation, added 2026-11-28 without a schema bump: older files lack it)
-_READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc", "proc_util"}
+# (proc_util: per-process GPU utilisation; proc_job: a process's identity from its cgroup; both added
+# 2026-11-28 without a schema bump: older files lack them)
+_READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc", "proc_util", "proc_job"}
 
 # What one part may hold at most, decoded. The largest of the 70 recordings in tests/data (measured
 # 2026-11-27): a host sample's JSON 16 KB, a series chunk 512 bytes, a metadata value 276 bytes, a
@@ -939,6 +943,9 @@ class Writer:
                 db.execute(
                     "INSERT INTO proc_util VALUES (?,?,?)", (g.t, g.index, proc_util_json(g.proc_util))
                 )
+        for j in f.jobs:  # once per process (an identity does not change)
+            if self._changed(("proc_job", j.pid), j.job):
+                db.execute("INSERT INTO proc_job VALUES (?,?,?)", (f.t, j.pid, json.dumps(dict(j.job))))
         for c in f.series:
             if c.t:
                 db.execute(
@@ -1198,7 +1205,7 @@ class Recording:
         except UnicodeDecodeError:
             raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
         self._has_names = "thread_name" in have
-        self._has_proc_util = "proc_util" in have
+        self._has_proc_util = "proc_util" in have and "proc_job" in have
         missing = sorted(_TABLES - have)
         if missing:  # found now, not seconds into a replay
             raise UserError(f"{self.path} is damaged (missing table {', '.join(missing)})")
@@ -1408,6 +1415,7 @@ class Recording:
         }
         if self._has_proc_util:
             queries["proc_util"] = ("SELECT t, gpu, data FROM proc_util", plo, 0)
+            queries["proc_job"] = ("SELECT t, pid, data FROM proc_job", plo, 0)
 
         # (order, stream, kind, cursor): rows become (t, order, stream, kind, row), sorted by the first
         # three, so the stream number breaks ties (parts at a frame's time belong to it)
@@ -1472,6 +1480,9 @@ class Recording:
         r = self._one("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,))
         if r:
             st.apply(self, "caps", r)
+        if self._has_proc_util:  # identities are written once per process: every one so far
+            for r in self._rows("SELECT t, pid, data FROM proc_job WHERE t<=? ORDER BY t", (t,)):
+                st.apply(self, "proc_job", r)
         for g in gpus if self._has_proc_util else ():
             r = self._one(
                 "SELECT t, gpu, data FROM proc_util WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)
@@ -1612,6 +1623,16 @@ def proc_util_of(text: object) -> tuple[ProcUtil, ...]:
     )
 
 
+def proc_job_of(text: object) -> tuple[tuple[str, str], ...]:
+    """A proc_job row's identity: only JOB_KEYS, each a short cleaned string."""
+    d = _json(text)
+    if not isinstance(d, dict):
+        return ()
+    return tuple(
+        sorted((k, clean(v, 64)) for k, v in d.items() if k in JOB_KEYS and isinstance(v, str) and v)
+    )
+
+
 def _processes(text: object) -> tuple[GpuProcess, ...]:
     d = _json(text or "[]")
     if not isinstance(d, list):
@@ -1668,6 +1689,8 @@ class _State:
         self.gpus: dict[int, GpuSample] = {}
         self.gstate: dict[int, tuple] = {}
         self.putil: dict[int, tuple[ProcUtil, ...]] = {}
+        self.jobs: dict[int, ProcJob] = {}
+        self._jobs_t: tuple[ProcJob, ...] | None = ()
         self.host: HostSample | None = None
         self.host_raw: bytes | None = None  # the host sample's JSON: the next blob may be chained to it
         self.stacks: dict[int, StackSample] = {}
@@ -1705,6 +1728,12 @@ class _State:
             g = rec._gpu(r, self.gstate.get(r[1]))
             pu = self.putil.get(r[1])
             self.gpus[r[1]] = replace(g, proc_util=pu) if pu else g
+        elif kind == "proc_job":
+            _int(r[1], "pid")
+            if len(self.jobs) > 4096:  # processes come and go over a long run
+                self.jobs.clear()
+            self.jobs[r[1]] = ProcJob(r[1], proc_job_of(r[2]))
+            self._jobs_t = None
         elif kind == "proc_util":
             self.putil[r[1]] = proc_util_of(r[2])
             g = self.gpus.get(r[1])
@@ -1745,6 +1774,8 @@ class _State:
         if self._perf_t is None:
             self._perf_t = tuple(self.perf[p] for p in sorted(self.perf))
         series, self.series = tuple(self.series), []
+        if self._jobs_t is None:
+            self._jobs_t = tuple(self.jobs[p] for p in sorted(self.jobs))
         if len(self._gpu_order) != len(self.gpus):
             self._gpu_order = sorted(self.gpus)
         return Frame(
@@ -1756,6 +1787,7 @@ class _State:
             series=series,
             caps=self.caps,
             notes=self.notes,
+            jobs=self._jobs_t,
         )
 
 

@@ -158,7 +158,34 @@ PROC_COLUMNS = (
     ("phase", 9),
 )
 TOP_FRAME = ("top frame (user code)", 24)  # widened to what the screen has
-PROC_TAIL = (("thr", 4), ("st", 2), ("role", 6), ("NUMA", 5))
+PROC_TAIL = (("thr", 4), ("st", 2), ("role", 6), ("NUMA", 5), ("job", 14))
+
+
+def job_short(job: Mapping[str, str]) -> str:
+    """A process's identity in a table cell: the Slurm job (and step), else the pod, else the container."""
+    if job.get("slurm_job_id"):
+        step = job.get("slurm_step")
+        return clean(job["slurm_job_id"] + (f".{step}" if step else ""), 14)
+    if job.get("pod") or job.get("pod_uid"):
+        return clean(job.get("pod") or "pod " + job["pod_uid"][:8], 14)
+    return clean(job.get("container", "-"), 14)
+
+
+def job_long(job: Mapping[str, str]) -> str:
+    """The same at length, for the header: "slurm job 4242 step 0", "pod trainer-0 burstable",
+    "container 3f1c2e4d5b6a (docker)"."""
+    parts = []
+    if job.get("slurm_job_id"):
+        parts.append(
+            f"slurm job {job['slurm_job_id']}"
+            + (f" step {job['slurm_step']}" if job.get("slurm_step") else "")
+        )
+    if job.get("pod") or job.get("pod_uid"):
+        pod = job.get("pod") or job["pod_uid"][:8]
+        parts.append(f"pod {pod}" + (f" {job['qos']}" if job.get("qos") else ""))
+    if job.get("container"):
+        parts.append(f"container {job['container']}" + (f" ({job['runtime']})" if job.get("runtime") else ""))
+    return clean(", ".join(parts), 80)
 
 
 def header(v: View, lk: Look = DEFAULT) -> Text:
@@ -189,6 +216,9 @@ def header(v: View, lk: Look = DEFAULT) -> Text:
     if s.fault:
         t.append(f"  {clean(s.fault, 120)}", style="bold red")
     t.append(f"  {clean(meta.get('host') or '', 40)} ")
+    jobs = {job_long(dict(j.job)) for j in f.jobs} - {""} if f else set()
+    if jobs:  # who the GPU processes work for (their cgroups): one named, or how many
+        t.append(f"{jobs.pop() if len(jobs) == 1 else counted(len(jobs), 'job')} ", style="bold")
     if f is None:
         t.append(f"starting{g.ellipsis} ", style="dim")
     elif gpus:
@@ -416,7 +446,12 @@ def shown_procs(v: View, order: str = "", match: str = "", reverse: bool = False
     procs = list(f.host.procs)
     if match:
         m = match.lower()
-        procs = [p for p in procs if m in f"{p.pid} {p.user} {p.name} {p.cmdline} {_phase_of(v, p)}".lower()]
+        procs = [
+            p
+            for p in procs
+            if m
+            in f"{p.pid} {p.user} {p.name} {p.cmdline} {_phase_of(v, p)} {job_short(f.job_of(p.pid))}".lower()
+        ]
     if order == "GPU memory":
         mem = {p.pid: p.used_memory or 0 for g in f.gpus for p in g.processes}
         procs.sort(key=lambda p: (-mem.get(p.pid, 0), p.pid))
@@ -467,6 +502,7 @@ def proc_rows(
                     clean(p.state, 2),
                     "worker" if p.worker_of else "main",
                     clean(p.placement, 5),
+                    job_short(f.job_of(p.worker_of or p.pid)),
                 ),
             )
         )

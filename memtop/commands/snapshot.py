@@ -154,8 +154,9 @@ class Node:
         for p in frame.host.procs:
             if not p.gpus:
                 continue
-            # a recording's PIDs are another machine's: only a live node reads job identity
-            job = self.jobs.get(p.pid, p.started) if self.sampler is not None else {}
+            # a recording's PIDs are another machine's: only a live node reads job identity (the
+            # cgroup's part is recorded: a replay has that)
+            job = self.jobs.get(p.pid, p.started) if self.sampler is not None else frame.job_of(p.pid)
             for g in p.gpus:
                 per_gpu.setdefault(g, job)
             procs.append(
