@@ -8,8 +8,10 @@ import time
 from pathlib import Path
 
 from memtop.model import Capability, CapState, HostSample, ProcJob, ProcSample
+from memtop.sanitize import clean
 
 from . import jobid, numa, procfs
+from .pidns import PidMap
 
 WORKER_NAMES = ("pt_data_worker",)  # memtop.phases.DATA_WORKER_NAMES says the same
 # NUMA counters, process placement, swap, children of non-main threads: slow-moving, and costly
@@ -20,8 +22,15 @@ class HostCollector:
     name = "host"
     jitter = 0.0
 
-    def __init__(self, interval: float = 0.5, root: Path = Path("/"), pids: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        interval: float = 0.5,
+        root: Path = Path("/"),
+        pids: tuple[int, ...] = (),
+        pid_map: PidMap | None = None,
+    ):
         self.interval = interval
+        self.pid_map = pid_map  # says whose a process outside this PID namespace is
         self.root = root
         self.user_pids = tuple(pids)  # --pid: watched whether or not NVML lists them
         self.gpu_pids: dict[int, tuple[int, ...]] = {}  # from NVML via the sampler
@@ -78,16 +87,31 @@ class HostCollector:
         else:
             caps.append(Capability("numa", "layout", CapState.AVAILABLE, f"{len(nodes)} NUMA nodes"))
         for pid in sorted(self._invisible):
-            caps.append(
-                Capability(
-                    "host",
-                    f"pid {pid}",
-                    CapState.UNSUPPORTED,
-                    "NVML reports a process this PID namespace cannot see (container)",
-                    "run memtop in the host PID namespace (docker --pid=host) to see it",
-                )
-            )
+            caps.append(self._invisible_cap(pid))
         return tuple(caps)
+
+    def _invisible_cap(self, pid: int) -> Capability:
+        """What memtop can say of a GPU process outside its PID namespace: whose it is, where the
+        host's /proc is mounted (pidns.PidMap), else how to see it."""
+        pm = self.pid_map
+        if pm is not None and pm.host_proc is not None:
+            job = pm.foreign(pid)
+            whose = ", ".join(f"{k} {v}" for k, v in sorted(job.items())) or "no container its cgroup names"
+            return Capability(
+                "host",
+                f"pid {pid}",
+                CapState.UNSUPPORTED,
+                f"a GPU process of another PID namespace ({clean(whose, 160)})",
+                "run memtop in that container, or in the host PID namespace, to see its stacks",
+            )
+        return Capability(
+            "host",
+            f"pid {pid}",
+            CapState.UNSUPPORTED,
+            "NVML reports a process this PID namespace cannot see (container)",
+            "mount the host's /proc read-only (-v /proc:/host/proc:ro) to map its PID, or run memtop in "
+            "the host PID namespace (docker --pid=host, hostPID: true)",
+        )
 
     def _targets(self, all_threads: bool) -> dict[int, int | None]:
         """pid -> parent GPU pid (None for the GPU processes themselves). Children of the main

@@ -59,9 +59,8 @@ def parse_environ(data: bytes) -> dict[str, str]:
 _CONTAINER = re.compile(r"(?:^|/)(?:(docker|cri-containerd|crio|libpod)-)?([0-9a-f]{64})(?:\.scope)?(?=/|$)")
 _RUNTIME = {"docker": "docker", "cri-containerd": "containerd", "crio": "cri-o", "libpod": "podman"}
 # kubepods/burstable/pod<uid> (cgroupfs) or kubepods-burstable-pod<uid with _>.slice (systemd)
-_POD = re.compile(
-    r"kubepods(?:[-/.](burstable|besteffort))?.*?[-/]pod([0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12})"
-)
+_POD = re.compile(r"kubepods.*?[-/]pod([0-9a-f]{8}(?:[-_][0-9a-f]{4}){3}[-_][0-9a-f]{12})")
+_QOS = re.compile(r"kubepods[-/](burstable|besteffort)")
 # Slurm: /slurm/uid_U/job_J/step_S (v1), /system.slice/slurmstepd.scope/job_J/step_S (v2)
 _SLURM = re.compile(r"/slurm[^/]*/(?:[^/]+/)*?job_([0-9]{1,12})(?:/step_([a-z0-9]{1,16}))?")
 
@@ -78,8 +77,9 @@ def parse_cgroup(text: str) -> dict[str, str]:
             if prefix in _RUNTIME:
                 out["runtime"] = _RUNTIME[prefix]
         if "pod_uid" not in out and (m := _POD.search(path)):
-            out["pod_uid"] = m.group(2).replace("_", "-")
-            out["qos"] = m.group(1) or "guaranteed"  # guaranteed pods sit right under kubepods
+            out["pod_uid"] = m.group(1).replace("_", "-")
+            qos = _QOS.search(path)
+            out["qos"] = qos.group(1) if qos else "guaranteed"  # guaranteed pods sit right under kubepods
         if "slurm_job_id" not in out and (m := _SLURM.search(path)):
             out["slurm_job_id"] = m.group(1)
             if m.group(2):

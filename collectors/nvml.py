@@ -140,9 +140,11 @@ class GpuReader:
         interval: float,
         offset: float,
         series: bool = True,
+        pid_map: Callable[[int], int] | None = None,
     ):
         self.nv = nv
         self.index = index
+        self.pid_map = pid_map or (lambda pid: pid)  # NVML's (the host's) PIDs to this namespace's
         self.info = info
         self.gpm = gpm
         self.gpm_reason = gpm_reason
@@ -256,7 +258,7 @@ class GpuReader:
             self._procs_t = now
             procs = self._try("processes", nv.processes, i)
             if procs is not None:
-                self._procs = tuple(GpuProcess(pid, mem) for pid, mem in procs)
+                self._procs = tuple(GpuProcess(self.pid_map(pid), mem) for pid, mem in procs)
             self._proc_util = self._process_util(now)
         if self.lost:
             return [GpuSample(now, i, info["uuid"], info["name"], "lost", mig=info["mig"])]
@@ -290,6 +292,7 @@ class GpuReader:
             return ()
         self.errors.pop("process utilization", None)
         now_us = int((now + self.offset) * 1e6)
+        rows = [(self.pid_map(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
         return self._putil.take(rows, [p.pid for p in self._procs], now_us)
 
     def drain(self) -> list[SeriesChunk]:
@@ -322,8 +325,10 @@ class NvmlCollector:
         use_gpm: bool = True,
         offset: float | None = None,
         series: bool = True,
+        pid_map: Callable[[int], int] | None = None,
     ):
         self.nv: Nvml = nv if nv is not None else RealNvml()
+        self.pid_map = pid_map
         self.interval = interval
         self.use_gpm = use_gpm
         # nvmlDeviceGetSamples copies the driver's whole buffer: a quarter of a 1 Hz live view's
@@ -366,7 +371,9 @@ class NvmlCollector:
                 continue
             gpm, reason = self._gpm(i, info)
             interval = self.interval if gpm else max(self.interval, 0.2)
-            self.readers.append(GpuReader(self.nv, i, info, gpm, reason, interval, self.offset, self.series))
+            self.readers.append(
+                GpuReader(self.nv, i, info, gpm, reason, interval, self.offset, self.series, self.pid_map)
+            )
         if not self.readers and self.system["count"] == 0:
             self.caps.append(Capability("nvml", "GPUs", CapState.UNSUPPORTED, "the driver reports no GPUs"))
         for r in self.readers:

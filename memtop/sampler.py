@@ -96,13 +96,17 @@ class Sampler:
         from memtop.collectors.host import HostCollector
         from memtop.collectors.nvml import NvmlCollector
         from memtop.collectors.perf import PerfCollector
+        from memtop.collectors.pidns import PidMap
         from memtop.collectors.stacks import StacksCollector
 
         self.cfg = cfg
         self.on_frame = on_frame
         self.offset = wall_offset()
-        self.nvml = NvmlCollector(cfg.nvml, cfg.gpu_interval, cfg.use_gpm, self.offset, cfg.series)
-        self.host = HostCollector(cfg.host_interval, cfg.root, cfg.pids)
+        pids = PidMap(cfg.root)
+        self.nvml = NvmlCollector(
+            cfg.nvml, cfg.gpu_interval, cfg.use_gpm, self.offset, cfg.series, pids.local
+        )
+        self.host = HostCollector(cfg.host_interval, cfg.root, cfg.pids, pids)
         self.stacks = StacksCollector(cfg.stack_interval, pids=cfg.pids) if cfg.stacks else None
         self.perf = PerfCollector(cfg.perf_interval, cfg.pids) if cfg.perf else None
         self.missed = 0
