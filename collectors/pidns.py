@@ -13,6 +13,7 @@ from pathlib import Path
 
 from . import jobid, procfs
 
+INIT_PID_NS = 0xEFFFFFFC  # the host's PID namespace's inode (the kernel's PROC_PID_INIT_INO)
 HOST_PROC = Path("/host/proc")  # where node_exporter and all-smi expect the host's /proc
 
 
