@@ -45,13 +45,18 @@ say "cgroups and namespaces"
 { echo "# /proc/self/cgroup"; cat /proc/self/cgroup; echo "# /proc/$HP/cgroup"; cat /proc/$HP/cgroup;
   echo "# mountinfo cgroup"; grep cgroup /proc/self/mountinfo; echo "# ns"; ls -l /proc/self/ns/pid;
   echo "# NSpid"; grep NSpid /proc/self/status; id; } > "$R/cgroup_device.txt" 2>&1
-# a GPU process in its own PID namespace (if this machine lets us): memtop outside sees NVML's pid
+# memtop and a GPU process in their own PID namespace, the host's /proc handed in as a descriptor
+# (as `-v /proc:/host/proc:ro` would mount it): NVML names the process by its host PID
 if unshare --pid --fork --mount-proc true 2>>"$LOG"; then
-  unshare --pid --fork --mount-proc python3 -c "$LIGHT" 15 & UP=$!
-  sleep 8
-  memtop snapshot --json > "$R/snapshot_ns.json" 2>>"$LOG"
-  for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); do grep -H NSpid /proc/$p/status; done >> "$R/cgroup_device.txt" 2>&1
-  wait $UP
+  say "PID namespace"
+  exec 9</proc
+  export R LIGHT
+  unshare --pid --fork --mount-proc env MEMTOP_HOST_PROC=/proc/self/fd/9 bash -c '
+    python3 -c "$LIGHT" 25 & sleep 10
+    grep NSpid /proc/$!/status > "$R/ns_inside.txt"
+    memtop snapshot --json --interval 3 --count 1 > "$R/snapshot_ns.json"
+    memtop doctor >> "$R/ns_inside.txt" 2>&1; wait' >>"$LOG" 2>&1
+  exec 9<&-
 else
   say "unshare not permitted"
 fi

@@ -158,17 +158,17 @@ PROC_COLUMNS = (
     ("phase", 9),
 )
 TOP_FRAME = ("top frame (user code)", 24)  # widened to what the screen has
-PROC_TAIL = (("thr", 4), ("st", 2), ("role", 6), ("NUMA", 5), ("job", 14))
+PROC_TAIL = (("thr", 4), ("st", 2), ("role", 6), ("NUMA", 5), ("job", 12))
 
 
 def job_short(job: Mapping[str, str]) -> str:
     """A process's identity in a table cell: the Slurm job (and step), else the pod, else the container."""
     if job.get("slurm_job_id"):
         step = job.get("slurm_step")
-        return clean(job["slurm_job_id"] + (f".{step}" if step else ""), 14)
+        return clean(job["slurm_job_id"] + (f".{step}" if step else ""), 12)
     if job.get("pod") or job.get("pod_uid"):
-        return clean(job.get("pod") or "pod " + job["pod_uid"][:8], 14)
-    return clean(job.get("container", "-"), 14)
+        return clean(job.get("pod") or "pod " + job["pod_uid"][:8], 12)
+    return clean(job.get("container", "-"), 12)
 
 
 def job_long(job: Mapping[str, str]) -> str:
