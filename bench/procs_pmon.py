@@ -38,7 +38,9 @@ def main() -> None:
     pm: dict[int, list[float]] = defaultdict(list)
     mt: dict[int, list[float]] = defaultdict(list)
     for hms, gpu, pid, sm in rows:
-        wall = datetime.datetime.combine(day, datetime.time.fromisoformat(hms)).timestamp() + 1.0
+        wall = (
+            datetime.datetime.combine(day, datetime.time.fromisoformat(hms)).timestamp() + 0.5
+        )  # (HH:MM:SS: somewhere in that second)
         if not frames[0][0] <= wall <= frames[-1][0]:
             continue
         _, f = min(frames, key=lambda tf: abs(tf[0] - wall))

@@ -330,3 +330,17 @@ def test_gpu_process_in_a_pid_namespace_is_shown_by_its_local_pid_with_stacks():
     assert "train_step" in out["stack"]
     (cap,) = out["caps"]  # the host's process is not "cannot see" but another namespace's, by its cgroup
     assert cap[0] == f"pid {os.getpid()}" and "another PID namespace" in cap[1]
+
+
+def test_cluster_keeps_the_cgroup_identity_of_the_shape_it_is_written_in():
+    from memtop.fleet.wire import job
+
+    good = parse_cgroup((CGROUPS / "k8s_crio_v2_besteffort.txt").read_text())
+    assert job(good) == good
+    assert (
+        job({"container": "\x1b]0;x\x07" + "a" * 12, "qos": "root", "pod_uid": UID.upper(), "runtime": "rkt"})
+        == {}
+    )
+    from memtop.tui.cluster import COLUMNS
+
+    assert [c[0] for c in COLUMNS][3] == "job"  # where the container shows when no Slurm job or pod does
