@@ -19,11 +19,11 @@ while time.time() < end:
 '
 LIGHT='
 import torch, time
-a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 end = time.time() + float(__import__("sys").argv[1])
 while time.time() < end:
     time.sleep(0.05)  # the "input pipeline": the GPU waits for the host
-    for _ in range(4):
+    for _ in range(6):
         a @ a
     torch.cuda.synchronize()
 '
@@ -32,7 +32,7 @@ python3 -c "$LIGHT" 80 & LP=$!
 say "heavy $HP light $LP"
 sleep 10
 say fixture
-python3 bench/procs_fixture.py "$R/nvml_procs_h100.json" 6 >>"$LOG" 2>&1
+python3 bench/procs_fixture.py "$R/nvml_procs_h100.json" 10 >>"$LOG" 2>&1
 say "pmon and record, 30 s"
 nvidia-smi pmon -s u -o T -d 1 -c 30 > "$R/pmon.txt" 2>>"$LOG" &
 PM=$!

@@ -92,9 +92,10 @@ class ProcUtilDrain:
     """Per-process utilisation from the driver's per-process samples, drained each second by the
     newest timestamp seen (so none is read twice or missed while the buffer holds it).
 
-    A process's figure is the mean of its samples new this second. The driver samples at its own
-    pace and leaves out a process that did not use the GPU since its last sample, so a process
-    without a new sample keeps its last figure for ``HOLD_S`` after that sample, then reads 0.
+    A process's figure is the mean of its samples new this second. The driver samples about once a
+    second (the H100's driver 580: one sample a second, naming only the processes that used the GPU
+    in it), so a second's drain may find none: then every process keeps its last figure for
+    ``HOLD_S`` after its sample. Where the driver did sample, a process it left out reads 0.
     """
 
     HOLD_S = 2.0
@@ -118,8 +119,9 @@ class ProcUtilDrain:
         out = []
         for pid in sorted(set(pids) | set(fresh)):
             ts, u = self._last.get(pid, (0, None))
-            if u is None or now_us - ts > self.HOLD_S * 1e6:
+            if u is None or (fresh and pid not in fresh) or now_us - ts > self.HOLD_S * 1e6:
                 u = ProcUtil(pid, 0.0, 0.0, 0.0, 0.0)
+                self._last[pid] = (now_us, u)
             out.append(u)
         for gone in set(self._last) - set(pids) - set(fresh):
             del self._last[gone]

@@ -54,6 +54,9 @@ def test_drain_means_new_samples_holds_briefly_then_reads_zero():
     # past HOLD_S without a sample: 0 (the driver samples only processes that used the GPU)
     got = d.take([], [7, 8], s + 200 + int(ProcUtilDrain.HOLD_S * 1e6) + 1)
     assert [u.sm for u in got] == [0.0, 0.0]
+    # where the driver sampled and left a process out, it did not use the GPU: 0 at once
+    got = d.take([(8, s + 5_000_000, 30, 9, 0, 0)], [7, 8], s + 5_100_000)
+    assert [u.sm for u in got] == [0.0, 30.0]
 
 
 def _reader(calls: list[dict], pid_map=None) -> GpuReader:
