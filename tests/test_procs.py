@@ -238,6 +238,7 @@ def test_snapshot_and_serve_per_process(tmp_path, capsys):
         ("slurm_v2.txt", {"slurm_job_id": "4242", "slurm_step": "batch"}),
         ("private_cgroupns_v2.txt", {}),
         ("vm_self_real.txt", {}),  # recorded on the CI VM: a sandbox's cgroup that names no container
+        ("h100_device_real.txt", {}),  # recorded on the lent H100 machine: cgroup v2, a sandbox's path
     ],
 )  # fmt: skip
 def test_cgroup_layouts(name, want):
@@ -347,3 +348,51 @@ def test_cluster_keeps_the_cgroup_identity_of_the_shape_it_is_written_in():
     from memtop.tui.cluster import COLUMNS
 
     assert [c[0] for c in COLUMNS][3] == "job"  # where the container shows when no Slurm job or pod does
+
+
+# -- the real H100 replies and recording (tests/data/procs/README.md) -------------------------
+REAL = DATA / "procs"
+
+
+def test_recorded_h100_replies_give_each_second_the_mean_of_its_new_samples():
+    calls = json.loads((REAL / "nvml_procs_h100.json").read_text())["calls"]
+    replies = [e["r"] for e in calls if e["m"] == "process_utilization"]
+    first = min(r[1] for rows in replies for r in rows)
+    t0 = 1000.0
+    r = GpuReader(
+        ReplayNvml(calls),
+        0,
+        {"name": "H100", "uuid": "u", "mig": False},
+        True,
+        "",
+        0.1,
+        first / 1e6 - t0,
+        False,
+    )
+    seen = []
+    for k, rows in enumerate(replies):
+        (g,) = [p for p in r.sample(t0 + k * 1.0) if isinstance(p, GpuSample)]
+        got = {u.pid: u.sm for u in g.proc_util}
+        assert set(got) == {467, 468}  # every process on the GPU has a figure
+        for pid in (467, 468):
+            mine = [x[2] for x in rows if x[0] == pid]
+            if rows:  # the driver sampled: its samples' mean, or 0 where it left the process out
+                assert got[pid] == (sum(mine) / len(mine) if mine else 0.0)
+        seen.append(got)
+    assert seen[0] == {467: 0.0, 468: 0.0}  # nothing sampled since the reader started
+    assert any(s[468] == 0.0 and s[467] == 99.0 for s in seen)  # a second the light process sat out
+    assert max(s[468] for s in seen) == 39.0
+
+
+def test_recorded_h100_run_report_table_and_serve():
+    rec = Recording(REAL / "procs_h100.memtop")
+    rep = build_report(rec)
+    heavy, light = rep["gpus"][0]["processes"]
+    assert (heavy["pid"], light["pid"]) == (467, 468) and heavy["name"] == light["name"] == "python3"
+    # memtop's own 30 s means on the H100 (bench/data/procs/run2: 80.1 and 18.0 against pmon's 78.8 and 19.4)
+    assert abs(heavy["sm_pct"] - 80) < 2 and abs(light["sm_pct"] - 18) < 2
+    assert heavy["sm_share"] + light["sm_share"] == pytest.approx(1.0, abs=0.002)
+    v = _view(REAL / "procs_h100.memtop")
+    names = [c for c, _ in (*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL)]
+    rows = dict(fmt.proc_rows(v, order="GPU SM"))
+    assert list(rows) == ["467", "468"] and rows["467"][names.index("SM%")] != "-"
