@@ -396,3 +396,22 @@ def test_recorded_h100_run_report_table_and_serve():
     names = [c for c, _ in (*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL)]
     rows = dict(fmt.proc_rows(v, order="GPU SM"))
     assert list(rows) == ["467", "468"] and rows["467"][names.index("SM%")] != "-"
+
+
+def test_damaged_figures_and_identity_are_missing_data(tmp_path):
+    import sqlite3
+
+    path = _procs_recording(tmp_path / "p.memtop")
+    db = sqlite3.connect(path)
+    db.execute(
+        'UPDATE proc_util SET data = \'[[100, 1e999, -5, "x", null], ["a", 1, 2, 3, 4], 7, [200, 50]]\''
+    )
+    db.execute("INSERT INTO proc_util VALUES (104.0, 'zero', '[]')")
+    db.execute('UPDATE proc_job SET data = \'{"container": 5, "qos": "\\u001b[2J", "evil": "x"}\'')
+    db.commit()
+    db.close()
+    rec = Recording(path)
+    f = list(rec.frames())[-1]
+    assert f.gpus[0].proc_util == (ProcUtil(100, None, None, None, None),)  # out of range: None
+    assert f.jobs[0].job == (("qos", "\\x1b[2J"),)  # known keys only, strings only, made visible
+    assert build_report(rec)["gpus"][0]["processes"][0]["sm_pct"] == 0.0
