@@ -121,7 +121,12 @@ class HostCollector:
         if not roots:
             return out
         if all_threads:  # NVML's pids change rarely; a container hides the host's (/proc lacks them)
-            self._invisible = {pid for pid in self.gpu_pids if not os.path.exists(f"{self.root}/proc/{pid}")}
+            pm = self.pid_map
+            self._invisible = {
+                pid
+                for pid in self.gpu_pids
+                if not os.path.exists(f"{self.root}/proc/{pid}") or (pm is not None and pm.outside(pid))
+            }
         for r in sorted(roots - self._invisible):
             out[r] = None
             stack = self._children(r, all_threads)

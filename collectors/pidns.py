@@ -45,6 +45,12 @@ class PidMap:
             self._cache[pid] = hit
         return hit[1] if hit[1] is not None else pid
 
+    def outside(self, pid: int) -> bool:
+        """Whether NVML's ``pid`` is a host process outside this namespace (a local process that
+        happens to have the same number is not it)."""
+        hit = self._cache.get(pid)
+        return hit is not None and hit[0] is not None and hit[1] is None
+
     def _find(self, pid: int, start: int | None) -> int | None:
         chain = procfs.nspid(self.host_proc or "", pid)
         if start is None or len(chain) <= self.depth:

@@ -274,7 +274,7 @@ host_kid, host_other = map(int, sys.stdin.readline().split())
 pm = PidMap(host_proc=f"/proc/self/fd/{sys.argv[1]}")
 ts = int(time.time() * 1e6)
 calls = [
-    {"m": "processes", "a": [0], "r": [[host_kid, 1 << 30], [host_other, 1 << 29]]},
+    {"m": "processes", "a": [0], "r": [[host_kid, 1 << 30], [host_other, 1 << 29], [1, 1 << 20]]},
     {"m": "process_utilization", "a": [0, 0], "r": [[host_kid, ts, 55, 20, 0, 0]]},
 ]
 r = GpuReader(ReplayNvml(calls), 0, {"name": "H100", "uuid": "GPU-x", "mig": False}, False, "", 0.2, time.time() - time.monotonic(), False, pm.local)
@@ -329,11 +329,15 @@ def test_gpu_process_in_a_pid_namespace_is_shown_by_its_local_pid_with_stacks():
         p.wait()
         os.close(outer)
     assert out["depth"] == 1
-    assert out["gpu_pids"] == [local, os.getpid()] and out["util"] == [[local, 55.0], [os.getpid(), 0.0]]
+    assert out["gpu_pids"] == [local, os.getpid(), 1]
+    assert out["util"] == [[1, 0.0], [local, 55.0], [os.getpid(), 0.0]]
     assert [local, [0]] in out["procs"]  # watched by its local PID: CPU, state, and its stack
     assert "train_step" in out["stack"]
-    (cap,) = out["caps"]  # the host's process is not "cannot see" but another namespace's, by its cgroup
-    assert cap[0] == f"pid {os.getpid()}" and "another PID namespace" in cap[1]
+    # the host's processes are not "cannot see" but another namespace's, by their cgroups; the host's
+    # pid 1 is not this namespace's pid 1 (the inner memtop itself), though both exist here
+    assert [1, [0]] not in out["procs"]
+    assert [c[0] for c in out["caps"]] == ["pid 1", f"pid {os.getpid()}"]
+    assert all("another PID namespace" in c[1] for c in out["caps"])
 
 
 def test_cluster_keeps_the_cgroup_identity_of_the_shape_it_is_written_in():
