@@ -419,3 +419,24 @@ def test_damaged_figures_and_identity_are_missing_data(tmp_path):
     assert f.gpus[0].proc_util == (ProcUtil(100, None, None, None, None),)  # out of range: None
     assert f.jobs[0].job == (("qos", "\\x1b[2J"),)  # known keys only, strings only, made visible
     assert build_report(rec)["gpus"][0]["processes"][0]["sm_pct"] == 0.0
+
+
+def test_doctor_in_a_pid_namespace_says_how_nvml_pids_are_mapped():
+    if why := _unshare_ok():
+        pytest.skip(why)
+    outer = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        lines = {}
+        for env in ({}, {"MEMTOP_HOST_PROC": f"/proc/self/fd/{outer}"}):
+            r = subprocess.run(
+                ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "memtop", "doctor"],
+                capture_output=True, text=True, timeout=120, pass_fds=(outer,), env={**os.environ, **env},
+            )  # fmt: skip
+            out = r.stdout.splitlines()
+            (k,) = [i for i, ln in enumerate(out) if "container / PID namespace" in ln]
+            lines[bool(env)] = out[k : k + 2]
+    finally:
+        os.close(outer)
+    assert lines[False][0].startswith("NO") and "own PID namespace" in lines[False][0]
+    assert "/host/proc" in lines[False][1]
+    assert lines[True][0].startswith("yes") and "mapped through /proc/self/fd/" in lines[True][0]
