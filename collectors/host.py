@@ -8,9 +8,11 @@ import os
 import time
 from pathlib import Path
 
-from memtop.model import Capability, CapState, HostSample, ProcSample
+from memtop.model import Capability, CapState, HostSample, ProcJob, ProcSample
+from memtop.sanitize import clean
 
-from . import numa, procfs
+from . import jobid, numa, procfs
+from .pidns import PidMap
 
 WORKER_NAMES = ("pt_data_worker",)  # memtop.phases.DATA_WORKER_NAMES says the same
 # NUMA counters, process placement, swap, children of non-main threads: slow-moving, and costly
@@ -21,8 +23,15 @@ class HostCollector:
     name = "host"
     jitter = 0.0
 
-    def __init__(self, interval: float = 0.5, root: Path = Path("/"), pids: tuple[int, ...] = ()):
+    def __init__(
+        self,
+        interval: float = 0.5,
+        root: Path = Path("/"),
+        pids: tuple[int, ...] = (),
+        pid_map: PidMap | None = None,
+    ):
         self.interval = interval
+        self.pid_map = pid_map  # says whose a process outside this PID namespace is
         self.root = root
         self.user_pids = tuple(pids)  # --pid: watched whether or not NVML lists them
         self.gpu_pids: dict[int, tuple[int, ...]] = {}  # from NVML via the sampler
@@ -39,6 +48,8 @@ class HostCollector:
         self._invisible: set[int] = set()
         self._numa_t = -1e9
         self._numa_nodes: tuple = ()
+        self._jobs: dict[tuple[int, float], ProcJob] = {}  # (pid, start) -> its cgroup's identity
+        self.jobs: tuple[ProcJob, ...] = ()  # those that have one, by pid
         self._swap = procfs.swap(root)
         self._tree: dict[int, int | None] = {}  # the process tree at the last walk of every thread
         self._gpu_nodes: tuple[int, ...] = ()
@@ -78,16 +89,31 @@ class HostCollector:
         else:
             caps.append(Capability("numa", "layout", CapState.AVAILABLE, f"{len(nodes)} NUMA nodes"))
         for pid in sorted(self._invisible):
-            caps.append(
-                Capability(
-                    "host",
-                    f"pid {pid}",
-                    CapState.UNSUPPORTED,
-                    "NVML reports a process this PID namespace cannot see (container)",
-                    "run memtop in the host PID namespace (docker --pid=host) to see it",
-                )
-            )
+            caps.append(self._invisible_cap(pid))
         return tuple(caps)
+
+    def _invisible_cap(self, pid: int) -> Capability:
+        """What memtop can say of a GPU process outside its PID namespace: whose it is, where the
+        host's /proc is mounted (pidns.PidMap), else how to see it."""
+        pm = self.pid_map
+        if pm is not None and pm.host_proc is not None:
+            job = pm.foreign(pid)
+            whose = ", ".join(f"{k} {v}" for k, v in sorted(job.items())) or "no container its cgroup names"
+            return Capability(
+                "host",
+                f"pid {pid}",
+                CapState.UNSUPPORTED,
+                f"a GPU process of another PID namespace ({clean(whose, 160)})",
+                "run memtop in that container, or in the host PID namespace, to see its stacks",
+            )
+        return Capability(
+            "host",
+            f"pid {pid}",
+            CapState.UNSUPPORTED,
+            "NVML reports a process this PID namespace cannot see (container)",
+            "mount the host's /proc read-only (-v /proc:/host/proc:ro) to map its PID, or run memtop in "
+            "the host PID namespace (docker --pid=host, hostPID: true)",
+        )
 
     def _targets(self, all_threads: bool) -> dict[int, int | None]:
         """pid -> parent GPU pid (None for the GPU processes themselves). Children of the main
@@ -97,7 +123,12 @@ class HostCollector:
         if not roots:
             return out
         if all_threads:  # NVML's pids change rarely; a container hides the host's (/proc lacks them)
-            self._invisible = {pid for pid in self.gpu_pids if not os.path.exists(f"{self.root}/proc/{pid}")}
+            pm = self.pid_map
+            self._invisible = {
+                pid
+                for pid in self.gpu_pids
+                if not os.path.exists(f"{self.root}/proc/{pid}") or (pm is not None and pm.outside(pid))
+            }
         for r in sorted(roots - self._invisible):
             out[r] = None
             stack = self._children(r, all_threads)
@@ -230,6 +261,7 @@ class HostCollector:
             ),
             now,
         )
+        self._identify(procs)
         return [
             HostSample(
                 t=now,
@@ -279,6 +311,18 @@ class HostCollector:
                 )
             )
         return tuple(out)
+
+    def _identify(self, procs: tuple[ProcSample, ...]) -> None:
+        """The main processes' identity from their cgroups, read once per process (a process moved to
+        another cgroup keeps the first: schedulers place a job before it starts). ``jobs`` is replaced
+        whole, so the sampler's thread reads it without a lock."""
+        keys = {(p.pid, p.started): p.pid for p in procs if p.worker_of is None}
+        for k in set(self._jobs) - set(keys):
+            del self._jobs[k]
+        for k, pid in keys.items():
+            if k not in self._jobs:
+                self._jobs[k] = ProcJob(pid, tuple(sorted(jobid.read_cgroup(pid, self.root).items())))
+        self.jobs = tuple(sorted((j for j in self._jobs.values() if j.job), key=lambda j: j.pid))
 
     def stop(self) -> None:
         self._cpu_used.clear()

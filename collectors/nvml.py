@@ -19,6 +19,7 @@ from memtop.model import (
     GpuSample,
     MigInstance,
     PcieLink,
+    ProcUtil,
     SeriesChunk,
 )
 
@@ -31,6 +32,7 @@ from .nvml_calls import (
     Nvml,
     NvmlCallError,
     NvmlUnavailable,
+    ProcUtilRow,
     RealNvml,
     SampleKind,
     SystemInfo,
@@ -102,6 +104,46 @@ class SampleDrain:
         )
 
 
+class ProcUtilDrain:
+    """Per-process utilisation from the driver's per-process samples, drained each second by the
+    newest timestamp seen (so none is read twice or missed while the buffer holds it).
+
+    A process's figure is the mean of its samples new this second. The driver samples about once a
+    second (the H100's driver 580: one sample a second, naming only the processes that used the GPU
+    in it), so a second's drain may find none: then every process keeps its last figure for
+    ``HOLD_S`` after its sample. Where the driver did sample, a process it left out reads 0.
+    """
+
+    HOLD_S = 2.0
+
+    def __init__(self) -> None:
+        self.last_us = 0
+        self._last: dict[int, tuple[int, ProcUtil]] = {}  # pid -> (its newest sample's time, figure)
+
+    def take(self, rows: Sequence[ProcUtilRow], pids: Sequence[int], now_us: int) -> tuple[ProcUtil, ...]:
+        """``pids``: the GPU's processes (NVML's list); each gets a figure, as does any sampled pid."""
+        fresh: dict[int, list[ProcUtilRow]] = {}
+        for r in rows:
+            if r[1] > self.last_us:
+                fresh.setdefault(r[0], []).append(r)
+        if fresh:
+            self.last_us = max(r[1] for rs in fresh.values() for r in rs)
+        for pid, rs in fresh.items():
+            n = len(rs)
+            mean = [min(100.0, sum(r[k] for r in rs) / n) for k in (2, 3, 4, 5)]
+            self._last[pid] = (max(r[1] for r in rs), ProcUtil(pid, *mean))
+        out = []
+        for pid in sorted(set(pids) | set(fresh)):
+            ts, u = self._last.get(pid, (0, None))
+            if u is None or (fresh and pid not in fresh) or now_us - ts > self.HOLD_S * 1e6:
+                u = ProcUtil(pid, 0.0, 0.0, 0.0, 0.0)
+                self._last[pid] = (now_us, u)
+            out.append(u)
+        for gone in set(self._last) - set(pids) - set(fresh):
+            del self._last[gone]
+        return tuple(out)
+
+
 class GpuReader:
     name = "nvml"
     jitter = 0.0  # GPM pairs and drains keep a fixed rate
@@ -116,9 +158,11 @@ class GpuReader:
         interval: float,
         offset: float,
         series: bool = True,
+        pid_map: Callable[[int], int] | None = None,
     ):
         self.nv = nv
         self.index = index
+        self.pid_map = pid_map or (lambda pid: pid)  # NVML's (the host's) PIDs to this namespace's
         self.info = info
         self.gpm = gpm
         self.gpm_reason = gpm_reason
@@ -141,12 +185,16 @@ class GpuReader:
         self._energy: float | None = None  # J, as last read (memtop.energy shares each rise by power)
         self._health_t = -1e9
         self.unsupported: dict[str, str] = {}  # optional readings this GPU or driver refused, not asked again
+        self._putil = ProcUtilDrain()
+        self._putil_ok = True  # until the driver says it has no per-process utilisation
+        self._proc_util: tuple[ProcUtil, ...] = ()
 
     def start(self) -> None:
         # Prime the drains so the first chunk holds only samples taken after start.
         now_us = int((time.monotonic() + self.offset) * 1e6)
         for d in self._drains:
             d.last_us = now_us
+        self._putil.last_us = now_us
         if self.gpm:
             self._try("gpm", self.nv.gpm_metrics, self.index, GPM_IDS)
 
@@ -267,7 +315,8 @@ class GpuReader:
             self._procs_t = now
             procs = self._try("processes", nv.processes, i)
             if procs is not None:
-                self._procs = tuple(GpuProcess(pid, mem) for pid, mem in procs)
+                self._procs = tuple(GpuProcess(self.pid_map(pid), mem) for pid, mem in procs)
+            self._proc_util = self._process_util(now)
         if self.lost:
             return [GpuSample(now, i, info["uuid"], info["name"], "lost", mig=info["mig"])]
         g = GpuSample(
@@ -281,12 +330,29 @@ class GpuReader:
             mig=info["mig"],
             health=self._health,
             mig_instances=self._mig,
+            proc_util=self._proc_util,
         )
         out: list[object] = [g.with_values(f)]
         if self.series and now - self._drain_t >= 1.0:
             self._drain_t = now
             out.extend(self.drain())
         return out
+
+    def _process_util(self, now: float) -> tuple[ProcUtil, ...]:
+        if not self._putil_ok:
+            return ()
+        try:
+            rows = self.nv.process_utilization(self.index, self._putil.last_us)
+        except NvmlCallError as e:
+            if e.code == ERROR_NOT_SUPPORTED:  # (MIG, an older GPU): the column reads "-"; ask no more
+                self._putil_ok = False
+            else:
+                self._fail("process utilization", e)
+            return ()
+        self.errors.pop("process utilization", None)
+        now_us = int((now + self.offset) * 1e6)
+        rows = [(self.pid_map(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        return self._putil.take(rows, [p.pid for p in self._procs], now_us)
 
     def drain(self) -> list[SeriesChunk]:
         chunks = []
@@ -318,8 +384,10 @@ class NvmlCollector:
         use_gpm: bool = True,
         offset: float | None = None,
         series: bool = True,
+        pid_map: Callable[[int], int] | None = None,
     ):
         self.nv: Nvml = nv if nv is not None else RealNvml()
+        self.pid_map = pid_map
         self.interval = interval
         self.use_gpm = use_gpm
         # nvmlDeviceGetSamples copies the driver's whole buffer: a quarter of a 1 Hz live view's
@@ -362,7 +430,9 @@ class NvmlCollector:
                 continue
             gpm, reason = self._gpm(i, info)
             interval = self.interval if gpm else max(self.interval, 0.2)
-            self.readers.append(GpuReader(self.nv, i, info, gpm, reason, interval, self.offset, self.series))
+            self.readers.append(
+                GpuReader(self.nv, i, info, gpm, reason, interval, self.offset, self.series, self.pid_map)
+            )
         if not self.readers and self.system["count"] == 0:
             self.caps.append(Capability("nvml", "GPUs", CapState.UNSUPPORTED, "the driver reports no GPUs"))
         for r in self.readers:

@@ -30,8 +30,11 @@ ECC_COUNTERS = {
 # NVML_NVLINK_ERROR_DL_*: the link's error counters, summed over the active links
 NVLINK_COUNTERS = {"nvlink_replay": 0, "nvlink_recovery": 1, "nvlink_crc": 2}
 NVLINK_MAX_LINKS = 18  # NVLink 4 (Hopper): 18 links a GPU
+ERROR_FUNCTION_NOT_FOUND = 13
 
 SampleKind = Literal["power_w", "util", "mem_util"]
+# one per-process sample: (pid, driver timestamp in wall µs, SM %, memory %, encoder %, decoder %)
+ProcUtilRow = tuple[int, int, int, int, int, int]
 Direction = Literal["rx", "tx"]
 
 
@@ -130,6 +133,11 @@ class Nvml(Protocol):
         """The MIG devices of a GPU in MIG mode (read only: memtop never changes the mode)."""
         ...
 
+    def process_utilization(self, i: int, since_us: int) -> list[ProcUtilRow]:
+        """The driver's per-process samples newer than ``since_us``; [] when there are none (the
+        driver samples only processes that used the GPU)."""
+        ...
+
     def shutdown(self) -> None: ...
 
 
@@ -151,6 +159,7 @@ class RealNvml:
         self._gpm_prev: dict[int, Any] = {}
         self._system: SystemInfo | None = None
         self._events: dict[int, Any] = {}  # GPU -> its Xid event set
+        self._proc_util_v1 = True  # nvmlDeviceGetProcessesUtilizationInfo, until the driver lacks it
 
     def _call(self, fn: str, *args: Any) -> Any:
         try:
@@ -378,6 +387,29 @@ class RealNvml:
                 out.append(int(ev.eventData))
         return out
 
+    def process_utilization(self, i: int, since_us: int) -> list[ProcUtilRow]:
+        h = self._handles[i]
+        rows: list[Any] = []
+        try:
+            if self._proc_util_v1:
+                try:
+                    rows = self._call("nvmlDeviceGetProcessesUtilizationInfo", h, since_us)
+                except (NvmlCallError, AttributeError) as e:
+                    if isinstance(e, NvmlCallError) and e.code not in (
+                        ERROR_NOT_SUPPORTED,
+                        ERROR_FUNCTION_NOT_FOUND,
+                    ):
+                        raise
+                    self._proc_util_v1 = False  # an older driver (or pynvml): the older call
+            if not self._proc_util_v1:
+                rows = self._call("nvmlDeviceGetProcessUtilization", h, since_us)
+        except NvmlCallError as e:
+            # NotFound: no sample since since_us; pynvml raises "Success" for an empty buffer
+            if e.code in (0, ERROR_NOT_FOUND):
+                return []
+            raise
+        return [(r.pid, r.timeStamp, r.smUtil, r.memUtil, r.encUtil, r.decUtil) for r in rows]
+
     def shutdown(self) -> None:
         if self._nv is not None:
             for es in self._events.values():
@@ -478,6 +510,9 @@ class RecordingNvml:
     def mig_devices(self, i: int) -> list[MigInfo]:
         return self._log("mig_devices", self.inner.mig_devices, i)
 
+    def process_utilization(self, i: int, since_us: int) -> list[ProcUtilRow]:
+        return self._log("process_utilization", self.inner.process_utilization, i, since_us)
+
     def shutdown(self) -> None:
         self.inner.shutdown()
 
@@ -487,7 +522,7 @@ class RecordingNvml:
 
 # Calls replayed by their first arguments only: the rest vary from run to run (a timestamp) or
 # with memtop's own choices (which GPM metrics it asks for), not with what the GPU answers.
-_REPLAY_KEY_ARGS = {"samples": 2, "gpm_metrics": 1}
+_REPLAY_KEY_ARGS = {"samples": 2, "gpm_metrics": 1, "process_utilization": 1}
 
 
 class ReplayNvml:
@@ -587,6 +622,9 @@ class ReplayNvml:
     def mig_devices(self, i: int) -> list[MigInfo]:
         r: list[MigInfo] = self._serve("mig_devices", i)
         return r
+
+    def process_utilization(self, i: int, since_us: int) -> list[ProcUtilRow]:
+        return [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in self._serve("process_utilization", i)]
 
     def shutdown(self) -> None:
         pass

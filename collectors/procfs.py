@@ -230,3 +230,22 @@ def _of_target(target: str) -> str:
     if target.startswith(("/dev/pts/", "/dev/tty")):
         return "tty"
     return "io" if target.startswith("/") else ""
+
+
+def nspid(proc: str, pid: int | str) -> tuple[int, ...]:
+    """The process's PID in each PID namespace it is in, from the one ``proc`` (a procfs mount) was
+    mounted in down to its own (/proc/PID/status NSpid); () if it is gone or not visible there."""
+    for line in (read(f"{proc}/{pid}/status") or "").splitlines():
+        if line.startswith("NSpid:"):
+            return tuple(int(x) for x in line.split()[1:] if x.isdigit())
+    return ()
+
+
+def start_ticks(proc: str, pid: int | str) -> int | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks since boot: the same seen from any PID
+    namespace), or None if it is gone."""
+    text = read(f"{proc}/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    rest = text[text.rindex(")") + 2 :].split()
+    return int(rest[19]) if len(rest) > 19 and rest[19].isdigit() else None

@@ -371,6 +371,12 @@ def _add_cluster_commands(sub) -> None:
     sv.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
     sv.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
     sv.add_argument("--token-file", metavar="FILE", help="require this bearer token (the file must be 0600)")
+    sv.add_argument(
+        "--per-process",
+        action="store_true",
+        help="also serve each GPU process's SM and memory utilisation, labelled by pid (a series per "
+        "process: see README)",
+    )
     _add_source(sv)
     _add_sampling(sv)
 

@@ -115,6 +115,19 @@ class GpuProcess:
     used_memory: int | None  # bytes; None when the driver does not say
 
 
+@dataclass(frozen=True, slots=True)
+class ProcUtil:
+    """One process's share of a GPU over the last second, from the driver's per-process samples
+    (nvmlDeviceGetProcessesUtilizationInfo): percent of the time its kernels ran (SM), its memory
+    was read or written, and the video encoder/decoder worked; None where the driver gave nothing."""
+
+    pid: int
+    sm: float | None
+    mem: float | None
+    enc: float | None = None
+    dec: float | None = None
+
+
 # Clock-event (throttle) reason bits, as NVML defines them.
 CLOCK_EVENT_NAMES: dict[int, str] = {
     0x1: "gpu idle",
@@ -205,6 +218,13 @@ class GpuSample:
     mig: bool = False
     health: GpuHealth | None = None  # the newest health read (every HEALTH_EVERY_S)
     mig_instances: tuple[MigInstance, ...] = ()  # under MIG (live only: not recorded)
+    proc_util: tuple[ProcUtil, ...] = ()  # per-process utilisation (stored in its own table)
+
+    def util_of(self, pid: int) -> ProcUtil | None:
+        for u in self.proc_util:
+            if u.pid == pid:
+                return u
+        return None
 
     def with_values(self, values: Mapping[str, float | int | None]) -> GpuSample:
         """This sample with metric fields set by name (the names of memtop.metrics.METRICS)."""
@@ -365,6 +385,16 @@ class Marker:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcJob:
+    """Who a watched process works for, from its cgroup (collectors/jobid.py): keys of JOB_KEYS
+    (container and runtime, pod UID and QoS class, Slurm job and step). Never from its environment:
+    that is read live for snapshots and serve, and never recorded."""
+
+    pid: int
+    job: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Frame:
     t: float
     gpus: tuple[GpuSample, ...] = ()
@@ -374,6 +404,13 @@ class Frame:
     series: tuple[SeriesChunk, ...] = ()  # only the chunks new in this Frame
     caps: tuple[Capability, ...] = ()
     notes: tuple[str, ...] = field(default=())  # faults during the run, shown in the UI
+    jobs: tuple[ProcJob, ...] = ()  # the watched processes' identity from their cgroups, by pid
+
+    def job_of(self, pid: int) -> dict[str, str]:
+        for j in self.jobs:
+            if j.pid == pid:
+                return dict(j.job)
+        return {}
 
     def gpu(self, index: int) -> GpuSample | None:
         for g in self.gpus:
@@ -383,5 +420,9 @@ class Frame:
 
 
 # The job-identity keys a snapshot or metric may carry (collectors/jobid.py reads them from the training
-# process's environment: Slurm job id and name, torchrun rank / local rank / world size, Kubernetes pod).
-JOB_KEYS: tuple[str, ...] = ("slurm_job_id", "slurm_job_name", "rank", "local_rank", "world_size", "pod")
+# process's environment: Slurm job id and name, torchrun rank / local rank / world size, Kubernetes pod
+# and namespace; and from its cgroup: pod UID and QoS class, container id and runtime, Slurm step).
+JOB_KEYS: tuple[str, ...] = (
+    *("slurm_job_id", "slurm_job_name", "rank", "local_rank", "world_size", "pod", "pod_namespace"),
+    *("pod_uid", "qos", "container", "runtime", "slurm_step"),
+)

@@ -23,6 +23,7 @@ from memtop.jobs import jobs_of
 from memtop.labelcols import columns as label_columns
 from memtop.labelcols import counts as label_counts
 from memtop.phases import CHARS, TITLES, Classifier, bin_start
+from memtop.procshare import proc_shares
 from memtop.sanitize import clean
 from memtop.stackclass import site
 from memtop.store import Recording
@@ -125,6 +126,7 @@ def _build_report(
     sites: dict[tuple[int, int], tuple] = {}
     health_by_gpu, energy_by_gpu, energies = rec.health_samples(lo, hi), rec.energy(lo, hi), {}
     busy = rec.busy_means(lo, hi, roofline.READS)
+    shares = proc_shares(rec, lo, hi, {p.pid: p.name for p in procs.values()})
     for idx in sorted(labels_by_gpu):
         if gpu is not None and idx != gpu:
             continue
@@ -217,6 +219,8 @@ def _build_report(
                 ),
             }
         )
+        if idx in shares:  # (recordings from before per-process figures were stored have none)
+            out_gpus[-1]["processes"] = shares[idx]
     numa = [
         {
             "pid": p.pid,
@@ -445,6 +449,15 @@ def render(rep: dict, fmt: str) -> str:
                     f"{TITLES.get(e['phase'], e['phase'])}"
                     f" while GPU{'s' if len(e['peers']) > 1 else ''} {peers} waited"
                 )
+        if g.get("processes"):
+            lines.append(
+                "GPU time by process: "
+                + "; ".join(
+                    f"{p['pid']} {p['name'] or '?'} SM {p['sm_pct']:.0f} % ({100 * p['sm_share']:.0f} % of it), "
+                    f"memory {p['mem_pct']:.0f} %"
+                    for p in g["processes"][:5]
+                )
+            )
         if g["throttle"]:
             lines.append(
                 f"throttling: {counted(len(g['throttle']), 'episode')}, e.g. "

@@ -96,13 +96,17 @@ class Sampler:
         from memtop.collectors.host import HostCollector
         from memtop.collectors.nvml import NvmlCollector
         from memtop.collectors.perf import PerfCollector
+        from memtop.collectors.pidns import PidMap
         from memtop.collectors.stacks import StacksCollector
 
         self.cfg = cfg
         self.on_frame = on_frame
         self.offset = wall_offset()
-        self.nvml = NvmlCollector(cfg.nvml, cfg.gpu_interval, cfg.use_gpm, self.offset, cfg.series)
-        self.host = HostCollector(cfg.host_interval, cfg.root, cfg.pids)
+        pids = PidMap(cfg.root)
+        self.nvml = NvmlCollector(
+            cfg.nvml, cfg.gpu_interval, cfg.use_gpm, self.offset, cfg.series, pids.local
+        )
+        self.host = HostCollector(cfg.host_interval, cfg.root, cfg.pids, pids)
         self.stacks = StacksCollector(cfg.stack_interval, pids=cfg.pids) if cfg.stacks else None
         self.perf = PerfCollector(cfg.perf_interval, cfg.pids) if cfg.perf else None
         self.missed = 0
@@ -328,6 +332,7 @@ class Sampler:
                 series=series,
                 caps=self._caps,
                 notes=tuple(self._notes),
+                jobs=self.host.jobs,
             )
             for pid in self._unsent_native:  # carried now: the sample after it takes its place
                 later = self._after_native.pop(pid, None)

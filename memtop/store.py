@@ -30,6 +30,7 @@ from memtop import __version__, colblock, stackclass
 from memtop.errors import UserError
 from memtop.metrics import BY_NAME, METRICS, Metric
 from memtop.model import (
+    JOB_KEYS,
     MAIN_FIELDS,
     Capability,
     CapState,
@@ -42,7 +43,9 @@ from memtop.model import (
     NumaNode,
     PcieLink,
     PerfSample,
+    ProcJob,
     ProcSample,
+    ProcUtil,
     SeriesChunk,
     StackFrame,
     StackSample,
@@ -125,6 +128,8 @@ CREATE TABLE caps(t REAL NOT NULL, data BLOB NOT NULL);
 CREATE TABLE note(t REAL NOT NULL, text TEXT NOT NULL);
 CREATE TABLE marker(t0 REAL NOT NULL, t1 REAL NOT NULL, label TEXT NOT NULL, name TEXT, facts TEXT);
 CREATE TABLE health(t REAL NOT NULL, gpu INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE TABLE proc_util(t REAL NOT NULL, gpu INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE TABLE proc_job(t REAL NOT NULL, pid INTEGER NOT NULL, data TEXT NOT NULL);
 {colblock.SCHEMA}
 """
 
@@ -209,7 +214,9 @@ _TABLES = frozenset(
 )
 # every schema object a reader queries by name, where a recording has it (the block tables, and those
 # of older schemas): each must be a plain table, or a query of it could run anything (a view's CTE)
-_READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc", "health"}
+# (proc_util: per-process GPU utilisation; proc_job: a process's identity from its cgroup; both added
+# 2026-11-28 without a schema bump: older files lack them)
+_READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc", "health", "proc_util", "proc_job"}
 
 # What one part may hold at most, decoded. The largest of the 70 recordings in tests/data (measured
 # 2026-11-27): a host sample's JSON 16 KB, a series chunk 512 bytes, a metadata value 276 bytes, a
@@ -969,6 +976,16 @@ class Writer:
                 ("health", g.index), (replace(h, t=0.0), h.t if h.xids else 0.0)
             ):
                 db.execute("INSERT INTO health VALUES (?,?,?)", (h.t, g.index, health_json(h)))
+        for g in f.gpus:  # a row when the figures change (none while a GPU has never had any)
+            if (g.proc_util or ("proc_util", g.index) in self._last) and self._changed(
+                ("proc_util", g.index), g.proc_util
+            ):
+                db.execute(
+                    "INSERT INTO proc_util VALUES (?,?,?)", (g.t, g.index, proc_util_json(g.proc_util))
+                )
+        for j in f.jobs:  # once per process (an identity does not change)
+            if self._changed(("proc_job", j.pid), j.job):
+                db.execute("INSERT INTO proc_job VALUES (?,?,?)", (f.t, j.pid, json.dumps(dict(j.job))))
         for c in f.series:
             if c.t:
                 db.execute(
@@ -1229,6 +1246,7 @@ class Recording:
             raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
         self._has_names = "thread_name" in have
         self._has_health = "health" in have
+        self._has_proc_util = "proc_util" in have and "proc_job" in have
         missing = sorted(_TABLES - have)
         if missing:  # found now, not seconds into a replay
             raise UserError(f"{self.path} is damaged (missing table {', '.join(missing)})")
@@ -1513,6 +1531,9 @@ class Recording:
         }
         if self._has_health:
             queries["health"] = ("SELECT t, gpu, data FROM health", plo, 0)
+        if self._has_proc_util:
+            queries["proc_util"] = ("SELECT t, gpu, data FROM proc_util", plo, 0)
+            queries["proc_job"] = ("SELECT t, pid, data FROM proc_job", plo, 0)
 
         # (order, stream, kind, cursor): rows become (t, order, stream, kind, row), sorted by the first
         # three, so the stream number breaks ties (parts at a frame's time belong to it)
@@ -1583,6 +1604,15 @@ class Recording:
         r = self._one("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,))
         if r:
             st.apply(self, "caps", r)
+        if self._has_proc_util:  # identities are written once per process: every one so far
+            for r in self._rows("SELECT t, pid, data FROM proc_job WHERE t<=? ORDER BY t", (t,)):
+                st.apply(self, "proc_job", r)
+        for g in gpus if self._has_proc_util else ():
+            r = self._one(
+                "SELECT t, gpu, data FROM proc_util WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t)
+            )
+            if r:
+                st.apply(self, "proc_util", r)
         for _, rows in itertools.groupby(
             self._rows(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (t, t - 3.0)),
             key=_SAMPLE,
@@ -1590,6 +1620,24 @@ class Recording:
             st.apply(self, "stack", tuple(rows))
         for r in self._rows("SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
             st.apply(self, "perf", r)
+
+    def proc_util_rows(self, lo: float, hi: float) -> list[tuple[float, int, tuple[ProcUtil, ...]]]:
+        """Per-process GPU figures of [lo, hi] by GPU and time, each GPU's row in force at ``lo``
+        first; [] for a recording made before they were stored. Damaged rows are left out."""
+        if not self._has_proc_util:
+            return []
+        rows = self._rows(
+            "SELECT t, gpu, data FROM proc_util WHERE typeof(gpu) = 'integer' AND "
+            f"{_SANE_T} AND t <= ? ORDER BY gpu, t",
+            (hi,),
+        )
+        # of the rows at or before lo, each GPU's last (the next row is a later one, or another GPU's)
+        rows = [
+            r
+            for k, r in enumerate(rows)
+            if r[0] > lo or k + 1 == len(rows) or rows[k + 1][1] != r[1] or rows[k + 1][0] > lo
+        ]
+        return [(float(t), g, proc_util_of(d)) for t, g, d in rows if isinstance(g, int)]
 
     def seek(self, t: float) -> Frame:
         """The Frame at (or just before) time t."""
@@ -1676,6 +1724,39 @@ def _link(text: object) -> PcieLink | None:
     return PcieLink(gen, width, max_gen, max_width, float(bps))
 
 
+def proc_util_json(us: tuple[ProcUtil, ...]) -> str:
+    """[[pid, SM, memory, encoder, decoder], ...], percent to a tenth, null where not given."""
+    return json.dumps(
+        [[u.pid, *(None if v is None else round(v, 1) for v in (u.sm, u.mem, u.enc, u.dec))] for u in us]
+    )
+
+
+def _pct(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 100 else None
+
+
+def proc_util_of(text: object) -> tuple[ProcUtil, ...]:
+    """A proc_util row's figures; a damaged entry is left out, a value out of range is None."""
+    d = _json(text)
+    if not isinstance(d, list):
+        return ()
+    return tuple(
+        ProcUtil(p[0], *map(_pct, p[1:5]))
+        for p in d[:4096]
+        if isinstance(p, list) and len(p) >= 5 and _bounded_int(p[0], 2**31) is not None
+    )
+
+
+def proc_job_of(text: object) -> tuple[tuple[str, str], ...]:
+    """A proc_job row's identity: only JOB_KEYS, each a short cleaned string."""
+    d = _json(text)
+    if not isinstance(d, dict):
+        return ()
+    return tuple(
+        sorted((k, clean(v, 64)) for k, v in d.items() if k in JOB_KEYS and isinstance(v, str) and v)
+    )
+
+
 def _processes(text: object) -> tuple[GpuProcess, ...]:
     d = _json(text or "[]")
     if not isinstance(d, list):
@@ -1732,6 +1813,9 @@ class _State:
         self.gpus: dict[int, GpuSample] = {}
         self.gstate: dict[int, tuple] = {}
         self.health: dict[int, GpuHealth] = {}
+        self.putil: dict[int, tuple[ProcUtil, ...]] = {}
+        self.jobs: dict[int, ProcJob] = {}
+        self._jobs_t: tuple[ProcJob, ...] | None = ()
         self.host: HostSample | None = None
         self.host_raw: bytes | None = None  # the host sample's JSON: the next blob may be chained to it
         self.stacks: dict[int, StackSample] = {}
@@ -1748,7 +1832,7 @@ class _State:
     def apply(self, rec: Recording, kind: str, r: tuple) -> None:
         """Decode one stored part; a damaged one is missing data and a note, never an exception."""
         try:
-            if kind in ("gpu", "gpu_state", "series", "health"):
+            if kind in ("gpu", "gpu_state", "series", "health", "proc_util"):
                 _int(r[1], "GPU index")  # a text index would not sort with the others
             if kind == "gpu":  # its values are numbers in range or NULL: _decode_sql checked them
                 _str(r[2], "GPU mode")
@@ -1766,12 +1850,25 @@ class _State:
                 uuid, name, mig, link, procs = self.gstate[r[1]]
                 self.gpus[r[1]] = replace(g, uuid=uuid, name=name, mig=mig, link=link, processes=procs)
         elif kind == "gpu":
-            self.gpus[r[1]] = rec._gpu(r, self.gstate.get(r[1]), self.health.get(r[1]))
+            g = rec._gpu(r, self.gstate.get(r[1]), self.health.get(r[1]))
+            pu = self.putil.get(r[1])
+            self.gpus[r[1]] = replace(g, proc_util=pu) if pu else g
         elif kind == "health":
             h = self.health[r[1]] = health_of(r[0], r[2])
             g = self.gpus.get(r[1])
             if g is not None:
                 self.gpus[r[1]] = replace(g, health=h)
+        elif kind == "proc_job":
+            _int(r[1], "pid")
+            if len(self.jobs) > 4096:  # processes come and go over a long run
+                self.jobs.clear()
+            self.jobs[r[1]] = ProcJob(r[1], proc_job_of(r[2]))
+            self._jobs_t = None
+        elif kind == "proc_util":
+            self.putil[r[1]] = proc_util_of(r[2])
+            g = self.gpus.get(r[1])
+            if g is not None:
+                self.gpus[r[1]] = replace(g, proc_util=self.putil[r[1]])
         elif kind == "series":
             dt, v = _series_data(r[2], r[3])
             self.series.append(SeriesChunk(r[1], r[2], tuple((dt + r[0]).tolist()), tuple(v.tolist())))
@@ -1807,6 +1904,8 @@ class _State:
         if self._perf_t is None:
             self._perf_t = tuple(self.perf[p] for p in sorted(self.perf))
         series, self.series = tuple(self.series), []
+        if self._jobs_t is None:
+            self._jobs_t = tuple(self.jobs[p] for p in sorted(self.jobs))
         if len(self._gpu_order) != len(self.gpus):
             self._gpu_order = sorted(self.gpus)
         return Frame(
@@ -1818,6 +1917,7 @@ class _State:
             series=series,
             caps=self.caps,
             notes=self.notes,
+            jobs=self._jobs_t,
         )
 
 

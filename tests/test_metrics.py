@@ -18,7 +18,19 @@ from memtop.model import Frame, GpuSample
 from memtop.store import Recording, _decode_sql, gpu_row
 
 # GpuSample fields that say which GPU and when, not what it measured
-IDENTITY = {"t", "index", "uuid", "name", "mode", "link", "processes", "mig", "health", "mig_instances"}
+IDENTITY = {
+    "t",
+    "index",
+    "uuid",
+    "name",
+    "mode",
+    "link",
+    "processes",
+    "mig",
+    "health",
+    "mig_instances",
+    "proc_util",
+}
 
 
 def test_every_metric_is_a_gpu_sample_field_and_every_numeric_field_a_metric():

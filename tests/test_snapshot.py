@@ -126,11 +126,13 @@ def test_hostile_values_never_become_identity():
 
 
 def test_the_model_names_every_job_key_jobid_reads():
-    from memtop.collectors.jobid import FIELDS
+    from memtop.collectors.jobid import CGROUP_KEYS, FIELDS
 
     from memtop.model import JOB_KEYS
 
-    assert tuple(k for k, _ in FIELDS.values()) == JOB_KEYS
+    assert (*(k for k, _ in FIELDS.values()), *CGROUP_KEYS) == JOB_KEYS
+    job = SCHEMA["$defs"]["job"]["properties"]
+    assert set(job) == set(JOB_KEYS)
 
 
 def test_the_schema_names_every_phase_and_an_nvml_only_run_says_gpm_is_missing(capsys):

@@ -110,7 +110,7 @@ KEYS = (
         "o",
         "sort(1)",
         "sort",
-        "sort the processes: GPU memory, CPU, phase, PID, as found",
+        "sort the processes: GPU memory, CPU, phase, PID, GPU SM, as found",
         BOTH,
         footer=False,
     ),
@@ -384,7 +384,7 @@ def detail_text(view: View, gpu: int, lk: Look) -> Text:
         t.append("  DOWN-TRAINED" if g.link.downtrained else "", style="bold red")
         t.append("\n")
     t.append(f"  {'throttle':<14}{', '.join(g.throttle_reasons) or 'none'}\n")
-    pids = ", ".join(str(p.pid) for p in g.processes) or "none"
+    pids = ", ".join(fmt.gpu_proc_text(g, p.pid) for p in g.processes) or "none"
     t.append(f"  {'processes':<14}{pids}\n")
     t.append_text(hardware_text(view, g, lk.glyphs.ascii))
     vd = view.verdicts.get(gpu)

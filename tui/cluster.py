@@ -127,7 +127,7 @@ def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -
         return (("dim", node), ("", "-"), ("", ""), ("", ""), ("", ""), ("", ""), ("", ""),
                 ("dim", f"no data: {clean(r.stale or '?', 80)}"))  # fmt: skip
     job = g.get("job") or {}
-    jid = clean(job.get("slurm_job_id") or job.get("pod") or "", 10)
+    jid = clean(job.get("slurm_job_id") or job.get("pod") or job.get("container") or "", 10)
     if job.get("rank"):
         jid += f" r{clean(job['rank'], 4)}"
     phase = recent_phase(g)

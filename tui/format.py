@@ -17,7 +17,7 @@ from rich.text import Text
 
 from memtop.metrics import BY_NAME, Metric
 from memtop.metrics import fmt as metric_fmt
-from memtop.model import Capability, GpuSample, HostSample, ProcSample, StackSample
+from memtop.model import Capability, Frame, GpuSample, HostSample, ProcSample, StackSample
 from memtop.phases import STACK_WINDOW_S, Label
 from memtop.pipeline import View
 from memtop.records import Evidence
@@ -153,11 +153,39 @@ PROC_COLUMNS = (
     ("user", 8),
     ("GPU", 3),
     ("GPU mem", 7),
+    ("SM%", 4),
     ("CPU%", 4),
     ("phase", 9),
 )
 TOP_FRAME = ("top frame (user code)", 24)  # widened to what the screen has
-PROC_TAIL = (("thr", 4), ("st", 2), ("role", 6), ("NUMA", 5))
+PROC_TAIL = (("thr", 4), ("st", 2), ("role", 6), ("NUMA", 5), ("job", 12))
+
+
+def job_short(job: Mapping[str, str]) -> str:
+    """A process's identity in a table cell: the Slurm job (and step), else the pod, else the container."""
+    if job.get("slurm_job_id"):
+        step = job.get("slurm_step")
+        return clean(job["slurm_job_id"] + (f".{step}" if step else ""), 12)
+    if job.get("pod") or job.get("pod_uid"):
+        return clean(job.get("pod") or "pod " + job["pod_uid"][:8], 12)
+    return clean(job.get("container", "-"), 12)
+
+
+def job_long(job: Mapping[str, str]) -> str:
+    """The same at length, for the header: "slurm job 4242 step 0", "pod trainer-0 burstable",
+    "container 3f1c2e4d5b6a (docker)"."""
+    parts = []
+    if job.get("slurm_job_id"):
+        parts.append(
+            f"slurm job {job['slurm_job_id']}"
+            + (f" step {job['slurm_step']}" if job.get("slurm_step") else "")
+        )
+    if job.get("pod") or job.get("pod_uid"):
+        pod = job.get("pod") or job["pod_uid"][:8]
+        parts.append(f"pod {pod}" + (f" {job['qos']}" if job.get("qos") else ""))
+    if job.get("container"):
+        parts.append(f"container {job['container']}" + (f" ({job['runtime']})" if job.get("runtime") else ""))
+    return clean(", ".join(parts), 80)
 
 
 def header(v: View, lk: Look = DEFAULT) -> Text:
@@ -188,6 +216,9 @@ def header(v: View, lk: Look = DEFAULT) -> Text:
     if s.fault:
         t.append(f"  {clean(s.fault, 120)}", style="bold red")
     t.append(f"  {clean(meta.get('host') or '', 40)} ")
+    jobs = {job_long(dict(j.job)) for j in f.jobs} - {""} if f else set()
+    if jobs:  # who the GPU processes work for (their cgroups): one named, or how many
+        t.append(f"{jobs.pop() if len(jobs) == 1 else counted(len(jobs), 'job')} ", style="bold")
     if f is None:
         t.append(f"starting{g.ellipsis} ", style="dim")
     elif gpus:
@@ -371,12 +402,39 @@ def top_frame(s: StackSample | None, width: int, ellipsis: str = "…") -> str:
 
 
 # the process table's orders (`o` cycles them): "" is the collector's (each process, then its workers)
-PROC_ORDERS = ("", "GPU memory", "CPU", "phase", "PID")
+PROC_ORDERS = ("", "GPU memory", "CPU", "phase", "PID", "GPU SM")
+
+
+def proc_sm(f: Frame) -> dict[int, float]:
+    """pid -> the share of time its kernels ran (the driver's per-process SM %), summed over its GPUs;
+    a process the driver gave no figure for is absent."""
+    out: dict[int, float] = {}
+    for g in f.gpus:
+        for u in g.proc_util:
+            if u.sm is not None:
+                out[u.pid] = out.get(u.pid, 0.0) + u.sm
+    return out
 
 
 def _phase_of(v: View, p: ProcSample) -> str:
     labs = v.labels.get(p.gpus[0]) if p.gpus else None
     return now_label(labs)[0] if labs else ""
+
+
+def gpu_proc_text(g: GpuSample, pid: int) -> str:
+    """A GPU's process with its share of the GPU: "1234 (SM 62%, mem 31%)", the encoder and decoder
+    only when they worked."""
+    u = g.util_of(pid)
+    parts = (
+        [
+            f"{name} {v:.0f}%"
+            for name, v in (("SM", u.sm), ("mem", u.mem), ("enc", u.enc), ("dec", u.dec))
+            if v is not None and (v > 0 or name in ("SM", "mem"))
+        ]
+        if u
+        else []
+    )
+    return f"{pid} ({', '.join(parts)})" if parts else str(pid)
 
 
 def shown_procs(v: View, order: str = "", match: str = "", reverse: bool = False) -> list[ProcSample]:
@@ -388,7 +446,12 @@ def shown_procs(v: View, order: str = "", match: str = "", reverse: bool = False
     procs = list(f.host.procs)
     if match:
         m = match.lower()
-        procs = [p for p in procs if m in f"{p.pid} {p.user} {p.name} {p.cmdline} {_phase_of(v, p)}".lower()]
+        procs = [
+            p
+            for p in procs
+            if m
+            in f"{p.pid} {p.user} {p.name} {p.cmdline} {_phase_of(v, p)} {job_short(f.job_of(p.pid))}".lower()
+        ]
     if order == "GPU memory":
         mem = {p.pid: p.used_memory or 0 for g in f.gpus for p in g.processes}
         procs.sort(key=lambda p: (-mem.get(p.pid, 0), p.pid))
@@ -398,6 +461,9 @@ def shown_procs(v: View, order: str = "", match: str = "", reverse: bool = False
         procs.sort(key=lambda p: (_phase_of(v, p) or "~", p.pid))  # (no phase: last)
     elif order == "PID":
         procs.sort(key=lambda p: p.pid)
+    elif order == "GPU SM":
+        sm = proc_sm(f)
+        procs.sort(key=lambda p: (-sm.get(p.pid, -1.0), p.pid))
     return procs[::-1] if reverse else procs
 
 
@@ -413,10 +479,12 @@ def proc_rows(
     if f is None or f.host is None:
         return []
     gpu_mem = {p.pid: p.used_memory for g in f.gpus for p in g.processes}
+    sm = proc_sm(f)
     stacks = v.stacks
     rows = []
     for p in shown_procs(v, order, match, reverse):
         mem = gpu_mem.get(p.pid)
+        p_sm = sm.get(p.pid)
         labs = v.labels.get(p.gpus[0]) if p.gpus else None
         rows.append(
             (
@@ -426,6 +494,7 @@ def proc_rows(
                     clean(p.user, 8),
                     ",".join(map(str, p.gpus)) or "-",
                     "-" if mem is None else f"{mem / 2**30:.1f}G",
+                    "-" if p_sm is None else f"{p_sm:.0f}",
                     f"{p.cpu_pct:.0f}",
                     phase_cell(labs, lk) if labs else Text("-"),
                     top_frame(stacks.get(p.pid), top_w, lk.glyphs.ellipsis),
@@ -433,6 +502,7 @@ def proc_rows(
                     clean(p.state, 2),
                     "worker" if p.worker_of else "main",
                     clean(p.placement, 5),
+                    job_short(f.job_of(p.worker_of or p.pid)),
                 ),
             )
         )

@@ -4,6 +4,7 @@ memtop cannot run without (a driver, a GPU) is missing, so scripts can gate on i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from memtop import __version__
 from memtop.collectors import numa, perf, stacks
 from memtop.collectors.nvml import NvmlCollector, link_bytes_per_s
 from memtop.collectors.nvml_calls import NvmlCallError
+from memtop.collectors.pidns import INIT_PID_NS, PidMap
 
 REQUIRED = frozenset({"NVIDIA driver", "GPUs"})  # without these there is nothing to monitor
 
@@ -178,19 +180,26 @@ def host_rows(root: Path = Path("/")) -> list[Row]:
                 nspid = line.split(":", 1)[1].split()
     except OSError:
         pass
+    # a container's own procfs shows one NSpid entry: the namespace's inode tells (the host's is fixed)
+    with contextlib.suppress(OSError):
+        nspid += ["?"] * (os.stat("/proc/self/ns/pid").st_ino != INIT_PID_NS)
     nested = len(nspid) > 1
+    mapped = PidMap().host_proc
     rows.append(
         _row(
             "container / PID namespace",
-            not nested,
+            not nested or mapped is not None,
             ("in a container; " if container else "not in a container; ")
             + (
-                "own PID namespace: NVML may report host PIDs memtop cannot see"
-                if nested
-                else "host PID namespace"
+                "host PID namespace"
+                if not nested
+                else f"own PID namespace: NVML's host PIDs are mapped through {mapped}"
+                if mapped
+                else "own PID namespace: NVML may report host PIDs memtop cannot see"
             ),
-            "run with --pid=host (docker) or hostPID: true (Kubernetes) to see training processes"
-            if nested
+            "mount the host's /proc read-only (-v /proc:/host/proc:ro), or run with --pid=host (docker) or "
+            "hostPID: true (Kubernetes), to see training processes"
+            if nested and not mapped
             else "",
         )
     )

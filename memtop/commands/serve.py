@@ -12,6 +12,7 @@ import os
 import stat
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,9 +66,10 @@ class NodeCollector:
     PID. `node` tells apart exporters that share a host name (demo nodes, containers): this machine's
     name and the port served, or the name alone for a textfile."""
 
-    def __init__(self, node, stats: ServeStats | None = None) -> None:
+    def __init__(self, node, stats: ServeStats | None = None, per_process: bool = False) -> None:
         self.node = node
         self.stats = stats
+        self.per_process = per_process  # --per-process: the pid-labelled series (off: see _processes)
 
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -161,6 +163,8 @@ class NodeCollector:
             job = jobs.get(g.index, {})
             info.add_metric(labels, {"name": g.name, **{k: job.get(k, "") for k in KEYS}})
         yield info
+        if self.per_process:
+            yield from _processes(gpus)
 
 
 def _hardware_families(pipeline, gpus: list, base: list[str]):
@@ -203,11 +207,35 @@ def _hardware_families(pipeline, gpus: list, base: list[str]):
     yield fam
 
 
-def registry(node, stats: ServeStats | None = None):
+def _processes(gpus: list) -> Iterator:
+    """``--per-process`` only: each GPU process's share of its GPU, labelled by pid. A series per GPU
+    process and metric, and a new one each time a process starts (a restarted job's PIDs are new):
+    N GPUs x P processes x 2 series now, and every PID ever seen stays in the TSDB until retention
+    drops it. The design keeps PIDs out of every other series."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    for field, name, what in (
+        ("sm", "process_sm_utilization_ratio", "time its kernels ran"),
+        ("mem", "process_memory_utilization_ratio", "time its memory was read or written"),
+    ):
+        fam = GaugeMetricFamily(
+            PREFIX + name,
+            f"share of the {what} on this GPU, per process (the driver's per-process samples; ratio, 0..1)",
+            labels=["gpu", "uuid", "hostname", "node", "pid"],
+        )
+        for g, labels in gpus:
+            for u in g.proc_util:
+                v = getattr(u, field)
+                if v is not None:
+                    fam.add_metric([*labels, str(u.pid)], v / 100.0)
+        yield fam
+
+
+def registry(node, stats: ServeStats | None = None, per_process: bool = False):
     from prometheus_client import CollectorRegistry
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(NodeCollector(node, stats))
+    reg.register(NodeCollector(node, stats, per_process))
     return reg
 
 
@@ -509,7 +537,7 @@ def serve(args: argparse.Namespace) -> int:
             raise UserError(f"--textfile {textdir}: no such directory")
     node = Node(args)
     stats = ServeStats()
-    reg = registry(node, stats)
+    reg = registry(node, stats, args.per_process)
     if textdir is not None:
         node.node_id = platform.node()
         if done.is_set():

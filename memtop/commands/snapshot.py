@@ -188,8 +188,9 @@ class Node:
         for p in frame.host.procs:
             if not p.gpus:
                 continue
-            # a recording's PIDs are another machine's: only a live node reads job identity
-            job = self.jobs.get(p.pid, p.started) if self.sampler is not None else {}
+            # a recording's PIDs are another machine's: only a live node reads job identity (the
+            # cgroup's part is recorded: a replay has that)
+            job = self.jobs.get(p.pid, p.started) if self.sampler is not None else frame.job_of(p.pid)
             for g in p.gpus:
                 per_gpu.setdefault(g, job)
             procs.append(
@@ -199,9 +200,19 @@ class Node:
                     "gpus": list(p.gpus),
                     "cpu_pct": round(p.cpu_pct, 1),
                     "job": job,
+                    "gpu_util": gpu_util(frame, p.pid),
                 }
             )
         return per_gpu, procs
+
+
+def gpu_util(frame: Frame, pid: int) -> list[dict]:
+    """The process's share of each GPU it used this second (the driver's per-process figures)."""
+    return [
+        {"gpu": g.index, "sm": u.sm, "mem": u.mem, "enc": u.enc, "dec": u.dec}
+        for g in frame.gpus
+        if (u := g.util_of(pid)) is not None
+    ]
 
 
 def no_gpu_reason(nvml) -> str | None:

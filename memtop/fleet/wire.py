@@ -89,6 +89,11 @@ _JOB_PATTERN = {
     "rank": re.compile(r"[0-9]{1,10}"),
     "local_rank": re.compile(r"[0-9]{1,10}"),
     "world_size": re.compile(r"[0-9]{1,10}"),
+    # from the cgroup (collectors/jobid.py parse_cgroup): the shapes it writes
+    "pod_uid": re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}"),
+    "qos": re.compile(r"guaranteed|burstable|besteffort"),
+    "container": re.compile(r"[0-9a-f]{12}"),
+    "runtime": re.compile(r"docker|containerd|cri-o|podman"),
 }
 
 
