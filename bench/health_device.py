@@ -187,7 +187,8 @@ def energy(out: dict, outdir: Path) -> None:
     from memtop.store import Recording
 
     r = Recording(path)
-    ((ts, es),) = r.energy(r.t0, r.t1).values()
+    ((ts_all, es_all, _power),) = r.energy(r.t0, r.t1).values()
+    ts, es = zip(*[(t, e) for t, e in zip(ts_all, es_all) if e is not None])  # the samples with a read
     rt = np.array([t for t, _ in reads])
     re_ = np.array([e / 1000 for _, e in reads])
     ref = float(np.interp(ts[-1], rt, re_) - np.interp(ts[0], rt, re_))
