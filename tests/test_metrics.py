@@ -117,18 +117,19 @@ def _copy(src, tmp_path):
 def test_a_damaged_value_reads_as_missing_and_the_rest_survives(tmp_path):
     path = _copy(REC[3], tmp_path)
     db = sqlite3.connect(path)
-    rows = [r[0] for r in db.execute("SELECT rowid FROM gpu WHERE sm > 500 LIMIT 4")]
+    # (t, gpu) is the key: the table has no rowid since schema 2
+    rows = db.execute("SELECT t, gpu FROM gpu WHERE sm > 500 LIMIT 4").fetchall()
     assert len(rows) == 4
-    db.execute("UPDATE gpu SET sm = 9e999 WHERE rowid = ?", (rows[0],))  # inf
-    db.execute("UPDATE gpu SET sm = 'x', power_w = -5 WHERE rowid = ?", (rows[1],))
-    db.execute("UPDATE gpu SET mem_used = 1e30, clock_events = x'00' WHERE rowid = ?", (rows[2],))
-    db.execute("UPDATE gpu SET mode = 'gpm' || char(27) || '[2J' WHERE rowid = ?", (rows[3],))
+    db.execute("UPDATE gpu SET sm = 9e999 WHERE t = ? AND gpu = ?", rows[0])  # inf
+    db.execute("UPDATE gpu SET sm = 'x', power_w = -5 WHERE t = ? AND gpu = ?", rows[1])
+    db.execute("UPDATE gpu SET mem_used = 1e30, clock_events = x'00' WHERE t = ? AND gpu = ?", rows[2])
+    db.execute("UPDATE gpu SET mode = 'gpm' || char(27) || '[2J' WHERE t = ? AND gpu = ?", rows[3])
     db.execute("UPDATE gpu_state SET link = '{\"gen\": 1e999}', processes = '[[1, 2], \"x\"]'")
     db.commit()
     damaged = {g.t: g for f in Recording(path).frames() for g in f.gpus}
     good = {g.t: g for f in Recording(REC[3]).frames() for g in f.gpus}
     assert damaged.keys() == good.keys()
-    t0, t1, t2, t3 = (db.execute("SELECT t FROM gpu WHERE rowid = ?", (r,)).fetchone()[0] for r in rows)
+    t0, t1, t2, t3 = (t for t, _gpu in rows)
     assert damaged[t0].sm is None and damaged[t0].tensor == good[t0].tensor
     assert damaged[t1].sm is None and damaged[t1].power_w is None and damaged[t1].util == good[t1].util
     assert damaged[t2].mem_used is None and damaged[t2].clock_events is None
