@@ -131,9 +131,11 @@ def reblock(db: sqlite3.Connection) -> None:
         return  # (the previous version's files have none)
     db.execute("DELETE FROM block")
     mode = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " END"
+    have = {r[1] for r in db.execute("PRAGMA table_info(gpu)")}  # a tile from before a metric lacks it
+    gpu_cols = ", ".join(c if c in have else "NULL" for c, _ in GPU_COLS)
     queries = {
         "frame": "SELECT t FROM frame ORDER BY t",
-        "gpu": f"SELECT t, gpu, {mode}, {', '.join(c for c, _ in GPU_COLS)} FROM gpu ORDER BY t, gpu",
+        "gpu": f"SELECT t, gpu, {mode}, {gpu_cols} FROM gpu ORDER BY t, gpu",
         "stack": named_stack_sql(db),
         "perf": "SELECT t, pid, json_array_length(data) FROM perf ORDER BY t, rowid",
         "perf_rate": "SELECT p.t, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]') FROM perf p, json_each(p.data) j"
