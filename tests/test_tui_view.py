@@ -601,3 +601,18 @@ async def test_the_screen_says_which_evidence_is_missing_and_its_cost():
             await _settle(pilot, app)
             caps = app.query_one("#caps").text.plain
             assert ("missing GPM:" in caps and "held-out macro-F1" in caps) is want, caps
+
+
+async def test_gpu_detail_scrolls_to_its_end_at_80x24():
+    """The detail screen was a fixed box: at 80x24 (and 120x40) the verdict and timeline lay below it."""
+    app = MemtopApp(_pipeline(1), hangup_guard=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot, app)
+        app.query_one("#gpus").focus()
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, GpuDetail)
+        assert not any(row.startswith("│events") for row in _screen(app))  # the timeline's last rows
+        await pilot.press("pagedown", "pagedown", "pagedown")
+        await pilot.pause(0.3)
+        assert any(row.startswith("│events") for row in _screen(app))
