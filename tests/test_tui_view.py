@@ -330,6 +330,7 @@ async def test_no_gpu_live_says_what_it_can_show():
         await _settle(pilot, app)
         text = "\n".join(_screen(app))
     assert "host CPU and memory, NUMA, the watched processes and their Python stacks" in text
+    assert "no GPU: nothing to chart" in text and "waiting for data" not in text  # it never comes
 
 
 # -- terminal safety (#16) ------------------------------------------------------------------------
