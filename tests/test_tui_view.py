@@ -617,3 +617,26 @@ async def test_gpu_detail_scrolls_to_its_end_at_80x24():
         await pilot.press("pagedown", "pagedown", "pagedown")
         await pilot.pause(0.3)
         assert any(row.startswith("│events") for row in _screen(app))
+
+
+async def test_top_frame_is_never_cut_at_the_left_column_edge():
+    """At 120x40 the top frame ran past the left column's edge and read `workload.py:19` for `:198`."""
+    import re
+
+    def long_names(s):
+        threads = tuple(
+            replace(t, frames=tuple(replace(fr, name="a_long_function_name_" + fr.name) for fr in t.frames))
+            for t in s.threads
+        )
+        return replace(s, threads=threads)
+
+    frames = [replace(f, stacks=tuple(long_names(s) for s in f.stacks)) for f in _frames()]
+    app = MemtopApp(_pipeline(1, frames=frames), hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot, app)
+        rows = _screen(app)
+    left = [r.split("▏")[0] for r in rows if re.match(r"\d+ ", r)]
+    locs = [m.group(0) for r in left if (m := re.search(r"\w+\.py:\d+", r))]
+    assert locs, left
+    stacks = "\n".join(r.split("▏", 1)[-1] for r in rows)
+    assert all(re.search(re.escape(loc) + r"\b", stacks) for loc in locs), (locs, stacks)

@@ -746,9 +746,11 @@ class MemtopApp(App[int]):
         left = column or self.query_one("#left", LeftColumn)
         table = left.query_one("#procs", RowTable)
         # the top frame takes the width the left column has (at least 24 cells; columns after the
-        # table's edge are cut, the least useful last)
-        fixed = sum(w + 1 for _, w in (*fmt.PROC_COLUMNS, *fmt.PROC_TAIL)) + 1
-        top_w = max(fmt.TOP_FRAME[1], left.size.width - fixed)
+        # table's edge are cut, the least useful last), but never runs past that edge itself: cut there,
+        # `workload.py:198` read `workload.py:19`
+        head = sum(w + 1 for _, w in fmt.PROC_COLUMNS) + 1
+        fixed = head + sum(w + 1 for _, w in fmt.PROC_TAIL)
+        top_w = min(max(fmt.TOP_FRAME[1], left.size.width - fixed), max(left.size.width - head, 12))
         table.set_width(len(fmt.PROC_COLUMNS), top_w)
         rows = fmt.proc_rows(v, lk or self.look, top_w, self.proc_order, self.proc_match, self.proc_reverse)
         table.set_rows(rows)
