@@ -35,12 +35,21 @@ def run(*args: str, **kw) -> subprocess.CompletedProcess:
         ["replay", "--summary", "/etc/hostname"],
         ["report", "/dev/null"],
         ["export", "/nonexistent", "--perfetto", "x"],
+        ["--trace-on", "bogus"],
     ],
 )
 def test_bad_input_is_one_line_exit_2_no_traceback(args, tmp_path):
     r = run(*args, cwd=tmp_path)
     assert r.returncode == 2, r
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("flag", [["--record", "x.memtop"], ["--pid", "1"], ["--trace-on", "sync"]])
+def test_demo_refuses_a_live_only_flag(flag, tmp_path):
+    """The demo plays a recording: it ignored these, silently (no file recorded, no process watched)."""
+    r = run("--demo", *flag, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and f"{flag[0]} watches this machine live" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.memtop").exists()
 
 
 def test_tui_refuses_without_a_terminal():

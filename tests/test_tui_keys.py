@@ -365,6 +365,17 @@ def test_help_keeps_its_columns_in_every_mode(ascii_only):
         assert all(r[14] == " " and r[15] != " " for r in keys), keys  # names padded to 12
 
 
+@pytest.mark.parametrize("mode", ["live", "replay"])
+def test_help_wraps_a_key_text_under_its_column(mode):
+    """At 80 columns `o`'s text wrapped its last word to column 0, where it read as a key of its own."""
+    from memtop.tui.app import HELP_WIDTH, help_text
+
+    text = help_text(mode, [k for k in KEYS if mode in k.modes])
+    keys = text[text.index("Keys") : text.index("(arrows")].splitlines()[1:]
+    assert all(len(r) <= HELP_WIDTH and r.startswith("  ") for r in keys if r), keys
+    assert any(r.startswith(" " * 15 + "found") for r in keys)  # `o`'s last word, under its text
+
+
 def test_the_cli_replay_finds_phase_runs_by_columns(monkeypatch):
     """`memtop replay` hands its ReplaySource the column scan (8 hours' runs in about a second rather
     than ten by Frames): the runs it gives are the column scan's."""

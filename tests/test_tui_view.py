@@ -330,6 +330,7 @@ async def test_no_gpu_live_says_what_it_can_show():
         await _settle(pilot, app)
         text = "\n".join(_screen(app))
     assert "host CPU and memory, NUMA, the watched processes and their Python stacks" in text
+    assert "no GPU: nothing to chart" in text and "waiting for data" not in text  # it never comes
 
 
 # -- terminal safety (#16) ------------------------------------------------------------------------
@@ -601,3 +602,41 @@ async def test_the_screen_says_which_evidence_is_missing_and_its_cost():
             await _settle(pilot, app)
             caps = app.query_one("#caps").text.plain
             assert ("missing GPM:" in caps and "held-out macro-F1" in caps) is want, caps
+
+
+async def test_gpu_detail_scrolls_to_its_end_at_80x24():
+    """The detail screen was a fixed box: at 80x24 (and 120x40) the verdict and timeline lay below it."""
+    app = MemtopApp(_pipeline(1), hangup_guard=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot, app)
+        app.query_one("#gpus").focus()
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, GpuDetail)
+        assert not any(row.startswith("│events") for row in _screen(app))  # the timeline's last rows
+        await pilot.press("pagedown", "pagedown", "pagedown")
+        await pilot.pause(0.3)
+        assert any(row.startswith("│events") for row in _screen(app))
+
+
+async def test_top_frame_is_never_cut_at_the_left_column_edge():
+    """At 120x40 the top frame ran past the left column's edge and read `workload.py:19` for `:198`."""
+    import re
+
+    def long_names(s):
+        threads = tuple(
+            replace(t, frames=tuple(replace(fr, name="a_long_function_name_" + fr.name) for fr in t.frames))
+            for t in s.threads
+        )
+        return replace(s, threads=threads)
+
+    frames = [replace(f, stacks=tuple(long_names(s) for s in f.stacks)) for f in _frames()]
+    app = MemtopApp(_pipeline(1, frames=frames), hangup_guard=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot, app)
+        rows = _screen(app)
+    left = [r.split("▏")[0] for r in rows if re.match(r"\d+ ", r)]
+    locs = [m.group(0) for r in left if (m := re.search(r"\w+\.py:\d+", r))]
+    assert locs, left
+    stacks = "\n".join(r.split("▏", 1)[-1] for r in rows)
+    assert all(re.search(re.escape(loc) + r"\b", stacks) for loc in locs), (locs, stacks)

@@ -11,6 +11,7 @@ import gc
 import os
 import signal
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterable
@@ -119,7 +120,7 @@ KEYS = (
         "slash",
         "filter",
         "filter",
-        "show only the processes whose PID, user, command or phase hold...",
+        "show only the processes whose PID, user, command or phase contain what you type",
         BOTH,
         footer=False,
         shown="/",
@@ -189,16 +190,28 @@ def _help_text(mode: str, enabled: Iterable[Key], ascii_only: bool) -> str:
             continue
         seen.add((k.action, k.help))
         name = _key_name(k).translate(_ASCII) if ascii_only else _key_name(k)  # padded as shown
-        lines.append(f"  {escape(name):<12} {escape(k.help)}")
+        lines += _help_row(name, k.help)
     lines += [
-        "  tab          move focus (GPUs, processes); enter on a GPU: its detail",
-        "  ctrl+p       command palette (themes, screenshot)",
+        *_help_row("tab", "move focus (GPUs, processes); enter on a GPU: its detail"),
+        *_help_row("ctrl+p", "command palette (themes, screenshot)"),
         "",
         "(arrows / page up / page down scroll this help; esc closes it)",
         "",
         PHASES_HELP,
     ]
     return "\n".join(lines)
+
+
+# the help box's text width in an 80-column terminal (border, padding and scrollbar take 6)
+HELP_WIDTH = 74
+
+
+def _help_row(name: str, text: str) -> list[str]:
+    """A key and its text, wrapped under the text's column (a wrapped line at column 0 reads as a key)."""
+    rows = textwrap.wrap(
+        f"  {name:<12} {text}", HELP_WIDTH, subsequent_indent=" " * 15, break_on_hyphens=False
+    )
+    return [escape(r) for r in rows]
 
 
 class Refresh(Message):
@@ -338,21 +351,30 @@ class SignalScreen(ModalScreen[str | None]):
 
 
 class GpuDetail(ModalScreen[None]):
+    """Scrolls (arrows, pages): the metrics, health, roofline, verdict and timeline overflow 80x24 and even 120x40."""
+
     DEFAULT_CSS = (
-        "GpuDetail { align: center middle; } GpuDetail > Vertical { width: 100%; height: 100%; "
-        "border: round $accent; background: $surface; } GpuDetail Timeline { height: 8; }"
+        "GpuDetail { align: center middle; } GpuDetail > VerticalScroll { width: 100%; height: 100%; "
+        "border: round $accent; background: $surface; } GpuDetail Static { height: auto; }"
+        " GpuDetail Timeline { height: 8; }"
+        " GpuDetail.-ascii > VerticalScroll { scrollbar-size-vertical: 0; }"
     )
-    BINDINGS = [Binding("escape,q,enter", "dismiss", "back")]
+    BINDINGS = [
+        Binding("escape,q,enter", "dismiss", "back"),
+        *HelpScreen.BINDINGS[1:],
+    ]
 
     def __init__(self, view: View, gpu: int, ascii_only: bool) -> None:
-        super().__init__()
+        super().__init__(classes="-ascii" if ascii_only else "")
         self.view, self.gpu, self.ascii_only = view, gpu, ascii_only
 
     def compose(self) -> ComposeResult:
-        with Vertical():
+        with VerticalScroll():
             yield Static(id="detail")
             tl = Timeline(self.ascii_only, id="detail-timeline")
             yield self.app._timeline(tl) if isinstance(self.app, MemtopApp) else tl
+
+    action_scroll = HelpScreen.action_scroll
 
     def on_mount(self) -> None:
         self.query_one(Timeline).show(self.view, self.gpu)
@@ -724,9 +746,11 @@ class MemtopApp(App[int]):
         left = column or self.query_one("#left", LeftColumn)
         table = left.query_one("#procs", RowTable)
         # the top frame takes the width the left column has (at least 24 cells; columns after the
-        # table's edge are cut, the least useful last)
-        fixed = sum(w + 1 for _, w in (*fmt.PROC_COLUMNS, *fmt.PROC_TAIL)) + 1
-        top_w = max(fmt.TOP_FRAME[1], left.size.width - fixed)
+        # table's edge are cut, the least useful last), but never runs past that edge itself: cut there,
+        # `workload.py:198` read `workload.py:19`
+        head = sum(w + 1 for _, w in fmt.PROC_COLUMNS) + 1
+        fixed = head + sum(w + 1 for _, w in fmt.PROC_TAIL)
+        top_w = min(max(fmt.TOP_FRAME[1], left.size.width - fixed), max(left.size.width - head, 12))
         table.set_width(len(fmt.PROC_COLUMNS), top_w)
         rows = fmt.proc_rows(v, lk or self.look, top_w, self.proc_order, self.proc_match, self.proc_reverse)
         table.set_rows(rows)

@@ -163,7 +163,10 @@ class Timeline(TiledLines):
         v = self._view
         cols = max(1, width - LABEL_W)
         if v is None or not v.history.get(self.gpu):
-            text = f"waiting for data{self._look.glyphs.ellipsis}" if y == 0 else ""
+            # a frame without GPUs will stay so: "waiting" would promise a chart that never comes
+            gone = v is not None and v.frame is not None and not v.frame.gpus
+            text = "no GPU: nothing to chart" if gone else f"waiting for data{self._look.glyphs.ellipsis}"
+            text = text if y == 0 else ""
             return text, Strip([Segment(text, NULL)])
         pts = v.history[self.gpu]
         end = self._end if self._end is not None else pts[-1].t

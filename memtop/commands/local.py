@@ -406,9 +406,18 @@ def check_trace_dir(args: argparse.Namespace) -> None:
         raise UserError(f"--trace-dir {clean(d, 200)}: no such directory")
 
 
+# flags that act on this machine's processes: --demo plays a recording, where they would be ignored
+LIVE_ONLY = (("record", "--record"), ("pid", "--pid"), ("trace_on", "--trace-on"))
+
+
 def live(args: argparse.Namespace) -> int:
     check_trace_dir(args)
     if args.demo:
+        given = [flag for name, flag in LIVE_ONLY if getattr(args, name, None)]
+        if given:
+            raise UserError(
+                f"{given[0]} watches this machine live: it does nothing with --demo (a recording)"
+            )
         # start a minute in, so the first screen already shows a timeline of phases
         return replay_app(demo_path(), args, "demo", loop=True, start_at=60.0)
     _need_tty()
