@@ -138,9 +138,7 @@ def _evidence(lab: Label) -> str:
                     + (f"{', '.join(map(str, away))} not in a collective" if away else "all in collectives")
                 )
     if lab.label in ("cpu", "input", "sync"):
-        parts.append(
-            f"main thread CPU {e.proc_cpu} %"
-        )  # (the process, all its threads: _main_thread splits it)
+        parts.append(f"process CPU {e.proc_cpu} %")  # all its threads: _main_thread names the main one's
     if lab.label in ("cpu", "input", "sync", "idle") and (main := _main_thread(e)):
         parts.append(main)
     if e.workers:

@@ -82,6 +82,8 @@ def test_the_producer_is_named_with_its_pid_and_cpu():
     assert found
     v = verdict([lab for m, labs in _phases(PIPE[0]) if m.name == "pool_lo" for lab in labs])
     assert v.label == "input" and "works at" in v.advice[0] and "main thread alone" in v.evidence
+    # the process's CPU (all its threads, 340 % here) is never called the main thread's
+    assert "process CPU" in v.evidence and "main thread CPU" not in v.evidence
 
 
 def test_a_sleeping_job_says_so_beside_its_busy_helper():

@@ -138,7 +138,7 @@ def test_an_evidence_line_of_another_label_is_caught():
     rows = [
         " GPU 0 now: compute │ last 60 s ████ compute 43 % · cpu 24 %",
         " verdict: compute-bound now, for the last 5 s (43 % of the last 60 s)",
-        " graphics 15 %, SM 13 %, main thread CPU 100 %",
+        " graphics 15 %, SM 13 %, process CPU 100 %",
         " → Python overhead on the main thread",
     ]
     with pytest.raises(AssertionError, match="another label"):
@@ -146,7 +146,7 @@ def test_an_evidence_line_of_another_label_is_caught():
     rows = [
         " GPU 0 now: sync │ last 60 s ████ input 24 %",
         " verdict: sync-stall now, for the last 4 s (13 % of the last 60 s)",
-        " graphics 58 %, SM 62 %, main thread CPU 100 %",
+        " graphics 58 %, SM 62 %, process CPU 100 %",
         " → CPU and GPU take turns: the main thread waits in a CUDA sync",
         " $ nsys profile … -o memtop-input python train.py",
     ]
