@@ -92,39 +92,31 @@ def pool(end: float, hi: bool) -> dict:
 # -- concurrent.futures.ProcessPoolExecutor ----------------------------------------------------
 def ppe(end: float, hi: bool) -> dict:
     with cf.ProcessPoolExecutor(WORKERS, mp_context=FORK) as ex:
-        futs = [ex.submit(decode, k) for k in range(2 * WORKERS)]
-        k = len(futs)
-
-        def get(n: int) -> np.ndarray:
-            nonlocal k
-            out = futs.pop(0).result()
-            futs.append(ex.submit(decode, k))
-            k += 1
-            return out
-
-        out = _loop(end, get, hi)
-        for f in futs:
-            f.cancel()
-        return out
+        return _futures(ex, end, hi)
 
 
 # -- a thread pool (numpy releases the GIL) -----------------------------------------------------
 def threads(end: float, hi: bool) -> dict:
     with cf.ThreadPoolExecutor(WORKERS) as ex:
-        futs = [ex.submit(decode, k) for k in range(2 * WORKERS)]
-        k = len(futs)
+        return _futures(ex, end, hi)
 
-        def get(n: int) -> np.ndarray:
-            nonlocal k
-            out = futs.pop(0).result()
-            futs.append(ex.submit(decode, k))
-            k += 1
-            return out
 
-        out = _loop(end, get, hi)
-        for f in futs:
-            f.cancel()
+def _futures(ex: cf.Executor, end: float, hi: bool) -> dict:
+    """The loop fed by ``ex``: 2 x WORKERS decodes in flight, each one taken replaced by the next."""
+    futs = [ex.submit(decode, k) for k in range(2 * WORKERS)]
+    k = len(futs)
+
+    def get(n: int) -> np.ndarray:
+        nonlocal k
+        out = futs.pop(0).result()
+        futs.append(ex.submit(decode, k))
+        k += 1
         return out
+
+    out = _loop(end, get, hi)
+    for f in futs:
+        f.cancel()
+    return out
 
 
 # -- a producer process over multiprocessing.Queue -------------------------------------------
