@@ -175,7 +175,7 @@ def column_widths(lens: list[tuple[int, ...]], width: int) -> list[tuple[str, in
 
 def stale_line(stale: list[str], width: int) -> str:
     """The stale nodes in one line of `width` cells: as many names as fit, then how many more."""
-    line = f"stale (> {STALE_INTERVALS} intervals):"
+    line = f"no fresh snapshot (> {STALE_INTERVALS} intervals):"  # (never seen, or gone quiet)
     for i, name in enumerate(stale):
         item = f"{',' if i else ''} {clean(name, 40)}"
         if cell_len(line + item) + len(f" +{len(stale)}") > width - 1:
