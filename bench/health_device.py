@@ -1,16 +1,19 @@
 """Health counters, the energy counter and the roofline estimate on a real GPU (issue 36).
 
-usage: python bench/health_device.py OUTDIR   (on the GPU machine; bench/health_device.sh runs it)
+usage: python bench/health_device.py OUTDIR [STEP ...]   (on the GPU machine; bench/health_device.sh)
+STEP: cost, roofline, smi_before, energy, smi_after (default: all, in that order).
 
-1. CPU cost of the new NVML calls (thread time, as bench/nvml_cost.py measures).
-2. Roofline: a bf16 GEMM of known FLOPs and a streaming copy of known bytes, each ~6 s, while a
-   GpuReader samples GPM at 10 Hz through RecordingNvml; measured FLOP/s and GB/s against
-   memtop.roofline's estimate (mean over the steady part). The first seconds of that NVML log are the
-   replay fixture (tests/data/nvml_health_h100.json).
-3. Energy: `memtop record` over idle, GEMM, idle while a thread reads the driver's energy counter at
-   20 Hz on the same monotonic clock; the recording's counter rise against the thread's over the same
-   instants, and against power integrated from the recording's samples.
-Writes OUTDIR/health.json (all figures) and the fixture.
+- cost: CPU cost of the new NVML calls (thread time, as bench/nvml_cost.py measures).
+- roofline: a bf16 GEMM of known FLOPs and a streaming copy of known bytes, each ~6 s, while a
+  GpuReader samples GPM at 10 Hz through RecordingNvml; measured FLOP/s and GB/s against
+  memtop.roofline's estimate (mean over the steady part). The first seconds of that NVML log are the
+  replay fixture (tests/data/nvml_health_h100.json).
+- smi_before / smi_after: every health counter memtop reads (RealNvml), then `nvidia-smi -q`, then the
+  counters again; bench/health_check.py compares them.
+- energy: `memtop record` 30 s over idle, GEMM, idle while a thread reads the driver's energy counter at
+  20 Hz on the recording's clock; bench/health_check.energy_figures compares the report's energy and
+  the counter's rise with that reader over the same window.
+Writes OUTDIR/health.json (all figures) and the raw files health_check.py reads.
 """
 
 from __future__ import annotations
@@ -143,89 +146,97 @@ def roofline(out: dict, outdir: Path) -> None:
     )
 
 
-def energy(out: dict, outdir: Path) -> None:
+def memtop_reads(nv: RealNvml) -> dict:
+    """Every counter memtop reads for a GPU's health, as RealNvml gives them."""
+    return {
+        "t": time.time(),
+        "health": nv.health(0),
+        "link": nv.link(0),
+        "clock_events": nv.clock_events(0),
+        "xids": nv.xids(0),
+        "energy_mj": nv.energy_mj(0),
+    }
+
+
+def smi(tag: str, out: dict, outdir: Path) -> None:
+    """memtop's reads, then `nvidia-smi -q` (and its PERFORMANCE section), then memtop's reads again."""
     nv = RealNvml()
     nv.init()
-    reads: list[tuple[float, int]] = []
+    a = memtop_reads(nv)
+    q = subprocess.run(["nvidia-smi", "-q", "-i", "0"], capture_output=True, text=True, timeout=60)
+    b = memtop_reads(nv)
+    (outdir / f"smi_{tag}.txt").write_text(q.stdout + q.stderr)
+    (outdir / f"memtop_{tag}.json").write_text(json.dumps({"a": a, "b": b}, default=str))
+    perf = subprocess.run(
+        ["nvidia-smi", "-q", "-i", "0", "-d", "PERFORMANCE,ECC,PAGE_RETIREMENT,ROW_REMAPPER"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    (outdir / f"smi_{tag}_sections.txt").write_text(perf.stdout + perf.stderr)
+    from health_check import compare
+
+    out[f"smi_{tag}"] = compare(a, q.stdout, b)
+
+
+def energy(out: dict, outdir: Path) -> None:
+    """`memtop record` over idle, a bf16 GEMM, idle, while a thread reads the driver's energy counter
+    at 20 Hz on the recording's clock (wall seconds, as the collector makes them: monotonic + offset)."""
+    nv = RealNvml()
+    nv.init()
+    off = time.time() - time.monotonic()
+    reads: list[tuple[float, float]] = []
     stop = threading.Event()
 
     def reader() -> None:
         while not stop.is_set():
-            reads.append((time.monotonic(), nv.energy_mj(0)))
+            t = time.monotonic()
+            mj = nv.energy_mj(0)
+            reads.append(((t + time.monotonic()) / 2 + off, mj / 1000.0))  # the call's midpoint
             time.sleep(0.05)
 
     th = threading.Thread(target=reader, daemon=True)
     th.start()
+    time.sleep(0.5)
     path = outdir / "energy.memtop"
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memtop",
-            "record",
-            "-o",
-            str(path),
-            "--force",
-            "--duration",
-            "16",
-            "--no-stacks",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        cwd=outdir,  # not the tree: `-m memtop` would import its memtop/ (no collectors) before the view's
-    )
-    time.sleep(4)
+    cmd = [sys.executable, "-m", "memtop", "record", "-o", str(path), "--force", "--duration", "30"]
+    # cwd: not the tree, whose memtop/ (no collectors) would shadow the view
+    p = subprocess.Popen([*cmd, "--no-stacks"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=outdir)
+    time.sleep(6)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     t0 = time.monotonic()
-    while time.monotonic() - t0 < 7.0:
+    while time.monotonic() - t0 < 14.0:
         for _ in range(10):
             a @ a
         torch.cuda.synchronize()
+    del a
     _, err = p.communicate(timeout=60)
+    time.sleep(0.5)
     stop.set()
     th.join()
-    from memtop.store import Recording
+    (outdir / "energy_reads.json").write_text(json.dumps(reads))
+    out["record_stderr"] = err.decode()[-500:]
+    from health_check import energy_figures
 
-    r = Recording(path)
-    ((ts_all, es_all, _power),) = r.energy(r.t0, r.t1).values()
-    ts, es = zip(*[(t, e) for t, e in zip(ts_all, es_all) if e is not None])  # the samples with a read
-    rt = np.array([t for t, _ in reads])
-    re_ = np.array([e / 1000 for _, e in reads])
-    ref = float(np.interp(ts[-1], rt, re_) - np.interp(ts[0], rt, re_))
-    got = es[-1] - es[0]
-    pw = [(g.t, g.power_w) for f in r.frames() for g in f.gpus if g.power_w is not None]
-    pw = sorted(set(pw))
-    pt = np.array([t for t, _ in pw])
-    pv = np.array([v for _, v in pw])
-    integ = float(np.sum(np.diff(pt) * (pv[1:] + pv[:-1]) / 2))
-    out["energy"] = {
-        "recorded_j": got,
-        "driver_counter_j": ref,
-        "error_pct": 100 * (got - ref) / ref,
-        "power_integral_j": integ,
-        "power_integral_error_pct": 100 * (integ - ref) / ref,
-        "window_s": ts[-1] - ts[0],
-        "record_stderr": err.decode()[-500:],
-    }
-    try:
-        from memtop.report import build_report
-
-        rep = build_report(r)
-        out["report_energy"] = [g.get("energy") for g in rep["gpus"]]
-        out["report_health"] = [g.get("health") for g in rep["gpus"]]
-    except Exception as e:  # the report part may not be built yet: the figures above stand alone
-        out["report_error"] = repr(e)
+    out["energy"] = energy_figures(path, [list(r) for r in reads])
 
 
 def main() -> None:
     outdir = Path(sys.argv[1])
     outdir.mkdir(parents=True, exist_ok=True)
     out: dict = {"device": torch.cuda.get_device_name(0)}
-    for step in (cost, roofline, energy):
+    steps = {
+        "cost": cost,
+        "roofline": roofline,
+        "smi_before": lambda o, d: smi("before", o, d),
+        "energy": energy,
+        "smi_after": lambda o, d: smi("after", o, d),
+    }
+    for name in sys.argv[2:] or list(steps):
         try:
-            step(out, outdir)
-        except Exception as e:
-            out[f"{step.__name__}_error"] = repr(e)
+            steps[name](out, outdir)
+        except Exception as e:  # one failed step must not lose the others' figures
+            out[f"{name}_error"] = repr(e)
         (outdir / "health.json").write_text(json.dumps(out, indent=1, default=str))
     print(json.dumps(out, indent=1, default=str))
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 36 on the GPU machine: nvidia-smi's health/energy view before and after, then
-# bench/health_device.py (NVML call cost, roofline vs known kernels, energy vs the driver counter).
-# usage (from the tree's root on the device): bash bench/health_device.sh   -> $OUT/health.tgz
+# Issue 36 on the GPU machine: bench/health_device.py (nvidia-smi -q against memtop's health reads,
+# energy against the driver counter; with STEPS, only those) -> $OUT/health.tgz
+# usage (from the tree's root on the device): bash bench/health_device.sh [STEP ...]
 set -u
 R=$OUT/r; mkdir -p "$R"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site ../../.whl/*.whl >"$R/install.txt" 2>&1
@@ -10,13 +10,12 @@ V=/tmp/view; rm -rf $V; mkdir -p $V/memtop
 for f in "$PWD"/memtop/*; do ln -s "$f" $V/memtop/; done
 ln -s "$PWD/collectors" $V/memtop/collectors; ln -s "$PWD/tui" $V/memtop/tui
 export PYTHONPATH=$V:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
-Q=ECC,ROW_REMAPPER,POWER,PAGE_RETIREMENT,PERFORMANCE  # (PCIe is no -d section: the query below)
-nvidia-smi -q -d $Q > "$R/smi_before.txt" 2>&1
-nvidia-smi --help-query-gpu 2>&1 | grep -i -B1 -A3 "energy" > "$R/smi_energy_help.txt"
-nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max --format=csv >> "$R/smi_before.txt" 2>&1
-nvidia-smi nvlink -e >> "$R/smi_before.txt" 2>&1
-timeout 300 python3 bench/health_device.py "$R" > "$R/log.txt" 2>&1
-nvidia-smi -q -d $Q > "$R/smi_after.txt" 2>&1
+nvidia-smi --version > "$R/smi_version.txt" 2>&1
+nvidia-smi --help-query-gpu > "$R/smi_help_query.txt" 2>&1
+nvidia-smi -q -x -i 0 > "$R/smi_before.xml" 2>&1
+nvidia-smi nvlink -e -i 0 > "$R/smi_nvlink.txt" 2>&1
+(dmesg 2>&1 | grep -i -E "xid|nvrm" | tail -20) > "$R/dmesg_xid.txt"
+timeout 200 python3 bench/health_device.py "$R" "$@" > "$R/log.txt" 2>&1
 rm -f "$R/energy.memtop-wal" "$R/energy.memtop-shm"
 tar czf "$OUT/health.tgz" -C "$R" .
-tail -c 5000 "$R/log.txt"
+tail -c 6000 "$R/log.txt"
