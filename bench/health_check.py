@@ -24,15 +24,17 @@ from memtop.store import Recording
 
 
 def energy_figures(path: Path, reads: list[list[float]]) -> dict:
-    """``reads``: (t, joules) of the driver's counter, t on the recording's clock (wall seconds)."""
+    """``reads``: (t, joules) of the driver's counter, t in wall seconds (the recording's clock is the
+    monotonic one: its meta's wall_offset maps the reads onto it)."""
     rec = Recording(path)
+    off = float(rec.meta.get("wall_offset") or 0.0)
     series = rec.energy(rec.t0, rec.t1)
     if len(series) != 1:
         raise ValueError(f"{path}: {len(series)} GPUs with an energy counter, expected 1")
     ((t, e, p),) = series.values()
     idx = energy.reads(e)
     ta, ea = np.asarray(t), np.asarray([np.nan if v is None else v for v in e])
-    rt, rj = np.asarray([x[0] for x in reads]), np.asarray([x[1] for x in reads])
+    rt, rj = np.asarray([x[0] - off for x in reads]), np.asarray([x[1] for x in reads])
     t_first, t_last_read, t_end = ta[idx[0]], ta[idx[-1]], ta[-1]
     if rt[0] > t_first or rt[-1] < t_end:
         raise ValueError(f"the reference reads ({rt[0]:.1f}-{rt[-1]:.1f}) miss the recording's window")

@@ -181,7 +181,7 @@ def smi(tag: str, out: dict, outdir: Path) -> None:
 
 def energy(out: dict, outdir: Path) -> None:
     """`memtop record` over idle, a bf16 GEMM, idle, while a thread reads the driver's energy counter
-    at 20 Hz on the recording's clock (wall seconds, as the collector makes them: monotonic + offset)."""
+    at 20 Hz in wall seconds (health_check maps them onto the recording's clock by its wall_offset)."""
     nv = RealNvml()
     nv.init()
     off = time.time() - time.monotonic()
