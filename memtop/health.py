@@ -57,6 +57,7 @@ class Counter:
     """A health counter as `serve` exports it."""
 
     field: str  # GpuHealth field
+    title: str  # for people (the GPU detail screen)
     prom: str  # Prometheus name without the memtop_ prefix
     counter: bool  # a counter (only grows) or a gauge (a 0/1 state)
     dcgm: str  # the dcgm-exporter field with the same meaning
@@ -65,39 +66,39 @@ class Counter:
 
 
 COUNTERS: tuple[Counter, ...] = (
-    Counter("ecc_sbe_volatile", "gpu_ecc_sbe_volatile_total", True, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    Counter("ecc_sbe_volatile", "corrected ECC", "gpu_ecc_sbe_volatile_total", True, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
             "corrected (single-bit) ECC errors since the driver loaded"),
-    Counter("ecc_dbe_volatile", "gpu_ecc_dbe_volatile_total", True, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    Counter("ecc_dbe_volatile", "uncorrected ECC", "gpu_ecc_dbe_volatile_total", True, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
             "uncorrected (double-bit) ECC errors since the driver loaded"),
-    Counter("ecc_sbe_aggregate", "gpu_ecc_sbe_aggregate_total", True, "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    Counter("ecc_sbe_aggregate", "corrected ECC (board life)", "gpu_ecc_sbe_aggregate_total", True, "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
             "corrected ECC errors over the board's life"),
-    Counter("ecc_dbe_aggregate", "gpu_ecc_dbe_aggregate_total", True, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    Counter("ecc_dbe_aggregate", "uncorrected ECC (board life)", "gpu_ecc_dbe_aggregate_total", True, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
             "uncorrected ECC errors over the board's life"),
-    Counter("retired_sbe", "gpu_retired_pages_sbe", False, "DCGM_FI_DEV_RETIRED_SBE",
+    Counter("retired_sbe", "pages retired (single-bit)", "gpu_retired_pages_sbe", False, "DCGM_FI_DEV_RETIRED_SBE",
             "pages retired for repeated single-bit errors"),
-    Counter("retired_dbe", "gpu_retired_pages_dbe", False, "DCGM_FI_DEV_RETIRED_DBE",
+    Counter("retired_dbe", "pages retired (double-bit)", "gpu_retired_pages_dbe", False, "DCGM_FI_DEV_RETIRED_DBE",
             "pages retired for double-bit errors"),
-    Counter("retired_pending", "gpu_retired_pages_pending", False, "DCGM_FI_DEV_RETIRED_PENDING",
+    Counter("retired_pending", "page retirement pending", "gpu_retired_pages_pending", False, "DCGM_FI_DEV_RETIRED_PENDING",
             "1 while a page retirement waits for the next reset"),
-    Counter("remap_correctable", "gpu_correctable_remapped_rows", False,
+    Counter("remap_correctable", "rows remapped (correctable)", "gpu_correctable_remapped_rows", False,
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "rows remapped for correctable errors"),
-    Counter("remap_uncorrectable", "gpu_uncorrectable_remapped_rows", False,
+    Counter("remap_uncorrectable", "rows remapped (uncorrectable)", "gpu_uncorrectable_remapped_rows", False,
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "rows remapped for uncorrectable errors"),
-    Counter("remap_pending", "gpu_row_remap_pending", False, "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    Counter("remap_pending", "row remap pending", "gpu_row_remap_pending", False, "DCGM_FI_DEV_ROW_REMAP_PENDING",
             "1 while a row remap waits for the next reset"),
-    Counter("remap_failure", "gpu_row_remap_failure", False, "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    Counter("remap_failure", "row remap failed", "gpu_row_remap_failure", False, "DCGM_FI_DEV_ROW_REMAP_FAILURE",
             "1 once a row remap failed (no spare rows)"),
-    Counter("pcie_replay", "gpu_pcie_replay_total", True, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    Counter("pcie_replay", "PCIe replays", "gpu_pcie_replay_total", True, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
             "PCIe packets replayed (link errors recovered by the link layer)"),
-    Counter("nvlink_crc", "gpu_nvlink_crc_errors_total", True, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    Counter("nvlink_crc", "NVLink CRC errors", "gpu_nvlink_crc_errors_total", True, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
             "NVLink CRC flit errors, summed over the active links"),
-    Counter("nvlink_replay", "gpu_nvlink_replay_errors_total", True,
+    Counter("nvlink_replay", "NVLink replays", "gpu_nvlink_replay_errors_total", True,
             "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "NVLink replays, summed over the active links"),
-    Counter("nvlink_recovery", "gpu_nvlink_recovery_errors_total", True,
+    Counter("nvlink_recovery", "NVLink recoveries", "gpu_nvlink_recovery_errors_total", True,
             "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "NVLink recoveries, summed over the active links"),
-    Counter("violation_power_ns", "gpu_power_violation_seconds_total", True, "DCGM_FI_DEV_POWER_VIOLATION",
+    Counter("violation_power_ns", "power-capped", "gpu_power_violation_seconds_total", True, "DCGM_FI_DEV_POWER_VIOLATION",
             "time the clocks were held down by the power limit", 1e-9),
-    Counter("violation_thermal_ns", "gpu_thermal_violation_seconds_total", True, "DCGM_FI_DEV_THERMAL_VIOLATION",
+    Counter("violation_thermal_ns", "thermal-capped", "gpu_thermal_violation_seconds_total", True, "DCGM_FI_DEV_THERMAL_VIOLATION",
             "time the clocks were held down by the thermal limit", 1e-9),
 )  # fmt: skip
 HEALTH_FIELDS = tuple(f.name for f in fields(GpuHealth) if f.name not in ("t", "xids"))

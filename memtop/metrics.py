@@ -245,7 +245,7 @@ METRICS: tuple[Metric, ...] = (
         10,  # 0.1 J: a 10 s run at 300 W is 3 kJ, so 0.003 %
         hi=1e12,  # the counter runs from the driver's load: 700 W for 40 years is below this
         dcgm="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        help="the driver's energy counter since it loaded (served by phase: gpu_energy_joules_total)",
+        help="since driver load; a run's: `memtop report`",
     ),
     Metric(
         "temp_c",

@@ -10,6 +10,7 @@ the bus), the ECC and row-remapper counters that move with them, NVML_ERROR_GPU_
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import numpy as np
@@ -329,11 +330,73 @@ def test_the_detail_screen_lists_health_and_draws_the_roofline():
         p.on_frame(Frame(g.t, gpus=(g,)), tick=False)
     g = gs[-1]
     text = hardware_text(p.view(), g, ascii_only=True).plain
-    assert "remap_pending 1" in text and "critical: remapped rows pending" in text
+    # the counters by their names for people, not the store's field names
+    assert "row remap pending 1; 10 others 0" in text and "remap_pending" not in text
+    assert "critical: remapped rows pending" in text
     assert "roofline" in text and ("% of the" in text or "n/a" in text)
     assert text.isascii()
     unknown = GpuSample(0.0, 0, "u", "NVIDIA A10", "gpm", tensor=5.0, dram=5.0)
     assert "no datasheet peaks for NVIDIA A10" in hardware_text(p.view(), unknown, True).plain
+
+
+def test_the_detail_screen_says_a_recording_has_no_health_counters_and_live_has_none_yet():
+    """An old recording (labelled_s2: made before memtop read health counters) is not 'not read yet'."""
+    from memtop.tui.hardware import hardware_text
+
+    rec = Recording(DATA / "labelled_s2.memtop")
+    frame = next(iter(rec.frames()))
+    g = frame.gpus[0]
+    assert g.health is None
+    for mode, said in (
+        ("replay", "none in this recording (made before memtop read them)"),
+        ("demo", "none in this recording"),
+        ("live", "no health counters read yet"),
+    ):
+        p = Pipeline(Status(mode))
+        p.on_frame(frame, tick=False)
+        assert said in hardware_text(p.view(), g, ascii_only=False).plain
+    # a power cap's time is in seconds, and all-zero counters are counted
+    gs = _run(_recorded(), 1.0)
+    v = Pipeline(Status("live")).view()
+    h = gs[-1].health
+    assert h is not None
+    capped = dataclasses.replace(gs[-1], health=dataclasses.replace(h, violation_power_ns=9_912_620_896))
+    assert "power-capped 9.9 s; 10 others 0" in hardware_text(v, capped, True).plain
+    assert "11 counters, all zero" in hardware_text(v, gs[-1], True).plain
+
+
+def test_the_roofline_has_units_and_an_idle_gpu_is_drawn_on_its_floor():
+    from memtop.tui.hardware import CHART_H, chart
+
+    from memtop.roofline import Point
+
+    name = "NVIDIA H100 80GB HBM3"
+    busy = chart(Point(600e12, 800e9, 0.6, 0.24, "tensor"), name, ascii_only=True).plain.splitlines()
+    assert busy[0].strip() == "FLOP/s (log)" and "989 TFLOP/s" in busy[1] and "1.0 TFLOP/s" in busy[CHART_H]
+    assert "1e4 FLOP/B" in busy[CHART_H + 2] and "FLOP per DRAM byte (log)" in busy[CHART_H + 3]
+    assert "*" in busy[1] and "* now" in busy[-1]
+    idle = chart(Point(0.0, 0.0, 0.0, 0.0, "tensor"), name, ascii_only=True).plain.splitlines()
+    floor = idle[CHART_H].split("|", 1)[1]
+    assert floor.startswith("o") and "*" not in "".join(idle[1:CHART_H])  # the left end of the floor
+    assert "o now: 0 FLOP/s (no pipe active), drawn on the floor" in idle[-1]
+    # copying, no FLOPs: on the floor at its (zero) intensity's end, still hollow
+    copy = chart(Point(0.0, 2e12, 0.0, 0.6, "tensor"), name, ascii_only=False).plain.splitlines()
+    assert copy[CHART_H].split("|", 1)[1].startswith("○")
+
+
+def test_the_energy_line_of_the_detail_screen_is_for_people():
+    from memtop.tui.app import detail_text
+    from memtop.tui.palette import look
+
+    from memtop.metrics import BY_NAME
+
+    gs = _run(_recorded(), 1.0)
+    p = Pipeline(Status("live"))
+    for g in gs:
+        p.on_frame(Frame(g.t, gpus=(g,)), tick=False)
+    line = next(x for x in detail_text(p.view(), 0, look(None)).plain.splitlines() if "energy" in x)
+    assert line.split()[1:3] == [f"{gs[-1].energy_j:.0f}", "J"] and "since driver load" in line
+    assert "joules_total" not in BY_NAME["energy_j"].help  # (it was serve's family name)
 
 
 def test_a_damaged_health_row_is_missing_data_not_an_exception(tmp_path):

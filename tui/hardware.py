@@ -7,7 +7,7 @@ import math
 
 from rich.text import Text
 
-from memtop.health import summary
+from memtop.health import COUNTERS
 from memtop.model import GpuSample
 from memtop.pipeline import View
 from memtop.roofline import ESTIMATE, PEAKS, Point, point
@@ -17,16 +17,27 @@ CHART_W, CHART_H = 48, 7
 AI_RANGE = (0.1, 1e4)  # FLOP per byte, log scale across the chart
 
 
+def health_line(view: View, g: GpuSample) -> tuple[str, str]:
+    """The health counters for people (the non-zero ones by name, times in seconds) and its style."""
+    if g.health is None:
+        if view.status.mode in ("replay", "demo"):  # memtop reads them at a recording's first sample
+            return "none in this recording (made before memtop read them)", "dim"
+        return "no health counters read yet (read every 5 s)", "dim"
+    given = [(c, v) for c in COUNTERS if (v := getattr(g.health, c.field)) is not None]
+    if not given:
+        return "this GPU gives no health counters", "dim"
+    shown = [f"{c.title} {v * c.scale:.1f} s" if c.scale != 1.0 else f"{c.title} {v}" for c, v in given if v]
+    zero = len(given) - len(shown)
+    if not shown:
+        return f"{zero} counters, all zero", ""
+    return ", ".join(shown) + (f"; {zero} others 0" if zero else ""), ""
+
+
 def hardware_text(view: View, g: GpuSample, ascii_only: bool) -> Text:
     t = Text()
-    counters = summary(g.health)
     t.append(f"  {'health':<14}", style="bold")
-    if g.health is None:
-        t.append("no health counters read yet\n", style="dim")
-    else:
-        bad = {k: v for k, v in counters.items() if v}
-        t.append(", ".join(f"{k} {v}" for k, v in bad.items()) or f"{len(counters)} counters, all zero")
-        t.append("\n")
+    line, style = health_line(view, g)
+    t.append(line + "\n", style=style)
     for e in [e for e in view.health if e.gpu == g.index][-5:]:
         t.append(
             f"    {e.severity}: {clean(e.text)}  $ {e.command}\n",
@@ -46,10 +57,12 @@ def hardware_text(view: View, g: GpuSample, ascii_only: bool) -> Text:
         t.append(f"n/a ({why}: memtop never guesses a peak)\n", style="dim")
         return t
     ai = p.intensity
-    t.append(f"{p.text}\n")
+    t.append(
+        f"{100 * p.compute_roof:.0f} % of the {p.roof} roof, {100 * p.bandwidth_roof:.0f} % of the bandwidth roof\n"
+    )
     t.append(
         f"{'':16}{p.flops / 1e12:.0f} TFLOP/s, {p.bandwidth / 1e9:.0f} GB/s, "
-        f"intensity {'n/a' if ai is None else f'{ai:.0f} FLOP/B'} ({ESTIMATE})\n",
+        f"intensity {'n/a' if ai is None else f'{ai:.0f} FLOP/B'}\n{'':16}({ESTIMATE})\n",
         style="dim",
     )
     t.append_text(chart(p, g.name, ascii_only))
@@ -58,7 +71,8 @@ def hardware_text(view: View, g: GpuSample, ascii_only: bool) -> Text:
 
 def chart(p: Point, name: str, ascii_only: bool) -> Text:
     """Log-log: arithmetic intensity across, FLOP/s up (the roof's peak at the top, 1/1000 of it at the
-    bottom); the roof is min(compute peak, intensity x bandwidth peak); the point is where the GPU runs."""
+    bottom); the roof is min(compute peak, intensity x bandwidth peak); the point is where the GPU runs.
+    A GPU computing nothing (0 FLOP/s, off a log scale) is drawn hollow on the floor, and said so."""
     peak = PEAKS[name]
     top = getattr(peak, p.roof)
     lo_x, hi_x = (math.log10(v) for v in AI_RANGE)
@@ -67,17 +81,22 @@ def chart(p: Point, name: str, ascii_only: bool) -> Text:
         frac = (math.log10(max(flops, top / 1e3)) - math.log10(top / 1e3)) / 3
         return CHART_H - 1 - min(CHART_H - 1, round(frac * (CHART_H - 1)))
 
+    def col_of(ai: float) -> int:
+        return round(
+            (math.log10(min(max(ai, AI_RANGE[0]), AI_RANGE[1])) - lo_x) / (hi_x - lo_x) * (CHART_W - 1)
+        )
+
     grid = [[" "] * CHART_W for _ in range(CHART_H)]
     for col in range(CHART_W):
         ai = 10 ** (lo_x + (hi_x - lo_x) * col / (CHART_W - 1))
         grid[row_of(min(top, ai * peak.dram))][col] = "-" if ascii_only else "─"
-    at = p.intensity
-    if at is not None and p.flops > 0:
-        col = round(
-            (math.log10(min(max(at, AI_RANGE[0]), AI_RANGE[1])) - lo_x) / (hi_x - lo_x) * (CHART_W - 1)
-        )
-        grid[row_of(p.flops)][col] = "*" if ascii_only else "●"
+    # no DRAM traffic: infinitely intense when computing (the right edge), nowhere when idle (the left)
+    at = p.intensity if p.intensity is not None else (AI_RANGE[1] if p.flops > 0 else AI_RANGE[0])
+    idle = p.flops <= 0
+    mark = ("o" if ascii_only else "○") if idle else ("*" if ascii_only else "●")
+    grid[row_of(p.flops)][col_of(at)] = mark
     t = Text()
+    t.append(f"{'FLOP/s (log)':>14}\n", style="dim")
     for r, cells in enumerate(grid):
         label = (
             f"{top / 1e12:.0f} TFLOP/s"
@@ -85,8 +104,9 @@ def chart(p: Point, name: str, ascii_only: bool) -> Text:
             else (f"{top / 1e15:.1f} TFLOP/s" if r == CHART_H - 1 else "")
         )
         t.append(f"{label:>14}  |{''.join(cells)}\n", style="dim" if r else "")
-    t.append(
-        f"{'':16}+{'-' * CHART_W}\n{'':17}{AI_RANGE[0]} FLOP/B{'':>{CHART_W - 22}}{AI_RANGE[1]:.0e}\n",
-        style="dim",
-    )
+    left, right = f"{AI_RANGE[0]:g}", f"{AI_RANGE[1]:.0e} FLOP/B".replace("e+0", "e")
+    t.append(f"{'':16}+{'-' * CHART_W}\n{'':17}{left}{right:>{CHART_W - len(left)}}\n", style="dim")
+    t.append(f"{'':17}arithmetic intensity: FLOP per DRAM byte (log)\n", style="dim")
+    now = f"{mark} now: 0 FLOP/s (no pipe active), drawn on the floor" if idle else f"{mark} now"
+    t.append(f"{'':17}{now}; {'-' if ascii_only else '─'} the roof\n", style="dim")
     return t
