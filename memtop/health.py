@@ -8,7 +8,7 @@ table `serve` and `snapshot` export (names close to dcgm-exporter's). No textual
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
@@ -296,15 +296,23 @@ def report_section(samples: list[GpuSample], t0: float) -> dict | None:
     }
 
 
+def counters_text(values: Mapping[str, int]) -> str:
+    """The counters a GPU gives (``summary``'s form) for people: the non-zero ones by their titles,
+    times in seconds, and how many others are zero (the TUI's detail and `report`'s text)."""
+    given = [(c, values[c.field]) for c in COUNTERS if values.get(c.field) is not None]
+    shown = [f"{c.title} {v * c.scale:.1f} s" if c.scale != 1.0 else f"{c.title} {v}" for c, v in given if v]
+    zero = len(given) - len(shown)
+    if not shown:
+        return f"{zero} counters, all zero" if zero else "no counters"
+    return ", ".join(shown) + (f"; {zero} others 0" if zero else "")
+
+
 def report_lines(h: dict, md: bool) -> list[str]:
     """The health section as text (the report's renderer; ``h`` already made safe for a terminal)."""
     ev = h["events"]
     crit = sum(e["severity"] == "critical" for e in ev)
     head = f"health: {len(ev)} event{'s' if len(ev) != 1 else ''}" + (f" ({crit} critical)" if crit else "")
-    shown = {k: v for k, v in h["counters"].items() if v}
-    lines = [
-        head + (": " + ", ".join(f"{k} {v}" for k, v in shown.items()) if shown else "; counters all zero")
-    ]
+    lines = [f"{head}; counters (since driver load): {counters_text(h['counters'])}"]
     for e in ev[:10]:
         lines.append(
             f"{'- ' if md else '  '}at {clock(e['at_s'])} {e['severity']}: {e['text']}  $ {e['command']}"

@@ -446,3 +446,37 @@ def test_mig_instances_on_synthetic_replies():
     ]
     text = hardware_text(Pipeline(Status("live")).view(), g, True).plain
     assert "GI 1 CI 0" in text and "2.0 / 40.0 GiB" in text and "memory n/a" in text
+
+
+def test_a_counter_change_is_on_the_timeline_and_in_the_report_at_the_sample_that_read_it(tmp_path):
+    """Recorded replies whose third health read (no Xid: the 5 s schedule) shows an uncorrectable ECC
+    error and a pending row remap. memtop learns of a change only when it reads the counter, so "within
+    one sample interval of the change" holds from that read: the timeline's event and the report's are
+    at the sample whose read first returned the new values (0 samples late), and a change waits at
+    most HEALTH_EVERY_S for its read (a Xid brings the read forward to the next second: above)."""
+    base = _baseline()
+    bad = _with(base, ecc_dbe_volatile=base["ecc_dbe_volatile"] + 1, remap_pending=1)
+    gs = _run(_log([base, base, bad, bad], [[]]), 14.0)
+    first_bad = next(g for g in gs if g.health is not None and g.health.remap_pending == 1)
+    before = gs[gs.index(first_bad) - 1]
+    assert before.health is not None and before.health.remap_pending == 0
+    assert 100.0 + 2 * HEALTH_EVERY_S <= first_bad.t < 100.0 + 2 * HEALTH_EVERY_S + 1.0
+    p = Pipeline(Status("live"))
+    for g in gs:
+        p.on_frame(Frame(g.t, gpus=(g,)), tick=False)
+    marks = [e for e in p.view().events if e.kind == "health"]
+    assert [e.t for e in marks] == [first_bad.t, first_bad.t]
+    assert {e.text for e in marks} == {
+        "uncorrectable (double-bit) ECC error: +1",
+        "remapped rows pending: drain the GPU and reset it",
+    }
+    rec = _write(tmp_path, gs)
+    (g,) = build_report(rec)["gpus"]
+    at = {e["kind"]: e["at_s"] for e in g["health"]["events"]}
+    assert at == {
+        "ecc_dbe_volatile": round(first_bad.t - rec.t0, 1),
+        "remap_pending": round(first_bad.t - rec.t0, 1),
+    }
+    text = render(build_report(rec), "text")
+    assert "health: 2 events (2 critical); counters (since driver load): uncorrected ECC 1" in text
+    assert "row remap pending 1" in text and "at 0:00:10 critical: remapped rows pending" in text

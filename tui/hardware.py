@@ -7,7 +7,7 @@ import math
 
 from rich.text import Text
 
-from memtop.health import COUNTERS
+from memtop.health import counters_text, summary
 from memtop.model import GpuSample
 from memtop.pipeline import View
 from memtop.roofline import ESTIMATE, PEAKS, Point, point
@@ -23,14 +23,10 @@ def health_line(view: View, g: GpuSample) -> tuple[str, str]:
         if view.status.mode in ("replay", "demo"):  # memtop reads them at a recording's first sample
             return "none in this recording (made before memtop read them)", "dim"
         return "no health counters read yet (read every 5 s)", "dim"
-    given = [(c, v) for c in COUNTERS if (v := getattr(g.health, c.field)) is not None]
-    if not given:
+    counters = summary(g.health)
+    if not counters:
         return "this GPU gives no health counters", "dim"
-    shown = [f"{c.title} {v * c.scale:.1f} s" if c.scale != 1.0 else f"{c.title} {v}" for c, v in given if v]
-    zero = len(given) - len(shown)
-    if not shown:
-        return f"{zero} counters, all zero", ""
-    return ", ".join(shown) + (f"; {zero} others 0" if zero else ""), ""
+    return counters_text(counters), ""
 
 
 def hardware_text(view: View, g: GpuSample, ascii_only: bool) -> Text:
