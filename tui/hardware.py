@@ -103,6 +103,6 @@ def chart(p: Point, name: str, ascii_only: bool) -> Text:
     left, right = f"{AI_RANGE[0]:g}", f"{AI_RANGE[1]:.0e} FLOP/B".replace("e+0", "e")
     t.append(f"{'':16}+{'-' * CHART_W}\n{'':17}{left}{right:>{CHART_W - len(left)}}\n", style="dim")
     t.append(f"{'':17}arithmetic intensity: FLOP per DRAM byte (log)\n", style="dim")
-    now = f"{mark} now: 0 FLOP/s (no pipe active), drawn on the floor" if idle else f"{mark} now"
+    now = f"{mark} now: 0 FLOP/s, drawn on the floor" if idle else f"{mark} now"
     t.append(f"{'':17}{now}; {'-' if ascii_only else '─'} the roof\n", style="dim")
     return t
