@@ -4,6 +4,11 @@ Recordings of bench/workloads/shared_jobs.sh: two jobs on GPU 0, each marker nam
 job's pid (facts). memtop.jobshare labels each job; bench/score.py scores each job's labels against
 that job's markers (per 0.5 s bin, outside a guard band at each of its own phase edges).
 usage: python bench/shared_accuracy.py [--guard 0.5] [--confusion] RUN.memtop ...
+
+Training runs (tuned on): tests/data/jobs/train_shared_s1, _s2. Frozen at 216893c; the held-out runs,
+declared before they were recorded (bench/workloads/shared_jobs.sh NAME:SEED:PHASES), are HELDOUT:
+s301 has both jobs compute-bound at once (seeds 301/1301 draw compute first for both), s303 is a third
+mix whose producers (a multiprocessing Queue, a thread pool) no training run had.
 """
 
 from __future__ import annotations
@@ -16,6 +21,13 @@ from score import score
 
 from memtop.jobshare import JobLabeller
 from memtop.store import Recording
+
+HELDOUT = (
+    "heldout_shared_s301:301:compute+loader+pool+python",
+    "heldout_shared_s302:302:compute+loader+pool+python",
+    "heldout_shared_s303:303:compute+queue+threads+python",
+    "heldout_shared_s304:304:compute+loader+pool+python",
+)
 
 
 def job_scores(path: str, guard: float) -> list[dict]:
@@ -46,7 +58,9 @@ def main() -> None:
             ok = round(s["accuracy"] * s["bins"])
             right, total = right + ok, total + s["bins"]
             conf.update(s["confusion"])
-            print(f"| {p.rsplit('/', 1)[-1]} | {s['job']} | {s['bins'] / 2:.1f} | {ok / 2:.1f} | {s['accuracy']:.3f} |")
+            print(
+                f"| {p.rsplit('/', 1)[-1]} | {s['job']} | {s['bins'] / 2:.1f} | {ok / 2:.1f} | {s['accuracy']:.3f} |"
+            )
     print(f"\nall jobs: {right / 2:.1f} of {total / 2:.1f} s right = {right / max(1, total):.3f}")
     if a.confusion:
         print("truth->label bins:", dict(sorted(conf.items())))
