@@ -21,12 +21,13 @@ input-bound job's few kernels beside a compute-bound job stay a few.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from memtop.jobs import proc_key
 from memtop.model import Frame, GpuSample, ProcSample, ProcUtil
 from memtop.phases import Classifier, Label
+from memtop.verdict import Verdict
 
 SATURATED = 80.0  # GPU engine %: the jobs contend for it (the phase rules' under-used line)
 # the figures a job's view scales by its part; the rest (power, clocks, memory) stay the GPU's
@@ -238,3 +239,40 @@ class JobLabeller:
 def job_of_pid(jobs: Mapping[str, Job], pid: int) -> str | None:
     """The key of the job a GPU process belongs to, if it is on a shared GPU."""
     return next((k for k, j in jobs.items() if pid in j.pids), None)
+
+
+# -- what the screens say (after the labels: nothing below changes one) -------------------------
+LIVE_S = 5.0  # a job whose newest label is this much older than the GPU's has left the GPU
+
+
+def sharing(gpu_labels: Sequence[Label], by_job: Mapping[str, Sequence[Label]]) -> dict[str, Sequence[Label]]:
+    """The jobs sharing a GPU now: those labelled within LIVE_S of the GPU's newest label."""
+    if not gpu_labels:
+        return {}
+    end = gpu_labels[-1].t
+    return {k: labs for k, labs in by_job.items() if labs and labs[-1].t >= end - LIVE_S}
+
+
+def shared_verdict(
+    gpu: int, base: Verdict, per_job: Mapping[str, Verdict], jobs: Mapping[str, Job]
+) -> Verdict:
+    """The GPU's verdict where jobs share it: the job with a problem named first, with its own verdict
+    (its label, evidence, advice and command); the other jobs' verdicts after it on the headline. All
+    healthy or idle: the GPU's own verdict, the jobs named on its headline."""
+    ranked = sorted(per_job, key=lambda k: (per_job[k].healthy, -per_job[k].share, jobs[k].pid))
+    words = [f"{jobs[k].title} {per_job[k].about or per_job[k].headline}" for k in ranked]
+    head = f"GPU {gpu} shared by {len(ranked)} jobs: " + "; ".join(words)
+    first = per_job[ranked[0]]
+    if first.healthy:
+        return replace(base, headline=head)
+    return replace(first, gpu=gpu, headline=head, about=words[0])
+
+
+def job_frame(frame: Frame | None, job: Job) -> Frame | None:
+    """The Frame with only the job's GPU processes on its host: a job's verdict then names its own
+    process's command line."""
+    if frame is None or frame.host is None:
+        return frame
+    return replace(
+        frame, host=replace(frame.host, procs=tuple(p for p in frame.host.procs if p.pid in job.pids))
+    )

@@ -10,11 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memtop.health import HealthEvent, HealthTracker, hardware_first
+from memtop.jobshare import Job, JobLabeller, job_frame, shared_verdict, sharing
 from memtop.model import Frame, StackSample
 from memtop.phases import Classifier, Label
 from memtop.records import Gap
@@ -80,6 +81,9 @@ class View:
     stacks: dict[int, StackSample] = field(default_factory=dict)  # pid -> the stack to show
     natives: dict[int, StackSample] = field(default_factory=dict)  # pid -> its newest --native dump
     health: tuple[HealthEvent, ...] = ()  # the GPUs' health events, oldest first (memtop.health)
+    # GPUs that jobs share: GPU -> job key -> that job's own labels (memtop.jobshare), and the jobs
+    job_labels: dict[int, dict[str, tuple[Label, ...]]] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
 
 
 def shown_stacks(frame: Frame | None, good: dict[int, StackSample]) -> dict[int, StackSample]:
@@ -118,6 +122,7 @@ class Pipeline:
     def reset(self) -> None:
         with self._lock:
             self.classifier = Classifier(max_bins=int(2 * HISTORY_S / 0.5))
+            self.jobshare = JobLabeller(forget_s=HISTORY_S, max_bins=int(2 * HISTORY_S / 0.5))
             self.history: dict[int, deque[Point]] = {}
             self.frame: Frame | None = None
             self.events: deque[Event] = deque(maxlen=500)
@@ -144,6 +149,7 @@ class Pipeline:
                 while self._kept[0].t < frame.t - HISTORY_S:
                     self._kept.popleft()
             self.classifier.feed(frame)
+            self.jobshare.feed(frame)
             for st in frame.stacks:
                 if st.threads:
                     self._good_stacks[st.pid] = st
@@ -245,10 +251,16 @@ class Pipeline:
             at = None if now else self._frozen
             labels = {g: tuple(v) for g, v in self.classifier.labels.items()}
             jobs = dict(self.classifier.jobs)
+            by_job = {g: {k: tuple(ls) for k, ls in js.items()} for g, js in self.jobshare.labels.items()}
+            shared_jobs = dict(self.jobshare.jobs)
             hist = {g: tuple(h) for g, h in self.history.items()}
             frame, version, gaps = self.frame, self.version, tuple(self.classifier.gaps[-50:])
             if at is not None:  # a paused live view: everything as it stood at `at`
                 labels = {g: tuple(x for x in v if x.t <= at) for g, v in labels.items()}
+                by_job = {
+                    g: {k: tuple(x for x in v if x.t <= at) for k, v in js.items()}
+                    for g, js in by_job.items()
+                }
                 hist = {g: tuple(x for x in h if x.t <= at) for g, h in hist.items()}
                 frame = next((f for f in reversed(self._kept) if f.t <= at), frame)
                 gaps = tuple(g for g in gaps if g.t0 <= at)
@@ -258,12 +270,14 @@ class Pipeline:
             stacks = shown_stacks(frame, self._good_stacks)
             natives = dict(self._natives)
             health = tuple(e for e in self.health if at is None or e.t <= at)
-        verdicts = {
-            g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)
-            for g, ls in labels.items()
-        }
+        verdicts = {g: self._verdict(ls, frame, g) for g, ls in labels.items()}
         for s in stragglers(labels, jobs):
             verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame, labels[s.gpu][-1])
+        by_job = {g: now for g, js in by_job.items() if len(now := sharing(labels.get(g, ()), js)) > 1}
+        for g, js in by_job.items():
+            if g in verdicts and not verdicts[g].straggler:
+                per_job = {k: self._verdict(ls, job_frame(frame, shared_jobs[k]), g) for k, ls in js.items()}
+                verdicts[g] = shared_verdict(g, verdicts[g], per_job, shared_jobs)
         for gi, v in verdicts.items():
             g = frame.gpu(gi) if frame is not None else None
             verdicts[gi] = hardware_first(v, [e for e in health if e.gpu == gi], g)
@@ -280,7 +294,12 @@ class Pipeline:
             stacks,
             natives,
             health,
+            by_job,
+            {k: shared_jobs[k] for js in by_job.values() for k in js},
         )
+
+    def _verdict(self, labels: Sequence[Label], frame: Frame | None, gpu: int) -> Verdict:
+        return verdict(list(labels[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, gpu)
 
     def set_status(self, **kw: Any) -> None:
         self.status = replace(self.status, **kw)
