@@ -20,14 +20,14 @@ input-bound job's few kernels beside a compute-bound job stay a few.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from memtop.jobs import proc_key
 from memtop.model import Frame, GpuSample, ProcSample, ProcUtil
 from memtop.phases import Classifier, Label
-from memtop.verdict import Verdict
+from memtop.verdict import Verdict, verdict
 
 SATURATED = 80.0  # GPU engine %: the jobs contend for it (the phase rules' under-used line)
 # the figures a job's view scales by its part; the rest (power, clocks, memory) stay the GPU's
@@ -276,3 +276,46 @@ def job_frame(frame: Frame | None, job: Job) -> Frame | None:
     return replace(
         frame, host=replace(frame.host, procs=tuple(p for p in frame.host.procs if p.pid in job.pids))
     )
+
+
+@dataclass(frozen=True)
+class SharedReport:
+    """A recording's jobs on one shared GPU (the report's): each job's verdict over the range and its
+    rows for the report (title, phases by seconds and share, the verdict's headline)."""
+
+    jobs: dict[str, Job]
+    verdicts: dict[str, Verdict]
+    rows: list[dict]
+
+
+def report_jobs(
+    frames: Iterable[Frame], window_s: float, procs: Sequence[ProcSample]
+) -> dict[int, SharedReport]:
+    """Each shared GPU's jobs over a recording's range (``procs``: every process seen in it)."""
+    jl = JobLabeller().feed_all(frames)
+    bin_s = Classifier().bin_s
+    out = {}
+    for gpu, by_job in jl.labels.items():
+        verdicts = {
+            k: verdict(labs, None, window_s, gpu, tuple(p for p in procs if p.pid in jl.jobs[k].pids))
+            for k, labs in by_job.items()
+        }
+        rows = []
+        for k in sorted(by_job, key=lambda k: (verdicts[k].healthy, jl.jobs[k].pid)):
+            job, shown = jl.jobs[k], [lab.label for lab in by_job[k] if lab.label != "warmup"]
+            n = len(shown) or 1
+            rows.append(
+                {
+                    "title": job.title,
+                    "pid": job.pid,
+                    "name": job.name,
+                    "identity": job.identity,
+                    "phases": {
+                        lab: {"seconds": c * bin_s, "share": round(c / n, 3)}
+                        for lab, c in Counter(shown).most_common()
+                    },
+                    "verdict": verdicts[k].about or verdicts[k].headline,
+                }
+            )
+        out[gpu] = SharedReport({k: jl.jobs[k] for k in by_job}, verdicts, rows)
+    return out

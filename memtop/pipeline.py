@@ -84,6 +84,7 @@ class View:
     # GPUs that jobs share: GPU -> job key -> that job's own labels (memtop.jobshare), and the jobs
     job_labels: dict[int, dict[str, tuple[Label, ...]]] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
+    job_verdicts: dict[int, dict[str, Verdict]] = field(default_factory=dict)  # each job's own verdict
 
 
 def shown_stacks(frame: Frame | None, good: dict[int, StackSample]) -> dict[int, StackSample]:
@@ -274,9 +275,12 @@ class Pipeline:
         for s in stragglers(labels, jobs):
             verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame, labels[s.gpu][-1])
         by_job = {g: now for g, js in by_job.items() if len(now := sharing(labels.get(g, ()), js)) > 1}
-        for g, js in by_job.items():
+        job_verdicts = {
+            g: {k: self._verdict(ls, job_frame(frame, shared_jobs[k]), g) for k, ls in js.items()}
+            for g, js in by_job.items()
+        }
+        for g, per_job in job_verdicts.items():
             if g in verdicts and not verdicts[g].straggler:
-                per_job = {k: self._verdict(ls, job_frame(frame, shared_jobs[k]), g) for k, ls in js.items()}
                 verdicts[g] = shared_verdict(g, verdicts[g], per_job, shared_jobs)
         for gi, v in verdicts.items():
             g = frame.gpu(gi) if frame is not None else None
@@ -296,6 +300,7 @@ class Pipeline:
             health,
             by_job,
             {k: shared_jobs[k] for js in by_job.values() for k in js},
+            job_verdicts,
         )
 
     def _verdict(self, labels: Sequence[Label], frame: Frame | None, gpu: int) -> Verdict:
