@@ -254,12 +254,24 @@ def sharing(gpu_labels: Sequence[Label], by_job: Mapping[str, Sequence[Label]]) 
 
 
 def shared_verdict(
-    gpu: int, base: Verdict, per_job: Mapping[str, Verdict], jobs: Mapping[str, Job]
+    gpu: int,
+    base: Verdict,
+    per_job: Mapping[str, Verdict],
+    jobs: Mapping[str, Job],
+    now: Mapping[str, str] | None = None,
 ) -> Verdict:
-    """The GPU's verdict where jobs share it: the job with a problem named first, with its own verdict
-    (its label, evidence, advice and command); the other jobs' verdicts after it on the headline. All
-    healthy or idle: the GPU's own verdict, the jobs named on its headline."""
-    ranked = sorted(per_job, key=lambda k: (per_job[k].healthy, -per_job[k].share, jobs[k].pid))
+    """The GPU's verdict where jobs share it: the job with a problem named first (one whose problem is
+    its label now, ``now``: each job's newest label, before one whose problem is in the window's past;
+    then the larger share), with its own verdict (its label, evidence, advice and command); the other
+    jobs' verdicts after it on the headline. All healthy or idle: the GPU's own verdict, the jobs named
+    on its headline."""
+    now = now or {}
+
+    def rank(k: str) -> tuple:
+        v = per_job[k]
+        return (v.healthy, now.get(k) != v.label, -v.share, jobs[k].pid)
+
+    ranked = sorted(per_job, key=rank)
     words = [f"{jobs[k].title} {per_job[k].about or per_job[k].headline}" for k in ranked]
     head = f"GPU {gpu} shared by {len(ranked)} jobs: " + "; ".join(words)
     first = per_job[ranked[0]]

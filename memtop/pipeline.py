@@ -281,7 +281,8 @@ class Pipeline:
         }
         for g, per_job in job_verdicts.items():
             if g in verdicts and not verdicts[g].straggler:
-                verdicts[g] = shared_verdict(g, verdicts[g], per_job, shared_jobs)
+                now_ = {k: ls[-1].label for k, ls in by_job[g].items()}
+                verdicts[g] = shared_verdict(g, verdicts[g], per_job, shared_jobs, now_)
         for gi, v in verdicts.items():
             g = frame.gpu(gi) if frame is not None else None
             verdicts[gi] = hardware_first(v, [e for e in health if e.gpu == gi], g)
