@@ -203,15 +203,16 @@ class JobLabeller:
             self._label(self._pending.popleft())
 
     def _label(self, frame: Frame) -> None:
-        util = self._util
-        frame = replace(
-            frame, gpus=tuple(replace(g, proc_util=util.get(g.index, g.proc_util)) for g in frame.gpus)
-        )
-        for key, (job, view) in split(frame, self._known).items():
-            self.jobs[key] = job
-            self._seen[key] = frame.t
-            clf = self._clf.get(key) or self._clf.setdefault(key, Classifier(**self.kw))
-            clf.feed(view)
+        if any(len(g.processes) > 1 for g in frame.gpus):  # (only such a GPU can be shared: split's test)
+            util = self._util
+            frame = replace(
+                frame, gpus=tuple(replace(g, proc_util=util.get(g.index, g.proc_util)) for g in frame.gpus)
+            )
+            for key, (job, view) in split(frame, self._known).items():
+                self.jobs[key] = job
+                self._seen[key] = frame.t
+                clf = self._clf.get(key) or self._clf.setdefault(key, Classifier(**self.kw))
+                clf.feed(view)
         if self.forget_s is not None:
             for key in [k for k, t in self._seen.items() if t < frame.t - self.forget_s]:
                 del self._clf[key], self._seen[key], self.jobs[key]
@@ -245,7 +246,9 @@ def job_of_pid(jobs: Mapping[str, Job], pid: int) -> str | None:
 LIVE_S = 5.0  # a job whose newest label is this much older than the GPU's has left the GPU
 
 
-def sharing(gpu_labels: Sequence[Label], by_job: Mapping[str, Sequence[Label]]) -> dict[str, Sequence[Label]]:
+def sharing(
+    gpu_labels: Sequence[Label], by_job: Mapping[str, tuple[Label, ...]]
+) -> dict[str, tuple[Label, ...]]:
     """The jobs sharing a GPU now: those labelled within LIVE_S of the GPU's newest label."""
     if not gpu_labels:
         return {}

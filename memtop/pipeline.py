@@ -274,15 +274,15 @@ class Pipeline:
         verdicts = {g: self._verdict(ls, frame, g) for g, ls in labels.items()}
         for s in stragglers(labels, jobs):
             verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame, labels[s.gpu][-1])
-        by_job = {g: now for g, js in by_job.items() if len(now := sharing(labels.get(g, ()), js)) > 1}
+        shared = {gi: cur for gi, js in by_job.items() if len(cur := sharing(labels.get(gi, ()), js)) > 1}
         job_verdicts = {
-            g: {k: self._verdict(ls, job_frame(frame, shared_jobs[k]), g) for k, ls in js.items()}
-            for g, js in by_job.items()
+            gi: {k: self._verdict(ls, job_frame(frame, shared_jobs[k]), gi) for k, ls in js.items()}
+            for gi, js in shared.items()
         }
-        for g, per_job in job_verdicts.items():
-            if g in verdicts and not verdicts[g].straggler:
-                now_ = {k: ls[-1].label for k, ls in by_job[g].items()}
-                verdicts[g] = shared_verdict(g, verdicts[g], per_job, shared_jobs, now_)
+        for gi, per_job in job_verdicts.items():
+            if gi in verdicts and not verdicts[gi].straggler:
+                newest = {k: ls[-1].label for k, ls in shared[gi].items()}
+                verdicts[gi] = shared_verdict(gi, verdicts[gi], per_job, shared_jobs, newest)
         for gi, v in verdicts.items():
             g = frame.gpu(gi) if frame is not None else None
             verdicts[gi] = hardware_first(v, [e for e in health if e.gpu == gi], g)
@@ -299,8 +299,8 @@ class Pipeline:
             stacks,
             natives,
             health,
-            by_job,
-            {k: shared_jobs[k] for js in by_job.values() for k in js},
+            shared,
+            {k: shared_jobs[k] for js in shared.values() for k in js},
             job_verdicts,
         )
 

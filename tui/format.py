@@ -8,7 +8,7 @@ as markup.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from itertools import groupby
 
 from rich.cells import cell_len, set_cell_size
@@ -417,7 +417,7 @@ def proc_sm(f: Frame) -> dict[int, float]:
     return out
 
 
-def proc_labels(v: View, p: ProcSample) -> Sequence[Label] | None:
+def proc_labels(v: View, p: ProcSample) -> tuple[Label, ...] | None:
     """A GPU process's labels: its job's own where its GPU is shared by jobs (memtop.jobshare), else
     its (first) GPU's."""
     if not p.gpus:
