@@ -25,8 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from memtop.jobs import proc_key
+from memtop.metrics import METRICS
 from memtop.model import Frame, GpuSample, ProcSample, ProcUtil
-from memtop.phases import Classifier, Label
+from memtop.phases import METRICS_READ, Classifier, Label
 from memtop.verdict import Verdict, verdict
 
 SATURATED = 80.0  # GPU engine %: the jobs contend for it (the phase rules' under-used line)
@@ -36,6 +37,10 @@ SCALED = (
     *("pcie_rx", "pcie_tx", "nvlink_rx", "nvlink_tx"),
 )
 _ANCESTRY = 32  # parent links followed to find a GPU process's job
+# what a report's Frames may leave out: nothing the Classifier or the split reads (Recording.frames' skip)
+READ_SKIP = frozenset({"series", "perf", "note"}) | frozenset(
+    m.name for m in METRICS if m.name not in METRICS_READ
+)
 
 
 @dataclass(frozen=True)
@@ -205,9 +210,11 @@ class JobLabeller:
     def _label(self, frame: Frame) -> None:
         if any(len(g.processes) > 1 for g in frame.gpus):  # (only such a GPU can be shared: split's test)
             util = self._util
-            frame = replace(
-                frame, gpus=tuple(replace(g, proc_util=util.get(g.index, g.proc_util)) for g in frame.gpus)
+            gpus = tuple(
+                g if (u := util.get(g.index, g.proc_util)) == g.proc_util else replace(g, proc_util=u)
+                for g in frame.gpus
             )
+            frame = replace(frame, gpus=gpus)
             for key, (job, view) in split(frame, self._known).items():
                 self.jobs[key] = job
                 self._seen[key] = frame.t

@@ -20,6 +20,7 @@ from memtop import energy, health, roofline
 from memtop.colscan import no_gc, report_scan
 from memtop.errors import UserError
 from memtop.jobs import jobs_of
+from memtop.jobshare import READ_SKIP as JOB_READ_SKIP
 from memtop.jobshare import report_jobs, shared_verdict
 from memtop.labelcols import columns as label_columns
 from memtop.labelcols import counts as label_counts
@@ -131,7 +132,7 @@ def _build_report(
     # jobs sharing a GPU, each labelled apart (memtop.jobshare: a scan of Frames, only where two or more
     # processes had per-process figures on one GPU)
     shared = (
-        report_jobs(rec.frames(lo, hi), hi - lo, tuple(procs.values()))
+        report_jobs(rec.frames(lo, hi, skip=JOB_READ_SKIP), hi - lo, tuple(procs.values()))
         if any(len(ps) > 1 for ps in shares.values())
         else {}
     )
