@@ -31,10 +31,15 @@ def jobs_of(procs: Mapping[int, ProcSample]) -> dict[int, str]:
     return _groups(by_gpu, procs)
 
 
+def proc_key(p: ProcSample) -> str:
+    """The job a process belongs to by its tree: its parent and command line (memtop.jobshare too)."""
+    return f"{p.ppid} {p.cmdline or p.name}"
+
+
 def _groups(pids_by_gpu: Mapping[int, Sequence[int]], procs: Mapping[int, ProcSample]) -> dict[int, str]:
     out = {}
     for gpu, pids in pids_by_gpu.items():
-        keys = sorted((p.ppid, p.cmdline or p.name) for pid in pids if (p := procs.get(pid)))
+        keys = sorted((p.ppid, p.cmdline or p.name, pid) for pid in pids if (p := procs.get(pid)))
         if keys:
-            out[gpu] = f"{keys[0][0]} {keys[0][1]}"
+            out[gpu] = proc_key(procs[keys[0][2]])
     return out

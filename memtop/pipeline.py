@@ -10,11 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memtop.health import HealthEvent, HealthTracker, hardware_first
+from memtop.jobshare import Job, JobLabeller, job_frame, shared_verdict, sharing
 from memtop.model import Frame, StackSample
 from memtop.phases import Classifier, Label
 from memtop.records import Gap
@@ -80,6 +81,10 @@ class View:
     stacks: dict[int, StackSample] = field(default_factory=dict)  # pid -> the stack to show
     natives: dict[int, StackSample] = field(default_factory=dict)  # pid -> its newest --native dump
     health: tuple[HealthEvent, ...] = ()  # the GPUs' health events, oldest first (memtop.health)
+    # GPUs that jobs share: GPU -> job key -> that job's own labels (memtop.jobshare), and the jobs
+    job_labels: dict[int, dict[str, tuple[Label, ...]]] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    job_verdicts: dict[int, dict[str, Verdict]] = field(default_factory=dict)  # each job's own verdict
 
 
 def shown_stacks(frame: Frame | None, good: dict[int, StackSample]) -> dict[int, StackSample]:
@@ -118,6 +123,7 @@ class Pipeline:
     def reset(self) -> None:
         with self._lock:
             self.classifier = Classifier(max_bins=int(2 * HISTORY_S / 0.5))
+            self.jobshare = JobLabeller(forget_s=HISTORY_S, max_bins=int(2 * HISTORY_S / 0.5))
             self.history: dict[int, deque[Point]] = {}
             self.frame: Frame | None = None
             self.events: deque[Event] = deque(maxlen=500)
@@ -144,6 +150,7 @@ class Pipeline:
                 while self._kept[0].t < frame.t - HISTORY_S:
                     self._kept.popleft()
             self.classifier.feed(frame)
+            self.jobshare.feed(frame)
             for st in frame.stacks:
                 if st.threads:
                     self._good_stacks[st.pid] = st
@@ -245,10 +252,16 @@ class Pipeline:
             at = None if now else self._frozen
             labels = {g: tuple(v) for g, v in self.classifier.labels.items()}
             jobs = dict(self.classifier.jobs)
+            by_job = {g: {k: tuple(ls) for k, ls in js.items()} for g, js in self.jobshare.labels.items()}
+            shared_jobs = dict(self.jobshare.jobs)
             hist = {g: tuple(h) for g, h in self.history.items()}
             frame, version, gaps = self.frame, self.version, tuple(self.classifier.gaps[-50:])
             if at is not None:  # a paused live view: everything as it stood at `at`
                 labels = {g: tuple(x for x in v if x.t <= at) for g, v in labels.items()}
+                by_job = {
+                    g: {k: tuple(x for x in v if x.t <= at) for k, v in js.items()}
+                    for g, js in by_job.items()
+                }
                 hist = {g: tuple(x for x in h if x.t <= at) for g, h in hist.items()}
                 frame = next((f for f in reversed(self._kept) if f.t <= at), frame)
                 gaps = tuple(g for g in gaps if g.t0 <= at)
@@ -258,12 +271,18 @@ class Pipeline:
             stacks = shown_stacks(frame, self._good_stacks)
             natives = dict(self._natives)
             health = tuple(e for e in self.health if at is None or e.t <= at)
-        verdicts = {
-            g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)
-            for g, ls in labels.items()
-        }
+        verdicts = {g: self._verdict(ls, frame, g) for g, ls in labels.items()}
         for s in stragglers(labels, jobs):
             verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame, labels[s.gpu][-1])
+        shared = {gi: cur for gi, js in by_job.items() if len(cur := sharing(labels.get(gi, ()), js)) > 1}
+        job_verdicts = {
+            gi: {k: self._verdict(ls, job_frame(frame, shared_jobs[k]), gi) for k, ls in js.items()}
+            for gi, js in shared.items()
+        }
+        for gi, per_job in job_verdicts.items():
+            if gi in verdicts and not verdicts[gi].straggler:
+                newest = {k: ls[-1].label for k, ls in shared[gi].items()}
+                verdicts[gi] = shared_verdict(gi, verdicts[gi], per_job, shared_jobs, newest)
         for gi, v in verdicts.items():
             g = frame.gpu(gi) if frame is not None else None
             verdicts[gi] = hardware_first(v, [e for e in health if e.gpu == gi], g)
@@ -280,7 +299,13 @@ class Pipeline:
             stacks,
             natives,
             health,
+            shared,
+            {k: shared_jobs[k] for js in shared.values() for k in js},
+            job_verdicts,
         )
+
+    def _verdict(self, labels: Sequence[Label], frame: Frame | None, gpu: int) -> Verdict:
+        return verdict(list(labels[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, gpu)
 
     def set_status(self, **kw: Any) -> None:
         self.status = replace(self.status, **kw)

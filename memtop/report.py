@@ -20,6 +20,8 @@ from memtop import energy, health, roofline
 from memtop.colscan import no_gc, report_scan
 from memtop.errors import UserError
 from memtop.jobs import jobs_of
+from memtop.jobshare import READ_SKIP as JOB_READ_SKIP
+from memtop.jobshare import report_jobs, shared_verdict
 from memtop.labelcols import columns as label_columns
 from memtop.labelcols import counts as label_counts
 from memtop.phases import CHARS, TITLES, Classifier, bin_start
@@ -127,6 +129,13 @@ def _build_report(
     health_by_gpu, energy_by_gpu, energies = rec.health_samples(lo, hi), rec.energy(lo, hi), {}
     busy = rec.busy_means(lo, hi, roofline.READS)
     shares = proc_shares(rec, lo, hi, {p.pid: p.name for p in procs.values()})
+    # jobs sharing a GPU, each labelled apart (memtop.jobshare: a scan of Frames, only where two or more
+    # processes had per-process figures on one GPU)
+    shared = (
+        report_jobs(rec.frames(lo, hi, skip=JOB_READ_SKIP), hi - lo, tuple(procs.values()))
+        if any(len(ps) > 1 for ps in shares.values())
+        else {}
+    )
     for idx in sorted(labels_by_gpu):
         if gpu is not None and idx != gpu:
             continue
@@ -141,6 +150,8 @@ def _build_report(
         }
         by_label = _phase_stacks(stacks, gpu_pids, ct, cl, bin_s, sites)
         vd = verdict(labels, last, window_s=max(1.0, hi - lo), gpu=idx, procs=tuple(procs.values()))
+        if idx in shared:  # the GPU's verdict names the job with the problem
+            vd = shared_verdict(idx, vd, shared[idx].verdicts, shared[idx].jobs)
         hw = health.report_section(health_by_gpu.get(idx, []), rec.t0)
         en = energy.report_section(energy_by_gpu.get(idx), cols.t, cols.label, bin_s)
         if en is not None:
@@ -221,6 +232,8 @@ def _build_report(
         )
         if idx in shares:  # (recordings from before per-process figures were stored have none)
             out_gpus[-1]["processes"] = shares[idx]
+        if idx in shared:
+            out_gpus[-1]["jobs"] = shared[idx].rows
     numa = [
         {
             "pid": p.pid,
@@ -457,6 +470,14 @@ def render(rep: dict, fmt: str) -> str:
                     f"memory {p['mem_pct']:.0f} %"
                     for p in g["processes"][:5]
                 )
+            )
+        for j in g.get("jobs", ()):
+            lines.append(
+                f"{j['title']}: "
+                + ", ".join(
+                    f"{TITLES.get(k, k)} {100 * p['share']:.0f} %" for k, p in list(j["phases"].items())[:4]
+                )
+                + f"; {j['verdict']}"
             )
         if g["throttle"]:
             lines.append(

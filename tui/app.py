@@ -408,6 +408,8 @@ def detail_text(view: View, gpu: int, lk: Look) -> Text:
     t.append(f"  {'throttle':<14}{', '.join(g.throttle_reasons) or 'none'}\n")
     pids = ", ".join(fmt.gpu_proc_text(g, p.pid) for p in g.processes) or "none"
     t.append(f"  {'processes':<14}{pids}\n")
+    for k, line in enumerate(fmt.job_lines(view, gpu)):
+        t.append(f"  {'jobs' if k == 0 else '':<14}{line}\n")
     t.append_text(hardware_text(view, g, lk.glyphs.ascii))
     vd = view.verdicts.get(gpu)
     if vd:
@@ -762,8 +764,8 @@ class MemtopApp(App[int]):
         s = v.stacks.get(self.selected_pid) if self.selected_pid is not None else None
         labs = None
         if f is not None and f.host is not None:
-            gpus = next((p.gpus or () for p in f.host.procs if p.pid == self.selected_pid), ())
-            labs = v.labels.get(gpus[0]) if gpus else None
+            proc = next((p for p in f.host.procs if p.pid == self.selected_pid), None)
+            labs = fmt.proc_labels(v, proc) if proc is not None else None
         window = labs[-1].evidence if labs else None
         procs = bool(f is not None and f.host is not None and f.host.procs)
         self._set(

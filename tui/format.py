@@ -15,6 +15,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.style import Style
 from rich.text import Text
 
+from memtop.jobshare import job_of_pid
 from memtop.metrics import BY_NAME, Metric
 from memtop.metrics import fmt as metric_fmt
 from memtop.model import Capability, Frame, GpuSample, HostSample, ProcSample, StackSample
@@ -416,8 +417,34 @@ def proc_sm(f: Frame) -> dict[int, float]:
     return out
 
 
+def proc_labels(v: View, p: ProcSample) -> tuple[Label, ...] | None:
+    """A GPU process's labels: its job's own where its GPU is shared by jobs (memtop.jobshare), else
+    its (first) GPU's."""
+    if not p.gpus:
+        return None
+    key = job_of_pid(v.jobs, p.pid)
+    for g in p.gpus:
+        if key is not None and key in v.job_labels.get(g, {}):
+            return v.job_labels[g][key]
+    return v.labels.get(p.gpus[0])
+
+
+def job_lines(v: View, gpu: int) -> list[str]:
+    """The jobs sharing a GPU, each with its own phase now and its SM share (memtop.jobshare): the GPU
+    detail's "jobs" lines; none where one job (or none) holds the GPU."""
+    g = v.frame.gpu(gpu) if v.frame is not None else None
+    out = []
+    for key, labs in v.job_labels.get(gpu, {}).items():
+        job = v.jobs[key]
+        name, settling = now_label(labs)
+        sm = sum((u.sm or 0.0) for u in g.proc_util if u.pid in job.pids) if g is not None else None
+        share = f", SM {sm:.0f} %" if sm is not None and g is not None and g.proc_util else ""
+        out.append(f"{clean(job.title, 80)}: {name}{'?' if settling else ''}{share}")
+    return out
+
+
 def _phase_of(v: View, p: ProcSample) -> str:
-    labs = v.labels.get(p.gpus[0]) if p.gpus else None
+    labs = proc_labels(v, p)
     return now_label(labs)[0] if labs else ""
 
 
@@ -485,7 +512,7 @@ def proc_rows(
     for p in shown_procs(v, order, match, reverse):
         mem = gpu_mem.get(p.pid)
         p_sm = sm.get(p.pid)
-        labs = v.labels.get(p.gpus[0]) if p.gpus else None
+        labs = proc_labels(v, p)
         rows.append(
             (
                 str(p.pid),

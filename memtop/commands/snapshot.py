@@ -273,6 +273,7 @@ def snapshot(node: Node) -> dict:
                     "missing": v.missing,
                 },
                 "job": jobs.get(g.index, {}),
+                **_shared_jobs(view, g),
                 **_hardware(node.pipeline, view, g),
             }
         )
@@ -290,6 +291,31 @@ def snapshot(node: Node) -> dict:
         "notes": list(frame.notes) if frame is not None else [],
         "no_gpu": node.no_gpu(),
     }
+
+
+def _shared_jobs(view: View, g) -> dict:
+    """The jobs sharing a GPU, each with its own phase, shares and verdict (memtop.jobshare); nothing
+    where one job (or none) holds it."""
+    per_job = view.job_verdicts.get(g.index, {})
+    out = []
+    for key, labels in view.job_labels.get(g.index, {}).items():
+        job, v = view.jobs[key], per_job.get(key)
+        sm = [u.sm for u in g.proc_util if u.pid in job.pids and u.sm is not None]
+        out.append(
+            {
+                "title": job.title,
+                "pid": job.pid,
+                "pids": list(job.pids),
+                "name": job.name,
+                "identity": job.identity,
+                "sm_pct": round(sum(sm), 1) if sm else None,
+                "phase": labels[-1].label if labels else "gathering",
+                "shares": {k: round(s, 4) for k, s in (v.shares if v else {}).items()},
+                "headline": v.about or v.headline if v else "",
+                "command": v.command if v else "",
+            }
+        )
+    return {"shared_jobs": out} if out else {}
 
 
 def _hardware(pipeline: CountingPipeline, view: View, g) -> dict:
