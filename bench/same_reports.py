@@ -7,7 +7,6 @@ usage: python bench/same_reports.py BEFORE_CHECKOUT
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -40,7 +39,9 @@ def recordings() -> list[str]:
 
 def digests(tree: str, paths: list[str]) -> dict[str, str]:
     code = prelude(tree) + EACH
-    run = subprocess.run([sys.executable, "-c", code, json.dumps(paths)], check=True, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(paths)], check=True, capture_output=True, text=True
+    )
     return json.loads(run.stdout.splitlines()[-1])
 
 
