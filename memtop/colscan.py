@@ -54,7 +54,7 @@ from memtop.phases import (
 )
 from memtop.progress import Progress
 from memtop.records import Gap
-from memtop.scan import REPORT_READS, Aggregates, main_only, scan
+from memtop.scan import REPORT_READS, Aggregates, extends, main_only, scan
 from memtop.stackwin import Entries, window_bounds
 from memtop.store import (
     BLOCK_STREAMS,
@@ -1444,7 +1444,7 @@ def _aggregate(
         if not len(hit):
             continue
         # Aggregates.add_throttle of [t, t, reasons] at each throttled sample, over runs: a sample
-        # extends the span before it where its reasons are the same and it is <= 0.5 s later
+        # extends the span before it where its reasons are the same (and scan.extends)
         values, which = np.unique(ev[hit], return_inverse=True)
         for e in values.tolist():
             if e not in reasons:  # the model's names for the bits
@@ -1454,7 +1454,7 @@ def _aggregate(
         t_hit = rows[hit]
         ta = g.ta[t_hit]
         new = np.ones(len(hit), dtype=bool)
-        new[1:] = (ids[1:] != ids[:-1]) | ~(ta[:-1] >= ta[1:] - 0.5)
+        new[1:] = (ids[1:] != ids[:-1]) | ~extends(ta[:-1], ta[1:])
         starts = np.flatnonzero(new)
         times = g.t
         for a, b, k in zip(
