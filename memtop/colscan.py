@@ -742,10 +742,10 @@ def _json_rows(
 
 
 class _Hosts:
-    """The host samples, and which one each Frame holds. Where the recording holds a sample's figures
-    as columns (host_load, host_proc: what the classifier reads), those are read instead of its JSON;
-    where it holds them as column blocks (memtop.colblock), those, and a sample's JSON is inflated
-    only when asked for."""
+    """The host samples, and which one each Frame holds. Where the recording holds their figures (what
+    the classifier reads) as column blocks (memtop.colblock), those, and a sample's JSON is inflated
+    only when asked for; else each sample's JSON, as the Frame path reads it (the host_load and
+    host_proc rows recordings of 2026-11-24 hold too are a copy of it, not read)."""
 
     def __init__(
         self, rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None, blocks: bool = True
@@ -753,7 +753,7 @@ class _Hosts:
         self._load: dict[int, tuple[float, tuple]] = {}
         self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
-        self._table: tuple | None = None  # the host_proc table as arrays (_figures)
+        self._table: tuple | None = None  # the host_proc blocks as arrays (_host_blocks)
         got = _host_blocks(rec, plo, hi, seed) if blocks else None
         if got is not None:
             self.t, self._table = got
@@ -777,57 +777,6 @@ class _Hosts:
             raw.append(prev)
         self.raw = raw
         self.t = [r[0] for r in rows]
-        if rows:
-            self._figures(rec, rows[0][0], rows[-1][0])
-
-    def _figures(self, rec: Recording, t0: float, t1: float) -> None:
-        """The samples' figures stored as columns (a recording from before them has none), of the
-        types and ranges store.plain_host admits, each sample with its count of processes; anything
-        else takes the Frame path."""
-        q = rec.db.execute  # a damaged table raises sqlite3.DatabaseError: the Frame path
-        tables = q("SELECT count(*) FROM sqlite_master WHERE name IN ('host_load', 'host_proc')").fetchone()[
-            0
-        ]
-        if tables != 2:
-            if tables:
-                raise Unusual("one of the host figures' tables")
-            return
-        span = (t0, t1)
-        load = q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", span).fetchall()
-        lt, iowait, n = zip(*load) if load else ((), (), ())
-        rows = _utf8(rec, lambda: q(_FIGURES_SQL, span))
-        pt, pid, cpu, worker_of, name, state = zip(*rows) if rows else ((),) * 6
-        at = dict(zip(self.t, range(len(self.t))))  # (the last of a repeated time, as a dict display)
-        if not (
-            _types(iowait, float)
-            and _types(n, int)
-            and _types(pid, int)
-            and _types(cpu, float)
-            and _types(worker_of, int, type(None))
-            and _types(name, str)
-            and _types(state, str)
-            and (np.abs(np.array(iowait + cpu, dtype=np.float64)) < 1e18).all()  # (NaN fails)
-            and min(n, default=0) >= 0
-            and np.array_equal(np.repeat(np.array(lt, dtype=np.float64), n), np.array(pt, dtype=np.float64))
-            and at.keys() >= set(lt)
-        ):
-            raise Unusual("host figures that are not as written")
-        procs = list(map(_Proc, pid, cpu, worker_of, name, state))
-        i = 0
-        for t, io, k in zip(lt, iowait, n, strict=True):
-            self._load[at[t]] = (io, tuple(procs[i : i + k]))
-            i += k
-        try:  # the same as arrays, for the features of every bin (ints beyond int64: the objects)
-            counts = np.array(n, dtype=np.int64)
-            self._table = (
-                np.array([at[t] for t in lt], dtype=np.int64),
-                np.array(iowait, dtype=np.float64),
-                np.cumsum(counts) - counts,
-                counts,
-                _proc_arrays(pid, cpu, worker_of, name, state, procs),
-            )
-        except OverflowError:
-            pass
 
     def figures(self, hs: list[int]) -> HostFigures:
         """The processes' figures of host samples ``hs`` (ascending) as arrays: each sample's iowait,
@@ -1127,9 +1076,6 @@ def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray
         np.fromiter(map(is_asleep, state), bool, len(state)),
         np.fromiter(map(is_stopped, state), bool, len(state)),
     )
-
-
-_FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS[:5])} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
 
 
 def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:
