@@ -362,11 +362,18 @@ SQL = {  # each stream's rows as the Writer gave them to its blocks, in the orde
 }
 
 
+_ROWS: dict[tuple, list] = {}  # a file's stream's rows, read once (the host JSON's are decoded whole)
+
+
 def _sql_rows(db: sqlite3.Connection, stream: str, lo: float, hi: float, seed: float | None = None) -> list:
-    if stream in ("host", "host_proc"):  # (no rows of their own: the host JSON's figures)
-        rows = host_figure_rows(db)[stream == "host_proc"]
-    else:
-        rows = db.execute(named_stack_sql(db) if stream == "stack" else SQL[stream]).fetchall()
+    path = Path(db.execute("PRAGMA database_list").fetchone()[2])
+    key = (path, stream, path.stat().st_mtime_ns, path.stat().st_size)
+    if key not in _ROWS:
+        if stream in ("host", "host_proc"):  # (no rows of their own: the host JSON's figures)
+            _ROWS[key] = host_figure_rows(db)[stream == "host_proc"]
+        else:
+            _ROWS[key] = db.execute(named_stack_sql(db) if stream == "stack" else SQL[stream]).fetchall()
+    rows = _ROWS[key]
     keep = [r for r in rows if lo <= r[0] <= hi]
     if seed is not None:
         before = [r for r in rows if r[0] <= seed]
