@@ -643,33 +643,16 @@ def _scale(lo: object, hi: object) -> float | None:
 
 
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
-    """The sane Frame times in [lo, hi] in order, as ``SELECT t FROM frame WHERE t>=? AND t<=? AND
-    SANE_T ORDER BY t`` gives them, sent by SQLite as one text of integers (``_scale``)."""
+    """The sane Frame times in [lo, hi] in order, from the column blocks where they reach, else as
+    ``SELECT t FROM frame WHERE t>=? AND t<=? AND SANE_T ORDER BY t`` gives them."""
     blocks = Blocks(rec.db, "frame", BLOCK_STREAMS["frame"], BLOCK_TABLES["frame"])
     if blocks.end > hi and (got := blocks.read(lo, hi)) is not None:
         t = got["t"]
         if (np.diff(t) > 0).all() and ((t > -1e12) & (t < 1e12)).all():  # (as the rows' key and SANE_T)
             return t.tolist()
-    sql = f"FROM frame WHERE t>=? AND t<=? AND {SANE_T}"
-    text, scale = None, None
-    try:  # (min and max alone are a search each)
-        scale = _scale(
-            *(rec.db.execute(f"SELECT {f}(t) {sql}", (lo, hi)).fetchone()[0] for f in ("min", "max"))
-        )
-        if scale is not None:
-            text = rec.db.execute(
-                f"SELECT group_concat(CAST(t * ? AS INTEGER)) {sql}", (scale, lo, hi)
-            ).fetchone()[0]
-    except sqlite3.DatabaseError:  # (the row query below says what is wrong)
-        pass
-    if isinstance(text, str) and scale is not None and not any(c in text for c in ".eE"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a short parse is checked below
-            a = np.fromstring(text, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
-        t = a.astype(np.float64) / scale
-        if len(t) == text.count(",") + 1 and (np.diff(t) > 0).all():  # all, in the key's order
-            return t.tolist()
-    return [r[0] for r in rec.query(f"SELECT t {sql} ORDER BY t", (lo, hi))]
+    return [
+        r[0] for r in rec.query(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {SANE_T} ORDER BY t", (lo, hi))
+    ]
 
 
 def _block_rows(

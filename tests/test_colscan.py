@@ -353,26 +353,6 @@ def test_unusual_gpu_values_are_read_row_by_row(sql, tmp_path):
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
 
 
-def test_frame_times_are_the_rows(tmp_path):
-    """colscan.frame_times gives the list the row query gives, on every recording and range, on
-    Frames with a time that is no number, and where the times cannot be sent as integers."""
-    from memtop.store import _SANE_T
-
-    def want(rec: Recording, lo: float, hi: float) -> list:
-        sql = f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t"
-        return [r[0] for r in rec._q(sql, (lo, hi))]
-
-    paths = sorted(DATA.glob("*.memtop")) + sorted((DATA / "multi").glob("*.memtop"))
-    for path in paths:
-        rec = Recording(path)
-        for lo, hi in [(rec.t0, rec.t1), (rec.t0 + 20.5, rec.t0 + 90), (rec.t1 + 1, rec.t1 + 2)]:
-            assert colscan.frame_times(rec, lo, hi) == want(rec, lo, hi), (path.name, lo, hi)
-    odd = _damage(tmp_path, "INSERT INTO frame VALUES ('x'), (1e-9), (2e300)")
-    rec = Recording(odd)
-    for lo, hi in [(-1e12, 1e12), (rec.t0, rec.t1)]:
-        assert colscan.frame_times(rec, lo, hi) == want(rec, lo, hi)
-
-
 # -- a replay's phase runs (the overview strip, n / N) ---------------------------------------------
 def _runs_by_frames(path: Path) -> dict:
     from memtop.pipeline import Pipeline, ReplaySource, Status
