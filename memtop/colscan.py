@@ -62,7 +62,6 @@ from memtop.store import (
     BY_NAME,
     DECODE_ERRORS,
     GPU_MODES,
-    HOST_KEY_EVERY,
     HOST_PROC_ADDED,
     HOST_PROC_FIELDS,
     SANE_T,
@@ -70,6 +69,7 @@ from memtop.store import (
     Recording,
     caps_from_json,
     finite_number,
+    host_chain,
     host_from_blob,
     inflate_host,
     perf_sample,
@@ -901,12 +901,7 @@ def _leads(text: tuple[bytes, ...]) -> list[tuple]:
 
 
 def _chain(rec: Recording, t: float) -> list[tuple[float, bytes]]:
-    """The host rows from the standalone blob the newest one at or before t is chained to, to it."""
-    chain = rec.query(
-        "SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY)
-    ).fetchall()
-    start = next((i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1)
-    return list(reversed(chain[: start + 1]))
+    return host_chain(lambda sql, args: rec.query(sql, args).fetchall(), t)
 
 
 class _Blobs(Sequence):
