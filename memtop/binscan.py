@@ -18,6 +18,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from memtop.jobs import peers
 from memtop.labelcols import LabelCols
 from memtop.model import BY_MODE
 from memtop.phases import (
@@ -491,31 +492,32 @@ def with_peers(
         ],
         axis=1,
     )  # (where a GPU is absent, a value the job test below leaves out)
+    # jobs.peers once for each distinct row of (which GPUs share a job, which are in a collective)
+    pairs = [
+        (job[:, j] == job[:, k]) & (job[:, j] >= 0) for j in range(len(gs)) for k in range(j + 1, len(gs))
+    ]
+    first, inv = _distinct_rows(np.stack([*pairs, *coll.T], axis=1))
+    found = [
+        peers(gs, [x if x >= 0 else None for x in job[r].tolist()], (~coll[r]).tolist())
+        for r in first.tolist()
+    ]
     for j, g in enumerate(gs):
-        same = (job == job[:, j : j + 1]) & (job[:, j : j + 1] >= 0)
-        same[:, j] = False
-        # the bins' distinct (peers, away) rows, each made a pair of tuples once
-        rows, inv = _distinct_rows(np.concatenate([same, same & ~coll], axis=1))
-        pairs = [(_gpus(gs, r[: len(gs)]), _gpus(gs, r[len(gs) :])) for r in rows]
         b = bins[g][0]
         assert b.peers is not None and b.away is not None
         for i, u in zip(at[:, j].tolist(), inv.tolist(), strict=True):
             if i >= 0:
-                b.peers[i], b.away[i] = pairs[u]
-
-
-def _gpus(gs: list[int], on: np.ndarray) -> tuple[int, ...]:
-    return tuple(g for g, x in zip(gs, on.tolist(), strict=True) if x)
+                b.peers[i], b.away[i] = found[u][j]
 
 
 def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A bool matrix's distinct rows and each row's index among them, as np.unique(m, axis=0,
-    return_inverse=True) but in another order: the rows as integers, 31 columns' bits at a time
-    (np.unique sorts rows as structured values: a tenth of a long multi-GPU scan)."""
+    """Where a bool matrix's distinct rows first are and each row's index among them, as np.unique(m,
+    axis=0, return_index=True, return_inverse=True) but in another order: the rows as integers, 31
+    columns' bits at a time (np.unique sorts rows as structured values: a tenth of a long multi-GPU
+    scan)."""
     inv = np.zeros(len(m), dtype=np.int64)
     first = inv[:0]
     for c in range(0, m.shape[1], 31):
         part = m[:, c : c + 31]
         bits = part @ (1 << np.arange(part.shape[1], dtype=np.int64))
         _, first, inv = np.unique(inv << 31 | bits, return_index=True, return_inverse=True)
-    return m[first], inv.reshape(-1)
+    return first, inv.reshape(-1)

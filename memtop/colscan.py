@@ -54,7 +54,7 @@ from memtop.phases import (
 )
 from memtop.progress import Progress
 from memtop.records import Gap
-from memtop.scan import REPORT_READS, Aggregates, main_only, scan
+from memtop.scan import REPORT_READS, Aggregates, extends, main_only, scan
 from memtop.stackwin import Entries, window_bounds
 from memtop.store import (
     BLOCK_STREAMS,
@@ -62,7 +62,6 @@ from memtop.store import (
     BY_NAME,
     DECODE_ERRORS,
     GPU_MODES,
-    HOST_KEY_EVERY,
     HOST_PROC_ADDED,
     HOST_PROC_FIELDS,
     SANE_T,
@@ -70,6 +69,7 @@ from memtop.store import (
     Recording,
     caps_from_json,
     finite_number,
+    host_chain,
     host_from_blob,
     inflate_host,
     perf_sample,
@@ -643,33 +643,16 @@ def _scale(lo: object, hi: object) -> float | None:
 
 
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
-    """The sane Frame times in [lo, hi] in order, as ``SELECT t FROM frame WHERE t>=? AND t<=? AND
-    SANE_T ORDER BY t`` gives them, sent by SQLite as one text of integers (``_scale``)."""
+    """The sane Frame times in [lo, hi] in order, from the column blocks where they reach, else as
+    ``SELECT t FROM frame WHERE t>=? AND t<=? AND SANE_T ORDER BY t`` gives them."""
     blocks = Blocks(rec.db, "frame", BLOCK_STREAMS["frame"], BLOCK_TABLES["frame"])
     if blocks.end > hi and (got := blocks.read(lo, hi)) is not None:
         t = got["t"]
         if (np.diff(t) > 0).all() and ((t > -1e12) & (t < 1e12)).all():  # (as the rows' key and SANE_T)
             return t.tolist()
-    sql = f"FROM frame WHERE t>=? AND t<=? AND {SANE_T}"
-    text, scale = None, None
-    try:  # (min and max alone are a search each)
-        scale = _scale(
-            *(rec.db.execute(f"SELECT {f}(t) {sql}", (lo, hi)).fetchone()[0] for f in ("min", "max"))
-        )
-        if scale is not None:
-            text = rec.db.execute(
-                f"SELECT group_concat(CAST(t * ? AS INTEGER)) {sql}", (scale, lo, hi)
-            ).fetchone()[0]
-    except sqlite3.DatabaseError:  # (the row query below says what is wrong)
-        pass
-    if isinstance(text, str) and scale is not None and not any(c in text for c in ".eE"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a short parse is checked below
-            a = np.fromstring(text, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
-        t = a.astype(np.float64) / scale
-        if len(t) == text.count(",") + 1 and (np.diff(t) > 0).all():  # all, in the key's order
-            return t.tolist()
-    return [r[0] for r in rec.query(f"SELECT t {sql} ORDER BY t", (lo, hi))]
+    return [
+        r[0] for r in rec.query(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {SANE_T} ORDER BY t", (lo, hi))
+    ]
 
 
 def _block_rows(
@@ -742,10 +725,10 @@ def _json_rows(
 
 
 class _Hosts:
-    """The host samples, and which one each Frame holds. Where the recording holds a sample's figures
-    as columns (host_load, host_proc: what the classifier reads), those are read instead of its JSON;
-    where it holds them as column blocks (memtop.colblock), those, and a sample's JSON is inflated
-    only when asked for."""
+    """The host samples, and which one each Frame holds. Where the recording holds their figures (what
+    the classifier reads) as column blocks (memtop.colblock), those, and a sample's JSON is inflated
+    only when asked for; else each sample's JSON, as the Frame path reads it (the host_load and
+    host_proc rows recordings of 2026-11-24 hold too are a copy of it, not read)."""
 
     def __init__(
         self, rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None, blocks: bool = True
@@ -753,7 +736,7 @@ class _Hosts:
         self._load: dict[int, tuple[float, tuple]] = {}
         self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
-        self._table: tuple | None = None  # the host_proc table as arrays (_figures)
+        self._table: tuple | None = None  # the host_proc blocks as arrays (_host_blocks)
         got = _host_blocks(rec, plo, hi, seed) if blocks else None
         if got is not None:
             self.t, self._table = got
@@ -777,57 +760,6 @@ class _Hosts:
             raw.append(prev)
         self.raw = raw
         self.t = [r[0] for r in rows]
-        if rows:
-            self._figures(rec, rows[0][0], rows[-1][0])
-
-    def _figures(self, rec: Recording, t0: float, t1: float) -> None:
-        """The samples' figures stored as columns (a recording from before them has none), of the
-        types and ranges store.plain_host admits, each sample with its count of processes; anything
-        else takes the Frame path."""
-        q = rec.db.execute  # a damaged table raises sqlite3.DatabaseError: the Frame path
-        tables = q("SELECT count(*) FROM sqlite_master WHERE name IN ('host_load', 'host_proc')").fetchone()[
-            0
-        ]
-        if tables != 2:
-            if tables:
-                raise Unusual("one of the host figures' tables")
-            return
-        span = (t0, t1)
-        load = q("SELECT t, iowait_pct, procs FROM host_load WHERE t>=? AND t<=? ORDER BY t", span).fetchall()
-        lt, iowait, n = zip(*load) if load else ((), (), ())
-        rows = _utf8(rec, lambda: q(_FIGURES_SQL, span))
-        pt, pid, cpu, worker_of, name, state = zip(*rows) if rows else ((),) * 6
-        at = dict(zip(self.t, range(len(self.t))))  # (the last of a repeated time, as a dict display)
-        if not (
-            _types(iowait, float)
-            and _types(n, int)
-            and _types(pid, int)
-            and _types(cpu, float)
-            and _types(worker_of, int, type(None))
-            and _types(name, str)
-            and _types(state, str)
-            and (np.abs(np.array(iowait + cpu, dtype=np.float64)) < 1e18).all()  # (NaN fails)
-            and min(n, default=0) >= 0
-            and np.array_equal(np.repeat(np.array(lt, dtype=np.float64), n), np.array(pt, dtype=np.float64))
-            and at.keys() >= set(lt)
-        ):
-            raise Unusual("host figures that are not as written")
-        procs = list(map(_Proc, pid, cpu, worker_of, name, state))
-        i = 0
-        for t, io, k in zip(lt, iowait, n, strict=True):
-            self._load[at[t]] = (io, tuple(procs[i : i + k]))
-            i += k
-        try:  # the same as arrays, for the features of every bin (ints beyond int64: the objects)
-            counts = np.array(n, dtype=np.int64)
-            self._table = (
-                np.array([at[t] for t in lt], dtype=np.int64),
-                np.array(iowait, dtype=np.float64),
-                np.cumsum(counts) - counts,
-                counts,
-                _proc_arrays(pid, cpu, worker_of, name, state, procs),
-            )
-        except OverflowError:
-            pass
 
     def figures(self, hs: list[int]) -> HostFigures:
         """The processes' figures of host samples ``hs`` (ascending) as arrays: each sample's iowait,
@@ -969,12 +901,7 @@ def _leads(text: tuple[bytes, ...]) -> list[tuple]:
 
 
 def _chain(rec: Recording, t: float) -> list[tuple[float, bytes]]:
-    """The host rows from the standalone blob the newest one at or before t is chained to, to it."""
-    chain = rec.query(
-        "SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY)
-    ).fetchall()
-    start = next((i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1)
-    return list(reversed(chain[: start + 1]))
+    return host_chain(lambda sql, args: rec.query(sql, args).fetchall(), t)
 
 
 class _Blobs(Sequence):
@@ -1127,9 +1054,6 @@ def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray
         np.fromiter(map(is_asleep, state), bool, len(state)),
         np.fromiter(map(is_stopped, state), bool, len(state)),
     )
-
-
-_FIGURES_SQL = f"SELECT t, {', '.join(HOST_PROC_FIELDS[:5])} FROM host_proc WHERE t>=? AND t<=? ORDER BY t, i"  # noqa: S608
 
 
 def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:
@@ -1444,7 +1368,7 @@ def _aggregate(
         if not len(hit):
             continue
         # Aggregates.add_throttle of [t, t, reasons] at each throttled sample, over runs: a sample
-        # extends the span before it where its reasons are the same and it is <= 0.5 s later
+        # extends the span before it where its reasons are the same (and scan.extends)
         values, which = np.unique(ev[hit], return_inverse=True)
         for e in values.tolist():
             if e not in reasons:  # the model's names for the bits
@@ -1454,7 +1378,7 @@ def _aggregate(
         t_hit = rows[hit]
         ta = g.ta[t_hit]
         new = np.ones(len(hit), dtype=bool)
-        new[1:] = (ids[1:] != ids[:-1]) | ~(ta[:-1] >= ta[1:] - 0.5)
+        new[1:] = (ids[1:] != ids[:-1]) | ~extends(ta[:-1], ta[1:])
         starts = np.flatnonzero(new)
         times = g.t
         for a, b, k in zip(

@@ -21,6 +21,19 @@ def job_groups(frame: Frame) -> dict[int, str]:
     return _groups({g.index: [p.pid for p in g.processes] for g in frame.gpus}, procs)
 
 
+def peers(
+    gpus: Sequence[int], job: Sequence[object], away: Sequence[bool]
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Each of ``gpus``' peers (live mode's, the report's and the stragglers'): the others of its job
+    (``job``: each GPU's key, None for none), and which of those are ``away`` (for the features: not
+    in a collective)."""
+    out = []
+    for g, key in zip(gpus, job, strict=True):
+        ps = [j for j, k in enumerate(job) if key is not None and k == key and gpus[j] != g]
+        out.append((tuple(gpus[j] for j in ps), tuple(gpus[j] for j in ps if away[j])))
+    return out
+
+
 def jobs_of(procs: Mapping[int, ProcSample]) -> dict[int, str]:
     """job_groups over a whole recording: every process seen with a context on a GPU (a report reads
     the run after its ranks have exited)."""

@@ -17,7 +17,7 @@ from functools import cached_property
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memtop.jobs import job_groups
+from memtop.jobs import job_groups, peers
 from memtop.model import MAIN_FIELDS, Frame, GpuSample, StackSample, metrics_of
 from memtop.records import Evidence, Gap, StackTop
 from memtop.ruleview import Bool, One, Str, View
@@ -966,15 +966,14 @@ def stack_info(s: StackSample) -> tuple[str, str, str, bool] | None:
 
 def _with_peers(found: dict[int, Features], jobs: dict[int, str]) -> dict[int, Features]:
     """Each GPU's features with the other GPUs of its job, and which of them are not in a collective."""
-    out = {}
-    for gpu, f in found.items():
-        key = jobs.get(gpu)
-        peers = tuple(p for p in sorted(found) if p != gpu and key is not None and jobs.get(p) == key)
-        if peers:
-            away = tuple(p for p in peers if not collective(found[p]))
-            f = replace(f, peers=peers, peers_elsewhere=away)
-        out[gpu] = f
-    return out
+    gs = sorted(found)
+    got = dict(
+        zip(gs, peers(gs, [jobs.get(g) for g in gs], [not collective(found[g]) for g in gs]), strict=True)
+    )
+    return {
+        g: replace(f, peers=got[g][0], peers_elsewhere=got[g][1]) if got[g][0] else f
+        for g, f in found.items()
+    }
 
 
 _BIN_MEANS = attrgetter(*BIN_MEANS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from memtop.metrics import METRICS
 from memtop.model import Frame, StackSample
@@ -21,6 +22,16 @@ REPORT_READS = METRICS_READ | {"clock_events"}
 # what the report does not read: series, notes, and the other GPU metrics (SQLite decodes each column
 # of each row)
 _SKIP = frozenset({"series", "note"}) | (frozenset(m.name for m in METRICS) - REPORT_READS)
+
+
+THROTTLE_JOIN_S = 0.5  # a throttled sample this soon after a span of the same reasons extends it
+
+
+def extends(end: Any, t: Any) -> Any:
+    """A throttled sample at ``t`` extends the span of its reasons that ends at ``end``: floats (the
+    Frames' pass, ``Aggregates.add_throttle``) or arrays (the columns', each sample against the one
+    before it)."""
+    return end >= t - THROTTLE_JOIN_S
 
 
 def main_only(s: StackSample) -> StackSample:
@@ -80,7 +91,7 @@ class Aggregates:
 
     def add_throttle(self, gpu: int, span: list) -> None:
         tl = self.throttle[gpu]
-        if tl and tl[-1][1] >= span[0] - 0.5 and tl[-1][2] == span[2]:
+        if tl and extends(tl[-1][1], span[0]) and tl[-1][2] == span[2]:
             tl[-1][1] = span[1]
         else:
             tl.append(span)

@@ -1597,9 +1597,7 @@ class Recording:
             if r:
                 st.apply(self, "gpu", r)
         # the newest host sample, decoded from the stand-alone blob its chain starts at
-        chain = self._rows("SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY))
-        start = next((i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1)
-        for r in reversed(chain[: start + 1]):
+        for r in host_chain(self._rows, t):
             st.apply(self, "host", r)
         r = self._one("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,))
         if r:
@@ -1766,6 +1764,14 @@ def _processes(text: object) -> tuple[GpuProcess, ...]:
         if isinstance(p, list) and len(p) == 2 and _bounded_int(p[0], 2**31) is not None:
             out.append(GpuProcess(p[0], _bounded_int(p[1], 2**50)))
     return tuple(out)
+
+
+def host_chain(rows: Callable[[str, tuple], list], t: float) -> list[tuple[float, bytes]]:
+    """The host rows (t, blob) from the stand-alone blob the newest one at or before t is deflated
+    against, to it (``rows`` runs a query: a Recording's, or a reader's own)."""
+    chain = rows("SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY))
+    start = next((i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1)
+    return list(reversed(chain[: start + 1]))
 
 
 def stack_sample(rec: Recording, r: tuple | list) -> StackSample:

@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memtop.jobs import peers
 from memtop.labelcols import LabelCols, columns
+from memtop.ruleview import Num
 from memtop.timefmt import length
 
 if TYPE_CHECKING:
@@ -77,24 +79,31 @@ def stragglers(
 def _judge(
     shares: Mapping[int, dict[str, float]], jobs: Mapping[int, str], window_s: float
 ) -> list[Straggler]:
-    groups: dict[str, list[int]] = {}
-    for g in sorted(shares):
-        if shares[g]:
-            groups.setdefault(jobs[g], []).append(g)
+    gs = sorted(shares)
     out = []
-    for gpus in groups.values():
-        for g in gpus:
-            peers = tuple(p for p in gpus if p != g)
-            if not peers:
-                continue
-            own = shares[g]
-            peer_comm = sum(shares[p].get("comm", 0.0) for p in peers) / len(peers)
-            phase, share = max(
-                ((k, v) for k, v in own.items() if k in WORK), key=lambda kv: kv[1], default=("", 0.0)
-            )
-            if share >= OWN_WORK_MIN and own.get("comm", 0.0) <= OWN_COMM_MAX and peer_comm >= PEER_COMM_MIN:
-                out.append(Straggler(g, phase, share, peers, peer_comm, window_s))
+    for g, others in zip(gs, _peers(gs, [jobs[g] if shares[g] else None for g in gs]), strict=True):
+        if not others:
+            continue
+        own = shares[g]
+        peer_comm = sum(shares[p].get("comm", 0.0) for p in others) / len(others)
+        phase, share = max(
+            ((k, v) for k, v in own.items() if k in WORK), key=lambda kv: kv[1], default=("", 0.0)
+        )
+        if late(share, own.get("comm", 0.0), peer_comm):
+            out.append(Straggler(g, phase, share, others, peer_comm, window_s))
     return out
+
+
+def late(share: Num, own_comm: Num, peer_comm: Num) -> Num:
+    """The judgement, of one instant (floats: live mode) or of many (arrays: the report): a GPU's
+    own work phase holds ``share`` of the window and comm ``own_comm`` while its peers wait in comm
+    ``peer_comm`` of it on average."""
+    return (share >= OWN_WORK_MIN) & (own_comm <= OWN_COMM_MAX) & (peer_comm >= PEER_COMM_MIN)
+
+
+def _peers(gs: list[int], job: list[str | None]) -> list[tuple[int, ...]]:
+    """Each GPU's others of its job (jobs.peers: the report's peers and live mode's are the same)."""
+    return [ps for ps, _ in peers(gs, job, [False] * len(gs))]
 
 
 @dataclass(frozen=True)
@@ -123,33 +132,32 @@ def episodes(
     cols = {g: columns(ls) for g, ls in labels.items() if g in jobs}
     at = np.unique(np.concatenate([np.empty(0), *(c.t for c in cols.values())]))
     win = {g: _Window(g, c, at, window_s) for g, c in cols.items()}
-    groups: dict[str, list[int]] = {}
-    for g in sorted(win):
-        groups.setdefault(jobs[g], []).append(g)
+    gs = sorted(win)
     out = []
-    for gpus in groups.values():
-        for g in gpus:
-            own, others = win[g], [win[p] for p in gpus if p != g]
-            peer = np.array([o.active for o in others], dtype=bool).reshape(len(others), len(at))
-            n_peers = peer.sum(axis=0)
-            peer_sum = np.zeros(len(at))  # summed in _judge's order: adding 0.0 changes no float
-            for o in others:
-                peer_sum += np.where(o.active, o.comm, 0.0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                peer_comm = peer_sum / n_peers
-            flag = (n_peers > 0) & (own.share >= OWN_WORK_MIN) & (own.comm <= OWN_COMM_MAX)
-            (at_i,) = np.nonzero(flag & (peer_comm >= PEER_COMM_MIN))  # (share 0 where it has no bins)
-            if not len(at_i):
-                continue
-            t, phase = at[at_i], own.phase[at_i]
-            # a flag ends its episode where the next is over a bin later or in another phase
-            (ends,) = np.nonzero(np.append((np.diff(t) > 1.5 * bin_s) | (np.diff(phase) != 0), True))
-            starts = np.append(0, ends[:-1] + 1)
-            ts, names, peers = t.tolist(), own.names, peer[:, at_i].T.tolist()
-            for a, b, ph in zip(starts.tolist(), ends.tolist(), phase[ends].tolist(), strict=True):
-                ps = tuple(o.gpu for o, on in zip(others, peers[b], strict=True) if on)
-                out.append(Episode(g, ts[a], ts[b] + bin_s, names[ph], ps))
-    return sorted(out, key=lambda e: e.gpu)  # (stable: each GPU's in time order)
+    for g, ps in zip(gs, _peers(gs, [jobs[g] for g in gs]), strict=True):
+        if not ps:
+            continue
+        own, others = win[g], [win[p] for p in ps]
+        peer = np.array([o.active for o in others], dtype=bool).reshape(len(others), len(at))
+        n_peers = peer.sum(axis=0)
+        peer_sum = np.zeros(len(at))  # summed in _judge's order: adding 0.0 changes no float
+        for o in others:
+            peer_sum += np.where(o.active, o.comm, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            peer_comm = peer_sum / n_peers
+        # (share 0 where it has no bins; peer_comm NaN where no peer has)
+        (at_i,) = np.nonzero((n_peers > 0) & late(own.share, own.comm, peer_comm))
+        if not len(at_i):
+            continue
+        t, phase = at[at_i], own.phase[at_i]
+        # a flag ends its episode where the next is over a bin later or in another phase
+        (ends,) = np.nonzero(np.append((np.diff(t) > 1.5 * bin_s) | (np.diff(phase) != 0), True))
+        starts = np.append(0, ends[:-1] + 1)
+        ts, names, on = t.tolist(), own.names, peer[:, at_i].T.tolist()
+        for a, b, ph in zip(starts.tolist(), ends.tolist(), phase[ends].tolist(), strict=True):
+            waited = tuple(o.gpu for o, x in zip(others, on[b], strict=True) if x)
+            out.append(Episode(g, ts[a], ts[b] + bin_s, names[ph], waited))
+    return out  # (by GPU, each GPU's in time order)
 
 
 class _Window:

@@ -223,3 +223,41 @@ def test_a_ddp_jobs_gpus_are_each_others_peers_in_the_report():
     together = [t for t, p in peers[0].items() if p]
     assert len(together) > 0.7 * len(peers[0])  # while the job runs (not before its ranks start)
     assert all(peers[0][t] == (1,) and peers[1][t] == (0,) for t in together)
+
+
+@pytest.fixture(scope="module")
+def throttled(tmp_path_factory):
+    """labelled_s2's first 20 s written again with its GPU held back (samples 0.1 s apart): hardware
+    slowdown over [2, 4] s, [4.3, 5] s and [5.8, 6.5] s, then thermal over (6.5, 7.5] s."""
+    from dataclasses import replace
+
+    from conftest import REC, cut
+
+    from memtop.store import Writer
+
+    d = tmp_path_factory.mktemp("throttled")
+    rec = Recording(cut(REC[2], d / "cut.memtop", 20.0))
+    out, t0 = d / "throttled.memtop", rec.t0
+
+    def events(t: float) -> int:
+        s = t - t0
+        slow = 2.0 <= s <= 4.0 or 4.3 <= s <= 5.0 or 5.8 <= s <= 6.5
+        return 0x8 if slow else 0x20 if 6.5 < s <= 7.5 else 0x1  # (0x1, GPU idle: not held back)
+
+    w = Writer(out, rec.meta, force=True)
+    for f in rec.frames():
+        w.add(replace(f, gpus=tuple(replace(g, clock_events=events(g.t)) for g in f.gpus)))
+    w.close()
+    return out
+
+
+@pytest.mark.parametrize("columns", [True, False], ids=["columns", "frames"])
+def test_throttled_samples_join_into_spans_of_one_reason_and_no_gap_over_half_a_second(throttled, columns):
+    from memtop.report import build_report
+
+    (gpu,) = build_report(Recording(throttled), columns=columns)["gpus"]
+    # a hole of 0.3 s joins, one of 0.8 s splits, and so does another reason
+    assert [t["reasons"] for t in gpu["throttle"]] == [["hw slowdown"], ["hw slowdown"], ["sw thermal"]]
+    spans = [(t["at_s"], t["at_s"] + t["duration_s"]) for t in gpu["throttle"]]
+    want = [(2.0, 5.1), (5.8, 6.6), (6.6, 7.6)]  # (a span's last sample counts 0.1 s)
+    assert all(abs(a - x) <= 0.15 and abs(b - y) <= 0.15 for (a, b), (x, y) in zip(spans, want, strict=True))
