@@ -156,14 +156,17 @@ def test_every_key_in_every_mode(tmux):
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_every_size_and_terminal_with_a_few_keys(tmux, variant):
-    """Replay at the 3 sizes at once in one terminal variant: help, pause, seek, next phase, end, quit."""
+    """Replay at the 3 sizes at once in one terminal variant: the verdict's headline, then help, the
+    next GPU (a repaint of everything), pause, seek, next phase, end, quit."""
     env, flags = VARIANTS[variant]
     names = {f"{variant}-{w}x{h}": h for w, h in SIZES}
     for (name, _), size in zip(names.items(), SIZES):
         tmux.start(name, [*flags, *REPLAY], size, env)
     for name in names:
         tmux.wait(name, READY)
-    for keys in (["?"], ["Escape"], ["Space"], ["Right"], ["n"], ["End"]):
+        pane = tmux.wait(name, " s: ")  # "last N s:": the verdict's window beside now
+        assert "GPU 0 now:" in pane, f"{name}:\n{pane}"
+    for keys in (["?"], ["Escape"], ["g"], ["Space"], ["Right"], ["n"], ["End"]):
         for name in names:
             tmux.keys(name, *keys)
         time.sleep(0.5)
