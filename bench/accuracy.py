@@ -20,14 +20,14 @@ import argparse
 import json
 import statistics
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from score import score
 
 from memtop.model import Frame, Marker
-from memtop.phases import classify
+from memtop.phases import Label, classify
 from memtop.store import Recording
 
 ROOT = Path(__file__).parent.parent
@@ -171,16 +171,27 @@ MODES = {
 }
 
 
-def scores(paths: list[Path], mode: str, guard: float) -> list[dict]:
-    view, kw = MODES[mode]
-    out = []
-    for p in paths:
-        rec = Recording(p)
-        c = classify(view(rec.frames()), **kw)
-        s = score(c.labels[0], markers_of(rec, p), guard=guard, bin_s=c.bin_s)
-        s["name"] = p.name
-        out.append(s)
+def labelled(path: Path, modes: Iterable[str] = MODES) -> dict[str, tuple[list[Label], float]]:
+    """Each mode's labels of one recording and their bin width, from one read of its frames (reading
+    them costs several times one mode's classifying)."""
+    frames = list(Recording(path).frames())
+    out = {}
+    for mode in modes:
+        view, kw = MODES[mode]
+        c = classify(view(iter(frames)), **kw)
+        out[mode] = (c.labels[0], c.bin_s)
     return out
+
+
+def score_labels(path: Path, labels: list[Label], bin_s: float, guard: float) -> dict:
+    """Labels of the recording ``path`` scored against its markers (``markers_of``)."""
+    s = score(labels, markers_of(Recording(path), path), guard=guard, bin_s=bin_s)
+    s["name"] = path.name
+    return s
+
+
+def scores(paths: list[Path], mode: str, guard: float) -> list[dict]:
+    return [score_labels(p, *labelled(p, (mode,))[mode], guard) for p in paths]
 
 
 def summary(ss: list[dict]) -> dict:

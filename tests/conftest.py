@@ -182,7 +182,32 @@ def _quick(item) -> bool:
     return names is None or item.originalname in names
 
 
+# The modules that cost the most CPU, heaviest first (bench/pytest_cpu.py over the whole suite,
+# 2026-11-28): they start first, so that the run ends on short tests. xdist's worksteal hands each
+# worker a contiguous half and lets an idle one take the end of the other's queue; a heavy module
+# left at the end kept one core busy while the other had nothing left to take.
+HEAVY_FIRST = (
+    "test_tmux_matrix.py",
+    "test_tui_view.py",
+    "test_accuracy.py",
+    "test_comm.py",
+    "test_cluster.py",
+    "test_tui_keys.py",
+    "test_fuzz.py",
+    "test_tui_answer.py",
+    "test_damaged.py",
+    "test_tui.py",
+    "test_cli.py",
+)
+
+
+def _heavy_rank(item) -> int:
+    name = item.path.name
+    return HEAVY_FIRST.index(name) if name in HEAVY_FIRST else len(HEAVY_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_heavy_rank)  # stable: a module's tests stay together and in their order
     for item in items:
         if _quick(item):
             item.add_marker(pytest.mark.quick)

@@ -6,6 +6,9 @@ mutation test proves the floors exercise the stack classifier: with `classify` a
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pickle
 import statistics
 import sys
 from pathlib import Path
@@ -82,16 +85,50 @@ HELDOUT8_FLOORS = {
     "NVML-only, no stacks (both dropped on read)": 0.87,
 }
 _CACHE: dict = {}
+_LABELS: dict[Path, dict[str, tuple[list[Label], float]]] = {}
+_SHARED: list[Path] = []  # this run's folder for labels, shared by the xdist workers
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_labels(tmp_path_factory):
+    base = tmp_path_factory.getbasetemp()
+    # under xdist each worker's base sits in the run's own folder (a fresh one each run)
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "accuracy-labels"
+    shared.mkdir(exist_ok=True)
+    _SHARED[:] = [shared]
+
+
+def _labelled(paths: list[Path]) -> None:
+    """Every mode's labels of each recording, classified once in the whole run: the worker that takes
+    a recording's lock first reads its frames once for all the modes and leaves the labels for the
+    other, which meanwhile takes the recordings nobody holds."""
+    todo = [p for p in paths if p not in _LABELS]
+    for wait in (False, True):
+        for p in list(todo):
+            done = _SHARED[0] / f"{p.name}.pickle"
+            with open(_SHARED[0] / f"{p.name}.lock", "a") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+                except BlockingIOError:
+                    continue
+                if not done.exists():
+                    tmp = done.with_suffix(".tmp")
+                    tmp.write_bytes(pickle.dumps(accuracy.labelled(p)))
+                    tmp.rename(done)
+                _LABELS[p] = pickle.loads(done.read_bytes())
+            todo.remove(p)
 
 
 def scored(mode: str, name: str, checked: bool = False) -> list[dict]:
     """Scores of one set in one mode (memoised: several tests read the same replay)."""
     key = (mode, name, checked)
     if key not in _CACHE:
+        paths = accuracy.SETS[name]
+        _labelled(paths)
         old = accuracy.CHECKED
         accuracy.CHECKED = checked
         try:
-            _CACHE[key] = accuracy.scores(accuracy.SETS[name], mode, GUARD_S)
+            _CACHE[key] = [accuracy.score_labels(p, *_LABELS[p][mode], GUARD_S) for p in paths]
         finally:
             accuracy.CHECKED = old
     return _CACHE[key]

@@ -276,10 +276,22 @@ class _Nodes:
         self.nodes = nodes
 
     def poll_all(self, wait: bool = True) -> None:
-        pass
+        # each poll brings every answering node's snapshot again: fresh, however long a loaded machine
+        # took from making the states to the app's first poll (they went stale after 3 intervals)
+        for n in self.nodes:
+            if n.ok_at:
+                n.ok_at = time.monotonic()
 
     def close(self) -> None:
         pass
+
+
+async def _after_a_poll(pilot, table) -> None:
+    """Returns once a paint shows the answering nodes fresh (polled: a bound, not a pace)."""
+    end = time.monotonic() + 60
+    await pilot.pause()
+    while any("no fresh snapshot" in strip.text for strip in table._lines) and time.monotonic() < end:
+        await pilot.pause(0.1)
 
 
 async def test_tui_rows_straggler_stale_and_enter(capsys):
@@ -299,7 +311,7 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
     for width in (80, 120):  # the mark, the verdict's window and the stale reason at any width
         app = ClusterApp(_Nodes(nodes), interval=2.0)
         async with app.run_test(size=(width, 30)) as pilot:
-            await pilot.pause()
+            await _after_a_poll(pilot, app.query_one(BandTable))
             lines = [strip.text.rstrip() for strip in app.query_one(BandTable)._lines]
             marks = [line.split()[2] == "!" for line in lines[1:6]]
             assert marks == [False] * 4 + [True], lines
@@ -307,8 +319,8 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
             assert all(re.search(r" last \d+ s: \w+ \d+ %$", ln) for ln in lines[1:5]), lines
     app = ClusterApp(_Nodes(nodes), interval=2.0)
     async with app.run_test(size=(200, 30)) as pilot:
-        await pilot.pause()
         table = app.query_one(BandTable)
+        await _after_a_poll(pilot, table)
         assert table.keys == ["n0/0", "n1/0", "n2/0", "n3/0", "odd/0", "dead:1/-"]
         lines = [strip.text for strip in table._lines]  # header, then one line per row
         assert "straggler?" in lines[5] and "refused" in lines[6]

@@ -116,20 +116,22 @@ def _alive(pane: str, what: str) -> None:
     assert "EXIT=" not in pane, f"{what}: memtop ended:\n{pane}"
 
 
-def _quit(tmux: Tmux, name: str) -> None:
+def _quit(tmux: Tmux, *names: str) -> None:
+    """q to each session (side by side: one pause for all), each exits 0 without a Traceback."""
+    left = list(names)
     for _ in range(3):
-        tmux.keys(name, "Escape")  # a modal left open
+        for name in left:
+            tmux.keys(name, "Escape")  # a modal left open
         # on a loaded machine an Escape read together with the q would be one key, Alt+q: quit again
         time.sleep(1.0)
-        tmux.keys(name, "q")
-        try:
-            pane = tmux.wait(name, "EXIT=", timeout=10)
+        for name in left:
+            tmux.keys(name, "q")
+        left = [name for name in left if "EXIT=" not in _until(tmux, name, lambda p: "EXIT=" in p, 10)]
+        if not left:
             break
-        except AssertionError:
-            continue
-    else:
+    for name in names:
         pane = tmux.wait(name, "EXIT=")
-    assert "EXIT=0" in pane and "Traceback" not in pane, pane
+        assert "EXIT=0" in pane and "Traceback" not in pane, f"{name}:\n{pane}"
 
 
 def test_every_key_in_every_mode(tmux):
@@ -150,20 +152,22 @@ def test_every_key_in_every_mode(tmux):
             for mode in MODES:
                 tmux.keys(mode, "Escape")
             time.sleep(0.3)
-    for mode in MODES:
-        _quit(tmux, mode)
+    _quit(tmux, *MODES)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_every_size_and_terminal_with_a_few_keys(tmux, variant):
-    """Replay at the 3 sizes at once in one terminal variant: help, pause, seek, next phase, end, quit."""
+    """Replay at the 3 sizes at once in one terminal variant: the verdict's headline, then help, the
+    next GPU (a repaint of everything), pause, seek, next phase, end, quit."""
     env, flags = VARIANTS[variant]
     names = {f"{variant}-{w}x{h}": h for w, h in SIZES}
     for (name, _), size in zip(names.items(), SIZES):
         tmux.start(name, [*flags, *REPLAY], size, env)
     for name in names:
         tmux.wait(name, READY)
-    for keys in (["?"], ["Escape"], ["Space"], ["Right"], ["n"], ["End"]):
+        pane = tmux.wait(name, " s: ")  # "last N s:": the verdict's window beside now
+        assert "GPU 0 now:" in pane, f"{name}:\n{pane}"
+    for keys in (["?"], ["Escape"], ["g"], ["Space"], ["Right"], ["n"], ["End"]):
         for name in names:
             tmux.keys(name, *keys)
         time.sleep(0.5)
@@ -174,8 +178,7 @@ def test_every_size_and_terminal_with_a_few_keys(tmux, variant):
             if variant == "ascii":
                 bad = sorted({c for c in pane if not (c == "\n" or " " <= c <= "~")})
                 assert not bad, f"{name} after {keys}: non-ASCII {bad!r}:\n{pane}"
-    for name in names:
-        _quit(tmux, name)
+    _quit(tmux, *names)
 
 
 def _paused_at(tmux: Tmux, name: str, when: str) -> None:
@@ -236,8 +239,7 @@ def test_a_resized_paused_replay_equals_a_fresh_start_at_the_final_size(tmux):
     _alive(resized, "resized")
     same = _strip_toasts(resized) == _strip_toasts(fresh)  # the right panel's scrollbar included
     assert same, f"resized:\n{resized}\nfresh:\n{fresh}"
-    _quit(tmux, "resized")
-    _quit(tmux, "fresh")
+    _quit(tmux, "resized", "fresh")
 
 
 def test_a_replay_resized_in_height_shows_only_what_a_fresh_start_there_shows(tmux):
@@ -256,8 +258,7 @@ def test_a_replay_resized_in_height_shows_only_what_a_fresh_start_there_shows(tm
     moved, fresh = _same(tmux, "moved", "fresh")
     _alive(moved, "moved")
     assert _strip_toasts(moved) == _strip_toasts(fresh), f"moved:\n{moved}\nfresh:\n{fresh}"
-    _quit(tmux, "moved")
-    _quit(tmux, "fresh")
+    _quit(tmux, "moved", "fresh")
 
 
 def test_the_demo_at_the_moment_of_the_issue_explains_one_verdict(tmux):
@@ -290,7 +291,7 @@ def test_the_demo_at_the_moment_of_the_issue_explains_one_verdict(tmux):
         if size == (80, 24):
             footer = pane.splitlines()[-1]
             assert "c copy cmd" in footer, footer  # not cut to `c co`
-        _quit(tmux, name)
+    _quit(tmux, *names)
 
 
 def _explains(check_screen, pane: str, where: str) -> bool:
