@@ -6,8 +6,7 @@
 # Each capture: a fresh `memtop run --no-tui` of bench/trace_job.py (the MLP, ~800 steps/s), 3 s of
 # warm-up, then `memtop trace --job` (the code the live view's `x` runs: capture_trace), the job's
 # step rate per second around it, and bench/trace_summary.py of the file (kernels, counters, phases,
-# stacks, the clock checks). Then memtop's side alone on a synthetic 650k-event trace
-# (bench/trace_merge_bench.py), and where jax imports, a JAX loop captured with the branch.
+# stacks, the clock checks). Then, where jax imports, a JAX loop captured with the branch.
 # Results: $OUT/log.txt and $OUT/results.tgz (summaries, step rates, memtop trace's lines).
 set -u
 export PYTHONUNBUFFERED=1
@@ -43,7 +42,7 @@ capture() {  # NAME VIEW JOB_SECONDS WINDOW [memtop trace options...]
   sleep 3
   local a b
   a=$(mono)
-  python3 -m memtop trace --job "$run" --seconds "$win" -o "$R/$name.json.gz" "$@" >"$R/$name.trace.txt" 2>&1
+  timeout 60 python3 -m memtop trace --job "$run" --seconds "$win" -o "$R/$name.json.gz" "$@" >"$R/$name.trace.txt" 2>&1
   local rc=$?
   b=$(mono)
   echo "{\"asked\": $a, \"written\": $b, \"rc\": $rc}" >"$R/$name.when.json"
@@ -76,13 +75,6 @@ capture main5 /tmp/vmain 25 5
 capture branch5 /tmp/vbranch 18 5
 capture branch5cpu /tmp/vbranch 22 5 --cpu-ops
 
-say "memtop's side alone, synthetic 650k events (Kineto's layout), this host's CPU"
-REC=$BR/tests/data/heldout2_torch_s21.memtop
-for v in main branch; do
-  PYTHONPATH=/tmp/v$v:/tmp/site python3 "$B/trace_merge_bench.py" --recording "$REC" >"$R/synth_$v.json" 2>>"$LOG"
-  echo "synthetic $v: $(cat "$R/synth_$v.json")" | tee -a "$LOG"
-done
-
 if python3 -c "import jax; print('jax', jax.__version__, jax.devices())" >>"$LOG" 2>&1; then
   say "jax capture (branch)"
   export PYTHONPATH=/tmp/vbranch:/tmp/site
@@ -91,7 +83,7 @@ if python3 -c "import jax; print('jax', jax.__version__, jax.devices())" >>"$LOG
   RUN=$!
   for _ in $(seq 600); do grep -q ready "$R/jax.jsonl" 2>/dev/null && break; sleep 0.1; done
   sleep 3
-  python3 -m memtop trace --job "$RUN" --seconds 2 -o "$R/jax.json.gz" >"$R/jax.trace.txt" 2>&1
+  timeout 60 python3 -m memtop trace --job "$RUN" --seconds 2 -o "$R/jax.json.gz" >"$R/jax.trace.txt" 2>&1
   say "jax trace rc=$?"
   cat "$R/jax.trace.txt" >>"$LOG"
   wait "$RUN"
