@@ -19,6 +19,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -683,3 +684,13 @@ def test_all_ranks_of_a_job_are_captured_over_one_window(tmp_path):
     assert {c["pid"] for c in caps} == pids  # the launcher (no torch) is not asked
     (a0, a1), (b0, b1) = (c["window_s"] for c in caps)
     assert a0 < b1 and b0 < a1  # one window: each started before the other ended
+
+
+def test_a_jax_job_is_refused_in_one_line(monkeypatch, tmp_path):
+    """jax.profiler started from the agent in a running JAX loop crashed the job on the H200
+    (CUDA_ERROR_LAUNCH_FAILED, bench/RESULTS.md): a JAX job is refused, and says why."""
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setitem(sys.modules, "jax", types.ModuleType("jax"))
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(injob.CaptureError, match="JAX job is not captured"):
+        injob.Agent(str(tmp_path))._trace({"seconds": 1}, ours)

@@ -260,21 +260,3 @@ def test_x_on_one_rank_takes_every_rank_of_its_job():
     assert len(ranks) == 2
     assert _job_peers(ranks[0], frame) == [ranks[1]] and _job_peers(ranks[1], frame) == [ranks[0]]
     assert _job_peers(12345678, frame) == []
-
-
-def test_a_gzipped_trace_is_read_and_a_bomb_is_refused(monkeypatch):
-    """jax.profiler's trace comes gzipped; memtop inflates at most MAX_TRACE_BYTES of it."""
-    from memtop.agent import merge
-    from memtop.errors import UserError
-
-    head = {"clock": [["memtop.clock.0", 1000, 3000]], "window": [1.0, 2.0], "warnings": []}
-    trace = {
-        "traceEvents": [{"ph": "X", "name": "memtop.clock.0", "pid": 1, "tid": 1, "ts": 7.0, "dur": 1.0}]
-    }
-    cap = merge.Capture.parse(5, head, gzip.compress(json.dumps(trace).encode()))
-    assert merge.align(cap).offset_us == 7.5 - 2.0
-    monkeypatch.setattr(merge, "MAX_TRACE_BYTES", 1000)
-    with pytest.raises(UserError, match="inflates past"):
-        merge.Capture.parse(5, head, gzip.compress(b" " * 100_000))
-    with pytest.raises(UserError, match="damaged"):
-        merge.Capture.parse(5, head, b"\x1f\x8b" + b"\x00" * 40)

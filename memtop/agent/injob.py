@@ -174,14 +174,17 @@ class Agent:
             if at is not None:  # all ranks start together
                 start = min(max(start, _number(at, 0, 1e12, "at")), start + 10.0)
             warnings = _settle(start)
-            if "torch" not in sys.modules and "jax" not in sys.modules:
-                raise CaptureError("this process has not imported torch or jax (no framework trace to take)")
+            if "torch" not in sys.modules:
+                raise CaptureError(
+                    "a JAX job is not captured: jax.profiler started in a running JAX loop crashed it on the "
+                    "device (docs/TRACE.md)"
+                    if "jax" in sys.modules
+                    else "this process has not imported torch (no framework trace to take)"
+                )
+            python = bool(req.get("python"))
+            cpu_ops = python or bool(req.get("cpu_ops"))
             try:
-                if "torch" in sys.modules:
-                    python = bool(req.get("python"))
-                    cpu_ops = python or bool(req.get("cpu_ops"))
-                    return _torch_trace(self.directory, seconds, steps, (cpu_ops, python), conn, warnings)
-                return _jax_trace(self.directory, seconds, steps, conn, warnings)
+                return _torch_trace(self.directory, seconds, steps, (cpu_ops, python), conn, warnings)
             finally:
                 self._last_end = time.monotonic()
         finally:
@@ -365,53 +368,6 @@ def _torch_trace(
         "steps": counted[0],
         "warnings": warnings,
         "timing": {"stop_s": round(stopped - stopping, 3), "export_s": round(exported - stopped, 3)},
-    }
-    return head, path
-
-
-def _jax_trace(
-    directory: str, seconds: float, steps: int | None, conn: socket.socket, warnings: list[str]
-) -> tuple[dict, str]:
-    """Record jax.profiler's trace from this (the agent's) thread: start_trace into a folder of the
-    agents' private directory, asking for its Perfetto trace (Chrome-trace JSON, gzipped: memtop
-    reads it bounded), with the clock marks as TraceAnnotations on the profiler's host clock."""
-    import glob
-    import shutil
-
-    profiler = sys.modules["jax"].profiler
-    if steps is not None:
-        raise CaptureError("--steps counts torch optimizer steps: use --seconds for a JAX job")
-    folder = os.path.join(directory, f".jax-{os.getpid()}-{time.monotonic_ns()}")
-    os.mkdir(folder, 0o700)
-    try:
-        profiler.start_trace(folder, create_perfetto_trace=True)
-        try:
-            start = time.monotonic()
-            marks = _clock_marks(profiler.TraceAnnotation, 0)
-            _until(seconds, threading.Event(), conn)
-            end = time.monotonic()
-            marks += _clock_marks(profiler.TraceAnnotation, CLOCK_MARKS)
-        finally:
-            stopping = time.monotonic()
-            profiler.stop_trace()
-            stopped = time.monotonic()
-        found = glob.glob(
-            os.path.join(glob.escape(folder), "plugins", "profile", "*", "*perfetto_trace.json.gz")
-        )
-        if not found:
-            raise CaptureError("jax.profiler wrote no Perfetto trace (perfetto_trace.json.gz)")
-        path = os.path.join(directory, f".{os.getpid()}.{time.monotonic_ns()}.json.gz")
-        os.rename(found[0], path)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    head = {
-        "framework": "jax",
-        "version": str(getattr(sys.modules["jax"], "__version__", "")),
-        "clock": [[MARK + str(k), a, b] for k, (a, b) in enumerate(marks)],
-        "window": [start, end],
-        "steps": 0,
-        "warnings": warnings,
-        "timing": {"stop_s": round(stopped - stopping, 3), "export_s": 0.0},
     }
     return head, path
 

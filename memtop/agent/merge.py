@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import math
 import re
-import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from memtop.agent import chunks
-from memtop.agent.client import MAX_TRACE_BYTES
 from memtop.agent.injob import CLOCK_MARKS, MARK
 from memtop.errors import UserError
 from memtop.fleet.wire import Refused, check_size
@@ -66,7 +64,6 @@ class Capture:
                 f"PID {pid}: the agent's answer is malformed (clock, window or warnings of the wrong shape)"
             )
         try:
-            payload = _gunzipped(pid, payload)
             check_size(payload, MAX_TRACE_OBJECTS)
             cap = cls(pid, head, chunks.split(payload, workers))
         except Refused as e:
@@ -108,21 +105,6 @@ def survey(events: list, marks: bool) -> tuple[list, list]:
 
 def _key(raw: object) -> object:
     return raw if type(raw) is int or type(raw) is str else str(raw)  # (a list is not hashable)
-
-
-def _gunzipped(pid: int, payload: bytes) -> bytes:
-    """A gzipped trace (jax.profiler's) inflated, at most MAX_TRACE_BYTES of it: a small bomb of
-    a payload cannot take memtop's memory."""
-    if payload[:2] != b"\x1f\x8b":
-        return payload
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = inflate.decompress(payload, MAX_TRACE_BYTES)
-    except zlib.error as e:
-        raise UserError(f"PID {pid}: the framework's gzipped trace is damaged ({e})") from None
-    if inflate.unconsumed_tail:
-        raise UserError(f"PID {pid}: the framework's trace inflates past {MAX_TRACE_BYTES >> 20} MiB")
-    return out
 
 
 @dataclass(frozen=True)
