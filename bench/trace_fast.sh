@@ -69,13 +69,39 @@ PY
 }
 
 say "start"
-capture main3 /tmp/vmain 17 3
-capture branch3 /tmp/vbranch 15 3
-capture main5 /tmp/vmain 25 5
-capture branch5 /tmp/vbranch 18 5
-capture branch5cpu /tmp/vbranch 22 5 --cpu-ops
+# RUNS: which captures (default all five); JAX=0 leaves the JAX loop out; DDP=1 adds a 2-rank
+# torchrun job captured over one window (bench/trace_ddp_job.py, two GPUs)
+for run in ${RUNS:-main3 branch3 main5 branch5 branch5cpu}; do
+  case $run in
+    main3) capture main3 /tmp/vmain 17 3 ;;
+    branch3) capture branch3 /tmp/vbranch 15 3 ;;
+    main5) capture main5 /tmp/vmain 25 5 ;;
+    branch5) capture branch5 /tmp/vbranch 18 5 ;;
+    branch5cpu) capture branch5cpu /tmp/vbranch 22 5 --cpu-ops ;;
+  esac
+done
 
-if python3 -c "import jax; print('jax', jax.__version__, jax.devices())" >>"$LOG" 2>&1; then
+if [ "${DDP:-0}" = 1 ]; then
+  say "2-rank torchrun (branch)"
+  export PYTHONPATH=/tmp/vbranch:/tmp/site
+  nvidia-smi --query-gpu=index,name --format=csv,noheader >>"$LOG"
+  python3 -m memtop run --no-tui -- torchrun --standalone --nproc_per_node 2 "$B/trace_ddp_job.py" 22 \
+    >"$R/ddp.jsonl" 2>"$R/ddp.err" &
+  RUN=$!
+  for _ in $(seq 600); do grep -q ready "$R/ddp.jsonl" 2>/dev/null && break; sleep 0.1; done
+  sleep 3
+  a=$(mono)
+  timeout 60 python3 -m memtop trace --job "$RUN" --seconds 3 -o "$R/ddp.json.gz" >"$R/ddp.trace.txt" 2>&1
+  say "ddp trace rc=$?, $(python3 -c "print(round($(mono) - $a, 2))") s"
+  cat "$R/ddp.trace.txt" >>"$LOG"
+  wait "$RUN"
+  tail -n 3 "$R/ddp.err" >>"$LOG"
+  python3 "$B/trace_ddp_check.py" "$R/ddp.json.gz" >"$R/ddp.check.json" 2>>"$LOG"
+  cat "$R/ddp.check.json" >>"$LOG"
+  rm -f "$R/ddp.json.gz"
+fi
+
+if [ "${JAX:-1}" = 1 ] && python3 -c "import jax; print('jax', jax.__version__, jax.devices())" >>"$LOG" 2>&1; then
   say "jax capture (branch)"
   export PYTHONPATH=/tmp/vbranch:/tmp/site
   XLA_PYTHON_CLIENT_PREALLOCATE=false python3 -m memtop run --no-tui -- python3 "$B/trace_jax_job.py" 18 \
