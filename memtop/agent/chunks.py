@@ -219,6 +219,12 @@ def start_workers(n: int | None = None) -> list[Worker]:
 
 def _serve(conn: Connection) -> None:
     """A worker's life: one piece, parsed; then calls on its events until memtop hangs up."""
+    # a worker of the live view shares its terminal: nothing it could print may reach the screen
+    # (its failures go back through the pipe)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
     import memtop.export  # noqa: F401  (what encoding a piece needs, imported while memtop waits)
 
     try:
