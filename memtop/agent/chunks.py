@@ -212,7 +212,8 @@ def start_workers(n: int | None = None) -> list[Worker]:
     """Worker processes, started now (their interpreter's start overlaps the capture's window).
     Spawned, not forked: the live view that asks has threads of its own."""
     if n is None:
-        n = max(0, min(8, (os.cpu_count() or 1) // 2))
+        n = min(8, (os.cpu_count() or 1) // 2)
+        n = n if n >= 2 else 0  # (one worker would only parse what this process can)
     ctx = multiprocessing.get_context("spawn")
     return [Worker(ctx) for _ in range(n)]
 
