@@ -1,7 +1,7 @@
 """A 2-rank DDP loop for `memtop run -- torchrun ...` + `memtop trace --job` (bench/trace_fast.sh, DDP=1):
 the MLP of bench/trace_job.py under DistributedDataParallel (an NCCL all-reduce of its gradients every
 step), rank 0's step rate per second as JSON lines. The ranks stop together (rank 0's clock, broadcast).
-usage: torchrun --standalone --nproc_per_node 2 trace_ddp_job.py SECONDS
+usage: python3 -m torch.distributed.run --standalone --nproc_per_node 2 trace_ddp_job.py SECONDS
 """
 
 import os

@@ -85,7 +85,7 @@ if [ "${DDP:-0}" = 1 ]; then
   say "2-rank torchrun (branch)"
   export PYTHONPATH=/tmp/vbranch:/tmp/site
   nvidia-smi --query-gpu=index,name --format=csv,noheader >>"$LOG"
-  python3 -m memtop run --no-tui -- torchrun --standalone --nproc_per_node 2 "$B/trace_ddp_job.py" 22 \
+  python3 -m memtop run --no-tui -- python3 -m torch.distributed.run --standalone --nproc_per_node 2 "$B/trace_ddp_job.py" 22 \
     >"$R/ddp.jsonl" 2>"$R/ddp.err" &
   RUN=$!
   for _ in $(seq 600); do grep -q ready "$R/ddp.jsonl" 2>/dev/null && break; sleep 0.1; done
