@@ -321,7 +321,14 @@ def _add_trace_commands(sub) -> None:
         "-o", "--output", metavar="OUT.json.gz", help="the merged trace (default: a new file here)"
     )
     tr.add_argument("--force", action="store_true", help="replace OUT (a link is replaced, not followed)")
-    tr.add_argument("--python", action="store_true", help="also Python frames (slows the job in the window)")
+    tr.add_argument(
+        "--cpu-ops",
+        action="store_true",
+        help="also the job's CPU ops (about half of a busy loop's events: a longer stop and merge)",
+    )
+    tr.add_argument(
+        "--python", action="store_true", help="also CPU ops and Python frames (slows the job in the window)"
+    )
     tr.add_argument("--no-stacks", action="store_true", help="no py-spy stacks in memtop's part")
 
 

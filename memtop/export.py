@@ -180,6 +180,11 @@ class _Json:
             }
         )
 
+    def encoded(self, text: str, n: int) -> None:
+        """``n`` events encoded elsewhere, joined by commas (after a flush)."""
+        self.fh.write(("," if self.n else "") + text)
+        self.n += n
+
     def flush(self, at_least: int = 1) -> None:
         """Write the events held if there are ``at_least`` of them."""
         if len(self._buf) >= at_least:
@@ -434,20 +439,20 @@ def write_trace(
     t_from: float | None = None,
     t_to: float | None = None,
     progress: bool | None = None,
-    extra: Iterable[dict] = (),
+    extra: Iterable[tuple[str, int]] = (),
     extra_meta: dict | None = None,
 ) -> int:
     """Write the whole trace document (JSON) to ``fh``; returns the number of trace events. ``extra``
-    events (a framework's trace on this clock: memtop.agent.merge) join ``traceEvents``, and
-    ``extra_meta`` the metadata."""
+    events (a framework's trace on this clock, encoded: runs of JSON objects joined by commas and
+    their number, memtop.agent.merge) join ``traceEvents``, and ``extra_meta`` the metadata."""
     _check(rec, gpu, t_from, t_to)
     fh.write('{"traceEvents":[')
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spill:
         emit = _Json(fh, spill)
         lo, hi, stacks = _walk(rec, emit, gpu, t_from, t_to, progress)
-        for ev in extra:
-            emit(ev)
         emit.flush()
+        for text, n in extra:
+            emit.encoded(text, n)
         fh.write('],"displayTimeUnit":"ms","stackFrames":{')
         fh.write(",".join(f'"{k}":{dumps(v)}' for k, v in stacks.frames.items()))
         fh.write('},"samples":[')
@@ -595,20 +600,24 @@ def _slice(clf: Classifier, gpu: int, run: list, emit: Sink) -> None:
 
 
 @contextlib.contextmanager
-def private_output(out: Path, force: bool) -> Iterator[io.TextIOBase]:
+def private_output(out: Path, force: bool, level: int = 6) -> Iterator[io.TextIOBase]:
     """A text stream whose content becomes ``out`` only when the block ends without an error
     (``private_binary``'s, as UTF-8)."""
-    with private_binary(out, force) as sink, io.TextIOWrapper(sink, encoding="utf-8", newline="\n") as text:
+    with (
+        private_binary(out, force, level) as sink,
+        io.TextIOWrapper(sink, encoding="utf-8", newline="\n") as text,
+    ):
         yield text
 
 
 @contextlib.contextmanager
-def private_binary(out: Path, force: bool) -> Iterator[BinaryIO]:
+def private_binary(out: Path, force: bool, level: int = 6) -> Iterator[BinaryIO]:
     """A byte stream whose content becomes ``out`` only when the block ends without an error.
 
     It is written to a temporary file beside ``out``, created like recordings are (0600, O_EXCL, so
     never through a symlink), then renamed over ``out``: a failed export leaves nothing, and --force
-    replaces a link rather than writing through it. A name ending in .gz is gzip-compressed.
+    replaces a link rather than writing through it. A name ending in .gz is gzip-compressed
+    (at ``level``).
     """
     if os.path.lexists(out) and not force:
         raise UserError(f"{out} exists (use --force to overwrite)")
@@ -620,7 +629,7 @@ def private_binary(out: Path, force: bool) -> Iterator[BinaryIO]:
         fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         with open(fd, "wb", buffering=1 << 20) as raw:
             if out.name.endswith(".gz"):
-                with io.BufferedWriter(_Deflater(raw), 1 << 20) as gz:
+                with io.BufferedWriter(_Deflater(raw, level), 1 << 20) as gz:
                     yield gz
             else:
                 yield raw
@@ -636,8 +645,8 @@ class _Deflater(io.RawIOBase):
     """Gzips what is written to it in a thread (zlib lets go of the GIL: the compression runs on
     another core beside the export; the bytes are those of a GzipFile written in line)."""
 
-    def __init__(self, raw: BinaryIO) -> None:
-        self._gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
+    def __init__(self, raw: BinaryIO, level: int = 6) -> None:
+        self._gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0)
         self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)  # memory stays flat
         self._error: Exception | None = None
         self._thread = threading.Thread(target=self._run, name="memtop-gzip", daemon=True)

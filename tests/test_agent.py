@@ -19,15 +19,15 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections import Counter
+import types
 from pathlib import Path
 
 import pytest
 
 from memtop.agent import capture, injob
-from memtop.agent.capture import _ask_all
+from memtop.agent.capture import _Asking
 from memtop.agent.client import AgentRef, ask, hello
-from memtop.agent.merge import Capture, align, framework_events
+from memtop.agent.merge import Capture, Encoded, align
 from memtop.errors import UserError
 
 try:
@@ -499,7 +499,7 @@ def test_a_failed_export_leaves_no_trace_file_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", half_written)
     ours, theirs = socket.socketpair()
     with ours, theirs, pytest.raises(OSError, match="disk full"):
-        injob._torch_trace(str(tmp_path), 0.1, None, False, ours)
+        injob._torch_trace(str(tmp_path), 0.1, None, (False, False), ours, [])
     assert list(tmp_path.iterdir()) == []
 
 
@@ -538,8 +538,9 @@ def test_the_merge_aligns_each_capture_and_keeps_ranks_apart():
         # less the mark's, within the residual (40 - 10) / 2
         assert abs(al.offset_us - off) <= al.residual_us == 15.0
         assert al.drift_us == 0.0
-    counts: Counter = Counter()
-    out = [list(framework_events(c, k, align(c).offset_us, counts)) for k, c in enumerate((a, b))]
+    encoded = Encoded([(c, align(c)) for c in (a, b)])
+    out = [json.loads(f"[{text}]") for text, _ in encoded]  # (one piece per capture: a small trace)
+    counts = encoded.counts
     kernels = [[e for e in evs if e.get("cat") == "kernel"] for evs in out]
     assert [abs(k[0]["ts"] - 2000) <= 15 for k in kernels] == [True, True]  # both on CLOCK_MONOTONIC
     assert kernels[0][0]["pid"] != kernels[1][0]["pid"]  # the two ranks' "GPU 0" stay apart
@@ -559,8 +560,10 @@ def test_a_trace_without_memtops_marks_is_refused():
     cap = Capture.parse(1, HEAD, b'{"traceEvents": [{"ph": "X", "name": ["unhashable"], "ts": 1}]}')
     with pytest.raises(UserError, match="clock marks"):
         align(cap)
-    with pytest.raises(UserError, match="not JSON"):
+    with pytest.raises(UserError, match="no traceEvents"):
         Capture.parse(1, HEAD, b"{")
+    with pytest.raises(UserError, match="not JSON"):
+        Capture.parse(1, HEAD, b'{"traceEvents": [{"ph": "X"},]}')
     with pytest.raises(UserError, match="over 20000000 JSON objects"):
         Capture.parse(1, HEAD, b"[" * 20_000_001)
 
@@ -624,7 +627,7 @@ def test_one_process_that_cannot_be_aligned_is_a_failure_line_not_the_captures_e
     trace = b'{"traceEvents": []}'
     head = json.dumps({**HEAD, "ok": True, "framework": "torch", "bytes": len(trace)}).encode()
     ref = fake_agent(tmp_path, head + b"\n" + trace)
-    caps, failed = _ask_all([ref], {"op": "trace"}, 30)
+    caps, failed = _Asking([ref], {"op": "trace"}, 30, []).join()
     assert caps == [] and len(failed) == 1 and "clock marks" in failed[0]
 
 
@@ -681,3 +684,13 @@ def test_all_ranks_of_a_job_are_captured_over_one_window(tmp_path):
     assert {c["pid"] for c in caps} == pids  # the launcher (no torch) is not asked
     (a0, a1), (b0, b1) = (c["window_s"] for c in caps)
     assert a0 < b1 and b0 < a1  # one window: each started before the other ended
+
+
+def test_a_jax_job_is_refused_in_one_line(monkeypatch, tmp_path):
+    """jax.profiler started from the agent in a running JAX loop crashed the job on the H200
+    (CUDA_ERROR_LAUNCH_FAILED, bench/RESULTS.md): a JAX job is refused, and says why."""
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setitem(sys.modules, "jax", types.ModuleType("jax"))
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(injob.CaptureError, match="JAX job is not captured"):
+        injob.Agent(str(tmp_path))._trace({"seconds": 1}, ours)

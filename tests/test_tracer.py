@@ -92,11 +92,10 @@ def test_a_capture_from_the_live_view_is_written_and_recorded(tmp_path, job):
     assert str(out) in done and "clocks aligned" in done
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     doc = json.loads(gzip.decompress(out.read_bytes()))
-    steps = [e for e in doc["traceEvents"] if e.get("name") == "step"]
+    # the job's own CPU ranges are not asked for from the live view (--cpu-ops is memtop trace's)
+    assert not [e for e in doc["traceEvents"] if e.get("name") == "step"]
     (cap,) = doc["metadata"]["captures"]
-    lo, hi = (t * 1e6 for t in cap["window_s"])
-    # on memtop's clock: each step overlaps the window memtop noted (a step may begin before it)
-    assert steps and all(e["ts"] + e["dur"] >= lo - 1e3 and e["ts"] <= hi + 1e3 for e in steps)
+    assert cap["clock_residual_us"] is not None
     # the recording lists both captures, and so does its report
     rec = Recording(rec_path)
     first, second = rec.meta["captures"]
@@ -106,6 +105,31 @@ def test_a_capture_from_the_live_view_is_written_and_recorded(tmp_path, job):
     assert [c["outcome"] for c in rep["captures"]] == ["ok", "failed"]
     text = render(rep, "text")
     assert "traces captured" in text and str(out) in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cpu_ops", [False, True])
+def test_the_jobs_cpu_ops_come_only_when_asked_and_on_memtops_clock(tmp_path, job, cpu_ops):
+    """Without --cpu-ops the profiler (started from the agent's thread) records that thread's
+    ranges only, memtop's clock marks; with it, the training thread's too, on memtop's clock."""
+    from memtop.agent import injob
+    from memtop.agent.capture import capture_trace
+    from memtop.agent.client import hello
+
+    out = tmp_path / "t.json.gz"
+    result = capture_trace([hello(job)], 0.5, out, stacks=False, cpu_ops=cpu_ops)
+    doc = json.loads(gzip.decompress(out.read_bytes()))
+    steps = [e for e in doc["traceEvents"] if e.get("name") == "step"]
+    marks = [e for e in doc["traceEvents"] if str(e.get("name")).startswith(injob.MARK)]
+    assert len(marks) == 2 * injob.CLOCK_MARKS and result.summary["captures"][0]["clock_residual_us"] >= 0
+    if not cpu_ops:
+        assert steps == []
+        return
+    (cap,) = doc["metadata"]["captures"]
+    lo, hi = (t * 1e6 for t in cap["window_s"])
+    # on memtop's clock: each step overlaps the window memtop noted (a step may begin before it)
+    assert steps and all(e["ts"] + e["dur"] >= lo - 1e3 and e["ts"] <= hi + 1e3 for e in steps)
 
 
 def test_a_report_of_a_recording_without_captures_has_no_captures_key():

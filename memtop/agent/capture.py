@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from memtop.agent.chunks import Worker, close_all, reap_all, start_workers
 from memtop.agent.client import AgentRef, ask
 from memtop.agent.merge import Alignment, Capture, align, describe, write_merged
 from memtop.errors import UserError
@@ -122,29 +123,46 @@ def _wait_ready(path: Path, proc: subprocess.Popen, deadline: float) -> bool:
 Aligned = tuple[Capture, Alignment]
 
 
-def _ask_all(refs: list[AgentRef], request: dict, timeout: float) -> tuple[list[Aligned], list[str]]:
-    """Every agent at once (threads: each waits out the window), so all ranks share the window. A
-    process whose answer is bad or cannot be aligned is one failure line, not the capture's end."""
-    got: dict[int, Aligned | str] = {}
+class _Asking:
+    """Every agent asked at once (threads: each waits out the window), so all ranks share the
+    window; each answer is parsed as soon as it comes, by its share of ``workers``. A process whose
+    answer is bad or cannot be aligned is one failure line, not the capture's end."""
 
-    def one(ref: AgentRef) -> None:
+    def __init__(self, refs: list[AgentRef], request: dict, timeout: float, workers: list[Worker]) -> None:
+        self._got: dict[int, Aligned | str] = {}
+        shares = [workers[i :: len(refs)] for i in range(len(refs))]
+        self._threads = [
+            threading.Thread(
+                target=self._one, args=(r, request, timeout, mine), name="memtop-trace", daemon=True
+            )
+            for r, mine in zip(refs, shares, strict=True)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _one(self, ref: AgentRef, request: dict, timeout: float, workers: list[Worker]) -> None:
         try:
             head, payload = ask(ref.pid, ref.path, request, timeout)
             t0 = time.monotonic()
-            cap = Capture.parse(ref.pid, head, payload)
-            got[ref.pid] = (cap, align(cap))
-            cap.timing["received"] = t0
+            cap = Capture.parse(ref.pid, head, payload, workers)
+            cap.timing["received"], cap.timing["bytes"] = t0, len(payload)
+            del payload
+            try:
+                self._got[ref.pid] = (cap, align(cap))
+            except UserError:
+                cap.close()
+                raise
             cap.timing["parse_s"] = time.monotonic() - t0
         except UserError as e:
-            got[ref.pid] = str(e)
+            self._got[ref.pid] = str(e)
+        finally:
+            close_all(workers)  # (those a small or failed trace did not need)
 
-    threads = [threading.Thread(target=one, args=(r,), name="memtop-trace", daemon=True) for r in refs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    caps = [c for c in got.values() if isinstance(c, tuple)]
-    return sorted(caps, key=lambda c: c[0].pid), [c for c in got.values() if isinstance(c, str)]
+    def join(self) -> tuple[list[Aligned], list[str]]:
+        for t in self._threads:
+            t.join()
+        caps = [c for c in self._got.values() if isinstance(c, tuple)]
+        return sorted(caps, key=lambda c: c[0].pid), [c for c in self._got.values() if isinstance(c, str)]
 
 
 def capture_trace(
@@ -156,18 +174,25 @@ def capture_trace(
     python: bool = False,
     stacks: bool = True,
     progress: Progress | None = None,
+    cpu_ops: bool = False,
 ) -> TraceResult:
     """Capture ``seconds`` (or ``steps`` optimizer steps, ``seconds`` at most) of every process in
     ``refs`` and write the merged trace to ``out``. A process that fails is a warning; all failing,
-    or a bad ``out``, a UserError. ``progress`` hears one line per stage (from this thread)."""
+    or a bad ``out``, a UserError. ``cpu_ops``: the job's CPU ops too (``python``: and its Python
+    frames; both slow the job and the capture). ``progress`` hears one line per stage (from this
+    thread)."""
     say = progress or (lambda _line: None)
     if os.path.lexists(out) and not force:
         raise UserError(f"{out} exists (use --force to overwrite)")
     if not out.parent.is_dir():
         raise UserError(f"cannot write {out}: directory {out.parent} does not exist")
     work = Path(tempfile.mkdtemp(prefix="memtop-trace-"))  # 0700, removed whole at the end
+    captures: list[Aligned] = []
+    workers: list[Worker] = []
     try:
         asked = time.monotonic()
+        # the trace's parsers start now: their interpreters' start is hidden in the window
+        workers = start_workers()
         rec_path = work / "window.memtop"
         # bounded: a recorder whose memtop was killed ends by itself
         limit = ["--duration", repr(READY_S + LEAD_S + seconds + ANSWER_S)]
@@ -177,18 +202,30 @@ def capture_trace(
         warnings: list[str] = []
         stopper = None
         try:
+            # the window starts LEAD_S after the request, the recorder's start running meanwhile
+            # (NVML's start takes about that long): the agents wait for `at` (and for the job's
+            # imports to settle, which takes as long), so waiting for the recorder first only
+            # added its start to every capture
+            at = time.monotonic() + LEAD_S
+            request = {
+                "op": "trace",
+                "seconds": seconds,
+                "steps": steps,
+                "at": at,
+                "python": python,
+                "cpu_ops": cpu_ops,
+            }
+            say(f"capturing {seconds:g} s of {', '.join(f'pid {r.pid}' for r in refs)}")
+            # the recorder stops once the window is over, while the agents stop their profilers and
+            # export (seconds for a large trace): its close is then off the way to the file
+            stopper = _Stopper(recorder, at + seconds + TAIL_S)
+            asking = _Asking(refs, request, LEAD_S + seconds + ANSWER_S, workers)
             if not _wait_ready(rec_path, recorder, asked + READY_S):
                 warnings.append(
                     "memtop's recorder did not start: the trace holds the framework's events only"
                 )
             ready = time.monotonic()
-            at = ready + LEAD_S
-            request = {"op": "trace", "seconds": seconds, "steps": steps, "at": at, "python": python}
-            say(f"capturing {seconds:g} s of {', '.join(f'pid {r.pid}' for r in refs)}")
-            # the recorder stops once the window is over, while the agents stop their profilers and
-            # export (seconds for a large trace): its close is then off the way to the file
-            stopper = _Stopper(recorder, at + seconds + TAIL_S)
-            captures, failed = _ask_all(refs, request, LEAD_S + seconds + ANSWER_S)
+            captures, failed = asking.join()
         finally:
             answered = time.monotonic()
             fault = stop_recorder(recorder) if stopper is None else stopper.stop_now()
@@ -202,23 +239,21 @@ def capture_trace(
             warnings.append(
                 f"memtop's recording failed ({fault}): the trace holds the framework's events only"
             )
-        events = sum(len(c.events) for c, _ in captures)
-        say(f"merging {events} framework events with memtop's tracks into {out}")
+        size = sum(c.timing["bytes"] for c, _ in captures)
+        say(f"merging {size / 1e6:.0f} MB of framework trace with memtop's tracks into {out}")
         merging = time.monotonic()
-        try:
-            _, summary = write_merged(recorded, captures, out, force)
-        except UserError as e:
-            if recorded is None:
-                raise
-            # a recording that holds no sample of the window (a recorder slow to start on a busy host)
+        _, summary = write_merged(recorded, captures, out, force)
+        if summary["unusable"]:  # a recording without a sample of the window (a slow recorder's)
             warnings.append(
-                f"memtop's recording of the window is unusable ({e}): the framework's events only"
+                f"memtop's recording of the window is unusable ({summary['unusable']}): the framework's events only"
             )
-            _, summary = write_merged(None, captures, out, force)
         done = time.monotonic()
         summary["timing"] = _timing(asked, ready, at, seconds, captures, answered, merging, done)
         return TraceResult(out, summary, tuple(warnings))
     finally:
+        for cap, _ in captures:
+            cap.close()
+        reap_all(workers)  # (each one: hung up on by now, or here)
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -240,8 +275,8 @@ def _timing(
     }
     last = max(c.timing["received"] for c, _ in captures)
     return {
-        "recorder_start_s": round(ready - asked, 3),
-        "lead_s": round(at - ready, 3),
+        "recorder_start_s": round(ready - asked, 3),  # (meanwhile the lead runs)
+        "lead_s": round(at - asked, 3),
         "window_s": round(max(c.head["window"][1] - c.head["window"][0] for c, _ in captures), 3),
         "asked_window_s": seconds,
         "profiler_stop_s": worst["stop_s"],

@@ -13,7 +13,8 @@ Every error is caught where it happens: the job never sees an exception from her
 Protocol: one JSON request line, at most MAX_REQUEST bytes; one JSON answer line, then for a trace
 ``bytes`` bytes of the framework's Chrome-trace JSON.
   {"op": "hello"} -> {"ok": true, "pid", "frameworks", "protocol", "busy"}
-  {"op": "trace", "seconds": S, "steps": N|null, "at": CLOCK_MONOTONIC s|null, "python": bool}
+  {"op": "trace", "seconds": S, "steps": N|null, "at": CLOCK_MONOTONIC s|null, "python": bool,
+   "cpu_ops": bool}
     -> {"ok": true, "framework", "bytes", "clock", "window", "steps", "warnings", "timing"}
   any failure -> {"ok": false, "error": "one line"}
 """
@@ -174,9 +175,16 @@ class Agent:
                 start = min(max(start, _number(at, 0, 1e12, "at")), start + 10.0)
             warnings = _settle(start)
             if "torch" not in sys.modules:
-                raise CaptureError("this process has not imported torch (no framework trace to take)")
+                raise CaptureError(
+                    "a JAX job is not captured: jax.profiler started in a running JAX loop crashed it on the "
+                    "device (docs/TRACE.md)"
+                    if "jax" in sys.modules
+                    else "this process has not imported torch (no framework trace to take)"
+                )
+            python = bool(req.get("python"))
+            cpu_ops = python or bool(req.get("cpu_ops"))
             try:
-                return _torch_trace(self.directory, seconds, steps, bool(req.get("python")), conn, warnings)
+                return _torch_trace(self.directory, seconds, steps, (cpu_ops, python), conn, warnings)
             finally:
                 self._last_end = time.monotonic()
         finally:
@@ -280,12 +288,22 @@ def _until(seconds: float, done: threading.Event, conn: socket.socket) -> None:
 
 
 def _torch_trace(
-    directory: str, seconds: float, steps: int | None, python: bool, conn: socket.socket, warnings: list[str]
+    directory: str,
+    seconds: float,
+    steps: int | None,
+    cpu: tuple[bool, bool],
+    conn: socket.socket,
+    warnings: list[str],
 ) -> tuple[dict, str]:
-    """Record the PyTorch profiler's trace from this (the agent's) thread. profile_all_threads makes
-    it record every thread's CPU ops, the training thread's included; CUDA activities (kernels,
-    memcpys, runtime API) come through CUPTI for the whole process anyway. CUDA is asked for only
-    where the job has initialised it: a CPU-only process (a DataLoader worker) gets no CUDA context."""
+    """Record the PyTorch profiler's trace from this (the agent's) thread. CUDA activities (kernels,
+    memcpys, runtime API) come through CUPTI for the whole process. ``cpu``: (the job's CPU ops,
+    its Python frames too). Started from this thread, the profiler records only this thread's CPU
+    ops (memtop's clock marks) unless profile_all_threads is set; the training thread's ops are
+    about half of a busy loop's events, and PyTorch's stop and export and memtop's merge all grow
+    with the events (bench/RESULTS.md), so they are recorded only when asked for. CUDA is asked for
+    only where the job has initialised it: a CPU-only process (a DataLoader worker) gets no CUDA
+    context."""
+    cpu_ops, python = cpu
     torch = sys.modules["torch"]
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -296,13 +314,14 @@ def _torch_trace(
         activities.append(ProfilerActivity.CUDA)
     else:
         warnings.append("CUDA not initialised in this process: CPU activities only")
-    try:
-        from torch.profiler import _ExperimentalConfig
+    config = None
+    if cpu_ops:
+        try:
+            from torch.profiler import _ExperimentalConfig
 
-        config = _ExperimentalConfig(profile_all_threads=True)
-    except (ImportError, TypeError):  # an older torch: only this thread's CPU ops are recorded
-        config = None
-        warnings.append("this torch cannot record other threads' CPU ops: GPU activities only")
+            config = _ExperimentalConfig(profile_all_threads=True)
+        except (ImportError, TypeError):  # an older torch: only this thread's CPU ops are recorded
+            warnings.append("this torch cannot record other threads' CPU ops: GPU activities only")
     done = threading.Event()
     counted = [0]
 

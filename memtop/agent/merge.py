@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memtop.agent import chunks
 from memtop.agent.injob import CLOCK_MARKS, MARK
 from memtop.errors import UserError
-from memtop.fleet.wire import Refused, load_json
+from memtop.fleet.wire import Refused, check_size
 from memtop.sanitize import clean
 from memtop.wording import counted
 
@@ -29,6 +30,9 @@ PIDS_PER_CAPTURE = 1000  # a trace's own pids (the process, its GPUs) are renumb
 # the trace's categories a summary counts (Kineto's names)
 COUNTED = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "python_function")
 _FLOW = frozenset("stf")
+# gzip level of the merged file: level 6 took ~1.5 s on one core for 100 MB of a busy loop's trace,
+# the longest step left of memtop's merge; level 1 is several times faster for a file ~1/3 larger
+GZIP_LEVEL = 1
 # a trace's objects (two per event, ~150 bytes each): a real 1 GiB trace stays under; 1 GiB of `[]`
 # (500 M lists, tens of GB parsed) does not
 MAX_TRACE_OBJECTS = 20_000_000
@@ -38,28 +42,69 @@ _NS_MAX = 1 << 63  # a CLOCK_MONOTONIC ns reading (beyond it, µs as float overf
 
 @dataclass
 class Capture:
-    """One process's framework trace as its agent sent it (head: the answer's JSON)."""
+    """One process's framework trace as its agent sent it (head: the answer's JSON), parsed into
+    pieces (memtop.agent.chunks: here, or each in a worker process that keeps its events), with
+    what the merge needs of it up front: memtop's clock marks and the trace's own pids."""
 
     pid: int
     head: dict
-    events: list = field(default_factory=list)
+    pieces: list = field(default_factory=list)
+    marks: list = field(default_factory=list)  # the events named like memtop's clock marks
+    keys: list = field(default_factory=list)  # the trace's pids, in the order they first occur
     timing: dict = field(default_factory=dict)  # memtop's side: when it came, how long it took to read
 
     @classmethod
-    def parse(cls, pid: int, head: dict, payload: bytes) -> Capture:
-        """The agent's answer, or one UserError line: its head is checked before the trace is read."""
+    def parse(cls, pid: int, head: dict, payload: bytes, workers: list | None = None) -> Capture:
+        """The agent's answer, or one UserError line: its head is checked before the trace is read.
+        ``workers`` (chunks.start_workers) parse a large trace in pieces; those not used are closed."""
+        workers = workers if workers is not None else []
         if not _valid_head(head):
+            chunks.close_all(workers)
             raise UserError(
                 f"PID {pid}: the agent's answer is malformed (clock, window or warnings of the wrong shape)"
             )
         try:
-            doc = load_json(payload, MAX_TRACE_OBJECTS)
+            check_size(payload, MAX_TRACE_OBJECTS)
+            cap = cls(pid, head, chunks.split(payload, workers))
         except Refused as e:
             raise UserError(f"PID {pid}: the framework's trace: {e}") from None
-        events = doc.get("traceEvents") if isinstance(doc, dict) else None
-        if not isinstance(events, list):
-            raise UserError(f"PID {pid}: the framework's trace has no traceEvents")
-        return cls(pid, head, [e for e in events if isinstance(e, dict) and isinstance(e.get("ph"), str)])
+        except chunks.Malformed as e:
+            raise UserError(f"PID {pid}: {e}") from None
+        finally:
+            chunks.close_all(workers)
+        try:
+            for p in cap.pieces:
+                p.send(survey, p.marks)
+            for p in cap.pieces:
+                marks, keys = p.receive()
+                cap.marks += marks
+                cap.keys += [k for k in keys if k not in cap.keys]
+        except chunks.Malformed as e:
+            cap.close()
+            raise UserError(f"PID {pid}: {e}") from None
+        return cap
+
+    def close(self) -> None:
+        """Its workers end (the pieces parsed here are dropped)."""
+        for p in self.pieces:
+            p.close()
+
+
+def survey(events: list, marks: bool) -> tuple[list, list]:
+    """A piece's clock marks (events named like them; looked for only in a piece whose text holds
+    the name) and its pids in the order they first occur (one pass in C: pids of equal value but
+    another type, 1 and 1.0, count as the first one seen, and the other's events are dropped)."""
+    found = [e for e in events if type(n := e.get("name")) is str and n.startswith(MARK)] if marks else []
+    raw = [e.get("pid") for e in events]
+    try:
+        firsts = list(dict.fromkeys(raw))
+    except TypeError:  # an unhashable pid (a list): keyed by its text, as framework_events does
+        firsts = list(dict.fromkeys(map(_key, raw)))
+    return found, [_key(k) for k in firsts[: PIDS_PER_CAPTURE + 1]]
+
+
+def _key(raw: object) -> object:
+    return raw if type(raw) is int or type(raw) is str else str(raw)  # (a list is not hashable)
 
 
 @dataclass(frozen=True)
@@ -97,7 +142,7 @@ def _marks(head: dict) -> dict[str, tuple[float, float]]:
 def align(cap: Capture) -> Alignment:
     marks = _marks(cap.head)
     fits: dict[bool, list[tuple[float, float]]] = {True: [], False: []}  # start? -> (residual, offset)
-    for ev in cap.events:
+    for ev in cap.marks:
         name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur", 0)
         if not isinstance(name, str) or name not in marks or not _finite(ts) or not _finite(dur):
             continue
@@ -120,22 +165,19 @@ def _finite(v: object) -> bool:
         return False
 
 
-def framework_events(cap: Capture, k: int, offset_us: float, counts: Counter) -> Iterator[dict]:
-    """The capture's events on CLOCK_MONOTONIC, its pids renumbered into block ``k`` (two ranks'
-    "GPU 0" tracks, or their flow ids, never merge) and its process names prefixed with the pid.
-    The events are changed in place (they are parsed for this and read once: a copy of each was a
-    third of the merge's time, bench/RESULTS.md)."""
-    pids: dict[object, int] = {}
-    framework = str(cap.head.get("framework", "framework"))[:20]
-    for ev in cap.events:
-        ph, raw, ts = ev["ph"], ev.get("pid"), ev.get("ts")
-        key = raw if type(raw) is int or type(raw) is str else str(raw)  # (a list is not hashable)
-        pid = pids.get(key)
-        if pid is None:
-            if len(pids) >= PIDS_PER_CAPTURE:
-                continue
-            pid = pids[key] = FRAMEWORK_PID_BASE + k * PIDS_PER_CAPTURE + len(pids)
-        ev["pid"] = pid
+def framework_events(
+    events: list, pids: dict, k: int, offset_us: float, framework: str, pid: int, counts: Counter
+) -> Iterator[dict]:
+    """A capture's events on CLOCK_MONOTONIC, its pids renumbered (``pids``: block_pids) into block
+    ``k`` (two ranks' "GPU 0" tracks, or their flow ids, never merge) and its process names
+    prefixed with the pid. The events are changed in place (they are parsed for this and read
+    once: a copy of each was a third of the merge's time, bench/RESULTS.md)."""
+    for ev in events:
+        ph, ts, raw = ev["ph"], ev.get("ts"), ev.get("pid")
+        mapped = pids.get(raw if type(raw) is int or type(raw) is str else str(raw))  # (_key, inline)
+        if mapped is None:  # beyond the block's pids
+            continue
+        ev["pid"] = mapped
         if type(ts) is float and ts - ts == 0 or _finite(ts):  # (the first test: finite floats, fast)
             ev["ts"] = round(ts - offset_us, 3)
         elif ph != "M":
@@ -143,7 +185,7 @@ def framework_events(cap: Capture, k: int, offset_us: float, counts: Counter) ->
         if ph in _FLOW and "id" in ev:
             ev["id"] = f"{k}:{ev['id']}"
         elif ph == "M" and ev.get("name") == "process_name" and isinstance(ev.get("args"), dict):
-            ev["args"] = {**ev["args"], "name": f"{framework} pid {cap.pid}: {ev['args'].get('name', '')}"}
+            ev["args"] = {**ev["args"], "name": f"{framework} pid {pid}: {ev['args'].get('name', '')}"}
         cat = ev.get("cat")
         if type(cat) is str and cat in COUNTED:
             counts[cat] += 1
@@ -151,15 +193,64 @@ def framework_events(cap: Capture, k: int, offset_us: float, counts: Counter) ->
         yield ev
 
 
+def block_pids(cap: Capture, k: int) -> dict:
+    """The trace's pids -> capture ``k``'s synthetic ones (the first PIDS_PER_CAPTURE of them)."""
+    return {
+        key: FRAMEWORK_PID_BASE + k * PIDS_PER_CAPTURE + n
+        for n, key in enumerate(cap.keys[:PIDS_PER_CAPTURE])
+    }
+
+
+def encode_piece(
+    events: list, pids: dict, k: int, offset_us: float, framework: str, pid: int
+) -> tuple[str, int, Counter]:
+    """A piece's events as framework_events makes them, encoded: (JSON objects joined by commas,
+    how many, their counts). Runs where the piece is (a worker process)."""
+    from memtop.export import dumps
+
+    counts: Counter = Counter()
+    out = list(framework_events(events, pids, k, offset_us, framework, pid, counts))
+    events.clear()  # (each piece is encoded once)
+    return dumps(out)[1:-1], len(out), counts
+
+
+class Encoded:
+    """Every capture's events, encoded where their pieces are. All pieces are asked at once, when
+    this is made: the workers encode side by side, and beside memtop's own part, written meanwhile.
+    Iterated once: (JSON objects joined by commas, how many)."""
+
+    def __init__(self, aligned: list[tuple[Capture, Alignment]]) -> None:
+        self.aligned = aligned
+        self.counts: Counter = Counter()
+        self.started = False
+        for k, (cap, al) in enumerate(aligned):
+            framework = str(cap.head.get("framework", "framework"))[:20]
+            for p in cap.pieces:
+                p.send(encode_piece, block_pids(cap, k), k, al.offset_us, framework, cap.pid)
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        self.started = True
+        for cap, _ in self.aligned:
+            for p in cap.pieces:
+                try:
+                    text, n, got = p.receive()
+                except chunks.Malformed as e:
+                    raise UserError(f"PID {cap.pid}: {e}") from None
+                self.counts.update(got)
+                if n:
+                    yield text, n
+
+
 def write_merged(
     recording: Path | None, aligned: list[tuple[Capture, Alignment]], out: Path, force: bool
 ) -> tuple[int, dict]:
     """Write the merged trace of captures ``align`` placed; returns (events written, a summary of
-    what it holds)."""
+    what it holds). A recording that cannot be used (one without a sample of the window, from a
+    recorder slow to start on a busy host) leaves the framework's part alone, said in the summary's
+    ``unusable``. Each capture's pieces are encoded once: another write needs new captures."""
     from memtop.export import dumps, private_output, write_trace  # (numpy, SQLite: only when writing)
     from memtop.store import Recording
 
-    counts: Counter = Counter()
     info = [
         {
             "pid": cap.pid,
@@ -174,27 +265,31 @@ def write_merged(
         }
         for cap, al in aligned
     ]
-
-    def extra() -> Iterator[dict]:
-        for k, (cap, al) in enumerate(aligned):
-            yield from framework_events(cap, k, al.offset_us, counts)
-
     meta = {"clock": "CLOCK_MONOTONIC", "captures": info}
-    with private_output(out, force) as fh:
-        if recording is None:  # memtop could not record the window: the framework's part alone
-            events = list(extra())
-            fh.write('{"traceEvents":[' + ",".join(map(dumps, events)) + f'],"metadata":{dumps(meta)}}}')
-            n = len(events)
-        else:
-            rec = Recording(recording)
-            try:
-                n = write_trace(rec, fh, progress=False, extra=extra(), extra_meta=meta)
-            finally:
-                rec.close()
+    events, unusable = Encoded(aligned), None
+    if recording is not None:
+        try:
+            with private_output(out, force, GZIP_LEVEL) as fh:
+                rec = Recording(recording)
+                try:
+                    n = write_trace(rec, fh, progress=False, extra=events, extra_meta=meta)
+                finally:
+                    rec.close()
+        except UserError as e:
+            if events.started:
+                raise
+            unusable, recording = str(e), None
+    if recording is None:  # memtop could not record the window: the framework's part alone
+        with private_output(out, force, GZIP_LEVEL) as fh:
+            parts = list(events)
+            fh.write('{"traceEvents":[' + ",".join(t for t, _ in parts) + f'],"metadata":{dumps(meta)}}}')
+            n = sum(c for _, c in parts)
+    counts = events.counts
     summary = {
         "events": n,
         "framework_events": counts["framework"],
         "memtop": recording is not None,
+        "unusable": unusable,
         "captures": info,
         **{c: counts[c] for c in COUNTED},
     }

@@ -20,7 +20,7 @@ def timing_line(t: dict) -> str:
         if t.get(k) is not None
     )
     return (
-        f"{t['total_s']:.1f} s in all: recorder start {t['recorder_start_s']:.1f} s, lead {t['lead_s']:.1f} s, "
+        f"{t['total_s']:.1f} s in all: window from {t['lead_s']:.1f} s (recorder up at {t['recorder_start_s']:.1f} s), "
         f"window {t['window_s']:.1f} s{agent}, trace in hand at {t['received_s']:.1f} s, "
         f"parse {t['parse_s']:.1f} s, merge and write {t['merge_s']:.1f} s"
     )
@@ -46,6 +46,7 @@ def run_trace(args: argparse.Namespace) -> int:
         steps=args.steps,
         force=args.force,
         python=args.python,
+        cpu_ops=args.cpu_ops,
         stacks=not args.no_stacks,
     )
     for w in result.warnings:

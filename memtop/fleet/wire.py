@@ -45,11 +45,16 @@ class Refused(ValueError):
     """An answer memtop will not use; str() is the reason, written by memtop (safe to print)."""
 
 
-def load_json(body: bytes | bytearray, max_objects: int) -> object:
-    """JSON with at most `max_objects` objects and arrays (counted before parsing: every one begins
-    with a bracket, and brackets inside strings only make the count cautious)."""
+def check_size(body: bytes | bytearray, max_objects: int) -> None:
+    """Refuse JSON of more than `max_objects` objects and arrays before it is parsed (every one
+    begins with a bracket, and brackets inside strings only make the count cautious)."""
     if body.count(b"{") + body.count(b"[") > max_objects:
         raise Refused(f"bad response: over {max_objects} JSON objects")
+
+
+def load_json(body: bytes | bytearray, max_objects: int) -> object:
+    """JSON with at most `max_objects` objects and arrays (check_size)."""
+    check_size(body, max_objects)
     try:
         return json.loads(body)
     except (ValueError, RecursionError):  # invalid UTF-8 and 5 000-digit integers are ValueErrors

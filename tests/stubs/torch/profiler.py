@@ -7,6 +7,7 @@ import threading
 import time
 
 _events: list | None = None  # the running profile's events
+_only: int | None = None  # the thread whose ranges it records (None: every thread's)
 
 
 class ProfilerActivity:
@@ -30,7 +31,7 @@ class record_function:
 
     def __exit__(self, *_: object) -> None:
         events = _events
-        if events is not None:
+        if events is not None and _only in (None, threading.get_ident()):
             t1 = time.time_ns()
             events.append(
                 {
@@ -50,10 +51,14 @@ class profile:
         self, activities: list, with_stack: bool = False, experimental_config: object = None
     ) -> None:
         self.events: list = []
+        # as PyTorch's: started from another thread, it records only that thread's CPU ranges
+        # unless profile_all_threads is set
+        self.all_threads = bool(getattr(experimental_config, "profile_all_threads", False))
 
     def start(self) -> None:
-        global _events
+        global _events, _only
         _events = []
+        _only = None if self.all_threads else threading.get_ident()
         sys.modules["torch"].autograd.profiler._is_profiler_enabled = True
 
     def stop(self) -> None:
