@@ -325,6 +325,7 @@ def _scan(
     hi: float,
     tick: Callable[[float], None] | None,
     edge: bool = False,
+    aggregates: bool = True,
 ) -> _Part:
     """Frames from ``read_from`` (seeded there, as Recording.frames(start) is; None: the recording's
     start) to ``hi``; those before ``lo`` only warm the classifier up. ``edge``: ``lo`` is a bin edge
@@ -406,7 +407,8 @@ def _scan(
         tuple((s.pid, s.t) for s, _ in windows[-1]),
     )
     done(0.8)
-    agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
+    # (``aggregates`` False: the labels alone, for the export)
+    agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed) if aggregates else Aggregates()
     done(1.0)
     return _Part(kept, first, gaps, open_gaps, gap_lo, warm, keys, agg)
 

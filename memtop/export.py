@@ -36,7 +36,6 @@ from memtop.metrics import METRICS, Metric
 from memtop.model import GpuSample, StackSample, ThreadStack
 from memtop.phases import TITLES, Classifier, Label
 from memtop.progress import Progress
-from memtop.scan import Aggregates
 from memtop.stackclass import site
 from memtop.store import (
     BLOCK_STREAMS,
@@ -98,6 +97,13 @@ def dumps(o: object) -> str:
         return _encode(_finite(o))
 
 
+Floats = Any  # a list of floats or a float array (numpy's: the column walk's)
+
+
+def _listed(v: Floats) -> list[float]:
+    return v.tolist() if hasattr(v, "tolist") else v
+
+
 # a sink's encoding of an instant, made once for the events at it: JSON text (µs) or a protobuf field (ns)
 Stamp = Any
 
@@ -143,10 +149,10 @@ class _Json:
             head = self._counters[(name, pid)] = f'{{"ph":"C","name":{dumps(name)},"pid":{pid},"tid":0,"ts":'
         self.raw(f'{head}{ts},"args":{{"value":{value!r}}}}}')
 
-    def counters(self, name: str, pid: int, t: list[float], values: list[float]) -> None:
+    def counters(self, name: str, pid: int, t: Floats, values: Floats) -> None:
         """``counter`` at each of times ``t`` (seconds)."""
         stamp, counter = self.stamp, self.counter
-        for x, v in zip(t, values, strict=True):
+        for x, v in zip(_listed(t), _listed(values), strict=True):
             counter(name, pid, stamp(x), v)
         self.flush(2000)
 
@@ -155,9 +161,9 @@ class _Json:
             f'{{"ph":"C","name":"PCIe GB/s","pid":{pid},"tid":0,"ts":{ts},"args":{{"rx":{rx!r},"tx":{tx!r}}}}}'
         )
 
-    def pcies(self, pid: int, t: list[float], rx: list[float], tx: list[float]) -> None:
+    def pcies(self, pid: int, t: Floats, rx: Floats, tx: Floats) -> None:
         stamp, pcie = self.stamp, self.pcie
-        for x, r, w in zip(t, rx, tx, strict=True):
+        for x, r, w in zip(_listed(t), _listed(rx), _listed(tx), strict=True):
             pcie(pid, stamp(x), r, w)
         self.flush(2000)
 
@@ -283,17 +289,17 @@ class _Proto:
             uuid = self._counters[(name, pid)] = self.w.counter_track(self._proc(pid), name)
         return uuid
 
-    def counters(self, name: str, pid: int, t: list[float], values: list[float]) -> None:
+    def counters(self, name: str, pid: int, t: Floats, values: Floats) -> None:
         import numpy as np
 
-        self.w.counters(self._counter_track(name, pid), np.array(t, dtype=np.float64), np.array(values))
+        self.w.counters(self._counter_track(name, pid), np.asarray(t, dtype=np.float64), np.asarray(values))
 
     def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
         self.counter("PCIe GB/s rx", pid, ts, rx)  # (the JSON importer's names for its two args)
         self.counter("PCIe GB/s tx", pid, ts, tx)
         self._json -= 1
 
-    def pcies(self, pid: int, t: list[float], rx: list[float], tx: list[float]) -> None:
+    def pcies(self, pid: int, t: Floats, rx: Floats, tx: Floats) -> None:
         self.counters("PCIe GB/s rx", pid, t, rx)
         self.counters("PCIe GB/s tx", pid, t, tx)
         self._json -= len(t)
@@ -363,6 +369,7 @@ class _Stacks:
         # (leaf before, leaf after) -> (the move's id, the frames it ends, the frames it begins)
         self._moves: dict[tuple[int | None, int | None], tuple[int, tuple[str, ...], tuple]] = {}
         self._ids = 0
+        self._last: tuple[float, Stamp] = (math.nan, None)  # the newest (time, stamp)
 
     def _node(self, parent: int | None, label: str) -> int:
         key = (parent, label)
@@ -391,11 +398,11 @@ class _Stacks:
     def add(self, pid: int, tid: int, t: float, frames: tuple, klass: str) -> int | None:
         path, parent = self._path(frames)
         key = (pid, tid)
-        ts = self.out.stamp(t)
         cur, last = self.open.get(key, ([], t))
         if cur and t - last > STALE_S:
-            self._close(key, cur, 0, last + SAMPLE_S)
+            self._close(key, cur, last + SAMPLE_S)
             cur = []
+        ts = self._stamp(t)
         self._move(key, ts, cur, path)
         self.open[key] = (path, t)
         if parent is not None:
@@ -430,17 +437,21 @@ class _Stacks:
             if len(self._instants) >= _KEPT:
                 self._instants.clear()
             got = self._instants[key] = (m.frames, self.out.instant_body(name, args))
-        self.out.instant(pid, m.tid, self.out.stamp(t), got[1], sf)
+        self.out.instant(pid, m.tid, self._stamp(t), got[1], sf)
 
-    def _close(self, key: tuple[int, int], path: list, keep: int, t: float) -> None:
-        if len(path) > keep:
-            ts = self.out.stamp(t)
-            for _nid, name in reversed(path[keep:]):
-                self.out.end(*key, ts, name)
+    def _close(self, key: tuple[int, int], path: list, t: float) -> None:
+        if path:
+            self._move(key, self._stamp(t), path, [])
+
+    def _stamp(self, t: float) -> Stamp:
+        """The sink's stamp of ``t``, made once for a sample's slices and its instant."""
+        if t != self._last[0]:
+            self._last = (t, self.out.stamp(t))
+        return self._last[1]
 
     def finish(self, hi: float) -> None:
         for key, (path, last) in self.open.items():
-            self._close(key, path, 0, min(last + SAMPLE_S, hi) if hi >= last else last)
+            self._close(key, path, min(last + SAMPLE_S, hi) if hi >= last else last)
         self.open = {}
 
 
@@ -537,8 +548,7 @@ def _columns_walk(
             with colscan.no_gc():
                 parts = []
                 for k, (read_from, a, b) in enumerate(windows):  # the labels first: no event is out yet
-                    part = colscan._scan(rec, read_from, a, b, None, edge=k > 0)
-                    parts.append(part._replace(agg=Aggregates()))  # (the report's, not the trace's)
+                    parts.append(colscan._scan(rec, read_from, a, b, None, edge=k > 0, aggregates=False))
                     bar.update(b - lo)
                 labels = colscan._join(parts)[0]
                 del parts
@@ -622,12 +632,12 @@ def _gpu_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: fl
         for name, attr, scale in COUNTERS:
             v = _decoded(got, attr, rows) * scale
             ok = np.isfinite(v)
-            out.counters(name, pid, t[ok].tolist(), v[ok].tolist())
+            out.counters(name, pid, t[ok], v[ok])
         rx, tx = _decoded(got, "pcie_rx", rows), _decoded(got, "pcie_tx", rows)
         some = ~(np.isnan(rx) & np.isnan(tx))  # (a NULL, or a value out of range, reads as None)
         rxs = [round(v / 1e9, 3) for v in np.nan_to_num(rx[some]).tolist()]
         txs = [round(v / 1e9, 3) for v in np.nan_to_num(tx[some]).tolist()]
-        out.pcies(pid, t[some].tolist(), rxs, txs)
+        out.pcies(pid, t[some], rxs, txs)
 
 
 def _decoded(got: dict, name: str, rows: np.ndarray) -> np.ndarray:
@@ -691,9 +701,7 @@ def _host_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: f
         at = order[bounds[k] : bounds[k + 1]]
         v = cpus[at]
         ok = np.isfinite(v)
-        out.counters(
-            f"CPU % {pid} {name}", HOST_PID, tp[at][ok].tolist(), [round(x, 1) for x in v[ok].tolist()]
-        )
+        out.counters(f"CPU % {pid} {name}", HOST_PID, tp[at][ok], [round(x, 1) for x in v[ok].tolist()])
 
 
 def _cpu_mean(raw: bytes) -> float:
@@ -711,7 +719,7 @@ def _label_slices(labels: dict[int, LabelSeq], lo: float, out: Sink) -> None:
     bin_s = Classifier().bin_s
     for gpu, seq in labels.items():
         for i, j in _label_runs(seq.t, seq.label, lo, bin_s):
-            _slice_of(gpu, seq[i], seq[j], bin_s, out)
+            _slice_of(gpu, str(seq.label[i]), float(seq.t[i]), seq[j], bin_s, out)
 
 
 def _label_runs(t: np.ndarray, label: np.ndarray, lo: float, bin_s: float) -> list[tuple[int, int]]:
@@ -893,13 +901,13 @@ def _phases(
 
 
 def _slice(clf: Classifier, gpu: int, run: list, emit: Sink) -> None:
-    _slice_of(gpu, *run, clf.bin_s, emit)
+    _slice_of(gpu, run[0].label, run[0].t, run[1], clf.bin_s, emit)
 
 
-def _slice_of(gpu: int, a: Label, b: Label, bin_s: float, emit: Sink) -> None:
-    """The phase slice of a run of one label, from bin ``a`` to bin ``b``."""
-    args = {"label": a.label, "confidence": b.confidence, "rule": b.rule, **b.evidence.as_dict()}
-    emit.span(GPU_PID_BASE + gpu, 1, TITLES.get(a.label, a.label), a.t, b.t + bin_s, args)
+def _slice_of(gpu: int, label: str, t0: float, b: Label, bin_s: float, emit: Sink) -> None:
+    """The phase slice of a run of ``label`` from the bin at ``t0`` to bin ``b``."""
+    args = {"label": label, "confidence": b.confidence, "rule": b.rule, **b.evidence.as_dict()}
+    emit.span(GPU_PID_BASE + gpu, 1, TITLES.get(label, label), t0, b.t + bin_s, args)
 
 
 def _stack_event(
