@@ -30,7 +30,6 @@ _NEEDS_STATE = b"\x68\x02"  # sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE (the 
 _NS_MAX = (1 << 63) - 1
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type
 _SIZE = [bytes((n,)) for n in range(128)]  # a packet's size under 128: its one-byte varint
-_TAILS_KEPT = 1 << 16
 
 
 def varint(v: int) -> bytes:
@@ -92,8 +91,35 @@ def _plain(value: object) -> bool:
 
 
 def debug_args(args: dict) -> bytes:
-    """TrackEvent.debug_annotations (field 4) of ``args``."""
-    return b"".join(blob(4, annotation(str(k), v)) for k, v in args.items())
+    """TrackEvent.debug_annotations (field 4) of ``args``: a float's encoded after its name's
+    encoding (made once), another scalar's annotation made once (a phase slice's evidence is a few
+    dozen of them: an 8-hour export writes thousands of slices of the same names and words)."""
+    out = []
+    for k, v in args.items():
+        if type(v) is float and math.isfinite(v):
+            name = _NAMES.get(k)
+            if name is None:
+                name = _NAMES[k] = text(10, str(k)) + b"\x29"  # then double_value (field 5, fixed64)
+                if len(_NAMES) > _KEPT:
+                    _NAMES.clear()
+            inner = name + _DOUBLE(v)
+            out.append(b"\x22" + varint(len(inner)) + inner)  # debug_annotations (field 4)
+        elif type(v) in (str, bool, int) or v is None:
+            got = _SCALARS.get((k, type(v), v))
+            if got is None:
+                got = blob(4, annotation(str(k), v))
+                if len(_SCALARS) > _KEPT:
+                    _SCALARS.clear()
+                _SCALARS[(k, type(v), v)] = got
+            out.append(got)
+        else:
+            out.append(blob(4, annotation(str(k), v)))
+    return b"".join(out)
+
+
+_KEPT = 1 << 16
+_NAMES: dict[object, bytes] = {}  # an argument's key -> its annotation's name field and a double's key
+_SCALARS: dict[tuple, bytes] = {}  # (key, type, value) -> the annotation
 
 
 class TraceWriter:
@@ -242,7 +268,7 @@ class TraceWriter:
             iid, interned = self.name(name)
             te += iid
         tail = SEQ + _NEEDS_STATE + blob(11, te + extra)
-        if len(self._tails) < _TAILS_KEPT:  # (a slice's args are its own: the cache stays bounded)
+        if len(self._tails) < _KEPT:  # (a slice's args are its own: the cache stays bounded)
             self._tails[key] = tail
         return tail, interned
 
@@ -268,7 +294,7 @@ class TraceWriter:
                 segments.append(prev + b"\x0a" + _SIZE[len(ts) + len(tail)])
                 prev = tail
             segments.append(prev)
-            if len(self._runs) >= _TAILS_KEPT:
+            if len(self._runs) >= _KEPT:
                 self._runs.clear()
             self._runs[(key, len(ts))] = segments
         if events:
