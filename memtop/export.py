@@ -424,7 +424,7 @@ class _Stacks:
                 self._moves.clear()
             self._ids += 1
             got = self._moves[move] = (self._ids, ends, tuple(path[common:]))
-        self.out.move(*key, ts, *got)
+        self.out.move(key[0], key[1], ts, got[0], got[1], got[2])
 
     def instant(self, pid: int, m: ThreadStack, t: float, sf: int | None) -> None:
         """The instant event of a sample: class, file:line, source and GIL (``sf``: its stack)."""
