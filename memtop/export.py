@@ -13,6 +13,7 @@ Format (chrome://tracing, speedscope).
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import io
 import json
@@ -26,6 +27,7 @@ import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     import numpy as np
     from _typeshed import ReadableBuffer
 
-    from memtop.binscan import LabelSeq
+    from memtop.binscan import GpuBins, LabelSeq, Rules
 
 GPU_PID_BASE = 1_000_000  # GPU tracks get synthetic pids that cannot clash with real ones
 HOST_PID = 999_999
@@ -512,7 +514,7 @@ def _walk(
     return lo, hi, stacks
 
 
-WINDOW_S = 1800.0  # the column walk's span read at a time (memory stays flat whatever the length)
+WINDOW_S = 900.0  # the column walk's span read at a time (memory stays flat whatever the length)
 _CPU_LIST = re.compile(rb'"cpu_pct":\[([^\]]*)\]')  # the host's (a process's cpu_pct is a number)
 
 
@@ -546,17 +548,22 @@ def _columns_walk(
     with Progress("exporting", 2 * (hi - lo), enabled=progress) as bar:
         try:
             with colscan.no_gc():
-                parts = []
+                parts, sizes = [], []
                 for k, (read_from, a, b) in enumerate(windows):  # the labels first: no event is out yet
-                    parts.append(colscan._scan(rec, read_from, a, b, None, edge=k > 0, aggregates=False))
+                    part = colscan._scan(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
+                    sizes.append({g: len(bins) for g, (bins, _) in part.bins.items()})
+                    parts.append(part._replace(bins={g: _slim(*x) for g, x in part.bins.items()}))
                     bar.update(b - lo)
-                labels = colscan._join(parts)[0]
+                ends = _run_ends(colscan._join(parts)[0], sizes, lo)
                 del parts
-            _label_slices(labels, lo, out)  # (the phases go first: their bins' memory goes with them)
-            del labels
             # each window's rows from the last Frame of the one before (those older were held there)
             after = math.nextafter(lo, -math.inf) if fresh else -math.inf
-            for _, a, b in windows:
+            for k, (read_from, a, b) in enumerate(windows):
+                if ends[k]:  # the slices of the phase runs that end here: their last bins' Labels
+                    with colscan.no_gc():
+                        part = colscan._scan(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
+                    _run_slices(part.bins, ends[k], out)
+                    del part
                 _window(rec, out, stacks, state, after, a, b)
                 out.flush()
                 after = b
@@ -564,6 +571,54 @@ def _columns_walk(
         except (colscan.Unusual, *DECODE_ERRORS, sqlite3.DatabaseError) as e:
             raise _NoColumns(str(e)) from None
     return stacks
+
+
+def _slim(bins: GpuBins, rules: Rules) -> tuple[GpuBins, Rules]:
+    """A window's bins and rules as far as the labels need them (``colscan._join``: the bins' starts
+    and graphics, the rules but their sub-tags); a run's last bin is read again for its Label
+    (``_run_slices``): an 8-hour run's features would take ~15 MiB a GPU, twice while joined."""
+    # (copies: a slice of a column, even an empty one, would hold the whole column)
+    empty = copy.deepcopy(bins.take(len(bins)))
+    return replace(empty, t=bins.t.copy(), graphics=bins.graphics.copy()), copy.deepcopy(
+        replace(rules, subs={})
+    )
+
+
+# per window: GPU -> (the label sequence's rule ids and stable labels over the window's bins, and
+# per run ending there: its label, its first bin's start, its last bin in the window)
+_Ends = list[dict[int, tuple[Any, list, list[tuple[str, float, int]]]]]
+
+
+def _run_ends(labels: dict[int, LabelSeq], sizes: list[dict[int, int]], lo: float) -> _Ends:
+    """Each phase run (``_label_runs``) by the window its last bin is in."""
+    import numpy as np
+
+    out: _Ends = [{} for _ in sizes]
+    bin_s = Classifier().bin_s
+    for gpu, seq in labels.items():
+        n = [s.get(gpu, 0) for s in sizes]
+        offset = np.cumsum([0, *n])  # each window's first bin in the sequence's bins (its start's too)
+        rid = np.concatenate([np.zeros(seq.start, dtype=np.int64), seq.rid])
+        stable = [""] * seq.start + seq.stable.tolist()
+        for i, j in _label_runs(seq.t, seq.label, lo, bin_s):
+            b = seq.start + j
+            k = int(np.searchsorted(offset, b, "right")) - 1
+            a0, a1 = int(offset[k]), int(offset[k + 1])
+            if gpu not in out[k]:
+                out[k][gpu] = (rid[a0:a1], stable[a0:a1], [])
+            out[k][gpu][2].append((str(seq.label[i]), float(seq.t[i]), b - a0))
+    return out
+
+
+def _run_slices(bins: dict[int, tuple[GpuBins, Rules]], ends: dict, out: Sink) -> None:
+    """The slices of the runs whose last bin is in this window (its scan's ``bins``)."""
+    from memtop.binscan import LabelSeq
+
+    bin_s = Classifier().bin_s
+    for gpu, (rid, stable, runs) in ends.items():
+        seq = LabelSeq(*bins[gpu], rid, stable)
+        for label, t0, b in runs:
+            _slice_of(gpu, label, t0, seq[b], bin_s, out)
 
 
 class _Carry:

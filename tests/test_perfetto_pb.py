@@ -284,16 +284,21 @@ def _events(rec: Path, columns: bool, **kw) -> tuple[int, dict]:
 
 
 @pytest.mark.parametrize(
-    ("name", "span"),
+    ("name", "span", "window"),
     [
-        ("blocks_s11.memtop", {}),
-        ("schema3_torch_s13.memtop", {}),
-        ("blocks_s11.memtop", {"t_from": 100.0, "t_to": 250.0}),
+        ("blocks_s11.memtop", {}, None),
+        ("schema3_torch_s13.memtop", {}, 45.0),
+        ("blocks_s11.memtop", {"t_from": 100.0, "t_to": 250.0}, 30.0),
     ],
 )
-def test_the_column_walk_writes_the_frame_walks_events(name, span):
+def test_the_column_walk_writes_the_frame_walks_events(name, span, window, monkeypatch):
     """Read by columns (the column blocks, the column scan's labels), a trace holds every event the
-    Frame-by-Frame walk writes, the same (in another order), its stacks and samples too."""
+    Frame-by-Frame walk writes, the same (in another order), its stacks and samples too; also read
+    in windows shorter than the recording (each phase run's last bin read again in its window)."""
+    from memtop import export
+
+    if window is not None:
+        monkeypatch.setattr(export, "WINDOW_S", window)
     by_frames, by_columns = _events(DATA / name, False, **span), _events(DATA / name, True, **span)
     assert by_columns == by_frames
     n, doc = by_columns
