@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,25 +24,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+import netutil  # noqa: E402
 from netutil import memtop, stop, wait_ready  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 ERR = Path(os.environ.get("OUT", "/tmp")) / "serve_cost_stderr.txt"
 
 
-def free_ports(n: int, ports: range = range(43000, 47000)) -> list[int]:
-    """n free loopback ports (up to 4 000: the tests' helper has 1 000)."""
-    got: list[int] = []
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        got.append(port)
-        if len(got) == n:
-            return got
-    raise RuntimeError("no free loopback ports")
+def free_ports(n: int) -> list[int]:
+    """n free loopback ports (up to 4 000), from a range the tests' helpers do not use."""
+    return netutil.free_ports(n, range(43000, 47000))
 
 
 def real_snapshots(n_per: int = 10) -> list[list[bytes]]:

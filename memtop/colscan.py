@@ -221,22 +221,12 @@ def _parallel(
     tick: Callable[[float], None] | None,
 ) -> tuple[dict, list, Aggregates] | None:
     """The chunked scan; None where a chunk is unusual or did not catch up (the caller scans serially)."""
-    b = Classifier().bin_s
     # chunks of one length: this process scans the first while its executor's thread takes in the
     # others' results, which their processes pickle (8-hour runs on two cores: they end together)
-    edges = [lo] + [math.floor((lo + (hi - lo) * k / n) / b) * b for k in range(1, n)] + [hi]
-    his = []
-    for e in edges[1:-1]:  # a chunk ends at its last Frame before the next one's first bin
-        r = rec.query(f"SELECT max(t) FROM frame WHERE t<? AND {SANE_T}", (e,)).fetchone()
-        his.append(r[0])
-    his.append(hi)
-    floor = lo if read_from is not None else rec.t0
-    jobs = [
-        (rec.path, read_from if k == 0 else max(edges[k] - WARM_S, floor), edges[k], his[k], k)
-        for k in range(n)
-    ]
-    if any(h is None or h < e for h, e in zip(his, edges, strict=False)):
+    chunks = chunk_spans(rec, read_from, lo, hi, n)
+    if chunks is None:
         return None
+    jobs = [(rec.path, *c, k) for k, c in enumerate(chunks)]
     # fork is cheap but unsafe in a process with threads (a test runner, a TUI): spawn there
     ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
     done = ctx.Array("d", n, lock=False)
@@ -263,6 +253,25 @@ def _parallel(
         return _join(cast(list[_Part], parts))
     except Unusual:
         return None
+
+
+def chunk_spans(
+    rec: Recording, read_from: float | None, lo: float, hi: float, n: int
+) -> list[tuple[float | None, float, float]] | None:
+    """(read from, lo, hi) of ``n`` chunks of [lo, hi] of one length, cut at bin edges, each after the
+    first read from WARM_S before its start (``_scan``'s arguments; the second on, with edge=True);
+    None where a chunk would have no Frame."""
+    b = Classifier().bin_s
+    edges = [lo] + [math.floor((lo + (hi - lo) * k / n) / b) * b for k in range(1, n)] + [hi]
+    his = []
+    for e in edges[1:-1]:  # a chunk ends at its last Frame before the next one's first bin
+        r = rec.query(f"SELECT max(t) FROM frame WHERE t<? AND {SANE_T}", (e,)).fetchone()
+        his.append(r[0])
+    his.append(hi)
+    if any(h is None or h < e for h, e in zip(his, edges, strict=False)):
+        return None
+    floor = lo if read_from is not None else rec.t0
+    return [(read_from if k == 0 else max(edges[k] - WARM_S, floor), edges[k], his[k]) for k in range(n)]
 
 
 def _join(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
@@ -316,6 +325,7 @@ def _scan(
     hi: float,
     tick: Callable[[float], None] | None,
     edge: bool = False,
+    aggregates: bool = True,
 ) -> _Part:
     """Frames from ``read_from`` (seeded there, as Recording.frames(start) is; None: the recording's
     start) to ``hi``; those before ``lo`` only warm the classifier up. ``edge``: ``lo`` is a bin edge
@@ -397,7 +407,8 @@ def _scan(
         tuple((s.pid, s.t) for s, _ in windows[-1]),
     )
     done(0.8)
-    agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed)
+    # (``aggregates`` False: the labels alone, for the export)
+    agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed) if aggregates else Aggregates()
     done(1.0)
     return _Part(kept, first, gaps, open_gaps, gap_lo, warm, keys, agg)
 

@@ -13,6 +13,7 @@ Format (chrome://tracing, speedscope).
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import io
 import json
@@ -20,24 +21,40 @@ import math
 import operator
 import os
 import queue
+import re
 import secrets
+import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from memtop import perfetto_pb as pb
+from memtop.colblock import NULL, Blocks
 from memtop.errors import UserError
 from memtop.metrics import METRICS, Metric
-from memtop.model import GpuSample, ThreadStack
-from memtop.phases import TITLES, Classifier
+from memtop.model import GpuSample, StackSample, ThreadStack
+from memtop.phases import TITLES, Classifier, Label
 from memtop.progress import Progress
 from memtop.stackclass import site
-from memtop.store import Recording, create_private
+from memtop.store import (
+    BLOCK_STREAMS,
+    BLOCK_TABLES,
+    BY_NAME,
+    DECODE_ERRORS,
+    HOST_PROC_ADDED,
+    Recording,
+    create_private,
+    host_from_blob,
+)
 
 if TYPE_CHECKING:
+    import numpy as np
     from _typeshed import ReadableBuffer
+
+    from memtop.binscan import GpuBins, LabelSeq, Rules
 
 GPU_PID_BASE = 1_000_000  # GPU tracks get synthetic pids that cannot clash with real ones
 HOST_PID = 999_999
@@ -80,6 +97,13 @@ def dumps(o: object) -> str:
         return _encode(o)
     except ValueError:  # a NaN or an infinity somewhere (a damaged recording): null instead
         return _encode(_finite(o))
+
+
+Floats = Any  # a list of floats or a float array (numpy's: the column walk's)
+
+
+def _listed(v: Floats) -> list[float]:
+    return v.tolist() if hasattr(v, "tolist") else v
 
 
 # a sink's encoding of an instant, made once for the events at it: JSON text (µs) or a protobuf field (ns)
@@ -127,10 +151,23 @@ class _Json:
             head = self._counters[(name, pid)] = f'{{"ph":"C","name":{dumps(name)},"pid":{pid},"tid":0,"ts":'
         self.raw(f'{head}{ts},"args":{{"value":{value!r}}}}}')
 
+    def counters(self, name: str, pid: int, t: Floats, values: Floats) -> None:
+        """``counter`` at each of times ``t`` (seconds)."""
+        stamp, counter = self.stamp, self.counter
+        for x, v in zip(_listed(t), _listed(values), strict=True):
+            counter(name, pid, stamp(x), v)
+        self.flush(2000)
+
     def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
         self.raw(
             f'{{"ph":"C","name":"PCIe GB/s","pid":{pid},"tid":0,"ts":{ts},"args":{{"rx":{rx!r},"tx":{tx!r}}}}}'
         )
+
+    def pcies(self, pid: int, t: Floats, rx: Floats, tx: Floats) -> None:
+        stamp, pcie = self.stamp, self.pcie
+        for x, r, w in zip(_listed(t), _listed(rx), _listed(tx), strict=True):
+            pcie(pid, stamp(x), r, w)
+        self.flush(2000)
 
     def _json(self, text: str) -> str:
         got = self._names.get(text)
@@ -151,6 +188,13 @@ class _Json:
 
     def end(self, pid: int, tid: int, ts: Stamp, name: str) -> None:
         self.raw(f'{{"ph":"E","name":{self._json(name)},"cat":"stack",{self._of(pid, tid)[0]},"ts":{ts}}}')
+
+    def move(self, pid: int, tid: int, ts: Stamp, _move: int, ends: tuple, begins: tuple) -> None:
+        """Stack slices ending (``ends``: names), then beginning (``begins``: (stack id, name))."""
+        for name in ends:
+            self.end(pid, tid, ts, name)
+        for nid, name in begins:
+            self.begin(pid, tid, ts, nid, name)
 
     def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
         sample = f'{self._of(pid, tid)[1]}{ts},"name":{self._json(klass)},"sf":{sf},"weight":1}}'
@@ -209,50 +253,79 @@ class _Proto:
             tuple[int, int], list[tuple[int, float]]
         ] = {}  # (pid, tid) -> [(track, busy until)]
         self._names: dict[tuple[int, int], str] = {}
+        self._moves: dict[int, list[tuple[int, str | None]]] = {}  # a stack move's id -> its events
+        self._json = 0  # ``n`` less the packets written: the count as the JSON's events
 
     @property
     def n(self) -> int:
-        return self.w.n
+        """The events as the JSON form counts them (its ``traceEvents``): a name's metadata event is a
+        descriptor here, a PCIe sample two counters, a phase or marker two slice events."""
+        return self.w.n + self._json
 
     def process(self, pid: int, name: str) -> None:
         self._procs[pid] = self.w.process(pid, name)
+        self._json += 1
 
     def _proc(self, pid: int) -> int:
         got = self._procs.get(pid)
-        if got is None:
-            self.process(pid, f"pid {pid}")
-            got = self._procs[pid]
+        if got is None:  # (a pid the JSON names in its events only)
+            got = self._procs[pid] = self.w.process(pid, f"pid {pid}")
         return got
 
     def thread(self, pid: int, tid: int, name: str) -> None:
         self._tracks[(pid, tid)] = self.w.thread(pid, tid, name, self._proc(pid))
+        self._json += 1
 
     def track(self, pid: int, tid: int, name: str) -> None:
         self._names[(pid, tid)] = name
         self._tracks[(pid, tid)] = self.w.track(self._proc(pid), name)
+        self._json += 1
 
     def _on(self, pid: int, tid: int) -> int:
         got = self._tracks.get((pid, tid))
         if got is None:
-            self.thread(pid, tid, f"thread {tid}")
-            got = self._tracks[(pid, tid)]
+            got = self._tracks[(pid, tid)] = self.w.thread(pid, tid, f"thread {tid}", self._proc(pid))
         return got
 
     def counter(self, name: str, pid: int, ts: Stamp, value: float) -> None:
+        self.w.counter(self._counter_track(name, pid), ts, value)
+
+    def _counter_track(self, name: str, pid: int) -> int:
         uuid = self._counters.get((name, pid))
         if uuid is None:
             uuid = self._counters[(name, pid)] = self.w.counter_track(self._proc(pid), name)
-        self.w.counter(uuid, ts, value)
+        return uuid
+
+    def counters(self, name: str, pid: int, t: Floats, values: Floats) -> None:
+        import numpy as np
+
+        self.w.counters(self._counter_track(name, pid), np.asarray(t, dtype=np.float64), np.asarray(values))
 
     def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
         self.counter("PCIe GB/s rx", pid, ts, rx)  # (the JSON importer's names for its two args)
         self.counter("PCIe GB/s tx", pid, ts, tx)
+        self._json -= 1
+
+    def pcies(self, pid: int, t: Floats, rx: Floats, tx: Floats) -> None:
+        self.counters("PCIe GB/s rx", pid, t, rx)
+        self.counters("PCIe GB/s tx", pid, t, tx)
+        self._json -= len(t)
 
     def begin(self, pid: int, tid: int, ts: Stamp, nid: int, name: str) -> None:
         self.w.event(self._on(pid, tid), ts, pb.SLICE_BEGIN, name)
 
     def end(self, pid: int, tid: int, ts: Stamp, name: str) -> None:
         self.w.event(self._on(pid, tid), ts, pb.SLICE_END)
+
+    def move(self, pid: int, tid: int, ts: Stamp, move: int, ends: tuple, begins: tuple) -> None:
+        uuid = self._on(pid, tid)
+        events = self._moves.get(move)
+        if events is None:
+            events = [(pb.SLICE_END, None)] * len(ends) + [(pb.SLICE_BEGIN, name) for _, name in begins]
+            if len(self._moves) >= _KEPT:
+                self._moves.clear()
+            self._moves[move] = events
+        self.w.events((uuid, move), uuid, ts, events)
 
     def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
         """Nothing: the protobuf has the stack's slices only (chrome://tracing's samples are JSON's)."""
@@ -277,6 +350,7 @@ class _Proto:
         lanes[k] = (uuid, t1)
         self.w.event(uuid, self.stamp(t0), pb.SLICE_BEGIN, name, pb.debug_args(args))
         self.w.event(uuid, self.stamp(t1), pb.SLICE_END)
+        self._json -= 1
 
     def flush(self, at_least: int = 1) -> None:
         self.w.flush(at_least)
@@ -299,6 +373,10 @@ class _Stacks:
         # unique): the stack, its path of (stackFrames id, frame name), root first, and leaf
         self._paths: dict[int, tuple[tuple, list[tuple[int, str]], int | None]] = {}
         self._instants: dict[tuple[int, str, bool], tuple[tuple, object]] = {}  # -> (stack, encoded)
+        # (leaf before, leaf after) -> (the move's id, the frames it ends, the frames it begins)
+        self._moves: dict[tuple[int | None, int | None], tuple[int, tuple[str, ...], tuple]] = {}
+        self._ids = 0
+        self._last: tuple[float, Stamp] = (math.nan, None)  # the newest (time, stamp)
 
     def _node(self, parent: int | None, label: str) -> int:
         key = (parent, label)
@@ -327,21 +405,33 @@ class _Stacks:
     def add(self, pid: int, tid: int, t: float, frames: tuple, klass: str) -> int | None:
         path, parent = self._path(frames)
         key = (pid, tid)
-        ts = self.out.stamp(t)
         cur, last = self.open.get(key, ([], t))
         if cur and t - last > STALE_S:
-            self._close(key, cur, 0, last + SAMPLE_S)
+            self._close(key, cur, last + SAMPLE_S)
             cur = []
-        common = 0
-        while common < min(len(cur), len(path)) and cur[common][0] == path[common][0]:
-            common += 1
-        self._close(key, cur, common, t)
-        for nid, name in path[common:]:
-            self.out.begin(pid, tid, ts, nid, name)
+        ts = self._stamp(t)
+        self._move(key, ts, cur, path)
         self.open[key] = (path, t)
         if parent is not None:
             self.out.sample(pid, tid, ts, klass, parent)
         return parent
+
+    def _move(self, key: tuple[int, int], ts: Stamp, cur: list, path: list) -> None:
+        """From the open stack ``cur`` to ``path`` at ``ts``: the frames they do not share end (innermost
+        first), then ``path``'s begin. A stack's path is known by its leaf's id (the frames are a tree):
+        each move is worked out once."""
+        move = (cur[-1][0] if cur else None, path[-1][0] if path else None)
+        got = self._moves.get(move)
+        if got is None:
+            common = 0
+            while common < min(len(cur), len(path)) and cur[common][0] == path[common][0]:
+                common += 1
+            ends = tuple(name for _, name in reversed(cur[common:]))
+            if len(self._moves) >= _KEPT:
+                self._moves.clear()
+            self._ids += 1
+            got = self._moves[move] = (self._ids, ends, tuple(path[common:]))
+        self.out.move(key[0], key[1], ts, got[0], got[1], got[2])
 
     def instant(self, pid: int, m: ThreadStack, t: float, sf: int | None) -> None:
         """The instant event of a sample: class, file:line, source and GIL (``sf``: its stack)."""
@@ -354,17 +444,21 @@ class _Stacks:
             if len(self._instants) >= _KEPT:
                 self._instants.clear()
             got = self._instants[key] = (m.frames, self.out.instant_body(name, args))
-        self.out.instant(pid, m.tid, self.out.stamp(t), got[1], sf)
+        self.out.instant(pid, m.tid, self._stamp(t), got[1], sf)
 
-    def _close(self, key: tuple[int, int], path: list, keep: int, t: float) -> None:
-        if len(path) > keep:
-            ts = self.out.stamp(t)
-            for _nid, name in reversed(path[keep:]):
-                self.out.end(*key, ts, name)
+    def _close(self, key: tuple[int, int], path: list, t: float) -> None:
+        if path:
+            self._move(key, self._stamp(t), path, [])
+
+    def _stamp(self, t: float) -> Stamp:
+        """The sink's stamp of ``t``, made once for a sample's slices and its instant."""
+        if t != self._last[0]:
+            self._last = (t, self.out.stamp(t))
+        return self._last[1]
 
     def finish(self, hi: float) -> None:
         for key, (path, last) in self.open.items():
-            self._close(key, path, 0, min(last + SAMPLE_S, hi) if hi >= last else last)
+            self._close(key, path, min(last + SAMPLE_S, hi) if hi >= last else last)
         self.open = {}
 
 
@@ -387,9 +481,11 @@ def _walk(
     t_from: float | None,
     t_to: float | None,
     progress: bool | None,
+    columns: bool = False,
 ) -> tuple[float, float, _Stacks]:
     """Every event of the recording (a --gpu/--from/--to choice of it) into ``out``: the tracks'
-    names, counters, stacks, phases and markers; returns (lo, hi, the stacks seen)."""
+    names, counters, stacks, phases and markers; returns (lo, hi, the stacks seen). ``columns``: read
+    by columns where it can (not with --gpu; raises _NoColumns where it cannot)."""
     lo, hi, gpus_meta = _check(rec, gpu, t_from, t_to)
     out.process(HOST_PID, "host")
     for g in gpus_meta:
@@ -399,9 +495,12 @@ def _walk(
         out.process(pid, f"GPU {g['index']} {g.get('name')}")
         out.track(pid, 1, "phases")
         out.track(pid, 2, "markers")
-    stacks = _Stacks(out)
-    with Progress("exporting", hi - lo, enabled=progress) as bar:
-        _events(rec, lo, hi, gpu, out, stacks, bar, fresh=bool(t_from))
+    if columns and gpu is None:
+        stacks = _columns_walk(rec, out, lo, hi, bool(t_from), progress)
+    else:
+        stacks = _Stacks(out)
+        with Progress("exporting", hi - lo, enabled=progress) as bar:
+            _events(rec, lo, hi, gpu, out, stacks, bar, fresh=bool(t_from))
     stacks.finish(hi)
     for m in rec.markers():
         if m.t1 < lo or m.t0 > hi:
@@ -418,6 +517,283 @@ def _walk(
                 {"label": m.label, "facts": m.facts},
             )
     return lo, hi, stacks
+
+
+WINDOW_S = 900.0  # the column walk's span read at a time (memory stays flat whatever the length)
+_CPU_LIST = re.compile(rb'"cpu_pct":\[([^\]]*)\]')  # the host's (a process's cpu_pct is a number)
+
+
+class _NoColumns(Exception):
+    """The recording cannot be exported by columns (no blocks, or damaged ones): walk its Frames."""
+
+
+def _columns_walk(
+    rec: Recording,
+    out: Sink,
+    lo: float,
+    hi: float,
+    fresh: bool,
+    progress: bool | None,
+) -> _Stacks:
+    """``_events`` by columns, for a whole recording or a --from/--to range (not --gpu): the same
+    events, read a window at a time from the column blocks (memtop.colblock) rather than Frame by
+    Frame. The phases are the column scan's labels (memtop.colscan, serial, a window at a time: the
+    report's by other means); raises _NoColumns where the blocks do not cover the range or a read fails."""
+    from memtop import colscan
+
+    for stream in ("gpu", "host", "host_proc"):
+        if Blocks(rec.db, stream, BLOCK_STREAMS[stream], BLOCK_TABLES[stream]).end <= hi:
+            raise _NoColumns(stream)
+    n = max(1, int((hi - lo) // WINDOW_S))
+    windows = colscan.chunk_spans(rec, lo if fresh else None, lo, hi, n)
+    if windows is None:
+        raise _NoColumns("frames")
+    stacks = _Stacks(out)
+    state = _Carry(cut=lo if fresh else -math.inf)
+    with Progress("exporting", 2 * (hi - lo), enabled=progress) as bar:
+        try:
+            with colscan.no_gc():
+                parts, sizes = [], []
+                for k, (read_from, a, b) in enumerate(windows):  # the labels first: no event is out yet
+                    part = colscan._scan(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
+                    sizes.append({g: len(bins) for g, (bins, _) in part.bins.items()})
+                    parts.append(part._replace(bins={g: _slim(*x) for g, x in part.bins.items()}))
+                    bar.update(b - lo)
+                ends = _run_ends(colscan._join(parts)[0], sizes, lo)
+                del parts
+            # each window's rows from the last Frame of the one before (those older were held there)
+            after = math.nextafter(lo, -math.inf) if fresh else -math.inf
+            for k, (read_from, a, b) in enumerate(windows):
+                if ends[k]:  # the slices of the phase runs that end here: their last bins' Labels
+                    with colscan.no_gc():
+                        part = colscan._scan(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
+                    _run_slices(part.bins, ends[k], out)
+                    del part
+                _window(rec, out, stacks, state, after, a, b)
+                out.flush()
+                after = b
+                bar.update(hi - lo + b - lo)
+        except (colscan.Unusual, *DECODE_ERRORS, sqlite3.DatabaseError) as e:
+            raise _NoColumns(str(e)) from None
+    return stacks
+
+
+def _slim(bins: GpuBins, rules: Rules) -> tuple[GpuBins, Rules]:
+    """A window's bins and rules as far as the labels need them (``colscan._join``: the bins' starts
+    and graphics, the rules but their sub-tags); a run's last bin is read again for its Label
+    (``_run_slices``): an 8-hour run's features would take ~15 MiB a GPU, twice while joined."""
+    # (copies: a slice of a column, even an empty one, would hold the whole column)
+    empty = copy.deepcopy(bins.take(len(bins)))
+    return replace(empty, t=bins.t.copy(), graphics=bins.graphics.copy()), copy.deepcopy(
+        replace(rules, subs={})
+    )
+
+
+# per window: GPU -> (the label sequence's rule ids and stable labels over the window's bins, and
+# per run ending there: its label, its first bin's start, its last bin in the window)
+_Ends = list[dict[int, tuple[Any, list, list[tuple[str, float, int]]]]]
+
+
+def _run_ends(labels: dict[int, LabelSeq], sizes: list[dict[int, int]], lo: float) -> _Ends:
+    """Each phase run (``_label_runs``) by the window its last bin is in."""
+    import numpy as np
+
+    out: _Ends = [{} for _ in sizes]
+    bin_s = Classifier().bin_s
+    for gpu, seq in labels.items():
+        n = [s.get(gpu, 0) for s in sizes]
+        offset = np.cumsum([0, *n])  # each window's first bin in the sequence's bins (its start's too)
+        rid = np.concatenate([np.zeros(seq.start, dtype=np.int64), seq.rid])
+        stable = [""] * seq.start + seq.stable.tolist()
+        for i, j in _label_runs(seq.t, seq.label, lo, bin_s):
+            b = seq.start + j
+            k = int(np.searchsorted(offset, b, "right")) - 1
+            a0, a1 = int(offset[k]), int(offset[k + 1])
+            if gpu not in out[k]:
+                out[k][gpu] = (rid[a0:a1], stable[a0:a1], [])
+            out[k][gpu][2].append((str(seq.label[i]), float(seq.t[i]), b - a0))
+    return out
+
+
+def _run_slices(bins: dict[int, tuple[GpuBins, Rules]], ends: dict, out: Sink) -> None:
+    """The slices of the runs whose last bin is in this window (its scan's ``bins``)."""
+    from memtop.binscan import LabelSeq
+
+    bin_s = Classifier().bin_s
+    for gpu, (rid, stable, runs) in ends.items():
+        seq = LabelSeq(*bins[gpu], rid, stable)
+        for label, t0, b in runs:
+            _slice_of(gpu, label, t0, seq[b], bin_s, out)
+
+
+class _Carry:
+    """What a window's events depend on from the windows before: the samples already out, the stack
+    processes named."""
+
+    def __init__(self, cut: float) -> None:
+        self.cut = cut  # with --from, parts sampled before it are left out
+        self.gpu_t: dict[int, float] = {}
+        self.host_t = -math.inf
+        self.stack_t: dict[int, float] = {}
+        self.named: set[int] = set()
+
+
+def _held(times: np.ndarray, ft: np.ndarray, last: float, cut: float) -> np.ndarray:
+    """The rows (by ``times``, ascending) the Frames at ``ft`` hold, each once, newer than ``last``
+    (the newest already out) and not before ``cut``."""
+    import numpy as np
+
+    r = np.unique(np.searchsorted(times, ft, "right") - 1)
+    r = r[r >= 0]
+    t = times[r]
+    return r[(t > last) & (t >= cut)]
+
+
+def _window(rec: Recording, out: Sink, stacks: _Stacks, st: _Carry, after: float, a: float, b: float) -> None:
+    """The events of the Frames in [a, b], from the rows in (after, b]."""
+    import numpy as np
+
+    from memtop import colscan
+
+    ft_list = colscan.frame_times(rec, a, b)
+    ft = np.array(ft_list, dtype=np.float64)
+    _gpu_window(rec, out, st, ft, after, b)
+    _host_window(rec, out, st, ft, after, b)
+    for s in colscan._Stacks(rec, ft_list, after, b, None).seen(0):
+        _stack_event(out, stacks, st.stack_t, st.named, s, st.cut)
+
+
+_GPU_READ = (
+    ("t", "f"),
+    ("gpu", "i"),
+    *dict.fromkeys((attr, "i") for _, attr, _ in COUNTERS),
+    ("pcie_rx", "i"),
+    ("pcie_tx", "i"),
+)
+
+
+def _gpu_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: float, b: float) -> None:
+    import numpy as np
+
+    got = Blocks(rec.db, "gpu", _GPU_READ, BLOCK_TABLES["gpu"]).read(float(np.nextafter(after, np.inf)), b)
+    if got is None:
+        raise _NoColumns("a GPU block")
+    ta, gi = got["t"], got["gpu"]
+    for g in np.unique(gi).tolist():
+        at = np.flatnonzero(gi == g)
+        if len(at) > 1 and not (np.diff(ta[at]) > 0).all():
+            raise _NoColumns("GPU rows out of order or repeated")
+        rows = at[_held(ta[at], ft, st.gpu_t.get(g, -math.inf), st.cut)]
+        if not len(rows):
+            continue
+        st.gpu_t[g] = float(ta[rows[-1]])
+        pid, t = GPU_PID_BASE + g, ta[rows]
+
+        for name, attr, scale in COUNTERS:
+            v = _decoded(got, attr, rows) * scale
+            ok = np.isfinite(v)
+            out.counters(name, pid, t[ok], v[ok])
+        rx, tx = _decoded(got, "pcie_rx", rows), _decoded(got, "pcie_tx", rows)
+        some = ~(np.isnan(rx) & np.isnan(tx))  # (a NULL, or a value out of range, reads as None)
+        rxs = [round(v / 1e9, 3) for v in np.nan_to_num(rx[some]).tolist()]
+        txs = [round(v / 1e9, 3) for v in np.nan_to_num(tx[some]).tolist()]
+        out.pcies(pid, t[some], rxs, txs)
+
+
+def _decoded(got: dict, name: str, rows: np.ndarray) -> np.ndarray:
+    """A gpu column's values at ``rows`` as the recording decodes them (NaN for None)."""
+    import numpy as np
+
+    from memtop.colscan import _scaled
+
+    raw = got[name][rows]
+    return _scaled(BY_NAME[name], np.where(raw == NULL, np.nan, raw))
+
+
+_HOST_PROC_READ = (("t", "f"), ("pid", "i"), ("cpu_pct", "f"), ("name", "s"))
+
+
+def _host_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: float, b: float) -> None:
+    """The host's CPU % (from each sample's JSON: the blocks do not hold it) and its processes'."""
+    import numpy as np
+
+    from memtop.colscan import _Blobs
+
+    lo = float(np.nextafter(after, np.inf))
+    h = Blocks(rec.db, "host", BLOCK_STREAMS["host"], BLOCK_TABLES["host"]).read(lo, b)
+    if h is None:
+        raise _NoColumns("a host block")
+    ht, count = h["t"], h["procs"]
+    if len(ht) > 1 and not (np.diff(ht) > 0).all():
+        raise _NoColumns("host rows out of order")
+    hs = _held(ht, ft, st.host_t, st.cut)
+    if not len(hs):
+        return
+    st.host_t = float(ht[hs[-1]])
+    if (count < 0).any():
+        raise _NoColumns("a host sample without its processes' figures")
+    t = ht[hs].tolist()
+    cpu = [_cpu_mean(raw) for raw in _Blobs(rec, ht.tolist()).each(hs.tolist())]
+    ok = [k for k, c in enumerate(cpu) if math.isfinite(c)]
+    out.counters("CPU %", HOST_PID, [t[k] for k in ok], [round(cpu[k], 1) for k in ok])
+    p = Blocks(rec.db, "host_proc", _HOST_PROC_READ, None, HOST_PROC_ADDED).read(ht[0], ht[-1])
+    if p is None or len(p["t"]) != count[count > 0].sum():
+        raise _NoColumns("a host_proc block")
+    start = np.cumsum(count) - count
+    n = count[hs]
+    rows = np.repeat(start[hs] - (np.cumsum(n) - n), n) + np.arange(n.sum())  # the held samples' rows
+    tp = p["t"][rows]
+    if not np.array_equal(tp, np.repeat(ht[hs], n)):
+        raise _NoColumns("host_proc rows that are not their samples'")
+    names = p["name"]
+    keys: dict[tuple[int, str], int] = {}
+    code = np.array(
+        [
+            keys.setdefault((pid, names[r]), len(keys))
+            for pid, r in zip(p["pid"][rows].tolist(), rows.tolist(), strict=True)
+        ],
+        dtype=np.int64,
+    )
+    order = np.argsort(code, kind="stable")  # each process's rows, in time order
+    bounds = np.searchsorted(code[order], np.arange(len(keys) + 1))
+    cpus = p["cpu_pct"][rows]
+    for (pid, name), k in keys.items():
+        at = order[bounds[k] : bounds[k + 1]]
+        v = cpus[at]
+        ok = np.isfinite(v)
+        out.counters(f"CPU % {pid} {name}", HOST_PID, tp[at][ok], [round(x, 1) for x in v[ok].tolist()])
+
+
+def _cpu_mean(raw: bytes) -> float:
+    """The mean of a host sample's CPU %s (``HostSample.cpu_pct``), read from its JSON's list."""
+    got = _CPU_LIST.findall(raw)
+    if len(got) == 1:
+        vals = json.loads(b"[" + got[0] + b"]")
+        if all(type(v) is float for v in vals):
+            return sum(vals) / max(1, len(vals))
+    cpu = host_from_blob(raw).cpu_pct  # another layout: decoded whole
+    return sum(cpu) / max(1, len(cpu))
+
+
+def _label_slices(labels: dict[int, LabelSeq], lo: float, out: Sink) -> None:
+    bin_s = Classifier().bin_s
+    for gpu, seq in labels.items():
+        for i, j in _label_runs(seq.t, seq.label, lo, bin_s):
+            _slice_of(gpu, str(seq.label[i]), float(seq.t[i]), seq[j], bin_s, out)
+
+
+def _label_runs(t: np.ndarray, label: np.ndarray, lo: float, bin_s: float) -> list[tuple[int, int]]:
+    """(first, last) bin of each phase run (``_phases``'s, over a GPU's labels at once): runs of one
+    label other than warm-up, among the bins that end after ``lo``."""
+    import numpy as np
+
+    k0 = int(np.searchsorted(t + bin_s, lo, "right"))  # (t + bin_s <= lo: left out)
+    lab = label[k0:]
+    if not len(lab):
+        return []
+    start = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])
+    end = np.r_[start[1:], len(lab)] - 1
+    return [(k0 + i, k0 + j) for i, j in zip(start.tolist(), end.tolist(), strict=True) if lab[i] != "warmup"]
 
 
 def _meta(rec: Recording, lo: float, hi: float, gpu: int | None, extra: dict | None) -> dict:
@@ -441,6 +817,7 @@ def write_trace(
     progress: bool | None = None,
     extra: Iterable[tuple[str, int]] = (),
     extra_meta: dict | None = None,
+    columns: bool = False,
 ) -> int:
     """Write the whole trace document (JSON) to ``fh``; returns the number of trace events. ``extra``
     events (a framework's trace on this clock, encoded: runs of JSON objects joined by commas and
@@ -449,7 +826,7 @@ def write_trace(
     fh.write('{"traceEvents":[')
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spill:
         emit = _Json(fh, spill)
-        lo, hi, stacks = _walk(rec, emit, gpu, t_from, t_to, progress)
+        lo, hi, stacks = _walk(rec, emit, gpu, t_from, t_to, progress, columns)
         emit.flush()
         for text, n in extra:
             emit.encoded(text, n)
@@ -470,11 +847,13 @@ def write_proto(
     t_from: float | None = None,
     t_to: float | None = None,
     progress: bool | None = None,
+    columns: bool = False,
 ) -> int:
     """The same trace as Perfetto's protobuf (``write_trace``'s metadata as the arguments of an
-    instant "memtop trace" at its start, on the host's track); returns the number of events."""
+    instant "memtop trace" at its start, on the host's track); returns the number of events, counted
+    as ``write_trace`` counts the JSON's (``_Proto.n``): the same for the same recording."""
     out = _Proto(fh)
-    lo, hi, _ = _walk(rec, out, gpu, t_from, t_to, progress)
+    lo, hi, _ = _walk(rec, out, gpu, t_from, t_to, progress, columns)
     out.w.event(
         out._proc(HOST_PID),
         out.stamp(lo),
@@ -483,7 +862,7 @@ def write_proto(
         pb.debug_args(_meta(rec, lo, hi, gpu, None)),
     )
     out.flush()
-    return out.n
+    return out.n - 1  # (the JSON holds the metadata beside its events)
 
 
 def _events(
@@ -532,20 +911,8 @@ def _events(
                 if math.isfinite(p.cpu_pct):
                     emit.counter(f"CPU % {p.pid} {p.name}", HOST_PID, ts, round(p.cpu_pct, 1))
         for s in f.stacks:
-            m = s.main
-            if (
-                seen_stack.get(s.pid) == s.t
-                or m is None
-                or s.t < cut
-                or (only is not None and s.pid not in gpu_pids)
-            ):
-                continue
-            seen_stack[s.pid] = s.t
-            if s.pid not in named:
-                named.add(s.pid)
-                emit.process(s.pid, f"pid {s.pid}")
-                emit.thread(s.pid, m.tid, "main (stacks)")
-            stacks.instant(s.pid, m, s.t, stacks.add(s.pid, m.tid, s.t, m.frames, m.klass))
+            if only is None or s.pid in gpu_pids:
+                _stack_event(emit, stacks, seen_stack, named, s, cut)
         emit.flush(2000)
         _phases(clf, runs, only, lo, emit)
     clf.flush()
@@ -594,9 +961,29 @@ def _phases(
 
 
 def _slice(clf: Classifier, gpu: int, run: list, emit: Sink) -> None:
-    a, b = run
-    args = {"label": a.label, "confidence": b.confidence, "rule": b.rule, **b.evidence.as_dict()}
-    emit.span(GPU_PID_BASE + gpu, 1, TITLES.get(a.label, a.label), a.t, b.t + clf.bin_s, args)
+    _slice_of(gpu, run[0].label, run[0].t, run[1], clf.bin_s, emit)
+
+
+def _slice_of(gpu: int, label: str, t0: float, b: Label, bin_s: float, emit: Sink) -> None:
+    """The phase slice of a run of ``label`` from the bin at ``t0`` to bin ``b``."""
+    args = {"label": label, "confidence": b.confidence, "rule": b.rule, **b.evidence.as_dict()}
+    emit.span(GPU_PID_BASE + gpu, 1, TITLES.get(label, label), t0, b.t + bin_s, args)
+
+
+def _stack_event(
+    emit: Sink, stacks: _Stacks, seen: dict[int, float], named: set[int], s: StackSample, cut: float
+) -> None:
+    """A Frame's stack sample of a process, once (``seen``: each pid's last), from ``cut`` on: the
+    main thread's slices and instant."""
+    m = s.main
+    if seen.get(s.pid) == s.t or m is None or s.t < cut:
+        return
+    seen[s.pid] = s.t
+    if s.pid not in named:
+        named.add(s.pid)
+        emit.process(s.pid, f"pid {s.pid}")
+        emit.thread(s.pid, m.tid, "main (stacks)")
+    stacks.instant(s.pid, m, s.t, stacks.add(s.pid, m.tid, s.t, m.frames, m.klass))
 
 
 @contextlib.contextmanager
@@ -710,10 +1097,20 @@ def export_perfetto(
     t_to: float | None = None,
     fmt: str | None = None,
 ) -> int:
-    """``out`` in ``fmt`` ("json" or "proto"; None: as its name asks, ``trace_format``)."""
+    """``out`` in ``fmt`` ("json" or "proto"; None: as its name asks, ``trace_format``): read by columns
+    where the recording has them whole, else (or where a block fails to read: the file is started
+    again) Frame by Frame."""
     _check(rec, gpu, t_from, t_to)  # a bad choice fails before any file is made
+    kw: dict[str, Any] = {"gpu": gpu, "t_from": t_from, "t_to": t_to, "progress": progress}
+    if gpu is None:
+        with contextlib.suppress(_NoColumns):
+            return _export(rec, out, force, fmt, columns=True, **kw)
+    return _export(rec, out, force, fmt, **kw)
+
+
+def _export(rec: Recording, out: Path, force: bool, fmt: str | None, **kw: Any) -> int:
     if (fmt or trace_format(out)) == "json":
         with private_output(out, force) as fh:
-            return write_trace(rec, fh, gpu=gpu, t_from=t_from, t_to=t_to, progress=progress)
+            return write_trace(rec, fh, **kw)
     with private_binary(out, force) as bh:
-        return write_proto(rec, bh, gpu=gpu, t_from=t_from, t_to=t_to, progress=progress)
+        return write_proto(rec, bh, **kw)

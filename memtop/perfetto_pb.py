@@ -17,8 +17,11 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Callable
-from typing import BinaryIO
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _DOUBLE = struct.Struct("<d").pack
 SEQ = b"\x50\x01"  # trusted_packet_sequence_id = 1: every packet is on one sequence
@@ -26,6 +29,7 @@ _CLEARED = 1  # sequence_flags: SEQ_INCREMENTAL_STATE_CLEARED (interned names st
 _NEEDS_STATE = b"\x68\x02"  # sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE (the packet uses an iid)
 _NS_MAX = (1 << 63) - 1
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type
+_SIZE = [bytes((n,)) for n in range(128)]  # a packet's size under 128: its one-byte varint
 
 
 def varint(v: int) -> bytes:
@@ -87,8 +91,35 @@ def _plain(value: object) -> bool:
 
 
 def debug_args(args: dict) -> bytes:
-    """TrackEvent.debug_annotations (field 4) of ``args``."""
-    return b"".join(blob(4, annotation(str(k), v)) for k, v in args.items())
+    """TrackEvent.debug_annotations (field 4) of ``args``: a float's encoded after its name's
+    encoding (made once), another scalar's annotation made once (a phase slice's evidence is a few
+    dozen of them: an 8-hour export writes thousands of slices of the same names and words)."""
+    out = []
+    for k, v in args.items():
+        if type(v) is float and math.isfinite(v):
+            name = _NAMES.get(k)
+            if name is None:
+                name = _NAMES[k] = text(10, str(k)) + b"\x29"  # then double_value (field 5, fixed64)
+                if len(_NAMES) > _KEPT:
+                    _NAMES.clear()
+            inner = name + _DOUBLE(v)
+            out.append(b"\x22" + varint(len(inner)) + inner)  # debug_annotations (field 4)
+        elif type(v) in (str, bool, int) or v is None:
+            got = _SCALARS.get((k, type(v), v))
+            if got is None:
+                got = blob(4, annotation(str(k), v))
+                if len(_SCALARS) > _KEPT:
+                    _SCALARS.clear()
+                _SCALARS[(k, type(v), v)] = got
+            out.append(got)
+        else:
+            out.append(blob(4, annotation(str(k), v)))
+    return b"".join(out)
+
+
+_KEPT = 1 << 16
+_NAMES: dict[object, bytes] = {}  # an argument's key -> its annotation's name field and a double's key
+_SCALARS: dict[tuple, bytes] = {}  # (key, type, value) -> the annotation
 
 
 class TraceWriter:
@@ -103,13 +134,19 @@ class TraceWriter:
         self._buf: list[bytes] = []
         self._uuids = 0
         self._iids: dict[str, bytes] = {}  # event name -> its name_iid field
-        self._heads: dict[tuple[int, int], bytes] = {}  # (track, type) -> those fields of an event
+        # (track, type, name, extra) -> an event's packet after its timestamp; (key, its size) -> ``events``'
+        self._tails: dict[tuple, bytes] = {}
+        self._runs: dict[tuple, list[bytes]] = {}
         self._counters: dict[int, bytes] = {}  # counter track -> its packet's part after the timestamp
         self._packs: dict[tuple[int, int], Callable[..., bytes]] = {}  # (those sizes) -> their packer
         self._put(SEQ + vint(13, _CLEARED))
 
     def _put(self, body: bytes) -> None:
-        self._buf.append(b"\x0a" + varint(len(body)) + body)  # Trace.packet = 1
+        self._buf.append(self._packet(body))
+
+    @staticmethod
+    def _packet(body: bytes) -> bytes:
+        return b"\x0a" + varint(len(body)) + body  # Trace.packet = 1
 
     def _uuid(self) -> int:
         self._uuids += 1
@@ -160,6 +197,42 @@ class TraceWriter:
         self._buf.append(pack(0x0A, shape[0] + shape[1] + 8, ts, tail, value))
         self.n += 1
 
+    def counters(self, uuid: int, t: np.ndarray, values: np.ndarray) -> None:
+        """A counter track's values at times ``t`` (seconds; the values finite): the packets ``counter``
+        writes one by one, made as rows of byte arrays (an 8-hour track holds ~300,000), a row per
+        length of the timestamp's varint."""
+        import numpy as np
+
+        ns = t * 1e9
+        ok = (ns >= 0) & (ns < 2.0**63)  # ``stamp``'s 0 <= ns <= _NS_MAX (NaN fails: 0)
+        ns = np.where(ok, np.rint(np.where(ok, ns, 0.0)), 0.0).astype(np.uint64)  # (rint: round's ties)
+        size = np.ones(len(ns), dtype=np.int64)  # each timestamp's varint length
+        for k in range(1, 10):
+            size += ns >= np.uint64(1 << (7 * k))
+        tail = np.frombuffer(self._counters[uuid], dtype=np.uint8)
+        value = np.ascontiguousarray(values, dtype="<f8").view(np.uint8).reshape(-1, 8)
+        width = 3 + size + len(tail) + 8
+        out = np.empty(int(width.sum()), dtype=np.uint8)
+        start = np.cumsum(width) - width
+        for n in np.unique(size).tolist():
+            at = np.flatnonzero(size == n)
+            rows = np.empty((len(at), 3 + n + len(tail) + 8), dtype=np.uint8)
+            rows[:, 0] = 0x0A  # Trace.packet, then its size (< 128: one byte), the timestamp's key
+            rows[:, 1] = rows.shape[1] - 2
+            rows[:, 2] = 0x40
+            v = ns[at]
+            for j in range(n):
+                more = 0x80 if j < n - 1 else 0
+                rows[:, 3 + j] = ((v >> np.uint64(7 * j)) & np.uint64(0x7F)) | np.uint64(more)
+            rows[:, 3 + n : -8] = tail
+            rows[:, -8:] = value[at]
+            if len(at) == len(ns):
+                out = rows.reshape(-1)
+            else:  # each row where its packet goes (the times' order)
+                out[(start[at, None] + np.arange(rows.shape[1])).reshape(-1)] = rows.reshape(-1)
+        self._buf.append(out.tobytes())
+        self.n += len(ns)
+
     def name(self, name: str) -> tuple[bytes, bytes]:
         """(TrackEvent.name_iid field, the InternedData to send with it the first time, else b"")."""
         got = self._iids.get(name)
@@ -171,19 +244,62 @@ class TraceWriter:
 
     def event(self, uuid: int, ts: bytes, kind: int, name: str | None = None, extra: bytes = b"") -> None:
         """A slice begin/end or instant on track ``uuid``; ``extra``: more TrackEvent fields (``debug_args``)."""
-        head = self._heads.get((uuid, kind))
-        if head is None:
-            head = self._heads[(uuid, kind)] = vint(9, kind) + vint(11, uuid)
-        if name is None:
-            self.event_raw(ts, head + extra)
+        tail, interned = self._tail(uuid, kind, name, extra)
+        if interned:  # the name's first use: its definition goes with this event
+            self._put(ts + SEQ + interned + tail[len(SEQ) :])
         else:
-            iid, interned = self.name(name)
-            self.event_raw(ts, head + iid + extra, interned)
-
-    def event_raw(self, ts: bytes, te: bytes, interned: bytes = b"") -> None:
-        """A TrackEvent already encoded (``te``), with the InternedData its name needs."""
-        self._put(ts + SEQ + interned + _NEEDS_STATE + blob(11, te))
+            size = len(ts) + len(tail)
+            self._buf.append(
+                b"".join((b"\x0a", _SIZE[size], ts, tail)) if size < 128 else self._packet(ts + tail)
+            )
         self.n += 1
+
+    def _tail(self, uuid: int, kind: int, name: str | None, extra: bytes) -> tuple[bytes, bytes]:
+        """(an event's packet after its timestamp, the InternedData its name needs first). The former is
+        the same for every event of one (track, type, name, extra): it is made once (stack slices and
+        instants repeat a few hundred such events hundreds of thousands of times)."""
+        key = (uuid, kind, name, extra)
+        tail = self._tails.get(key)
+        if tail is not None:
+            return tail, b""
+        te = vint(9, kind) + vint(11, uuid)
+        interned = b""
+        if name is not None:
+            iid, interned = self.name(name)
+            te += iid
+        tail = SEQ + _NEEDS_STATE + blob(11, te + extra)
+        if len(self._tails) < _KEPT:  # (a slice's args are its own: the cache stays bounded)
+            self._tails[key] = tail
+        return tail, interned
+
+    def events(self, key: Hashable, uuid: int, ts: bytes, events: Sequence[tuple[int, str | None]]) -> None:
+        """``event`` of each (type, name) of ``events``, all on track ``uuid`` at ``ts``; ``key``: the
+        caller's name for this track's sequence of them (the packets are made once per key: a stack's
+        slices ending and beginning from one sample to the next repeat)."""
+        segments = self._runs.get((key, len(ts)))
+        if segments is None:
+            if any(name is not None and name not in self._iids for _, name in events):
+                for kind, name in events:  # (a name's first use)
+                    self.event(uuid, ts, kind, name)
+                return
+            tails = [self._tail(uuid, kind, name, b"")[0] for kind, name in events]
+            if any(len(ts) + len(tail) >= 128 for tail in tails):
+                for kind, name in events:
+                    self.event(uuid, ts, kind, name)
+                return
+            # the packets with the timestamp left out, cut where it goes: ts.join(segments) makes them
+            segments = []
+            prev = b""
+            for tail in tails:
+                segments.append(prev + b"\x0a" + _SIZE[len(ts) + len(tail)])
+                prev = tail
+            segments.append(prev)
+            if len(self._runs) >= _KEPT:
+                self._runs.clear()
+            self._runs[(key, len(ts))] = segments
+        if events:
+            self._buf.append(ts.join(segments))
+            self.n += len(events)
 
     def flush(self, at_least: int = 1) -> None:
         if len(self._buf) >= at_least:

@@ -14,9 +14,10 @@ import urllib.request
 PORTS = range(41000, 42000)
 
 
-def free_ports(n: int) -> list[int]:
+def free_ports(n: int, ports: range = PORTS) -> list[int]:
+    """n free loopback ports of ``ports`` (bench/cluster_bench.py asks for up to 4 000 from its own range)."""
     got: list[int] = []
-    for port in random.sample(PORTS, len(PORTS)):
+    for port in random.sample(ports, len(ports)):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

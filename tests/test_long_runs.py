@@ -61,26 +61,35 @@ def test_cli_report_prints_nothing_on_a_piped_stderr():
     assert p.stderr == b"" and json.loads(p.stdout)["gpus"]
 
 
-def _export_peak(path, out) -> int:
+def _export_peak(path, out, columns: bool) -> int:
+    from memtop.export import private_output, write_trace
+
     tracemalloc.start()
     try:
-        export_perfetto(Recording(path), out)
+        with private_output(out, False) as fh:
+            write_trace(Recording(path), fh, columns=columns)
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
 
 
-def test_export_memory_does_not_grow_with_the_recording(tmp_path):
-    """Three times as many seconds (the same real run repeated) take no more memory to export."""
+def test_export_memory_does_not_grow_with_the_recording(tmp_path, monkeypatch):
+    """Twice as many seconds (the same real run repeated) take no more memory to export, Frame
+    by Frame or by columns a window at a time (windows of 100 s here)."""
     sys.path.insert(0, str(REC[0].parent.parent.parent / "bench"))
     from long_runs import tile
 
-    long = tmp_path / "long.memtop"
-    tile(REC[2], long, 3 * 142)
-    one = _export_peak(REC[2], tmp_path / "a.json")
-    three = _export_peak(long, tmp_path / "b.json")
-    assert Recording(long).duration > 2.9 * Recording(REC[2]).duration
-    assert three < 1.3 * one
+    from memtop import export
+
+    monkeypatch.setattr(export, "WINDOW_S", 100.0)
+    short, long = tmp_path / "short.memtop", tmp_path / "long.memtop"
+    tile(REC[2], short, 3 * 142)  # (column blocks cover five minutes each)
+    tile(REC[2], long, 6 * 142)
+    assert Recording(long).duration > 1.9 * Recording(short).duration
+    for columns in (False, True):
+        one = _export_peak(short, tmp_path / f"a{columns}.json", columns)
+        twice = _export_peak(long, tmp_path / f"b{columns}.json", columns)
+        assert twice < 1.2 * one
 
 
 @pytest.fixture(scope="module")

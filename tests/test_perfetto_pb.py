@@ -232,3 +232,99 @@ def test_live_mode_imports_no_numpy():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "False"
+
+
+def test_both_forms_count_the_same_events(tmp_path, capsys):
+    """The line `export` prints counts the JSON's events in both forms (a PCIe sample is two counters
+    in the protobuf, a phase two slice events, a track's name a descriptor: counted as the JSON's one)."""
+    lines = []
+    for name in ("t.json", "t.pftrace"):
+        assert main(["export", str(REC[0]), "--perfetto", str(tmp_path / name)]) == 0
+        lines.append(capsys.readouterr().err.split(" trace events")[0])
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert lines[0] == lines[1] == f"wrote {len(doc['traceEvents'])}"
+
+
+def test_counters_at_once_are_the_packets_of_one_at_a_time():
+    """``TraceWriter.counters`` (an array's rows) writes the bytes ``counter`` writes per value, at
+    every varint length of a timestamp and the stamps' edge cases (negative, NaN, past int64)."""
+    import io
+
+    import numpy as np
+
+    t = [0.0, 1e-9, 1.27e-7, 1.28e-7, 2.5e-9, 16384e-9, 3.3, 123456.789012345, 2e9, -1.0, float("nan"), 1e10]
+    v = [float(k) * 1.5 - 3 for k in range(len(t))]
+    got = []
+    for at_once in (False, True):
+        fh = io.BytesIO()
+        w = pb.TraceWriter(fh)
+        uuid = w.counter_track(w.process(1, "p"), "c")
+        if at_once:
+            w.counters(uuid, np.array(t), np.array(v))
+        else:
+            for x, y in zip(t, v, strict=True):
+                w.counter(uuid, w.stamp(x), y)
+        w.flush()
+        got.append((fh.getvalue(), w.n))
+    assert got[0] == got[1]
+
+
+def _events(rec: Path, columns: bool, **kw) -> tuple[int, dict]:
+    import io
+
+    from memtop.export import write_trace
+    from memtop.store import Recording
+
+    buf = io.StringIO()
+    n = write_trace(Recording(rec), buf, columns=columns, progress=False, **kw)
+    doc = json.loads(buf.getvalue())
+    doc["traceEvents"] = Counter(json.dumps(e, sort_keys=True) for e in doc["traceEvents"])
+    doc["samples"] = Counter(json.dumps(e, sort_keys=True) for e in doc["samples"])
+    return n, doc
+
+
+@pytest.mark.parametrize(
+    ("name", "span", "window"),
+    [
+        ("blocks_s11.memtop", {}, None),
+        ("schema3_torch_s13.memtop", {}, 45.0),
+        ("blocks_s11.memtop", {"t_from": 100.0, "t_to": 250.0}, 30.0),
+    ],
+)
+def test_the_column_walk_writes_the_frame_walks_events(name, span, window, monkeypatch):
+    """Read by columns (the column blocks, the column scan's labels), a trace holds every event the
+    Frame-by-Frame walk writes, the same (in another order), its stacks and samples too; also read
+    in windows shorter than the recording (each phase run's last bin read again in its window)."""
+    from memtop import export
+
+    if window is not None:
+        monkeypatch.setattr(export, "WINDOW_S", window)
+    by_frames, by_columns = _events(DATA / name, False, **span), _events(DATA / name, True, **span)
+    assert by_columns == by_frames
+    n, doc = by_columns
+    kinds = Counter(json.loads(e)["ph"] for e in doc["traceEvents"].elements())
+    assert n == sum(kinds.values()) and kinds["C"] > 1000 and kinds["B"] and kinds["X"] and kinds["i"]
+
+
+def test_without_blocks_for_the_range_the_export_walks_frames(tmp_path):
+    """A recording killed before its blocks reached its end (the rest are rows): the column walk
+    declines, and the export is the Frame walk's."""
+    from memtop.export import _NoColumns
+
+    rec = DATA / "blocks_killed_s11.memtop"
+    with pytest.raises(_NoColumns):
+        _events(rec, True)
+    out = _export(rec, tmp_path / "t.json")
+    doc = json.loads(out.read_text())
+    assert (
+        Counter(json.dumps(e, sort_keys=True) for e in doc["traceEvents"])
+        == _events(rec, False)[1]["traceEvents"]
+    )
+
+
+@pytest.mark.parametrize("name", ["blocks_s11.memtop", "schema3_torch_s13.memtop"])
+def test_the_protobuf_by_columns_holds_what_the_json_holds(name, tmp_path):
+    rec = DATA / name
+    a, b = read_json(_export(rec, tmp_path / "t.json")), read_trace(_export(rec, tmp_path / "t.pftrace"))
+    assert b["instants"].pop("memtop trace") == 1
+    assert a == b

@@ -36,7 +36,7 @@ MAX_INDEX = 1023
 MAX_PROCS = 256
 BAND_LEN = 120
 PHASES = frozenset((*LABELS, "warmup", "gathering"))
-GAUGES = {m.name: m for m in METRICS}
+_RANGES = {m.name: (m.lo, m.hi) for m in METRICS}  # what Metric.valid admits
 MODES = ("live", "replay", "demo")
 GPU_MODES = ("gpm", "nvml", "lost")
 
@@ -67,13 +67,16 @@ def _str(v: object, limit: int, default: str = "") -> str:
 
 
 def _num(v: object, lo: float = -math.inf, hi: float = math.inf) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if type(v) is float:  # (most of a snapshot's numbers: no conversion to try)
+        f = v
+    elif isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    try:
-        f = float(v)  # a 4 000-digit int overflows
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) and lo <= f <= hi else None
+    else:
+        try:
+            f = float(v)  # a 4 000-digit int overflows
+        except OverflowError:
+            return None
+    return f if lo <= f <= hi and f - f == 0.0 else None  # (NaN and the infinities fail the second)
 
 
 def _small_int(v: object, hi: int) -> int | None:
@@ -166,9 +169,7 @@ def _gpu(i: int, g: object) -> dict:
     gauges = {
         k: f
         for k, x in _obj(g.get("gauges")).items()
-        if k in GAUGES
-        and (f := _num(x)) is not None
-        and GAUGES[k].valid(f) is not None  # the recording's ranges
+        if (r := _RANGES.get(k)) is not None and (f := _num(x, *r)) is not None  # the recording's ranges
     }
     return {
         "index": index,
