@@ -35,6 +35,7 @@ from textual.widgets import Footer, Input, Static
 from memtop.errors import UserError
 from memtop.metrics import METRICS
 from memtop.metrics import fmt as metric_fmt
+from memtop.phases import MEANINGS
 from memtop.pipeline import Pipeline, View
 from memtop.playback import Playback
 from memtop.sanitize import clean
@@ -152,17 +153,25 @@ KEYS = (
 )
 _ACTIONS = {k.action.split("(")[0] for k in KEYS}
 
-PHASES_HELP = """[b]Phases[/b] (timeline band, per GPU, 0.5 s bins)
-  compute  GPU busy with real kernels (healthy)
-  memory   DRAM-bandwidth bound kernels
-  transfer PCIe copies dominate (DMA or pageable)
-  sync     CPU and GPU take turns at a sync
-  input    waiting on the DataLoader
-  cpu      launch/Python overhead starves the GPU
-  comm     waiting in a collective (wait) or NVLink-bound (bandwidth)
-  idle     nothing running on the GPU
+# the help box's text width in an 80-column terminal (border, padding and scrollbar take 6)
+HELP_WIDTH = 74
 
-Evidence for each label is the numbers that fired the rule plus the top Python stack."""
+
+PHASES_HELP = "\n".join(
+    [
+        "[b]Phases[/b] (timeline band, per GPU, 0.5 s bins)",
+        *(
+            escape(row)
+            for name, text in MEANINGS.items()
+            for row in textwrap.wrap(f"  {name:<10} {text}", HELP_WIDTH, subsequent_indent=" " * 13)
+        ),
+        "",
+        *textwrap.wrap(
+            "Evidence for each label is the numbers that fired the rule plus the top Python stack.",
+            HELP_WIDTH,
+        ),
+    ]
+)
 
 
 def _key_name(k: Key) -> str:
@@ -200,10 +209,6 @@ def _help_text(mode: str, enabled: Iterable[Key], ascii_only: bool) -> str:
         PHASES_HELP,
     ]
     return "\n".join(lines)
-
-
-# the help box's text width in an 80-column terminal (border, padding and scrollbar take 6)
-HELP_WIDTH = 74
 
 
 def _help_row(name: str, text: str) -> list[str]:
