@@ -291,9 +291,13 @@ def verdict(
     window_s: float = 60.0,
     gpu: int = 0,
     procs: Sequence[ProcSample] = (),
+    *,
+    of: str = "",
 ) -> Verdict:
     """Verdict over the last ``window_s`` seconds of one GPU's labels; ``procs``: the processes seen
-    over them, for the command where ``frame`` holds none on that GPU (the run has ended)."""
+    over them, for the command where ``frame`` holds none on that GPU (the run has ended); ``of``: what
+    the window is, where it is not the last seconds of a live view ("of the run (0:03:21)": a report
+    of a whole recording)."""
     if not labels:
         return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "waiting for the first seconds of data")
     # by lists: live mode's hundred labels a tick need no numpy, and a report's hours take milliseconds
@@ -327,7 +331,7 @@ def verdict(
     first = labels[of_kind[0]]
     # a sub-tag the title already says ("launch/Python (python)") is left out
     title = TITLES[label] + (f" ({last.sub})" if last.sub and last.sub not in TITLES[label].lower() else "")
-    of_last = f"of the last {length(span)}"
+    of_last = of or f"of the last {length(span)}"
     if label in HEALTHY and share >= BUSY_SHARE:
         about = f"busy: {title} {100 * share:.0f} % {of_last}"
     elif label in HEALTHY:  # the most common phase, but most of the window was something else
@@ -335,6 +339,8 @@ def verdict(
     elif label == "idle":
         waits = f" ({WAIT_WORDS[last.sub]})" if last.sub in WAIT_WORDS else ""
         about = f"idle{waits} {100 * share:.0f} % {of_last}"
+    elif label == current and of:  # a report: its range's end, and its share of the whole range
+        about = f"{title} at the end, for its last {length(run * 0.5)}; {100 * share:.0f} % {of}"
     elif label == current:
         about = f"{title} now, for the last {length(run * 0.5)} ({100 * share:.0f} % {of_last})"
     else:
