@@ -100,12 +100,33 @@ WAIT_WORDS = {
 }
 
 
+def target_words(target: str) -> str:
+    """The descriptor a blocked thread waits on, as /proc/PID/fd names it, in words: "pipe:[123456]"
+    is "a pipe" (the inode tells a reader nothing, and which process holds the other end is not
+    recorded), a file keeps its path."""
+    kind, _, inode = target.partition(":[")
+    if kind in ("pipe", "socket") and inode:
+        return f"a {kind}"
+    if kind == "anon_inode":  # anon_inode:[eventfd], anon_inode:inotify
+        name = target.removeprefix("anon_inode:").strip("[]")
+        return f"an {name}" if name[:1] in "aeiou" else f"a {name}"
+    return target
+
+
+def wait_words(wait: str, target: str = "") -> str:
+    """A blocked main thread's wait in words: its class (procfs.thread_wait's), and what it waits on
+    where that says more than the class ("waiting on disk I/O (/data/shard.bin)")."""
+    words = WAIT_WORDS[wait].removeprefix("its process ") if wait in WAIT_WORDS else f"waiting ({wait})"
+    what = target_words(target)
+    return f"{words} ({what})" if what and what not in words else words
+
+
 def _main_thread(e: Evidence) -> str:
     """The GPU process's main thread and the busiest other part of its job, where recorded."""
     if e.main_cpu < 0:
         return ""
     out = f"of the process's threads the main thread alone {e.main_cpu} % CPU" + (
-        f", waiting ({e.wait}{' ' + e.wait_on if e.wait_on else ''})" if e.wait else ""
+        f", {wait_words(e.wait, e.wait_on)}" if e.wait else ""
     )
     if e.feeder:
         out += f"; busiest other part of the job: {e.feeder} at {e.feeder_cpu} % CPU"
@@ -178,7 +199,8 @@ def _advice(lab: Label) -> tuple[str, ...]:
     if lab.label == "input":
         if lab.sub == "producer":
             return (
-                f"the main thread waits ({e.wait or 'briefly running'}) while {e.feeder} works at {e.feeder_cpu} % "
+                f"the main thread is {wait_words(e.wait, e.wait_on) if e.wait else 'running only briefly'} "
+                f"while {e.feeder} works at {e.feeder_cpu} % "
                 "CPU: the job's producers are slower than the GPU — add workers to the pool (DataLoader: num_workers), "
                 "make the per-item work cheaper, or move decoding/augmentation to the GPU",
             )
