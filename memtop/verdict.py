@@ -9,7 +9,7 @@ import math
 import shlex
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memtop.labelcols import rows
 from memtop.model import Frame, ProcSample
@@ -87,7 +87,7 @@ def missing_evidence(mode: str) -> str:
 
 # What a quiet GPU's process waits on (the idle label's sub-tag: collectors.procfs.thread_wait's class)
 WAIT_WORDS = {
-    "sleep": "its process asleep (a timed sleep)",
+    "sleep": "its process in a timed sleep",
     "lock": "its process waiting on a lock, queue or future",
     "pipe": "its process waiting on a pipe",
     "socket": "its process waiting on a socket",
@@ -97,6 +97,7 @@ WAIT_WORDS = {
     "child": "its process waiting for a child process to exit",
     "other": "its process blocked in the kernel",
     "gone": "no process on it",
+    "start": "its process just started on it",
 }
 
 
@@ -253,6 +254,8 @@ def _advice(lab: Label) -> tuple[str, ...]:
 
 _IDLE_ADVICE = {
     "gone": "the GPU is idle and no process holds it: the job has not started yet, or has exited",
+    "start": "the GPU is idle: its process has only just opened it, and its first kernels come once the "
+    "job has loaded (imports, data, model)",
     "sleep": "the GPU is idle while the job sleeps (time.sleep): paused or between runs — nothing to fix on "
     "the GPU side",
     "lock": "the GPU is idle while the main thread waits on a lock, queue or future and nothing of the job "
@@ -307,6 +310,12 @@ def _command(label: str, frame: Frame | None, gpu: int, t0: float, seen: Sequenc
     )
 
 
+def _held(frame: Frame | None, gpu: int) -> bool:
+    """The frame has a process on the GPU (the driver's list: what the idle label's "gone" reads)."""
+    g = frame.gpu(gpu) if frame is not None else None
+    return g is not None and bool(g.processes)
+
+
 def verdict(
     labels: Sequence[Label],
     frame: Frame | None = None,
@@ -350,6 +359,11 @@ def verdict(
     if not of_kind:
         of_kind = [i for i, lab in zip(win, wl, strict=True) if lab == label]
     last = labels[of_kind[len(of_kind) // 2] if label != current else of_kind[-1]]  # a typical bin
+    if label == "idle" and last.sub == "gone" and _held(frame, gpu):
+        # the screen beside this verdict shows a process on the GPU: its idle bins without one are past
+        # (it started in the window, or its bins have not closed yet), what it waits on now is not
+        held = [i for i in of_kind if labels[i].sub != "gone"]
+        last = labels[held[-1]] if held else replace(last, sub="start")
     first = labels[of_kind[0]]
     # a sub-tag the title already says ("launch/Python (python)") is left out
     title = TITLES[label] + (f" ({last.sub})" if last.sub and last.sub not in TITLES[label].lower() else "")

@@ -1,0 +1,68 @@
+"""What a demanding user reads on the real CLI's screen, in tmux: every line under a verdict agrees with
+what the screen shows beside it, and nothing wraps where a line was made to fit. Marked slow; the tmux
+driver is test_tmux_matrix's (one server per test, killed at the end)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_tmux_matrix import READY, VARIANTS, Tmux, _paused_at, _quit, _until
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"),
+]
+
+DATA = Path(__file__).parent / "data"
+ENV = VARIANTS["default"][0]
+
+
+@pytest.fixture
+def term(tmp_path) -> Iterator[Tmux]:
+    t = Tmux(tmp_path)
+    try:
+        yield t
+    finally:
+        t("kill-server")
+
+
+def _verdict_lines(pane: str) -> list[str]:
+    """The verdict and the lines under it (the screen's second to fifth lines)."""
+    return pane.splitlines()[2:5]
+
+
+def test_an_idle_verdict_agrees_with_the_process_beside_it(term):
+    """A replay's first seconds (heldout9_pipe_s111: its process opens the GPU 8 s in) said "idle (no
+    process on it)" and "no process holds it: the job has not started yet" for 5 s more while the
+    process table beside it listed the process: the verdict's sub came from the middle of its window."""
+    term.start("r", ["replay", str(DATA / "heldout9_pipe_s111.memtop")], (120, 40), ENV)
+    term.wait("r", READY)
+    for when, held in (("0:05", False), ("0:09", True), ("0:14", True)):
+        _paused_at(term, "r", when)
+        pane = _until(term, "r", lambda p: "verdict:" in p)
+        rows = [line for line in pane.splitlines() if line.startswith("509 ")]
+        said = " ".join(_verdict_lines(pane))
+        assert bool(rows) == held, f"at {when}:\n{pane}"
+        assert ("no process" in said) == (not held), f"at {when}:\n{pane}"
+    _quit(term, "r")
+
+
+def test_the_x_key_shows_one_notice_for_one_capture(term):
+    """`x` on a process without an agent showed "trace: asking the agent of N..." and "trace failed"
+    together: two notices for one request. Each stage of a capture replaces the one before."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        term.start("live", ["--pid", str(sleeper.pid)], (120, 40), ENV)
+        term.wait("live", f"{sleeper.pid} ")  # its row in the process table, selected
+        term.keys("live", "x")
+        pane = term.wait("live", "trace failed")
+        assert "asking the agent" not in pane, pane
+        _quit(term, "live")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
