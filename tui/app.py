@@ -29,6 +29,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.driver import Driver
 from textual.filter import Monochrome, NoColor
 from textual.message import Message
+from textual.notifications import Notification, Notify
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
@@ -231,7 +232,7 @@ class TraceNote(Message):
 
     def __init__(self, stage: str, line: str) -> None:
         super().__init__()
-        self.stage = stage  # progress / done / failed
+        self.stage = stage  # progress / warning / done / failed
         self.line = line
 
 
@@ -485,6 +486,7 @@ class MemtopApp(App[int]):
         self.selected_pid: int | None = None
         self.stack_depth = 4  # frames shown per thread (set by _layout)
         self._paints = 0
+        self._trace_step: Notification | None = None  # a capture's stage on screen (the next replaces it)
         self._bindings_key: tuple | None = None
         self.crashed: BaseException | None = None  # what ended the app, for the exit code and log
         # phase letters in the bands and the strip (`l`): without colour, only letters tell them apart
@@ -940,17 +942,26 @@ class MemtopApp(App[int]):
         capture, pid = getattr(self.controller, "capture_trace", None), self.selected_pid
         if capture is None or pid is None:
             return
-        self.notify(f"trace: asking the agent of {pid}...", markup=False)
+        self._trace_say(TraceNote("progress", f"trace: asking the agent of {pid}..."))
         threading.Thread(target=capture, args=(pid,), name="memtop-trace-key", daemon=True).start()
 
     @on(TraceNote)
     def _trace_note(self, note: TraceNote) -> None:
+        self._trace_say(note)
+
+    def _trace_say(self, note: TraceNote) -> None:
+        """One notice for a capture's stages: each replaces the stage shown before it (a process with
+        no agent showed "asking the agent" and the failure together); an outcome or a warning stays."""
+        old, self._trace_step = self._trace_step, None
+        if old is not None and old in self._notifications:
+            self._unnotify(old)
         if note.stage == "progress":
-            self.notify(note.line, timeout=8, markup=False)
+            shown = self._trace_step = Notification(note.line, "", "information", 8, markup=False)
         elif note.stage == "done":
-            self.notify(note.line, title="trace written", timeout=30, markup=False)
-        else:
-            self.notify(note.line, severity="warning", timeout=20, markup=False)
+            shown = Notification(note.line, "trace written", "information", 30, markup=False)
+        else:  # failed, or a warning on the way
+            shown = Notification(note.line, "", "warning", 20, markup=False)
+        self.post_message(Notify(shown))
 
     def action_letters(self) -> None:
         self._letters = not self._letters
