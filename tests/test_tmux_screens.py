@@ -66,3 +66,20 @@ def test_the_x_key_shows_one_notice_for_one_capture(term):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_the_host_lines_never_wrap_at_80x24(term):
+    """At 80x24 the host's CPU line wrapped its load (16 cores) or its iowait and load (32 cores) onto
+    a line of their own: the per-core bar gives way to them (a cell the busiest of its cores)."""
+    runs = {"one": DATA / "labelled_s4.memtop", "two": DATA / "multi" / "heldout_ddp_s13.memtop"}
+    for name, path in runs.items():
+        term.start(name, ["replay", str(path)], (80, 24), ENV)
+    for name in runs:
+        term.wait(name, READY)
+        _paused_at(term, name, "0:20")
+        pane = _until(term, name, lambda p: " CPU " in p and " mem " in p)
+        lines = pane.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith(" CPU "))
+        assert "iowait" in lines[at] and "load" in lines[at], pane
+        assert lines[at + 1].startswith(" mem "), pane
+        _quit(term, name)

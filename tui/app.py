@@ -518,7 +518,7 @@ class MemtopApp(App[int]):
         yield self._timeline(Timeline(self.ascii_only, id="timeline"))
         with Horizontal(id="bottom"):
             with LeftColumn(id="left"):
-                yield TextPanel(tiles=4, id="host")
+                yield TextPanel(tiles=4, id="host", ellipsis=ellipsis)  # the CPU line fitted, the others cut
                 yield Static(id="procs-note")  # the processes' order and filter, when not the default
                 yield RowTable((*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL), id="procs")
             with VerticalScroll(id="right"):
@@ -643,6 +643,7 @@ class MemtopApp(App[int]):
         # children are mounted or removed (at the start and the end)
         if self.view is not None and ev.column.query("#procs"):
             self._update_procs(self.view, column=ev.column)
+            self._update_host(self.view, ev.column)  # its CPU line is fitted to the column
 
     def _layout(self, v: View) -> None:
         """Where the screen has room (32 rows and more), the timeline gets one phase band per GPU
@@ -723,10 +724,7 @@ class MemtopApp(App[int]):
             if not slow:
                 return
             f = v.frame
-            self._set(
-                "#host",
-                fmt.host_text(f.host if f else None, f.caps if f else (), f.perf if f else (), lk),
-            )
+            self._update_host(v)
             self._update_procs(v, lk)
             if not self.query_one("#procs", RowTable).has_focus:
                 # the stacks beside a verdict are its GPU's, unless the user picks another process (at
@@ -748,6 +746,20 @@ class MemtopApp(App[int]):
         table = self.query_one("#gpus", RowTable)
         table.set_titles(fmt.gpu_titles(f.gpus if f else ()))
         table.set_rows(rows)
+
+    def _update_host(self, v: View, column: LeftColumn | None = None) -> None:
+        left = column or self.screen_stack[0].query_one("#left", LeftColumn)
+        panel = left.query_one("#host", TextPanel)
+        f = v.frame
+        text = fmt.host_text(
+            f.host if f else None,
+            f.caps if f else (),
+            f.perf if f else (),
+            self.look,
+            # (known once the screen is laid out: until then the panel cuts the line)
+            left.size.width - panel.styles.gutter.width or 1000,
+        )
+        panel.update(text)
 
     def _update_procs(self, v: View, lk: Look | None = None, column: LeftColumn | None = None) -> None:
         left = column or self.query_one("#left", LeftColumn)
