@@ -83,3 +83,30 @@ def test_the_host_lines_never_wrap_at_80x24(term):
         assert "iowait" in lines[at] and "load" in lines[at], pane
         assert lines[at + 1].startswith(" mem "), pane
         _quit(term, name)
+
+
+def test_the_cluster_detail_keeps_its_indent_when_it_wraps(term):
+    """`memtop cluster` at 80x24 over two `memtop serve --demo` nodes: the detail pane's evidence,
+    advice and command wrapped to column 0, where a continuation read as a line of its own. Each
+    continuation row starts under its line's text, in the pane and in the node's screen (Enter)."""
+    from netutil import free_ports, memtop, stop, wait_ready
+
+    ports = free_ports(2)
+    nodes = [memtop("serve", "--demo", "--port", str(p), stderr=subprocess.DEVNULL) for p in ports]
+    try:
+        for p, port in zip(nodes, ports, strict=True):
+            wait_ready(port, proc=p, timeout=60)
+        term.start("c", ["cluster", "--hosts", ",".join(f"127.0.0.1:{p}" for p in ports)], (80, 24), ENV)
+        for screen in ("pane", "node"):
+            pane = _until(term, "c", lambda p, s=screen: "evidence:" in p and ("╭" in p) == (s == "node"))
+            lines = pane.splitlines()
+            if screen == "node":  # (the box's border and padding taken off)
+                lines = [row[2:] for row in lines if row.startswith("│ ")]
+            at = next(i for i, line in enumerate(lines) if line.startswith("  evidence: "))
+            assert lines[at + 1].startswith("    ") and lines[at + 1][4] != " ", pane  # wrapped, kept in
+            nxt = next(i for i, line in enumerate(lines) if line.startswith("  next: "))
+            assert lines[nxt + 1].startswith("    "), pane
+            term.keys("c", "Enter")
+        _quit(term, "c")
+    finally:
+        stop(*nodes)
