@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memtop.health import HealthEvent, HealthTracker, hardware_first
-from memtop.model import Frame, StackSample
+from memtop.model import Frame, ProcSample, StackSample
 from memtop.phases import Classifier, Label
 from memtop.records import Gap
 from memtop.straggler import stragglers
@@ -131,6 +131,9 @@ class Pipeline:
             self._frozen_version = 0
             self._good_stacks: dict[int, StackSample] = {}
             self._natives: dict[int, StackSample] = {}
+            # the GPU processes seen (the newest sample of each): a verdict's command names the GPU's own
+            # process after it has exited (the end of a replay said `python train.py`)
+            self._gpu_procs: dict[int, ProcSample] = {}
 
     def on_frame(self, frame: Frame, tick: bool = True) -> None:
         if self.writer is not None:
@@ -149,6 +152,12 @@ class Pipeline:
                     self._good_stacks[st.pid] = st
                 if st.native:  # the next sample replaces it in the panel: the UI shows it apart
                     self._natives[st.pid] = st
+            for p in frame.host.procs if frame.host is not None else ():
+                if p.gpus:
+                    self._gpu_procs.pop(p.pid, None)
+                    self._gpu_procs[p.pid] = p
+            while len(self._gpu_procs) > 64:  # processes come and go: the oldest seen goes
+                del self._gpu_procs[next(iter(self._gpu_procs))]
             for kept in (self._good_stacks, self._natives):
                 if len(kept) > 64:  # processes come and go: keep the recent ones
                     for pid in [p for p, st in kept.items() if st.t < frame.t - STACK_HOLD_S]:
@@ -258,8 +267,9 @@ class Pipeline:
             stacks = shown_stacks(frame, self._good_stacks)
             natives = dict(self._natives)
             health = tuple(e for e in self.health if at is None or e.t <= at)
+            seen = tuple(reversed(self._gpu_procs.values()))  # the newest first
         verdicts = {
-            g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)
+            g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g, seen)
             for g, ls in labels.items()
         }
         for s in stragglers(labels, jobs):
