@@ -163,7 +163,11 @@ PHASES_HELP = "\n".join(
         "[b]Phases[/b] (timeline band, per GPU, 0.5 s bins)",
         *(
             escape(row)
-            for name, text in MEANINGS.items()
+            for name, text in [
+                *MEANINGS.items(),
+                # (format.now_label's "settling")
+                ("phase?", "settling: the newest bins say another phase, shown once it has held"),
+            ]
             for row in textwrap.wrap(f"  {name:<10} {text}", HELP_WIDTH, subsequent_indent=" " * 13)
         ),
         "",
