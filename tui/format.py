@@ -23,7 +23,7 @@ from memtop.pipeline import View
 from memtop.records import Evidence
 from memtop.sanitize import clean
 from memtop.stackclass import user_frame
-from memtop.timefmt import clock
+from memtop.timefmt import clock, length
 from memtop.wording import counted
 
 from .palette import Look, look
@@ -265,7 +265,7 @@ def headline(v: View, gpu: int, lk: Look = DEFAULT) -> Text:
     if vd is None or not vd.shares:
         return t
     t.append(f" {'|' if g.ascii else '│'} ", style="dim")
-    t.append(f"last {vd.window_s:.0f} s ", style="dim")
+    t.append(f"last {length(vd.window_s)} ", style="dim")
     for k, run in groupby(share_cells(vd.shares)):
         ch, style = lk.mark(k)
         t.append(ch * len(list(run)), style=style)
