@@ -148,7 +148,7 @@ class Pipeline:
                     self._kept.popleft()
             self.classifier.feed(frame)
             for st in frame.stacks:
-                if st.threads:
+                if any(th.frames for th in st.threads):  # (a process exiting: threads, no frames)
                     self._good_stacks[st.pid] = st
                 if st.native:  # the next sample replaces it in the panel: the UI shows it apart
                     self._natives[st.pid] = st

@@ -110,3 +110,20 @@ def test_the_cluster_detail_keeps_its_indent_when_it_wraps(term):
         _quit(term, "c")
     finally:
         stop(*nodes)
+
+
+def test_the_end_of_a_replay_names_the_job_and_no_live_advice(term):
+    """At the end of a two-GPU replay (its processes gone): `c` copied `python train.py`, a made-up
+    command; the stacks panel showed a frameless MainThread of an exiting process; and it told the
+    user to pick a process with `memtop --pid`, which a recording cannot do."""
+    term.start("end", ["replay", str(DATA / "multi" / "heldout_ddp_s13.memtop")], (200, 50), ENV)
+    term.wait("end", READY)
+    term.keys("end", "End")
+    pane = _until(term, "end", lambda p: "⏸ REPLAY 0:01:15/0:01:15" in p and "$ nsys" in p)
+    assert "python train.py" not in pane and "ddp_straggler.py" in pane.split("$ nsys", 1)[1], pane
+    assert "--pid PID" not in pane and "MainThread" not in pane, pane
+    assert "no GPU process at this point of the recording" in pane, pane
+    term.keys("end", "c")
+    pane = term.wait("end", "copied")
+    assert "python train.py" not in pane, pane
+    _quit(term, "end")

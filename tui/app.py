@@ -800,6 +800,7 @@ class MemtopApp(App[int]):
                 procs,
                 f.t if f else None,
                 self.stack_depth,
+                live=v.status.mode == "live",
             ),
         )
 

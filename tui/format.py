@@ -553,14 +553,18 @@ def stacks_text(
     any_procs: bool = True,
     now: float | None = None,
     depth: int = 4,
+    live: bool = True,
 ) -> Text:
     """The selected process's threads; `now` (the frame's time) dates a held stack (the pipeline shows
-    the last good one for a moment when a read fails)."""
+    the last good one for a moment when a read fails); ``live``: not a recording (whose processes no
+    flag can pick)."""
     if pid is None:
         if not any_procs:
             return Text(
                 "no watched process: stacks show here once a GPU process runs, or pick one with "
-                "`memtop --pid PID`",
+                "`memtop --pid PID`"
+                if live
+                else "no GPU process at this point of the recording: stacks show here while one runs",
                 style="dim",
             )
         return Text("select a process to see its Python stacks", style="dim")
