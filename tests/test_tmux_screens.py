@@ -115,9 +115,11 @@ def test_the_cluster_detail_keeps_its_indent_when_it_wraps(term):
 def test_the_end_of_a_replay_names_the_job_and_no_live_advice(term):
     """At the end of a two-GPU replay (its processes gone): `c` copied `python train.py`, a made-up
     command; the stacks panel showed a frameless MainThread of an exiting process; and it told the
-    user to pick a process with `memtop --pid`, which a recording cannot do."""
+    user to pick a process with `memtop --pid`, which a recording cannot do (or, the process selected
+    while it ran, "no stack sample for 1539 yet")."""
     term.start("end", ["replay", str(DATA / "multi" / "heldout_ddp_s13.memtop")], (200, 50), ENV)
     term.wait("end", READY)
+    term.wait("end", "\n1539 ", timeout=60)  # its first process listed (and selected) before it exits
     term.keys("end", "End")
     pane = _until(term, "end", lambda p: "⏸ REPLAY 0:01:15/0:01:15" in p and "$ nsys" in p)
     assert "python train.py" not in pane and "ddp_straggler.py" in pane.split("$ nsys", 1)[1], pane

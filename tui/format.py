@@ -558,7 +558,7 @@ def stacks_text(
     """The selected process's threads; `now` (the frame's time) dates a held stack (the pipeline shows
     the last good one for a moment when a read fails); ``live``: not a recording (whose processes no
     flag can pick)."""
-    if pid is None:
+    if pid is None or not any_procs:  # (a process selected before it exited is not one to show)
         if not any_procs:
             return Text(
                 "no watched process: stacks show here once a GPU process runs, or pick one with "
