@@ -87,7 +87,7 @@ def missing_evidence(mode: str) -> str:
 
 # What a quiet GPU's process waits on (the idle label's sub-tag: collectors.procfs.thread_wait's class)
 WAIT_WORDS = {
-    "sleep": "its process in a timed sleep",
+    "sleep": "its process asleep in a timed sleep",
     "lock": "its process waiting on a lock, queue or future",
     "pipe": "its process waiting on a pipe",
     "socket": "its process waiting on a socket",
