@@ -38,6 +38,23 @@ TITLES = {
     "comm": "communication: collective",
     "other": "unclassified",
 }
+# What each label means, for people, in the order the TUI's help lists them (its phase list is made
+# from this table, so a label added above is listed there): every label of LABELS, then what the
+# GPU table shows where a label goes before one has won (warmup) and for a GPU its job waits for
+# (memtop.straggler's verdict)
+MEANINGS = {
+    "compute": "GPU busy with real kernels (healthy)",
+    "memory": "DRAM-bandwidth bound kernels",
+    "transfer": "PCIe copies dominate (DMA or pageable)",
+    "sync": "CPU and GPU take turns at a sync",
+    "input": "waiting on the input pipeline (DataLoader workers, a pool or producer)",
+    "cpu": "launch/Python overhead starves the GPU",
+    "comm": "waiting in a collective (wait) or NVLink-bound (bandwidth)",
+    "idle": "nothing running on the GPU (the verdict says what its process waits on)",
+    "other": "unclassified: no rule matched for more than a second",
+    "warmup": "the first seconds, before a label has held long enough to be shown",
+    "straggler": "its job's other GPUs wait for this one in collectives",
+}
 # one-letter marks for text timelines (report, --ascii TUI)
 CHARS = {
     "compute": "C",

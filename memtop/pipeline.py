@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from memtop.health import HealthEvent, HealthTracker, hardware_first
 from memtop.jobshare import Job, JobLabeller, job_frame, shared_verdict, sharing
-from memtop.model import Frame, StackSample
+from memtop.model import Frame, ProcSample, StackSample
 from memtop.phases import Classifier, Label
 from memtop.records import Gap
 from memtop.straggler import stragglers
@@ -137,6 +137,9 @@ class Pipeline:
             self._frozen_version = 0
             self._good_stacks: dict[int, StackSample] = {}
             self._natives: dict[int, StackSample] = {}
+            # the GPU processes seen (the newest sample of each): a verdict's command names the GPU's own
+            # process after it has exited (the end of a replay said `python train.py`)
+            self._gpu_procs: dict[int, ProcSample] = {}
 
     def on_frame(self, frame: Frame, tick: bool = True) -> None:
         if self.writer is not None:
@@ -152,10 +155,16 @@ class Pipeline:
             self.classifier.feed(frame)
             self.jobshare.feed(frame)
             for st in frame.stacks:
-                if st.threads:
+                if any(th.frames for th in st.threads):  # (a process exiting: threads, no frames)
                     self._good_stacks[st.pid] = st
                 if st.native:  # the next sample replaces it in the panel: the UI shows it apart
                     self._natives[st.pid] = st
+            for p in frame.host.procs if frame.host is not None else ():
+                if p.gpus:
+                    self._gpu_procs.pop(p.pid, None)
+                    self._gpu_procs[p.pid] = p
+            while len(self._gpu_procs) > 64:  # processes come and go: the oldest seen goes
+                del self._gpu_procs[next(iter(self._gpu_procs))]
             for kept in (self._good_stacks, self._natives):
                 if len(kept) > 64:  # processes come and go: keep the recent ones
                     for pid in [p for p, st in kept.items() if st.t < frame.t - STACK_HOLD_S]:
@@ -271,7 +280,8 @@ class Pipeline:
             stacks = shown_stacks(frame, self._good_stacks)
             natives = dict(self._natives)
             health = tuple(e for e in self.health if at is None or e.t <= at)
-        verdicts = {g: self._verdict(ls, frame, g) for g, ls in labels.items()}
+            seen = tuple(reversed(self._gpu_procs.values()))  # the newest first
+        verdicts = {g: self._verdict(ls, frame, g, seen) for g, ls in labels.items()}
         for s in stragglers(labels, jobs):
             verdicts[s.gpu] = straggler_verdict(s, verdicts[s.gpu], frame, labels[s.gpu][-1])
         shared = {gi: cur for gi, js in by_job.items() if len(cur := sharing(labels.get(gi, ()), js)) > 1}
@@ -304,8 +314,13 @@ class Pipeline:
             job_verdicts,
         )
 
-    def _verdict(self, labels: Sequence[Label], frame: Frame | None, gpu: int) -> Verdict:
-        return verdict(list(labels[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, gpu)
+    def _verdict(
+        self, labels: Sequence[Label], frame: Frame | None, gpu: int, seen: Sequence[ProcSample] = ()
+    ) -> Verdict:
+        """``seen``: the GPU processes seen lately, newest first (whose command a verdict names when the
+        frame shown has none)."""
+        window = list(labels[-int(self.verdict_window / 0.5) - 1 :])
+        return verdict(window, frame, self.verdict_window, gpu, seen)
 
     def set_status(self, **kw: Any) -> None:
         self.status = replace(self.status, **kw)

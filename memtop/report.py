@@ -122,6 +122,12 @@ def _build_report(
         agg.caps,
     )
     bin_s = Classifier().bin_s
+    # the verdict's window is the report's: the whole run, or the range asked for
+    of = (
+        f"of the run ({clock(hi - lo)})"
+        if t_from is None and t_to is None
+        else f"of {clock(lo - rec.t0)}–{clock(hi - rec.t0)}"
+    )
     spans = episodes(labels_by_gpu, jobs_of(procs), bin_s)  # none unless a job spans two GPUs
 
     out_gpus = []
@@ -149,7 +155,7 @@ def _build_report(
             p.pid for p in procs.values() if idx in p.gpus
         }
         by_label = _phase_stacks(stacks, gpu_pids, ct, cl, bin_s, sites)
-        vd = verdict(labels, last, window_s=max(1.0, hi - lo), gpu=idx, procs=tuple(procs.values()))
+        vd = verdict(labels, last, window_s=max(1.0, hi - lo), gpu=idx, procs=tuple(procs.values()), of=of)
         if idx in shared:  # the GPU's verdict names the job with the problem
             vd = shared_verdict(idx, vd, shared[idx].verdicts, shared[idx].jobs)
         hw = health.report_section(health_by_gpu.get(idx, []), rec.t0)

@@ -17,7 +17,10 @@ def clock(seconds: float) -> str:
 
 def length(seconds: float, digits: int = 0) -> str:
     """A stretch of time as people read it: "42 s" (``digits`` decimals) under two minutes, then
-    h:mm:ss (an 8-hour report says "of the last 7:59:24", not "of the last 28764 s")."""
+    h:mm:ss (an 8-hour report says "of the last 7:59:24", not "of the last 28764 s"); a stretch
+    under a second keeps a decimal (a replay's first bin is "the last 0.5 s", not "the last 0 s")."""
+    if 0 < seconds < 1:
+        digits = max(digits, 1)
     return f"{seconds:.{digits}f} s" if seconds < 120 else clock(seconds)
 
 

@@ -9,7 +9,7 @@ import math
 import shlex
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memtop.labelcols import rows
 from memtop.model import Frame, ProcSample
@@ -87,7 +87,7 @@ def missing_evidence(mode: str) -> str:
 
 # What a quiet GPU's process waits on (the idle label's sub-tag: collectors.procfs.thread_wait's class)
 WAIT_WORDS = {
-    "sleep": "its process asleep (a timed sleep)",
+    "sleep": "its process asleep in a timed sleep",
     "lock": "its process waiting on a lock, queue or future",
     "pipe": "its process waiting on a pipe",
     "socket": "its process waiting on a socket",
@@ -97,7 +97,29 @@ WAIT_WORDS = {
     "child": "its process waiting for a child process to exit",
     "other": "its process blocked in the kernel",
     "gone": "no process on it",
+    "start": "its process just started on it",
 }
+
+
+def target_words(target: str) -> str:
+    """The descriptor a blocked thread waits on, as /proc/PID/fd names it, in words: "pipe:[123456]"
+    is "a pipe" (the inode tells a reader nothing, and which process holds the other end is not
+    recorded), a file keeps its path."""
+    kind, _, inode = target.partition(":[")
+    if kind in ("pipe", "socket") and inode:
+        return f"a {kind}"
+    if kind == "anon_inode":  # anon_inode:[eventfd], anon_inode:inotify
+        name = target.removeprefix("anon_inode:").strip("[]")
+        return f"an {name}" if name[:1] in "aeiou" else f"a {name}"
+    return target
+
+
+def wait_words(wait: str, target: str = "") -> str:
+    """A blocked main thread's wait in words: its class (procfs.thread_wait's), and what it waits on
+    where that says more than the class ("waiting on disk I/O (/data/shard.bin)")."""
+    words = WAIT_WORDS[wait].removeprefix("its process ") if wait in WAIT_WORDS else f"waiting ({wait})"
+    what = target_words(target)
+    return f"{words} ({what})" if what and what not in words else words
 
 
 def _main_thread(e: Evidence) -> str:
@@ -105,7 +127,7 @@ def _main_thread(e: Evidence) -> str:
     if e.main_cpu < 0:
         return ""
     out = f"of the process's threads the main thread alone {e.main_cpu} % CPU" + (
-        f", waiting ({e.wait}{' ' + e.wait_on if e.wait_on else ''})" if e.wait else ""
+        f", {wait_words(e.wait, e.wait_on)}" if e.wait else ""
     )
     if e.feeder:
         out += f"; busiest other part of the job: {e.feeder} at {e.feeder_cpu} % CPU"
@@ -178,7 +200,8 @@ def _advice(lab: Label) -> tuple[str, ...]:
     if lab.label == "input":
         if lab.sub == "producer":
             return (
-                f"the main thread waits ({e.wait or 'briefly running'}) while {e.feeder} works at {e.feeder_cpu} % "
+                f"the main thread is {wait_words(e.wait, e.wait_on) if e.wait else 'running only briefly'} "
+                f"while {e.feeder} works at {e.feeder_cpu} % "
                 "CPU: the job's producers are slower than the GPU — add workers to the pool (DataLoader: num_workers), "
                 "make the per-item work cheaper, or move decoding/augmentation to the GPU",
             )
@@ -231,6 +254,8 @@ def _advice(lab: Label) -> tuple[str, ...]:
 
 _IDLE_ADVICE = {
     "gone": "the GPU is idle and no process holds it: the job has not started yet, or has exited",
+    "start": "the GPU is idle: its process has only just opened it, and its first kernels come once the "
+    "job has loaded (imports, data, model)",
     "sleep": "the GPU is idle while the job sleeps (time.sleep): paused or between runs — nothing to fix on "
     "the GPU side",
     "lock": "the GPU is idle while the main thread waits on a lock, queue or future and nothing of the job "
@@ -285,15 +310,25 @@ def _command(label: str, frame: Frame | None, gpu: int, t0: float, seen: Sequenc
     )
 
 
+def _held(frame: Frame | None, gpu: int) -> bool:
+    """The frame has a process on the GPU (the driver's list: what the idle label's "gone" reads)."""
+    g = frame.gpu(gpu) if frame is not None else None
+    return g is not None and bool(g.processes)
+
+
 def verdict(
     labels: Sequence[Label],
     frame: Frame | None = None,
     window_s: float = 60.0,
     gpu: int = 0,
     procs: Sequence[ProcSample] = (),
+    *,
+    of: str = "",
 ) -> Verdict:
     """Verdict over the last ``window_s`` seconds of one GPU's labels; ``procs``: the processes seen
-    over them, for the command where ``frame`` holds none on that GPU (the run has ended)."""
+    over them, for the command where ``frame`` holds none on that GPU (the run has ended); ``of``: what
+    the window is, where it is not the last seconds of a live view ("of the run (0:03:21)": a report
+    of a whole recording)."""
     if not labels:
         return Verdict(gpu, "gathering", 0.0, window_s, "gathering…", "waiting for the first seconds of data")
     # by lists: live mode's hundred labels a tick need no numpy, and a report's hours take milliseconds
@@ -324,10 +359,15 @@ def verdict(
     if not of_kind:
         of_kind = [i for i, lab in zip(win, wl, strict=True) if lab == label]
     last = labels[of_kind[len(of_kind) // 2] if label != current else of_kind[-1]]  # a typical bin
+    if label == "idle" and last.sub == "gone" and _held(frame, gpu):
+        # the screen beside this verdict shows a process on the GPU: its idle bins without one are past
+        # (it started in the window, or its bins have not closed yet), what it waits on now is not
+        held = [i for i in of_kind if labels[i].sub != "gone"]
+        last = labels[held[-1]] if held else replace(last, sub="start")
     first = labels[of_kind[0]]
     # a sub-tag the title already says ("launch/Python (python)") is left out
     title = TITLES[label] + (f" ({last.sub})" if last.sub and last.sub not in TITLES[label].lower() else "")
-    of_last = f"of the last {length(span)}"
+    of_last = of or f"of the last {length(span)}"
     if label in HEALTHY and share >= BUSY_SHARE:
         about = f"busy: {title} {100 * share:.0f} % {of_last}"
     elif label in HEALTHY:  # the most common phase, but most of the window was something else
@@ -335,6 +375,8 @@ def verdict(
     elif label == "idle":
         waits = f" ({WAIT_WORDS[last.sub]})" if last.sub in WAIT_WORDS else ""
         about = f"idle{waits} {100 * share:.0f} % {of_last}"
+    elif label == current and of:  # a report: its range's end, and its share of the whole range
+        about = f"{title} at the end, for its last {length(run * 0.5)}; {100 * share:.0f} % {of}"
     elif label == current:
         about = f"{title} now, for the last {length(run * 0.5)} ({100 * share:.0f} % {of_last})"
     else:

@@ -297,7 +297,7 @@ async def _after_a_poll(pilot, table) -> None:
 async def test_tui_rows_straggler_stale_and_enter(capsys):
     from hostile import HOSTILE
     from memtop.tui.cluster import BandTable, ClusterApp, NodeScreen
-    from textual.widgets import Static
+    from memtop.tui.tiles import TextPanel
 
     base = _real_snapshot(RECS[0], capsys)
     major = recent_phase(base["gpus"][0])
@@ -332,7 +332,7 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, NodeScreen)
-        shown = str(app.screen.query_one(Static).render())
+        shown = app.screen.query_one(TextPanel).text.plain
         assert "odd" in shown and "\x1b" not in shown
 
 

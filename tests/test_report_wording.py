@@ -41,3 +41,14 @@ def test_no_raw_py_spy_error_for_a_process_whose_stacks_are_cited():
     assert rep["gpus"][0]["phase_stacks"]  # its stacks are cited
     stacks = [u for u in rep["unavailable"] if u["source"] == "stacks"]
     assert stacks and all(u["detail"].startswith("some stack reads failed") for u in stacks)
+
+
+def test_the_verdict_names_its_window_as_the_report_s_range():
+    """A report of a whole recording said "24 % of the last 0:03:21": a live view's words for a window
+    that is the whole run. A range asked for is named by its bounds."""
+    whole = build_report(Recording(REC[4]))
+    head = whole["gpus"][0]["verdict"]["headline"]
+    assert head.endswith(" of the run (0:03:21)") and "of the last" not in head, head
+    part = build_report(Recording(REC[4]), t_from=60.0, t_to=120.0)
+    head = part["gpus"][0]["verdict"]["headline"]
+    assert head.endswith(" of 0:01:00–0:02:00") and "of the last" not in head, head

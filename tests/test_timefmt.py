@@ -58,3 +58,4 @@ def test_length_reads_as_seconds_then_as_a_clock():
     assert length(119.4) == "119 s"
     assert length(120) == "0:02:00"
     assert length(28764.2) == "7:59:24"
+    assert length(0.5) == "0.5 s" and length(0) == "0 s"  # a first bin is not "the last 0 s"

@@ -414,3 +414,17 @@ def test_a_command_with_wide_characters_fits_its_cells(width):
     cmd = "nsys profile -t cuda --delay 0 -o memtop-sync python3 /データ/訓練スクリプト/train_モデル.py --epochs 10"
     out = fit_command(cmd, width)
     assert cell_len(out) <= width and "-o memtop-sync" in out
+
+
+def test_the_command_at_the_end_of_a_replay_is_the_jobs_own():
+    """At the end of a two-GPU replay (its processes gone) `c` copied `... -o memtop-comm python
+    train.py`: a made-up command. The verdict names the process seen on that GPU, as the report does."""
+    rec = Recording(Path(__file__).parent / "data" / "multi" / "heldout_ddp_s13.memtop")
+    p = Pipeline(Status("replay"), rec.meta)
+    for f in rec.frames():
+        p.on_frame(f, tick=False)
+    v = p.view()
+    assert v.frame is not None and not any(g.processes for g in v.frame.gpus)  # the job has exited
+    for vd in v.verdicts.values():
+        assert vd.command and "python train.py" not in vd.command, vd.command
+        assert "bench/workloads/ddp_straggler.py --markers" in vd.command, vd.command

@@ -376,6 +376,20 @@ def test_help_wraps_a_key_text_under_its_column(mode):
     assert any(r.startswith(" " * 15 + "found") for r in keys)  # `o`'s last word, under its text
 
 
+def test_help_lists_every_label_the_screen_can_show():
+    """The help's phase list lacked "other" and "straggler": it is made from the engine's table, so
+    every label a bin gets, the warm-up's and the straggler's (what --trace-on accepts) are there."""
+    from memtop.tui.app import help_text
+
+    from memtop.phases import LABELS, MEANINGS
+
+    text = help_text("live", [k for k in KEYS if "live" in k.modes])
+    phases = text[text.index("Phases") :].splitlines()
+    named = {r.split()[0] for r in phases if r.startswith("  ") and not r.startswith("   ")}
+    assert named == {*LABELS, "warmup", "straggler", "phase?"} and set(MEANINGS) == named - {"phase?"}
+    assert all(len(r) <= 74 for r in phases), phases
+
+
 def test_the_cli_replay_finds_phase_runs_by_columns(monkeypatch):
     """`memtop replay` hands its ReplaySource the column scan (8 hours' runs in about a second rather
     than ten by Frames): the runs it gives are the column scan's."""

@@ -302,6 +302,19 @@ def test_gpu_table_columns_come_from_the_metric_table():
         assert any(t.startswith(m.title[:4]) for t in titles), m.title
 
 
+def test_the_cpu_line_fits_its_width_and_keeps_a_busy_core_in_sight():
+    """128 cores in 40 cells: the bar shrinks (a cell the busiest of its cores), then load and iowait
+    give way; one core at 100 % still shows."""
+    h = Recording(REC[4]).seek(Recording(REC[4]).t0 + 30).host
+    assert h is not None
+    many = replace(h, cpu_pct=(0.0,) * 77 + (100.0,) + (0.0,) * 50)
+    for width in (80, 46, 40, 30, 24):
+        line = fmt.cpu_line(many, width).plain
+        assert len(line) <= width and "█" in line, (width, line)
+    assert "load" in fmt.cpu_line(many, 40).plain and "load" not in fmt.cpu_line(many, 30).plain
+    assert "iowait" in fmt.cpu_line(many, 30).plain and "iowait" not in fmt.cpu_line(many, 24).plain
+
+
 def test_top_frame_is_the_user_frame_with_the_width_it_has():
     from memtop.model import StackSample, ThreadStack
 

@@ -113,3 +113,22 @@ def test_a_pool_fed_main_thread_names_its_busy_worker_as_feeder():
         assert main.wait == "lock" and 0 <= main.main_cpu < worker.cpu_pct
         assert main.feeder.split()[0] == str(worker.pid) and main.feeder_cpu == round(worker.cpu_pct, 1)
         assert all(x.main_cpu == -1.0 and not x.feeder for x in s.procs if x.worker_of == p.pid)
+
+
+def test_a_pipe_wait_is_said_in_words_not_as_its_inode():
+    """The evidence read "waiting (pipe pipe:[11857])": an inode a reader can do nothing with. A real
+    recording of a job fed through a pipe: its evidence and advice say "a pipe", a file keeps its path."""
+    from memtop.phases import Classifier
+    from memtop.store import Recording
+    from memtop.verdict import _advice, _evidence, wait_words
+
+    rec = Recording(Path(__file__).parent / "data" / "heldout9_pipe_s111.memtop")
+    piped = [
+        x for x in Classifier().feed_all(rec.frames()).labels[0] if x.evidence.wait_on.startswith("pipe:[")
+    ]
+    assert piped
+    for lab in piped:
+        said = " ".join((_evidence(lab), *_advice(lab)))
+        assert "waiting on a pipe" in said and "pipe:[" not in said, said
+    assert wait_words("io", "/data/shard-7.bin") == "waiting on disk I/O (/data/shard-7.bin)"
+    assert wait_words("socket", "socket:[991]") == "waiting on a socket"

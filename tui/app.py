@@ -29,12 +29,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.driver import Driver
 from textual.filter import Monochrome, NoColor
 from textual.message import Message
+from textual.notifications import Notification, Notify
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from memtop.errors import UserError
 from memtop.metrics import METRICS
 from memtop.metrics import fmt as metric_fmt
+from memtop.phases import MEANINGS
 from memtop.pipeline import Pipeline, View
 from memtop.playback import Playback
 from memtop.sanitize import clean
@@ -152,17 +154,29 @@ KEYS = (
 )
 _ACTIONS = {k.action.split("(")[0] for k in KEYS}
 
-PHASES_HELP = """[b]Phases[/b] (timeline band, per GPU, 0.5 s bins)
-  compute  GPU busy with real kernels (healthy)
-  memory   DRAM-bandwidth bound kernels
-  transfer PCIe copies dominate (DMA or pageable)
-  sync     CPU and GPU take turns at a sync
-  input    waiting on the DataLoader
-  cpu      launch/Python overhead starves the GPU
-  comm     waiting in a collective (wait) or NVLink-bound (bandwidth)
-  idle     nothing running on the GPU
+# the help box's text width in an 80-column terminal (border, padding and scrollbar take 6)
+HELP_WIDTH = 74
 
-Evidence for each label is the numbers that fired the rule plus the top Python stack."""
+
+PHASES_HELP = "\n".join(
+    [
+        "[b]Phases[/b] (timeline band, per GPU, 0.5 s bins)",
+        *(
+            escape(row)
+            for name, text in [
+                *MEANINGS.items(),
+                # (format.now_label's "settling")
+                ("phase?", "settling: the newest bins say another phase, shown once it has held"),
+            ]
+            for row in textwrap.wrap(f"  {name:<10} {text}", HELP_WIDTH, subsequent_indent=" " * 13)
+        ),
+        "",
+        *textwrap.wrap(
+            "Evidence for each label is the numbers that fired the rule plus the top Python stack.",
+            HELP_WIDTH,
+        ),
+    ]
+)
 
 
 def _key_name(k: Key) -> str:
@@ -202,10 +216,6 @@ def _help_text(mode: str, enabled: Iterable[Key], ascii_only: bool) -> str:
     return "\n".join(lines)
 
 
-# the help box's text width in an 80-column terminal (border, padding and scrollbar take 6)
-HELP_WIDTH = 74
-
-
 def _help_row(name: str, text: str) -> list[str]:
     """A key and its text, wrapped under the text's column (a wrapped line at column 0 reads as a key)."""
     rows = textwrap.wrap(
@@ -226,7 +236,7 @@ class TraceNote(Message):
 
     def __init__(self, stage: str, line: str) -> None:
         super().__init__()
-        self.stage = stage  # progress / done / failed
+        self.stage = stage  # progress / warning / done / failed
         self.line = line
 
 
@@ -482,6 +492,7 @@ class MemtopApp(App[int]):
         self.selected_pid: int | None = None
         self.stack_depth = 4  # frames shown per thread (set by _layout)
         self._paints = 0
+        self._trace_step: Notification | None = None  # a capture's stage on screen (the next replaces it)
         self._bindings_key: tuple | None = None
         self.crashed: BaseException | None = None  # what ended the app, for the exit code and log
         # phase letters in the bands and the strip (`l`): without colour, only letters tell them apart
@@ -513,7 +524,7 @@ class MemtopApp(App[int]):
         yield self._timeline(Timeline(self.ascii_only, id="timeline"))
         with Horizontal(id="bottom"):
             with LeftColumn(id="left"):
-                yield TextPanel(tiles=4, id="host")
+                yield TextPanel(tiles=4, id="host", ellipsis=ellipsis)  # the CPU line fitted, the others cut
                 yield Static(id="procs-note")  # the processes' order and filter, when not the default
                 yield RowTable((*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL), id="procs")
             with VerticalScroll(id="right"):
@@ -638,6 +649,7 @@ class MemtopApp(App[int]):
         # children are mounted or removed (at the start and the end)
         if self.view is not None and ev.column.query("#procs"):
             self._update_procs(self.view, column=ev.column)
+            self._update_host(self.view, ev.column)  # its CPU line is fitted to the column
 
     def _layout(self, v: View) -> None:
         """Where the screen has room (32 rows and more), the timeline gets one phase band per GPU
@@ -718,10 +730,7 @@ class MemtopApp(App[int]):
             if not slow:
                 return
             f = v.frame
-            self._set(
-                "#host",
-                fmt.host_text(f.host if f else None, f.caps if f else (), f.perf if f else (), lk),
-            )
+            self._update_host(v)
             self._update_procs(v, lk)
             if not self.query_one("#procs", RowTable).has_focus:
                 # the stacks beside a verdict are its GPU's, unless the user picks another process (at
@@ -743,6 +752,20 @@ class MemtopApp(App[int]):
         table = self.query_one("#gpus", RowTable)
         table.set_titles(fmt.gpu_titles(f.gpus if f else ()))
         table.set_rows(rows)
+
+    def _update_host(self, v: View, column: LeftColumn | None = None) -> None:
+        left = column or self.screen_stack[0].query_one("#left", LeftColumn)
+        panel = left.query_one("#host", TextPanel)
+        f = v.frame
+        text = fmt.host_text(
+            f.host if f else None,
+            f.caps if f else (),
+            f.perf if f else (),
+            self.look,
+            # (known once the screen is laid out: until then the panel cuts the line)
+            left.size.width - panel.styles.gutter.width or 1000,
+        )
+        panel.update(text)
 
     def _update_procs(self, v: View, lk: Look | None = None, column: LeftColumn | None = None) -> None:
         left = column or self.query_one("#left", LeftColumn)
@@ -779,6 +802,7 @@ class MemtopApp(App[int]):
                 procs,
                 f.t if f else None,
                 self.stack_depth,
+                live=v.status.mode == "live",
             ),
         )
 
@@ -937,17 +961,26 @@ class MemtopApp(App[int]):
         capture, pid = getattr(self.controller, "capture_trace", None), self.selected_pid
         if capture is None or pid is None:
             return
-        self.notify(f"trace: asking the agent of {pid}...", markup=False)
+        self._trace_say(TraceNote("progress", f"trace: asking the agent of {pid}..."))
         threading.Thread(target=capture, args=(pid,), name="memtop-trace-key", daemon=True).start()
 
     @on(TraceNote)
     def _trace_note(self, note: TraceNote) -> None:
+        self._trace_say(note)
+
+    def _trace_say(self, note: TraceNote) -> None:
+        """One notice for a capture's stages: each replaces the stage shown before it (a process with
+        no agent showed "asking the agent" and the failure together); an outcome or a warning stays."""
+        old, self._trace_step = self._trace_step, None
+        if old is not None and old in self._notifications:
+            self._unnotify(old)
         if note.stage == "progress":
-            self.notify(note.line, timeout=8, markup=False)
+            shown = self._trace_step = Notification(note.line, "", "information", 8, markup=False)
         elif note.stage == "done":
-            self.notify(note.line, title="trace written", timeout=30, markup=False)
-        else:
-            self.notify(note.line, severity="warning", timeout=20, markup=False)
+            shown = Notification(note.line, "trace written", "information", 30, markup=False)
+        else:  # failed, or a warning on the way
+            shown = Notification(note.line, "", "warning", 20, markup=False)
+        self.post_message(Notify(shown))
 
     def action_letters(self) -> None:
         self._letters = not self._letters

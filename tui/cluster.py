@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.strip import Strip
-from textual.widgets import Footer, Static
+from textual.widgets import Footer
 
 from memtop.errors import UserError
 from memtop.fleet.sources import SshStreams, node_list
@@ -234,7 +234,10 @@ class NodeScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(self.text)
+            yield TextPanel(tiles=1, hang=True)
+
+    def on_mount(self) -> None:
+        self.query_one(TextPanel).update(self.text)
 
 
 class ClusterApp(App):
@@ -280,7 +283,7 @@ class ClusterApp(App):
     def compose(self) -> ComposeResult:
         yield TextPanel(tiles=4, id="header")
         yield BandTable(column_widths([], 80), id="table")
-        yield TextPanel(tiles=4, id="detail")
+        yield TextPanel(tiles=4, id="detail", hang=True)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -24,7 +24,7 @@ from memtop.pipeline import View
 from memtop.records import Evidence
 from memtop.sanitize import clean
 from memtop.stackclass import user_frame
-from memtop.timefmt import clock
+from memtop.timefmt import clock, length
 from memtop.wording import counted
 
 from .palette import Look, look
@@ -266,7 +266,7 @@ def headline(v: View, gpu: int, lk: Look = DEFAULT) -> Text:
     if vd is None or not vd.shares:
         return t
     t.append(f" {'|' if g.ascii else '│'} ", style="dim")
-    t.append(f"last {vd.window_s:.0f} s ", style="dim")
+    t.append(f"last {length(vd.window_s)} ", style="dim")
     for k, run in groupby(share_cells(vd.shares)):
         ch, style = lk.mark(k)
         t.append(ch * len(list(run)), style=style)
@@ -344,16 +344,37 @@ def command(v: View | None, gpu: int) -> str | None:
     return clean(vd.command) if vd is not None and vd.command and not vd.healthy else None
 
 
-def host_text(h: HostSample | None, caps: tuple[Capability, ...], perf: tuple, lk: Look = DEFAULT) -> Text:
+CORES_MIN = 8  # cells of the per-core bar before iowait and load give way to it
+
+
+def cpu_line(h: HostSample, width: int, lk: Look = DEFAULT) -> Text:
+    """The host's CPU line in ``width`` cells, never wrapped (at 80x24 its load went to a line of its
+    own): the mean, the per-core bar, iowait, load. Load gives way first, then iowait, while the bar
+    would get fewer than CORES_MIN cells; with more cores than cells a cell shows the busiest of its
+    cores (a saturated main thread's core stays in sight)."""
+    pct = h.cpu_pct or (0.0,)
+    head = f"CPU {sum(pct) / len(pct):3.0f}% "
+    tails = [f" iowait {h.iowait_pct:.0f}%", f"  load {h.load[0]:.1f}"]
+    room = width - len(head) - 2 - sum(map(len, tails))
+    while tails and room < min(len(pct), CORES_MIN):
+        room += len(tails.pop())
+    n = max(1, min(len(pct), room))
+    busiest = [max(pct[i * len(pct) // n : (i + 1) * len(pct) // n]) for i in range(n)]
+    t = Text(head, style="bold")
+    t.append(f"[{''.join(lk.glyphs.blocks[min(8, round(c / 12.5))] for c in busiest)}]", style="yellow")
+    return t.append("".join(tails))
+
+
+def host_text(
+    h: HostSample | None, caps: tuple[Capability, ...], perf: tuple, lk: Look = DEFAULT, width: int = 1000
+) -> Text:
+    """The host panel, one screen line per line (the panel cuts the others; the CPU line is fitted to
+    ``width``)."""
     t = Text()
     if h is None:
         return Text(f"host: waiting{lk.glyphs.ellipsis}", style="dim")
-    blocks = lk.glyphs.blocks
-    cores = "".join(blocks[min(8, round(c / 12.5))] for c in h.cpu_pct)
-    mean = sum(h.cpu_pct) / max(1, len(h.cpu_pct))
-    t.append(f"CPU {mean:3.0f}% ", style="bold")
-    t.append(f"[{cores}]", style="yellow")
-    t.append(f" iowait {h.iowait_pct:.0f}%  load {h.load[0]:.1f}\n")
+    t.append_text(cpu_line(h, width, lk))
+    t.append("\n")
     t.append(
         f"mem {h.mem_used / 2**30:.1f}/{h.mem_total / 2**30:.1f}G  swap {h.swap_used / 2**30:.1f}/"
         f"{h.swap_total / 2**30:.1f}G\n"
@@ -559,14 +580,18 @@ def stacks_text(
     any_procs: bool = True,
     now: float | None = None,
     depth: int = 4,
+    live: bool = True,
 ) -> Text:
     """The selected process's threads; `now` (the frame's time) dates a held stack (the pipeline shows
-    the last good one for a moment when a read fails)."""
-    if pid is None:
+    the last good one for a moment when a read fails); ``live``: not a recording (whose processes no
+    flag can pick)."""
+    if pid is None or not any_procs:  # (a process selected before it exited is not one to show)
         if not any_procs:
             return Text(
                 "no watched process: stacks show here once a GPU process runs, or pick one with "
-                "`memtop --pid PID`",
+                "`memtop --pid PID`"
+                if live
+                else "no GPU process at this point of the recording: stacks show here while one runs",
                 style="dim",
             )
         return Text("select a process to see its Python stacks", style="dim")

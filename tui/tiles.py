@@ -231,9 +231,12 @@ class TextPanel(TiledLines):
     """A Rich Text shown as tiled lines, wrapped to the panel's width; or, with ``ellipsis``, one
     screen line per text line, a longer one cut with that ellipsis (`...` under --ascii)."""
 
-    def __init__(self, ellipsis: str | None = None, **kw) -> None:
+    def __init__(self, ellipsis: str | None = None, hang: bool = False, **kw) -> None:
+        """``hang``: a wrapped line's continuation rows start under its text, two cells further in
+        (a detail's "  evidence: ..." wrapped to column 0, where it read as a line of its own)."""
         super().__init__(**kw)
         self.ellipsis = ellipsis
+        self.hang = hang
         self._src: Text | None = None  # as given, to compare with the next update
         self._text: Text | None = None
 
@@ -263,9 +266,24 @@ class TextPanel(TiledLines):
             lines = []
         elif self.ellipsis is not None:
             lines = [self._ellipsize(line, width, self.ellipsis) for line in self._text.split("\n")]
+        elif self.hang:
+            lines = [row for line in self._text.split("\n") for row in self._hanging(line, console, width)]
         else:
             lines = self._text.wrap(console, width, overflow="crop")
         self.set_lines([Strip(line.render(console)).adjust_cell_length(width) for line in lines])
+
+    @staticmethod
+    def _hanging(line: Text, console: Console, width: int) -> list[Text]:
+        rows = line.wrap(console, width, overflow="crop")
+        if len(rows) < 2:
+            return list(rows)
+        indent = min(width // 2, len(line.plain) - len(line.plain.lstrip(" ")) + 2)
+        rest = line[len(rows[0].plain) :]
+        rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")) :]
+        return [
+            rows[0],
+            *(Text(" " * indent).append_text(r) for r in rest.wrap(console, width - indent, overflow="crop")),
+        ]
 
     @staticmethod
     def _ellipsize(line: Text, width: int, ellipsis: str) -> Text:

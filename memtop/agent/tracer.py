@@ -32,7 +32,7 @@ SECONDS = 3.0  # --trace-seconds' default: short, since a capture slows the job 
 WATCH_S = 1.0  # how often --trace-on looks at the verdicts (they move in 0.5 s bins)
 MAX_KEPT = 200  # captures listed in a recording's metadata (the newest)
 
-Notify = Callable[[str, str], None]  # (stage: "progress" / "done" / "failed", one line)
+Notify = Callable[[str, str], None]  # (stage: "progress" / "warning" / "done" / "failed", one line)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Tracer:
             line, ok = result.line(), True
             entry["timing"] = result.summary.get("timing")
             for w in result.warnings:
-                self.notify("progress", f"trace: warning: {w}")
+                self.notify("warning", f"trace: warning: {w}")
         except UserError as e:
             line = str(e)
         except Exception as e:  # the view goes on whatever a capture meets
