@@ -311,15 +311,16 @@ class SharedReport:
 
 
 def report_jobs(
-    frames: Iterable[Frame], window_s: float, procs: Sequence[ProcSample]
+    frames: Iterable[Frame], window_s: float, procs: Sequence[ProcSample], of: str = ""
 ) -> dict[int, SharedReport]:
-    """Each shared GPU's jobs over a recording's range (``procs``: every process seen in it)."""
+    """Each shared GPU's jobs over a recording's range (``procs``: every process seen in it; ``of``: how
+    the verdicts name that range, as the GPU's verdict does)."""
     jl = JobLabeller().feed_all(frames)
     bin_s = Classifier().bin_s
     out = {}
     for gpu, by_job in jl.labels.items():
         verdicts = {
-            k: verdict(labs, None, window_s, gpu, tuple(p for p in procs if p.pid in jl.jobs[k].pids))
+            k: verdict(labs, None, window_s, gpu, tuple(p for p in procs if p.pid in jl.jobs[k].pids), of=of)
             for k, labs in by_job.items()
         }
         rows = []

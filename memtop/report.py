@@ -138,7 +138,7 @@ def _build_report(
     # jobs sharing a GPU, each labelled apart (memtop.jobshare: a scan of Frames, only where two or more
     # processes had per-process figures on one GPU)
     shared = (
-        report_jobs(rec.frames(lo, hi, skip=JOB_READ_SKIP), hi - lo, tuple(procs.values()))
+        report_jobs(rec.frames(lo, hi, skip=JOB_READ_SKIP), hi - lo, tuple(procs.values()), of)
         if any(len(ps) > 1 for ps in shares.values())
         else {}
     )

@@ -173,3 +173,5 @@ def test_report_gives_each_jobs_shares():
         assert j["phases"]["cpu"]["seconds"] == pytest.approx(6.0, abs=1.0)
     assert g["verdict"]["headline"].startswith("GPU 0 shared by 2 jobs: job shared_job.py (pid 882)")
     assert "job shared_job.py (pid 883): CPU-bound: input pipeline 33 %" in render(rep, "text")
+    # each job's verdict names the report's range as the GPU's does, not a live window ("of the last …")
+    assert all("of the run (" in j["verdict"] and "of the last" not in j["verdict"] for j in jobs.values())
