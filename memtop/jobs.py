@@ -31,10 +31,23 @@ def jobs_of(procs: Mapping[int, ProcSample]) -> dict[int, str]:
     return _groups(by_gpu, procs)
 
 
+def jobs_on_gpus(procs: Mapping[int, ProcSample]) -> dict[int, dict[str, list[int]]]:
+    """GPU index -> every job seen with a context on it -> its pids: several where jobs shared a GPU."""
+    out: dict[int, dict[str, list[int]]] = {}
+    for p in procs.values():
+        for g in p.gpus:
+            out.setdefault(g, {}).setdefault(_key(p.ppid, p.cmdline or p.name), []).append(p.pid)
+    return out
+
+
+def _key(ppid: int, command: str) -> str:
+    return f"{ppid} {command}"
+
+
 def _groups(pids_by_gpu: Mapping[int, Sequence[int]], procs: Mapping[int, ProcSample]) -> dict[int, str]:
     out = {}
     for gpu, pids in pids_by_gpu.items():
         keys = sorted((p.ppid, p.cmdline or p.name) for pid in pids if (p := procs.get(pid)))
         if keys:
-            out[gpu] = f"{keys[0][0]} {keys[0][1]}"
+            out[gpu] = _key(*keys[0])
     return out

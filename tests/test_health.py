@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import json
 
+import jsonschema
 import numpy as np
 import pytest
 from conftest import DATA
@@ -480,3 +481,55 @@ def test_a_counter_change_is_on_the_timeline_and_in_the_report_at_the_sample_tha
     text = render(build_report(rec), "text")
     assert "health: 2 events (2 critical); counters (since driver load): uncorrected ECC 1" in text
     assert "row remap pending 1" in text and "at 0:00:10 critical: remapped rows pending" in text
+
+
+def _procs_with_energy(tmp_path, keep_proc_util: bool) -> Recording:
+    """The real recording of two jobs on one H100 (tests/data/procs: pid 467 compute-heavy, pid 468
+    input-bound; its processes and the driver's per-process SM figures as recorded) rewritten with an
+    energy counter, which that recording predates: synthetic, the recorded power integrated and read
+    every HEALTH_EVERY_S as the driver's counter would be."""
+    src = Recording(DATA / "procs" / "procs_h100.memtop")
+    path = tmp_path / "shared.memtop"
+    w = Writer(path, {"gpus": src.meta["gpus"]})
+    joules, last_read, prev_t, read = 5.0e6, -1e9, None, 5.0e6
+    for f in src.frames():
+        g = f.gpus[0]
+        if prev_t is not None:
+            joules += (g.power_w or 0.0) * (g.t - prev_t)
+        prev_t = g.t
+        if g.t - last_read >= HEALTH_EVERY_S:
+            last_read, read = g.t, joules
+        g = dataclasses.replace(g, energy_j=read, proc_util=g.proc_util if keep_proc_util else ())
+        w.add(dataclasses.replace(f, gpus=(g,)))
+    w.close()
+    return Recording(path)
+
+
+def test_energy_per_job_on_a_shared_gpu_goes_by_each_jobs_part_of_the_sm_time(tmp_path):
+    rep = build_report(_procs_with_energy(tmp_path, keep_proc_util=True))
+    (g,) = rep["gpus"]
+    jobs = {tuple(j["pids"]): j for j in rep["energy_jobs"]}
+    assert set(jobs) == {(467,), (468,)} and "energy_not_per_job" not in rep
+    share = {p["pid"]: p["sm_share"] for p in g["processes"]}  # memtop.procshare's figures
+    for (pid,), j in jobs.items():
+        assert j["gpus"] == [0] and j["gpu_share"]["0"] == pytest.approx(share[pid], abs=0.001)
+        assert j["joules"] == pytest.approx(g["energy"]["joules"] * share[pid], rel=0.01)
+    # the jobs' parts sum to the GPU's energy, and each phase's too
+    assert sum(j["joules"] for j in jobs.values()) == pytest.approx(g["energy"]["joules"], abs=1.0)
+    for k, v in g["energy"]["by_phase"].items():
+        assert sum(j["by_phase"][k]["joules"] for j in jobs.values()) == pytest.approx(v["joules"], abs=0.5)
+    jsonschema.validate(
+        json.loads(json.dumps(rep)), json.loads((DATA.parent.parent / "docs/report.schema.json").read_text())
+    )
+    text = render(rep, "text")
+    assert "energy of the job of pid 467 (82 % of GPU 0 by SM time)" in text
+
+
+def test_a_shared_gpus_energy_without_per_process_figures_is_not_given_to_any_job(tmp_path):
+    rep = build_report(_procs_with_energy(tmp_path, keep_proc_util=False))
+    assert rep["gpus"][0]["energy"]["joules"] > 0 and rep["energy_jobs"] == []
+    assert rep["energy_not_per_job"] == [{"gpu": 0, "jobs": 2, "why": "no per-process SM figures"}]
+    jsonschema.validate(
+        json.loads(json.dumps(rep)), json.loads((DATA.parent.parent / "docs/report.schema.json").read_text())
+    )
+    assert "energy of GPU 0 is not attributable per job: 2 jobs shared it" in render(rep, "markdown")
