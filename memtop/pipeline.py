@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from memtop import roofline
 from memtop.health import HealthEvent, HealthTracker, hardware_first
 from memtop.model import Frame, StackSample
 from memtop.phases import Classifier, Label
@@ -80,6 +81,8 @@ class View:
     stacks: dict[int, StackSample] = field(default_factory=dict)  # pid -> the stack to show
     natives: dict[int, StackSample] = field(default_factory=dict)  # pid -> its newest --native dump
     health: tuple[HealthEvent, ...] = ()  # the GPUs' health events, oldest first (memtop.health)
+    # GPU -> its roofline point per bin, oldest first: (bin start, point) (memtop.roofline.Trail)
+    roofline_trail: dict[int, tuple[tuple[float, roofline.Point], ...]] = field(default_factory=dict)
 
 
 def shown_stacks(frame: Frame | None, good: dict[int, StackSample]) -> dict[int, StackSample]:
@@ -119,6 +122,7 @@ class Pipeline:
         with self._lock:
             self.classifier = Classifier(max_bins=int(2 * HISTORY_S / 0.5))
             self.history: dict[int, deque[Point]] = {}
+            self.trail = roofline.Trail(self.classifier.bin_s)
             self.frame: Frame | None = None
             self.events: deque[Event] = deque(maxlen=500)
             self._pids: dict[int, set[int]] = {}
@@ -161,6 +165,7 @@ class Pipeline:
                 h = self.history.setdefault(g.index, deque())
                 if h and h[-1].t == g.t:
                     continue
+                self.trail.add(g)
                 frac = g.pcie_fraction()
                 h.append(
                     Point(
@@ -258,6 +263,10 @@ class Pipeline:
             stacks = shown_stacks(frame, self._good_stacks)
             natives = dict(self._natives)
             health = tuple(e for e in self.health if at is None or e.t <= at)
+            trail = {  # (a bin's point once the bin had closed)
+                g: tuple(x for x in d if at is None or x[0] + self.trail.bin_s <= at)
+                for g, d in self.trail.points.items()
+            }
         verdicts = {
             g: verdict(list(ls[-int(self.verdict_window / 0.5) - 1 :]), frame, self.verdict_window, g)
             for g, ls in labels.items()
@@ -280,6 +289,7 @@ class Pipeline:
             stacks,
             natives,
             health,
+            trail,
         )
 
     def set_status(self, **kw: Any) -> None:

@@ -533,3 +533,53 @@ def test_a_shared_gpus_energy_without_per_process_figures_is_not_given_to_any_jo
         json.loads(json.dumps(rep)), json.loads((DATA.parent.parent / "docs/report.schema.json").read_text())
     )
     assert "energy of GPU 0 is not attributable per job: 2 jobs shared it" in render(rep, "markdown")
+
+
+def test_the_roofline_trail_is_the_per_bin_estimate_of_the_recorded_samples():
+    """The recorded two-job H100 run (GPM) replayed through the pipeline: each trail point is the
+    estimate of its 0.5 s bin's mean GPM reads, the last TRAIL_BINS bins, oldest first."""
+    from memtop import roofline
+
+    rec = Recording(DATA / "procs" / "procs_h100.memtop")
+    p = Pipeline(Status("replay"), rec.meta)
+    reads: dict[float, list[GpuSample]] = {}
+    for f in rec.frames():
+        p.on_frame(f, tick=False)
+        reads.setdefault(f.gpus[0].t // 0.5 * 0.5, []).append(f.gpus[0])
+    trail = p.view().roofline_trail[0]
+    starts = [b for b, _ in trail]
+    assert len(trail) == roofline.TRAIL_BINS and np.allclose(np.diff(starts), 0.5)
+    assert starts[-1] == sorted(reads)[-2]  # the newest bin is still open: its point comes at its end
+    for b, q in trail:
+        gs = reads[b]
+        flops = [roofline.point(g).flops for g in gs]  # per sample: point() is linear in pipe activity
+        assert q.flops == pytest.approx(float(np.mean(flops)), rel=0.02)
+        assert q.bandwidth == pytest.approx(float(np.mean([g.dram for g in gs])) / 100 * 3.35e12, rel=1e-6)
+    # a paused view shows the trail as it stood
+    p.freeze(f.t - (starts[10] + 0.5))
+    assert p.view().roofline_trail[0][-1][0] == starts[10]
+
+
+def test_the_roofline_draws_its_trail_fainter_the_older_and_the_point_over_it():
+    from memtop.tui.hardware import TRAIL_STYLES, chart
+    from rich.console import Console
+
+    from memtop.roofline import Point
+
+    name = "NVIDIA H100 80GB HBM3"
+    now = Point(600e12, 800e9, 0.6, 0.24, "tensor")
+    trail = (  # oldest first, each higher on the chart: drawn top-down, the newest comes first
+        Point(1e12, 3e12, 0.001, 0.9, "tensor"),  # streaming memory
+        Point(60e12, 2e12, 0.06, 0.6, "tensor"),
+        Point(300e12, 1e12, 0.3, 0.3, "tensor"),
+    )
+    t = chart(now, name, ascii_only=True, trail=trail)
+    cells = [(s.text, str(s.style)) for s in t.render(Console(color_system="truecolor"))]
+    assert [style for text, style in cells if text == "."] == list(reversed(TRAIL_STYLES))
+    assert ("*", "bold") in cells and "its last 3 bins, the older the fainter" in t.plain
+    # a bin where the GPU runs now: the point is drawn over its mark
+    over = list(chart(now, name, ascii_only=True, trail=(*trail, now)).render(Console()))
+    assert sum(s.text == "." for s in over) == 3 and sum(s.text == "*" for s in over) == 1
+    # without a trail (a live view's first bin) the chart is as it was
+    plain = chart(now, name, ascii_only=True).plain
+    assert "." not in "".join(x.split("|", 1)[1] for x in plain.splitlines()[1:8]) and "bins" not in plain
