@@ -419,12 +419,10 @@ def test_a_damaged_health_row_is_missing_data_not_an_exception(tmp_path):
     assert list(rec.frames())  # Frames read past it
 
 
-def test_mig_instances_on_synthetic_replies():
+def _mig_reader():
     """MIG cannot be turned on here (memtop never changes a card's mode): the recorded H100 replies with
     the device in MIG mode and two MIG devices, written as nvmlDeviceGetMigDeviceHandleByIndex and
     nvmlDeviceGetMemoryInfo would give them (synthetic)."""
-    from memtop.tui.hardware import hardware_text
-
     log = _log([_baseline()], [[]])
     for e in log:
         if e["m"] == "device":
@@ -439,6 +437,14 @@ def test_mig_instances_on_synthetic_replies():
     col = NvmlCollector(ReplayNvml(log), 0.1, offset=0.0, series=False)
     col.start()
     (r,) = col.readers
+    return r
+
+
+def test_mig_instances_on_synthetic_replies():
+    """On synthetic MIG replies (_mig_reader)."""
+    from memtop.tui.hardware import hardware_text
+
+    r = _mig_reader()
     assert not r.gpm and "MIG" in r.gpm_reason  # GPM stays off under MIG
     g = next(p for p in r.sample(100.0) if isinstance(p, GpuSample))
     assert [(m.gi, m.name.rsplit(" ", 1)[-1], m.mem_total) for m in g.mig_instances] == [
@@ -447,6 +453,38 @@ def test_mig_instances_on_synthetic_replies():
     ]
     text = hardware_text(Pipeline(Status("live")).view(), g, True).plain
     assert "GI 1 CI 0" in text and "2.0 / 40.0 GiB" in text and "memory n/a" in text
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_each_mig_instance_is_a_row_under_its_gpu(size):
+    """The GPU table on synthetic MIG replies (_mig_reader): the instances the collector read, put on
+    the recorded H100 run's frames (a replay keeps no MIG instances: they are read live only); each is
+    a row under GPU 0 with its profile and memory, and selecting one is selecting its GPU."""
+    from memtop.tui.app import MemtopApp
+    from memtop.tui.table import RowTable
+    from test_tui_view import _frames, _pipeline, _screen, _settle
+
+    g = next(p for p in _mig_reader().sample(100.0) if isinstance(p, GpuSample))
+    frames = [
+        dataclasses.replace(
+            f, gpus=tuple(dataclasses.replace(x, mig_instances=g.mig_instances) for x in f.gpus)
+        )
+        for f in _frames()[:901]
+    ]
+    app = MemtopApp(_pipeline(1, frames=frames), hangup_guard=False, ascii_only=True)
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot, app)
+        screen = _screen(app)
+        top = next(k for k, row in enumerate(screen) if row.lstrip("│| ").startswith("0 "))
+        assert "`0" in screen[top + 1] and "3g.40gb" in screen[top + 1] and "2.0/40.0G" in screen[top + 1]
+        if size[1] >= 32:  # below that the table scrolls (at most height // 5 rows)
+            assert "`1" in screen[top + 2] and "1g.10gb" in screen[top + 2]
+        table = app.query_one("#gpus", RowTable)
+        assert table.keys == ["0", "0.0", "0.1"]
+        table.focus()
+        await pilot.press("down")
+        await pilot.pause(0.3)
+        assert table.cursor_key == "0.0" and app.gpu == 0
 
 
 def test_a_counter_change_is_on_the_timeline_and_in_the_report_at_the_sample_that_read_it(tmp_path):
