@@ -621,3 +621,29 @@ def test_the_roofline_draws_its_trail_fainter_the_older_and_the_point_over_it():
     # without a trail (a live view's first bin) the chart is as it was
     plain = chart(now, name, ascii_only=True).plain
     assert "." not in "".join(x.split("|", 1)[1] for x in plain.splitlines()[1:8]) and "bins" not in plain
+
+
+def test_snapshot_gives_energy_per_job_as_the_report_splits_it(tmp_path):
+    """`memtop snapshot --replay` of the two-job recording with its (synthetic) energy counter: energy
+    since memtop started per job, a shared GPU's by each job's part of the SM time since then."""
+    import subprocess
+    import sys
+
+    import jsonschema
+
+    rec = _procs_with_energy(tmp_path, keep_proc_util=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "memtop", "snapshot", "--replay", str(rec.path), "--json", "--no-stacks"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    snap = json.loads(out.stdout)
+    jsonschema.validate(snap, json.loads((DATA.parent.parent / "docs" / "snapshot.schema.json").read_text()))
+    gpu = sum(v["joules"] for v in snap["gpus"][0]["energy"]["by_phase"].values())
+    jobs = {tuple(j["pids"]): j for j in snap["energy_jobs"]}
+    assert set(jobs) == {(467,), (468,)} and "energy_not_per_job" not in snap
+    assert sum(j["joules"] for j in jobs.values()) == pytest.approx(gpu, abs=1.0)
+    # pmon gave 78.8 / 19.4 % SM over the whole run (tests/data/procs/README.md)
+    assert jobs[467,]["gpu_share"]["0"] == pytest.approx(0.8, abs=0.05)
