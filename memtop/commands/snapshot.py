@@ -306,7 +306,7 @@ def snapshot(node: Node) -> dict:
             }
         )
     st = view.status
-    out = {
+    out: dict = {
         "schema_version": SCHEMA_VERSION,
         "memtop_version": __version__,
         "hostname": node.hostname,
@@ -321,8 +321,8 @@ def snapshot(node: Node) -> dict:
     }
     per_gpu = {g["index"]: g["energy"] for g in gpus if "energy" in g}
     if per_gpu:  # energy since memtop started, per job: the report's split (memtop.energy.job_sections)
-        jobs, unattributed = node.pipeline.job_energy(per_gpu)
-        out["energy_jobs"] = jobs
+        by_job, unattributed = node.pipeline.job_energy(per_gpu)
+        out["energy_jobs"] = by_job
         if unattributed:
             out["energy_not_per_job"] = unattributed
     return out
