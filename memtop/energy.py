@@ -126,26 +126,73 @@ def report_section(
     }
 
 
-def job_sections(per_gpu: dict[int, dict], jobs: dict[int, str]) -> list[dict]:
-    """Energy per job (GPUs grouped by memtop.jobs): the sum of its GPUs' splits."""
-    groups: dict[str, list[int]] = {}
-    for gpu, key in jobs.items():
-        if gpu in per_gpu:
-            groups.setdefault(key, []).append(gpu)
+def job_sections(
+    per_gpu: dict[int, dict], jobs: dict[int, dict[str, list[int]]], sm_share: dict[int, list[dict]]
+) -> tuple[list[dict], list[dict]]:
+    """Energy per job: each job's part of its GPUs' splits (GPU -> job -> pids from
+    memtop.jobs.jobs_on_gpus), and the GPUs whose energy is not attributable per job.
+
+    A GPU with one job gives it all its energy. A GPU several jobs shared is split by their processes'
+    part of its SM time over the range (``sm_share``, memtop.procshare's rows); a job's phases there are
+    the GPU's labels, as the split has no per-job label. Where the recording holds no per-process SM
+    figures for a shared GPU, its energy goes to no job: it is listed as not attributable, not guessed.
+    """
+    parts: dict[str, dict[int, float]] = {}  # job -> GPU -> its fraction of that GPU's energy
+    pids: dict[str, list[int]] = {}
+    unattributed = []
+    for gpu, by_job in sorted(jobs.items()):
+        if gpu not in per_gpu:
+            continue
+        for key, ps in by_job.items():
+            pids[key] = sorted({*pids.get(key, []), *ps})
+        share = {r["pid"]: r["sm_share"] for r in sm_share.get(gpu, [])}
+        got = {k: sum(share.get(p, 0.0) for p in ps) for k, ps in by_job.items()}
+        if len(by_job) == 1:
+            got = dict.fromkeys(by_job, 1.0)
+        if sum(got.values()) <= 0:
+            unattributed.append({"gpu": gpu, "jobs": len(by_job), "why": "no per-process SM figures"})
+            continue
+        for key, v in got.items():
+            parts.setdefault(key, {})[gpu] = v / sum(got.values())
     out = []
-    for gpus in groups.values():
+    for key, fraction in parts.items():
         by: dict[str, float] = {}
-        for g in gpus:
+        for g, f in fraction.items():
             for k, v in per_gpu[g]["by_phase"].items():
-                by[k] = by.get(k, 0.0) + v["joules"]
+                by[k] = by.get(k, 0.0) + v["joules"] * f
         total = sum(by.values())
+        entry = {
+            "job": key,
+            "pids": pids[key],
+            "gpus": sorted(fraction),
+            "joules": round(total, 1),
+            "kwh": round(total / J_PER_KWH, 6),
+            "by_phase": shares(by),
+        }
+        if any(len(jobs[g]) > 1 for g in fraction):  # its part of each GPU it shared
+            entry["gpu_share"] = {str(g): round(f, 3) for g, f in fraction.items() if len(jobs[g]) > 1}
+        out.append(entry)
+    return out, unattributed
+
+
+def job_lines(jobs: list[dict], unattributed: list[dict], md: bool) -> list[str]:
+    """The report's energy per job, in words."""
+    dash = "- " if md else ""
+    out = []
+    for j in jobs:
+        parts = ", ".join(f"{k} {100 * v['share']:.0f} %" for k, v in j["by_phase"].items())
+        where = ", ".join(
+            f"{100 * j['gpu_share'][str(g)]:.0f} % of GPU {g} by SM time"
+            if str(g) in j.get("gpu_share", {})
+            else f"GPU {g}"
+            for g in j["gpus"]
+        )
+        who = f"pid{'s' if len(j['pids']) > 1 else ''} {', '.join(map(str, j['pids']))}"
+        out.append(f"{dash}energy of the job of {who} ({where}): {j['kwh']:.4f} kWh: {parts}")
+    for u in unattributed:
         out.append(
-            {
-                "gpus": sorted(gpus),
-                "joules": round(total, 1),
-                "kwh": round(total / J_PER_KWH, 6),
-                "by_phase": shares(by),
-            }
+            f"{dash}energy of GPU {u['gpu']} is not attributable per job: {u['jobs']} jobs shared it "
+            f"and the recording holds {u['why']}"
         )
     return out
 

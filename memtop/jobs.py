@@ -49,6 +49,15 @@ def proc_key(p: ProcSample) -> str:
     return f"{p.ppid} {p.cmdline or p.name}"
 
 
+def jobs_on_gpus(procs: Mapping[int, ProcSample]) -> dict[int, dict[str, list[int]]]:
+    """GPU index -> every job seen with a context on it -> its pids: several where jobs shared a GPU."""
+    out: dict[int, dict[str, list[int]]] = {}
+    for p in procs.values():
+        for g in p.gpus:
+            out.setdefault(g, {}).setdefault(proc_key(p), []).append(p.pid)
+    return out
+
+
 def _groups(pids_by_gpu: Mapping[int, Sequence[int]], procs: Mapping[int, ProcSample]) -> dict[int, str]:
     out = {}
     for gpu, pids in pids_by_gpu.items():

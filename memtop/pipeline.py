@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from memtop import roofline
 from memtop.health import HealthEvent, HealthTracker, hardware_first
 from memtop.jobshare import Job, JobLabeller, job_frame, shared_verdict, sharing
 from memtop.model import Frame, ProcSample, StackSample
@@ -85,6 +86,8 @@ class View:
     job_labels: dict[int, dict[str, tuple[Label, ...]]] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
     job_verdicts: dict[int, dict[str, Verdict]] = field(default_factory=dict)  # each job's own verdict
+    # GPU -> its roofline point per bin, oldest first: (bin start, point) (memtop.roofline.Trail)
+    roofline_trail: dict[int, tuple[tuple[float, roofline.Point], ...]] = field(default_factory=dict)
 
 
 def shown_stacks(frame: Frame | None, good: dict[int, StackSample]) -> dict[int, StackSample]:
@@ -125,6 +128,7 @@ class Pipeline:
             self.classifier = Classifier(max_bins=int(2 * HISTORY_S / 0.5))
             self.jobshare = JobLabeller(forget_s=HISTORY_S, max_bins=int(2 * HISTORY_S / 0.5))
             self.history: dict[int, deque[Point]] = {}
+            self.trail = roofline.Trail(self.classifier.bin_s)
             self.frame: Frame | None = None
             self.events: deque[Event] = deque(maxlen=500)
             self._pids: dict[int, set[int]] = {}
@@ -177,6 +181,7 @@ class Pipeline:
                 h = self.history.setdefault(g.index, deque())
                 if h and h[-1].t == g.t:
                     continue
+                self.trail.add(g)
                 frac = g.pcie_fraction()
                 h.append(
                     Point(
@@ -280,6 +285,10 @@ class Pipeline:
             stacks = shown_stacks(frame, self._good_stacks)
             natives = dict(self._natives)
             health = tuple(e for e in self.health if at is None or e.t <= at)
+            trail = {  # (a bin's point once the bin had closed)
+                g: tuple(x for x in d if at is None or x[0] + self.trail.bin_s <= at)
+                for g, d in self.trail.points.items()
+            }
             seen = tuple(reversed(self._gpu_procs.values()))  # the newest first
         verdicts = {g: self._verdict(ls, frame, g, seen) for g, ls in labels.items()}
         for s in stragglers(labels, jobs):
@@ -312,6 +321,7 @@ class Pipeline:
             shared,
             {k: shared_jobs[k] for js in shared.values() for k in js},
             job_verdicts,
+            trail,
         )
 
     def _verdict(

@@ -19,7 +19,7 @@ import numpy as np
 from memtop import energy, health, roofline
 from memtop.colscan import no_gc, report_scan
 from memtop.errors import UserError
-from memtop.jobs import jobs_of
+from memtop.jobs import jobs_of, jobs_on_gpus
 from memtop.jobshare import READ_SKIP as JOB_READ_SKIP
 from memtop.jobshare import report_jobs, shared_verdict
 from memtop.labelcols import columns as label_columns
@@ -298,7 +298,9 @@ def _build_report(
     if captures:  # (only where some were taken: a report of any other recording is as it was)
         rep["captures"] = captures
     if energies:
-        rep["energy_jobs"] = energy.job_sections(energies, jobs_of(procs))
+        rep["energy_jobs"], unattributed = energy.job_sections(energies, jobs_on_gpus(procs), shares)
+        if unattributed:
+            rep["energy_not_per_job"] = unattributed
     # what was skipped as damaged: the file's own checks (at open, markers) and the scan's
     damage = [*rec.damage, *(n for n in agg.damage if n not in rec.damage)]
     if damage:
@@ -506,6 +508,8 @@ def render(rep: dict, fmt: str) -> str:
             lines += energy.report_lines(g["energy"], md)
         if g.get("roofline"):
             lines += roofline.report_lines(g["roofline"], md)
+    if rep.get("energy_jobs") or rep.get("energy_not_per_job"):
+        lines += ["", *energy.job_lines(rep.get("energy_jobs", []), rep.get("energy_not_per_job", []), md)]
     if rep["numa"]:
         lines += ["", "NUMA placement: " + ", ".join(f"{n['pid']} {n['placement']}" for n in rep["numa"])]
     if rep["perf"]:

@@ -10,9 +10,11 @@ datasheet figures, keyed by the name NVML gives; a GPU not in the table has no p
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from memtop.model import GpuSample
+from memtop.phases import bin_start
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,40 @@ def point(g: GpuSample) -> Point | None:
 
 
 READS = ("tensor", "fp16", "fp32", "fp64", "dram", "sm_clock")
+TRAIL_BINS = 30  # the GPU detail's trail: the last 15 s of 0.5 s bins
+
+
+def mean_point(name: str, means: dict[str, float | None]) -> Point | None:
+    """point() of a span's mean reads: one bin's (the trail) or a run's busy samples (`report`)."""
+    return point(GpuSample(0.0, 0, "", name, "gpm").with_values({k: means.get(k) for k in READS}))
+
+
+class Trail:
+    """Each GPU's roofline point per bin, the last TRAIL_BINS: mean_point of the bin's GPM samples,
+    added when the bin closes (the next bin's first sample). Not thread-safe: the pipeline's lock."""
+
+    def __init__(self, bin_s: float) -> None:
+        self.bin_s = bin_s
+        self.points: dict[int, deque[tuple[float, Point]]] = {}  # GPU -> (bin start, its point)
+        self._open: dict[int, tuple[float, str, dict[str, list[float]]]] = {}
+
+    def add(self, g: GpuSample) -> None:
+        if g.mode != "gpm" or g.name not in PEAKS:
+            return
+        b = bin_start(g.t, self.bin_s)
+        cur = self._open.get(g.index)
+        if cur is None or cur[0] != b:
+            if cur is not None:
+                self._close(g.index, *cur)
+            cur = self._open[g.index] = (b, g.name, {k: [] for k in READS})
+        for k in READS:
+            if (v := getattr(g, k)) is not None:
+                cur[2][k].append(v)
+
+    def _close(self, gpu: int, b: float, name: str, reads: dict[str, list[float]]) -> None:
+        p = mean_point(name, {k: sum(v) / len(v) if v else None for k, v in reads.items()})
+        if p is not None:
+            self.points.setdefault(gpu, deque(maxlen=TRAIL_BINS)).append((b, p))
 
 
 def report_section(name: str | None, means: dict[str, float | None] | None) -> dict | None:
@@ -89,8 +125,7 @@ def report_section(name: str | None, means: dict[str, float | None] | None) -> d
         return None
     if name not in PEAKS:
         return {"estimate": ESTIMATE, "unknown": f"no datasheet peaks for {name}: memtop never guesses one"}
-    g = GpuSample(0.0, 0, "", name, "gpm").with_values({k: means.get(k) for k in READS})
-    p = point(g)
+    p = mean_point(name, means)
     if p is None:
         return None
     ai = p.intensity

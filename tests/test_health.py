@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import json
 
+import jsonschema
 import numpy as np
 import pytest
 from conftest import DATA
@@ -418,12 +419,10 @@ def test_a_damaged_health_row_is_missing_data_not_an_exception(tmp_path):
     assert list(rec.frames())  # Frames read past it
 
 
-def test_mig_instances_on_synthetic_replies():
+def _mig_reader():
     """MIG cannot be turned on here (memtop never changes a card's mode): the recorded H100 replies with
     the device in MIG mode and two MIG devices, written as nvmlDeviceGetMigDeviceHandleByIndex and
     nvmlDeviceGetMemoryInfo would give them (synthetic)."""
-    from memtop.tui.hardware import hardware_text
-
     log = _log([_baseline()], [[]])
     for e in log:
         if e["m"] == "device":
@@ -438,6 +437,14 @@ def test_mig_instances_on_synthetic_replies():
     col = NvmlCollector(ReplayNvml(log), 0.1, offset=0.0, series=False)
     col.start()
     (r,) = col.readers
+    return r
+
+
+def test_mig_instances_on_synthetic_replies():
+    """On synthetic MIG replies (_mig_reader)."""
+    from memtop.tui.hardware import hardware_text
+
+    r = _mig_reader()
     assert not r.gpm and "MIG" in r.gpm_reason  # GPM stays off under MIG
     g = next(p for p in r.sample(100.0) if isinstance(p, GpuSample))
     assert [(m.gi, m.name.rsplit(" ", 1)[-1], m.mem_total) for m in g.mig_instances] == [
@@ -446,6 +453,38 @@ def test_mig_instances_on_synthetic_replies():
     ]
     text = hardware_text(Pipeline(Status("live")).view(), g, True).plain
     assert "GI 1 CI 0" in text and "2.0 / 40.0 GiB" in text and "memory n/a" in text
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_each_mig_instance_is_a_row_under_its_gpu(size):
+    """The GPU table on synthetic MIG replies (_mig_reader): the instances the collector read, put on
+    the recorded H100 run's frames (a replay keeps no MIG instances: they are read live only); each is
+    a row under GPU 0 with its profile and memory, and selecting one is selecting its GPU."""
+    from memtop.tui.app import MemtopApp
+    from memtop.tui.table import RowTable
+    from test_tui_view import _frames, _pipeline, _screen, _settle
+
+    g = next(p for p in _mig_reader().sample(100.0) if isinstance(p, GpuSample))
+    frames = [
+        dataclasses.replace(
+            f, gpus=tuple(dataclasses.replace(x, mig_instances=g.mig_instances) for x in f.gpus)
+        )
+        for f in _frames()[:901]
+    ]
+    app = MemtopApp(_pipeline(1, frames=frames), hangup_guard=False, ascii_only=True)
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot, app)
+        screen = _screen(app)
+        top = next(k for k, row in enumerate(screen) if row.lstrip("│| ").startswith("0 "))
+        assert "`0" in screen[top + 1] and "3g.40gb" in screen[top + 1] and "2.0/40.0G" in screen[top + 1]
+        if size[1] >= 32:  # below that the table scrolls (at most height // 5 rows)
+            assert "`1" in screen[top + 2] and "1g.10gb" in screen[top + 2]
+        table = app.query_one("#gpus", RowTable)
+        assert table.keys == ["0", "0.0", "0.1"]
+        table.focus()
+        await pilot.press("down")
+        await pilot.pause(0.3)
+        assert table.cursor_key == "0.0" and app.gpu == 0
 
 
 def test_a_counter_change_is_on_the_timeline_and_in_the_report_at_the_sample_that_read_it(tmp_path):
@@ -480,3 +519,131 @@ def test_a_counter_change_is_on_the_timeline_and_in_the_report_at_the_sample_tha
     text = render(build_report(rec), "text")
     assert "health: 2 events (2 critical); counters (since driver load): uncorrected ECC 1" in text
     assert "row remap pending 1" in text and "at 0:00:10 critical: remapped rows pending" in text
+
+
+def _procs_with_energy(tmp_path, keep_proc_util: bool) -> Recording:
+    """The real recording of two jobs on one H100 (tests/data/procs: pid 467 compute-heavy, pid 468
+    input-bound; its processes and the driver's per-process SM figures as recorded) rewritten with an
+    energy counter, which that recording predates: synthetic, the recorded power integrated and read
+    every HEALTH_EVERY_S as the driver's counter would be."""
+    src = Recording(DATA / "procs" / "procs_h100.memtop")
+    path = tmp_path / "shared.memtop"
+    w = Writer(path, {"gpus": src.meta["gpus"]})
+    joules, last_read, prev_t, read = 5.0e6, -1e9, None, 5.0e6
+    for f in src.frames():
+        g = f.gpus[0]
+        if prev_t is not None:
+            joules += (g.power_w or 0.0) * (g.t - prev_t)
+        prev_t = g.t
+        if g.t - last_read >= HEALTH_EVERY_S:
+            last_read, read = g.t, joules
+        g = dataclasses.replace(g, energy_j=read, proc_util=g.proc_util if keep_proc_util else ())
+        w.add(dataclasses.replace(f, gpus=(g,)))
+    w.close()
+    return Recording(path)
+
+
+def test_energy_per_job_on_a_shared_gpu_goes_by_each_jobs_part_of_the_sm_time(tmp_path):
+    rep = build_report(_procs_with_energy(tmp_path, keep_proc_util=True))
+    (g,) = rep["gpus"]
+    jobs = {tuple(j["pids"]): j for j in rep["energy_jobs"]}
+    assert set(jobs) == {(467,), (468,)} and "energy_not_per_job" not in rep
+    share = {p["pid"]: p["sm_share"] for p in g["processes"]}  # memtop.procshare's figures
+    for (pid,), j in jobs.items():
+        assert j["gpus"] == [0] and j["gpu_share"]["0"] == pytest.approx(share[pid], abs=0.001)
+        assert j["joules"] == pytest.approx(g["energy"]["joules"] * share[pid], rel=0.01)
+    # the jobs' parts sum to the GPU's energy, and each phase's too
+    assert sum(j["joules"] for j in jobs.values()) == pytest.approx(g["energy"]["joules"], abs=1.0)
+    for k, v in g["energy"]["by_phase"].items():
+        assert sum(j["by_phase"][k]["joules"] for j in jobs.values()) == pytest.approx(v["joules"], abs=0.5)
+    jsonschema.validate(
+        json.loads(json.dumps(rep)), json.loads((DATA.parent.parent / "docs/report.schema.json").read_text())
+    )
+    text = render(rep, "text")
+    assert "energy of the job of pid 467 (82 % of GPU 0 by SM time)" in text
+
+
+def test_a_shared_gpus_energy_without_per_process_figures_is_not_given_to_any_job(tmp_path):
+    rep = build_report(_procs_with_energy(tmp_path, keep_proc_util=False))
+    assert rep["gpus"][0]["energy"]["joules"] > 0 and rep["energy_jobs"] == []
+    assert rep["energy_not_per_job"] == [{"gpu": 0, "jobs": 2, "why": "no per-process SM figures"}]
+    jsonschema.validate(
+        json.loads(json.dumps(rep)), json.loads((DATA.parent.parent / "docs/report.schema.json").read_text())
+    )
+    assert "energy of GPU 0 is not attributable per job: 2 jobs shared it" in render(rep, "markdown")
+
+
+def test_the_roofline_trail_is_the_per_bin_estimate_of_the_recorded_samples():
+    """The recorded two-job H100 run (GPM) replayed through the pipeline: each trail point is the
+    estimate of its 0.5 s bin's mean GPM reads, the last TRAIL_BINS bins, oldest first."""
+    from memtop import roofline
+
+    rec = Recording(DATA / "procs" / "procs_h100.memtop")
+    p = Pipeline(Status("replay"), rec.meta)
+    reads: dict[float, list[GpuSample]] = {}
+    for f in rec.frames():
+        p.on_frame(f, tick=False)
+        reads.setdefault(f.gpus[0].t // 0.5 * 0.5, []).append(f.gpus[0])
+    trail = p.view().roofline_trail[0]
+    starts = [b for b, _ in trail]
+    assert len(trail) == roofline.TRAIL_BINS and np.allclose(np.diff(starts), 0.5)
+    assert starts[-1] == sorted(reads)[-2]  # the newest bin is still open: its point comes at its end
+    for b, q in trail:
+        gs = reads[b]
+        flops = [roofline.point(g).flops for g in gs]  # per sample: point() is linear in pipe activity
+        assert q.flops == pytest.approx(float(np.mean(flops)), rel=0.02)
+        assert q.bandwidth == pytest.approx(float(np.mean([g.dram for g in gs])) / 100 * 3.35e12, rel=1e-6)
+    # a paused view shows the trail as it stood
+    p.freeze(f.t - (starts[10] + 0.5))
+    assert p.view().roofline_trail[0][-1][0] == starts[10]
+
+
+def test_the_roofline_draws_its_trail_fainter_the_older_and_the_point_over_it():
+    from memtop.tui.hardware import TRAIL_STYLES, chart
+    from rich.console import Console
+
+    from memtop.roofline import Point
+
+    name = "NVIDIA H100 80GB HBM3"
+    now = Point(600e12, 800e9, 0.6, 0.24, "tensor")
+    trail = (  # oldest first, each higher on the chart: drawn top-down, the newest comes first
+        Point(1e12, 3e12, 0.001, 0.9, "tensor"),  # streaming memory
+        Point(60e12, 2e12, 0.06, 0.6, "tensor"),
+        Point(300e12, 1e12, 0.3, 0.3, "tensor"),
+    )
+    t = chart(now, name, ascii_only=True, trail=trail)
+    cells = [(s.text, str(s.style)) for s in t.render(Console(color_system="truecolor"))]
+    assert [style for text, style in cells if text == "."] == list(reversed(TRAIL_STYLES))
+    assert ("*", "bold") in cells and "its last 3 bins, the older the fainter" in t.plain
+    # a bin where the GPU runs now: the point is drawn over its mark
+    over = list(chart(now, name, ascii_only=True, trail=(*trail, now)).render(Console()))
+    assert sum(s.text == "." for s in over) == 3 and sum(s.text == "*" for s in over) == 1
+    # without a trail (a live view's first bin) the chart is as it was
+    plain = chart(now, name, ascii_only=True).plain
+    assert "." not in "".join(x.split("|", 1)[1] for x in plain.splitlines()[1:8]) and "bins" not in plain
+
+
+def test_snapshot_gives_energy_per_job_as_the_report_splits_it(tmp_path):
+    """`memtop snapshot --replay` of the two-job recording with its (synthetic) energy counter: energy
+    since memtop started per job, a shared GPU's by each job's part of the SM time since then."""
+    import subprocess
+    import sys
+
+    import jsonschema
+
+    rec = _procs_with_energy(tmp_path, keep_proc_util=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "memtop", "snapshot", "--replay", str(rec.path), "--json", "--no-stacks"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    snap = json.loads(out.stdout)
+    jsonschema.validate(snap, json.loads((DATA.parent.parent / "docs" / "snapshot.schema.json").read_text()))
+    gpu = sum(v["joules"] for v in snap["gpus"][0]["energy"]["by_phase"].values())
+    jobs = {tuple(j["pids"]): j for j in snap["energy_jobs"]}
+    assert set(jobs) == {(467,), (468,)} and "energy_not_per_job" not in snap
+    assert sum(j["joules"] for j in jobs.values()) == pytest.approx(gpu, abs=1.0)
+    # pmon gave 78.8 / 19.4 % SM over the whole run (tests/data/procs/README.md)
+    assert jobs[467,]["gpu_share"]["0"] == pytest.approx(0.8, abs=0.05)

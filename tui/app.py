@@ -498,7 +498,9 @@ class MemtopApp(App[int]):
         # phase letters in the bands and the strip (`l`): without colour, only letters tell them apart
         self._letters = letters or self.no_color
         self._timeline_s = timeline_s  # the timeline's span (`z`, `Z`); None: the timeline's own
-        self._laid_out: tuple | None = None  # (GPUs, screen size, processes) the layout was made for
+        self._laid_out: tuple | None = (
+            None  # (GPUs, screen size, processes, MIG rows) the layout was made for
+        )
         self._native_asked: tuple[int, float] | None = None  # (pid, frame time) of the `s` awaited
         self.proc_order = ""  # fmt.PROC_ORDERS (`o`), reversed with `O`, filtered with `/`
         self.proc_reverse = False
@@ -666,7 +668,8 @@ class MemtopApp(App[int]):
         # below 32 rows the legend's row goes to the processes: the window line above names the phases
         # in their colours, and `?` lists them
         tl.set_legend(h >= 32)
-        gpus_h = n + 1 if h >= 32 else max(2, min(n + 1, h // 5))
+        rows = n + self._layout_key(v)[3]  # a MIG instance has its row under its GPU
+        gpus_h = rows + 1 if h >= 32 else max(2, min(rows + 1, h // 5))
         strip = 1 if self.playback is not None else 0  # the overview strip under the timeline
         top = 1 + VERDICT_H + gpus_h + strip + tl.rows_wanted(v, roomy)  # header, verdict, GPUs, timeline
         tl.set_series_height(1 + max(0, min(MAX_SERIES_H - 1, (h - top - BOTTOM_MIN) // len(ROWS))))
@@ -686,7 +689,8 @@ class MemtopApp(App[int]):
     def _layout_key(self, v: View) -> tuple:
         f = v.frame
         n = len(fmt.shown_procs(v, match=self.proc_match)) if f is not None and f.host is not None else 0
-        return (len(v.history), self.size, n)
+        migs = sum(len(g.mig_instances) for g in f.gpus) if f is not None else 0
+        return (len(v.history), self.size, n, migs)
 
     def _set(self, selector: str, content) -> None:
         """A panel re-sends only the tiles of its lines whose cells changed (tiles.py). The panels live
@@ -746,8 +750,10 @@ class MemtopApp(App[int]):
         f = v.frame
         late = {i for i, vd in v.verdicts.items() if vd.straggler}
         rows = [
-            (str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk, g.index in late))
+            row
             for g in (f.gpus if f else ())
+            for row in [(str(g.index), fmt.gpu_row(g, v.labels.get(g.index), lk, g.index in late))]
+            + fmt.mig_rows(g, lk)
         ]
         table = self.query_one("#gpus", RowTable)
         table.set_titles(fmt.gpu_titles(f.gpus if f else ()))
@@ -814,8 +820,8 @@ class MemtopApp(App[int]):
 
     @on(RowTable.Highlighted, "#gpus")
     def _gpu_highlighted(self, ev: RowTable.Highlighted) -> None:
-        if int(ev.key) != self.gpu:
-            self._to_gpu(int(ev.key))
+        if fmt.row_gpu(ev.key) != self.gpu:
+            self._to_gpu(fmt.row_gpu(ev.key))
 
     def _to_gpu(self, gpu: int) -> None:
         """Everything repainted for ``gpu``, and its first process selected where the selected one

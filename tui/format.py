@@ -148,6 +148,31 @@ def gpu_row(g: GpuSample, labels, lk: Look = DEFAULT, straggler: bool = False) -
     )
 
 
+def mig_rows(g: GpuSample, lk: Look = DEFAULT) -> list[tuple[str, tuple]]:
+    """A row under its GPU for each MIG instance (keyed "GPU.slot"): its profile where the phase goes
+    and its memory; NVML gives no utilisation per instance without GPM (off under MIG), so "-"."""
+    dash = Text("-", style="dim")
+    return [
+        (
+            f"{g.index}.{m.index}",
+            (
+                f"{'`' if lk.glyphs.ascii else '└'}{m.index}",
+                Text(clean(m.name.rsplit(" ", 1)[-1], 9), style="dim"),
+                *(dash for _ in GPU_METRIC_COLUMNS),
+                dash,
+                f"{mib(m.mem_used)}/{mib(m.mem_total)}G" if m.mem_total else "-",
+                dash,
+            ),
+        )
+        for m in g.mig_instances
+    ]
+
+
+def row_gpu(key: str) -> int:
+    """The GPU of a GPU table row's key (a MIG instance's row belongs to its GPU)."""
+    return int(key.split(".", 1)[0])
+
+
 # the top user frame follows the phase; the columns after it are cut first on a narrow screen
 PROC_COLUMNS = (
     ("PID", 7),

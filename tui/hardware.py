@@ -61,13 +61,18 @@ def hardware_text(view: View, g: GpuSample, ascii_only: bool) -> Text:
         f"intensity {'n/a' if ai is None else f'{ai:.0f} FLOP/B'}\n{'':16}({ESTIMATE})\n",
         style="dim",
     )
-    t.append_text(chart(p, g.name, ascii_only))
+    trail = tuple(q for _, q in view.roofline_trail.get(g.index, ()))
+    t.append_text(chart(p, g.name, ascii_only, trail))
     return t
 
 
-def chart(p: Point, name: str, ascii_only: bool) -> Text:
+TRAIL_STYLES = ("grey30", "grey46", "grey66")  # the trail's oldest third to its newest
+
+
+def chart(p: Point, name: str, ascii_only: bool, trail: tuple[Point, ...] = ()) -> Text:
     """Log-log: arithmetic intensity across, FLOP/s up (the roof's peak at the top, 1/1000 of it at the
-    bottom); the roof is min(compute peak, intensity x bandwidth peak); the point is where the GPU runs.
+    bottom); the roof is min(compute peak, intensity x bandwidth peak); the point is where the GPU runs,
+    ``trail`` where it ran in the last bins (oldest first: memtop.roofline.Trail), fainter the older.
     A GPU computing nothing (0 FLOP/s, off a log scale) is drawn hollow on the floor, and said so."""
     peak = PEAKS[name]
     top = getattr(peak, p.roof)
@@ -82,15 +87,23 @@ def chart(p: Point, name: str, ascii_only: bool) -> Text:
             (math.log10(min(max(ai, AI_RANGE[0]), AI_RANGE[1])) - lo_x) / (hi_x - lo_x) * (CHART_W - 1)
         )
 
-    grid = [[" "] * CHART_W for _ in range(CHART_H)]
+    def cell(q: Point) -> tuple[int, int]:
+        # no DRAM traffic: infinitely intense when computing (the right edge), nowhere when idle (the left)
+        at = q.intensity if q.intensity is not None else (AI_RANGE[1] if q.flops > 0 else AI_RANGE[0])
+        return row_of(q.flops), col_of(at)
+
+    grid = [[(" ", "dim")] * CHART_W for _ in range(CHART_H)]
     for col in range(CHART_W):
         ai = 10 ** (lo_x + (hi_x - lo_x) * col / (CHART_W - 1))
-        grid[row_of(min(top, ai * peak.dram))][col] = "-" if ascii_only else "─"
-    # no DRAM traffic: infinitely intense when computing (the right edge), nowhere when idle (the left)
-    at = p.intensity if p.intensity is not None else (AI_RANGE[1] if p.flops > 0 else AI_RANGE[0])
+        grid[row_of(min(top, ai * peak.dram))][col] = ("-" if ascii_only else "─", "dim")
+    dot = "." if ascii_only else "•"
+    for k, q in enumerate(trail):
+        r, c = cell(q)
+        grid[r][c] = (dot, TRAIL_STYLES[k * len(TRAIL_STYLES) // len(trail)])
     idle = p.flops <= 0
     mark = ("o" if ascii_only else "○") if idle else ("*" if ascii_only else "●")
-    grid[row_of(p.flops)][col_of(at)] = mark
+    r, c = cell(p)
+    grid[r][c] = (mark, "bold")
     t = Text()
     t.append(f"{'FLOP/s (log)':>14}\n", style="dim")
     for r, cells in enumerate(grid):
@@ -99,10 +112,15 @@ def chart(p: Point, name: str, ascii_only: bool) -> Text:
             if r == 0
             else (f"{top / 1e15:.1f} TFLOP/s" if r == CHART_H - 1 else "")
         )
-        t.append(f"{label:>14}  |{''.join(cells)}\n", style="dim" if r else "")
+        t.append(f"{label:>14}  |", style="dim" if r else "")
+        for ch, style in cells:
+            t.append(ch, style=style)
+        t.append("\n")
     left, right = f"{AI_RANGE[0]:g}", f"{AI_RANGE[1]:.0e} FLOP/B".replace("e+0", "e")
     t.append(f"{'':16}+{'-' * CHART_W}\n{'':17}{left}{right:>{CHART_W - len(left)}}\n", style="dim")
     t.append(f"{'':17}arithmetic intensity: FLOP per DRAM byte (log)\n", style="dim")
     now = f"{mark} now: 0 FLOP/s, drawn on the floor" if idle else f"{mark} now"
     t.append(f"{'':17}{now}; {'-' if ascii_only else '─'} the roof\n", style="dim")
+    if trail:
+        t.append(f"{'':17}{dot} its last {len(trail)} bins, the older the fainter\n", style="dim")
     return t

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from memtop import __version__, energy, health
 from memtop.errors import UserError
+from memtop.jobs import jobs_on_gpus
 from memtop.metrics import METRICS
-from memtop.model import CLOCK_EVENT_NAMES, Frame
+from memtop.model import CLOCK_EVENT_NAMES, Frame, ProcSample
 from memtop.phases import CHARS, LABELS, TITLES
 from memtop.pipeline import Pipeline, ReplaySource, Status, View
 
@@ -28,6 +29,9 @@ BAND_STEP_S = 2.0  # one character of the phase band per this many seconds...
 BAND_STEPS = 120  # ...over the last four minutes
 PHASES = (*LABELS, "warmup")
 GAUGES = tuple(m for m in METRICS if m.prom is not None)
+
+
+MAX_GPU_PROCS = 4096  # processes seen on GPUs kept for energy per job (a long serve sees many come and go)
 
 
 class CountingPipeline(Pipeline):
@@ -42,6 +46,9 @@ class CountingPipeline(Pipeline):
             self.phase_seconds: dict[int, defaultdict[str, float]] = {}
             self.phase_energy: dict[int, defaultdict[str, float]] = {}  # joules (memtop.energy.split)
             self.health_counts: Counter[tuple[int, str, str]] = Counter()  # (gpu, kind, Xid or "")
+            # for energy per job: each process's SM %-seconds per GPU and the processes seen on GPUs
+            self.sm_seconds: dict[int, defaultdict[int, float]] = {}
+            self.gpu_procs: dict[int, ProcSample] = {}
             self._seen: dict[int, float] = {}
         self._last_t: dict[int, float] = {}
         # (t, counter J, power W) of the samples not yet split; the first: the read the next rise starts at
@@ -60,15 +67,37 @@ class CountingPipeline(Pipeline):
                     pending = self._energy.setdefault(g.index, [])
                     if not pending or g.t > pending[-1][0]:
                         pending.append((g.t, g.energy_j, g.power_w))
-        for g in frame.gpus:
-            prev = self._last_t.get(g.index)
-            self._last_t[g.index] = g.t
-            if prev is None or not 0 < g.t - prev < 5.0 or not g.clock_events:
-                continue
-            c = self.clock_seconds.setdefault(g.index, defaultdict(float))
-            for bit, name in CLOCK_EVENT_NAMES.items():
-                if g.clock_events & bit:
-                    c[name] += g.t - prev
+            for p in frame.host.procs if frame.host is not None else ():
+                if p.gpus:
+                    self.gpu_procs.pop(p.pid, None)  # (re-inserted: the oldest seen go first)
+                    self.gpu_procs[p.pid] = p
+                    if len(self.gpu_procs) > MAX_GPU_PROCS:
+                        del self.gpu_procs[next(iter(self.gpu_procs))]
+            for g in frame.gpus:
+                prev = self._last_t.get(g.index)
+                self._last_t[g.index] = g.t
+                if prev is None or not 0 < g.t - prev < 5.0:
+                    continue
+                sm = self.sm_seconds.setdefault(g.index, defaultdict(float))
+                for u in g.proc_util:
+                    sm[u.pid] += (u.sm or 0.0) * (g.t - prev)
+                if not g.clock_events:
+                    continue
+                c = self.clock_seconds.setdefault(g.index, defaultdict(float))
+                for bit, name in CLOCK_EVENT_NAMES.items():
+                    if g.clock_events & bit:
+                        c[name] += g.t - prev
+
+    def job_energy(self, per_gpu: dict[int, dict]) -> tuple[list[dict], list[dict]]:
+        """Energy per job since memtop started (memtop.energy.job_sections, as `report` splits it): a
+        shared GPU's by each process's part of its SM time since then."""
+        with self._lock:
+            shares = {
+                gpu: [{"pid": pid, "sm_share": v / total} for pid, v in sm.items()]
+                for gpu, sm in self.sm_seconds.items()
+                if (total := sum(sm.values())) > 0
+            }
+            return energy.job_sections(per_gpu, jobs_on_gpus(self.gpu_procs), shares)
 
     def count_phases(self, view: View) -> dict[int, defaultdict[str, float]]:
         """Adds the labels closed since the last call (a replay restarting from its beginning starts
@@ -278,7 +307,7 @@ def snapshot(node: Node) -> dict:
             }
         )
     st = view.status
-    return {
+    out: dict = {
         "schema_version": SCHEMA_VERSION,
         "memtop_version": __version__,
         "hostname": node.hostname,
@@ -291,6 +320,13 @@ def snapshot(node: Node) -> dict:
         "notes": list(frame.notes) if frame is not None else [],
         "no_gpu": node.no_gpu(),
     }
+    per_gpu = {g["index"]: g["energy"] for g in gpus if "energy" in g}
+    if per_gpu:  # energy since memtop started, per job: the report's split (memtop.energy.job_sections)
+        by_job, unattributed = node.pipeline.job_energy(per_gpu)
+        out["energy_jobs"] = by_job
+        if unattributed:
+            out["energy_not_per_job"] = unattributed
+    return out
 
 
 def _shared_jobs(view: View, g) -> dict:
