@@ -1,6 +1,6 @@
 """The column scan's readers and aggregates (memtop/colscan.py), each timed on its own: what the report
 spends besides the bin loop. CPU seconds of this process, best of N, one serial pass over the whole
-recording (as ``_scan(rec, None, t0, t1, None)`` reads it). Another tree's readers:
+recording (as ``scan_part(rec, None, t0, t1, None)`` reads it). Another tree's readers:
 PYTHONPATH=<its checkout> (the one of the memtop imported is printed).
 
     python bench/readfast_bench.py /tmp/r8h/8h.memtop /tmp/r8h/1h.memtop --runs 3
@@ -45,7 +45,7 @@ def parts(path: Path) -> dict[str, float]:
                     )
                 ],
             )
-            if hasattr(colscan, "frame_times"):  # what _scan's query can be (the same list)
+            if hasattr(colscan, "frame_times"):  # what scan_part's query can be (the same list)
                 assert timed("frame_times", colscan.frame_times, rec, lo, hi) == frames
             ft = np.array(frames, dtype=np.float64)
             i_lo = bisect.bisect_left(frames, lo)

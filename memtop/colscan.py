@@ -139,7 +139,7 @@ def scan_columns(
 
     A long range is cut into chunks at bin edges whose features, rules, gaps and aggregates are
     found in parallel processes, each reading WARM_S early; the hysteresis then runs here over all
-    of them in order (``_join``), as one pass would. Where a chunk's warm-up did not reach what
+    of them in order (``join_parts``), as one pass would. Where a chunk's warm-up did not reach what
     the chunk before ended in (the stack window, the previous bin, a gap that began before it), the
     range is scanned serially."""
     workers = workers or min(8, os.cpu_count() or 1)
@@ -150,7 +150,7 @@ def scan_columns(
             if got is not None:
                 return got
         try:
-            return _join([_scan(rec, read_from, lo, hi, tick)])
+            return join_parts([scan_part(rec, read_from, lo, hi, tick)])
         except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
             raise Unusual(f"{type(e).__name__}: {e}") from None
 
@@ -205,7 +205,7 @@ def _chunk(path: Path, read_from: float | None, lo: float, hi: float, slot: int)
     rec = Recording(path)
     try:
         with no_gc():  # (a spawned worker does not inherit it)
-            return _scan(rec, read_from, lo, hi, tick, edge=True)
+            return scan_part(rec, read_from, lo, hi, tick, edge=True)
     except (Unusual, *DECODE_ERRORS, sqlite3.DatabaseError):
         return None
     finally:
@@ -240,7 +240,7 @@ def _parallel(
     with ProcessPoolExecutor(n - 1, mp_context=ctx, initializer=_share, initargs=(done,)) as ex:
         futures = [ex.submit(_chunk, *job) for job in jobs[1:]]
         try:
-            first: _Part | None = _scan(rec, *jobs[0][1:4], tick0)
+            first: _Part | None = scan_part(rec, *jobs[0][1:4], tick0)
         except (Unusual, *DECODE_ERRORS, sqlite3.DatabaseError):
             first = None
         while wait(futures, timeout=0.25).not_done:
@@ -250,7 +250,7 @@ def _parallel(
     if any(p is None for p in parts):
         return None
     try:
-        return _join(cast(list[_Part], parts))
+        return join_parts(cast(list[_Part], parts))
     except Unusual:
         return None
 
@@ -259,7 +259,7 @@ def chunk_spans(
     rec: Recording, read_from: float | None, lo: float, hi: float, n: int
 ) -> list[tuple[float | None, float, float]] | None:
     """(read from, lo, hi) of ``n`` chunks of [lo, hi] of one length, cut at bin edges, each after the
-    first read from WARM_S before its start (``_scan``'s arguments; the second on, with edge=True);
+    first read from WARM_S before its start (``scan_part``'s arguments; the second on, with edge=True);
     None where a chunk would have no Frame."""
     b = Classifier().bin_s
     edges = [lo] + [math.floor((lo + (hi - lo) * k / n) / b) * b for k in range(1, n)] + [hi]
@@ -274,7 +274,7 @@ def chunk_spans(
     return [(read_from if k == 0 else max(edges[k] - WARM_S, floor), edges[k], his[k]) for k in range(n)]
 
 
-def _join(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
+def join_parts(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
     """The chunks' bins as one pass: checks that each chunk's warm-up reached where the one before
     ended, then the hysteresis over every GPU's bins in order, the gaps open across a chunk's start
     given their true start, the aggregates merged."""
@@ -318,7 +318,7 @@ def _join(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
     return labels, gaps, agg
 
 
-def _scan(
+def scan_part(
     rec: Recording,
     read_from: float | None,
     lo: float,
@@ -571,7 +571,7 @@ def _raw(values: tuple) -> np.ndarray:
     return np.array(values, dtype=np.float64)
 
 
-def _scaled(m: Metric, a: np.ndarray) -> np.ndarray:
+def scaled(m: Metric, a: np.ndarray) -> np.ndarray:
     """A gpu column's raw values (``_raw``) decoded as store._decode_sql decodes them: NaN where it
     gives NULL (not a number, out of the valid range), else the value at its scale by the same
     float operations (tests/test_colscan.py holds them to it on edge values)."""
@@ -621,7 +621,7 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
         return []
     if not (np.abs(gi) <= _INT_LIM).all() or (code < 0).any():
         raise Unusual("GPU rows memtop would skip as damaged")
-    decoded = {c: _scaled(BY_NAME[c], raw[:, j]) for j, c in enumerate(_COLS)}
+    decoded = {c: scaled(BY_NAME[c], raw[:, j]) for j, c in enumerate(_COLS)}
     out = []
     for g in np.unique(gi).tolist():
         at = np.flatnonzero(gi == g)
@@ -751,7 +751,7 @@ class _Hosts:
         got = _host_blocks(rec, plo, hi, seed) if blocks else None
         if got is not None:
             self.t, self._table = got
-            self.raw: Sequence[bytes] = _Blobs(rec, self.t)
+            self.raw: Sequence[bytes] = Blobs(rec, self.t)
         else:
             self._rows(rec, plo, hi, seed)
         t = np.array(self.t, dtype=np.float64)
@@ -870,7 +870,7 @@ class _Hosts:
         sigs: dict[tuple, int] = {}  # the four values -> id
         samples: list[HostSample] = []
         out: list[int] = []
-        raws = self.raw.each(hs) if isinstance(self.raw, _Blobs) else (self.raw[h] for h in hs)
+        raws = self.raw.each(hs) if isinstance(self.raw, Blobs) else (self.raw[h] for h in hs)
         for j, raw in enumerate(raws):
             if tick is not None and j % 2048 == 0:
                 tick(j / len(hs))
@@ -915,7 +915,7 @@ def _chain(rec: Recording, t: float) -> list[tuple[float, bytes]]:
     return host_chain(lambda sql, args: rec.query(sql, args).fetchall(), t)
 
 
-class _Blobs(Sequence):
+class Blobs(Sequence):
     """The host samples' JSON by their index, each inflated when first asked for (with the rest of
     its chain: the Frames ask for them in order)."""
 

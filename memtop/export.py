@@ -555,18 +555,18 @@ def _columns_walk(
             with colscan.no_gc():
                 parts, sizes = [], []
                 for k, (read_from, a, b) in enumerate(windows):  # the labels first: no event is out yet
-                    part = colscan._scan(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
+                    part = colscan.scan_part(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
                     sizes.append({g: len(bins) for g, (bins, _) in part.bins.items()})
                     parts.append(part._replace(bins={g: _slim(*x) for g, x in part.bins.items()}))
                     bar.update(b - lo)
-                ends = _run_ends(colscan._join(parts)[0], sizes, lo)
+                ends = _run_ends(colscan.join_parts(parts)[0], sizes, lo)
                 del parts
             # each window's rows from the last Frame of the one before (those older were held there)
             after = math.nextafter(lo, -math.inf) if fresh else -math.inf
             for k, (read_from, a, b) in enumerate(windows):
                 if ends[k]:  # the slices of the phase runs that end here: their last bins' Labels
                     with colscan.no_gc():
-                        part = colscan._scan(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
+                        part = colscan.scan_part(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
                     _run_slices(part.bins, ends[k], out)
                     del part
                 _window(rec, out, stacks, state, after, a, b)
@@ -579,7 +579,7 @@ def _columns_walk(
 
 
 def _slim(bins: GpuBins, rules: Rules) -> tuple[GpuBins, Rules]:
-    """A window's bins and rules as far as the labels need them (``colscan._join``: the bins' starts
+    """A window's bins and rules as far as the labels need them (``colscan.join_parts``: the bins' starts
     and graphics, the rules but their sub-tags); a run's last bin is read again for its Label
     (``_run_slices``): an 8-hour run's features would take ~15 MiB a GPU, twice while joined."""
     # (copies: a slice of a column, even an empty one, would hold the whole column)
@@ -704,10 +704,10 @@ def _decoded(got: dict, name: str, rows: np.ndarray) -> np.ndarray:
     """A gpu column's values at ``rows`` as the recording decodes them (NaN for None)."""
     import numpy as np
 
-    from memtop.colscan import _scaled
+    from memtop.colscan import scaled
 
     raw = got[name][rows]
-    return _scaled(BY_NAME[name], np.where(raw == NULL, np.nan, raw))
+    return scaled(BY_NAME[name], np.where(raw == NULL, np.nan, raw))
 
 
 _HOST_PROC_READ = (("t", "f"), ("pid", "i"), ("cpu_pct", "f"), ("name", "s"))
@@ -717,7 +717,7 @@ def _host_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: f
     """The host's CPU % (from each sample's JSON: the blocks do not hold it) and its processes'."""
     import numpy as np
 
-    from memtop.colscan import _Blobs
+    from memtop.colscan import Blobs
 
     lo = float(np.nextafter(after, np.inf))
     h = Blocks(rec.db, "host", BLOCK_STREAMS["host"], BLOCK_TABLES["host"]).read(lo, b)
@@ -733,7 +733,7 @@ def _host_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: f
     if (count < 0).any():
         raise _NoColumns("a host sample without its processes' figures")
     t = ht[hs].tolist()
-    cpu = [_cpu_mean(raw) for raw in _Blobs(rec, ht.tolist()).each(hs.tolist())]
+    cpu = [_cpu_mean(raw) for raw in Blobs(rec, ht.tolist()).each(hs.tolist())]
     ok = [k for k, c in enumerate(cpu) if math.isfinite(c)]
     out.counters("CPU %", HOST_PID, [t[k] for k in ok], [round(cpu[k], 1) for k in ok])
     p = Blocks(rec.db, "host_proc", _HOST_PROC_READ, None, HOST_PROC_ADDED).read(ht[0], ht[-1])

@@ -129,14 +129,14 @@ def test_a_gap_open_across_chunks_starts_where_the_chunk_before_says(monkeypatch
     the join gives it the start the chunks before saw (the report's gap list and its stack)."""
     monkeypatch.setattr(colscan, "WARM_S", 6.5)
     marked = []
-    join = colscan._join
+    join = colscan.join_parts
 
     def counting(parts):
         marked.extend(g.t0 == colscan._OPEN for p in parts[1:] for g, _ in p.gaps)
         marked.extend(v is not None and v[0] == colscan._OPEN for p in parts[1:] for v in p.gap_end.values())
         return join(parts)
 
-    monkeypatch.setattr(colscan, "_join", counting)
+    monkeypatch.setattr(colscan, "join_parts", counting)
     rec = Recording(DATA / "labelled_s2.memtop")
     serial = _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1))
     assert _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=30, chunk_s=4.0)) == serial
@@ -150,7 +150,7 @@ def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch, tmp_path):
     stack window needs 6 s) sends the range to one serial pass."""
     monkeypatch.setattr(colscan, "WARM_S", warm_s)
     joined = []
-    join = colscan._join
+    join = colscan.join_parts
 
     def counting(parts):
         try:
@@ -161,7 +161,7 @@ def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch, tmp_path):
         joined.append(len(parts))
         return got
 
-    monkeypatch.setattr(colscan, "_join", counting)
+    monkeypatch.setattr(colscan, "join_parts", counting)
     holed = tmp_path / "holed.memtop"  # no Frames for 45 s: a chunk's warm-up may find none
     shutil.copyfile(REC[2], holed)
     db = sqlite3.connect(holed)
@@ -304,7 +304,7 @@ def test_gpu_columns_decode_as_sql_does():
         db.executemany(f"INSERT INTO t_{c} VALUES (?)", [(v,) for v in values])
         raw = tuple(r[0] for r in db.execute(f"SELECT {c} FROM t_{c}"))
         want = [r[0] for r in db.execute(f"SELECT {_decode_sql(m)} FROM t_{c}")]
-        got = colscan._scaled(m, colscan._raw(raw))
+        got = colscan.scaled(m, colscan._raw(raw))
         assert np.array_equal(got, np.array(want, dtype=np.float64), equal_nan=True), c
         assert np.isnan(got).sum() == want.count(None) >= 6, c
 
