@@ -649,8 +649,11 @@ class MemtopApp(App[int]):
     def _left_resized(self, ev: LeftColumn.Resized) -> None:
         # the column itself, not the active screen (a modal one has no table), and not while its
         # children are mounted or removed (at the start and the end)
-        if self.view is not None and ev.column.query("#procs"):
+        if self.view is None:
+            return
+        if ev.column.query("#procs"):
             self._update_procs(self.view, column=ev.column)
+        if ev.column.query("#host"):  # (mounted after the table and removed before it)
             self._update_host(self.view, ev.column)  # its CPU line is fitted to the column
 
     def _layout(self, v: View) -> None:
