@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # memtop run + memtop trace on the lent GPU machine (docs/TRACE.md, bench/RESULTS.md).
-# usage: bash trace_device.sh DIR   (DIR: memtop's wheel, py-spy's, trace_job.py, trace_summary.py)
+# usage: bash trace_device.sh DIR   (DIR: memtop's wheel, py-spy's, trace_job.py, steprate.py, trace_summary.py)
 # 1) the agent idle: the job alone and under `memtop run --no-tui`, interleaved, 3 rounds;
 # 2) a 5 s capture (`--job`) and a 100-step capture with Python frames of a CUDA training loop.
 # Small results come back under $OUT (at most 8 files); the rest is packed in $OUT/results.tgz.

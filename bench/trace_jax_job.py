@@ -9,6 +9,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+from steprate import StepRate
 
 
 @jax.jit
@@ -29,19 +30,14 @@ def main() -> None:
     w1, w2 = step(w1, w2, x)
     w1.block_until_ready()
     print(json.dumps({"ready": time.monotonic(), "devices": [str(d) for d in jax.devices()]}), flush=True)
-    end, steps, t_last, n_last = time.monotonic() + seconds, 0, time.monotonic(), 0
+    end, steps = time.monotonic() + seconds, 0
+    rate = StepRate()
     while time.monotonic() < end:
         w1, w2 = step(w1, w2, x)
         steps += 1
         if steps % 20 == 0:
             w1.block_until_ready()
-        now = time.monotonic()
-        if now - t_last >= 1.0:
-            print(
-                json.dumps({"t": round(now, 3), "steps_per_s": round((steps - n_last) / (now - t_last), 2)}),
-                flush=True,
-            )
-            t_last, n_last = now, steps
+        rate.tick(steps)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import sys
 import time
 
 import torch
+from steprate import StepRate
 
 SYNC_EVERY = 50
 
@@ -26,7 +27,8 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     batch = torch.randn(512, 2048)
     batch = batch.pin_memory() if cuda else batch
-    marks, steps, t_last, n_last = [], 0, time.monotonic(), 0
+    marks, steps = [], 0
+    rate = StepRate()
     end = time.monotonic() + seconds
     print(json.dumps({"ready": time.monotonic()}), flush=True)
     while time.monotonic() < end:
@@ -40,13 +42,7 @@ def main() -> None:
             if cuda:
                 torch.cuda.synchronize()
             marks.append(time.monotonic())
-        now = time.monotonic()
-        if now - t_last >= 1.0:
-            print(
-                json.dumps({"t": round(now, 3), "steps_per_s": round((steps - n_last) / (now - t_last), 2)}),
-                flush=True,
-            )
-            t_last, n_last = now, steps
+        rate.tick(steps)
     with open(marks_path, "w") as fh:
         json.dump({"sync_marks": marks, "steps": steps}, fh)
 
