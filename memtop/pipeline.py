@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memtop import roofline
+from memtop.errors import UserError
 from memtop.health import HealthEvent, HealthTracker, hardware_first
 from memtop.jobshare import Job, JobLabeller, job_frame, shared_verdict, sharing
 from memtop.model import Frame, ProcSample, StackSample
@@ -349,9 +350,13 @@ class ReplaySource:
         start_at: float = 0.0,
         fast_runs: Callable[[Recording], dict[int, tuple[tuple[float, str], ...]] | None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_error: Callable[[UserError], None] | None = None,
     ):
         self.rec = rec
         self._clock = clock  # the pace's clock (a test gives a virtual one)
+        # a recording damaged past what replay can skip: handed to on_error (a headless command ends on
+        # it with one line), else raised in the thread (the TUI's thread hook ends the app with it)
+        self._on_error = on_error
         self.pipeline = pipeline
         self.speed = speed
         self.loop = loop
@@ -361,7 +366,7 @@ class ReplaySource:
         self._seek: float | None = min(start_at, rec.duration) if start_at > 0 else None
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memtop-replay", daemon=True)
+        self._thread = threading.Thread(target=self._main, name="memtop-replay", daemon=True)
         self.position = 0.0
         # per GPU, (offset, label) where each run of one phase label starts: the whole recording,
         # filled in by a background scan (the overview strip and "next/previous phase change")
@@ -491,6 +496,14 @@ class ReplaySource:
             if self._stop.is_set() or self._seek is not None:
                 return
             self.pipeline.on_frame(f, tick=False)
+
+    def _main(self) -> None:
+        try:
+            self._run()
+        except UserError as e:
+            if self._on_error is None:
+                raise
+            self._on_error(e)
 
     def _run(self) -> None:
         start = self.rec.t0

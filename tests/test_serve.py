@@ -513,3 +513,25 @@ def test_idle_and_stalled_clients_are_no_fault_on_python_310(monkeypatch):
 
     asyncio.run(main())
     assert stats.errors == {"reset": 1, "internal": 0}  # the stalled head is the client's, idle is none
+
+
+def test_a_replay_damaged_past_what_it_can_skip_ends_serve_with_one_line(tmp_path):
+    """A real recording with its pages after the first third scrambled: the replay thread meets the
+    damage once the prefill is done; serve ends on it with one line and exit 2, no thread traceback."""
+    bad = tmp_path / "damaged.memtop"
+    data = bytearray((ROOT / "tests" / "data" / "jobs" / "heldout_shared_s302.memtop").read_bytes())
+    for off in range(len(data) // 3, len(data) // 3 + 4096 * 4, 97):
+        data[off] ^= 0x5A
+    bad.write_bytes(data)
+    (port,) = free_ports(1)
+    proc = memtop("serve", "--replay", str(bad), "--port", str(port), stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err and "Exception in thread" not in err
+    assert (
+        err.strip().splitlines()[-1]
+        == f"memtop: {bad} is damaged or truncated (database disk image is malformed)"
+    )

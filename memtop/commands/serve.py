@@ -452,6 +452,7 @@ def _watch(node, done: threading.Event, every: float, step=None) -> None:
     line, that the node has no GPU (its /-/ready answers 503 with the same reason)."""
     said = False
     while True:
+        node.check()  # a replayed recording damaged past what replay can skip ends serve with one line
         if node.is_ready():
             if not said and (missing := node.no_gpu()):
                 print(

@@ -143,6 +143,7 @@ class Node:
 
         self.jobs = JobIds()
         self.ready = threading.Event()
+        self.failed: UserError | None = None  # what ended a replay (check)
         self.source = None
         self.sampler = None
         self.warmup_s = warmup_s
@@ -160,7 +161,9 @@ class Node:
             self.pipeline = CountingPipeline(Status(mode, duration=rec.duration, source=str(path)), rec.meta)
             self.pipeline.on_tick = self.ready.set  # after the prefill
             self.pipeline.paint_interval = 3600.0  # ticks are only wanted for that
-            self.source = ReplaySource(rec, self.pipeline, loop=True, start_at=min(60.0, rec.duration / 2))
+            self.source = ReplaySource(
+                rec, self.pipeline, loop=True, start_at=min(60.0, rec.duration / 2), on_error=self._failed
+            )
             self.hostname = str(rec.meta.get("host") or platform.node())
         else:
             from memtop.sampler import Sampler, SamplerConfig
@@ -184,6 +187,15 @@ class Node:
             self.source.stop()
         if self.sampler is not None:
             self.sampler.stop()
+
+    def _failed(self, e: UserError) -> None:
+        self.failed = e
+        self.ready.set()  # (nothing more comes: a wait ends)
+
+    def check(self) -> None:
+        """Raise what ended the replay (a recording damaged past what it can skip), if anything."""
+        if self.failed is not None:
+            raise self.failed
 
     def wait_ready(self, timeout: float) -> bool:
         """Replays are ready once the timeline is prefilled; a live node after its warm-up."""
@@ -428,6 +440,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
             raise UserError("no data yet: the sampler produced no frame")
         n = 0
         while True:
+            node.check()
             snap = snapshot(node)
             if args.json:
                 print(json.dumps(snap, separators=(",", ":")), flush=True)
