@@ -531,7 +531,4 @@ def test_a_replay_damaged_past_what_it_can_skip_ends_serve_with_one_line(tmp_pat
         stop(proc)
     assert proc.returncode == 2, err
     assert "Traceback" not in err and "Exception in thread" not in err
-    assert (
-        err.strip().splitlines()[-1]
-        == f"memtop: {bad} is damaged or truncated (database disk image is malformed)"
-    )
+    assert err.strip().splitlines()[-1].startswith(f"memtop: {bad} is damaged or truncated (")
