@@ -26,9 +26,9 @@ from pathlib import Path
 
 from score import score
 
-from memtop.model import Frame, Marker
-from memtop.phases import Label, classify
-from memtop.store import Recording
+from memtop.analysis.phases import Label, classify
+from memtop.core.model import Frame, Marker
+from memtop.storage.store import Recording
 
 ROOT = Path(__file__).parent.parent
 DATA = ROOT / "tests/data"

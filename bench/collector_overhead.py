@@ -14,7 +14,7 @@ import time
 
 import pynvml
 
-from memtop.sampler import Sampler, SamplerConfig
+from memtop.live.sampler import Sampler, SamplerConfig
 
 
 def cpu_of(fn, secs: float) -> float:

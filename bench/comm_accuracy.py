@@ -2,7 +2,7 @@
 
 Each GPU is scored against its own rank's markers (a marker's facts name its GPU by uuid, else by
 local rank): `comm` one-vs-rest per bin (the waiting ranks' truth), and the straggler flag per bin
-and GPU (truth: that GPU's rank was the late one in that phase; flagged: memtop.straggler, run on
+and GPU (truth: that GPU's rank was the late one in that phase; flagged: memtop.analysis.straggler, run on
 the labels as they stood at that bin, as the live pipeline does). Guard bands at each phase edge
 as in bench/accuracy.py; F1 pooled over every GPU and bin of the set. Also the bandwidth sub-tag's
 share of comm bins in the comm_bandwidth phases, and the macro-F1 over all classes (bench/score.py).
@@ -20,10 +20,10 @@ from pathlib import Path
 
 from score import score, truth_of
 
-from memtop.model import Frame, Marker
-from memtop.phases import Classifier, Label
-from memtop.store import Recording
-from memtop.straggler import WINDOW_S, stragglers
+from memtop.analysis.phases import Classifier, Label
+from memtop.analysis.straggler import WINDOW_S, stragglers
+from memtop.core.model import Frame, Marker
+from memtop.storage.store import Recording
 
 
 def gpu_markers(rec: Recording) -> dict[int, list[Marker]]:

@@ -2,7 +2,7 @@
 
 Prints, per ground-truth label, the quantiles of the features the rule reads (graphics, SM, tensor,
 DRAM, NVLink and PCIe as fractions of peak and link), then comm and straggler F1 (0.5 s guard,
-pooled) over a grid of the thresholds in memtop/phases.py (COMM_*) and of straggler windows. Never
+pooled) over a grid of the thresholds in memtop/analysis/phases.py (COMM_*) and of straggler windows. Never
 run it on held-out recordings: they are scored once, after the rules are frozen, by comm_accuracy.py.
 usage: python bench/comm_calibrate.py train_ddp_*.memtop
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 from comm_accuracy import gpu_markers, pooled, replay, score_run
 from score import truth_of
 
-from memtop import phases
-from memtop.store import Recording
+from memtop.analysis import phases
+from memtop.storage.store import Recording
 
 GRID = {
     "COMM_GRAPHICS_MIN": (60.0, 70.0, 80.0),

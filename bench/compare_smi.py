@@ -12,7 +12,7 @@ import statistics
 import time
 from pathlib import Path
 
-from memtop.store import Recording
+from memtop.storage.store import Recording
 
 ROOT = Path(__file__).parent.parent
 PHASES = ("compute", "memory", "h2d_pinned", "d2h_pinned", "idle")

@@ -75,9 +75,9 @@ while time.time()<end:
     for k in 1 2 3; do for tree in old serial parallel; do
       dir=.; [ $tree = old ] && dir=.old  # run from the tree's own directory: sys.path[0] is the cwd
       (cd $dir && python3 -c "
-import time, os; from memtop.store import Recording; from memtop.report import build_report
+import time, os; from memtop.storage.store import Recording; from memtop.outputs.report import build_report
 if '$tree' == 'serial':
-    import memtop.scan; memtop.scan.CHUNK_MIN_S = 1e9
+    import memtop.analysis.scan; memtop.analysis.scan.CHUNK_MIN_S = 1e9
 import memtop; assert os.path.dirname(memtop.__file__).startswith(os.getcwd()), memtop.__file__
 r = Recording('/tmp/hour.memtop'); a = time.perf_counter(); build_report(r)
 print('{\"tree\": \"$tree\", \"report_s\": %.3f}' % (time.perf_counter() - a))") >> "$R/report_ab.jsonl" 2>>"$LOG"

@@ -25,8 +25,8 @@ def measure(path: str, gpus: int, seconds: float) -> dict:
     sys.path.insert(0, str(HERE.parent / "tests"))
     from multigpu import multi_gpu
 
-    from memtop.pipeline import Pipeline, Status
-    from memtop.store import Recording
+    from memtop.live.pipeline import Pipeline, Status
+    from memtop.storage.store import Recording
 
     rec = Recording(path)
     frames = multi_gpu(list(rec.frames()), gpus) if gpus > 1 else list(rec.frames())

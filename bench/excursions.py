@@ -17,9 +17,9 @@ from dataclasses import replace
 import accuracy
 from score import score
 
-from memtop.model import Frame
-from memtop.phases import classify
-from memtop.store import Recording
+from memtop.analysis.phases import classify
+from memtop.core.model import Frame
+from memtop.storage.store import Recording
 
 TUNING = ("first", "train", "heldout", "heldout2", "heldout3")
 

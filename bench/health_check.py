@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from memtop import energy
-from memtop.model import CLOCK_EVENT_NAMES
-from memtop.report import build_report
-from memtop.store import Recording
+from memtop.analysis import energy
+from memtop.core.model import CLOCK_EVENT_NAMES
+from memtop.outputs.report import build_report
+from memtop.storage.store import Recording
 
 
 def energy_figures(path: Path, reads: list[list[float]]) -> dict:
@@ -116,7 +116,7 @@ def _yes(v: str | None) -> int | None:
     return None if v in (None, "N/A") else int(v == "Yes")
 
 
-_REASONS = {  # nvidia-smi's names of the clock-event reasons, as memtop.model names the bits
+_REASONS = {  # nvidia-smi's names of the clock-event reasons, as memtop.core.model names the bits
     "Idle": "gpu idle",
     "Applications Clocks Setting": "app clocks",
     "SW Power Cap": "sw power cap",

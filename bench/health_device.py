@@ -6,7 +6,7 @@ STEP: cost, roofline, smi_before, energy, smi_after (default: all, in that order
 - cost: CPU cost of the new NVML calls (thread time, as bench/nvml_cost.py measures).
 - roofline: a bf16 GEMM of known FLOPs and a streaming copy of known bytes, each ~6 s, while a
   GpuReader samples GPM at 10 Hz through RecordingNvml; measured FLOP/s and GB/s against
-  memtop.roofline's estimate (mean over the steady part). The first seconds of that NVML log are the
+  memtop.analysis.roofline's estimate (mean over the steady part). The first seconds of that NVML log are the
   replay fixture (tests/data/nvml_health_h100.json).
 - smi_before / smi_after: every health counter memtop reads (RealNvml), then `nvidia-smi -q`, then the
   counters again; bench/health_check.py compares them.
@@ -30,7 +30,7 @@ import torch
 from memtop.collectors.nvml import NvmlCollector
 from memtop.collectors.nvml_calls import RealNvml, RecordingNvml
 
-from memtop.roofline import point
+from memtop.analysis.roofline import point
 
 
 def cost(out: dict, _outdir: Path) -> None:

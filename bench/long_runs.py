@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from memtop.timefmt import clock
+from memtop.core.timefmt import clock
 
 ROOT = Path(__file__).parent.parent
 SRC = ROOT / "tests/data/labelled_s2.memtop"
@@ -55,7 +55,7 @@ def rewrite(src: Path, out: Path, seconds: float | None = None) -> None:
     ``seconds``, repeated with shifted times until it covers them), as `memtop record` fills a file."""
     from store_bench import shifted
 
-    from memtop.store import Recording, Writer
+    from memtop.storage.store import Recording, Writer
 
     rec = Recording(src)
     frames = list(rec.frames())
@@ -124,8 +124,8 @@ def reblock(db: sqlite3.Connection) -> None:
     tile's blocks would overlap): every stream's rows in time order through its BlockWriter."""
     import heapq
 
-    from memtop.colblock import BlockWriter
-    from memtop.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES, host_figure_rows, named_stack_sql
+    from memtop.storage.colblock import BlockWriter
+    from memtop.storage.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES, host_figure_rows, named_stack_sql
 
     if not db.execute("SELECT count(*) FROM sqlite_master WHERE name='block'").fetchone()[0]:
         return  # (the previous version's files have none)
@@ -304,7 +304,7 @@ def measure_tiles(a: argparse.Namespace, d: Path, res: dict, src: Path) -> None:
     seek, export (whole, gzip, a range of one GPU), progress and replay navigation."""
     from long_ui import navigation, progress
 
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     stem = src.stem
     tile_path = d / f"tile_{stem}.memtop"
@@ -367,8 +367,8 @@ def measure_tiles(a: argparse.Namespace, d: Path, res: dict, src: Path) -> None:
             out.unlink()
         # equality with one serial pass, in this process: by columns (from blocks), and by Frames
         # from the rows (what replay reads)
-        from memtop import colscan
-        from memtop.report import build_report
+        from memtop.analysis import colscan
+        from memtop.outputs.report import build_report
 
         rec = Recording(path)
         par = build_report(rec)

@@ -81,10 +81,10 @@ def progress(path: Path) -> dict:
 async def _navigate(path: Path) -> dict:
     from memtop.tui.app import MemtopApp
 
-    from memtop.colscan import phase_runs
-    from memtop.pipeline import Pipeline, ReplaySource, Status
-    from memtop.store import Recording
-    from memtop.timefmt import clock
+    from memtop.analysis.colscan import phase_runs
+    from memtop.core.timefmt import clock
+    from memtop.live.pipeline import Pipeline, ReplaySource, Status
+    from memtop.storage.store import Recording
 
     rec = Recording(path)
     pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)

@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from multigpu import multi_gpu  # noqa: E402
 
-from memtop.store import Recording, Writer  # noqa: E402
+from memtop.storage.store import Recording, Writer  # noqa: E402
 
 if __name__ == "__main__":
     out, n = Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 8

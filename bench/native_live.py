@@ -20,7 +20,7 @@ from memtop.tui.app import MemtopApp
 
 from memtop.cli import build_parser
 from memtop.commands.local import LiveController
-from memtop.pipeline import Pipeline, Status
+from memtop.live.pipeline import Pipeline, Status
 
 
 def alone(pid: int) -> None:

@@ -12,7 +12,7 @@ import time
 
 from memtop.collectors.nvml_calls import RealNvml
 
-from memtop.metrics import GPM_METRICS
+from memtop.core.metrics import GPM_METRICS
 
 
 def cpu_us(fn, n: int) -> float:

@@ -15,7 +15,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from memtop.store import Recording
+from memtop.storage.store import Recording
 
 
 def pmon_rows(path: str) -> list[tuple[str, int, int, float]]:

@@ -1,4 +1,4 @@
-"""The column scan's readers and aggregates (memtop/colscan.py), each timed on its own: what the report
+"""The column scan's readers and aggregates (memtop/analysis/colscan.py), each timed on its own: what the report
 spends besides the bin loop. CPU seconds of this process, best of N, one serial pass over the whole
 recording (as ``scan_part(rec, None, t0, t1, None)`` reads it). Another tree's readers:
 PYTHONPATH=<its checkout> (the one of the memtop imported is printed).
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from memtop import colscan
-from memtop.colscan import _aggregate, _gpus, _Hosts, _Stacks, no_gc
-from memtop.phases import Classifier
-from memtop.store import _SANE_T, Recording
+from memtop.analysis import colscan
+from memtop.analysis.colscan import _aggregate, _gpus, _Hosts, _Stacks, no_gc
+from memtop.analysis.phases import Classifier
+from memtop.storage.store import _SANE_T, Recording
 
 
 def parts(path: Path) -> dict[str, float]:
@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("paths", nargs="+", type=Path)
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
-    print(f"memtop.colscan from {colscan.__file__}")
+    print(f"memtop.analysis.colscan from {colscan.__file__}")
     for p in a.paths:
         runs = [parts(p) for _ in range(a.runs)]
         best = {k: min(r[k] for r in runs) for k in runs[0]}

@@ -55,7 +55,7 @@ def main() -> None:
     import memtop.tui.app  # noqa: F401
 
     import memtop.commands.local  # noqa: F401
-    import memtop.sampler  # noqa: F401
+    import memtop.live.sampler  # noqa: F401
 
     out["memtop_modules"] = rss_mib()
     parts(out, "memtop_modules")

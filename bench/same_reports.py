@@ -17,9 +17,9 @@ from trees import prelude
 ROOT = Path(__file__).parent.parent
 EACH = """
 import hashlib, json
-from memtop.report import build_report, render
-from memtop.store import Recording
-from memtop.errors import UserError
+from memtop.outputs.report import build_report, render
+from memtop.storage.store import Recording
+from memtop.core.errors import UserError
 out = {}
 for p in json.loads(sys.argv[1]):
     try:

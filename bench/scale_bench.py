@@ -15,7 +15,7 @@ from pathlib import Path
 
 from memtop.collectors.nvml_calls import ReplayNvml
 
-from memtop.sampler import Sampler, SamplerConfig
+from memtop.live.sampler import Sampler, SamplerConfig
 
 FIXTURE = Path(__file__).parent.parent / "tests/data/nvml_h100.json"
 

@@ -12,8 +12,8 @@ import math
 import statistics
 from collections import Counter
 
-from memtop.model import Marker
-from memtop.phases import Label
+from memtop.analysis.phases import Label
+from memtop.core.model import Marker
 
 
 def truth_of(markers: list[Marker], t: float, width: float, guard: float) -> Marker | None:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from multigpu import multi_gpu  # noqa: E402
 
-from memtop.store import Recording, Writer  # noqa: E402
+from memtop.storage.store import Recording, Writer  # noqa: E402
 
 REC = ROOT / "tests" / "data" / "labelled_s0.memtop"
 OUT = ROOT / "screenshots"

@@ -1,7 +1,7 @@
 """Each job's own label on a shared GPU (issue #37), scored against the job's own markers.
 
 Recordings of bench/workloads/shared_jobs.sh: two jobs on GPU 0, each marker naming its job and the
-job's pid (facts). memtop.jobshare labels each job; bench/score.py scores each job's labels against
+job's pid (facts). memtop.analysis.jobshare labels each job; bench/score.py scores each job's labels against
 that job's markers (per 0.5 s bin, outside a guard band at each of its own phase edges).
 usage: python bench/shared_accuracy.py [--guard 0.5] [--confusion] RUN.memtop ...
 
@@ -19,8 +19,8 @@ from collections import Counter
 
 from score import score
 
-from memtop.jobshare import JobLabeller
-from memtop.store import Recording
+from memtop.analysis.jobshare import JobLabeller
+from memtop.storage.store import Recording
 
 HELDOUT = (
     "heldout_shared_s301:301:compute+loader+pool+python",

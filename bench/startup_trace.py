@@ -81,7 +81,7 @@ def _wrap(owner: type, name: str, event: str) -> None:
 
 def _hook_pipeline() -> None:
     """Marks the first GPU frame; before the sampler takes the bound method (at start or attach)."""
-    pipeline = sys.modules.get("memtop.pipeline")
+    pipeline = sys.modules.get("memtop.live.pipeline")
     if pipeline is None or "hooked" in seen:
         return
     seen.add("hooked")

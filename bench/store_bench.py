@@ -17,8 +17,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from memtop.report import build_report
-from memtop.store import Recording, Writer
+from memtop.outputs.report import build_report
+from memtop.storage.store import Recording, Writer
 
 ROOT = Path(__file__).parent.parent
 SRC = ROOT / "tests/data/labelled_s0.memtop"

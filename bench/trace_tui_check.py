@@ -95,7 +95,7 @@ def main() -> None:
     d = Path(sys.argv[1])
     traces = [check_trace(p) for p in sorted(d.glob("memtop-trace-*.json.gz"))]
     meta = json.loads((d / "report.json").read_text())
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     captures = Recording(d / "run.memtop").meta.get("captures") or []
     res = {

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from memtop.tui.app import MemtopApp
 
-from memtop.pipeline import Pipeline, Status
-from memtop.store import Recording
+from memtop.live.pipeline import Pipeline, Status
+from memtop.storage.store import Recording
 
 HERE = Path(__file__).resolve().parent
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).parent.parent
 CHILD = """
 import os, sys, time
 from dataclasses import replace
-from memtop.store import Recording, Writer
+from memtop.storage.store import Recording, Writer
 rec = Recording(sys.argv[1])
 frames = list(rec.frames())
 span = rec.t1 - rec.t0 + 0.1

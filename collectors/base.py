@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from memtop.model import Capability
+from memtop.core.model import Capability
 
 
 class Collector(Protocol):

@@ -8,13 +8,13 @@ import os
 import time
 from pathlib import Path
 
-from memtop.model import Capability, CapState, HostSample, ProcJob, ProcSample
-from memtop.sanitize import clean
+from memtop.core.model import Capability, CapState, HostSample, ProcJob, ProcSample
+from memtop.core.sanitize import clean
 
 from . import jobid, numa, procfs
 from .pidns import PidMap
 
-WORKER_NAMES = ("pt_data_worker",)  # memtop.phases.DATA_WORKER_NAMES says the same
+WORKER_NAMES = ("pt_data_worker",)  # memtop.analysis.phases.DATA_WORKER_NAMES says the same
 # NUMA counters, process placement, swap, children of non-main threads: slow-moving, and costly
 NUMA_EVERY_S = 3.0
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memtop.model import JOB_KEYS
-from memtop.sanitize import clean
+from memtop.core.model import JOB_KEYS
+from memtop.core.sanitize import clean
 
 _DIGITS = re.compile(r"[0-9]{1,10}")
 # variable -> (key in snapshots and labels, accepted shape)

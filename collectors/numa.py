@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memtop.model import NumaNode
+from memtop.core.model import NumaNode
 
 from .procfs import read, tasks
 

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from memtop.metrics import GPM_METRICS, MIB
-from memtop.model import (
+from memtop.core.metrics import GPM_METRICS, MIB
+from memtop.core.model import (
     Capability,
     CapState,
     GpuHealth,
@@ -182,7 +182,9 @@ class GpuReader:
         self._drains = [SampleDrain("util"), SampleDrain("mem_util"), SampleDrain("power_w", 1e-3)]
         self._health: GpuHealth | None = None
         self._mig: tuple[MigInstance, ...] = ()
-        self._energy: float | None = None  # J, as last read (memtop.energy shares each rise by power)
+        self._energy: float | None = (
+            None  # J, as last read (memtop.analysis.energy shares each rise by power)
+        )
         self._health_t = -1e9
         self.unsupported: dict[str, str] = {}  # optional readings this GPU or driver refused, not asked again
         self._putil = ProcUtilDrain()

@@ -17,7 +17,7 @@ import platform
 import struct
 from pathlib import Path
 
-from memtop.model import Capability, CapState, PerfSample
+from memtop.core.model import Capability, CapState, PerfSample
 
 from .procfs import read, tasks
 

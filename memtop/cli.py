@@ -10,8 +10,8 @@ import sys
 from typing import NoReturn
 
 from memtop import __version__
-from memtop.errors import UserError
-from memtop.sanitize import clean
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,7 +66,7 @@ DURATION = _ranged(0.1, 366 * 86400, " s")
 
 def _offset(text: str) -> float:
     """A position in a recording as replay's go-to key takes it: 1:02:03, 62m, 90s, 3723 (or 3.7e3)."""
-    from memtop.timefmt import parse_clock
+    from memtop.core.timefmt import parse_clock
 
     try:
         v = float(text)
@@ -138,7 +138,7 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
 
 def _labels(text: str) -> frozenset[str]:
     """--trace-on's LABEL[,LABEL...]: the verdict's phase labels, and straggler."""
-    from memtop.phases import LABELS
+    from memtop.analysis.phases import LABELS
 
     known = (*LABELS, "straggler")
     got = frozenset(x.strip() for x in text.split(",") if x.strip())

@@ -61,7 +61,7 @@ def _read() -> dict:
 
 
 def _ignore(e: Exception) -> dict:
-    from memtop.sanitize import clean
+    from memtop.core.sanitize import clean
 
     print(f"memtop: ignoring {path()}: {clean(e, 200)}", file=sys.stderr)
     return {}
@@ -98,7 +98,7 @@ def load() -> Config:
     known = [f.name for f in fields(Config)]
     unknown = [k for k in raw if k not in known]
     if unknown:  # a misspelt key did nothing, silently ("paint-rate", "theme " in a table)
-        from memtop.sanitize import clean
+        from memtop.core.sanitize import clean
 
         print(
             f"memtop: ignoring unknown key(s) in {path()}: {clean(', '.join(unknown), 200)} "

@@ -45,7 +45,7 @@ def write_log(exc: BaseException) -> Path | None:
 
 def report_crash(exc: BaseException) -> int:
     """Log `exc`, print one line on stderr, return the exit code."""
-    from memtop.sanitize import clean
+    from memtop.core.sanitize import clean
 
     path = write_log(exc)
     where = f"; details in {path}" if path else ""

@@ -31,7 +31,7 @@ HAS_GPU = _has_gpu()
 def write_again(src: Path, dst: Path) -> Path:
     """The real recording ``src`` read as Frames and written by this version's Writer, as
     `memtop record` writes one (this schema), into ``dst``."""
-    from memtop.store import Recording, Writer
+    from memtop.storage.store import Recording, Writer
 
     rec = Recording(src)
     w = Writer(dst, rec.meta, force=True)
@@ -240,6 +240,6 @@ REC_NOGPM = DATA / "labelled_s2_nogpm.memtop"
 
 @pytest.fixture(scope="session")
 def frames_s0():
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     return list(Recording(REC[0]).frames())

@@ -376,7 +376,7 @@ def run_case(path: Path, command: str, out_dir: Path, hang_s: int = HANG_S) -> O
     """One command on one file, in-process; the crash handler and the alarm are watched."""
     import memtop.crash
     from memtop.cli import main
-    from memtop.sanitize import is_clean
+    from memtop.core.sanitize import is_clean
 
     crashed: list[BaseException] = []
     real = memtop.crash.report_crash
@@ -437,9 +437,9 @@ def run_tui(path: Path, seconds: float = 3.0, hang_s: int = HANG_S) -> Outcome:
 
     from memtop.tui.app import MemtopApp
 
-    from memtop.errors import UserError
-    from memtop.pipeline import Pipeline, ReplaySource, Status
-    from memtop.store import Recording
+    from memtop.core.errors import UserError
+    from memtop.live.pipeline import Pipeline, ReplaySource, Status
+    from memtop.storage.store import Recording
 
     try:
         rec = Recording(path)

@@ -40,7 +40,7 @@ def hostile_recording(src, dst, s: str):
     import zlib
     from pathlib import Path
 
-    from memtop.store import Recording, _inflate_host
+    from memtop.storage.store import Recording, _inflate_host
 
     dst = Path(dst)
     shutil.copyfile(src, dst)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from memtop.model import Frame
+from memtop.core.model import Frame
 
 
 def multi_gpu(frames: list[Frame], n: int, shift_s: float = 11.0) -> list[Frame]:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from score import GUARD_S, score
 
-from memtop import stackclass
-from memtop.model import Marker
-from memtop.phases import Label
+from memtop.core import stackclass
+from memtop.analysis.phases import Label
+from memtop.core.model import Marker
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 import accuracy  # noqa: E402
@@ -303,7 +303,7 @@ def test_false_sync_stall_on_negative_controls_with_stacks():
 def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
     """The verdict's "missing ..." line states held-out macro-F1 per evidence mode: heldout8's (recorded
     with the defaults after the b1493d5 freeze) as scored then, to the third decimal."""
-    from memtop.verdict import FULL_F1, MISSING_COST
+    from memtop.analysis.verdict import FULL_F1, MISSING_COST
 
     modes = {
         "GPM, no stacks": "GPM, no stacks (stacks dropped on read)",
@@ -319,7 +319,7 @@ def test_the_cost_of_missing_evidence_on_screen_is_what_was_measured():
 def test_the_declared_soundness_check_finds_the_phases_judged_unsound_by_hand():
     """The check declared for heldout2 before recording it (the driver's NVML util, the workload's own
     wait fraction) agrees with the judgments made by hand on the first held-out runs."""
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     found = set()
     for p in accuracy.SETS["heldout"]:

@@ -28,7 +28,7 @@ from memtop.agent import capture, injob
 from memtop.agent.capture import _Asking
 from memtop.agent.client import AgentRef, ask, hello
 from memtop.agent.merge import Capture, Encoded, align
-from memtop.errors import UserError
+from memtop.core.errors import UserError
 
 try:
     import torch  # noqa: F401

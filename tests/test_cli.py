@@ -288,7 +288,7 @@ def test_q_and_ctrl_c_quit_with_0(key):
 CRASHES = {
     "app": ("import memtop.tui.app as a\na.MemtopApp.action_zoom = lambda self, f: 1 / 0\n", b"z"),
     "thread": (
-        "import memtop.pipeline as p\ndef boom(self, start):\n    1 / 0\np.ReplaySource._prefill = boom\n",
+        "import memtop.live.pipeline as p\ndef boom(self, start):\n    1 / 0\np.ReplaySource._prefill = boom\n",
         b"\x1b[6~",  # PgDn: a seek, which prefills
     ),
 }
@@ -314,7 +314,7 @@ def test_damage_found_mid_replay_is_the_clean_error_and_exit_2(tmp_path):
     """The store raises its clean error for damage it meets only while replaying (a page SQLite reads
     late): the TUI stops with that one line and exit 2, as the CLI does for a damaged file."""
     patch = (
-        "import memtop.pipeline as p\nfrom memtop.errors import UserError\n"
+        "import memtop.live.pipeline as p\nfrom memtop.core.errors import UserError\n"
         "def damaged(self, start):\n    raise UserError('x.memtop is damaged or truncated')\n"
         "p.ReplaySource._prefill = damaged\n"
     )

@@ -19,9 +19,9 @@ import pytest
 from netutil import free_ports, memtop, stop, wait_ready
 
 from memtop.cli import main
+from memtop.core.sanitize import is_clean
 from memtop.fleet.sources import read_hosts
 from memtop.fleet.view import NodeState, print_text, recent_phase, rows
-from memtop.sanitize import is_clean
 
 ROOT = Path(__file__).parent.parent
 SCHEMA = json.loads((ROOT / "docs" / "snapshot.schema.json").read_text())

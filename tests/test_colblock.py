@@ -1,5 +1,5 @@
-"""Column blocks (memtop.colblock) hold the rows they copy, decode hostile blobs as None, and the
-report read from them (memtop.colscan) is the report read from the rows alone (the block table
+"""Column blocks (memtop.storage.colblock) hold the rows they copy, decode hostile blobs as None, and the
+report read from them (memtop.analysis.colscan) is the report read from the rows alone (the block table
 dropped), byte for byte; damaged or inconsistent blocks send the report back to the rows. Recordings: real ones re-written through this Writer with
 10-second blocks, so each holds a dozen blocks per stream."""
 
@@ -24,11 +24,12 @@ import numpy as np
 import pytest
 from conftest import DATA, REC
 
-from memtop import colblock, colscan
-from memtop.colblock import NULL, Blocks, Broken, decode, encode
-from memtop.errors import UserError
-from memtop.report import build_report, render
-from memtop.store import (
+from memtop.analysis import colscan
+from memtop.core.errors import UserError
+from memtop.outputs.report import build_report, render
+from memtop.storage import colblock
+from memtop.storage.colblock import NULL, Blocks, Broken, decode, encode
+from memtop.storage.store import (
     BLOCK_STREAMS,
     GPU_COLS,
     GPU_MODES,
@@ -486,7 +487,7 @@ def _strict(mp) -> None:
             return colscan.scan_columns(rec, lo if fresh_at_lo else None, lo, hi)
         return colscan.scan(rec, lo, hi, fresh_at_lo, progress=progress)
 
-    mp.setattr("memtop.report.report_scan", no_fallback)
+    mp.setattr("memtop.outputs.report.report_scan", no_fallback)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The report's scan by columns (memtop.colscan): its readers of each storage (rows, JSON, the host
+"""The report's scan by columns (memtop.analysis.colscan): its readers of each storage (rows, JSON, the host
 figures' tables), its fallback to Frames where a part is damaged, its chunks joined as one pass, and a
 replay's phase runs. What it answers is tested as behaviour (tests/test_engine.py, the golden reports
 of tests/test_report_export.py), not against the Frame path's bytes."""
@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import DATA, REC
 
-from memtop import colblock, colscan
-from memtop.errors import UserError
-from memtop.report import build_report, render
-from memtop.store import Recording, Writer
+from memtop.analysis import colscan
+from memtop.core.errors import UserError
+from memtop.outputs.report import build_report, render
+from memtop.storage import colblock
+from memtop.storage.store import Recording, Writer
 
 ROOT = Path(__file__).parent.parent
 RECORDINGS = sorted(DATA.glob("*.memtop")) + [ROOT / "memtop/data/demo.memtop"]
@@ -50,7 +51,7 @@ def strict(monkeypatch):
             return colscan.scan_columns(rec, lo if fresh_at_lo else None, lo, hi)
         return colscan.scan(rec, lo, hi, fresh_at_lo, progress=progress)
 
-    monkeypatch.setattr("memtop.report.report_scan", no_fallback)
+    monkeypatch.setattr("memtop.outputs.report.report_scan", no_fallback)
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +223,7 @@ def test_the_writer_stores_no_host_figure_rows(rewritten):
 
 
 def _without_blocks(src: Path, path: Path) -> None:
-    """A copy of ``src`` as a recording from before the column blocks (memtop.colblock)."""
+    """A copy of ``src`` as a recording from before the column blocks (memtop.storage.colblock)."""
     shutil.copyfile(src, path)
     db = sqlite3.connect(path)
     db.execute("DROP TABLE block")
@@ -266,8 +267,8 @@ def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path, monk
     and the report reads its JSON; the result is the same."""
     from dataclasses import replace
 
-    from memtop.colblock import Blocks
-    from memtop.store import BLOCK_STREAMS
+    from memtop.storage.colblock import Blocks
+    from memtop.storage.store import BLOCK_STREAMS
 
     monkeypatch.setattr(colblock, "BLOCK_S", 10.0)  # (blocks for a 142 s run)
     monkeypatch.setattr(colblock, "GRACE_S", 2.0)
@@ -292,7 +293,7 @@ def test_gpu_columns_decode_as_sql_does():
     Frame path reads them with, on the edges of each column's range and on values of other types."""
     import numpy as np
 
-    from memtop.store import BY_NAME, _decode_sql
+    from memtop.storage.store import BY_NAME, _decode_sql
 
     db = sqlite3.connect(":memory:")
     for c in colscan._COLS:
@@ -355,7 +356,7 @@ def test_unusual_gpu_values_are_read_row_by_row(sql, tmp_path):
 
 # -- a replay's phase runs (the overview strip, n / N) ---------------------------------------------
 def _runs_by_frames(path: Path) -> dict:
-    from memtop.pipeline import Pipeline, ReplaySource, Status
+    from memtop.live.pipeline import Pipeline, ReplaySource, Status
 
     rec = Recording(path)
     src = ReplaySource(rec, Pipeline(Status("replay"), rec.meta))
@@ -364,7 +365,7 @@ def _runs_by_frames(path: Path) -> dict:
 
 
 def test_a_replay_of_a_damaged_recording_finds_its_runs_by_frames(tmp_path):
-    from memtop.pipeline import Pipeline, ReplaySource, Status
+    from memtop.live.pipeline import Pipeline, ReplaySource, Status
 
     path = _damage(tmp_path, "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)")
     assert colscan.phase_runs(Recording(path)) is None

@@ -16,8 +16,12 @@ import pytest
 from memtop.tui import format as fmt
 from multigpu import multi_gpu
 
-from memtop.jobs import job_groups
-from memtop.model import (
+from memtop.analysis.jobs import job_groups
+from memtop.analysis.phases import Classifier, classify, nvlink_peak
+from memtop.core.stackclass import classify as stack_class
+from memtop.analysis.straggler import stragglers
+from memtop.analysis.verdict import straggler_verdict, verdict
+from memtop.core.model import (
     Frame,
     GpuProcess,
     GpuSample,
@@ -28,12 +32,8 @@ from memtop.model import (
     StackSample,
     ThreadStack,
 )
-from memtop.phases import Classifier, classify, nvlink_peak
-from memtop.pipeline import Pipeline, Status
-from memtop.stackclass import classify as stack_class
-from memtop.store import Recording
-from memtop.straggler import stragglers
-from memtop.verdict import straggler_verdict, verdict
+from memtop.live.pipeline import Pipeline, Status
+from memtop.storage.store import Recording
 
 H100 = "NVIDIA H100 80GB HBM3"
 TORCH = "/usr/lib/python3/dist-packages/torch"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from memtop.store import Recording
-from memtop.straggler import WINDOW_S
+from memtop.analysis.straggler import WINDOW_S
+from memtop.storage.store import Recording
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 from comm_accuracy import gpu_markers, pooled, replay, score_run  # noqa: E402
@@ -94,7 +94,7 @@ def test_the_report_names_each_straggler_episode_of_a_real_run():
     on the late rank's GPU in its own phase, and the schema validates."""
     import jsonschema
 
-    from memtop.report import build_report, render
+    from memtop.outputs.report import build_report, render
 
     path = _runs("heldout_ddp")[0]
     rec = Recording(path)
@@ -116,7 +116,7 @@ def test_the_report_names_each_straggler_episode_of_a_real_run():
 def test_the_live_straggler_verdict_quotes_what_the_late_gpu_does_now():
     """Through the live pipeline on a real run: in the late rank's compute phase its verdict is the
     straggler's, with the numbers of its newest label (SM high), not the 60 s window's."""
-    from memtop.pipeline import Pipeline, Status
+    from memtop.live.pipeline import Pipeline, Status
 
     path = _runs("heldout_ddp")[2]
     rec = Recording(path)

@@ -19,8 +19,8 @@ from memtop.tui.timeline import Timeline
 from memtop import config
 from memtop.cli import build_parser
 from memtop.commands.local import display_options
-from memtop.pipeline import Pipeline, Status
-from memtop.store import Recording
+from memtop.live.pipeline import Pipeline, Status
+from memtop.storage.store import Recording
 
 
 def _live() -> Pipeline:

@@ -103,7 +103,7 @@ def test_a_report_on_a_damaged_recording_says_what_it_skipped(capsys, damaged, n
 
 
 def test_damage_is_a_note_in_every_frame_and_the_rest_plays(damaged):
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     rec = Recording(damaged["bad zlib host"])
     frames = list(rec.frames())
@@ -178,7 +178,7 @@ def test_a_costly_part_is_read_at_a_bounded_cost_or_refused(capsys, costly, tmp_
 
 
 def test_what_a_costly_part_cost_is_noted(capsys, costly):
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     rec = Recording(costly["meta object bomb"])
     assert rec.meta["cadence"] is None and any("cadence" in n for n in rec.damage)

@@ -89,7 +89,7 @@ def test_a_textual_without_the_private_parser_names_gets_its_own_driver(monkeypa
 
     from memtop.tui.app import MemtopApp
 
-    from memtop.pipeline import Pipeline, Status
+    from memtop.live.pipeline import Pipeline, Status
 
     assert MemtopApp(Pipeline(Status("live")), hangup_guard=False).driver_class is QuietLinuxDriver
     monkeypatch.setitem(sys.modules, "memtop.tui.driver", None)  # importing it now raises ImportError

@@ -16,9 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from score import GUARD_S, score
 
-from memtop import colscan
-from memtop.model import StackFrame, StackSample, ThreadStack
-from memtop.phases import (
+from memtop.analysis import colscan
+from memtop.analysis.phases import (
     BIN_MEANS,
     GAP_BUSY,
     RECENT_S,
@@ -29,9 +28,10 @@ from memtop.phases import (
     proc_figures,
     stack_info,
 )
-from memtop.ruleview import Cols, One
-from memtop.stackwin import Entries, stack_columns
-from memtop.store import Recording
+from memtop.analysis.ruleview import Cols, One
+from memtop.analysis.stackwin import Entries, stack_columns
+from memtop.core.model import StackFrame, StackSample, ThreadStack
+from memtop.storage.store import Recording
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 import accuracy  # noqa: E402
@@ -233,7 +233,7 @@ def throttled(tmp_path_factory):
 
     from conftest import REC, cut
 
-    from memtop.store import Writer
+    from memtop.storage.store import Writer
 
     d = tmp_path_factory.mktemp("throttled")
     rec = Recording(cut(REC[2], d / "cut.memtop", 20.0))
@@ -253,7 +253,7 @@ def throttled(tmp_path_factory):
 
 @pytest.mark.parametrize("columns", [True, False], ids=["columns", "frames"])
 def test_throttled_samples_join_into_spans_of_one_reason_and_no_gap_over_half_a_second(throttled, columns):
-    from memtop.report import build_report
+    from memtop.outputs.report import build_report
 
     (gpu,) = build_report(Recording(throttled), columns=columns)["gpus"]
     # a hole of 0.3 s joins, one of 0.8 s splits, and so does another reason

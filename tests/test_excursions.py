@@ -1,4 +1,4 @@
-"""One-bin excursions (memtop.phases.confirm_bins) on a real H100 run, train_torch_s50.
+"""One-bin excursions (memtop.analysis.phases.confirm_bins) on a real H100 run, train_torch_s50.
 
 A bin holds about one host sample, so the process's CPU is one psutil reading over 0.5 s:
 heldout5_torch_s64 showed an .item() loop reading 32-48 % (no rule matched) and a tiny Trainer
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from onebin import evaluate
 
-from memtop.phases import (
+from memtop.analysis.phases import (
     IDLE_CONFIRM,
     MIX_CONFIRM,
     OTHER_HOLD_S,
@@ -25,7 +25,7 @@ from memtop.phases import (
     confirm_bins,
     quiet,
 )
-from memtop.store import Recording
+from memtop.storage.store import Recording
 
 RUN = Path(__file__).parent / "data" / "train_torch_s50.memtop"
 # a resnet50 negative control (compute) whose GPU ramped 8 -> 79 -> 56 -> 100 % in its first second,

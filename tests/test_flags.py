@@ -79,12 +79,12 @@ def test_a_flag_value_with_escapes_is_echoed_inert(capsys):
 
 def test_an_unexpected_exception_is_a_crash_log_and_exit_70(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    import memtop.report
+    import memtop.outputs.report
 
     def boom(*a, **k):
         raise RuntimeError("bug \x1b]0;T\x07")
 
-    monkeypatch.setattr(memtop.report, "build_report", boom)
+    monkeypatch.setattr(memtop.outputs.report, "build_report", boom)
     rc, err = _run(capsys, ["report", str(REC[0])])
     assert rc == 70
     assert err.count("\n") == 1 and "\x1b" not in err

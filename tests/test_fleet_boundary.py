@@ -29,11 +29,11 @@ from hostile_net import (
     trickle,
 )
 
+from memtop.analysis.phases import CHARS
+from memtop.core.sanitize import is_clean
 from memtop.fleet import wire
 from memtop.fleet.sources import HttpPoller, PromSource
 from memtop.fleet.view import NodeState, merged, print_text, rows
-from memtop.phases import CHARS
-from memtop.sanitize import is_clean
 
 CONTROL = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))] + ["\u202e", "\u2066"]
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from memtop.collectors.nvml import NvmlCollector
 
-from memtop.model import GpuSample
+from memtop.core.model import GpuSample
 
 pytestmark = pytest.mark.gpu
 

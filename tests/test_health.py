@@ -20,13 +20,13 @@ from conftest import DATA
 from memtop.collectors.nvml import HEALTH_EVERY_S, NvmlCollector
 from memtop.collectors.nvml_calls import ReplayNvml
 
-from memtop import energy, health
-from memtop.model import Frame, GpuSample, PcieLink
-from memtop.phases import LABELS
-from memtop.pipeline import Pipeline, Status
-from memtop.report import build_report, render
-from memtop.store import Recording, Writer
-from memtop.verdict import Verdict
+from memtop.analysis import energy, health
+from memtop.analysis.phases import LABELS
+from memtop.analysis.verdict import Verdict
+from memtop.core.model import Frame, GpuSample, PcieLink
+from memtop.live.pipeline import Pipeline, Status
+from memtop.outputs.report import build_report, render
+from memtop.storage.store import Recording, Writer
 
 FIXTURE = DATA / "nvml_health_h100.json"
 LABELS_ALL = (*LABELS, "warmup", energy.UNLABELLED)
@@ -296,7 +296,7 @@ def test_serve_and_snapshot_export_health_and_energy_by_phase(tmp_path):
 
 
 def test_roofline_point_is_pipe_activity_times_the_datasheet_peak_at_the_clock_run():
-    from memtop.roofline import PEAKS, point
+    from memtop.analysis.roofline import PEAKS, point
 
     name = "NVIDIA H100 80GB HBM3"
     peak = PEAKS[name]
@@ -313,7 +313,7 @@ def test_roofline_point_is_pipe_activity_times_the_datasheet_peak_at_the_clock_r
 
 
 def test_report_places_a_known_gpu_on_the_roofline_and_says_so_for_an_unknown_one():
-    from memtop.roofline import report_section
+    from memtop.analysis.roofline import report_section
 
     rec = Recording(DATA / "labelled_s2.memtop")
     rf = build_report(rec)["gpus"][0]["roofline"]
@@ -369,7 +369,7 @@ def test_the_detail_screen_says_a_recording_has_no_health_counters_and_live_has_
 def test_the_roofline_has_units_and_an_idle_gpu_is_drawn_on_its_floor():
     from memtop.tui.hardware import CHART_H, chart
 
-    from memtop.roofline import Point
+    from memtop.analysis.roofline import Point
 
     name = "NVIDIA H100 80GB HBM3"
     busy = chart(Point(600e12, 800e9, 0.6, 0.24, "tensor"), name, ascii_only=True).plain.splitlines()
@@ -389,7 +389,7 @@ def test_the_energy_line_of_the_detail_screen_is_for_people():
     from memtop.tui.app import detail_text
     from memtop.tui.palette import look
 
-    from memtop.metrics import BY_NAME
+    from memtop.core.metrics import BY_NAME
 
     gs = _run(_recorded(), 1.0)
     p = Pipeline(Status("live"))
@@ -548,7 +548,7 @@ def test_energy_per_job_on_a_shared_gpu_goes_by_each_jobs_part_of_the_sm_time(tm
     (g,) = rep["gpus"]
     jobs = {tuple(j["pids"]): j for j in rep["energy_jobs"]}
     assert set(jobs) == {(467,), (468,)} and "energy_not_per_job" not in rep
-    share = {p["pid"]: p["sm_share"] for p in g["processes"]}  # memtop.procshare's figures
+    share = {p["pid"]: p["sm_share"] for p in g["processes"]}  # memtop.analysis.procshare's figures
     for (pid,), j in jobs.items():
         assert j["gpus"] == [0] and j["gpu_share"]["0"] == pytest.approx(share[pid], abs=0.001)
         assert j["joules"] == pytest.approx(g["energy"]["joules"] * share[pid], rel=0.01)
@@ -576,7 +576,7 @@ def test_a_shared_gpus_energy_without_per_process_figures_is_not_given_to_any_jo
 def test_the_roofline_trail_is_the_per_bin_estimate_of_the_recorded_samples():
     """The recorded two-job H100 run (GPM) replayed through the pipeline: each trail point is the
     estimate of its 0.5 s bin's mean GPM reads, the last TRAIL_BINS bins, oldest first."""
-    from memtop import roofline
+    from memtop.analysis import roofline
 
     rec = Recording(DATA / "procs" / "procs_h100.memtop")
     p = Pipeline(Status("replay"), rec.meta)
@@ -602,7 +602,7 @@ def test_the_roofline_draws_its_trail_fainter_the_older_and_the_point_over_it():
     from memtop.tui.hardware import TRAIL_STYLES, chart
     from rich.console import Console
 
-    from memtop.roofline import Point
+    from memtop.analysis.roofline import Point
 
     name = "NVIDIA H100 80GB HBM3"
     now = Point(600e12, 800e9, 0.6, 0.24, "tensor")

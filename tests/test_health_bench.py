@@ -15,8 +15,8 @@ from conftest import DATA
 from health_check import compare, energy_figures, table
 from memtop.collectors.nvml import HEALTH_EVERY_S
 
-from memtop.model import Frame, GpuSample
-from memtop.store import Writer
+from memtop.core.model import Frame, GpuSample
+from memtop.storage.store import Writer
 
 T0 = 42.5  # the recording's clock: monotonic seconds (since boot)
 WALL = 1.79e9  # its meta's wall_offset: wall = t + WALL

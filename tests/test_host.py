@@ -10,7 +10,7 @@ import time
 import psutil
 from memtop.collectors.host import HostCollector
 
-from memtop.model import HostSample
+from memtop.core.model import HostSample
 
 # children end by themselves after 20 s even if the test dies before it kills them
 PARENT = (

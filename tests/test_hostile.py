@@ -20,8 +20,8 @@ from conftest import REC, cut, write_again
 from hostile import HOSTILE, hostile_recording
 
 from memtop.cli import main
-from memtop.sanitize import is_clean
-from memtop.store import Recording
+from memtop.core.sanitize import is_clean
+from memtop.storage.store import Recording
 
 RAW = ("\x1b", "\x9b", "\x9d", "\x07", "\x00", "\u202e", "\x7f")
 
@@ -126,8 +126,8 @@ def test_unreadable_is_permission_denied_not_damaged(capsys, tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 def test_unreadable_is_permission_denied_not_damaged_as_nobody(tmp_path):
     import memtop.commands.local
-    import memtop.report
-    import memtop.store  # noqa: F401 (imported before the child gives up root's files)
+    import memtop.outputs.report
+    import memtop.storage.store  # noqa: F401 (imported before the child gives up root's files)
 
     d = Path(tempfile.mkdtemp(prefix="memtop-perm-"))
     try:
@@ -154,8 +154,8 @@ def test_unreadable_is_permission_denied_not_damaged_as_nobody(tmp_path):
 
 # -- suggested commands ------------------------------------------------------------------
 def _suggested(argv: tuple[str, ...], cmdline: str | None = None) -> str:
-    from memtop.model import Frame, HostSample, ProcSample
-    from memtop.verdict import _command
+    from memtop.analysis.verdict import _command
+    from memtop.core.model import Frame, HostSample, ProcSample
 
     p = ProcSample(1, 0, "python", cmdline or " ".join(argv), "u", 0.0, 1, "S", "", "", (), (0,), argv=argv)
     host = HostSample(0.0, (), 0.0, (0.0, 0.0, 0.0), 0, 0, 0, 0, procs=(p,))
@@ -189,8 +189,8 @@ def test_a_suggested_command_keeps_arguments_with_spaces_and_escapes_controls():
 
 # -- files memtop writes ---------------------------------------------------------------------
 def test_create_private_never_writes_through_a_link(tmp_path):
-    from memtop.errors import UserError
-    from memtop.store import create_private
+    from memtop.core.errors import UserError
+    from memtop.storage.store import create_private
 
     target = tmp_path / "target"
     target.write_text("keep")
@@ -216,8 +216,8 @@ def test_record_into_a_directory_is_one_error(capsys, tmp_path):
 
 
 def test_a_writer_that_fails_at_creation_leaves_no_file(tmp_path, monkeypatch):
-    from memtop.errors import UserError
-    from memtop.store import Writer
+    from memtop.core.errors import UserError
+    from memtop.storage.store import Writer
 
     p = tmp_path / "w.memtop"
 
@@ -414,7 +414,7 @@ def test_the_native_dump_screen_shows_every_hostile_name_inert():
     thread name, a symbol and a file reaches the screen's Text sanitized (and never as markup)."""
     from memtop.tui.format import DEFAULT, native_text
 
-    from memtop.model import StackFrame, StackSample, ThreadStack
+    from memtop.core.model import StackFrame, StackSample, ThreadStack
 
     frames = tuple(StackFrame(h, f"/lib/{h}.so", 0, "") for h in HOSTILE)
     threads = tuple(ThreadStack(i + 1, h, True, False, frames, "other") for i, h in enumerate(HOSTILE))

@@ -1,4 +1,4 @@
-"""Labels per job on a shared GPU (#37, memtop/jobshare.py): two training jobs recorded on one H200
+"""Labels per job on a shared GPU (#37, memtop/analysis/jobshare.py): two training jobs recorded on one H200
 (bench/workloads/shared_jobs.sh), each job's own label scored against its own markers, and what the
 table, the GPU's verdict, snapshot and report say of them."""
 
@@ -13,11 +13,11 @@ from conftest import DATA
 from memtop.tui import format as fmt
 from score import score
 
-from memtop.jobshare import JobLabeller, jobs_on, parts, split
-from memtop.model import Frame, GpuProcess, GpuSample, HostSample, ProcJob, ProcSample, ProcUtil
-from memtop.pipeline import Pipeline, Status
-from memtop.report import build_report, render
-from memtop.store import Recording
+from memtop.analysis.jobshare import JobLabeller, jobs_on, parts, split
+from memtop.core.model import Frame, GpuProcess, GpuSample, HostSample, ProcJob, ProcSample, ProcUtil
+from memtop.live.pipeline import Pipeline, Status
+from memtop.outputs.report import build_report, render
+from memtop.storage.store import Recording
 
 ROOT = Path(__file__).parent.parent
 JOBS = DATA / "jobs"

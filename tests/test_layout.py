@@ -26,11 +26,19 @@ def _modules_after(code: str) -> set[str]:
 
 # What importing each module may load (at import time, not lazily inside a function): the runtime
 # twin of pyproject's import-linter contracts. Every module is checked, found by walking the packages.
-CORE = ("memtop.collectors", "memtop.model", "memtop.metrics")
+CORE = ("memtop.collectors", "memtop.core.model", "memtop.core.metrics")
 # (modules, except these, must not load)
 RULES: tuple[tuple[tuple[str, ...], tuple[str, ...], frozenset[str]], ...] = (
-    (("memtop.tui",), (), frozenset({"pynvml", "psutil", "sqlite3", "memtop.collectors", "memtop.sampler"})),
-    (CORE, (), frozenset({"textual", "rich", "memtop.phases", "memtop.pipeline", "memtop.tui"})),
+    (
+        ("memtop.tui",),
+        (),
+        frozenset({"pynvml", "psutil", "sqlite3", "memtop.collectors", "memtop.live.sampler"}),
+    ),
+    (
+        CORE,
+        (),
+        frozenset({"textual", "rich", "memtop.analysis.phases", "memtop.live.pipeline", "memtop.tui"}),
+    ),
     (CORE[1:], (), frozenset({"pynvml", "psutil", "sqlite3", "numpy"})),
     (("memtop",), ("memtop.tui",), frozenset({"textual"})),  # only the TUI loads Textual, when it starts
 )
@@ -67,7 +75,7 @@ print(json.dumps(out))
 def _roots() -> list[str]:
     """The packages pyproject installs (memtop.collectors and memtop.tui live outside memtop/)."""
     text = (ROOT / "pyproject.toml").read_text()
-    return re.findall(r'"(memtop[\w.]*)"', re.search(r"^packages = \[(.*)\]$", text, re.M).group(1))
+    return re.findall(r'"(memtop[\w.]*)"', re.search(r"^packages = \[(.*?)\]$", text, re.M | re.S).group(1))
 
 
 def test_every_module_imports_only_what_its_layer_may():
@@ -80,7 +88,9 @@ def test_every_module_imports_only_what_its_layer_may():
         check=True,
     ).stdout
     loaded: dict[str, list[str]] = json.loads(out)
-    assert {"memtop.model", "memtop.collectors.nvml", "memtop.tui.app", "memtop.store"} <= set(loaded)
+    assert {"memtop.core.model", "memtop.collectors.nvml", "memtop.tui.app", "memtop.storage.store"} <= set(
+        loaded
+    )
     failed = [g for got in loaded.values() for g in got if g.startswith("import failed")]
     assert not failed, failed
     bad = [

@@ -7,9 +7,9 @@ import argparse
 import threading
 import time
 
-import memtop.sampler
+import memtop.live.sampler
 from memtop.commands.local import LiveController
-from memtop.pipeline import Pipeline, Status
+from memtop.live.pipeline import Pipeline, Status
 
 
 class SlowSampler:
@@ -37,9 +37,9 @@ class SlowSampler:
 
 def _controller(monkeypatch) -> LiveController:
     SlowSampler.made.clear()
-    monkeypatch.setattr(memtop.sampler, "Sampler", SlowSampler)
+    monkeypatch.setattr(memtop.live.sampler, "Sampler", SlowSampler)
     monkeypatch.setattr(
-        memtop.sampler.SamplerConfig, "from_args", classmethod(lambda cls, a, recording: None)
+        memtop.live.sampler.SamplerConfig, "from_args", classmethod(lambda cls, a, recording: None)
     )
     p = Pipeline(Status("live"), meta={"host": "test"})
     return LiveController(argparse.Namespace(), p)

@@ -12,9 +12,9 @@ import pytest
 from conftest import DATA, REC, REC_NOGPM
 
 from memtop import progress
-from memtop.export import export_perfetto
-from memtop.report import build_report
-from memtop.store import Recording
+from memtop.outputs.export import export_perfetto
+from memtop.outputs.report import build_report
+from memtop.storage.store import Recording
 
 
 class _Tty(io.StringIO):
@@ -62,7 +62,7 @@ def test_cli_report_prints_nothing_on_a_piped_stderr():
 
 
 def _export_peak(path, out, columns: bool) -> int:
-    from memtop.export import private_output, write_trace
+    from memtop.outputs.export import private_output, write_trace
 
     tracemalloc.start()
     try:
@@ -79,7 +79,7 @@ def test_export_memory_does_not_grow_with_the_recording(tmp_path, monkeypatch):
     sys.path.insert(0, str(REC[0].parent.parent.parent / "bench"))
     from long_runs import tile
 
-    from memtop import export
+    from memtop.outputs import export
 
     monkeypatch.setattr(export, "WINDOW_S", 100.0)
     short, long = tmp_path / "short.memtop", tmp_path / "long.memtop"
@@ -127,7 +127,7 @@ def test_seek_into_chained_host_blobs_lands_on_the_same_frame(rewritten):
 
 
 def test_rewritten_recording_is_smaller_and_reports_the_same(rewritten):
-    from memtop.report import build_report
+    from memtop.outputs.report import build_report
 
     assert rewritten.stat().st_size < 0.8 * REC[0].stat().st_size
     a, b = build_report(Recording(REC[0])), build_report(Recording(rewritten))
@@ -140,10 +140,10 @@ def test_rewritten_recording_is_smaller_and_reports_the_same(rewritten):
     "path", [REC[2], REC_NOGPM, DATA / "heldout_shared_s6.memtop", DATA / "heldout_cupy_s5.memtop"]
 )
 def test_report_reads_every_metric_the_classifier_uses(path):
-    """The report's scan leaves out the GPU metrics the classifier does not read (memtop.scan._SKIP):
+    """The report's scan leaves out the GPU metrics the classifier does not read (memtop.analysis.scan._SKIP):
     every label, feature and gap must be what the classifier makes of the whole Frames."""
-    from memtop.phases import Classifier
-    from memtop.scan import _SKIP
+    from memtop.analysis.phases import Classifier
+    from memtop.analysis.scan import _SKIP
 
     rec = Recording(path)
     whole, lean = (Classifier().feed_all(rec.frames(skip=skip)) for skip in (frozenset(), _SKIP))
@@ -160,7 +160,7 @@ def test_report_reads_every_metric_the_classifier_uses(path):
 def test_frames_do_not_depend_on_the_read_window(start, monkeypatch):
     """Frames are read a window of rows at a time, sorted per window: edges that cut through every
     second (and a window wider than the recording) must give the same Frames, stacks and host chains."""
-    from memtop import store
+    from memtop.storage import store
 
     rec = Recording(REC_NOGPM)
     t = None if start is None else rec.t0 + start

@@ -13,9 +13,9 @@ from conftest import REC, REC_NOGPM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memtop.metrics import BY_NAME, METRICS, Metric
-from memtop.model import Frame, GpuSample
-from memtop.store import Recording, _decode_sql, gpu_row
+from memtop.core.metrics import BY_NAME, METRICS, Metric
+from memtop.core.model import Frame, GpuSample
+from memtop.storage.store import Recording, _decode_sql, gpu_row
 
 # GpuSample fields that say which GPU and when, not what it measured
 IDENTITY = {
@@ -179,7 +179,7 @@ def test_pipe_activities_are_asked_for_stored_and_read_back(tmp_path):
     GPM for them, the store writes and reads them back, and recordings made before them still open."""
     from memtop.collectors.nvml import GPM_IDS, gpm_values
 
-    from memtop.store import Writer
+    from memtop.storage.store import Writer
 
     assert {11, 12, 13} <= set(GPM_IDS)
     got = gpm_values({11: 1.5, 12: 40.0, 13: 100.2, 21: 2.0})
@@ -195,7 +195,7 @@ def test_pipe_activities_are_asked_for_stored_and_read_back(tmp_path):
 
 
 def test_architecture_doc_shows_the_current_table():
-    from memtop.metrics import markdown
+    from memtop.core.metrics import markdown
 
     doc = (Path(__file__).parent.parent / "docs" / "ARCHITECTURE.md").read_text()
     shown = (

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memtop.phases import classify
-from memtop.report import build_report, render
-from memtop.store import Recording
-from memtop.verdict import verdict
+from memtop.analysis.phases import classify
+from memtop.analysis.verdict import verdict
+from memtop.outputs.report import build_report, render
+from memtop.storage.store import Recording
 
 DATA = Path(__file__).parent / "data"
 

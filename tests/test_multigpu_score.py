@@ -12,8 +12,8 @@ from pathlib import Path
 
 from test_comm import COMPUTE, WAIT, _frames
 
-from memtop.model import Marker
-from memtop.store import Recording, Writer
+from memtop.core.model import Marker
+from memtop.storage.store import Recording, Writer
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))
 import comm_accuracy  # noqa: E402

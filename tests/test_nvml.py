@@ -9,7 +9,7 @@ from conftest import DATA
 from memtop.collectors.nvml import GpuReader, NvmlCollector, SampleDrain, link_bytes_per_s
 from memtop.collectors.nvml_calls import NvmlCallError, NvmlUnavailable, ReplayNvml
 
-from memtop.model import CapState, GpuSample, SeriesChunk
+from memtop.core.model import CapState, GpuSample, SeriesChunk
 
 FIXTURE = DATA / "nvml_h100.json"
 

@@ -11,7 +11,7 @@ import psutil
 import pytest
 from memtop.collectors import perf
 
-from memtop.model import CapState
+from memtop.core.model import CapState
 
 
 def test_group_read_parsing_and_multiplex_scaling():

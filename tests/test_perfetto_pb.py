@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import DATA, REC
 
-from memtop import perfetto_pb as pb
 from memtop.cli import main
-from memtop.export import trace_format
+from memtop.outputs import perfetto_pb as pb
+from memtop.outputs.export import trace_format
 
 
 def _varint(b: bytes, i: int) -> tuple[int, int]:
@@ -192,7 +192,7 @@ def test_odd_argument_values_are_encoded(tmp_path):
 def test_overlapping_markers_go_on_lanes(tmp_path):
     """Slices on one track must nest: a marker overlapping the ones before it goes on the first lane
     free at its start."""
-    from memtop.export import _Proto
+    from memtop.outputs.export import _Proto
 
     out = tmp_path / "t.pftrace"
     with open(out, "wb") as fh:
@@ -226,7 +226,7 @@ def test_live_mode_imports_no_numpy():
     import sys
 
     code = (
-        "import sys; import memtop.commands.local, memtop.tui.app, memtop.sampler, memtop.pipeline, "
+        "import sys; import memtop.commands.local, memtop.tui.app, memtop.live.sampler, memtop.live.pipeline, "
         "memtop.collectors.nvml, memtop.collectors.host, memtop.collectors.stacks; "
         "print('numpy' in sys.modules)"
     )
@@ -272,8 +272,8 @@ def test_counters_at_once_are_the_packets_of_one_at_a_time():
 def _events(rec: Path, columns: bool, **kw) -> tuple[int, dict]:
     import io
 
-    from memtop.export import write_trace
-    from memtop.store import Recording
+    from memtop.outputs.export import write_trace
+    from memtop.storage.store import Recording
 
     buf = io.StringIO()
     n = write_trace(Recording(rec), buf, columns=columns, progress=False, **kw)
@@ -295,7 +295,7 @@ def test_the_column_walk_writes_the_frame_walks_events(name, span, window, monke
     """Read by columns (the column blocks, the column scan's labels), a trace holds every event the
     Frame-by-Frame walk writes, the same (in another order), its stacks and samples too; also read
     in windows shorter than the recording (each phase run's last bin read again in its window)."""
-    from memtop import export
+    from memtop.outputs import export
 
     if window is not None:
         monkeypatch.setattr(export, "WINDOW_S", window)
@@ -309,7 +309,7 @@ def test_the_column_walk_writes_the_frame_walks_events(name, span, window, monke
 def test_without_blocks_for_the_range_the_export_walks_frames(tmp_path):
     """A recording killed before its blocks reached its end (the rest are rows): the column walk
     declines, and the export is the Frame walk's."""
-    from memtop.export import _NoColumns
+    from memtop.outputs.export import _NoColumns
 
     rec = DATA / "blocks_killed_s11.memtop"
     with pytest.raises(_NoColumns):

@@ -10,9 +10,9 @@ from conftest import REC, REC_NOGPM
 from onebin import evaluate
 from score import score
 
-from memtop.phases import Classifier, Features, classify
-from memtop.store import Recording
-from memtop.verdict import verdict
+from memtop.analysis.phases import Classifier, Features, classify
+from memtop.analysis.verdict import verdict
+from memtop.storage.store import Recording
 
 
 def _score(path, **kw):
@@ -36,7 +36,7 @@ def test_gpm_and_stacks_accuracy(seed):
 def test_flips_are_counted_inside_phases_and_apart_from_a_late_detection():
     from types import SimpleNamespace
 
-    from memtop.model import Marker
+    from memtop.core.model import Marker
 
     def labs(seq: str) -> list:  # one label per 0.5 s bin: c = compute, s = sync
         return [
@@ -154,7 +154,7 @@ def test_compute_exit_threshold_ignores_a_dip_but_not_memory():
 
 
 def test_hysteresis_needs_two_bins_to_switch():
-    from memtop.model import Frame, GpuProcess, GpuSample
+    from memtop.core.model import Frame, GpuProcess, GpuSample
 
     c = Classifier(bin_s=1.0, confirm=2, warmup_bins=0)
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import DATA
 
-from memtop import colblock, colscan
-from memtop.phases import classify
-from memtop.store import BLOCK_STREAMS, Recording, _inflate_host, host_figures
-from memtop.verdict import verdict
+from memtop.analysis import colscan
+from memtop.analysis.phases import classify
+from memtop.analysis.verdict import verdict
+from memtop.storage import colblock
+from memtop.storage.store import BLOCK_STREAMS, Recording, _inflate_host, host_figures
 
 PIPE = sorted(DATA.glob("dev_pipe_s*.memtop")) + sorted(DATA.glob("heldout9_pipe_s*.memtop"))
 GUARD_S = 0.5
@@ -124,7 +125,7 @@ def test_the_writers_block_rows_hold_the_recorded_fields():
 def test_the_report_reads_each_pipeline_as_its_truth(path):
     """`memtop report`'s labels (the column scan: the feeder's text fields are object columns) give
     each held-out phase its truth as live mode's do, and the whole report builds."""
-    from memtop.report import build_report
+    from memtop.outputs.report import build_report
 
     rec = Recording(path)
     labels, _, _ = colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1)

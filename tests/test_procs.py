@@ -21,10 +21,10 @@ from memtop.collectors.nvml import GpuReader, ProcUtilDrain
 from memtop.collectors.nvml_calls import ReplayNvml
 from memtop.tui import format as fmt
 
-from memtop.model import Frame, GpuProcess, GpuSample, HostSample, ProcJob, ProcSample, ProcUtil
-from memtop.pipeline import Pipeline, Status
-from memtop.report import build_report
-from memtop.store import Recording, Writer
+from memtop.core.model import Frame, GpuProcess, GpuSample, HostSample, ProcJob, ProcSample, ProcUtil
+from memtop.live.pipeline import Pipeline, Status
+from memtop.outputs.report import build_report
+from memtop.storage.store import Recording, Writer
 
 ROOT = Path(__file__).parent.parent
 CGROUPS = DATA / "cgroup"
@@ -160,7 +160,7 @@ def test_report_shares_over_the_range_and_schema(tmp_path):
     jsonschema.validate(
         json.loads(json.dumps(rep)), json.loads((ROOT / "docs" / "report.schema.json").read_text())
     )
-    from memtop.report import render
+    from memtop.outputs.report import render
 
     assert "GPU time by process: 100 train SM 70 %" in render(rep, "text")
     # a recording without figures: no key (the golden reports of older files are unchanged)

@@ -10,11 +10,11 @@ import jsonschema
 import pytest
 from conftest import DATA, REC
 
+from memtop.analysis.phases import classify
 from memtop.cli import main
-from memtop.export import GPU_PID_BASE, export_perfetto
-from memtop.phases import classify
-from memtop.report import build_report, render
-from memtop.store import Recording
+from memtop.outputs.export import GPU_PID_BASE, export_perfetto
+from memtop.outputs.report import build_report, render
+from memtop.storage.store import Recording
 
 SCHEMA = json.loads((Path(__file__).parent.parent / "docs" / "report.schema.json").read_text())
 
@@ -118,7 +118,7 @@ def test_perfetto_export_follows_the_trace_event_format(tmp_path):
 
 
 def test_counter_tracks_come_from_the_metrics_table(tmp_path):
-    from memtop.metrics import METRICS
+    from memtop.core.metrics import METRICS
 
     out = tmp_path / "t.json"
     export_perfetto(Recording(REC[0]), out)
@@ -234,7 +234,7 @@ def test_export_never_writes_through_a_symlink(tmp_path):
 
 
 def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
-    from memtop import export
+    from memtop.outputs import export
 
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
@@ -271,7 +271,7 @@ def test_events_are_time_ordered_per_counter_track(tmp_path):
 
 
 def test_whole_report_same_serial_or_parallel(monkeypatch):
-    from memtop import colscan
+    from memtop.analysis import colscan
 
     rec = Recording(REC[1])
     monkeypatch.setattr(colscan, "CHUNK_MIN_S", 1e9)

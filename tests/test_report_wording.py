@@ -8,8 +8,8 @@ import re
 
 from conftest import DATA, REC
 
-from memtop.report import build_report, render
-from memtop.store import Recording
+from memtop.outputs.report import build_report, render
+from memtop.storage.store import Recording
 
 
 def _text(path) -> tuple[dict, str]:

@@ -7,7 +7,7 @@ import threading
 from conftest import DATA
 from memtop.collectors.nvml_calls import ReplayNvml
 
-from memtop.sampler import Sampler, SamplerConfig
+from memtop.live.sampler import Sampler, SamplerConfig
 
 
 def _run(secs: float, breaker=None):
@@ -73,7 +73,7 @@ def test_stacks_speed_up_exactly_where_sync_and_cpu_bound_look_alike():
     its process burning a core), normal ones in compute and idle phases."""
     from conftest import REC
 
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     rec = Recording(REC[6])
     marks = rec.markers()
@@ -107,7 +107,7 @@ def test_native_dumps_are_asked_for_in_opaque_waits_only_and_sparsely():
     names, beside an under-used GPU, and at most once per NATIVE_EVERY_S."""
     from memtop.collectors.stacks import NATIVE_EVERY_S
 
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     rec = Recording(DATA / "train_torch_s50.memtop")
     marks = rec.markers()
@@ -154,7 +154,7 @@ def test_config_from_the_command_line_and_a_missing_pid():
     import pytest
 
     from memtop.cli import build_parser
-    from memtop.errors import UserError
+    from memtop.core.errors import UserError
 
     args = build_parser().parse_args(["record", "-o", "x.memtop", "--interval", "1", "--no-gpm"])
     cfg = SamplerConfig.from_args(args, recording=True)
@@ -211,7 +211,7 @@ def test_a_native_dump_reaches_a_frame_though_a_plain_sample_follows_at_once():
     for both dumps (the order of arrival is what is tested; tests/test_stacks.py takes real ones)."""
     from dataclasses import replace
 
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     real = [x for f in Recording(DATA / "train_torch_s50.memtop").frames() for x in f.stacks if x.threads][:3]
     s = Sampler(

@@ -26,9 +26,9 @@ import pytest
 from netutil import free_ports, memtop, stop, wait_ready
 from prometheus_client.parser import text_string_to_metric_families
 
+from memtop.analysis.phases import LABELS
 from memtop.commands.serve import _exposes, write_textfile
-from memtop.metrics import METRICS
-from memtop.phases import LABELS
+from memtop.core.metrics import METRICS
 
 ROOT = Path(__file__).parent.parent
 SCHEMA = json.loads((ROOT / "docs" / "snapshot.schema.json").read_text())

@@ -15,11 +15,11 @@ import pytest
 from hostile import HOSTILE
 from memtop.collectors.jobid import KEYS, parse_environ, read_job
 
+from memtop.analysis.phases import LABELS, classify
 from memtop.cli import main
 from memtop.commands.snapshot import BIN_S, CountingPipeline
-from memtop.phases import LABELS, classify
-from memtop.pipeline import Status
-from memtop.store import Recording
+from memtop.live.pipeline import Status
+from memtop.storage.store import Recording
 
 ROOT = Path(__file__).parent.parent
 SCHEMA = json.loads((ROOT / "docs" / "snapshot.schema.json").read_text())
@@ -128,7 +128,7 @@ def test_hostile_values_never_become_identity():
 def test_the_model_names_every_job_key_jobid_reads():
     from memtop.collectors.jobid import CGROUP_KEYS, FIELDS
 
-    from memtop.model import JOB_KEYS
+    from memtop.core.model import JOB_KEYS
 
     assert (*(k for k, _ in FIELDS.values()), *CGROUP_KEYS) == JOB_KEYS
     job = SCHEMA["$defs"]["job"]["properties"]

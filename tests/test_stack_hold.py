@@ -9,8 +9,8 @@ from pathlib import Path
 
 from memtop.tui import format as fmt
 
-from memtop.pipeline import STACK_HOLD_S, Pipeline, Status
-from memtop.store import Recording
+from memtop.live.pipeline import STACK_HOLD_S, Pipeline, Status
+from memtop.storage.store import Recording
 
 REC = Path(__file__).parent / "data" / "multi" / "heldout_ddp_s13.memtop"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from memtop.model import StackFrame
-from memtop.stackclass import classify
-from memtop.store import Recording
+from memtop.core.stackclass import classify
+from memtop.core.model import StackFrame
+from memtop.storage.store import Recording
 
 DATA = Path(__file__).parent / "data"
 TORCH = "/v/site-packages/torch"
@@ -143,7 +143,7 @@ def test_native_leaves_of_real_h100_dumps(key, klass):
 
     from memtop.collectors.stacks import parse_dump
 
-    from memtop.stackclass import site
+    from memtop.core.stackclass import site
 
     dump = json.loads(NATIVE.read_text())[key]
     s = parse_dump(json.dumps(dump), 1, 0.0)
@@ -160,7 +160,7 @@ def test_native_leaves_need_their_patterns():
 
     from memtop.collectors.stacks import parse_dump
 
-    from memtop import stackclass
+    from memtop.core import stackclass
 
     dump = json.loads(NATIVE.read_text())["sync_item"]
     frames = parse_dump(json.dumps(dump), 1, 0.0).main.frames

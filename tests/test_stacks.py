@@ -13,9 +13,9 @@ import pytest
 from conftest import REC
 from memtop.collectors.stacks import StacksCollector, find_pyspy
 
-from memtop.model import CapState, StackFrame
-from memtop.stackclass import classify, site
-from memtop.store import Recording
+from memtop.core.stackclass import classify, site
+from memtop.core.model import CapState, StackFrame
+from memtop.storage.store import Recording
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed")
 

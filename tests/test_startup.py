@@ -12,8 +12,8 @@ from conftest import REC
 from memtop.tui.app import MemtopApp
 from memtop.tui.table import RowTable
 
-from memtop.pipeline import Pipeline, Status
-from memtop.store import Recording
+from memtop.live.pipeline import Pipeline, Status
+from memtop.storage.store import Recording
 
 
 # live() in a fresh process with a stand-in for the TUI: what had started, and what was loaded,
@@ -126,7 +126,7 @@ _EARLY = textwrap.dedent(
         def init(self):
             if self._system is None:
                 Driver.calls += 1
-                seen.setdefault("loaded", [m for m in ("memtop.pipeline", "memtop.collectors.host") if m in sys.modules])
+                seen.setdefault("loaded", [m for m in ("memtop.live.pipeline", "memtop.collectors.host") if m in sys.modules])
                 time.sleep(0.2)  # nvmlInit's own time, the GIL released
                 self._system = {"driver": "x", "nvml_version": "x", "cuda_driver": 0, "count": 0}
             return self._system

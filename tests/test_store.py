@@ -18,9 +18,9 @@ from conftest import DATA, REC
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memtop.errors import UserError
-from memtop.model import Marker
-from memtop.store import Recording, Writer, read_markers
+from memtop.core.errors import UserError
+from memtop.core.model import Marker
+from memtop.storage.store import Recording, Writer, read_markers
 
 
 def _copy(frames, path: Path, markers=()) -> Recording:
@@ -77,7 +77,7 @@ def test_stack_rows_keyed_by_dump_and_place(tmp_path):
 def test_a_recording_written_again_says_its_own_format(tmp_path):
     """Meta handed on from an older recording keeps its facts, not its schema or memtop version."""
     from memtop import __version__
-    from memtop.store import SCHEMA_VERSION
+    from memtop.storage.store import SCHEMA_VERSION
 
     old = Recording(REC[0])
     assert old.meta["schema"] == 1
@@ -230,7 +230,7 @@ def _as_nobody(code: str, *args: str) -> subprocess.CompletedProcess:
 def test_recording_in_a_directory_the_reader_cannot_write():
     """A recording still in WAL mode (as an older memtop left them) in a directory the reader
     cannot write, e.g. the demo installed by root: readable without its lock files."""
-    if _as_nobody("import memtop.store, numpy").returncode != 0:
+    if _as_nobody("import memtop.storage.store, numpy").returncode != 0:
         pytest.skip("this Python or checkout is not reachable by another user")
     import shutil
     import tempfile
@@ -245,7 +245,7 @@ def test_recording_in_a_directory_the_reader_cannot_write():
         os.chmod(rec, 0o444)
         os.chmod(d, 0o555)
         code = (
-            "import sys; from memtop.store import Recording; r = Recording(sys.argv[1]); "
+            "import sys; from memtop.storage.store import Recording; r = Recording(sys.argv[1]); "
             "print(sum(1 for _ in r.frames()))"
         )
         r = _as_nobody(code, str(rec))
@@ -261,7 +261,7 @@ def test_deflated_json_is_bounded_per_row_and_per_recording():
     rows together to at most its budget (rows repeating one text deflate a thousandfold)."""
     import zlib
 
-    from memtop.store import JSON_ROW_MAX, Damaged, json_text
+    from memtop.storage.store import JSON_ROW_MAX, Damaged, json_text
 
     row = zlib.compress(b'["' + b"a" * 1000 + b'"]')
     assert json_text(row, "caps") == '["' + "a" * 1000 + '"]'
@@ -280,7 +280,7 @@ def test_deflated_json_is_bounded_per_row_and_per_recording():
 def test_stacks_against_a_base_and_names_by_id(tmp_path):
     """Schema 4: most of a real torch run's stacks are deflated against an earlier one (at most
     STACK_CHAIN steps from one stored alone), thread names are ids; both read back as written."""
-    from memtop.store import STACK_CHAIN
+    from memtop.storage.store import STACK_CHAIN
 
     src = list(itertools.islice(Recording(DATA / "heldout_torch_s3.memtop").frames(), 900))
     back = list(_copy(src, tmp_path / "b.memtop").frames())
@@ -337,7 +337,7 @@ def test_a_series_blob_inflates_only_so_far():
     past SERIES_RAW_MAX it is damaged, before anything is built of it."""
     import zlib
 
-    from memtop.store import SERIES_RAW_MAX, SERIES_V2, Damaged, _series_data
+    from memtop.storage.store import SERIES_RAW_MAX, SERIES_V2, Damaged, _series_data
 
     z = zlib.compressobj(9)
     bomb = SERIES_V2 + b"".join(z.compress(bytes(1 << 20)) for _ in range(64)) + z.flush()
@@ -353,7 +353,7 @@ def test_a_series_blob_inflates_only_so_far():
 def test_a_host_blob_inflates_only_so_far():
     import zlib
 
-    from memtop.store import HOST_JSON_MAX, Damaged, _inflate_host
+    from memtop.storage.store import HOST_JSON_MAX, Damaged, _inflate_host
 
     raw = b'{"pad":"' + b"a" * HOST_JSON_MAX + b'"}'
     with pytest.raises(Damaged, match="too large"):
@@ -366,7 +366,7 @@ def test_a_spent_decode_budget_refuses_rather_than_lifting_the_cap():
     (a bomb after ordinary rows) must be refused, not inflated whole."""
     import zlib
 
-    from memtop.store import Damaged, inflate
+    from memtop.storage.store import Damaged, inflate
 
     bomb = zlib.compress(bytes(10 << 20), 9)
     for spent in (0, -5):
@@ -378,7 +378,7 @@ def test_a_spent_decode_budget_refuses_rather_than_lifting_the_cap():
 def test_metadata_rows_are_read_only_so_far(tmp_path):
     """A file with millions of metadata rows (or one huge value, where Python has no setlimit) loads
     at most META_KEYS_MAX rows of at most VALUE_MAX each."""
-    from memtop.store import META_KEYS_MAX
+    from memtop.storage.store import META_KEYS_MAX
 
     path = tmp_path / "m.memtop"
     src = list(itertools.islice(Recording(DATA / "heldout_torch_s3.memtop").frames(), 50))
@@ -393,7 +393,7 @@ def test_metadata_rows_are_read_only_so_far(tmp_path):
 
 
 def test_a_query_that_would_not_end_is_stopped_and_the_next_one_runs():
-    from memtop.store import _step_limit
+    from memtop.storage.store import _step_limit
 
     db = sqlite3.connect(":memory:")
     _step_limit(db, 1_000_000)
@@ -484,7 +484,7 @@ def test_a_replay_over_a_frame_far_before_the_rest_plays_on(tmp_path):
     import shutil
     import threading
 
-    from memtop.pipeline import Pipeline, ReplaySource, Status
+    from memtop.live.pipeline import Pipeline, ReplaySource, Status
 
     p = tmp_path / "early.memtop"
     shutil.copyfile(REC[0], p)

@@ -138,9 +138,9 @@ def test_memtop_modules_import_each_other_without_a_cycle():
 
 def test_the_checks_see_a_private_import_and_a_cycle():
     """The two checks above fail on what they forbid (else a walk that finds nothing passes)."""
-    tree = ast.parse("from memtop.store import _num\nimport memtop.b\nx = rec._q\n")
+    tree = ast.parse("from memtop.storage.store import _num\nimport memtop.b\nx = rec._q\n")
     assert [n for _, n in _private_uses(tree, set(), {"_q"})] == ["_num", "_q"]
-    assert _imports("memtop.a", tree, {"memtop.a", "memtop.b", "memtop.store"}) == {
+    assert _imports("memtop.a", tree, {"memtop.a", "memtop.b", "memtop.storage.store"}) == {
         "memtop.b",
-        "memtop.store",
+        "memtop.storage.store",
     }

@@ -1,6 +1,6 @@
 import pytest
 
-from memtop.timefmt import clock, parse_clock
+from memtop.core.timefmt import clock, parse_clock
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_round_trip():
 
 
 def test_length_reads_as_seconds_then_as_a_clock():
-    from memtop.timefmt import length
+    from memtop.core.timefmt import length
 
     assert length(42.4) == "42 s"
     assert length(8.25, 1) == "8.2 s"

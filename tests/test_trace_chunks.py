@@ -9,7 +9,7 @@ import pytest
 
 from memtop.agent import chunks, injob
 from memtop.agent.merge import Capture, Encoded, align
-from memtop.errors import UserError
+from memtop.core.errors import UserError
 
 PID = 77
 

@@ -20,11 +20,11 @@ import pytest
 from memtop.tui.app import KEYS, MemtopApp
 
 from memtop.agent.tracer import TraceOptions, Tracer
+from memtop.analysis.verdict import Verdict
 from memtop.commands.local import LiveController, demo_path
-from memtop.pipeline import Pipeline, Status
-from memtop.report import build_report, render
-from memtop.store import Recording, Writer
-from memtop.verdict import Verdict
+from memtop.live.pipeline import Pipeline, Status
+from memtop.outputs.report import build_report, render
+from memtop.storage.store import Recording, Writer
 
 STUBS = Path(__file__).parent / "stubs"
 LOOP = """

@@ -15,8 +15,8 @@ from rich.text import Text
 from textual.app import App
 from textual.widget import Widget
 
-from memtop.pipeline import Pipeline, ReplaySource, Status
-from memtop.store import Recording
+from memtop.live.pipeline import Pipeline, ReplaySource, Status
+from memtop.storage.store import Recording
 
 _FRAMES: dict = {}
 
@@ -207,7 +207,7 @@ def test_replay_paces_frames_by_their_recorded_gaps_over_speed():
 
 
 async def test_no_gpu_live_view_says_so():
-    from memtop.model import Capability, CapState, Frame
+    from memtop.core.model import Capability, CapState, Frame
 
     p = Pipeline(Status("live"), meta={"host": "test"})
     cap = Capability("nvml", "driver", CapState.UNSUPPORTED, "NVIDIA driver not found (libnvidia-ml.so.1)")
@@ -228,7 +228,7 @@ async def test_no_gpu_and_no_process_says_how_to_pick_one():
     an empty process table and nothing more."""
     from dataclasses import replace
 
-    from memtop.model import Capability, CapState, Frame
+    from memtop.core.model import Capability, CapState, Frame
 
     p = Pipeline(Status("live"), meta={"host": "test"})
     cap = Capability("nvml", "driver", CapState.UNSUPPORTED, "NVIDIA driver not found (libnvidia-ml.so.1)")
@@ -278,7 +278,7 @@ async def test_sampling_that_cannot_start_shows_in_the_header():
 
 
 def test_an_unknown_theme_is_a_one_line_error_naming_the_themes():
-    from memtop.errors import UserError
+    from memtop.core.errors import UserError
 
     with pytest.raises(UserError, match="unknown theme 'nope'; themes: .*nord"):
         MemtopApp(_pipeline(), theme="nope")

@@ -20,14 +20,14 @@ import pytest
 from memtop.tui.app import MemtopApp, SignalScreen
 from memtop.tui.format import PROC_ORDERS, fit_command, share_cells, shown_procs
 
+from memtop.analysis.phases import TITLES
 from memtop.commands.local import LiveController, demo_path
-from memtop.phases import TITLES
-from memtop.pipeline import Pipeline, Status
-from memtop.store import Recording
+from memtop.live.pipeline import Pipeline, Status
+from memtop.storage.store import Recording
 
 STEP_S = 4.0  # the demo is 141 s of labelled phases, each 8-20 s long
 
-# what the evidence of a bin with each label must show (the rules in memtop.phases, give or take the
+# what the evidence of a bin with each label must show (the rules in memtop.analysis.phases, give or take the
 # rounding of the numbers printed)
 FITS = {
     "compute": lambda g, sm, text: g >= 74 and (sm is None or sm >= 59),
@@ -366,7 +366,7 @@ async def test_80x24_shows_every_process_of_a_two_gpu_replay():
 def test_wording_one_worker_and_warming_up_is_not_settling():
     from memtop.tui.format import now_label
 
-    from memtop.verdict import _evidence
+    from memtop.analysis.verdict import _evidence
 
     labs = _demo_view_at(32).view().labels[0]
     lab = next(x for x in reversed(labs) if x.evidence.workers > 1)

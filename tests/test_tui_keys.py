@@ -13,8 +13,8 @@ from memtop.tui.app import KEYS, HelpScreen, JumpScreen, MemtopApp
 from memtop.tui.overview import Overview, cells
 from memtop.tui.tiles import TextPanel
 
-from memtop.pipeline import Pipeline, ReplaySource, Status
-from memtop.store import Recording
+from memtop.live.pipeline import Pipeline, ReplaySource, Status
+from memtop.storage.store import Recording
 
 ALL_KEYS = sorted({key for k in KEYS for key in k.keys.split(",")} - {"q", "ctrl+c"})
 _FRAMES: list = []
@@ -36,7 +36,7 @@ def _live(upto: int = 600) -> Pipeline:
 def _replay(speed: float = 1.0) -> tuple[Pipeline, ReplaySource]:
     """A replay as `memtop replay` makes one: its phase runs by the column scan (by Frames, the
     background scan of the whole file was most of these tests' time)."""
-    from memtop.colscan import phase_runs
+    from memtop.analysis.colscan import phase_runs
 
     rec = Recording(REC[2])
     pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
@@ -318,7 +318,7 @@ def test_flags_win_over_the_config_file():
 
 
 async def test_no_gpu_live_offers_no_gpu_or_process_selection():
-    from memtop.model import Frame
+    from memtop.core.model import Frame
 
     p = Pipeline(Status("live"), meta={"host": "test"})
     p.on_frame(Frame(t=1.0, host=_frames()[100].host), tick=False)
@@ -381,7 +381,7 @@ def test_help_lists_every_label_the_screen_can_show():
     every label a bin gets, the warm-up's and the straggler's (what --trace-on accepts) are there."""
     from memtop.tui.app import help_text
 
-    from memtop.phases import LABELS, MEANINGS
+    from memtop.analysis.phases import LABELS, MEANINGS
 
     text = help_text("live", [k for k in KEYS if "live" in k.modes])
     phases = text[text.index("Phases") :].splitlines()
@@ -393,7 +393,7 @@ def test_help_lists_every_label_the_screen_can_show():
 def test_the_cli_replay_finds_phase_runs_by_columns(monkeypatch):
     """`memtop replay` hands its ReplaySource the column scan (8 hours' runs in about a second rather
     than ten by Frames): the runs it gives are the column scan's."""
-    from memtop import colscan
+    from memtop.analysis import colscan
     from memtop.commands import local
 
     got = []
@@ -430,7 +430,7 @@ async def test_strip_and_band_draw_a_phase_alike_and_the_axis_counts_from_the_st
     on `l`, the legend's letters with --ascii); a replay's time axis reads h:mm:ss into the run."""
     from memtop.tui.timeline import Timeline
 
-    from memtop.phases import CHARS
+    from memtop.analysis.phases import CHARS
 
     pipe, src = _replay()
     app = MemtopApp(pipe, src, hangup_guard=False, ascii_only=ascii_only, no_color=no_color)
@@ -463,7 +463,7 @@ def test_replay_at_past_the_end_is_one_line_and_exit_2(tmp_path):
         stdin=subprocess.DEVNULL,
     )
     assert r.returncode == 2
-    from memtop.timefmt import clock
+    from memtop.core.timefmt import clock
 
     end = clock(Recording(REC[2]).duration)
     assert r.stderr.strip().splitlines() == [

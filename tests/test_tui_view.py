@@ -18,10 +18,10 @@ from multigpu import multi_gpu
 from rich.color import ColorSystem
 from textual.app import App
 
-from memtop.metrics import BY_NAME, METRICS
-from memtop.model import Capability, CapState, StackFrame
-from memtop.pipeline import Pipeline, Status
-from memtop.store import Recording
+from memtop.core.metrics import BY_NAME, METRICS
+from memtop.core.model import Capability, CapState, StackFrame
+from memtop.live.pipeline import Pipeline, Status
+from memtop.storage.store import Recording
 
 _FRAMES: dict = {}
 
@@ -316,7 +316,7 @@ def test_the_cpu_line_fits_its_width_and_keeps_a_busy_core_in_sight():
 
 
 def test_top_frame_is_the_user_frame_with_the_width_it_has():
-    from memtop.model import StackSample, ThreadStack
+    from memtop.core.model import StackSample, ThreadStack
 
     frames = (
         StackFrame("_local_scalar_dense", "/x/site-packages/torch/_tensor.py", 10),
@@ -335,7 +335,7 @@ def test_top_frame_is_the_user_frame_with_the_width_it_has():
 async def test_no_gpu_live_says_what_it_can_show():
     p = Pipeline(Status("live"), meta={"host": "test"})
     cap = Capability("nvml", "driver", CapState.UNSUPPORTED, "NVIDIA driver not found")
-    from memtop.model import Frame
+    from memtop.core.model import Frame
 
     p.on_frame(Frame(t=1.0, host=_frames()[100].host, caps=(cap,)), tick=False)
     app = MemtopApp(p, hangup_guard=False)
@@ -507,7 +507,7 @@ def test_real_cli_hostile_replay_and_live_process_in_tmux(tmp_path):
     import time
     import uuid
 
-    from memtop.store import Writer
+    from memtop.storage.store import Writer
 
     corpus = tuple(s for s in HOSTILE if _storable(s))
     rec = Recording(REC[0])

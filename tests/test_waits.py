@@ -118,9 +118,9 @@ def test_a_pool_fed_main_thread_names_its_busy_worker_as_feeder():
 def test_a_pipe_wait_is_said_in_words_not_as_its_inode():
     """The evidence read "waiting (pipe pipe:[11857])": an inode a reader can do nothing with. A real
     recording of a job fed through a pipe: its evidence and advice say "a pipe", a file keeps its path."""
-    from memtop.phases import Classifier
-    from memtop.store import Recording
-    from memtop.verdict import _advice, _evidence, wait_words
+    from memtop.analysis.phases import Classifier
+    from memtop.analysis.verdict import _advice, _evidence, wait_words
+    from memtop.storage.store import Recording
 
     rec = Recording(Path(__file__).parent / "data" / "heldout9_pipe_s111.memtop")
     piped = [

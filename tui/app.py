@@ -33,14 +33,14 @@ from textual.notifications import Notification, Notify
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from memtop.errors import UserError
-from memtop.metrics import METRICS
-from memtop.metrics import fmt as metric_fmt
-from memtop.phases import MEANINGS
-from memtop.pipeline import Pipeline, View
-from memtop.playback import Playback
-from memtop.sanitize import clean
-from memtop.timefmt import clock, parse_clock
+from memtop.analysis.phases import MEANINGS
+from memtop.core.errors import UserError
+from memtop.core.metrics import METRICS
+from memtop.core.metrics import fmt as metric_fmt
+from memtop.core.sanitize import clean
+from memtop.core.timefmt import clock, parse_clock
+from memtop.live.pipeline import Pipeline, View
+from memtop.live.playback import Playback
 
 from . import format as fmt
 from .hardware import hardware_text
@@ -394,7 +394,7 @@ class GpuDetail(ModalScreen[None]):
 
 
 def detail_text(view: View, gpu: int, lk: Look) -> Text:
-    """Every metric of the table with its unit (memtop.metrics), the link, the verdict, recent gaps."""
+    """Every metric of the table with its unit (memtop.core.metrics), the link, the verdict, recent gaps."""
     g = view.frame.gpu(gpu) if view.frame else None
     t = Text()
     t.append(f"GPU {gpu}", style="bold")

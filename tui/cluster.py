@@ -1,7 +1,7 @@
 """The cluster view: one row per GPU across nodes, with its phase band; the straggler candidate
 flagged with its evidence; stale nodes grey with the reason; Enter opens a node's snapshot.
 
-Everything shown came from other machines: it passes through memtop.sanitize.clean into Rich Text
+Everything shown came from other machines: it passes through memtop.core.sanitize.clean into Rich Text
 objects and is never parsed as markup. The poller runs in a thread; the UI paints from its state.
 """
 
@@ -23,13 +23,13 @@ from textual.screen import ModalScreen
 from textual.strip import Strip
 from textual.widgets import Footer
 
-from memtop.errors import UserError
+from memtop.analysis.phases import TITLES
+from memtop.core.errors import UserError
+from memtop.core.metrics import METRICS, fmt
+from memtop.core.sanitize import clean
+from memtop.core.wording import counted
 from memtop.fleet.sources import SshStreams, node_list
 from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, Row, recent_phase, rows
-from memtop.metrics import METRICS, fmt
-from memtop.phases import TITLES
-from memtop.sanitize import clean
-from memtop.wording import counted
 
 from .palette import AsciiFilter, phase_colors
 from .table import GAP, Cell, RowTable

@@ -2,7 +2,7 @@
 
 Every string memtop did not write (host and GPU names, process users and command lines, stack
 function/file names, source lines, thread names, capability details, notes) goes through
-`memtop.sanitize.clean` here, and everything is built as Rich `Text`: nothing from data is parsed
+`memtop.core.sanitize.clean` here, and everything is built as Rich `Text`: nothing from data is parsed
 as markup.
 """
 
@@ -15,17 +15,17 @@ from rich.cells import cell_len, set_cell_size
 from rich.style import Style
 from rich.text import Text
 
-from memtop.jobshare import job_of_pid
-from memtop.metrics import BY_NAME, Metric
-from memtop.metrics import fmt as metric_fmt
-from memtop.model import Capability, Frame, GpuSample, HostSample, ProcSample, StackSample
-from memtop.phases import STACK_WINDOW_S, Label
-from memtop.pipeline import View
-from memtop.records import Evidence
-from memtop.sanitize import clean
-from memtop.stackclass import user_frame
-from memtop.timefmt import clock, length
-from memtop.wording import counted
+from memtop.analysis.jobshare import job_of_pid
+from memtop.analysis.phases import STACK_WINDOW_S, Label
+from memtop.core.stackclass import user_frame
+from memtop.core.metrics import BY_NAME, Metric
+from memtop.core.metrics import fmt as metric_fmt
+from memtop.core.model import Capability, Frame, GpuSample, HostSample, ProcSample, StackSample
+from memtop.core.records import Evidence
+from memtop.core.sanitize import clean
+from memtop.core.timefmt import clock, length
+from memtop.core.wording import counted
+from memtop.live.pipeline import View
 
 from .palette import Look, look
 
@@ -52,7 +52,7 @@ def mib(b: int | None) -> str:
     return "-" if b is None else f"{b / 2**30:.1f}"
 
 
-# -- the GPU table: its metric columns come from memtop.metrics (title, unit, compact format) -------
+# -- the GPU table: its metric columns come from memtop.core.metrics (title, unit, compact format) -------
 GPU_METRIC_COLUMNS = ("sm", "tensor", "dram", "pcie_rx", "pcie_tx", "power_w", "temp_c")
 # the SM and DRAM columns show the model's fallbacks: without GPM, NVML's nearest figure
 FALLBACK = {"sm": "activity", "dram": "bandwidth"}
@@ -464,7 +464,7 @@ def proc_sm(f: Frame) -> dict[int, float]:
 
 
 def proc_labels(v: View, p: ProcSample) -> tuple[Label, ...] | None:
-    """A GPU process's labels: its job's own where its GPU is shared by jobs (memtop.jobshare), else
+    """A GPU process's labels: its job's own where its GPU is shared by jobs (memtop.analysis.jobshare), else
     its (first) GPU's."""
     if not p.gpus:
         return None
@@ -476,7 +476,7 @@ def proc_labels(v: View, p: ProcSample) -> tuple[Label, ...] | None:
 
 
 def job_lines(v: View, gpu: int) -> list[str]:
-    """The jobs sharing a GPU, each with its own phase now and its SM share (memtop.jobshare): the GPU
+    """The jobs sharing a GPU, each with its own phase now and its SM share (memtop.analysis.jobshare): the GPU
     detail's "jobs" lines; none where one job (or none) holds the GPU."""
     g = v.frame.gpu(gpu) if v.frame is not None else None
     out = []

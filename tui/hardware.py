@@ -1,5 +1,5 @@
-"""The GPU detail screen's hardware part: health counters and events (memtop.health) and the GPU's
-point on a small roofline (memtop.roofline, an estimate from GPM pipe activity)."""
+"""The GPU detail screen's hardware part: health counters and events (memtop.analysis.health) and the GPU's
+point on a small roofline (memtop.analysis.roofline, an estimate from GPM pipe activity)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 
 from rich.text import Text
 
-from memtop.health import counters_text, summary
-from memtop.model import GpuSample
-from memtop.pipeline import View
-from memtop.roofline import ESTIMATE, PEAKS, Point, point
-from memtop.sanitize import clean
+from memtop.analysis.health import counters_text, summary
+from memtop.analysis.roofline import ESTIMATE, PEAKS, Point, point
+from memtop.core.model import GpuSample
+from memtop.core.sanitize import clean
+from memtop.live.pipeline import View
 
 CHART_W, CHART_H = 48, 7
 AI_RANGE = (0.1, 1e4)  # FLOP per byte, log scale across the chart
@@ -72,7 +72,7 @@ TRAIL_STYLES = ("grey30", "grey46", "grey66")  # the trail's oldest third to its
 def chart(p: Point, name: str, ascii_only: bool, trail: tuple[Point, ...] = ()) -> Text:
     """Log-log: arithmetic intensity across, FLOP/s up (the roof's peak at the top, 1/1000 of it at the
     bottom); the roof is min(compute peak, intensity x bandwidth peak); the point is where the GPU runs,
-    ``trail`` where it ran in the last bins (oldest first: memtop.roofline.Trail), fainter the older.
+    ``trail`` where it ran in the last bins (oldest first: memtop.analysis.roofline.Trail), fainter the older.
     A GPU computing nothing (0 FLOP/s, off a log scale) is drawn hollow on the floor, and said so."""
     peak = PEAKS[name]
     top = getattr(peak, p.roof)

@@ -12,7 +12,7 @@ from textual import events
 from textual.strip import Strip
 from textual.widget import Widget
 
-from memtop.playback import Playback
+from memtop.live.playback import Playback
 
 from .palette import Look
 

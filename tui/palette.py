@@ -19,7 +19,7 @@ from textual.color import Color as TColor
 from textual.filter import LineFilter
 from textual.theme import Theme
 
-from memtop.phases import CHARS
+from memtop.analysis.phases import CHARS
 
 PHASES = ("compute", "memory", "transfer", "sync", "input", "cpu", "comm", "idle")
 

@@ -19,9 +19,9 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from memtop.phases import Label
-from memtop.pipeline import Point, View
-from memtop.timefmt import clock
+from memtop.analysis.phases import Label
+from memtop.core.timefmt import clock
+from memtop.live.pipeline import Point, View
 
 from .format import NVML_TITLES, now_label, nvml_only
 from .palette import PHASES, Look, look
@@ -32,7 +32,7 @@ EVENT_MARKS = {
     "throttle": ("!", "!", "bold red"),  # not T: that is transfer's letter in the band
     "start": ("+", "+", "green"),
     "exit": ("x", "x", "yellow"),
-    "health": ("✖", "X", "bold magenta"),  # memtop.health: a Xid, an ECC/remap/link event
+    "health": ("✖", "X", "bold magenta"),  # memtop.analysis.health: a Xid, an ECC/remap/link event
 }
 # the legend's: a health event is rare, and the GPU detail screen (enter) lists each one in words
 LEGEND_MARKS = ("gap", "throttle", "start", "exit")

@@ -8,7 +8,7 @@ whl=../../.whl; [ -d "$whl" ] || whl=.whl
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$whl"/*.whl &&
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/mt . || exit 2
 export PYTHONPATH=/tmp/mt:/tmp/site PATH=/tmp/mt/bin:/tmp/site/bin:$PATH
-(cd /tmp && python3 -c "import memtop.collectors.host, memtop.model as m; assert 'wait' in m.ProcSample.__dataclass_fields__") || exit 2
+(cd /tmp && python3 -c "import memtop.collectors.host, memtop.core.model as m; assert 'wait' in m.ProcSample.__dataclass_fields__") || exit 2
 nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null
 spec=""

@@ -12,7 +12,7 @@ import sqlite3
 import sys
 import zlib
 
-from memtop.store import HOST_KEY_EVERY, _inflate_host
+from memtop.storage.store import HOST_KEY_EVERY, _inflate_host
 
 src, dst = sys.argv[1], sys.argv[2]
 shutil.copyfile(src, dst)

@@ -22,8 +22,8 @@ from pathlib import Path
 from memtop.agent.chunks import Worker, close_all, reap_all, start_workers
 from memtop.agent.client import AgentRef, ask
 from memtop.agent.merge import Alignment, Capture, align, describe, write_merged
-from memtop.errors import UserError
-from memtop.sanitize import clean
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
 
 LEAD_S = 0.5  # the window starts this long after the recorder is up: its readings lead into the
 # window, and the agents of all ranks have the request by then

@@ -226,7 +226,7 @@ def _serve(conn: Connection) -> None:
     os.dup2(null, 1)
     os.dup2(null, 2)
     os.close(null)
-    import memtop.export  # noqa: F401  (what encoding a piece needs, imported while memtop waits)
+    import memtop.outputs.export  # noqa: F401  (what encoding a piece needs, imported while memtop waits)
 
     try:
         piece, last = conn.recv_bytes(), conn.recv()

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memtop.agent.injob import ENV_DIR, MAX_REQUEST, UCRED, socket_path
-from memtop.errors import UserError
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
 from memtop.fleet.wire import load_json
-from memtop.sanitize import clean
 
 MAX_TRACE_BYTES = 1 << 30  # a framework trace larger than this is refused (5 s of a busy GPU: ~10-100 MB)
 HELLO_TIMEOUT_S = 3.0

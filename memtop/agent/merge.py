@@ -20,10 +20,10 @@ from pathlib import Path
 
 from memtop.agent import chunks
 from memtop.agent.injob import CLOCK_MARKS, MARK
-from memtop.errors import UserError
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
+from memtop.core.wording import counted
 from memtop.fleet.wire import Refused, check_size
-from memtop.sanitize import clean
-from memtop.wording import counted
 
 FRAMEWORK_PID_BASE = 2_000_000  # framework tracks: synthetic pids clear of memtop's and real ones
 PIDS_PER_CAPTURE = 1000  # a trace's own pids (the process, its GPUs) are renumbered inside a block
@@ -206,7 +206,7 @@ def encode_piece(
 ) -> tuple[str, int, Counter]:
     """A piece's events as framework_events makes them, encoded: (JSON objects joined by commas,
     how many, their counts). Runs where the piece is (a worker process)."""
-    from memtop.export import dumps
+    from memtop.outputs.export import dumps
 
     counts: Counter = Counter()
     out = list(framework_events(events, pids, k, offset_us, framework, pid, counts))
@@ -248,8 +248,8 @@ def write_merged(
     what it holds). A recording that cannot be used (one without a sample of the window, from a
     recorder slow to start on a busy host) leaves the framework's part alone, said in the summary's
     ``unusable``. Each capture's pieces are encoded once: another write needs new captures."""
-    from memtop.export import dumps, private_output, write_trace  # (numpy, SQLite: only when writing)
-    from memtop.store import Recording
+    from memtop.outputs.export import dumps, private_output, write_trace  # (numpy, SQLite: only when writing)
+    from memtop.storage.store import Recording
 
     info = [
         {

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 
 from memtop.agent.capture import capture_trace, default_output
 from memtop.agent.client import AgentRef, hello
-from memtop.errors import UserError
-from memtop.jobs import job_groups
-from memtop.sanitize import clean
+from memtop.analysis.jobs import job_groups
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
 
 if TYPE_CHECKING:
-    from memtop.model import Frame
-    from memtop.pipeline import Pipeline
-    from memtop.verdict import Verdict
+    from memtop.analysis.verdict import Verdict
+    from memtop.core.model import Frame
+    from memtop.live.pipeline import Pipeline
 
 EVERY_S = 300.0  # --trace-every's default: a process is captured automatically at most this often
 SECONDS = 3.0  # --trace-seconds' default: short, since a capture slows the job (docs/TRACE.md)
@@ -57,7 +57,7 @@ class Tracer:
     # -- one capture -----------------------------------------------------------------------
     def targets(self, pid: int, frame: Frame | None) -> list[AgentRef]:
         """The agents to capture for ``pid``: its own (or one clear error) and those of the other
-        ranks of its job (the processes on the GPUs memtop groups with its GPUs: memtop.jobs), which
+        ranks of its job (the processes on the GPUs memtop groups with its GPUs: memtop.analysis.jobs), which
         are skipped quietly where they have none."""
         ref = hello(pid)
         if not ref.frameworks:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memtop.errors import UserError
+from memtop.core.errors import UserError
 from memtop.fleet.files import read_regular
 
 MAX_TOKEN = 4096  # bytes; a longer token is refused, never cut (a cut token fails far from its cause)

@@ -12,7 +12,7 @@ import sys
 import time
 
 from memtop.commands.authtoken import read_token
-from memtop.errors import UserError
+from memtop.core.errors import UserError
 from memtop.fleet.sources import (
     HttpPoller,
     PromSource,
@@ -79,7 +79,7 @@ def _once(src: Source, interval: float, args: argparse.Namespace) -> int:
 def _tui(src: Source, interval: float, args: argparse.Namespace) -> int:
     from memtop import config
     from memtop.commands.local import display_options
-    from memtop.sanitize import clean
+    from memtop.core.sanitize import clean
     from memtop.tui.cluster import ClusterApp
 
     opts = display_options(args, config.load())

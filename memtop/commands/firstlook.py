@@ -13,8 +13,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, TextIO
 
-from memtop.sanitize import clean
-from memtop.wording import counted
+from memtop.core.sanitize import clean
+from memtop.core.wording import counted
 
 if TYPE_CHECKING:
     from memtop.collectors.nvml_calls import Nvml

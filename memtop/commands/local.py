@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING
 
 from memtop.commands.firstlook import FirstLook
 from memtop.config import Config
-from memtop.errors import UserError
-from memtop.sanitize import clean
-from memtop.timefmt import clock
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
+from memtop.core.timefmt import clock
 
 if TYPE_CHECKING:
     from memtop.agent.tracer import Notify, Tracer
     from memtop.collectors.nvml_calls import RealNvml
-    from memtop.model import ProcSample
-    from memtop.pipeline import Pipeline
-    from memtop.playback import Playback
-    from memtop.sampler import Sampler
-    from memtop.store import Recording
+    from memtop.core.model import ProcSample
+    from memtop.live.pipeline import Pipeline
+    from memtop.live.playback import Playback
+    from memtop.live.sampler import Sampler
+    from memtop.storage.store import Recording
 
 DEMO = "demo.memtop"
 TRIM_AFTER_S = 3.0  # the app is up and painting by then (0.5 s on the H100, 2 s on a loaded VM)
@@ -34,7 +34,7 @@ TRIM_AFTER_S = 3.0  # the app is up and painting by then (0.5 s on the H100, 2 s
 
 def open_recording(path: str | Path) -> Recording:
     """The store (and SQLite) load here: a live view without --record never needs them."""
-    from memtop.store import Recording
+    from memtop.storage.store import Recording
 
     return Recording(path)
 
@@ -163,7 +163,7 @@ class LiveController:
                 return
             from dataclasses import replace
 
-            from memtop.sampler import Sampler, SamplerConfig
+            from memtop.live.sampler import Sampler, SamplerConfig
 
             if self.sampler is None:
                 cfg = SamplerConfig.from_args(self.args, recording=False)
@@ -385,7 +385,7 @@ def replay_app(
         )
     _need_tty()
     _lean_process()
-    from memtop.pipeline import Pipeline, ReplaySource, Status
+    from memtop.live.pipeline import Pipeline, ReplaySource, Status
 
     pipeline = Pipeline(Status(mode, duration=rec.duration, speed=speed, source=str(path)), meta=rec.meta)
     src = ReplaySource(rec, pipeline, speed=speed, loop=loop, start_at=start_at, fast_runs=_phase_runs)
@@ -394,7 +394,7 @@ def replay_app(
 
 def _phase_runs(rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | None:
     """The overview strip's runs by columns (imported in the scan's thread: not at start-up)."""
-    from memtop.colscan import phase_runs
+    from memtop.analysis.colscan import phase_runs
 
     return phase_runs(rec)
 
@@ -427,14 +427,14 @@ def live(args: argparse.Namespace) -> int:
         controller.start()  # first: the driver's start overlaps the imports below and Textual's
     writer = sampler = None
     try:
-        from memtop.pipeline import Pipeline, Status
-        from memtop.sampler import check_pids
+        from memtop.live.pipeline import Pipeline, Status
+        from memtop.live.sampler import check_pids
 
         check_pids(args.pid)
         meta = {"host": platform.node()}  # the rest once NVML is up (LiveController)
         if args.record:  # a recording names its GPUs in its metadata: NVML first
-            from memtop.sampler import Sampler, SamplerConfig
-            from memtop.store import Writer
+            from memtop.live.sampler import Sampler, SamplerConfig
+            from memtop.storage.store import Writer
 
             sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)
             sampler.nvml.start()
@@ -468,7 +468,7 @@ def replay(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    from memtop.report import build_report, render
+    from memtop.outputs.report import build_report, render
 
     rec = open_recording(args.file)
     print(render(build_report(rec, gpu=args.gpu, t_from=args.t_from, t_to=args.t_to), args.format))
@@ -476,7 +476,7 @@ def report(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    from memtop.export import export_perfetto
+    from memtop.outputs.export import export_perfetto
 
     rec = open_recording(args.file)
     n = export_perfetto(

@@ -10,10 +10,10 @@ import threading
 import time
 from pathlib import Path
 
-from memtop.errors import UserError
-from memtop.sanitize import clean
-from memtop.store import Writer, read_markers
-from memtop.wording import counted
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
+from memtop.core.wording import counted
+from memtop.storage.store import Writer, read_markers
 
 
 def _size(path: Path) -> int:
@@ -28,7 +28,7 @@ def record(args: argparse.Namespace) -> int:
         raise UserError(f"cannot create {out}: directory {out.parent} does not exist")
     if out.is_dir():
         raise UserError(f"{out} is a directory; name a file to write")
-    from memtop.sampler import Sampler, SamplerConfig
+    from memtop.live.sampler import Sampler, SamplerConfig
 
     sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)
     done = threading.Event()

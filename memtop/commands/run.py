@@ -20,8 +20,8 @@ from pathlib import Path
 
 from memtop.agent import injob
 from memtop.agent.capture import start_recorder, stop_recorder
-from memtop.errors import UserError
-from memtop.sanitize import clean
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
 
 SITE = Path(injob.__file__).parent / "site"
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -105,7 +105,7 @@ def run_job(args: argparse.Namespace) -> int:
     if not args.no_tui and not (sys.stderr.isatty() and sys.stdin.isatty()):
         raise UserError("the TUI needs a terminal; use `memtop run --no-tui -- CMD` when piping")
     if args.record:  # refused now, not once the job runs (a TUI that fails would orphan it)
-        from memtop.store import check_creatable
+        from memtop.storage.store import check_creatable
 
         check_creatable(Path(args.record), args.force)
     agent_dir = tempfile.mkdtemp(prefix="memtop-run-")  # 0700: only the job's user reaches the sockets

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memtop.commands.authtoken import read_token
-from memtop.errors import UserError
-from memtop.sanitize import clean
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
 
 if TYPE_CHECKING:
     import socket
@@ -140,7 +140,7 @@ class NodeCollector:
             "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, a bitmask there)",
             labels=[*base, "reason"],
         )
-        from memtop.model import CLOCK_EVENT_NAMES
+        from memtop.core.model import CLOCK_EVENT_NAMES
 
         for g, labels in gpus:
             c = clocks.get(g.index, {})
@@ -168,11 +168,11 @@ class NodeCollector:
 
 
 def _hardware_families(pipeline, gpus: list, base: list[str]):
-    """Energy by phase (the driver's counter, split by memtop.energy), the health counters (memtop.health:
+    """Energy by phase (the driver's counter, split by memtop.analysis.energy), the health counters (memtop.analysis.health:
     names after dcgm-exporter's fields) and the health events memtop saw, as counters rate() reads."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    from memtop.health import COUNTERS
+    from memtop.analysis.health import COUNTERS
 
     fam = CounterMetricFamily(
         PREFIX + "gpu_energy_joules",

@@ -14,13 +14,14 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from memtop import __version__, energy, health
-from memtop.errors import UserError
-from memtop.jobs import jobs_on_gpus
-from memtop.metrics import METRICS
-from memtop.model import CLOCK_EVENT_NAMES, Frame, ProcSample
-from memtop.phases import CHARS, LABELS, TITLES
-from memtop.pipeline import Pipeline, ReplaySource, Status, View
+from memtop import __version__
+from memtop.analysis import energy, health
+from memtop.analysis.jobs import jobs_on_gpus
+from memtop.analysis.phases import CHARS, LABELS, TITLES
+from memtop.core.errors import UserError
+from memtop.core.metrics import METRICS
+from memtop.core.model import CLOCK_EVENT_NAMES, Frame, ProcSample
+from memtop.live.pipeline import Pipeline, ReplaySource, Status, View
 
 SCHEMA_VERSION = 1
 NO_GPU_EXIT = 4  # `memtop snapshot` on a node with no GPU to report (README, "Exit codes")
@@ -44,7 +45,9 @@ class CountingPipeline(Pipeline):
             # seconds are floats, which typeshed's Counter does not admit
             self.clock_seconds: dict[int, defaultdict[str, float]] = {}
             self.phase_seconds: dict[int, defaultdict[str, float]] = {}
-            self.phase_energy: dict[int, defaultdict[str, float]] = {}  # joules (memtop.energy.split)
+            self.phase_energy: dict[
+                int, defaultdict[str, float]
+            ] = {}  # joules (memtop.analysis.energy.split)
             self.health_counts: Counter[tuple[int, str, str]] = Counter()  # (gpu, kind, Xid or "")
             # for energy per job: each process's SM %-seconds per GPU and the processes seen on GPUs
             self.sm_seconds: dict[int, defaultdict[int, float]] = {}
@@ -89,7 +92,7 @@ class CountingPipeline(Pipeline):
                         c[name] += g.t - prev
 
     def job_energy(self, per_gpu: dict[int, dict]) -> tuple[list[dict], list[dict]]:
-        """Energy per job since memtop started (memtop.energy.job_sections, as `report` splits it): a
+        """Energy per job since memtop started (memtop.analysis.energy.job_sections, as `report` splits it): a
         shared GPU's by each process's part of its SM time since then."""
         with self._lock:
             shares = {
@@ -166,7 +169,7 @@ class Node:
             )
             self.hostname = str(rec.meta.get("host") or platform.node())
         else:
-            from memtop.sampler import Sampler, SamplerConfig
+            from memtop.live.sampler import Sampler, SamplerConfig
 
             self.pipeline = CountingPipeline(Status("live"), {"host": platform.node()})
             self.sampler = Sampler(
@@ -333,7 +336,9 @@ def snapshot(node: Node) -> dict:
         "no_gpu": node.no_gpu(),
     }
     per_gpu = {g["index"]: g["energy"] for g in gpus if "energy" in g}
-    if per_gpu:  # energy since memtop started, per job: the report's split (memtop.energy.job_sections)
+    if (
+        per_gpu
+    ):  # energy since memtop started, per job: the report's split (memtop.analysis.energy.job_sections)
         by_job, unattributed = node.pipeline.job_energy(per_gpu)
         out["energy_jobs"] = by_job
         if unattributed:
@@ -342,7 +347,7 @@ def snapshot(node: Node) -> dict:
 
 
 def _shared_jobs(view: View, g) -> dict:
-    """The jobs sharing a GPU, each with its own phase, shares and verdict (memtop.jobshare); nothing
+    """The jobs sharing a GPU, each with its own phase, shares and verdict (memtop.analysis.jobshare); nothing
     where one job (or none) holds it."""
     per_job = view.job_verdicts.get(g.index, {})
     out = []
@@ -427,7 +432,7 @@ def _text(snap: dict) -> str:
 
 def run_snapshot(args: argparse.Namespace) -> int:
     """`memtop snapshot`: one snapshot, or with --interval a stream of them (JSON lines)."""
-    from memtop.sanitize import clean, clean_multiline
+    from memtop.core.sanitize import clean, clean_multiline
 
     fail = parse_fail_on(args.fail_on) if args.fail_on else None
     count = args.count if args.count is not None else (0 if args.snap_interval else 1)

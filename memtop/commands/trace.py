@@ -9,7 +9,7 @@ from pathlib import Path
 
 from memtop.agent.capture import capture_trace, default_output
 from memtop.agent.client import hello, job_agents
-from memtop.errors import UserError
+from memtop.core.errors import UserError
 
 
 def timing_line(t: dict) -> str:

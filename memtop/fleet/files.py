@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 
-from memtop.errors import UserError
+from memtop.core.errors import UserError
 
 
 def read_regular(path: str, what: str, cap: int, private: bool = False) -> bytes:

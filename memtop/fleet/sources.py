@@ -24,13 +24,13 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
-from memtop.errors import UserError
+from memtop.analysis.phases import CHARS
+from memtop.core.errors import UserError
+from memtop.core.model import JOB_KEYS
 from memtop.fleet import wire
 from memtop.fleet.fetch import DeadlineExceeded, Fetcher, Origin
 from memtop.fleet.files import read_regular
 from memtop.fleet.view import PHASE_OF, NodeState
-from memtop.model import JOB_KEYS
-from memtop.phases import CHARS
 
 _HOST = re.compile(r"[A-Za-z0-9_.:\[\]-]{1,255}")
 MAX_HOSTFILE = 4 << 20  # 100 000 nodes of 40 characters

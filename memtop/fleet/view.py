@@ -13,9 +13,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from memtop.analysis.phases import CHARS
+from memtop.core.sanitize import clean
 from memtop.fleet import wire
-from memtop.phases import CHARS
-from memtop.sanitize import clean
 
 SCHEMA_VERSION = wire.SCHEMA_VERSION
 STALE_INTERVALS = 3  # a node greys out after this many intervals without a good snapshot

@@ -3,7 +3,7 @@ over ssh) or a Prometheus server sends becomes data here, or is refused with a r
 
 Nothing past this module sees a node's bytes. What comes out holds only the fields the schema
 (docs/snapshot.schema.json) names, with the types it names, every string passed through
-memtop.sanitize.clean and cut to a length its field can legitimately have, every number finite and
+memtop.core.sanitize.clean and cut to a length its field can legitimately have, every number finite and
 in range, every list bounded. A GPU index that is not a small integer refuses the node: an index
 chooses rows and keys, and a node that cannot say which GPU it is talking about says nothing usable.
 The object count of an answer is bounded before it is parsed (json.loads of 60 MB of `{}` takes
@@ -16,10 +16,10 @@ import json
 import math
 import re
 
-from memtop.metrics import METRICS
-from memtop.model import JOB_KEYS
-from memtop.phases import CHARS, LABELS
-from memtop.sanitize import clean
+from memtop.analysis.phases import CHARS, LABELS
+from memtop.core.metrics import METRICS
+from memtop.core.model import JOB_KEYS
+from memtop.core.sanitize import clean
 
 SCHEMA_VERSION = 1
 # A snapshot of 64 GPUs and 256 processes, every string at its cap, is under 700 KB; real ones are a

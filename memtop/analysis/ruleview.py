@@ -1,12 +1,12 @@
 """What the phase rules read of a bin, as one bin's scalars or as arrays over many bins.
 
-memtop.phases writes each rule once, as an expression over a view: ``&``/``|`` for and/or, ``v.no``
+memtop.analysis.phases writes each rule once, as an expression over a view: ``&``/``|`` for and/or, ``v.no``
 for not, ``v.where`` for a conditional, and a missing value (SM without GPM, a mean of no samples)
 read as 0 beside a ``has_`` flag. ``One`` evaluates it for one bin (live mode: Python scalars, no
 numpy per bin); ``Cols`` for every bin of a range at once (the report: numpy arrays). Comparisons,
 +, -, * and / are IEEE operations in both, so both give the same answer for the same numbers.
 
-The two classes are also the two backends the features are written over (memtop.phases
+The two classes are also the two backends the features are written over (memtop.analysis.phases
 ``gpu_figures``, ``proc_figures``, ``gap_quiet``): ``nz``, ``ratio`` and ``unless`` are the
 operations on a missing value (None for One, NaN for Cols) and a zero divisor.
 """

@@ -11,14 +11,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from memtop.labelcols import rows
-from memtop.model import Frame, ProcSample
-from memtop.phases import HEALTHY, TITLES, Label
-from memtop.records import Evidence
-from memtop.sanitize import is_clean
-from memtop.straggler import Straggler
-from memtop.timefmt import length
-from memtop.wording import counted
+from memtop.analysis.labelcols import rows
+from memtop.analysis.phases import HEALTHY, TITLES, Label
+from memtop.analysis.straggler import Straggler
+from memtop.core.model import Frame, ProcSample
+from memtop.core.records import Evidence
+from memtop.core.sanitize import is_clean
+from memtop.core.timefmt import length
+from memtop.core.wording import counted
 
 PROBLEM_SHARE = 0.2  # a problem phase must hold this share of the window to be the verdict
 BUSY_SHARE = 0.5  # a healthy phase is "busy" only where it held most of the window

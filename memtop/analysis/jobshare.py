@@ -4,11 +4,11 @@ Where two or more jobs hold contexts on one GPU (time-slicing, MPS, or plain co-
 label is the sum of both. Here each job gets its own: the GPU's figures are split by the driver's
 per-process SM utilisation (GpuSample.proc_util), each job keeps only its processes (so its CPU, its
 DataLoader workers, its main thread's wait and its stacks are its own), and the unchanged phase
-Classifier (memtop.phases: the same rules, hysteresis and stack window) labels each job's view as if
+Classifier (memtop.analysis.phases: the same rules, hysteresis and stack window) labels each job's view as if
 the job had the GPU alone. Nothing here is a rule: only the per-job inputs.
 
 A job: processes with the same cgroup identity (container, pod, Slurm job: Frame.jobs) and the same
-process tree (memtop.jobs.proc_key: parent and command line); a GPU process whose ancestor holds a
+process tree (memtop.analysis.jobs.proc_key: parent and command line); a GPU process whose ancestor holds a
 context on the same GPU belongs to that ancestor's job.
 
 The split of a figure: a job's part of the GPU's per-process SM time. While the GPU is saturated
@@ -24,11 +24,11 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from memtop.jobs import proc_key
-from memtop.metrics import METRICS
-from memtop.model import Frame, GpuSample, ProcSample, ProcUtil
-from memtop.phases import METRICS_READ, Classifier, Label
-from memtop.verdict import Verdict, verdict
+from memtop.analysis.jobs import proc_key
+from memtop.analysis.phases import METRICS_READ, Classifier, Label
+from memtop.analysis.verdict import Verdict, verdict
+from memtop.core.metrics import METRICS
+from memtop.core.model import Frame, GpuSample, ProcSample, ProcUtil
 
 SATURATED = 80.0  # GPU engine %: the jobs contend for it (the phase rules' under-used line)
 # the figures a job's view scales by its part; the rest (power, clocks, memory) stay the GPU's

@@ -26,10 +26,11 @@ from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import NamedTuple, cast
 
-from memtop import __version__, colblock, stackclass
-from memtop.errors import UserError
-from memtop.metrics import BY_NAME, METRICS, Metric
-from memtop.model import (
+from memtop import __version__
+from memtop.core import stackclass
+from memtop.core.errors import UserError
+from memtop.core.metrics import BY_NAME, METRICS, Metric
+from memtop.core.model import (
     JOB_KEYS,
     MAIN_FIELDS,
     Capability,
@@ -51,9 +52,10 @@ from memtop.model import (
     StackSample,
     ThreadStack,
 )
-from memtop.sanitize import clean
-from memtop.timefmt import clock
-from memtop.wording import counted
+from memtop.core.sanitize import clean
+from memtop.core.timefmt import clock
+from memtop.core.wording import counted
+from memtop.storage import colblock
 
 # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
 # 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored; stack
@@ -73,7 +75,7 @@ _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while readi
 READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
 MAGIC = "memtop-recording"
 
-# GPU columns: one per metric of memtop/metrics.py, stored as round(value * scale). A recording made
+# GPU columns: one per metric of memtop/core/metrics.py, stored as round(value * scale). A recording made
 # before a metric existed lacks its column; reading it gives None.
 GPU_COLS: tuple[tuple[str, float], ...] = tuple((m.name, m.scale) for m in METRICS)
 GPU_MODES = ("gpm", "nvml", "lost")
@@ -148,7 +150,7 @@ def named_stack_sql(db: sqlite3.Connection) -> str:
     return f"SELECT t, pid, tid, {name}, active, gil, stack, error FROM stack_sample ORDER BY t, pid, i"
 
 
-# the streams stored again as column blocks (memtop.colblock), read by the report (memtop.colscan):
+# the streams stored again as column blocks (memtop.storage.colblock), read by the report (memtop.analysis.colscan):
 # Frame times, GPU rows (the mode as its index into GPU_MODES), what _host_figures stores (a host
 # sample without figures: procs -1), stack_sample's rows but the stored class (never read), and perf
 BLOCK_STREAMS: dict[str, colblock.Columns] = {
@@ -626,7 +628,7 @@ def plain_host(raw: bytes, shapes: set[bytes] | None = None) -> dict | None:
     """A host blob's JSON (``_inflate_host``) as a dict when it is as this version writes it: every
     field of its canonical type, every number finite and under 1e18. ``_host_from_blob`` accepts
     such a sample unchanged (lists become tuples), so its values can be read straight from the dict
-    (memtop.colscan does, to skip building a HostSample per sample); None for anything else.
+    (memtop.analysis.colscan does, to skip building a HostSample per sample); None for anything else.
     ``shapes``: the shapes (``_number_shape``) of samples found so already, kept across calls: a
     sample of one of them has the same types, and is not checked again."""
     shape = _number_shape(raw)
@@ -933,7 +935,7 @@ class Writer:
 
     def _host_figures(self, t: float, raw: bytes) -> None:
         """What the classifier reads of a host sample as column blocks too (``host_figures``), so a
-        report reads them without decoding the JSON (memtop.colscan). No rows: the JSON is the
+        report reads them without decoding the JSON (memtop.analysis.colscan). No rows: the JSON is the
         sample of record, and where no block reaches, a report decodes it."""
         load, procs = host_figures(t, raw)
         self._blocks.add("host", load)
@@ -1420,7 +1422,7 @@ class Recording:
             _processes(procs),
         )
 
-    # The reading API for the reader by columns (memtop.colscan): the methods above, by public names.
+    # The reading API for the reader by columns (memtop.analysis.colscan): the methods above, by public names.
     query = _q
     gpu_state = _gpu_state
 
@@ -1430,7 +1432,7 @@ class Recording:
         return self._gpu_columns
 
     def health_samples(self, lo: float, hi: float) -> dict[int, list[GpuSample]]:
-        """Per GPU, in time order, what its health events come from (memtop.health.HealthTracker): a
+        """Per GPU, in time order, what its health events come from (memtop.analysis.health.HealthTracker): a
         sample at each health row (with the link of then), at each change of its PCIe link and at the
         first time it was lost. Other figures are left out: the events read none."""
         rows: list[tuple[float, int, int, object]] = []
@@ -1487,7 +1489,7 @@ class Recording:
         self, lo: float, hi: float
     ) -> dict[int, tuple[list[float], list[float | None], list[float | None]]]:
         """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W)
-        (memtop.energy.split reads them)."""
+        (memtop.analysis.energy.split reads them)."""
         if "energy_j" not in self._gpu_columns:
             return {}
         out: dict[int, tuple[list[float], list[float | None], list[float | None]]] = {}
@@ -1507,7 +1509,7 @@ class Recording:
         """Frames in time order from ``start`` (seeking there first) to ``end``.
 
         ``skip``: part kinds a reader does not need (e.g. {"series", "note"}), left out of the Frames,
-        and GPU metrics (names of memtop.metrics), which read as None (SQLite decodes every column).
+        and GPU metrics (names of memtop.core.metrics), which read as None (SQLite decodes every column).
         """
         lo = self.t0 if start is None else start
         hi = self.t1 if end is None else end
@@ -1952,7 +1954,7 @@ def read_markers(path: str | Path) -> list[Marker]:
     return out
 
 
-# The decoding API for the reader by columns (memtop.colscan), which reads a recording's rows as arrays
+# The decoding API for the reader by columns (memtop.analysis.colscan), which reads a recording's rows as arrays
 # and must decode and refuse a part exactly as the Frames' reader here does: this module's own
 # functions, by public names (one definition each, above).
 DECODE_ERRORS = _DECODE_ERRORS

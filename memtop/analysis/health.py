@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Literal
 
-from memtop.model import GpuHealth, GpuSample, PcieLink
-from memtop.timefmt import clock, length
-from memtop.verdict import Verdict
+from memtop.analysis.verdict import Verdict
+from memtop.core.model import GpuHealth, GpuSample, PcieLink
+from memtop.core.timefmt import clock, length
 
 Severity = Literal["critical", "warning"]
 

@@ -71,7 +71,7 @@ class PcieLink:
 @dataclass(frozen=True, slots=True)
 class GpuHealth:
     """A GPU's health counters (collectors/nvml_calls.HealthInfo; None: the GPU does not give it) and
-    the critical Xids the driver reported since the previous read. Read every few seconds; memtop.health
+    the critical Xids the driver reported since the previous read. Read every few seconds; memtop.analysis.health
     turns a change into events."""
 
     t: float  # when it was read
@@ -227,12 +227,12 @@ class GpuSample:
         return None
 
     def with_values(self, values: Mapping[str, float | int | None]) -> GpuSample:
-        """This sample with metric fields set by name (the names of memtop.metrics.METRICS)."""
+        """This sample with metric fields set by name (the names of memtop.core.metrics.METRICS)."""
         kw: dict[str, Any] = dict(values)  # a name that is no field is a TypeError
         return replace(self, **kw)
 
     # The one place each fallback is decided (BY_MODE, BUSY above): these properties read it for one
-    # sample, the column engine (memtop.binscan, memtop.colscan) over arrays of samples.
+    # sample, the column engine (memtop.analysis.binscan, memtop.analysis.colscan) over arrays of samples.
     activity = _by_mode("activity")
     engine = _by_mode("engine")
     bandwidth = _by_mode("bandwidth")
@@ -343,7 +343,7 @@ class ThreadStack:
     active: bool
     owns_gil: bool
     frames: tuple[StackFrame, ...]  # leaf first
-    klass: str = "other"  # sync / copy / data / other / idle (see memtop.stackclass)
+    klass: str = "other"  # sync / copy / data / other / idle (see memtop.core.stackclass)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from memtop.model import GpuSample
-from memtop.phases import bin_start
+from memtop.analysis.phases import bin_start
+from memtop.core.model import GpuSample
 
 
 @dataclass(frozen=True, slots=True)

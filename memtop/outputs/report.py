@@ -16,23 +16,23 @@ from typing import cast
 
 import numpy as np
 
-from memtop import energy, health, roofline
-from memtop.colscan import no_gc, report_scan
-from memtop.errors import UserError
-from memtop.jobs import jobs_of, jobs_on_gpus
-from memtop.jobshare import READ_SKIP as JOB_READ_SKIP
-from memtop.jobshare import report_jobs, shared_verdict
-from memtop.labelcols import columns as label_columns
-from memtop.labelcols import counts as label_counts
-from memtop.phases import CHARS, TITLES, Classifier, bin_start
-from memtop.procshare import proc_shares
-from memtop.sanitize import clean
-from memtop.stackclass import site
-from memtop.store import Recording
-from memtop.straggler import episodes
-from memtop.timefmt import clock, length
-from memtop.verdict import verdict
-from memtop.wording import counted
+from memtop.analysis import energy, health, roofline
+from memtop.analysis.colscan import no_gc, report_scan
+from memtop.analysis.jobs import jobs_of, jobs_on_gpus
+from memtop.analysis.jobshare import READ_SKIP as JOB_READ_SKIP
+from memtop.analysis.jobshare import report_jobs, shared_verdict
+from memtop.analysis.labelcols import columns as label_columns
+from memtop.analysis.labelcols import counts as label_counts
+from memtop.analysis.phases import CHARS, TITLES, Classifier, bin_start
+from memtop.analysis.procshare import proc_shares
+from memtop.core.stackclass import site
+from memtop.analysis.straggler import episodes
+from memtop.analysis.verdict import verdict
+from memtop.core.errors import UserError
+from memtop.core.sanitize import clean
+from memtop.core.timefmt import clock, length
+from memtop.core.wording import counted
+from memtop.storage.store import Recording
 
 SCHEMA = "memtop-report/1"
 
@@ -93,7 +93,7 @@ def build_report(
     columns: bool = True,
 ) -> dict:
     """The report of [t_from, t_to] (seconds into the recording). ``columns``: scan by columns where
-    memtop.colscan can (the same result, several times faster), else by Frames as live mode reads."""
+    memtop.analysis.colscan can (the same result, several times faster), else by Frames as live mode reads."""
     with no_gc():  # the labels of hours: hundreds of thousands of objects, no cycles
         return _build_report(rec, gpu, t_from, t_to, columns)
 
@@ -135,7 +135,7 @@ def _build_report(
     health_by_gpu, energy_by_gpu, energies = rec.health_samples(lo, hi), rec.energy(lo, hi), {}
     busy = rec.busy_means(lo, hi, roofline.READS)
     shares = proc_shares(rec, lo, hi, {p.pid: p.name for p in procs.values()})
-    # jobs sharing a GPU, each labelled apart (memtop.jobshare: a scan of Frames, only where two or more
+    # jobs sharing a GPU, each labelled apart (memtop.analysis.jobshare: a scan of Frames, only where two or more
     # processes had per-process figures on one GPU)
     shared = (
         report_jobs(rec.frames(lo, hi, skip=JOB_READ_SKIP), hi - lo, tuple(procs.values()), of)

@@ -1,6 +1,6 @@
 """What the classifier finds, as frozen records: a GPU gap and the evidence behind a label.
 
-They travel from memtop.phases to the pipeline, verdict, report, export and TUI (and, pickled, between
+They travel from memtop.analysis.phases to the pipeline, verdict, report, export and TUI (and, pickled, between
 the report's parallel scans), so they are typed here rather than passed as string-keyed dicts.
 ``as_dict()`` gives the JSON the report and export have always written.
 """

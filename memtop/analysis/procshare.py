@@ -2,8 +2,8 @@
 
 From the per-process figures the recorder stored (the driver's per-process SM and memory
 utilisation, one row per GPU each time they changed): a figure holds until the GPU's next row, so
-the means are weighted by how long each held. Read apart from the report's scans (memtop.colscan,
-memtop.scan): no rule reads these figures, so both report paths give the same bytes.
+the means are weighted by how long each held. Read apart from the report's scans (memtop.analysis.colscan,
+memtop.analysis.scan): no rule reads these figures, so both report paths give the same bytes.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-from memtop.model import ProcUtil
-from memtop.store import Recording
+from memtop.core.model import ProcUtil
+from memtop.storage.store import Recording
 
 
 def proc_shares(rec: Recording, lo: float, hi: float, names: Mapping[int, str]) -> dict[int, list[dict]]:

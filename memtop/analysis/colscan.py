@@ -1,11 +1,11 @@
 """The report's scan by columns: the labels, gaps and aggregates that feeding every Frame to the
-Classifier gives (memtop.scan), computed from the recording's rows bin by bin instead of Frame by Frame.
+Classifier gives (memtop.analysis.scan), computed from the recording's rows bin by bin instead of Frame by Frame.
 
 A Frame holds the newest part of each source at its time, so which GPU row, GPU state, host sample
 and stack sample each Frame holds is a search over sorted times; a bin's samples, the stack window at
 its last Frame, a GPU's gap events and the aggregates follow from those searches without building a
-Frame. memtop.binscan turns them into every bin's features, rules and labels over arrays with the
-same float operations on the same values, the rules and hysteresis being memtop.phases' own.
+Frame. memtop.analysis.binscan turns them into every bin's features, rules and labels over arrays with the
+same float operations on the same values, the rules and hysteresis being memtop.analysis.phases' own.
 What this path does not read (damaged or unusual rows) raises ``Unusual``: the caller then scans by
 Frames.
 """
@@ -34,14 +34,10 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from memtop import labelcols
-from memtop.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_peers
-from memtop.colblock import NULL, Blocks
-from memtop.errors import UserError
-from memtop.jobs import job_groups
-from memtop.metrics import METRICS, Metric
-from memtop.model import BUSY, THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
-from memtop.phases import (
+from memtop.analysis import labelcols
+from memtop.analysis.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_peers
+from memtop.analysis.jobs import job_groups
+from memtop.analysis.phases import (
     GAP_MIN_S,
     Classifier,
     bin_start,
@@ -52,11 +48,15 @@ from memtop.phases import (
     is_stopped,
     stack_info,
 )
+from memtop.analysis.scan import REPORT_READS, Aggregates, extends, main_only, scan
+from memtop.analysis.stackwin import Entries, window_bounds
+from memtop.core.errors import UserError
+from memtop.core.metrics import METRICS, Metric
+from memtop.core.model import BUSY, THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
+from memtop.core.records import Gap
 from memtop.progress import Progress
-from memtop.records import Gap
-from memtop.scan import REPORT_READS, Aggregates, extends, main_only, scan
-from memtop.stackwin import Entries, window_bounds
-from memtop.store import (
+from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.store import (
     BLOCK_STREAMS,
     BLOCK_TABLES,
     BY_NAME,
@@ -114,7 +114,7 @@ def report_scan(
     columns: bool = True,
     progress: bool | None = None,
 ) -> tuple[dict, list, Aggregates]:
-    """memtop.scan.scan's result (labels per GPU, gaps, aggregates of [lo, hi]), by columns where this
+    """memtop.analysis.scan.scan's result (labels per GPU, gaps, aggregates of [lo, hi]), by columns where this
     path can be sure of it, else by Frames (``columns=False``: always by Frames)."""
     if columns:
         with Progress("reading", hi - lo, enabled=progress) as bar:
@@ -134,7 +134,7 @@ def scan_columns(
     workers: int | None = None,
     chunk_s: float | None = None,
 ) -> tuple[dict, list, Aggregates]:
-    """(labels per GPU, gaps, aggregates) as ``memtop.scan.scan`` gives them by Frames read from
+    """(labels per GPU, gaps, aggregates) as ``memtop.analysis.scan.scan`` gives them by Frames read from
     ``read_from``; raises Unusual where it cannot be sure of that.
 
     A long range is cut into chunks at bin edges whose features, rules, gaps and aggregates are
@@ -669,7 +669,7 @@ def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
 def _block_rows(
     rec: Recording, plo: float, hi: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """``_from_rows`` of the rows in (plo, hi] from the column blocks (memtop.colblock); None where they
+    """``_from_rows`` of the rows in (plo, hi] from the column blocks (memtop.storage.colblock); None where they
     do not cover the span or are damaged."""
     blocks = Blocks(rec.db, "gpu", _GPU_BLOCK, BLOCK_TABLES["gpu"])
     if blocks.end <= hi:
@@ -737,7 +737,7 @@ def _json_rows(
 
 class _Hosts:
     """The host samples, and which one each Frame holds. Where the recording holds their figures (what
-    the classifier reads) as column blocks (memtop.colblock), those, and a sample's JSON is inflated
+    the classifier reads) as column blocks (memtop.storage.colblock), those, and a sample's JSON is inflated
     only when asked for; else each sample's JSON, as the Frame path reads it (the host_load and
     host_proc rows recordings of 2026-11-24 hold too are a copy of it, not read)."""
 
@@ -1226,7 +1226,7 @@ def _sample_starts(t: list, pid: list | np.ndarray) -> list[int]:
 
 
 def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> tuple[list, list] | None:
-    """``_Stacks._rows`` from the column blocks (memtop.colblock): the times, and the other columns
+    """``_Stacks._rows`` from the column blocks (memtop.storage.colblock): the times, and the other columns
     (``_STACK_REST``; an integer one as an array, NULL for None); None where they do not cover the span
     or are damaged."""
     blocks = Blocks(rec.db, "stack", BLOCK_STREAMS["stack"], BLOCK_TABLES["stack"])
@@ -1264,7 +1264,7 @@ def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> lis
     them: all the JSON parsed at once, every value checked over arrays; where a row is not as this
     version writes it, each is decoded by ``perf_sample`` (which raises one of DECODE_ERRORS if it
     is damaged)."""
-    from memtop import store  # (here: the import list above is the reading API's)
+    from memtop.storage import store  # (here: the import list above is the reading API's)
 
     got = _perf_blocks(rec, plo, hi, seed)
     if got is not None:

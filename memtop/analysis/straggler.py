@@ -12,15 +12,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from memtop.jobs import peers
-from memtop.labelcols import LabelCols, columns
-from memtop.ruleview import Num
-from memtop.timefmt import length
+from memtop.analysis.jobs import peers
+from memtop.analysis.labelcols import LabelCols, columns
+from memtop.analysis.ruleview import Num
+from memtop.core.timefmt import length
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from memtop.phases import Label
+    from memtop.analysis.phases import Label
 else:
     from memtop.lazy import Lazy
 

@@ -17,11 +17,11 @@ from functools import cached_property
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memtop.jobs import job_groups, peers
-from memtop.model import MAIN_FIELDS, Frame, GpuSample, StackSample, metrics_of
-from memtop.records import Evidence, Gap, StackTop
-from memtop.ruleview import Bool, One, Str, View
-from memtop.stackclass import site
+from memtop.analysis.jobs import job_groups, peers
+from memtop.analysis.ruleview import Bool, One, Str, View
+from memtop.core.stackclass import site
+from memtop.core.model import MAIN_FIELDS, Frame, GpuSample, StackSample, metrics_of
+from memtop.core.records import Evidence, Gap, StackTop
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,7 +41,7 @@ TITLES = {
 # What each label means, for people, in the order the TUI's help lists them (its phase list is made
 # from this table, so a label added above is listed there): every label of LABELS, then what the
 # GPU table shows where a label goes before one has won (warmup) and for a GPU its job waits for
-# (memtop.straggler's verdict)
+# (memtop.analysis.straggler's verdict)
 MEANINGS = {
     "compute": "GPU busy with real kernels (healthy)",
     "memory": "DRAM-bandwidth bound kernels",
@@ -117,7 +117,7 @@ class Features:
     nvlink_bps: float = 0.0  # GPM NVLink, both directions together
     nvlink_frac: float = 0.0  # nvlink_bps against both directions' peak (NVLINK_PEAK_BPS)
     power_w: float | None = None
-    peers: tuple[int, ...] = ()  # other GPUs of the same job on this node (memtop.jobs.job_groups)
+    peers: tuple[int, ...] = ()  # other GPUs of the same job on this node (memtop.analysis.jobs.job_groups)
     peers_elsewhere: tuple[int, ...] = ()  # those not in a collective's GPU pattern this bin
     rise: float = 0.0  # graphics minus the previous bin's: a GPU ramping up toward a busy phase
     alive: bool = True  # the GPU still holds a process (False: the job is gone)
@@ -187,9 +187,9 @@ class Label:
         )
 
 
-# A bin's features, written once over a backend ``o``: memtop.ruleview.One (one bin's Python scalars,
+# A bin's features, written once over a backend ``o``: memtop.analysis.ruleview.One (one bin's Python scalars,
 # a missing value None: live mode) or ruleview.Cols (arrays over every bin of a GPU, a missing value
-# NaN: the report, memtop.binscan). What differs between the two is only how a bin's samples are
+# NaN: the report, memtop.analysis.binscan). What differs between the two is only how a bin's samples are
 # gathered (a mean over a list of samples, or over segments of arrays); the formulas are these.
 def gpu_figures(
     o: Any, gpm: Any, graphics: Any, prev: Any, means: Mapping[str, Any], link_bps: Any, peak: Any
@@ -260,7 +260,7 @@ def mode_name(gpm: bool, stacked: bool) -> str:
     return ("GPM" if gpm else "NVML-only") + (" + stacks" if stacked else ", no stacks")
 
 
-# The rules read a bin's features through a view (memtop.ruleview): one bin's Features as scalars (live
+# The rules read a bin's features through a view (memtop.analysis.ruleview): one bin's Features as scalars (live
 # mode, one bin at a time) or every bin's as arrays (the report), by the same expressions. So they are
 # written with & | for and/or, ``v.no`` for not and ``v.where`` for a conditional, which both forms
 # evaluate alike; a missing value (SM without GPM) reads as 0 beside a ``has_`` flag.
@@ -684,7 +684,7 @@ def settle(
     """One bin's hysteresis: (the rule id that stands, the new (stable, candidate, run)) from the first
     rule that matched (``rid``) and the state before. ``warm``: the bin is past the warm-up;
     ``keeps(label)``: that label's exit threshold holds this bin. The Classifier calls it bin by bin
-    live; memtop.binscan over the rule ids of a whole range: the one definition of the hysteresis."""
+    live; memtop.analysis.binscan over the rule ids of a whole range: the one definition of the hysteresis."""
     stable, cand, run = state
     raw = RULE_LABEL[rid]
     if stable in STICKY and raw in STICKY[stable][0] and keeps(stable):

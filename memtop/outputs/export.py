@@ -31,15 +31,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from memtop import perfetto_pb as pb
-from memtop.colblock import NULL, Blocks
-from memtop.errors import UserError
-from memtop.metrics import METRICS, Metric
-from memtop.model import GpuSample, StackSample, ThreadStack
-from memtop.phases import TITLES, Classifier, Label
+from memtop.analysis.phases import TITLES, Classifier, Label
+from memtop.core.stackclass import site
+from memtop.core.errors import UserError
+from memtop.core.metrics import METRICS, Metric
+from memtop.core.model import GpuSample, StackSample, ThreadStack
+from memtop.outputs import perfetto_pb as pb
 from memtop.progress import Progress
-from memtop.stackclass import site
-from memtop.store import (
+from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.store import (
     BLOCK_STREAMS,
     BLOCK_TABLES,
     BY_NAME,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     import numpy as np
     from _typeshed import ReadableBuffer
 
-    from memtop.binscan import GpuBins, LabelSeq, Rules
+    from memtop.analysis.binscan import GpuBins, LabelSeq, Rules
 
 GPU_PID_BASE = 1_000_000  # GPU tracks get synthetic pids that cannot clash with real ones
 HOST_PID = 999_999
@@ -238,7 +238,7 @@ class _Json:
 
 
 class _Proto:
-    """The same events as Perfetto's protobuf TrackEvents (memtop.perfetto_pb): a process track per
+    """The same events as Perfetto's protobuf TrackEvents (memtop.outputs.perfetto_pb): a process track per
     pid, counter tracks under it, named tracks for a GPU's phases and markers (overlapping markers
     on further lanes), thread tracks for stacks. Stacks go out as slices only (the flame chart):
     the JSON's ``samples`` are for chrome://tracing and speedscope, which do not read protobuf."""
@@ -536,10 +536,10 @@ def _columns_walk(
     progress: bool | None,
 ) -> _Stacks:
     """``_events`` by columns, for a whole recording or a --from/--to range (not --gpu): the same
-    events, read a window at a time from the column blocks (memtop.colblock) rather than Frame by
-    Frame. The phases are the column scan's labels (memtop.colscan, serial, a window at a time: the
+    events, read a window at a time from the column blocks (memtop.storage.colblock) rather than Frame by
+    Frame. The phases are the column scan's labels (memtop.analysis.colscan, serial, a window at a time: the
     report's by other means); raises _NoColumns where the blocks do not cover the range or a read fails."""
-    from memtop import colscan
+    from memtop.analysis import colscan
 
     for stream in ("gpu", "host", "host_proc"):
         if Blocks(rec.db, stream, BLOCK_STREAMS[stream], BLOCK_TABLES[stream]).end <= hi:
@@ -617,7 +617,7 @@ def _run_ends(labels: dict[int, LabelSeq], sizes: list[dict[int, int]], lo: floa
 
 def _run_slices(bins: dict[int, tuple[GpuBins, Rules]], ends: dict, out: Sink) -> None:
     """The slices of the runs whose last bin is in this window (its scan's ``bins``)."""
-    from memtop.binscan import LabelSeq
+    from memtop.analysis.binscan import LabelSeq
 
     bin_s = Classifier().bin_s
     for gpu, (rid, stable, runs) in ends.items():
@@ -653,7 +653,7 @@ def _window(rec: Recording, out: Sink, stacks: _Stacks, st: _Carry, after: float
     """The events of the Frames in [a, b], from the rows in (after, b]."""
     import numpy as np
 
-    from memtop import colscan
+    from memtop.analysis import colscan
 
     ft_list = colscan.frame_times(rec, a, b)
     ft = np.array(ft_list, dtype=np.float64)
@@ -704,7 +704,7 @@ def _decoded(got: dict, name: str, rows: np.ndarray) -> np.ndarray:
     """A gpu column's values at ``rows`` as the recording decodes them (NaN for None)."""
     import numpy as np
 
-    from memtop.colscan import scaled
+    from memtop.analysis.colscan import scaled
 
     raw = got[name][rows]
     return scaled(BY_NAME[name], np.where(raw == NULL, np.nan, raw))
@@ -717,7 +717,7 @@ def _host_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: f
     """The host's CPU % (from each sample's JSON: the blocks do not hold it) and its processes'."""
     import numpy as np
 
-    from memtop.colscan import Blobs
+    from memtop.analysis.colscan import Blobs
 
     lo = float(np.nextafter(after, np.inf))
     h = Blocks(rec.db, "host", BLOCK_STREAMS["host"], BLOCK_TABLES["host"]).read(lo, b)

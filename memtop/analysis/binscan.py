@@ -1,9 +1,9 @@
 """The report's bins over arrays: every bin's Features, rule and label of a range at once.
 
-memtop.colscan finds which samples each Frame holds; this module gathers each bin's samples over
+memtop.analysis.colscan finds which samples each Frame holds; this module gathers each bin's samples over
 arrays of all bins of a GPU (the means of a bin's samples summed left to right, the host's processes
-matched against the GPU's, the stack window's shares: memtop.stackwin) and computes from them what
-``Classifier`` gives bin by bin, by memtop.phases' own definitions over a ``ruleview.Cols``: the
+matched against the GPU's, the stack window's shares: memtop.analysis.stackwin) and computes from them what
+``Classifier`` gives bin by bin, by memtop.analysis.phases' own definitions over a ``ruleview.Cols``: the
 features (``gpu_figures``, ``proc_figures``), the rules, then the hysteresis (``phases.settle``). Features and Label objects are built only for the
 bins a reader asks for (``LabelSeq``): a report of 8 hours has 57,600 bins a GPU and quotes a few.
 """
@@ -18,10 +18,9 @@ from typing import Any, overload
 
 import numpy as np
 
-from memtop.jobs import peers
-from memtop.labelcols import LabelCols
-from memtop.model import BY_MODE
-from memtop.phases import (
+from memtop.analysis.jobs import peers
+from memtop.analysis.labelcols import LabelCols
+from memtop.analysis.phases import (
     BIN_MEANS,
     NO_RULE,
     RULE_LABEL,
@@ -38,8 +37,9 @@ from memtop.phases import (
     quiet_view,
     settle,
 )
-from memtop.ruleview import Cols
-from memtop.stackwin import Entries, StackCols, stack_columns
+from memtop.analysis.ruleview import Cols
+from memtop.analysis.stackwin import Entries, StackCols, stack_columns
+from memtop.core.model import BY_MODE
 
 _NAN = float("nan")
 

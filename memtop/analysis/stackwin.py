@@ -1,6 +1,6 @@
 """The classifier's stack-window features (``Classifier._stack_shares``) of every bin at once.
 
-The column scan (memtop.colscan) knows the stack window's entries in the order the classifier's deque
+The column scan (memtop.analysis.colscan) knows the stack window's entries in the order the classifier's deque
 takes them and each bin's last Frame and GPU processes; from those this module gives, per bin, the
 7-tuple ``_stack_shares`` returns, equal float for float: the same weights (``math.exp`` of the same
 IEEE arguments) summed one at a time in window order, the leaves ranked as ``sorted(..., reverse=True)``
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memtop.phases import RECENT_S, STACK_TAU_S, STACK_WINDOW_S
+from memtop.analysis.phases import RECENT_S, STACK_TAU_S, STACK_WINDOW_S
 
 Info = tuple[str, str, str, bool]
 Leaf = tuple[str, str, str]
@@ -179,7 +179,7 @@ def stack_columns(
     window as it stands after Frame ``bin_frame[i]`` (bins in time order; ``frames`` best as the
     float64 array colscan has).
 
-    ``entries``: the window's samples in its order (memtop.colscan ``_Stacks.entries``); those
+    ``entries``: the window's samples in its order (memtop.analysis.colscan ``_Stacks.entries``); those
     without info occupy the window but count for nothing."""
     bin_frame = np.asarray(bin_frame, dtype=np.int64)
     bin_pidset = np.asarray(bin_pidset, dtype=np.int64)

@@ -1,6 +1,6 @@
 """The report's scan by Frames: labels, gaps and per-GPU/host aggregates from one serial pass.
 
-The report reads by columns (memtop.colscan, in parallel chunks); this is its path for what the
+The report reads by columns (memtop.analysis.colscan, in parallel chunks); this is its path for what the
 column scan cannot be sure of (a damaged part, rows out of order), and ``Aggregates`` is what both
 gather besides the labels.
 """
@@ -11,11 +11,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memtop.metrics import METRICS
-from memtop.model import Frame, StackSample
-from memtop.phases import METRICS_READ, Classifier
+from memtop.analysis.phases import METRICS_READ, Classifier
+from memtop.core.metrics import METRICS
+from memtop.core.model import Frame, StackSample
 from memtop.progress import Progress
-from memtop.store import Recording
+from memtop.storage.store import Recording
 
 # the GPU metrics a report reads: the features' and Aggregates' (PCIe peaks, throttling)
 REPORT_READS = METRICS_READ | {"clock_events"}

@@ -1,7 +1,7 @@
 """Column blocks: five minutes of one stream's rows stored a second time as columns in one deflated blob.
 
 A report reads an 8-hour recording's Frame times, GPU rows, host figures, stack and perf rows from a
-few hundred blobs instead of a million rows (memtop.colscan); the rows stay the recording's truth,
+few hundred blobs instead of a million rows (memtop.analysis.colscan); the rows stay the recording's truth,
 which replay, export and the Frame path read. A block covers the rows whose time is in [t0, t1), the
 blocks of a stream follow each other without a hole, and the rows after the last block are read as
 rows. A block that is missing, malformed or not of this layout makes the reader read that stream's

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memtop.errors import UserError
-from memtop.model import (
+from memtop.core.errors import UserError
+from memtop.core.model import (
     Capability,
     Frame,
     GpuSample,

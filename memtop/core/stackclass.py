@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from memtop.model import StackFrame
+from memtop.core.model import StackFrame
 
 CLASSES = ("sync", "copy", "data", "comm", "other", "idle")
 

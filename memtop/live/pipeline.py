@@ -14,18 +14,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from memtop import roofline
-from memtop.errors import UserError
-from memtop.health import HealthEvent, HealthTracker, hardware_first
-from memtop.jobshare import Job, JobLabeller, job_frame, shared_verdict, sharing
-from memtop.model import Frame, ProcSample, StackSample
-from memtop.phases import Classifier, Label
-from memtop.records import Gap
-from memtop.straggler import stragglers
-from memtop.verdict import Verdict, straggler_verdict, verdict
+from memtop.analysis import roofline
+from memtop.analysis.health import HealthEvent, HealthTracker, hardware_first
+from memtop.analysis.jobshare import Job, JobLabeller, job_frame, shared_verdict, sharing
+from memtop.analysis.phases import Classifier, Label
+from memtop.analysis.straggler import stragglers
+from memtop.analysis.verdict import Verdict, straggler_verdict, verdict
+from memtop.core.errors import UserError
+from memtop.core.model import Frame, ProcSample, StackSample
+from memtop.core.records import Gap
 
 if TYPE_CHECKING:  # SQLite and the store load when a recording is opened, not before a live first frame
-    from memtop.store import Recording, Writer
+    from memtop.storage.store import Recording, Writer
 
 HISTORY_S = 600.0  # the timeline can zoom out to 10 minutes
 KEEP_FRAME_S = 1.0  # a paused live view can scroll back to any second of the history
@@ -82,12 +82,12 @@ class View:
     events: tuple[Event, ...] = ()
     stacks: dict[int, StackSample] = field(default_factory=dict)  # pid -> the stack to show
     natives: dict[int, StackSample] = field(default_factory=dict)  # pid -> its newest --native dump
-    health: tuple[HealthEvent, ...] = ()  # the GPUs' health events, oldest first (memtop.health)
-    # GPUs that jobs share: GPU -> job key -> that job's own labels (memtop.jobshare), and the jobs
+    health: tuple[HealthEvent, ...] = ()  # the GPUs' health events, oldest first (memtop.analysis.health)
+    # GPUs that jobs share: GPU -> job key -> that job's own labels (memtop.analysis.jobshare), and the jobs
     job_labels: dict[int, dict[str, tuple[Label, ...]]] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
     job_verdicts: dict[int, dict[str, Verdict]] = field(default_factory=dict)  # each job's own verdict
-    # GPU -> its roofline point per bin, oldest first: (bin start, point) (memtop.roofline.Trail)
+    # GPU -> its roofline point per bin, oldest first: (bin start, point) (memtop.analysis.roofline.Trail)
     roofline_trail: dict[int, tuple[tuple[float, roofline.Point], ...]] = field(default_factory=dict)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-    from memtop.phases import Label
+    from memtop.analysis.phases import Label
 else:
     from memtop.lazy import Lazy
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from memtop.model import Frame, ProcSample
+from memtop.core.model import Frame, ProcSample
 
 
 def job_groups(frame: Frame) -> dict[int, str]:
@@ -45,7 +45,7 @@ def jobs_of(procs: Mapping[int, ProcSample]) -> dict[int, str]:
 
 
 def proc_key(p: ProcSample) -> str:
-    """The job a process belongs to by its tree: its parent and command line (memtop.jobshare too)."""
+    """The job a process belongs to by its tree: its parent and command line (memtop.analysis.jobshare too)."""
     return f"{p.ppid} {p.cmdline or p.name}"
 
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memtop.phases import bin_start
+from memtop.analysis.phases import bin_start
 
 UNLABELLED = "unlabelled"
 J_PER_KWH = 3.6e6
@@ -130,10 +130,10 @@ def job_sections(
     per_gpu: dict[int, dict], jobs: dict[int, dict[str, list[int]]], sm_share: dict[int, list[dict]]
 ) -> tuple[list[dict], list[dict]]:
     """Energy per job: each job's part of its GPUs' splits (GPU -> job -> pids from
-    memtop.jobs.jobs_on_gpus), and the GPUs whose energy is not attributable per job.
+    memtop.analysis.jobs.jobs_on_gpus), and the GPUs whose energy is not attributable per job.
 
     A GPU with one job gives it all its energy. A GPU several jobs shared is split by their processes'
-    part of its SM time over the range (``sm_share``, memtop.procshare's rows); a job's phases there are
+    part of its SM time over the range (``sm_share``, memtop.analysis.procshare's rows); a job's phases there are
     the GPU's labels, as the split has no per-job label. Where the recording holds no per-process SM
     figures for a shared GPU, its energy goes to no job: it is listed as not attributable, not guessed.
     """

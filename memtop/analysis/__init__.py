@@ -1,0 +1,1 @@
+"""The engine: features, rules, labels, stack window, stragglers, jobs, health, energy, verdict."""

@@ -1,0 +1,1 @@
+"""What a recording becomes: the report and the Perfetto export."""
