@@ -19,8 +19,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from memtop.core.stackclass import classify
 from memtop.core.model import Capability, CapState, StackFrame, StackSample, ThreadStack
+from memtop.core.stackclass import classify
 
 TIMEOUT_S = 2.0
 # A --native dump stops the target while py-spy unwinds and symbolises its C++ frames: measured on

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from score import GUARD_S, score
 
-from memtop.core import stackclass
 from memtop.analysis.phases import Label
+from memtop.core import stackclass
 from memtop.core.model import Marker
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "bench"))

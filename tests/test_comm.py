@@ -18,7 +18,6 @@ from multigpu import multi_gpu
 
 from memtop.analysis.jobs import job_groups
 from memtop.analysis.phases import Classifier, classify, nvlink_peak
-from memtop.core.stackclass import classify as stack_class
 from memtop.analysis.straggler import stragglers
 from memtop.analysis.verdict import straggler_verdict, verdict
 from memtop.core.model import (
@@ -32,6 +31,7 @@ from memtop.core.model import (
     StackSample,
     ThreadStack,
 )
+from memtop.core.stackclass import classify as stack_class
 from memtop.live.pipeline import Pipeline, Status
 from memtop.storage.store import Recording
 

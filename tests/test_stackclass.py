@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memtop.core.stackclass import classify
 from memtop.core.model import StackFrame
+from memtop.core.stackclass import classify
 from memtop.storage.store import Recording
 
 DATA = Path(__file__).parent / "data"

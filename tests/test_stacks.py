@@ -13,8 +13,8 @@ import pytest
 from conftest import REC
 from memtop.collectors.stacks import StacksCollector, find_pyspy
 
-from memtop.core.stackclass import classify, site
 from memtop.core.model import CapState, StackFrame
+from memtop.core.stackclass import classify, site
 from memtop.storage.store import Recording
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed")

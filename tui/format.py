@@ -17,12 +17,12 @@ from rich.text import Text
 
 from memtop.analysis.jobshare import job_of_pid
 from memtop.analysis.phases import STACK_WINDOW_S, Label
-from memtop.core.stackclass import user_frame
 from memtop.core.metrics import BY_NAME, Metric
 from memtop.core.metrics import fmt as metric_fmt
 from memtop.core.model import Capability, Frame, GpuSample, HostSample, ProcSample, StackSample
 from memtop.core.records import Evidence
 from memtop.core.sanitize import clean
+from memtop.core.stackclass import user_frame
 from memtop.core.timefmt import clock, length
 from memtop.core.wording import counted
 from memtop.live.pipeline import View

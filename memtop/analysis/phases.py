@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memtop.analysis.jobs import job_groups, peers
 from memtop.analysis.ruleview import Bool, One, Str, View
-from memtop.core.stackclass import site
 from memtop.core.model import MAIN_FIELDS, Frame, GpuSample, StackSample, metrics_of
 from memtop.core.records import Evidence, Gap, StackTop
+from memtop.core.stackclass import site
 
 if TYPE_CHECKING:
     import numpy as np

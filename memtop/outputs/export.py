@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from memtop.analysis.phases import TITLES, Classifier, Label
-from memtop.core.stackclass import site
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS, Metric
 from memtop.core.model import GpuSample, StackSample, ThreadStack
+from memtop.core.stackclass import site
 from memtop.outputs import perfetto_pb as pb
 from memtop.progress import Progress
 from memtop.storage.colblock import NULL, Blocks

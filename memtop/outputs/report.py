@@ -25,11 +25,11 @@ from memtop.analysis.labelcols import columns as label_columns
 from memtop.analysis.labelcols import counts as label_counts
 from memtop.analysis.phases import CHARS, TITLES, Classifier, bin_start
 from memtop.analysis.procshare import proc_shares
-from memtop.core.stackclass import site
 from memtop.analysis.straggler import episodes
 from memtop.analysis.verdict import verdict
 from memtop.core.errors import UserError
 from memtop.core.sanitize import clean
+from memtop.core.stackclass import site
 from memtop.core.timefmt import clock, length
 from memtop.core.wording import counted
 from memtop.storage.store import Recording
