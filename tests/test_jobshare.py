@@ -96,7 +96,7 @@ def test_parts_scale_up_while_saturated_and_split_evenly_without_figures():
     none = _frame(_gpu(40.0, {10: 0.0, 20: 0.0}), procs)
     assert list(parts(none.gpus[0], jobs_on(none, none.gpus[0])).values()) == [0.5, 0.5]
     # each job's view: its figures scaled, its processes and stacks only
-    views = {job.pid: f for job, f in split(low).values()}
+    views = {v.job.pid: v.frame for v in split(low).values()}
     assert views[10].gpus[0].graphics == pytest.approx(30.0) and views[10].gpus[0].pcie_rx == pytest.approx(
         7.5e8
     )

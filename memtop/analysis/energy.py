@@ -13,7 +13,7 @@ with no label counts as "unlabelled", so the split sums to the counter's rise (p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -78,8 +78,13 @@ def split(
 ) -> dict[str, float]:
     """Joules per label from samples (times ``t`` ascending, the counter ``e`` in J as last read, power
     ``p`` in W; None where unknown) and the labelled bins (their starts ``bin_t``, ascending, and labels)."""
-    j = per_sample(t, e, p, tail)
-    ta = np.asarray(t, dtype=np.float64)
+    return by_label(np.asarray(t, dtype=np.float64), per_sample(t, e, p, tail), bin_t, bin_label, bin_s)
+
+
+def by_label(
+    ta: np.ndarray, j: np.ndarray, bin_t: _Floats, bin_label: Sequence[str] | np.ndarray, bin_s: float
+) -> dict[str, float]:
+    """Each sample's joules ``j`` (at times ``ta``) summed by the label of its bin."""
     some = j > 0
     at = np.rint(bin_start(ta[some], bin_s) / bin_s)
     got = j[some]
@@ -94,6 +99,40 @@ def split(
         got = got[~hit]
     if len(got):
         out[UNLABELLED] = out.get(UNLABELLED, 0.0) + float(got.sum())
+    return out
+
+
+def job_split(
+    series: tuple[list[float], list[float | None], list[float | None]],
+    bin_s: float,
+    jobs: Mapping[str, tuple[Sequence[tuple[float, float]], _Floats, Sequence[str] | np.ndarray]],
+    gpu_bins: tuple[_Floats, Sequence[str] | np.ndarray],
+) -> dict[str, dict[str, float]]:
+    """Joules per label of each job sharing one GPU, by its own labels. ``jobs``: key -> (its share of the
+    GPU's SM time at each instant it was split, as (time, share); its bins' starts; their labels). Each
+    sample's joules (``per_sample``) go to the jobs in proportion to their shares then (the newest at or
+    before it, the first before the first: a job idle while the other computes takes little of that
+    energy), and each job's part to its own label of that bin, or the GPU's (``gpu_bins``:
+    starts and labels) in a bin the job has none of (the GPU held one job then: its label is the job's)."""
+    t, e, p = series
+    ta = np.asarray(t, dtype=np.float64)
+    j = per_sample(t, e, p)
+    w = np.zeros((len(jobs), len(ta)))
+    for row, (shares, _, _) in enumerate(jobs.values()):
+        if shares:
+            pt, pv = (np.asarray(c, dtype=np.float64) for c in zip(*shares, strict=True))
+            w[row] = pv[np.maximum(np.searchsorted(pt, ta, side="right") - 1, 0)]
+    total = w.sum(axis=0)
+    w = np.divide(w, total, out=np.zeros_like(w), where=total > 0)
+    gt, gl = np.asarray(gpu_bins[0], dtype=np.float64), np.asarray(gpu_bins[1], dtype=object)
+    out = {}
+    for row, (key, (_, bin_t, labels)) in enumerate(jobs.items()):
+        bt = np.asarray(bin_t, dtype=np.float64)
+        other = ~np.isin(np.rint(gt / bin_s), np.rint(bt / bin_s))
+        t_all = np.concatenate((bt, gt[other]))
+        order = np.argsort(t_all, kind="stable")
+        l_all = np.concatenate((np.asarray(labels, dtype=object), gl[other]))[order]
+        out[key] = by_label(ta, j * w[row], t_all[order], l_all, bin_s)
     return out
 
 
@@ -127,52 +166,74 @@ def report_section(
 
 
 def job_sections(
-    per_gpu: dict[int, dict], jobs: dict[int, dict[str, list[int]]], sm_share: dict[int, list[dict]]
+    per_gpu: dict[int, dict],
+    jobs: dict[int, dict[str, list[int]]],
+    sm_share: dict[int, list[dict]],
+    own: Mapping[int, Mapping[str, tuple[list[int], dict[str, float]]]] | None = None,
 ) -> tuple[list[dict], list[dict]]:
     """Energy per job: each job's part of its GPUs' splits (GPU -> job -> pids from
     memtop.analysis.jobs.jobs_on_gpus), and the GPUs whose energy is not attributable per job.
 
-    A GPU with one job gives it all its energy. A GPU several jobs shared is split by their processes'
-    part of its SM time over the range (``sm_share``, memtop.analysis.procshare's rows); a job's phases there are
-    the GPU's labels, as the split has no per-job label. Where the recording holds no per-process SM
-    figures for a shared GPU, its energy goes to no job: it is listed as not attributable, not guessed.
+    A GPU with one job gives it all its energy. A GPU whose jobs were labelled apart (``own``: GPU ->
+    job -> (its pids, its joules by its own labels: ``job_split``)) gives each job what it used by its
+    own phases. Any other GPU several jobs shared is split by their processes' part of its SM time over
+    the range (``sm_share``, memtop.analysis.procshare's rows), by the GPU's labels. Where the recording
+    holds no per-process SM figures for a shared GPU, its energy goes to no job: it is listed as not
+    attributable, not guessed.
     """
-    parts: dict[str, dict[int, float]] = {}  # job -> GPU -> its fraction of that GPU's energy
+    own = own or {}
+    joules: dict[str, dict[int, dict[str, float]]] = {}  # job -> GPU -> its joules there by label
     pids: dict[str, list[int]] = {}
     unattributed = []
     for gpu, by_job in sorted(jobs.items()):
         if gpu not in per_gpu:
             continue
+        if gpu in own:
+            by_job = {k: ps for k, (ps, _) in own[gpu].items()}
+            got = {k: by for k, (_, by) in own[gpu].items()}
+        else:
+            share = {r["pid"]: r["sm_share"] for r in sm_share.get(gpu, [])}
+            sm = (
+                dict.fromkeys(by_job, 1.0)
+                if len(by_job) == 1
+                else {k: sum(share.get(p, 0.0) for p in ps) for k, ps in by_job.items()}
+            )
+            if sum(sm.values()) <= 0:
+                unattributed.append({"gpu": gpu, "jobs": len(by_job), "why": "no per-process SM figures"})
+                continue
+            f = {k: v / sum(sm.values()) for k, v in sm.items()}
+            got = {k: {lab: v["joules"] * f[k] for lab, v in per_gpu[gpu]["by_phase"].items()} for k in sm}
         for key, ps in by_job.items():
             pids[key] = sorted({*pids.get(key, []), *ps})
-        share = {r["pid"]: r["sm_share"] for r in sm_share.get(gpu, [])}
-        got = {k: sum(share.get(p, 0.0) for p in ps) for k, ps in by_job.items()}
-        if len(by_job) == 1:
-            got = dict.fromkeys(by_job, 1.0)
-        if sum(got.values()) <= 0:
-            unattributed.append({"gpu": gpu, "jobs": len(by_job), "why": "no per-process SM figures"})
-            continue
-        for key, v in got.items():
-            parts.setdefault(key, {})[gpu] = v / sum(got.values())
+        for key, there in got.items():
+            joules.setdefault(key, {})[gpu] = there
     out = []
-    for key, fraction in parts.items():
+    for key, per in joules.items():
         by: dict[str, float] = {}
-        for g, f in fraction.items():
-            for k, v in per_gpu[g]["by_phase"].items():
-                by[k] = by.get(k, 0.0) + v["joules"] * f
+        for b in per.values():
+            for k, v in b.items():
+                by[k] = by.get(k, 0.0) + v
         total = sum(by.values())
         entry = {
             "job": key,
             "pids": pids[key],
-            "gpus": sorted(fraction),
+            "gpus": sorted(per),
             "joules": round(total, 1),
             "kwh": round(total / J_PER_KWH, 6),
             "by_phase": shares(by),
         }
-        if any(len(jobs[g]) > 1 for g in fraction):  # its part of each GPU it shared
-            entry["gpu_share"] = {str(g): round(f, 3) for g, f in fraction.items() if len(jobs[g]) > 1}
+        shared = [g for g in per if len(jobs[g]) > 1 or g in own]
+        if shared:  # its part of each GPU it shared
+            entry["gpu_share"] = {
+                str(g): round(sum(per[g].values()) / (_joules(per_gpu[g]) or 1.0), 3) for g in sorted(shared)
+            }
         out.append(entry)
     return out, unattributed
+
+
+def _joules(gpu: dict) -> float:
+    """A GPU's joules in a report's or a snapshot's energy section (the latter has only its phases)."""
+    return sum(v["joules"] for v in gpu["by_phase"].values())
 
 
 def job_lines(jobs: list[dict], unattributed: list[dict], md: bool) -> list[str]:
@@ -182,7 +243,7 @@ def job_lines(jobs: list[dict], unattributed: list[dict], md: bool) -> list[str]
     for j in jobs:
         parts = ", ".join(f"{k} {100 * v['share']:.0f} %" for k, v in j["by_phase"].items())
         where = ", ".join(
-            f"{100 * j['gpu_share'][str(g)]:.0f} % of GPU {g} by SM time"
+            f"{100 * j['gpu_share'][str(g)]:.0f} % of GPU {g}'s energy by SM time"
             if str(g) in j.get("gpu_share", {})
             else f"GPU {g}"
             for g in j["gpus"]

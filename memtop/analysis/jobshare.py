@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from memtop.analysis.jobs import proc_key
 from memtop.analysis.phases import METRICS_READ, Classifier, Label
@@ -121,18 +122,23 @@ def _root(pid: int, on: set[int], procs: Mapping[int, ProcSample]) -> int:
     return root
 
 
-def parts(g: GpuSample, jobs: Mapping[str, Job]) -> dict[str, float]:
-    """Each job's part (0..1) of the GPU's figures: its processes' share of the per-process SM time,
-    scaled up while the GPU is saturated (module doc); an even split where the driver gave no figure."""
+def sm_shares(g: GpuSample, jobs: Mapping[str, Job]) -> dict[str, float] | None:
+    """Each job's share of the GPU's per-process SM time, None where the driver gave no figure."""
     sm = {k: sum((u.sm or 0.0) for u in g.proc_util if u.pid in j.pids) for k, j in jobs.items()}
     total = sum(sm.values())
-    if total <= 0:
+    return {k: v / total for k, v in sm.items()} if total > 0 else None
+
+
+def parts(g: GpuSample, jobs: Mapping[str, Job]) -> dict[str, float]:
+    """Each job's part (0..1) of the GPU's figures: its share of the per-process SM time, scaled up
+    while the GPU is saturated (module doc); an even split where the driver gave no figure."""
+    share = sm_shares(g, jobs)
+    if share is None:
         return {k: 1.0 / len(jobs) for k in jobs}
-    share = {k: v / total for k, v in sm.items()}
     engine = g.engine
     if engine is None or engine < SATURATED:
         return share
-    at_work = sum(1 for v in sm.values() if v > 0)
+    at_work = sum(1 for v in share.values() if v > 0)
     return {k: min(1.0, s * at_work) for k, s in share.items()}
 
 
@@ -147,19 +153,32 @@ def job_sample(g: GpuSample, job: Job, part: float) -> GpuSample:
     )
 
 
-def split(frame: Frame, known: dict[int, tuple[str, str]] | None = None) -> dict[str, tuple[Job, Frame]]:
-    """Each job on a shared GPU of the Frame -> (the job, the Frame as that job sees it: its view of
-    every GPU it shares, its stacks). GPUs held by one job are left out: their label is the job's."""
+class JobView(NamedTuple):
+    """A job on a shared GPU of one Frame: the job, the Frame as it sees it (its view of every GPU it
+    shares, its stacks) and its share of each of those GPUs' SM time (``sm_shares``; even where the
+    driver gave no figure): what its energy there is split by, unscaled by saturation."""
+
+    job: Job
+    frame: Frame
+    share: dict[int, float]
+
+
+def split(frame: Frame, known: dict[int, tuple[str, str]] | None = None) -> dict[str, JobView]:
+    """Each job on a shared GPU of the Frame, by key. GPUs held by one job are left out: their label
+    is the job's."""
     views: dict[str, list[GpuSample]] = {}
     found: dict[str, Job] = {}
+    got: dict[str, dict[int, float]] = {}
     for g in frame.gpus:
         if g.mode == "lost" or len(g.processes) < 2:
             continue
         jobs = jobs_on(frame, g, known)
         if len(jobs) < 2:
             continue
+        share = sm_shares(g, jobs) or {k: 1.0 / len(jobs) for k in jobs}
         for key, part in parts(g, jobs).items():
             views.setdefault(key, []).append(job_sample(g, jobs[key], part))
+            got.setdefault(key, {})[g.index] = share[key]
             j = found.get(key)
             found[key] = (
                 jobs[key] if j is None else replace(j, pids=tuple(sorted({*j.pids, *jobs[key].pids})))
@@ -167,9 +186,10 @@ def split(frame: Frame, known: dict[int, tuple[str, str]] | None = None) -> dict
     out = {}
     for key, gs in views.items():
         pids = set(found[key].pids)
-        out[key] = (
+        out[key] = JobView(
             found[key],
             replace(frame, gpus=tuple(gs), stacks=tuple(s for s in frame.stacks if s.pid in pids)),
+            got[key],
         )
     return out
 
@@ -183,12 +203,15 @@ class JobLabeller:
     proc_util changed) or FIGURE_S has passed, and is split by the newest figure then: a job's labels
     come about a second after the GPU's (on the training runs every error of the undelayed split was
     in the second after a job's phase changed). ``forget_s``: a job not seen on a shared GPU for this
-    long is dropped (live mode; a report keeps every job)."""
+    long is dropped (live mode; a report keeps every job). ``keep_shares``: keep each job's share of
+    each shared GPU's SM time at every instant (``shares``: the report's energy per job)."""
 
     FIGURE_S = 1.0  # the driver's per-process sampling period (about 1 s on the H100 and H200)
 
-    def __init__(self, forget_s: float | None = None, **kw) -> None:
+    def __init__(self, forget_s: float | None = None, keep_shares: bool = False, **kw) -> None:
         self.forget_s = forget_s
+        # GPU -> job key -> (time, share) at each instant it was split, in time order
+        self.shares: dict[int, dict[str, list[tuple[float, float]]]] | None = {} if keep_shares else None
         self.kw = kw
         self.jobs: dict[str, Job] = {}
         self._clf: dict[str, Classifier] = {}
@@ -215,8 +238,11 @@ class JobLabeller:
                 for g in frame.gpus
             )
             frame = replace(frame, gpus=gpus)
-            for key, (job, view) in split(frame, self._known).items():
+            for key, (job, view, share) in split(frame, self._known).items():
                 self.jobs[key] = job
+                if self.shares is not None:
+                    for gpu, v in share.items():
+                        self.shares.setdefault(gpu, {}).setdefault(key, []).append((frame.t, v))
                 self._seen[key] = frame.t
                 clf = self._clf.get(key) or self._clf.setdefault(key, Classifier(**self.kw))
                 clf.feed(view)
@@ -308,6 +334,8 @@ class SharedReport:
     jobs: dict[str, Job]
     verdicts: dict[str, Verdict]
     rows: list[dict]
+    labels: dict[str, list[Label]]  # each job's own labels
+    shares: dict[str, list[tuple[float, float]]]  # each job's share of the GPU's SM time at each instant
 
 
 def report_jobs(
@@ -315,7 +343,7 @@ def report_jobs(
 ) -> dict[int, SharedReport]:
     """Each shared GPU's jobs over a recording's range (``procs``: every process seen in it; ``of``: how
     the verdicts name that range, as the GPU's verdict does)."""
-    jl = JobLabeller().feed_all(frames)
+    jl = JobLabeller(keep_shares=True).feed_all(frames)
     bin_s = Classifier().bin_s
     out = {}
     for gpu, by_job in jl.labels.items():
@@ -340,5 +368,6 @@ def report_jobs(
                     "verdict": verdicts[k].about or verdicts[k].headline,
                 }
             )
-        out[gpu] = SharedReport({k: jl.jobs[k] for k in by_job}, verdicts, rows)
+        shares = (jl.shares or {}).get(gpu, {})
+        out[gpu] = SharedReport({k: jl.jobs[k] for k in by_job}, verdicts, rows, by_job, shares)
     return out

@@ -18,9 +18,9 @@ import numpy as np
 
 from memtop.analysis import energy, health, roofline
 from memtop.analysis.colscan import no_gc, report_scan
-from memtop.analysis.jobs import jobs_of, jobs_on_gpus
+from memtop.analysis.jobs import jobs_of, jobs_on_gpus, proc_key
 from memtop.analysis.jobshare import READ_SKIP as JOB_READ_SKIP
-from memtop.analysis.jobshare import report_jobs, shared_verdict
+from memtop.analysis.jobshare import SharedReport, report_jobs, shared_verdict
 from memtop.analysis.labelcols import columns as label_columns
 from memtop.analysis.labelcols import counts as label_counts
 from memtop.analysis.phases import CHARS, TITLES, Classifier, bin_start
@@ -28,6 +28,7 @@ from memtop.analysis.procshare import proc_shares
 from memtop.analysis.straggler import episodes
 from memtop.analysis.verdict import verdict
 from memtop.core.errors import UserError
+from memtop.core.model import ProcSample
 from memtop.core.sanitize import clean
 from memtop.core.stackclass import site
 from memtop.core.timefmt import clock, length
@@ -133,6 +134,7 @@ def _build_report(
     out_gpus = []
     sites: dict[tuple[int, int], tuple] = {}
     health_by_gpu, energy_by_gpu, energies = rec.health_samples(lo, hi), rec.energy(lo, hi), {}
+    gpu_bins: dict[int, tuple] = {}  # each GPU's labelled bins (starts, labels), for energy per job
     busy = rec.busy_means(lo, hi, roofline.READS)
     shares = proc_shares(rec, lo, hi, {p.pid: p.name for p in procs.values()})
     # jobs sharing a GPU, each labelled apart (memtop.analysis.jobshare: a scan of Frames, only where two or more
@@ -162,6 +164,7 @@ def _build_report(
         en = energy.report_section(energy_by_gpu.get(idx), cols.t, cols.label, bin_s)
         if en is not None:
             energies[idx] = en
+            gpu_bins[idx] = (cols.t, cols.label)
         vd = health.hardware_first(vd, health.health_events(health_by_gpu.get(idx, [])), last.gpu(idx))
         link = links.get(idx)
         pk = peaks[idx]
@@ -298,7 +301,9 @@ def _build_report(
     if captures:  # (only where some were taken: a report of any other recording is as it was)
         rep["captures"] = captures
     if energies:
-        rep["energy_jobs"], unattributed = energy.job_sections(energies, jobs_on_gpus(procs), shares)
+        rep["energy_jobs"], unattributed = energy.job_sections(
+            energies, jobs_on_gpus(procs), shares, _own_energy(shared, energy_by_gpu, gpu_bins, procs, bin_s)
+        )
         if unattributed:
             rep["energy_not_per_job"] = unattributed
     # what was skipped as damaged: the file's own checks (at open, markers) and the scan's
@@ -306,6 +311,31 @@ def _build_report(
     if damage:
         rep["damage"] = damage
     return rep
+
+
+def _own_energy(
+    shared: dict[int, SharedReport],
+    series: dict,
+    gpu_bins: dict[int, tuple],
+    procs: dict[int, ProcSample],
+    bin_s: float,
+) -> dict[int, dict[str, tuple[list[int], dict[str, float]]]]:
+    """Each shared GPU's energy per job by that job's own labels and SM shares (memtop.analysis.energy.job_split),
+    keyed as memtop.analysis.jobs.jobs_on_gpus keys a job, so a job's other GPUs add to the same entry."""
+    out = {}
+    for gpu, sr in shared.items():
+        if gpu not in series or gpu not in gpu_bins or not sr.shares:
+            continue
+        spans = {}
+        for k, labs in sr.labels.items():
+            cols = label_columns(labs)
+            spans[k] = (sr.shares.get(k, []), cols.t, cols.label)
+        by = energy.job_split(series[gpu], bin_s, spans, gpu_bins[gpu])
+        out[gpu] = {
+            proc_key(procs[sr.jobs[k].pid]) if sr.jobs[k].pid in procs else k: (list(sr.jobs[k].pids), b)
+            for k, b in by.items()
+        }
+    return out
 
 
 def _captures(rec: Recording) -> list[dict]:
