@@ -659,11 +659,9 @@ def test_the_roofline_draws_its_trail_fainter_the_older_and_the_point_over_it():
     assert "." not in "".join(x.split("|", 1)[1] for x in plain.splitlines()[1:8]) and "bins" not in plain
 
 
-def test_snapshot_gives_energy_per_job_by_sm_time(tmp_path):
+def test_snapshot_gives_energy_per_job_as_the_report_splits_it(tmp_path):
     """`memtop snapshot --replay` of the two-job recording with its (synthetic) energy counter: energy
-    since memtop started per job, a shared GPU's by each job's part of the SM time since then (by the
-    GPU's labels: the jobs' own come a second late, which a live split cannot wait for; `report` uses
-    them)."""
+    since memtop started per job, a shared GPU's by each instant's SM shares and each job's own labels."""
     import subprocess
     import sys
 
@@ -685,3 +683,6 @@ def test_snapshot_gives_energy_per_job_by_sm_time(tmp_path):
     assert sum(j["joules"] for j in jobs.values()) == pytest.approx(gpu, abs=1.0)
     # pmon gave 78.8 / 19.4 % SM over the whole run (tests/data/procs/README.md)
     assert jobs[467,]["gpu_share"]["0"] == pytest.approx(0.8, abs=0.05)
+    # each job's energy by its own phases: the GPU reads compute-bound, the job of 468 waits on syncs
+    top = {pid: max(j["by_phase"], key=lambda k: j["by_phase"][k]["joules"]) for (pid,), j in jobs.items()}
+    assert top == {467: "compute", 468: "sync"}

@@ -107,16 +107,18 @@ def job_split(
     bin_s: float,
     jobs: Mapping[str, tuple[Sequence[tuple[float, float]], _Floats, Sequence[str] | np.ndarray]],
     gpu_bins: tuple[_Floats, Sequence[str] | np.ndarray],
+    tail: bool = True,
 ) -> dict[str, dict[str, float]]:
     """Joules per label of each job sharing one GPU, by its own labels. ``jobs``: key -> (its share of the
     GPU's SM time at each instant it was split, as (time, share); its bins' starts; their labels). Each
     sample's joules (``per_sample``) go to the jobs in proportion to their shares then (the newest at or
     before it, the first before the first: a job idle while the other computes takes little of that
     energy), and each job's part to its own label of that bin, or the GPU's (``gpu_bins``:
-    starts and labels) in a bin the job has none of (the GPU held one job then: its label is the job's)."""
+    starts and labels) in a bin the job has none of (the GPU held one job then, or the job's label of it
+    has not come yet: live, a job's labels come a second after the GPU's). ``tail``: as ``per_sample``."""
     t, e, p = series
     ta = np.asarray(t, dtype=np.float64)
-    j = per_sample(t, e, p)
+    j = per_sample(t, e, p, tail)
     w = np.zeros((len(jobs), len(ta)))
     for row, (shares, _, _) in enumerate(jobs.values()):
         if shares:

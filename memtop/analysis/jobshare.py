@@ -20,6 +20,7 @@ input-bound job's few kernels beside a compute-bound job stay a few.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -249,6 +250,8 @@ class JobLabeller:
         if self.forget_s is not None:
             for key in [k for k, t in self._seen.items() if t < frame.t - self.forget_s]:
                 del self._clf[key], self._seen[key], self.jobs[key]
+                for by_job in (self.shares or {}).values():
+                    by_job.pop(key, None)
             if len(self._known) > 4096:  # processes come and go
                 self._known = {p: k for p, k in self._known.items() if k[0] in self.jobs}
 
@@ -261,6 +264,13 @@ class JobLabeller:
             clf.flush()
         return self
 
+    def drop_shares(self, gpu: int, before: float) -> None:
+        """Forget a GPU's shares older than ``before`` but the newest of them (it holds until the next)."""
+        for got in (self.shares or {}).get(gpu, {}).values():
+            k = bisect.bisect_left(got, (before, -1.0))
+            if k > 1:
+                del got[: k - 1]
+
     @property
     def labels(self) -> dict[int, dict[str, list[Label]]]:
         out: dict[int, dict[str, list[Label]]] = {}
@@ -268,6 +278,13 @@ class JobLabeller:
             for gpu, labs in clf.labels.items():
                 out.setdefault(gpu, {})[key] = labs
         return out
+
+
+def entry_key(job: Job, procs: Mapping[int, ProcSample]) -> str:
+    """The key memtop.analysis.jobs.jobs_on_gpus gives the job (its main process's tree): a job's energy on
+    the GPUs it shared and on those it held alone adds to one entry."""
+    p = procs.get(job.pid)
+    return proc_key(p) if p is not None else job.key
 
 
 def job_of_pid(jobs: Mapping[str, Job], pid: int) -> str | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from memtop import __version__
 from memtop.analysis import energy, health
 from memtop.analysis.jobs import jobs_on_gpus
+from memtop.analysis.jobshare import Job, entry_key
 from memtop.analysis.phases import CHARS, LABELS, TITLES
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS
@@ -53,6 +54,11 @@ class CountingPipeline(Pipeline):
             self.sm_seconds: dict[int, defaultdict[int, float]] = {}
             self.gpu_procs: dict[int, ProcSample] = {}
             self._seen: dict[int, float] = {}
+            # a shared GPU's energy per job by the jobs' own labels (memtop.analysis.energy.job_split):
+            # GPU -> job key -> joules by label, and each job as last seen
+            self.job_phase_energy: dict[int, dict[str, defaultdict[str, float]]] = {}
+            self.energy_jobs: dict[str, Job] = {}
+        self.jobshare.shares = {}  # (each job's SM share at each instant, dropped once split)
         self._last_t: dict[int, float] = {}
         # (t, counter J, power W) of the samples not yet split; the first: the read the next rise starts at
         self._energy: dict[int, list[tuple[float, float, float | None]]] = {}
@@ -100,7 +106,15 @@ class CountingPipeline(Pipeline):
                 for gpu, sm in self.sm_seconds.items()
                 if (total := sum(sm.values())) > 0
             }
-            return energy.job_sections(per_gpu, jobs_on_gpus(self.gpu_procs), shares)
+            own = {
+                gpu: {
+                    entry_key(job, self.gpu_procs): (list(job.pids), dict(by))
+                    for k, by in by_job.items()
+                    if (job := self.energy_jobs.get(k)) is not None
+                }
+                for gpu, by_job in self.job_phase_energy.items()
+            }
+            return energy.job_sections(per_gpu, jobs_on_gpus(self.gpu_procs), shares, own)
 
     def count_phases(self, view: View) -> dict[int, defaultdict[str, float]]:
         """Adds the labels closed since the last call (a replay restarting from its beginning starts
@@ -136,6 +150,33 @@ class CountingPipeline(Pipeline):
         for label, joules in got.items():
             c[label] += joules
         self._energy[gpu] = pending[k - 1 :]  # that read is the next rise's base
+        self._split_job_energy(gpu, new, (t, e_, p))
+
+    def _split_job_energy(self, gpu: int, new: list, series: tuple) -> None:
+        """The same samples' energy per job where jobs share the GPU, as `report` splits it: by each
+        instant's SM shares, to each job's own labels (the GPU's where a job's has not come yet)."""
+        shares = (self.jobshare.shares or {}).get(gpu)
+        by_job = self.jobshare.labels.get(gpu)
+        if not shares or not by_job:
+            return
+        spans = {
+            k: (shares.get(k, []), [lab.t for lab in ls], [lab.label for lab in ls])
+            for k, ls in by_job.items()
+        }
+        gpu_bins = ([lab.t for lab in new], [lab.label for lab in new])
+        for key, got in energy.job_split(series, BIN_S, spans, gpu_bins, tail=False).items():
+            c = self.job_phase_energy.setdefault(gpu, {}).setdefault(key, defaultdict(float))
+            for label, joules in got.items():
+                c[label] += joules
+            if (job := self.jobshare.jobs.get(key)) is not None:
+                self.energy_jobs.pop(key, None)  # (re-inserted: the longest gone go first)
+                self.energy_jobs[key] = job
+        while len(self.energy_jobs) > MAX_GPU_PROCS:
+            gone = next(iter(self.energy_jobs))
+            del self.energy_jobs[gone]
+            for jobs_there in self.job_phase_energy.values():
+                jobs_there.pop(gone, None)
+        self.jobshare.drop_shares(gpu, series[0][-1])
 
 
 class Node:

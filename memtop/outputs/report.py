@@ -18,9 +18,9 @@ import numpy as np
 
 from memtop.analysis import energy, health, roofline
 from memtop.analysis.colscan import no_gc, report_scan
-from memtop.analysis.jobs import jobs_of, jobs_on_gpus, proc_key
+from memtop.analysis.jobs import jobs_of, jobs_on_gpus
 from memtop.analysis.jobshare import READ_SKIP as JOB_READ_SKIP
-from memtop.analysis.jobshare import SharedReport, report_jobs, shared_verdict
+from memtop.analysis.jobshare import SharedReport, entry_key, report_jobs, shared_verdict
 from memtop.analysis.labelcols import columns as label_columns
 from memtop.analysis.labelcols import counts as label_counts
 from memtop.analysis.phases import CHARS, TITLES, Classifier, bin_start
@@ -331,10 +331,7 @@ def _own_energy(
             cols = label_columns(labs)
             spans[k] = (sr.shares.get(k, []), cols.t, cols.label)
         by = energy.job_split(series[gpu], bin_s, spans, gpu_bins[gpu])
-        out[gpu] = {
-            proc_key(procs[sr.jobs[k].pid]) if sr.jobs[k].pid in procs else k: (list(sr.jobs[k].pids), b)
-            for k, b in by.items()
-        }
+        out[gpu] = {entry_key(sr.jobs[k], procs): (list(sr.jobs[k].pids), b) for k, b in by.items()}
     return out
 
 
