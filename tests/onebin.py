@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from memtop.analysis.phases import EXIT, RULE_LABEL, RULE_TEXT, STICKY, Features, first_rule, rule_sub
-from memtop.analysis.ruleview import One
+from memtop.analysis.phases import EXIT, RULE_LABEL, RULE_TEXT, STICKY, Features, One, first_rule, rule_sub
 
 
 def evaluate(f: Features, current: str = "") -> tuple[str, str, str]:

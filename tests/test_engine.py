@@ -1,4 +1,4 @@
-"""The engine's behaviour: each feature's contract on either backend (ruleview.One, a bin's scalars in
+"""The engine's behaviour: each feature's contract on either backend (phases.One, a bin's scalars in
 live mode; ruleview.Cols, arrays of bins in the report), the stack window's, and the report's labels
 scored against the markers of the held-out recordings."""
 
@@ -23,12 +23,13 @@ from memtop.analysis.phases import (
     RECENT_S,
     STACK_WINDOW_S,
     Classifier,
+    One,
     gap_quiet,
     gpu_figures,
     proc_figures,
     stack_info,
 )
-from memtop.analysis.ruleview import Cols, One
+from memtop.analysis.ruleview import Cols
 from memtop.analysis.stackwin import Entries, stack_columns
 from memtop.core.model import StackFrame, StackSample, ThreadStack
 from memtop.storage.store import Recording
@@ -223,6 +224,31 @@ def test_a_ddp_jobs_gpus_are_each_others_peers_in_the_report():
     together = [t for t, p in peers[0].items() if p]
     assert len(together) > 0.7 * len(peers[0])  # while the job runs (not before its ranks start)
     assert all(peers[0][t] == (1,) and peers[1][t] == (0,) for t in together)
+
+
+# Features a rule reads through the view's own (share, recent_has, has_peers, has_away) or not at all
+_NOT_BY_NAME = {"gpu", "shares", "gil", "top", "tops", "recent", "peers", "peers_elsewhere"}
+
+
+def test_a_rule_reads_every_feature_by_its_name_live_and_in_the_report():
+    """A feature is declared once, as a Features field: the rules' view of one bin (One) and of a
+    report's bins (Cols) both hold it by that name, with the value the bin's Features hold."""
+    from memtop.analysis.phases import Features
+
+    rec = Recording(DATA / "multi/heldout_ddp_s11.memtop")
+    labels, _, _ = colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1)
+    bins = labels[1].bins
+    cols = bins.view()
+    names = [n for n in Features.__dataclass_fields__ if n not in _NOT_BY_NAME]
+    for i in (0, len(bins) // 2, len(bins) - 1):
+        f = bins.features(i)
+        one = One(f)
+        for n in names:
+            x = getattr(cols, n)[i]
+            x = x.item() if isinstance(x, np.generic) else x
+            assert getattr(one, n) == getattr(f, n), n
+            assert (None if x != x else x) == getattr(f, n), n
+    assert any(bins.features(i).peers for i in range(len(bins)))  # (peers: the view's has_peers)
 
 
 @pytest.fixture(scope="module")

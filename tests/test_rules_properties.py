@@ -1,6 +1,6 @@
 """Properties of the phase rules over any bin (hypothesis draws the features): what each label
 promises, and the design's negative controls. The rules are memtop.analysis.phases.RULES as the engine
-evaluates them for one bin (ruleview.One)."""
+evaluates them for one bin (phases.One)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memtop.analysis.phases import RULE_LABEL, STICKY, Features, first_rule, settle
-from memtop.analysis.ruleview import One
+from memtop.analysis.phases import RULE_LABEL, STICKY, Features, One, first_rule, settle
 
 CLASSES = ("sync", "copy", "data", "comm", "other", "idle")
 pct = st.floats(0.0, 100.0)

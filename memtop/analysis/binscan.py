@@ -10,7 +10,6 @@ bins a reader asks for (``LabelSeq``): a report of 8 hours has 57,600 bins a GPU
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from memtop.analysis.phases import (
 )
 from memtop.analysis.ruleview import Cols
 from memtop.analysis.stackwin import Entries, StackCols, stack_columns
-from memtop.core.model import BY_MODE
+from memtop.core.model import BY_MODE, MAIN_FIELDS
 
 _NAN = float("nan")
 
@@ -78,32 +77,12 @@ class GpuBins:
     gpu: int
     t: np.ndarray  # bin starts
     k: np.ndarray  # each bin's last Frame (its host sample and stack window)
-    gpm: np.ndarray
     graphics: np.ndarray
-    sm: np.ndarray
-    tensor: np.ndarray
-    dram: np.ndarray
-    util: np.ndarray
-    power_w: np.ndarray
-    pcie_bps: np.ndarray
-    pcie_frac: np.ndarray
-    nvlink_bps: np.ndarray
-    nvlink_frac: np.ndarray
-    proc_cpu: np.ndarray
-    workers: np.ndarray
-    worker_cpu: np.ndarray
-    worker_sleeping: np.ndarray
-    iowait: np.ndarray
-    rise: np.ndarray
-    alive: np.ndarray
-    stopped: np.ndarray
+    # every other Features field a bin's samples give, by name (phases.gpu_figures, proc_figures,
+    # MAIN_FIELDS of the busiest GPU process, alive): a feature added there is carried, viewed by the
+    # rules (ruleview.Cols) and read back into Features (``features``) without naming it here
+    figs: dict[str, np.ndarray]
     stacks: StackCols
-    # phases.MAIN_FIELDS of the busiest GPU process (its main thread, its feeder), per bin
-    main_cpu: np.ndarray
-    wait: np.ndarray  # of str, as wait_on and feeder
-    wait_on: np.ndarray
-    feeder: np.ndarray
-    feeder_cpu: np.ndarray
     peers: list[tuple[int, ...]] | None = None  # per bin, where the recording has several GPUs
     away: list[tuple[int, ...]] | None = None
 
@@ -112,10 +91,16 @@ class GpuBins:
 
     def take(self, i: int) -> GpuBins:
         """The bins from the i-th on."""
-        kw: dict[str, Any] = {
-            k: v[i:] if isinstance(v, np.ndarray | list) else v for k, v in self.__dict__.items()
-        }
-        return GpuBins(**kw | {"stacks": self.stacks.take(i)})
+        return GpuBins(
+            self.gpu,
+            self.t[i:],
+            self.k[i:],
+            self.graphics[i:],
+            {k: v[i:] for k, v in self.figs.items()},
+            self.stacks.take(i),
+            None if self.peers is None else self.peers[i:],
+            None if self.away is None else self.away[i:],
+        )
 
     @staticmethod
     def concat(parts: list[GpuBins]) -> GpuBins:
@@ -125,6 +110,7 @@ class GpuBins:
         out: dict[str, Any] = {
             "gpu": parts[0].gpu,
             "stacks": parts[0].stacks.concat([p.stacks for p in parts]),
+            "figs": {k: np.concatenate([p.figs[k] for p in parts]) for k in parts[0].figs},
         }
         for k in ("peers", "away"):
             got = [getattr(p, k) for p in parts]
@@ -137,41 +123,25 @@ class GpuBins:
                     for y in (x if x is not None else [()] * len(p))
                 ]
             )
-        for k in parts[0].__dict__:
-            if k not in out:
-                out[k] = np.concatenate([getattr(p, k) for p in parts])
+        for k in ("t", "k", "graphics"):
+            out[k] = np.concatenate([getattr(p, k) for p in parts])
         return GpuBins(**out)
 
     def view(self) -> Cols:
         st = self.stacks
         return Cols(
-            graphics=self.graphics,
-            gpm=self.gpm,
-            has_sm=~np.isnan(self.sm),
-            sm0=np.nan_to_num(self.sm),
-            tensor0=np.nan_to_num(self.tensor),
-            dram0=np.nan_to_num(self.dram),
-            util0=np.nan_to_num(self.util),
-            pcie_bps=self.pcie_bps,
-            pcie_frac=self.pcie_frac,
-            nvlink_frac=self.nvlink_frac,
-            proc_cpu=self.proc_cpu,
-            workers=self.workers,
-            worker_cpu=self.worker_cpu,
-            worker_sleeping=self.worker_sleeping,
-            stack_n=st.n,
-            rise=self.rise,
-            awake=st.recent_awake,
-            sync_age=st.sync_age,
-            has_peers=self._any(self.peers),
-            has_away=self._any(self.away),
-            alive=self.alive,
-            stopped=self.stopped,
-            main_cpu=self.main_cpu,
-            feeder_cpu=self.feeder_cpu,
-            wait=self.wait,
-            shares=st.share,
-            recent=st.recent_has,
+            {
+                **self.figs,
+                "t": self.t,
+                "graphics": self.graphics,
+                "stack_n": st.n,
+                "sync_age": st.sync_age,
+                "awake": st.recent_awake,
+                "has_peers": self._any(self.peers),
+                "has_away": self._any(self.away),
+            },
+            st.share,
+            st.recent_has,
         )
 
     def _any(self, per_bin: list[tuple[int, ...]] | None) -> np.ndarray:
@@ -182,8 +152,10 @@ class GpuBins:
     def features(self, i: int) -> Features:
         shares, gil, n, top, tops, recent, sync_age = self.stacks.at(i)
         return Features(
+            t=_scalar(self.t[i]),
             gpu=self.gpu,
-            **{k: _scalar(getattr(self, k)[i]) for k in _PER_BIN},
+            graphics=_scalar(self.graphics[i]),
+            **{k: _scalar(v[i]) for k, v in self.figs.items()},
             shares=shares,
             gil=gil,
             stack_n=n,
@@ -194,14 +166,6 @@ class GpuBins:
             peers=self.peers[i] if self.peers is not None else (),
             peers_elsewhere=self.away[i] if self.away is not None else (),
         )
-
-
-# the Features a GpuBins holds as an array, one value per bin
-_PER_BIN = tuple(
-    f.name
-    for f in dataclasses.fields(GpuBins)
-    if f.name in Features.__dataclass_fields__ and f.name not in ("gpu", "peers")
-)
 
 
 def _scalar(x: np.generic | str) -> Any:
@@ -252,7 +216,7 @@ class Rules:
 
     @classmethod
     def of(cls, bins: GpuBins) -> Rules:
-        return cls.over(bins.view(), len(bins), bins.stopped)
+        return cls.over(bins.view(), len(bins), bins.figs["stopped"])
 
     @classmethod
     def over(cls, v: Cols, n: int, stopped: np.ndarray) -> Rules:
@@ -334,7 +298,7 @@ class LabelSeq(Sequence[Label]):
         return (self[i] for i in range(len(self)))
 
     def columns(self) -> LabelCols:
-        gpm = self.bins.gpm[self.start :]
+        gpm = self.bins.figs["gpm"][self.start :]
         stacked = self.bins.stacks.n[self.start :] > 0
         names = [mode_name(g, s) for g in (False, True) for s in (False, True)]
         mode = np.array(names, dtype=object)[2 * gpm.astype(np.int64) + stacked.astype(np.int64)]
@@ -387,14 +351,14 @@ def gpu_bins(
     pidsets = [frozenset(p.pid for p in x[4]) for x in states]
     k = ends[sel]
     prev = np.concatenate([graphics[:1], graphics[:-1]])
-    bins = GpuBins(
-        gpu=g.index,
-        t=starts[k],
-        k=k,
+    figs = {
         **gpu_figures(Cols, gpm, graphics, prev, mean, link_bps[st], peak[st]),
-        alive=np.array([bool(p) for p in pidsets])[st],
-        stacks=stack_columns(entries, ft, k, st, pidsets, use_stacks),
+        "alive": np.array([bool(p) for p in pidsets])[st],
         **_host_procs(hosts, k, st, pidsets),
+    }
+    del figs["graphics"]  # (a field of its own: the bins a label's run reads)
+    bins = GpuBins(
+        g.index, starts[k], k, graphics, figs, stack_columns(entries, ft, k, st, pidsets, use_stacks)
     )
     return bins, sel
 
@@ -447,17 +411,12 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
 
 
 def _main_fields(fig: Any, row: np.ndarray) -> dict[str, np.ndarray]:
-    """Each bin's phases.MAIN_FIELDS of its busiest GPU process's row (``row``; -1: none, the
+    """Each bin's model.MAIN_FIELDS of its busiest GPU process's row (``row``; -1: none, the
     Features' defaults)."""
     out = {}
-    for k, default in (
-        ("main_cpu", -1.0),
-        ("wait", ""),
-        ("wait_on", ""),
-        ("feeder", ""),
-        ("feeder_cpu", 0.0),
-    ):
+    for k in MAIN_FIELDS:
         col = getattr(fig, k)
+        default = Features.__dataclass_fields__[k].default
         padded = np.append(col, np.array([default], dtype=col.dtype))  # the default at index -1
         out[k] = padded[row]
     return out

@@ -13,8 +13,7 @@ operations on a missing value (None for One, NaN for Cols) and a zero divisor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -30,82 +29,54 @@ Str = Any  # str for One, a str array for Cols
 
 
 class View(Protocol):
-    graphics: Num  # GPM graphics %, or NVML util % without GPM
-    gpm: Bool
-    has_sm: Bool
+    """What a rule reads of a bin: every ``phases.Features`` field by name (a missing value None in
+    One, NaN in Cols), so a feature is declared once, as a Features field; and these, made from them
+    once per view."""
+
+    has_sm: Bool  # SM % known (GPM)
     sm0: Num  # SM %, 0 without it
     tensor0: Num
     dram0: Num
     util0: Num  # NVML util %, 0 without it
-    pcie_bps: Num
-    pcie_frac: Num
-    nvlink_frac: Num
-    proc_cpu: Num
-    workers: Num
-    worker_cpu: Num
-    worker_sleeping: Num
-    stack_n: Num
-    rise: Num
     awake: Bool  # phases._main_awake
-    sync_age: Num
     has_peers: Bool
     has_away: Bool  # a peer GPU of the job not in a collective
-    alive: Bool
-    stopped: Bool
-    main_cpu: Num  # the GPU process's main thread CPU %, -1 where not recorded
-    feeder_cpu: Num  # the busiest other part of its job
-    wait: Str  # what the main thread waits on ("" while it runs or where not recorded)
 
+    def __getattr__(self, name: str) -> Any: ...  # a Features field
     def share(self, klass: str) -> Num: ...
     def recent_has(self, klass: str) -> Bool: ...
     def no(self, x: Bool) -> Bool: ...
     def where(self, cond: Bool, a: Any, b: Any) -> Any: ...
 
 
-class One:
-    """One bin's Features as the rules read them."""
+class Scalars:
+    """One bin's features as the rules read them: the base of ``phases.One``, the class ``scalars``
+    makes for the Features' fields (View's own are computed here, once a bin)."""
 
-    __slots__ = (
-        "graphics", "gpm", "has_sm", "sm0", "tensor0", "dram0", "util0", "pcie_bps", "pcie_frac",
-        "nvlink_frac", "proc_cpu", "workers", "worker_cpu", "worker_sleeping", "stack_n", "rise",
-        "awake", "sync_age", "has_peers", "has_away", "alive", "stopped", "main_cpu", "feeder_cpu", "wait",
-        "_shares", "_recent",
-    )  # fmt: skip
+    __slots__ = ("has_sm", "sm0", "tensor0", "dram0", "util0", "awake", "has_peers", "has_away")
+    _MINE = """
+    sm = f.sm
+    self.has_sm = sm is not None
+    self.sm0 = sm if sm is not None else 0
+    self.tensor0 = f.tensor or 0
+    self.dram0 = f.dram or 0
+    self.util0 = f.util or 0
+    recent = f.recent
+    self.awake = not recent or bool(recent - {"idle"})
+    self.has_peers = bool(f.peers)
+    self.has_away = bool(f.peers_elsewhere)
+"""
 
-    def __init__(self, f: Any) -> None:  # a phases.Features
-        self.graphics = f.graphics
-        self.gpm = f.gpm
-        self.has_sm = f.sm is not None
-        self.sm0 = f.sm if f.sm is not None else 0
-        self.tensor0 = f.tensor or 0
-        self.dram0 = f.dram or 0
-        self.util0 = f.util or 0
-        self.pcie_bps = f.pcie_bps
-        self.pcie_frac = f.pcie_frac
-        self.nvlink_frac = f.nvlink_frac
-        self.proc_cpu = f.proc_cpu
-        self.workers = f.workers
-        self.worker_cpu = f.worker_cpu
-        self.worker_sleeping = f.worker_sleeping
-        self.stack_n = f.stack_n
-        self.rise = f.rise
-        self.awake = not f.recent or bool(f.recent - {"idle"})
-        self.sync_age = f.sync_age
-        self.has_peers = bool(f.peers)
-        self.has_away = bool(f.peers_elsewhere)
-        self.alive = f.alive
-        self.stopped = f.stopped
-        self.main_cpu = f.main_cpu
-        self.feeder_cpu = f.feeder_cpu
-        self.wait = f.wait
-        self._shares: Mapping[str, float] = f.shares
-        self._recent: frozenset[str] = f.recent
+    if TYPE_CHECKING:
+
+        def __init__(self, f: Any) -> None: ...  # a phases.Features
+        def __getattr__(self, name: str) -> Any: ...  # a Features field
 
     def share(self, klass: str) -> float:
-        return self._shares.get(klass, 0)
+        return self.shares.get(klass, 0)
 
     def recent_has(self, klass: str) -> bool:
-        return klass in self._recent
+        return klass in self.recent
 
     @staticmethod
     def no(x: bool) -> bool:
@@ -131,43 +102,51 @@ class One:
         return x if cond else None
 
 
-@dataclass
-class Cols:
-    """Every bin's features of one GPU as arrays (the same names as One's)."""
+def scalars(fields: Iterable[str]) -> type[Scalars]:
+    """The class of one bin's view whose instances copy these fields of a Features into slots: an
+    ``__init__`` made for them, as dataclasses make theirs (a rule reads a slot; a copy of 43 fields
+    costs about a microsecond a bin, where reading them through the Features would cost a call each)."""
+    names = tuple(fields)
+    code = "def __init__(self, f):\n" + "".join(f"    self.{n} = f.{n}\n" for n in names) + Scalars._MINE
+    ns: dict[str, Any] = {}
+    exec(code, ns)  # (the names are a dataclass's fields)
+    return type(
+        "One",
+        (Scalars,),
+        {"__slots__": names, "__init__": ns["__init__"], "__module__": "memtop.analysis.phases"},
+    )
 
-    graphics: np.ndarray
-    gpm: np.ndarray
-    has_sm: np.ndarray
-    sm0: np.ndarray
-    tensor0: np.ndarray
-    dram0: np.ndarray
-    util0: np.ndarray
-    pcie_bps: np.ndarray
-    pcie_frac: np.ndarray
-    nvlink_frac: np.ndarray
-    proc_cpu: np.ndarray
-    workers: np.ndarray
-    worker_cpu: np.ndarray
-    worker_sleeping: np.ndarray
-    stack_n: np.ndarray
-    rise: np.ndarray
-    awake: np.ndarray
-    sync_age: np.ndarray
-    has_peers: np.ndarray
-    has_away: np.ndarray
-    alive: np.ndarray
-    stopped: np.ndarray
-    main_cpu: np.ndarray
-    feeder_cpu: np.ndarray
-    wait: np.ndarray  # of str
-    shares: Callable[[str], np.ndarray]
-    recent: Callable[[str], np.ndarray]
+
+class Cols:
+    """Every bin's features of one GPU as arrays, by the same names as One's: ``cols`` holds each
+    Features field a scan gathers per bin (NaN for None; memtop.analysis.binscan.GpuBins), ``share`` and
+    ``recent_has`` read the stack window's columns."""
+
+    def __init__(
+        self,
+        cols: Mapping[str, np.ndarray],
+        share: Callable[[str], np.ndarray],
+        recent_has: Callable[[str], np.ndarray],
+    ) -> None:
+        d = self.__dict__
+        d.update(cols)
+        sm = cols["sm"]
+        d["has_sm"] = ~np.isnan(sm)
+        d["sm0"] = np.nan_to_num(sm)
+        d["tensor0"] = np.nan_to_num(cols["tensor"])
+        d["dram0"] = np.nan_to_num(cols["dram"])
+        d["util0"] = np.nan_to_num(cols["util"])
+        self._share, self._recent_has = share, recent_has
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any: ...  # a Features field
 
     def share(self, klass: str) -> np.ndarray:
-        return self.shares(klass)
+        return self._share(klass)
 
     def recent_has(self, klass: str) -> np.ndarray:
-        return self.recent(klass)
+        return self._recent_has(klass)
 
     @staticmethod
     def no(x: np.ndarray) -> np.ndarray:

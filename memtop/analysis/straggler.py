@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from memtop.analysis.jobs import peers
 from memtop.analysis.labelcols import LabelCols, columns
+from memtop.analysis.phases import LABELS
 from memtop.analysis.ruleview import Num
 from memtop.core.timefmt import length
 
@@ -32,8 +33,9 @@ WINDOW_S = 2.0
 PEER_COMM_MIN = 0.5  # its peers spend at least this share of the window in comm...
 OWN_COMM_MAX = 0.2  # ...while it spends at most this share there
 OWN_WORK_MIN = 0.5  # ...and at least this share in one phase of its own work
-# phases of a rank doing its own work (idle is not: a finished or hung rank is another story)
-WORK = ("compute", "memory", "transfer", "sync", "input", "cpu")
+# phases of a rank doing its own work: every label but idle (a finished or hung rank is another
+# story), comm (waiting for the others) and other (no rule matched), so a new phase counts as work
+WORK = tuple(lab for lab in LABELS if lab not in ("idle", "comm", "other"))
 
 
 @dataclass(frozen=True)
