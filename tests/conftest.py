@@ -174,6 +174,90 @@ QUICK: dict[str, frozenset[str] | None] = {
         {"test_overview_cells_follow_the_runs", "test_seek_in_a_long_recording_reads_only_around_the_target"}
     ),
     "test_tui_view.py": frozenset({"test_to_ascii_keeps_cell_widths"}),
+    "test_accuracy.py": frozenset(
+        {
+            "test_guard_band_is_half_a_second_and_counts_bins_past_it",
+            "test_macro_f1_counts_a_predicted_class_that_was_never_true",
+            "test_latency_counts_a_phase_that_repeats_the_previous_label_and_a_missed_one",
+        }
+    ),
+    "test_agent.py": frozenset(
+        {
+            "test_the_agent_never_listens_outside_a_private_folder",
+            "test_the_merge_aligns_each_capture_and_keeps_ranks_apart",
+            "test_a_malformed_answer_head_is_one_line",
+        }
+    ),
+    "test_colblock.py": frozenset(
+        {
+            "test_round_trip_keeps_every_value",
+            "test_decode_refuses_hostile_blobs",
+            "test_a_zip_bomb_stays_bounded",
+        }
+    ),
+    "test_colscan.py": frozenset({"test_gpu_columns_decode_as_sql_does"}),
+    "test_comm_recorded.py": frozenset({"test_the_live_straggler_verdict_quotes_what_the_late_gpu_does_now"}),
+    "test_engine.py": frozenset(
+        {"test_the_backends_operations_keep_their_contract", "test_an_empty_window_has_no_shares_and_no_sync"}
+    ),
+    "test_health.py": frozenset(
+        {
+            "test_split_shares_each_rise_by_power_and_gives_unlabelled_bins_their_part",
+            "test_roofline_point_is_pipe_activity_times_the_datasheet_peak_at_the_clock_run",
+            "test_a_gpu_that_falls_off_the_bus_is_one_critical_event",
+            "test_counters_are_read_every_few_seconds_not_every_sample",
+        }
+    ),
+    "test_health_bench.py": frozenset({"test_a_counter_nvidia_smi_prints_otherwise_is_a_disagreement"}),
+    "test_hostile.py": frozenset(
+        {
+            "test_a_suggested_command_quotes_shell_metacharacters",
+            "test_create_private_never_writes_through_a_link",
+            "test_an_error_line_echoes_file_content_inert",
+        }
+    ),
+    "test_jobshare.py": frozenset(
+        {
+            "test_parts_scale_up_while_saturated_and_split_evenly_without_figures",
+            "test_jobs_by_tree_and_cgroup",
+        }
+    ),
+    "test_layout.py": frozenset({"test_python_dash_m_runs", "test_help_and_version_do_not_load_textual"}),
+    "test_no_gpu.py": frozenset({"test_no_gpu_outranks_fail_on", "test_snapshot_exits_4_and_says_why"}),
+    "test_perfetto_pb.py": frozenset(
+        {
+            "test_varint",
+            "test_overlapping_markers_go_on_lanes",
+            "test_counters_at_once_are_the_packets_of_one_at_a_time",
+        }
+    ),
+    "test_pipe_corpus.py": frozenset({"test_a_sleeping_job_says_so_beside_its_busy_helper"}),
+    "test_procs.py": frozenset(
+        {"test_cgroup_layouts", "test_drain_means_new_samples_holds_briefly_then_reads_zero"}
+    ),
+    "test_prom_rules.py": frozenset({"test_rules_are_valid"}),
+    "test_startup.py": frozenset({"test_release_free_memory_keeps_what_is_in_use"}),
+    "test_structure.py": frozenset({"test_the_checks_see_a_private_import_and_a_cycle"}),
+    "test_trace_chunks.py": frozenset({"test_a_malformed_trace_is_one_line"}),
+    "test_tracer.py": frozenset(
+        {
+            "test_a_capture_waits_while_the_job_is_importing",
+            "test_trace_on_fires_when_a_verdict_turns_and_not_again_within_the_interval",
+            "test_the_x_key_is_offered_live_only_and_free",
+        }
+    ),
+    "test_tui_answer.py": frozenset(
+        {
+            "test_an_evidence_line_of_another_label_is_caught",
+            "test_share_cells_split_the_bar_by_share_largest_first",
+            "test_a_long_command_keeps_what_differs_per_verdict",
+            "test_processes_sort_by_each_key_and_filter_on_what_the_row_shows",
+        }
+    ),
+    "test_tmux_matrix.py": frozenset({"test_the_tui_with_stderr_redirected_says_textual_draws_there"}),
+    "test_waits.py": frozenset(
+        {"test_a_gone_thread_reads_none", "test_synthetic_proc_running_disk_and_a_file_read"}
+    ),
 }
 
 

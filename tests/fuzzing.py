@@ -156,11 +156,31 @@ def _bomb(what: str, size: int) -> bytes:
     start = z.compress(head) + z.flush(zlib.Z_FULL_FLUSH)
     piece = z.compress(chunk) + z.flush(zlib.Z_FULL_FLUSH)
     end = z.compress(tail) + z.flush()
-    check = zlib.adler32(head)
-    for _ in range(n):
-        check = zlib.adler32(chunk, check)
+    check = _adler32_repeated(zlib.adler32(head), zlib.adler32(chunk), len(chunk), n)
     check = zlib.adler32(tail, check)
     return b"\x78\xda" + start + piece * n + end + check.to_bytes(4, "big")
+
+
+_ADLER = 65521
+
+
+def _adler32_combine(a: int, b: int, len_b: int) -> int:
+    """The Adler-32 of X + Y from X's (``a``) and Y's (``b``, of ``len_b`` bytes), as zlib's
+    adler32_combine: A = 1 + sum of bytes, B = sum of the A after each byte, both mod 65521."""
+    a1, a2 = a & 0xFFFF, b & 0xFFFF
+    s1 = (a1 + a2 - 1) % _ADLER
+    s2 = ((a >> 16) + (b >> 16) + len_b * (a1 - 1)) % _ADLER
+    return s1 | (s2 << 16)
+
+
+def _adler32_repeated(check: int, chunk: int, size: int, n: int) -> int:
+    """``check`` carried over ``n`` copies of a chunk whose own Adler-32 is ``chunk`` (by doubling: a
+    1 GiB bomb's checksum without reading 1 GiB)."""
+    while n:
+        if n & 1:
+            check = _adler32_combine(check, chunk, size)
+        chunk, size, n = _adler32_combine(chunk, chunk, size), size * 2, n >> 1
+    return check
 
 
 def _json_bomb(rng: random.Random) -> str:
@@ -372,9 +392,19 @@ def _alarm(_sig, _frame):
     raise Hang()
 
 
+@functools.cache
+def _parser():
+    """memtop's argument parser, built once (each case parses with it: building one costs more than
+    some of the reads a case makes)."""
+    from memtop.cli import build_parser
+
+    return build_parser()
+
+
 def run_case(path: Path, command: str, out_dir: Path, hang_s: int = HANG_S) -> Outcome:
     """One command on one file, in-process; the crash handler and the alarm are watched."""
     import memtop.crash
+    from memtop import cli
     from memtop.cli import main
     from memtop.core.sanitize import is_clean
 
@@ -391,7 +421,9 @@ def run_case(path: Path, command: str, out_dir: Path, hang_s: int = HANG_S) -> O
         "export": ["export", str(path), "--perfetto", str(out_json), "--force"],
     }.get(command, ["report", str(path), "--format", command])
     out, err = io.StringIO(), io.StringIO()
+    parser, real_parser = _parser(), cli.build_parser
     memtop.crash.report_crash = spy
+    cli.build_parser = lambda: parser
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(hang_s)
     try:
@@ -407,6 +439,7 @@ def run_case(path: Path, command: str, out_dir: Path, hang_s: int = HANG_S) -> O
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
         memtop.crash.report_crash = real
+        cli.build_parser = real_parser
     if crashed:
         return Outcome("traceback", _signature(crashed[0]))
     o, e = out.getvalue(), err.getvalue()
@@ -432,7 +465,8 @@ def _reject(c: str) -> None:
 
 
 def run_tui(path: Path, seconds: float = 3.0, hang_s: int = HANG_S) -> Outcome:
-    """A headless TUI replay of `path` at 16x for a few seconds: no exception in any thread."""
+    """A headless TUI replay of `path` at 16x to its end (or for ``seconds``, where damaged times hold
+    it up): no exception in any thread."""
     import asyncio
 
     from memtop.tui.app import MemtopApp
@@ -457,7 +491,10 @@ def run_tui(path: Path, seconds: float = 3.0, hang_s: int = HANG_S) -> Outcome:
 
         async def drive() -> None:
             async with app.run_test(size=(160, 45)) as pilot:
-                await pilot.pause(seconds)
+                for _ in range(max(1, round(seconds / 0.1))):  # until the replay stands at its end
+                    await pilot.pause(0.1)
+                    if src.paused or errors:
+                        break
                 await pilot.press("enter")  # the GPU detail screen shows recorded strings too
                 await pilot.pause(0.3)
                 await pilot.press("escape", "q")

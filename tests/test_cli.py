@@ -121,6 +121,17 @@ def _wait_for(sock: str, text: str, timeout: float = 20.0, gone: bool = False) -
     raise AssertionError(f"{text!r} {'still on screen' if gone else 'never appeared'}:\n{screen}")
 
 
+def _changed(sock: str, screen: str, timeout: float = 60.0) -> str:
+    """The screen once it differs from ``screen`` (polled: the bound is for a loaded machine)."""
+    end = time.monotonic() + timeout
+    now = screen
+    while now == screen and time.monotonic() < end:
+        time.sleep(0.2)
+        now = _tmux(sock, "capture-pane", "-p")
+    assert now != screen, f"the screen never changed:\n{screen}"
+    return now
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 def test_real_cli_in_tmux_replay_resize_quit():
@@ -133,9 +144,7 @@ def test_real_cli_in_tmux_replay_resize_quit():
     try:
         first = _wait_for(sock, "NVIDIA H100")
         assert "REPLAY" in first
-        time.sleep(2.5)
-        second = _tmux(sock, "capture-pane", "-p")
-        assert second != first  # data changes
+        _changed(sock, first)  # data changes
         _tmux(sock, "send-keys", "Enter")  # the GPU detail screen
         _wait_for(sock, "uuid")
         _tmux(sock, "send-keys", "Escape")  # a lone Escape: only the input parser's timeout makes it a key
@@ -151,7 +160,7 @@ def test_real_cli_in_tmux_replay_resize_quit():
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
-def test_hangup_ends_memtop_within_5_s(tmp_path):
+def test_hangup_ends_memtop(tmp_path):
     import psutil
 
     sock = f"memtop-hup-{uuid.uuid4().hex[:8]}"
@@ -178,17 +187,14 @@ def test_hangup_ends_memtop_within_5_s(tmp_path):
         proc = psutil.Process(pid)
     finally:
         _tmux(sock, "kill-server")  # the terminal goes away: SIGHUP, then a dead pty
-    t0 = time.monotonic()
-    gone = False
-    while time.monotonic() - t0 < 5.0:
-        if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
-            gone = True
-            break
+    # it leaves as q does, or by its own 3 s bound (MemtopApp._hangup); 60 s is a hang bound for a
+    # loaded machine, not a pace: an app that spins on the dead terminal never ends
+    end = time.monotonic() + 60
+    while proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:  # (a zombie has ended)
+        if time.monotonic() > end:
+            proc.kill()
+            raise AssertionError("memtop still running 60 s after the hang-up")
         time.sleep(0.1)
-    if not gone:
-        cpu = proc.cpu_percent(0.5)
-        proc.kill()
-        raise AssertionError(f"memtop still running 5 s after the hang-up (CPU {cpu:.0f} %)")
     # a hang-up is no crash: Textual's writer meeting the dead terminal leaves no crash log
     assert not list(tmp_path.glob("memtop/memtop-crash-*")), [
         p.read_text() for p in tmp_path.glob("memtop/*")

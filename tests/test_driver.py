@@ -1,11 +1,12 @@
 """The terminal driver's input thread, on a real pseudo-terminal: asleep until a key comes,
-a lone Escape still becomes a key, and turning input off ends the thread at once."""
+a lone Escape still becomes a key, and turning input off wakes the thread and ends it."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import pty
+import selectors
 import threading
 import time
 import tty
@@ -27,9 +28,21 @@ class _App:
         return True
 
 
-def _switches(tid: int) -> int:
-    with open(f"/proc/self/task/{tid}/status") as fh:
-        return sum(int(line.split(":")[1]) for line in fh if "ctxt_switches" in line)
+class _Selects:
+    """The timeouts a driver's input thread passes to its selector's select(), in order: None is a
+    sleep until input comes, a number a poll that wakes that often whether or not any does."""
+
+    def __init__(self, monkeypatch, name: str) -> None:
+        self.timeouts: list[float | None] = []
+        base = getattr(selectors, name)
+        seen = self.timeouts
+
+        class Recording(base):  # type: ignore[valid-type,misc]
+            def select(self, timeout=None):
+                seen.append(timeout)
+                return super().select(timeout)
+
+        monkeypatch.setattr(selectors, name, Recording)
 
 
 class _Running:
@@ -44,43 +57,46 @@ class _Running:
         self.thread = threading.Thread(target=self.driver.run_input_thread, daemon=True)
         self.thread.start()
 
-    async def wakeups_in_a_second(self) -> int:
-        await asyncio.sleep(0.2)
-        before = _switches(self.thread.native_id)
-        await asyncio.sleep(1.0)
-        return _switches(self.thread.native_id) - before
-
     def close(self) -> None:
         self.driver.exit_event.set()
-        self.thread.join(2)
+        self.thread.join(60)  # (a hang bound: the thread ends once it sees the event)
         for fd in (self.master, self.slave):
             os.close(fd)
 
 
-async def _key(app: _App, key: str, timeout: float = 15.0) -> None:
+async def _until(cond, what: str, timeout: float = 60.0) -> None:
+    """Polled until ``cond()`` holds (the bound is for a loaded machine, not a pace)."""
     end = time.monotonic() + timeout
-    while key not in app.keys:
-        assert time.monotonic() < end, f"{key!r} never arrived: {app.keys}"
+    while not cond():
+        assert time.monotonic() < end, what
         await asyncio.sleep(0.02)
 
 
-async def test_input_thread_sleeps_until_a_key_and_still_times_out_a_lone_escape():
+async def _key(app: _App, key: str) -> None:
+    await _until(lambda: key in app.keys, f"{key!r} never arrived: {app.keys}")
+
+
+async def test_input_thread_sleeps_until_a_key_and_still_times_out_a_lone_escape(monkeypatch):
+    theirs = _Selects(monkeypatch, "SelectSelector")  # Textual's driver makes one of these
     textual = _Running(LinuxDriver)
-    theirs = await textual.wakeups_in_a_second()
+    await _until(lambda: theirs.timeouts, "Textual's input thread never selected")
     textual.close()
+    # Textual's own polls (10 times a second); if it stops doing so, this driver can go
+    assert theirs.timeouts[0] is not None and theirs.timeouts[0] > 0, theirs.timeouts
+    ours = _Selects(monkeypatch, "DefaultSelector")
     quiet = _Running(QuietLinuxDriver)
-    ours = await quiet.wakeups_in_a_second()
-    # Textual's own polls 10 times a second; if it stops doing so, this driver can go
-    assert theirs >= 5 and ours <= 1, (theirs, ours)
+    await _until(lambda: ours.timeouts, "the input thread never selected")
     os.write(quiet.master, b"q")
     await _key(quiet.app, "q")
+    assert set(ours.timeouts) == {None}, ours.timeouts  # asleep until a key, then asleep again
     os.write(quiet.master, b"\x1b")  # no bytes follow: a key only once the parser's timeout passes
     await _key(quiet.app, "escape")
-    t = time.monotonic()
-    quiet.driver.exit_event.set()
-    quiet.thread.join(2)
-    assert not quiet.thread.is_alive() and time.monotonic() - t < 0.5
+    waits = [t for t in ours.timeouts if t is not None]
+    assert waits and all(0 <= t <= 1 for t in waits), ours.timeouts  # a timed wait for the Escape only
+    await _until(lambda: ours.timeouts[-1] is None, f"not asleep again: {ours.timeouts}")
+    # asleep with no timeout: only the exit event's wake can end the thread
     quiet.close()
+    assert not quiet.thread.is_alive()
     quiet.driver.close()
 
 

@@ -74,22 +74,25 @@ def _export_peak(path, out, columns: bool) -> int:
 
 
 def test_export_memory_does_not_grow_with_the_recording(tmp_path, monkeypatch):
-    """Twice as many seconds (the same real run repeated) take no more memory to export, Frame
-    by Frame or by columns a window at a time (windows of 100 s here)."""
+    """More seconds (the same real run repeated) take no more memory to export: Frame by Frame, the
+    run and three times it; by columns a window at a time (windows of 100 s here), three and six
+    times it (column blocks cover five minutes each: the shorter needs one whole block)."""
     sys.path.insert(0, str(REC[0].parent.parent.parent / "bench"))
     from long_runs import tile
 
     from memtop.outputs import export
 
     monkeypatch.setattr(export, "WINDOW_S", 100.0)
-    short, long = tmp_path / "short.memtop", tmp_path / "long.memtop"
-    tile(REC[2], short, 3 * 142)  # (column blocks cover five minutes each)
-    tile(REC[2], long, 6 * 142)
-    assert Recording(long).duration > 1.9 * Recording(short).duration
-    for columns in (False, True):
-        one = _export_peak(short, tmp_path / f"a{columns}.json", columns)
-        twice = _export_peak(long, tmp_path / f"b{columns}.json", columns)
-        assert twice < 1.2 * one
+    files = {1: REC[2]}
+    for n in (3, 6):
+        files[n] = tmp_path / f"x{n}.memtop"
+        tile(REC[2], files[n], n * 142)
+    assert Recording(files[6]).duration > 1.9 * Recording(files[3]).duration
+    assert Recording(files[3]).duration > 2.9 * Recording(files[1]).duration
+    for columns, (a, b) in ((False, (1, 3)), (True, (3, 6))):
+        one = _export_peak(files[a], tmp_path / f"a{columns}.json", columns)
+        more = _export_peak(files[b], tmp_path / f"b{columns}.json", columns)
+        assert more < 1.2 * one, (columns, a, one, b, more)
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,9 @@ def test_cpu_times_on_this_machine_match_psutil():
     ref = psutil.cpu_percent(percpu=True)
     assert len(cores) == len(ref) == psutil.cpu_count()
     assert all(0.0 <= c <= 100.0 for c in cores) and 0.0 <= iowait <= 100.0
-    assert max(cores) > 20 and abs(sum(cores) - sum(ref)) < 25 * len(ref)
+    # the loop ran until the kernel counted 5 ticks of user time between the two samples: some core
+    # was busy (a count, not a share of the wall-clock interval)
+    assert sum(cores) > 0 and abs(sum(cores) - sum(ref)) < 25 * len(ref)
 
 
 def test_meminfo_matches_psutil():

@@ -29,6 +29,8 @@ pytestmark = [
 ]
 
 REPLAY = ["replay", str(REC[2])]
+# the same from 0:40, where the verdict's window is full: its headline shows with the first paint
+REPLAY_AT = ["replay", "--at", "40", str(REC[2])]
 MULTI = ["replay", str(Path(__file__).parent / "data" / "multi" / "heldout_ddp_s13.memtop")]  # 2 GPUs
 MODES = {"live": [], "demo": ["--demo"], "replay": REPLAY}
 SIZES = [(80, 24), (120, 40), (200, 50)]
@@ -117,18 +119,21 @@ def _alive(pane: str, what: str) -> None:
 
 
 def _quit(tmux: Tmux, *names: str) -> None:
-    """q to each session (side by side: one pause for all), each exits 0 without a Traceback."""
-    left = list(names)
+    """q to each session, each exits 0 without a Traceback. A session the q did not end (a modal
+    held it) gets an Escape first, then one pause for all of them side by side: on a loaded machine
+    an Escape read together with the q would be one key, Alt+q."""
+    left, modal = list(names), False
     for _ in range(3):
-        for name in left:
-            tmux.keys(name, "Escape")  # a modal left open
-        # on a loaded machine an Escape read together with the q would be one key, Alt+q: quit again
-        time.sleep(1.0)
+        if modal:
+            for name in left:
+                tmux.keys(name, "Escape")
+            time.sleep(1.0)
         for name in left:
             tmux.keys(name, "q")
         left = [name for name in left if "EXIT=" not in _until(tmux, name, lambda p: "EXIT=" in p, 10)]
         if not left:
             break
+        modal = True
     for name in names:
         pane = tmux.wait(name, "EXIT=")
         assert "EXIT=0" in pane and "Traceback" not in pane, f"{name}:\n{pane}"
@@ -155,25 +160,65 @@ def test_every_key_in_every_mode(tmux):
     _quit(tmux, *MODES)
 
 
+# Each terminal variant at 80x24 (the size where a line is likeliest to wrap or be cut); the default
+# and --ascii at every size too (what they draw differs by size: panels that show only where there is
+# room), while the colour variants draw the same cells as the default in other colours.
+VARIANT_SIZES = {v: SIZES if v in ("default", "ascii") else SIZES[:1] for v in VARIANTS}
+HELP = "is the GPU busy"  # the help screen's first line
+# each step: the keys, and what the screen shows once the app has taken them (from the screen before
+# them; None: nothing to wait for). Keys arrive in order, but a lone Escape must be seen taken before
+# the next key goes (the two would read as one Alt+key), and a jump (Right, n) must have landed before
+# End goes: one still reading its context when End came landed after it
+STEPS: list[tuple[list[str], object]] = [
+    (["?"], lambda p, before: HELP in p),
+    (["Escape"], lambda p, before: HELP not in p),
+    (["g"], None),
+    (["Space"], lambda p, before: any(mark in _top(p) for mark in ("⏸ ", "|| "))),  # (--ascii: ||)
+    (["Right"], lambda p, before: _position(p) not in (None, _position(before))),
+    (["n"], lambda p, before: _position(p) not in (None, _position(before))),
+    (["End"], lambda p, before: _at_end(p)),
+]
+_POSITION = re.compile(r"(\d+):(\d\d):(\d\d)/(\d+):(\d\d):(\d\d)")
+
+
+def _position(pane: str) -> tuple[int, int] | None:
+    """The header's position and duration in seconds (`0:02:20/0:02:21`)."""
+    m = _POSITION.search(_top(pane))
+    if not m:
+        return None
+    h, mi, s, dh, dm, ds = map(int, m.groups())
+    return h * 3600 + mi * 60 + s, dh * 3600 + dm * 60 + ds
+
+
+def _at_end(pane: str) -> bool:
+    at = _position(pane)
+    return at is not None and at[1] - at[0] <= 2
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_every_size_and_terminal_with_a_few_keys(tmux, variant):
-    """Replay at the 3 sizes at once in one terminal variant: the verdict's headline, then help, the
-    next GPU (a repaint of everything), pause, seek, next phase, end, quit."""
+    """Replay in one terminal variant (at its sizes, side by side): the verdict's headline, then
+    help, the next GPU (a repaint of everything), pause, seek, next phase, end, quit."""
     env, flags = VARIANTS[variant]
-    names = {f"{variant}-{w}x{h}": h for w, h in SIZES}
-    for (name, _), size in zip(names.items(), SIZES):
-        tmux.start(name, [*flags, *REPLAY], size, env)
+    names = {f"{variant}-{w}x{h}": (w, h) for w, h in VARIANT_SIZES[variant]}
+    for name, size in names.items():
+        tmux.start(name, [*flags, *REPLAY_AT], size, env)
     for name in names:
         tmux.wait(name, READY)
         pane = tmux.wait(name, " s: ")  # "last N s:": the verdict's window beside now
         assert "GPU 0 now:" in pane, f"{name}:\n{pane}"
-    for keys in (["?"], ["Escape"], ["g"], ["Space"], ["Right"], ["n"], ["End"]):
+    before = {name: tmux.pane(name) for name in names}
+    for keys, shown in STEPS:
         for name in names:
             tmux.keys(name, *keys)
-        time.sleep(0.5)
-        for name, h in names.items():
-            pane = tmux.pane(name)
+        for name, (_, h) in names.items():
+            if shown is None:
+                pane = tmux.pane(name)
+            else:
+                pane = _until(tmux, name, lambda p, b=before[name], f=shown: f(p, b))  # type: ignore[operator]
+                assert shown(pane, before[name]), f"{name} after {keys}:\n{pane}"  # type: ignore[operator]
             _alive(pane, f"{name} after {keys}")
+            before[name] = pane
             assert len(pane.rstrip("\n").splitlines()) <= h
             if variant == "ascii":
                 bad = sorted({c for c in pane if not (c == "\n" or " " <= c <= "~")})
@@ -262,13 +307,13 @@ def test_a_replay_resized_in_height_shows_only_what_a_fresh_start_there_shows(tm
 
 
 def test_the_demo_at_the_moment_of_the_issue_explains_one_verdict(tmux):
-    """`memtop --demo` at 80x24, 120x40 and 200x50 side by side, paused, `t 1:39` Enter (issue 33):
-    the verdict line and every line under it name one label (the screen once said `now: sync-stall`
+    """`memtop --demo` at 80x24 and 200x50 side by side, paused, `t 1:39` Enter (issue 33): the
+    verdict line and every line under it name one label (the screen once said `now: sync-stall`
     above the input pipeline's evidence and command), and End pauses at the demo's end instead of
-    starting it over."""
+    starting it over. (test_tui_answer walks the demo at every size, 120x40 too, in-process.)"""
     from test_tui_answer import check_screen
 
-    names = {f"demo-{w}x{h}": (w, h) for w, h in SIZES}
+    names = {f"demo-{w}x{h}": (w, h) for w, h in (SIZES[0], SIZES[2])}
     for name, size in names.items():
         tmux.start(name, ["--demo"], size, VARIANTS["default"][0])
     for name in names:

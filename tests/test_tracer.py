@@ -249,31 +249,81 @@ def test_bad_trace_flags_are_one_line_and_exit_2(args, message):
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") <= 1, r.stderr
 
 
-def test_a_capture_waits_while_the_job_is_importing(tmp_path, monkeypatch):
-    """The profiler's start imports parts of torch; the job importing them at the same moment got a
-    half-initialised module on the H100 (its optimizer's first use imports torch._dynamo)."""
+class _VirtualClock:
+    """injob's `time` on a virtual clock: each sleep moves it on, and ``at_sleep(n)`` runs on the
+    n-th sleep (the steps of a wait in order, with no wall clock in the test)."""
+
+    def __init__(self, at_sleep) -> None:
+        self.now, self.sleeps, self.at_sleep = 100.0, 0, at_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.sleeps += 1
+        self.at_sleep(self.sleeps)
+
+
+def _importing_thread(tmp_path, monkeypatch, name: str):
+    """A thread of this process inside an import until the returned function is called (the module
+    reads one byte from a pipe the test writes), once it is seen inside it."""
     import threading
 
     from memtop.agent import injob
 
-    (tmp_path / "slow_module_for_settle.py").write_text("import time\ntime.sleep(1.5)\n")
+    r, w = os.pipe()
+    (tmp_path / f"{name}.py").write_text(f"import os\nos.read({r}, 1)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    importer = threading.Thread(target=__import__, args=("slow_module_for_settle",))
+    importer = threading.Thread(target=__import__, args=(name,), daemon=True)
     importer.start()
-    time.sleep(0.3)
-    asked = time.monotonic()
-    warnings = injob._settle(asked)
-    assert not importer.is_alive()  # the window starts after the import ended
-    assert time.monotonic() - asked >= injob.SETTLE_S and warnings and "importing" in warnings[0]
-    importer.join()
-    monkeypatch.setattr(injob, "SETTLE_MAX_S", 0.2)
-    importer = threading.Thread(target=__import__, args=("slow_module_for_settle_2",))
-    (tmp_path / "slow_module_for_settle_2.py").write_text("import time\ntime.sleep(1.5)\n")
-    importer.start()
-    time.sleep(0.3)
-    with pytest.raises(injob.CaptureError, match="kept importing"):
-        injob._settle(time.monotonic())
-    importer.join()
+    deadline = time.monotonic() + 60  # (a bound for a loaded machine: the thread reaches its import)
+    while not injob._importing(threading.get_ident()):
+        assert time.monotonic() < deadline and importer.is_alive()
+        time.sleep(0.01)
+
+    def end() -> None:
+        os.write(w, b"x")
+        importer.join()
+        os.close(r)
+        os.close(w)
+
+    return importer, end
+
+
+def test_a_capture_waits_while_the_job_is_importing(tmp_path, monkeypatch):
+    """The profiler's start imports parts of torch; the job importing them at the same moment got a
+    half-initialised module on the H100 (its optimizer's first use imports torch._dynamo). On a
+    virtual clock: the window starts SETTLE_S after the job's import ends, not before."""
+    from memtop.agent import injob
+
+    importer, end = _importing_thread(tmp_path, monkeypatch, "slow_module_for_settle")
+    ended: list[float] = []
+
+    def at_sleep(n: int) -> None:
+        if n == 5:  # during the fifth 50 ms sleep of the wait, the job's import ends
+            end()
+            ended.append(clock.now - 0.05)  # (the last check that saw it importing)
+
+    clock = _VirtualClock(at_sleep)
+    monkeypatch.setattr(injob, "time", clock)
+    warnings = injob._settle(clock.now)
+    assert not importer.is_alive() and ended  # the window starts after the import ended
+    assert clock.now - ended[0] >= injob.SETTLE_S and warnings and "importing" in warnings[0]
+
+
+def test_a_capture_is_refused_while_the_job_keeps_importing(tmp_path, monkeypatch):
+    from memtop.agent import injob
+
+    _, end = _importing_thread(tmp_path, monkeypatch, "slow_module_for_settle_2")
+    clock = _VirtualClock(lambda n: None)
+    monkeypatch.setattr(injob, "time", clock)
+    try:
+        with pytest.raises(injob.CaptureError, match="kept importing"):
+            injob._settle(clock.now)
+    finally:
+        end()
+    assert clock.now - 100.0 >= injob.SETTLE_MAX_S
 
 
 def test_x_on_one_rank_takes_every_rank_of_its_job():

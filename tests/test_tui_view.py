@@ -458,17 +458,18 @@ def _tmux(sock: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
 
 
-def _wait(sock: str, text: str, timeout: float = 30.0) -> str:
+def _wait(sock: str, text: str, timeout: float = 30.0, gone: bool = False) -> str:
+    """The screen once ``text`` is on it (with ``gone``: once it has left it)."""
     import time
 
     end = time.monotonic() + timeout
     screen = ""
     while time.monotonic() < end:
         screen = _tmux(sock, "capture-pane", "-p")
-        if text in screen:
+        if (text in screen) != gone:
             return screen
         time.sleep(0.3)
-    raise AssertionError(f"{text!r} never appeared:\n{screen}")
+    raise AssertionError(f"{text!r} {'still on screen' if gone else 'never appeared'}:\n{screen}")
 
 
 def _kill(sock: str) -> None:
@@ -504,7 +505,6 @@ def test_real_cli_hostile_replay_and_live_process_in_tmux(tmp_path):
     import os
     import subprocess
     import sys
-    import time
     import uuid
 
     from memtop.storage.store import Writer
@@ -530,14 +530,14 @@ def test_real_cli_hostile_replay_and_live_process_in_tmux(tmp_path):
         _tmux(sock, "set-option", "-g", "set-clipboard", "on")
         _tmux(sock, "select-pane", "-T", title)
         _wait(sock, "REPLAY")
-        time.sleep(3)
+        _wait(sock, "\\x1b")  # the hostile strings are on screen, made visible
         _untouched(sock, title)
         _tmux(sock, "send-keys", "Enter")  # the GPU detail screen shows names, uuid, evidence
-        time.sleep(1.5)
+        _wait(sock, "uuid")
         _tmux(sock, "send-keys", "Escape")
-        time.sleep(1)
+        _wait(sock, "uuid", gone=True)
         screen = _untouched(sock, title)
-        assert "\\x1b" in screen  # the hostile strings are on screen, made visible
+        assert "\\x1b" in screen
         _tmux(sock, "send-keys", "q")
         _wait(sock, "EXIT=0")
 
