@@ -27,7 +27,7 @@ from conftest import DATA, REC
 from memtop.analysis import colscan
 from memtop.core.errors import UserError
 from memtop.outputs.report import build_report, render
-from memtop.storage import colblock
+from memtop.storage import colblock, reader
 from memtop.storage.colblock import NULL, Blocks, Broken, decode, encode
 from memtop.storage.store import (
     BLOCK_STREAMS,
@@ -516,7 +516,7 @@ def _no_rows(mp) -> None:
     def refuse(*a, **kw):
         raise AssertionError("read the rows, not the blocks")
 
-    mp.setattr(colscan, "_json_rows", refuse)
+    mp.setattr(reader, "_json_rows", refuse)
     mp.setattr(colscan._Stacks, "_rows", staticmethod(refuse))
     mp.setattr(colscan._Hosts, "_rows", refuse)
 
@@ -991,7 +991,7 @@ def test_perf_rate_blocks_hold_at_most_64_rates_a_read(many, frame_reports, tmp_
     _edit_rows(path, "UPDATE block SET n = n + 100000 WHERE stream='perf_rate' AND seq=2")
     inflated = []
     real = colblock.decode
-    monkeypatch.setattr(colblock, "decode", lambda c, b: inflated.append(c) or real(c, b))
+    monkeypatch.setattr(colblock, "decode", lambda c, b, *o: inflated.append(c) or real(c, b, *o))
     assert _report(path, True, "json", {}) == frame_reports["labelled_s2", "json", "{}"]
     assert BLOCK_STREAMS["perf_rate"] not in inflated
 
@@ -1066,3 +1066,28 @@ def test_host_proc_blocks_beyond_what_the_file_could_hold_are_not_read(tmp_path,
     assert inflated and cols not in inflated  # (the host blocks were read; these were refused unread)
     monkeypatch.undo()
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+
+
+def test_every_process_figure_reads_back_from_the_blocks_as_recorded(many):
+    """The host_proc blocks hold each of model.PROC_FIGURES (their columns follow from ProcSample's
+    fields, no list of their own): the report's arrays of every figure from the blocks are those of the
+    host samples' JSON, DataLoader workers and their parents included."""
+    import numpy as np
+
+    from memtop.core.model import PROC_FIGURES
+
+    assert tuple(name for name, _ in BLOCK_STREAMS["host_proc"][1:]) == PROC_FIGURES
+    rec = Recording(many["heldout_torch_s3"])
+    ft = np.array(colscan.frame_times(rec, rec.t0, rec.t1))
+    by_blocks = colscan._Hosts(rec, ft, -math.inf, rec.t1, None)
+    by_json = colscan._Hosts(rec, ft, -math.inf, rec.t1, None, blocks=False)
+    assert by_blocks._table is not None and by_blocks.t == by_json.t
+    hs = list(range(len(by_json.t)))
+    got, want = by_blocks.figures(hs), by_json.figures(hs)
+    assert got.has_parent.any() and got.data_worker.any()
+    for k in (*PROC_FIGURES, "has_parent", "data_worker", "asleep", "stopped"):
+        assert (
+            np.array_equal(getattr(got, k), getattr(want, k))
+            and getattr(got, k).dtype == getattr(want, k).dtype
+        ), k
+    assert np.array_equal(got.rows, want.rows) and np.array_equal(got.iowait, want.iowait)

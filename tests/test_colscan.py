@@ -5,6 +5,7 @@ of tests/test_report_export.py), not against the Frame path's bytes."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import sys
@@ -16,7 +17,7 @@ from conftest import DATA, REC
 from memtop.analysis import colscan
 from memtop.core.errors import UserError
 from memtop.outputs.report import build_report, render
-from memtop.storage import colblock
+from memtop.storage import colblock, reader
 from memtop.storage.store import Recording, Writer
 
 ROOT = Path(__file__).parent.parent
@@ -86,8 +87,6 @@ def _damage(tmp_path: Path, sql: str) -> Path:
     "sql",
     [
         "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)",
-        "UPDATE gpu SET gpu = 'x' WHERE rowid IN (SELECT rowid FROM gpu LIMIT 5)",
-        "UPDATE gpu SET mode = 'weird' WHERE rowid IN (SELECT rowid FROM gpu LIMIT 5)",
         'UPDATE perf SET data = \'{"a": "b"}\'',
         "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
     ],
@@ -100,6 +99,26 @@ def test_damaged_parts_fall_back_to_frames(sql, tmp_path, monkeypatch):
         colscan.scan_columns(rec, None, rec.t0, rec.t1)
     monkeypatch.undo()  # the real report_scan, with its fallback
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+
+
+@pytest.mark.parametrize(
+    ("sql", "noted"),
+    [
+        ("UPDATE gpu SET gpu = 'x' WHERE rowid IN (SELECT rowid FROM gpu LIMIT 5)", True),
+        ("UPDATE gpu SET mode = x'01' WHERE rowid IN (SELECT rowid FROM gpu LIMIT 5)", True),
+        ("UPDATE gpu SET mode = 'weird' WHERE rowid IN (SELECT rowid FROM gpu LIMIT 5)", False),
+    ],
+)
+def test_damaged_gpu_rows_are_read_alike_by_both_scans(sql, noted, tmp_path):
+    """A GPU row without a GPU index or a mode is skipped by the one reader, whichever scan asks, and
+    the report says so; a mode it does not know reads as NVML's (claim no more)."""
+    path = _damage(tmp_path, sql)
+    rec = Recording(path)
+    colscan.scan_columns(rec, None, rec.t0, rec.t1)  # (no fallback to Frames)
+    assert ("damaged gpu data skipped" in rec.damage) is noted
+    by_columns = _report(path, True, "json", {})
+    assert by_columns == _report(path, False, "json", {})
+    assert ("damaged gpu data skipped" in json.loads(by_columns).get("damage", [])) is noted
 
 
 @pytest.mark.parametrize("case", sorted(__import__("test_damaged").CASES))
@@ -288,53 +307,35 @@ def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path, monk
     _same(out, VARIANTS[:2])
 
 
-def test_gpu_columns_decode_as_sql_does():
-    """colscan decodes the gpu columns over arrays: the same values (or missing) as the SQL the
-    Frame path reads them with, on the edges of each column's range and on values of other types."""
-    import numpy as np
-
-    from memtop.storage.store import BY_NAME, _decode_sql
-
-    db = sqlite3.connect(":memory:")
-    for c in colscan._COLS:
-        m = BY_NAME[c]
-        lo, hi = m.lo * m.scale, m.hi * m.scale
-        values = [lo, hi, int(lo), int(hi), int(hi) + 1, -1, 0, 1, 7, 0.5, hi - 0.5, hi + 0.5, 1e999, -1e999]
-        values += [None, "5", b"\x01", 2**62, -(2**62), 1234567, 12.25, 2**53 + 1]
-        db.execute(f"CREATE TABLE t_{c}({c})")
-        db.executemany(f"INSERT INTO t_{c} VALUES (?)", [(v,) for v in values])
-        raw = tuple(r[0] for r in db.execute(f"SELECT {c} FROM t_{c}"))
-        want = [r[0] for r in db.execute(f"SELECT {_decode_sql(m)} FROM t_{c}")]
-        got = colscan.scaled(m, colscan._raw(raw))
-        assert np.array_equal(got, np.array(want, dtype=np.float64), equal_nan=True), c
-        assert np.isnan(got).sum() == want.count(None) >= 6, c
-
-
 def _gpu_rows(rec: Recording, plo: float, hi: float) -> tuple:
-    have = rec._gpu_columns
-    cols = ", ".join(c if c in have else "NULL" for c in colscan._COLS)
-    sql = f"SELECT t, gpu, {colscan._MODE_SQL}, {cols} FROM gpu WHERE t>? AND t<=? ORDER BY t"
-    return cols, colscan._from_rows(rec._q(sql, (plo, hi)).fetchall())
+    """The gpu rows read one by one, undecoded (``reader._from_rows``), and the columns they hold."""
+    sel = tuple(c for c in colscan._COLS if c in rec.gpu_columns)
+    rows = rec.query(f"{reader._select(sel)} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
+    return sel, reader._from_rows(rec, sel, rows)
 
 
-def _equal_arrays(a: tuple, b: tuple) -> bool:
+def _equal_cols(a: reader.GpuCols, b: reader.GpuCols) -> bool:
     import numpy as np
 
-    return all(np.array_equal(x, y, equal_nan=True) and x.dtype == y.dtype for x, y in zip(a, b, strict=True))
+    pairs = [*zip(a[:3], b[:3], strict=True), *((a.cols[c], b.cols[c]) for c in a.cols)]
+    return a.cols.keys() == b.cols.keys() and all(
+        np.array_equal(x, y, equal_nan=True) and x.dtype == y.dtype for x, y in pairs
+    )
 
 
 def test_gpu_rows_read_as_one_text_are_the_rows():
     """The gpu rows sent by SQLite as one JSON text of integers are the rows read one by one, on every
-    recording, whole and from a time on; a REAL or a text among the values, a GPU index that is no
-    integer, or a time that is no float leaves them to the row path (whose report is the same)."""
+    recording, whole and from a time on."""
     paths = sorted(DATA.glob("*.memtop")) + sorted((DATA / "multi").glob("*.memtop"))
     for path in paths:
         rec = Recording(path)
         for plo in (float("-inf"), rec.t0 + 30.0):
-            cols, want = _gpu_rows(rec, plo, rec.t1)
-            got = colscan._json_rows(rec, cols, plo, rec.t1)
-            assert got is not None and _equal_arrays(got, want), (path.name, plo)
-            assert got[0].tolist() == [r[0] for r in rec._q("SELECT t FROM gpu WHERE t>? ORDER BY t", (plo,))]
+            sel, want = _gpu_rows(rec, plo, rec.t1)
+            got = reader._json_rows(rec, sel, plo, rec.t1)
+            assert got is not None and _equal_cols(got, want), (path.name, plo)
+            assert got.t.tolist() == [
+                r[0] for r in rec.query("SELECT t FROM gpu WHERE t>? ORDER BY t", (plo,))
+            ]
 
 
 @pytest.mark.parametrize(
@@ -344,13 +345,16 @@ def test_gpu_rows_read_as_one_text_are_the_rows():
         "UPDATE gpu SET power_w = 'x' WHERE t IN (SELECT t FROM gpu LIMIT 5)",
         "UPDATE gpu SET pcie_rx = 1e300 WHERE t IN (SELECT t FROM gpu LIMIT 5)",
         f"UPDATE gpu SET clock_events = {-(2**63)} WHERE t IN (SELECT t FROM gpu LIMIT 5)",
+        "UPDATE gpu SET mode = x'07' WHERE t IN (SELECT t FROM gpu LIMIT 5)",
     ],
 )
 def test_unusual_gpu_values_are_read_row_by_row(sql, tmp_path):
+    """A REAL or a text among the values, a mode that is no text: the JSON text cannot hold them
+    exactly, and the rows read one by one give the report the Frames give."""
     path = _damage(tmp_path, sql)
     rec = Recording(path)
-    cols, want = _gpu_rows(rec, float("-inf"), rec.t1)
-    assert colscan._json_rows(rec, cols, float("-inf"), rec.t1) is None
+    sel, _ = _gpu_rows(rec, float("-inf"), rec.t1)
+    assert reader._json_rows(rec, sel, float("-inf"), rec.t1) is None
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
 
 

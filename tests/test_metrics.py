@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from memtop.core.metrics import BY_NAME, METRICS, Metric
 from memtop.core.model import Frame, GpuSample
-from memtop.storage.store import Recording, _decode_sql, gpu_row
+from memtop.storage.store import Recording, gpu_row
 
 # GpuSample fields that say which GPU and when, not what it measured
 IDENTITY = {
@@ -77,7 +77,7 @@ def test_gpm_ids_are_pynvml_s():
 
 # -- the store decodes by name and refuses what Metric.valid refuses ------------------------------
 def _py_decode(m: Metric, stored: object) -> float | None:
-    """What a stored value means, in Python: the reference the SQL decode is checked against."""
+    """What a stored value means, in Python: the reference the reader's decode is checked against."""
     if isinstance(stored, bool) or not isinstance(stored, (int, float)):
         return None
     v = m.valid(stored / m.scale)
@@ -99,13 +99,20 @@ stored_values = st.one_of(
 
 @settings(deadline=None, max_examples=300)  # a loaded CI machine must not turn slowness into failure
 @given(st.sampled_from(METRICS), stored_values)
-def test_sql_decode_agrees_with_metric_valid(m, stored):
+def test_the_readers_decode_agrees_with_metric_valid(m, stored):
+    """memtop.storage.reader decodes a stored value (any SQLite value a damaged file may hold) to what it
+    means, or to missing where Metric.valid refuses it."""
+    import numpy as np
+
+    from memtop.storage import reader
+
     db = sqlite3.connect(":memory:")
     db.execute(f"CREATE TABLE gpu({m.name})")
     db.execute("INSERT INTO gpu VALUES (?)", (stored,))
-    (got,) = db.execute(f"SELECT {_decode_sql(m)} FROM gpu").fetchone()
+    raw = db.execute(f"SELECT {m.name} FROM gpu").fetchone()
+    (got,) = reader.scaled(m, reader._raw(raw)).tolist()
     want = _py_decode(m, stored)
-    assert got == pytest.approx(want) if want is not None else got is None
+    assert got == pytest.approx(want) if want is not None else np.isnan(got)
 
 
 def _copy(src, tmp_path):

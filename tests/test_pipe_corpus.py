@@ -14,6 +14,7 @@ from conftest import DATA
 from memtop.analysis import colscan
 from memtop.analysis.phases import classify
 from memtop.analysis.verdict import verdict
+from memtop.core.model import MAIN_FIELDS
 from memtop.storage import colblock
 from memtop.storage.store import BLOCK_STREAMS, Recording, _inflate_host, host_figures
 
@@ -98,7 +99,8 @@ def test_older_blocks_read_the_new_fields_as_their_defaults():
     rec = Recording(DATA / "blocks_s11.memtop")
     got = colscan._host_blocks(rec, rec.t0, rec.t1, None)
     assert got is not None
-    main_cpu, wait, wait_on, feeder, feeder_cpu = got[1][4][7:]
+    procs = got[1][4]  # (colscan.proc_arrays: each figure by name)
+    main_cpu, wait, wait_on, feeder, feeder_cpu = (procs[k] for k in MAIN_FIELDS)
     assert len(main_cpu) and (main_cpu == -1.0).all() and (feeder_cpu == 0.0).all()
     assert set(wait) == set(wait_on) == set(feeder) == {""}
 

@@ -38,7 +38,7 @@ from memtop.analysis.phases import (
 )
 from memtop.analysis.ruleview import Cols
 from memtop.analysis.stackwin import Entries, StackCols, stack_columns
-from memtop.core.model import BY_MODE, MAIN_FIELDS
+from memtop.core.model import BY_MODE, MAIN_FIELDS, PROC_DEFAULTS
 
 _NAN = float("nan")
 
@@ -386,7 +386,7 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
     rows = len(fig.pid)
     pid_id = inv[:rows]
     wof_id = np.where(fig.has_parent, inv[rows : 2 * rows], len(known))  # no parent: the False column
-    cpu_a, dw_a, sd_a, tt_a = fig.cpu, fig.data_worker, fig.asleep, fig.stopped
+    cpu_a, dw_a, sd_a, tt_a = fig.cpu_pct, fig.data_worker, fig.asleep, fig.stopped
     best_row = np.full(len(k), -1, dtype=np.int64)
     n = len(k)
     best = np.full(n, -math.inf)
@@ -415,8 +415,7 @@ def _main_fields(fig: Any, row: np.ndarray) -> dict[str, np.ndarray]:
     Features' defaults)."""
     out = {}
     for k in MAIN_FIELDS:
-        col = getattr(fig, k)
-        default = Features.__dataclass_fields__[k].default
+        col, default = getattr(fig, k), PROC_DEFAULTS[k]
         padded = np.append(col, np.array([default], dtype=col.dtype))  # the default at index -1
         out[k] = padded[row]
     return out

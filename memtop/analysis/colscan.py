@@ -25,12 +25,11 @@ import os
 import re
 import sqlite3
 import threading
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -51,15 +50,25 @@ from memtop.analysis.phases import (
 from memtop.analysis.scan import REPORT_READS, Aggregates, extends, main_only, scan
 from memtop.analysis.stackwin import Entries, window_bounds
 from memtop.core.errors import UserError
-from memtop.core.metrics import METRICS, Metric
-from memtop.core.model import BUSY, THROTTLE_MASK, Frame, GpuSample, HostSample, ProcSample, StackSample
+from memtop.core.metrics import METRICS
+from memtop.core.model import (
+    BUSY,
+    PROC_DEFAULTS,
+    PROC_KINDS,
+    THROTTLE_MASK,
+    Frame,
+    GpuSample,
+    HostSample,
+    ProcSample,
+    StackSample,
+)
 from memtop.core.records import Gap
 from memtop.progress import Progress
+from memtop.storage import reader
 from memtop.storage.colblock import NULL, Blocks
 from memtop.storage.store import (
     BLOCK_STREAMS,
     BLOCK_TABLES,
-    BY_NAME,
     DECODE_ERRORS,
     GPU_MODES,
     HOST_PROC_ADDED,
@@ -82,28 +91,16 @@ WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack windo
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
 # the GPU columns read (scan.REPORT_READS), in the metrics table's order
 _COLS = tuple(m.name for m in METRICS if m.name in REPORT_READS)
-_GPU_BLOCK = (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c in _COLS))  # of BLOCK_STREAMS["gpu"]
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
-_PROC = operator.itemgetter(*HOST_PROC_FIELDS)
+_PERF_SQL = "SELECT t, pid, data"
+_PROC = operator.itemgetter(*HOST_PROC_FIELDS)  # a process's figures from its JSON object
+_FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)  # and from a ProcSample
 _INT_LIM = 1 << 62
 
 
 class Unusual(Exception):
     """The recording has something this path does not reproduce exactly."""
-
-
-class _Proc(NamedTuple):  # what the features read of a process
-    pid: int
-    cpu_pct: float
-    worker_of: int | None
-    name: str
-    state: str
-    main_cpu: float = -1.0  # model.MAIN_FIELDS, the defaults where a recording lacks them
-    wait: str = ""
-    wait_on: str = ""
-    feeder: str = ""
-    feeder_cpu: float = 0.0
 
 
 def report_scan(
@@ -563,94 +560,23 @@ def _quiet_runs(
     return out, open_
 
 
-def _raw(values: tuple) -> np.ndarray:
-    """A gpu column's stored values as floats (an integer as the nearest one), NaN for NULL and for
-    a text or a blob (which store._decode_sql makes NULL)."""
-    if not _types(values, int, float, type(None)):
-        values = tuple(v if type(v) in (int, float) else None for v in values)
-    return np.array(values, dtype=np.float64)
-
-
-def scaled(m: Metric, a: np.ndarray) -> np.ndarray:
-    """A gpu column's raw values (``_raw``) decoded as store._decode_sql decodes them: NaN where it
-    gives NULL (not a number, out of the valid range), else the value at its scale by the same
-    float operations (tests/test_colscan.py holds them to it on edge values)."""
-    with np.errstate(invalid="ignore"):
-        ok = (a >= m.lo * m.scale) & (a <= m.hi * m.scale)
-    if m.as_int:
-        v = np.trunc(a) * round(1 / m.scale) if m.scale < 1 else np.trunc(a)
-    else:
-        v = a / float(m.scale) if m.scale >= 1 else a * (1 / m.scale)
-    return np.where(ok, v, np.nan)
-
-
-# the mode as its index into GPU_MODES, in SQL (no text object per row); -1 for another (the Frame
-# path reads it as "nvml"): that takes the Frame path
-_MODE_SQL = "CASE mode " + " ".join(f"WHEN '{m}' THEN {i}" for i, m in enumerate(GPU_MODES)) + " ELSE -1 END"
-_NULL = -(1 << 63)  # NULL among _json_rows' integers (a stored value of it takes the row path)
-_PERF_SQL = "SELECT t, pid, data"
-
-
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
-    have = rec.gpu_columns
-    cols = ", ".join(c if c in have else "NULL" for c in _COLS)
-    sql = f"SELECT t, gpu, {_MODE_SQL}, {cols} FROM gpu"
-    rows: list = []
     states: dict[int, list] = {}
-    if seed is not None:  # Recording._seed: each GPU with a state, as it stood at the start
+    if seed is not None:  # Recording._seed: each GPU's state as it stood at the start
         for g in [r[0] for r in rec.query("SELECT DISTINCT gpu FROM gpu_state")]:
             r = rec.query(f"{_STATE_SQL} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
             if r:
                 states.setdefault(_int(r[1]), []).append((r[0], rec.gpu_state(r)))
-            r = rec.query(f"{sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
-            if r:
-                rows.append(r)
     for r in rec.query(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
         states.setdefault(_int(r[1]), []).append((r[0], rec.gpu_state(r)))
-    got = _block_rows(rec, plo, hi)
-    if got is None:
-        got = _json_rows(rec, cols, plo, hi)
-    if got is None:
-        rows += rec.query(f"{sql} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-        got = _from_rows(rows)
-    elif rows:
-        seeded = _from_rows(rows)
-        got = tuple(np.concatenate([x, y]) for x, y in zip(seeded, got, strict=True))  # type: ignore[assignment]
-    ta, gi, code, raw = got
-    if not len(ta):
-        return []
-    if not (np.abs(gi) <= _INT_LIM).all() or (code < 0).any():
-        raise Unusual("GPU rows memtop would skip as damaged")
-    decoded = {c: scaled(BY_NAME[c], raw[:, j]) for j, c in enumerate(_COLS)}
+    got = reader.columns(rec, plo, hi, _COLS, seed)
     out = []
-    for g in np.unique(gi).tolist():
-        at = np.flatnonzero(gi == g)
-        out.append(_Gpu(g, ta[at], code[at], {c: v[at] for c, v in decoded.items()}, states.get(g, []), ft))
+    for g in np.unique(got.gpu).tolist():
+        at = np.flatnonzero(got.gpu == g)
+        out.append(
+            _Gpu(g, got.t[at], got.mode[at], {c: v[at] for c, v in got.cols.items()}, states.get(g, []), ft)
+        )
     return out
-
-
-def _from_rows(rows: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(times, GPU indices, mode codes, raw metric values: NaN for NULL or not a number) of gpu rows
-    (t, gpu, mode code, the _COLS)."""
-    n = len(_COLS)
-    if not rows:
-        return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((0, n))
-    t, gpu, mode, *metrics = zip(*rows, strict=True)
-    if not _types(t, float) or not _types(gpu, int) or max(map(abs, gpu)) > _INT_LIM:
-        raise Unusual("GPU rows memtop would skip as damaged")
-    raw = np.empty((len(rows), n))
-    for j, v in enumerate(metrics):
-        raw[:, j] = _raw(v)
-    return np.array(t, dtype=np.float64), np.array(gpu, dtype=np.int64), np.array(mode, dtype=np.int64), raw
-
-
-def _scale(lo: object, hi: object) -> float | None:
-    """A power of two that makes every float in [lo, hi] an integer below 2**62 (lo's ulp is its
-    inverse: a float at or above lo is a multiple of it), or None where there is none."""
-    if type(lo) is not float or type(hi) is not float or not 1e-6 < lo <= hi < 1e12:
-        return None
-    scale = 2.0 ** (53 - math.frexp(lo)[1])
-    return scale if hi * scale < 2.0**62 else None
 
 
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
@@ -666,75 +592,6 @@ def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
     ]
 
 
-def _block_rows(
-    rec: Recording, plo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """``_from_rows`` of the rows in (plo, hi] from the column blocks (memtop.storage.colblock); None where they
-    do not cover the span or are damaged."""
-    blocks = Blocks(rec.db, "gpu", _GPU_BLOCK, BLOCK_TABLES["gpu"])
-    if blocks.end <= hi:
-        return None
-    got = blocks.read(float(np.nextafter(plo, np.inf)), hi, ordered=False)
-    if got is None:
-        return None
-    ta, gi = got["t"], got["gpu"]
-    order = np.lexsort((gi, ta))  # (the rows' key, t then gpu: written in Frame order)
-    ta, gi = ta[order], gi[order]
-    if len(ta) > 1 and not ((ta[1:] > ta[:-1]) | ((ta[1:] == ta[:-1]) & (gi[1:] > gi[:-1]))).all():
-        return None  # a key twice (NaN fails too)
-    raw = np.empty((len(ta), len(_COLS)))
-    for j, c in enumerate(_COLS):
-        v = got[c][order]
-        raw[:, j] = np.where(v == NULL, np.nan, v)
-    return ta, gi, got["mode"][order], raw
-
-
-def _json_rows(
-    rec: Recording, cols: str, plo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """``_from_rows`` of the rows in (plo, hi], read as one JSON text of integers that numpy parses:
-    a Python object per value costs twice SQLite's rendering of it as text. Times are sent as
-    integers exactly (t * 2**k, k from the smallest: a float at or above it is a multiple of its
-    ulp); None where that cannot be exact, or where a value is not an integer or NULL (a REAL or a
-    text in a damaged or older file): the rows are then read one by one."""
-    q = rec.db.execute
-    try:  # (a damaged table: the row path reads it, and says so as it does)
-        # (min and max alone are a search each)
-        lo_t, hi_t = (
-            q(f"SELECT {f}(t) FROM gpu WHERE t>? AND t<=?", (plo, hi)).fetchone()[0] for f in ("min", "max")
-        )
-        if lo_t is None:
-            return _from_rows([])
-        scale = _scale(lo_t, hi_t)
-        if scale is None:
-            return None
-        text = q(
-            f"SELECT json_group_array(json_array(CAST(t * ? AS INTEGER), gpu, {_MODE_SQL}, {cols}))"
-            " FROM gpu WHERE t>? AND t<=?",  # in the key's order (checked below)
-            (scale, plo, hi),
-        ).fetchone()[0]
-    except sqlite3.DatabaseError:  # also an SQLite without JSON functions, or a blob value
-        return None
-    if not isinstance(text, str) or any(c in text for c in '".eE') or "9223372036854775808" in text:
-        return None  # a text, a REAL, the value taken for NULL
-    n = 3 + len(_COLS)
-    body = text[2:-2].replace("],[", ",").replace("null", str(_NULL))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a short parse is checked below
-        a = np.fromstring(body, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
-    if len(a) != n * (text.count("[") - 1):  # as many rows as the JSON holds
-        return None
-    a = a.reshape(-1, n)
-    if (a[:, :3] == _NULL).any():
-        return None
-    ta = a[:, 0].astype(np.float64) / scale
-    if len(ta) > 1 and (np.diff(ta) < 0).any():
-        return None
-    raw = a[:, 3:].astype(np.float64)
-    raw[a[:, 3:] == _NULL] = np.nan
-    return ta, a[:, 1], a[:, 2], raw
-
-
 class _Hosts:
     """The host samples, and which one each Frame holds. Where the recording holds their figures (what
     the classifier reads) as column blocks (memtop.storage.colblock), those, and a sample's JSON is inflated
@@ -744,7 +601,7 @@ class _Hosts:
     def __init__(
         self, rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None, blocks: bool = True
     ) -> None:
-        self._load: dict[int, tuple[float, tuple]] = {}
+        self._load: dict[int, tuple[float, list[tuple]]] = {}  # sample -> (iowait, each process's figures)
         self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
         self._table: tuple | None = None  # the host_proc blocks as arrays (_host_blocks)
@@ -780,50 +637,29 @@ class _Hosts:
             h, iowait, start, count, procs = tab
             i = np.searchsorted(h, hs)
             if len(hs) and (i < len(h)).all() and (h[np.minimum(i, len(h) - 1)] == hs).all():
-                return HostFigures(iowait[i], start[i], count[i], *procs)
-        iow: list[float] = []
-        first: list[int] = []
-        n: list[int] = []
-        pid: list[int] = []
-        cpu: list[float] = []
-        wof: list[int | None] = []
-        name: list[str] = []
-        state: list[str] = []
-        rows: list = []
-        for hi in hs:
-            if hi not in self._load:
-                self._decode(hi)
-            io, ps = self._load[hi]
-            iow.append(io)
-            first.append(len(pid))
-            n.append(len(ps))
-            for p in ps:
-                pid.append(p.pid)
-                cpu.append(p.cpu_pct)
-                wof.append(p.worker_of)
-                name.append(p.name)
-                state.append(p.state)
-                rows.append(p)
+                return HostFigures(iowait[i], start[i], count[i], procs)
+        for x in hs:
+            if x not in self._load:
+                self._decode(x)
+        loads = [self._load[x] for x in hs]
+        n = np.array([len(ps) for _, ps in loads], dtype=np.int64)
+        rows = [p for _, ps in loads for p in ps]
+        cols = zip(*rows, strict=True) if rows else ((),) * len(HOST_PROC_FIELDS)
         try:
-            arrays = _proc_arrays(pid, cpu, wof, name, state, rows)
+            procs = proc_arrays(dict(zip(HOST_PROC_FIELDS, cols, strict=True)))
         except OverflowError:
             raise Unusual("a process id beyond int64") from None
-        return HostFigures(
-            np.array(iow, dtype=np.float64),
-            np.array(first, dtype=np.int64),
-            np.array(n, dtype=np.int64),
-            *arrays,
-        )
+        return HostFigures(np.array([io for io, _ in loads], dtype=np.float64), np.cumsum(n) - n, n, procs)
 
     def _decode(self, h: int) -> None:
         d = plain_host(self.raw[h], self._shapes)
         if d is not None:  # its values are read straight from the JSON
             procs = d["procs"]
-            self._load[h] = (d["iowait_pct"], tuple(_Proc(*_PROC(p)) for p in procs))
+            self._load[h] = (d["iowait_pct"], [_PROC(p) for p in procs])
             self._procs[h] = [(p["pid"], p) for p in procs]
         else:  # another layout (an older memtop): decoded whole, as the Frame path does
             s = host_from_blob(self.raw[h])
-            self._load[h] = (s.iowait_pct, s.procs)
+            self._load[h] = (s.iowait_pct, [_FIGURES(p) for p in s.procs])
             self._procs[h] = [(p.pid, p) for p in s.procs]
 
     def latest(self, i_lo: int) -> dict[int, int]:
@@ -838,7 +674,7 @@ class _Hosts:
             if (i < len(h)).all() and (h[np.minimum(i, len(h) - 1)] == hs).all():
                 n = count[i]
                 rows = np.repeat(start[i] - (np.cumsum(n) - n), n) + np.arange(n.sum())
-                pid, sample = procs[0][rows], np.repeat(hs, n)
+                pid, sample = procs["pid"][rows], np.repeat(hs, n)
                 pids, first = np.unique(pid, return_index=True)
                 last = len(pid) - 1 - np.unique(pid[::-1], return_index=True)[1]
                 order = np.argsort(first)
@@ -848,7 +684,7 @@ class _Hosts:
             if x not in self._load:
                 self._decode(x)
             for p in self._load[x][1]:
-                latest[p.pid] = x
+                latest[p[0]] = x
         return latest
 
     def job_hosts(
@@ -994,68 +830,55 @@ def _host_blocks(
         or not (np.abs(p["cpu_pct"]) < 1e18).all()
     ):
         return None
-    wof = p["worker_of"]
-    parent = wof != NULL
-    name, state = p["name"], p["state"]
-    if None in name or None in state:
-        return None
-    table = (
-        figured,
-        h["iowait_pct"][figured],
-        np.cumsum(counts) - counts,
-        counts,
-        (
-            p["pid"],
-            p["cpu_pct"],
-            np.where(parent, wof, -1),
-            parent,
-            *_name_flags(name, state),
-            np.where(np.isnan(p["main_cpu"]), -1.0, p["main_cpu"]),
-            *(
-                np.array(["" if x is None else x for x in p[k]], dtype=object)
-                for k in ("wait", "wait_on", "feeder")
-            ),
-            np.nan_to_num(p["feeder_cpu"]),
-        ),
-    )
+    if any(None in p[k] for k in HOST_PROC_FIELDS[:5] if isinstance(p[k], list)):
+        return None  # (a NULL name or state: the rows say what they are)
+    table = (figured, h["iowait_pct"][figured], np.cumsum(counts) - counts, counts, proc_arrays(p))
     return t.tolist(), table
 
 
-class HostFigures(NamedTuple):
-    """Host samples' processes as arrays: per sample (iowait, start, count) and per process row."""
+class HostFigures:
+    """Host samples' processes as arrays: per sample its iowait, first row and count of rows
+    (``rows``), and per process row each of model.PROC_FIGURES (``proc_arrays``) by its name."""
 
-    iowait: np.ndarray
-    start: np.ndarray
-    rows: np.ndarray  # each sample's count of processes
-    pid: np.ndarray
-    cpu: np.ndarray
-    worker_of: np.ndarray  # -1 where none (has_parent False)
-    has_parent: np.ndarray
-    data_worker: np.ndarray  # named as a DataLoader worker (phases.DATA_WORKER_NAMES)
-    asleep: np.ndarray  # phases.is_asleep
-    stopped: np.ndarray  # state t or T
-    # model.MAIN_FIELDS (what a GPU process's row holds of its main thread and feeder; texts as objects)
-    main_cpu: np.ndarray
-    wait: np.ndarray
-    wait_on: np.ndarray
-    feeder: np.ndarray
-    feeder_cpu: np.ndarray
+    def __init__(self, iowait: np.ndarray, start: np.ndarray, rows: np.ndarray, procs: dict) -> None:
+        self.iowait, self.start, self.rows = iowait, start, rows
+        self.procs = procs
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.procs[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
-def _proc_arrays(
-    pid: Sequence, cpu: Sequence, worker_of: Sequence, name: Sequence, state: Sequence, procs: Sequence
-) -> tuple:
-    """HostFigures' per-process arrays; ``procs``: the rows as objects with model.MAIN_FIELDS."""
-    return (
-        np.array(pid, dtype=np.int64),
-        np.array(cpu, dtype=np.float64),
-        np.array([-1 if w is None else w for w in worker_of], dtype=np.int64),
-        np.array([w is not None for w in worker_of], dtype=bool),
-        *_name_flags(name, state),
-        np.array([p.main_cpu for p in procs], dtype=np.float64),
-        *(np.array([getattr(p, k) for p in procs], dtype=object) for k in ("wait", "wait_on", "feeder")),
-        np.array([p.feeder_cpu for p in procs], dtype=np.float64),
+def proc_arrays(cols: dict[str, Any]) -> dict[str, Any]:
+    """The processes' figures (model.PROC_FIGURES, as values or as a host_proc block's arrays) as
+    arrays, where a recording lacks one (an older block: NaN, NULL, None) ProcSample's default, a None
+    as -1; and what the features read of a name and state: has_parent (worker_of is not None),
+    data_worker (named as a DataLoader worker), asleep (phases.is_asleep), stopped (state t or T)."""
+    out: dict[str, Any] = {}
+    for k, kind in PROC_KINDS.items():
+        c, default = cols[k], cast(Any, PROC_DEFAULTS.get(k))
+        if kind == "f":
+            a = np.asarray(c, dtype=np.float64)
+            out[k] = a if default is None else np.where(np.isnan(a), default, a)
+        elif kind == "i":
+            a = (
+                c
+                if isinstance(c, np.ndarray)
+                else np.array([NULL if v is None else v for v in c], dtype=np.int64)
+            )
+            out[k] = np.where(a == NULL, -1 if default is None else default, a)
+        else:
+            out[k] = np.array([default if v is None else v for v in c], dtype=object)
+    wof = cols["worker_of"]
+    out["has_parent"] = (
+        np.asarray(wof != NULL)
+        if isinstance(wof, np.ndarray)
+        else np.array([w is not None for w in wof], dtype=bool)
     )
+    out["data_worker"], out["asleep"], out["stopped"] = _name_flags(out["name"], out["state"])
+    return out
 
 
 def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from enum import Enum
 from operator import attrgetter
 from typing import Any
@@ -184,6 +184,11 @@ def metrics_of(figures: tuple[str, ...]) -> frozenset[str]:
     return frozenset(out)
 
 
+# GpuSample.mode: by GPM, by NVML alone, or the GPU lost (recordings store the index where they store
+# an integer)
+GPU_MODES = ("gpm", "nvml", "lost")
+
+
 @dataclass(frozen=True, slots=True)
 class GpuSample:
     t: float
@@ -311,6 +316,25 @@ class ProcSample:
 
 # what the phase features take of a GPU process (the busiest) besides its CPU
 MAIN_FIELDS = ("main_cpu", "wait", "wait_on", "feeder", "feeder_cpu")
+# what the phase features read of any process: stored again as the host_proc column blocks, read back
+# as arrays by the report (memtop.storage.store.BLOCK_STREAMS, memtop.analysis.colscan.HostFigures), each column's kind
+# and the value an older recording's rows read as following from ProcSample's field (a new figure is
+# a field there and its name here; those after the first five are optional in a block)
+PROC_FIGURES = ("pid", "cpu_pct", "worker_of", "name", "state", *MAIN_FIELDS)
+
+
+def _proc_figures() -> tuple[dict[str, str], dict[str, object]]:
+    kind = {"float": "f", "int": "i", "int | None": "i", "str": "s"}  # (colblock's column kinds)
+    by_name = {f.name: f for f in fields(ProcSample)}
+    figures = [by_name[n] for n in PROC_FIGURES]
+    return (
+        {f.name: kind[str(f.type)] for f in figures},
+        {f.name: f.default for f in figures if f.default is not MISSING},
+    )
+
+
+# each figure's column kind, and the value it reads as where a recording lacks it (its default)
+PROC_KINDS, PROC_DEFAULTS = _proc_figures()
 
 
 @dataclass(frozen=True, slots=True)

@@ -704,7 +704,7 @@ def _decoded(got: dict, name: str, rows: np.ndarray) -> np.ndarray:
     """A gpu column's values at ``rows`` as the recording decodes them (NaN for None)."""
     import numpy as np
 
-    from memtop.analysis.colscan import scaled
+    from memtop.storage.reader import scaled
 
     raw = got[name][rows]
     return scaled(BY_NAME[name], np.where(raw == NULL, np.nan, raw))

@@ -31,8 +31,10 @@ from memtop.core import stackclass
 from memtop.core.errors import UserError
 from memtop.core.metrics import BY_NAME, METRICS, Metric
 from memtop.core.model import (
+    GPU_MODES,
     JOB_KEYS,
-    MAIN_FIELDS,
+    PROC_FIGURES,
+    PROC_KINDS,
     Capability,
     CapState,
     Frame,
@@ -78,7 +80,6 @@ MAGIC = "memtop-recording"
 # GPU columns: one per metric of memtop/core/metrics.py, stored as round(value * scale). A recording made
 # before a metric existed lacks its column; reading it gives None.
 GPU_COLS: tuple[tuple[str, float], ...] = tuple((m.name, m.scale) for m in METRICS)
-GPU_MODES = ("gpm", "nvml", "lost")
 # GpuSample's fields in order: t, index, uuid, name, mode, then metrics and the slow fields of gpu_state;
 # any other field (none today) takes its default
 _GPU_FIELDS = tuple(f.name for f in fields(GpuSample))
@@ -93,21 +94,6 @@ _GPU_OTHER = tuple(
 HEALTH_JSON_MAX = 4096
 _HEALTH_INTS = tuple(f.name for f in fields(GpuHealth) if f.name not in ("t", "xids"))
 XIDS_MAX = 64
-
-
-def _decode_sql(m: Metric) -> str:
-    """SQL that turns a stored column back into its value, or NULL where ``m.valid`` would refuse it
-    (out of range, or not a number at all in a damaged file): SQLite does it in C, per row.
-    tests/test_metrics.py checks it against ``Metric.valid``."""
-    c = m.name
-    if m.as_int:
-        value = f"(CAST({c} AS INTEGER) * {round(1 / m.scale)})" if m.scale < 1 else f"CAST({c} AS INTEGER)"
-    else:
-        value = f"{c} / {float(m.scale)!r}" if m.scale >= 1 else f"{c} * {1 / m.scale!r}"
-    return (
-        f"CASE WHEN typeof({c}) IN ('integer', 'real') AND {c} BETWEEN {m.lo * m.scale!r} AND "
-        f"{m.hi * m.scale!r} THEN {value} END"
-    )
 
 
 SCHEMA = f"""
@@ -150,6 +136,13 @@ def named_stack_sql(db: sqlite3.Connection) -> str:
     return f"SELECT t, pid, tid, {name}, active, gil, stack, error FROM stack_sample ORDER BY t, pid, i"
 
 
+# what the classifier reads of a process (model.PROC_FIGURES): the host_proc blocks' columns, each of
+# the kind its ProcSample field is (model.PROC_KINDS; a None: NULL)
+HOST_PROC_FIELDS = PROC_FIGURES
+# the figures after the first five (those of 2026-11-24) a recording holds from when they were added
+# (schema additive): older blocks and JSON lack them
+HOST_PROC_ADDED = frozenset(PROC_FIGURES[5:])
+
 # the streams stored again as column blocks (memtop.storage.colblock), read by the report (memtop.analysis.colscan):
 # Frame times, GPU rows (the mode as its index into GPU_MODES), what _host_figures stores (a host
 # sample without figures: procs -1), stack_sample's rows but the stored class (never read), and perf
@@ -157,20 +150,7 @@ BLOCK_STREAMS: dict[str, colblock.Columns] = {
     "frame": (("t", "f"),),
     "gpu": (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c, _ in GPU_COLS)),
     "host": (("t", "f"), ("iowait_pct", "f"), ("procs", "i")),
-    "host_proc": (
-        ("t", "f"),
-        ("pid", "i"),
-        ("cpu_pct", "f"),
-        ("worker_of", "i"),
-        ("name", "s"),
-        ("state", "s"),
-        # from 2026-11-28 (a block without them reads as the defaults: colblock.OPTIONAL)
-        ("main_cpu", "f"),
-        ("wait", "s"),
-        ("wait_on", "s"),
-        ("feeder", "s"),
-        ("feeder_cpu", "f"),
-    ),
+    "host_proc": (("t", "f"), *PROC_KINDS.items()),
     "stack": (
         ("t", "f"),
         ("pid", "i"),
@@ -284,12 +264,8 @@ def _host_blob(h: HostSample, prev: bytes | None) -> tuple[bytes, bytes]:
     return z.compress(raw) + z.flush(), raw
 
 
-# what the classifier reads of a process (phases.Classifier._features): the host_proc blocks' columns
-# (and those of the host_proc table, which recordings from 2026-11-24 hold)
-HOST_PROC_FIELDS = ("pid", "cpu_pct", "worker_of", "name", "state", *MAIN_FIELDS)
-# the fields a recording holds from 2026-11-28 (schema additive): older blocks, tables and JSON lack them
-HOST_PROC_ADDED = frozenset(MAIN_FIELDS)
 _FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)
+_TEXTS = [j for j, k in enumerate(PROC_KINDS.values(), 1) if k == "s"]  # a host_figures row's texts
 
 
 def _utf8(s: str) -> bool:
@@ -491,7 +467,7 @@ def host_figures(t: float, raw: bytes) -> tuple[tuple, list[tuple]]:
     except _DECODE_ERRORS:
         return (t, 0.0, -1), []
     rows = [(t, *_FIGURES(p)) for p in h.procs]
-    if not all(_utf8(r[4]) and _utf8(r[5]) and _utf8(r[8]) and _utf8(r[9]) for r in rows):
+    if not all(_utf8(r[j]) for r in rows for j in _TEXTS):
         return (t, 0.0, -1), []
     return (t, h.iowait_pct, len(rows)), rows
 
@@ -1328,7 +1304,7 @@ class Recording:
                 )
             except (ValueError, TypeError, RecursionError):
                 fr = ()
-                self._note("damaged stacks: some frames missing")
+                self.note("damaged stacks: some frames missing")
             self._stacks[sid] = fr
         return fr
 
@@ -1371,7 +1347,8 @@ class Recording:
             name = self._names[nid] = _str(row and row[0], "thread name")
         return name
 
-    def _note(self, text: str) -> None:
+    def note(self, text: str) -> None:
+        """Note a damaged part (once): every Frame read after says so, and the report lists it."""
         if text not in self.damage:
             self.damage.append(text)
 
@@ -1390,21 +1367,10 @@ class Recording:
     def _gpu_columns(self) -> frozenset[str]:
         return frozenset(r[1] for r in self._rows("PRAGMA table_info(gpu)"))
 
-    def _gpu_select(self, skip: frozenset[str] = frozenset()) -> str:
-        """SQL for the gpu table: t, gpu, mode, then each GpuSample field after ``mode`` in its order
-        (a GpuSample is built from the row by position); NULL for the metrics this recording has no
-        column for, for those in ``skip`` (they read as None) and for the slow fields (gpu_state)."""
-        cols = [
-            _decode_sql(BY_NAME[f]) if f in BY_NAME and f in self._gpu_columns and f not in skip else "NULL"
-            for f in _GPU_FIELDS[5:]
-        ]
-        return "SELECT t, gpu, mode, " + ", ".join(cols) + " FROM gpu"
-
     def _gpu(self, row: tuple, state: tuple | None, health: GpuHealth | None = None) -> GpuSample:
-        """A GpuSample from a row of ``_gpu_select``, its GPU's slow state and its newest health read."""
+        """A GpuSample from a row of ``reader._as_rows``, its GPU's slow state and its newest health read."""
         uuid, name, mig, link, procs = state or ("", "GPU", False, None, ())
-        mode = row[2] if row[2] in GPU_MODES else "nvml"  # damaged: claim no more than NVML
-        args = [row[0], row[1], uuid, name, mode, *row[3:]]
+        args = [row[0], row[1], uuid, name, row[2], *row[3:]]
         args[_LINK], args[_PROCS], args[_MIG], args[_HEALTH] = link, procs, mig, health
         for i, default in _GPU_OTHER:
             args[i] = default
@@ -1459,7 +1425,7 @@ class Recording:
                 elif kind == 1:
                     links[g] = _link(v)
             except _DECODE_ERRORS:
-                self._note("damaged health data skipped")
+                self.note("damaged health data skipped")
                 continue
             if t >= lo:  # (earlier rows only set the state the range starts with)
                 mode = "lost" if kind == 2 else "gpm"
@@ -1472,36 +1438,40 @@ class Recording:
         """Per GPU, the mean of each named metric over its GPM samples while the graphics engine was busy
         (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a metric the
         recording has no column for."""
+        from memtop.storage import reader
+
         if "graphics" not in self._gpu_columns:
             return {}
-        cols = ", ".join(
-            f"avg({_decode_sql(BY_NAME[n])})" if n in self._gpu_columns else "NULL" for n in names
-        )
-        busy = _decode_sql(BY_NAME["graphics"])
-        sql = f"SELECT gpu, count(*), {cols} FROM gpu WHERE mode='gpm' AND t>=? AND t<=? AND {busy} >= 5 GROUP BY gpu"
-        return {
-            r[0]: {"samples": r[1], **dict(zip(names, r[2:], strict=True))}
-            for r in self._rows(sql, (lo, hi))
-            if isinstance(r[0], int)
-        }
+        got = reader.columns(self, _before(lo), hi, ("graphics", *names))
+        busy = got.take((got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5))
+        out: dict[int, dict[str, float | None]] = {}
+        for g in sorted(set(busy.gpu.tolist())):
+            at = busy.gpu == g
+            out[g] = {"samples": int(at.sum())}
+            for n in names:
+                v = busy.cols[n][at]
+                v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
+                # added in order, as SQLite's avg() did
+                out[g][n] = float(v.cumsum()[-1] / len(v)) if len(v) and n in self._gpu_columns else None
+        return out
 
     def energy(
         self, lo: float, hi: float
     ) -> dict[int, tuple[list[float], list[float | None], list[float | None]]]:
         """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W)
         (memtop.analysis.energy.split reads them)."""
+        from memtop.storage import reader
+
         if "energy_j" not in self._gpu_columns:
             return {}
-        out: dict[int, tuple[list[float], list[float | None], list[float | None]]] = {}
-        e, p = _decode_sql(BY_NAME["energy_j"]), _decode_sql(BY_NAME["power_w"])
-        sql = f"SELECT gpu, t, {e}, {p} FROM gpu WHERE t>=? AND t<=? ORDER BY gpu, t"
-        for g, t, ej, pw in self._rows(sql, (lo, hi)):
-            if isinstance(g, int) and isinstance(t, float):
-                ts, es, ps = out.setdefault(g, ([], [], []))
-                ts.append(t)
-                es.append(ej)
-                ps.append(pw)
-        return {g: v for g, v in out.items() if any(x is not None for x in v[1])}
+        got = reader.columns(self, _before(lo), hi, ("energy_j", "power_w"))
+        out = {}
+        for g in sorted(set(got.gpu.tolist())):
+            at = got.gpu == g
+            e, p = (got.cols[c][at] for c in ("energy_j", "power_w"))
+            if (e == e).any():
+                out[g] = (got.t[at].tolist(), _nones(e), _nones(p))
+        return out
 
     def frames(
         self, start: float | None = None, end: float | None = None, skip: frozenset[str] = frozenset()
@@ -1509,22 +1479,24 @@ class Recording:
         """Frames in time order from ``start`` (seeking there first) to ``end``.
 
         ``skip``: part kinds a reader does not need (e.g. {"series", "note"}), left out of the Frames,
-        and GPU metrics (names of memtop.core.metrics), which read as None (SQLite decodes every column).
+        and GPU metrics (names of memtop.core.metrics), which read as None (none is read or decoded).
         """
+        from memtop.storage import reader  # (numpy: a live view never loads it)
+
         lo = self.t0 if start is None else start
         hi = self.t1 if end is None else end
-        gpu_sql = self._gpu_select(skip)
+        names = tuple(n for n in reader.ALL if n not in skip)
         st = _State(self.damage)
         if start is not None:
             try:
-                self._seed(st, lo, gpu_sql)
+                self._seed(st, lo, reader.seed_rows(self, lo, names))
             except _DECODE_ERRORS as e:  # (a damaged host blob's length, a time that is no number)
                 raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__}: {e})") from None
         # parts sampled just before the first frame belong to it
         plo = float("-inf") if start is None else lo
         queries = {
             "gpu_state": ("SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state", plo, 0),
-            "gpu": (gpu_sql, plo, 1),
+            "gpu": ("", plo, 1),  # (memtop.storage.reader's)
             "series": ("SELECT t, gpu, metric, data FROM series", lo, 1),
             "host": ("SELECT t, data FROM host", plo, 1),
             "perf": ("SELECT t, pid, data FROM perf", plo, 1),
@@ -1539,16 +1511,21 @@ class Recording:
 
         # (order, stream, kind, cursor): rows become (t, order, stream, kind, row), sorted by the first
         # three, so the stream number breaks ties (parts at a frame's time belong to it)
+        def source(kind: str, sql: str, tlo: float) -> Iterator[list]:
+            if kind == "gpu":
+                return reader.frame_rows(self, tlo, hi, names)
+            return _batches(self._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (tlo, hi)))
+
         streams = [
-            (o, i, kind, _Ahead(self._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (tlo, hi))))
+            (o, i, kind, _Ahead(source(kind, sql, tlo)))
             for i, (kind, (sql, tlo, o)) in enumerate(queries.items())
             if kind not in skip
         ]
         if "stack" not in skip:
             q = self._q(f"{STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi))
-            streams.append((1, 8, "stack", _Ahead(q)))
+            streams.append((1, 8, "stack", _Ahead(_batches(q))))
         q = self._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (lo, hi))
-        streams.append((2, 9, "frame", _Ahead(q)))
+        streams.append((2, 9, "frame", _Ahead(_batches(q))))
         # the streams are read READ_WINDOW_S at a time and a window's rows are sorted together: the
         # same order as merging them row by row (a stable sort keeps a stream's own order), at a
         # fraction of the cost (a C sort instead of a Python heap merge per row)
@@ -1578,8 +1555,9 @@ class Recording:
         except (sqlite3.DatabaseError, zlib.error, ValueError, TypeError, KeyError, IndexError) as e:
             raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__}: {e})") from None
 
-    def _seed(self, st: _State, t: float, gpu_sql: str) -> None:
-        """State as it stood at time t: the last part of each source at or before t."""
+    def _seed(self, st: _State, t: float, gpu_rows: list[tuple]) -> None:
+        """State as it stood at time t: the last part of each source at or before t (``gpu_rows``:
+        each GPU's, memtop.storage.reader.seed_rows)."""
         gpus = [r[0] for r in self._rows("SELECT DISTINCT gpu FROM gpu_state")]
         for g in gpus:
             r = self._one(
@@ -1595,9 +1573,8 @@ class Recording:
                 )
                 if r:
                     st.apply(self, "health", r)
-            r = self._one(f"{gpu_sql} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, t))
-            if r:
-                st.apply(self, "gpu", r)
+        for row in gpu_rows:
+            st.apply(self, "gpu", row)
         # the newest host sample, decoded from the stand-alone blob its chain starts at
         for r in host_chain(self._rows, t):
             st.apply(self, "host", r)
@@ -1664,17 +1641,30 @@ class Recording:
         }
 
 
-class _Ahead:
-    """A time-sorted cursor read in batches and cut at time edges."""
+def _batches(cursor: sqlite3.Cursor) -> Iterator[list]:
+    while batch := cursor.fetchmany(128):  # a few series blobs: memory stays flat
+        yield batch
 
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
-        self._cursor = cursor
-        self._buf: list[tuple] = []
+
+def _before(t: float) -> float:
+    return math.nextafter(t, -math.inf)
+
+
+def _nones(a) -> list[float | None]:  # (an array: NaN is None)
+    return [None if x != x else x for x in a.tolist()]
+
+
+class _Ahead:
+    """Time-sorted rows read in batches (none empty) and cut at time edges."""
+
+    def __init__(self, batches: Iterator[list]) -> None:
+        self._batches = batches
+        self._buf: list = []
         self._done = False
 
     def _fill(self) -> None:
         if not self._buf and not self._done:
-            self._buf = self._cursor.fetchmany(128)  # a few series blobs: memory stays flat
+            self._buf = next(self._batches, [])
             self._done = not self._buf
 
     def head(self) -> float | None:
@@ -1842,13 +1832,11 @@ class _State:
         try:
             if kind in ("gpu", "gpu_state", "series", "health", "proc_util"):
                 _int(r[1], "GPU index")  # a text index would not sort with the others
-            if kind == "gpu":  # its values are numbers in range or NULL: _decode_sql checked them
-                _str(r[2], "GPU mode")
-            elif kind == "note":
+            if kind == "note":  # (a GPU row's values: memtop.storage.reader checked them)
                 _short(r[1], NAME_MAX, "note")
             self._apply(rec, kind, r)
         except _DECODE_ERRORS:
-            rec._note(f"damaged {kind} data skipped")
+            rec.note(f"damaged {kind} data skipped")
 
     def _apply(self, rec: Recording, kind: str, r: tuple) -> None:
         if kind == "gpu_state":
