@@ -121,7 +121,7 @@ def _cpu_ticks(pid: int) -> int:
 
 def tui(hosts: str, interval: float, seconds: float) -> dict:
     """The real TUI in a detached tmux session (200x50); CPU of the memtop process."""
-    sock = f"cluster-bench-{os.getpid()}"
+    sock = f"cluster-bench-{os.getpid()}-{time.monotonic_ns()}"  # (a server just killed may linger)
     hf = Path(f"/tmp/cluster-bench-hosts-{os.getpid()}")
     hf.write_text(hosts.replace(",", "\n"))
     cmd = f"exec {sys.executable} -m memtop cluster --hostfile {hf} --interval {interval}"

@@ -530,7 +530,7 @@ def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
     """`memtop cluster --hosts` with no other flag, an empty HOME and no config: it paints at 80x24,
     120x40 and 200x50 (NO_COLOR, --ascii), the verdict and the stale reason uncut, the detail pane
     right under the rows, and q exits 0."""
-    from test_tmux_matrix import VARIANTS, Tmux, _quit
+    from test_tmux_matrix import VARIANTS, Tmux, _quit, _until
 
     ports, dead = demo_nodes
     home = tmp_path / "home"
@@ -553,6 +553,18 @@ def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
             assert detail <= rows_end + 2, pane  # no empty rows between the table and the detail
             if variant == "ascii":
                 assert pane.isascii(), pane
+            # a gauge's value never ends a line with its unit on the next (Rich wrapped at any space)
+            split = [
+                a for a, b in zip(lines, lines[1:]) if re.search(r"\d$", a) and re.match(r"\s+[%A-Z°]", b)
+            ]
+            assert not split, pane
+        # Escape and q read as one key (Alt+q, as a busy app reads them) close the node's screen
+        tmux.keys("s80", "Enter")
+        tmux.wait("s80", "(demo), memtop ", timeout=20)  # the node screen: "HOST (demo), memtop VERSION"
+        tmux("send-keys", "-t", "s80", "-l", "\x1bq")
+        pane = _until(tmux, "s80", lambda p: "(demo), memtop " not in p, 20)
+        assert "(demo), memtop " not in pane and "phase band" in pane, pane
+        for name in runs:
             _quit(tmux, name)
     finally:
         tmux("kill-server")
@@ -573,3 +585,19 @@ def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
         assert "memtop: ignoring the theme in" in conf.pane("cfg")  # said before the view, seen after
     finally:
         conf("kill-server")
+
+
+def test_gauges_break_between_items_never_inside_one():
+    """The detail's gauges and shares: lines of at most the width, each gauge whole on one line
+    (Rich's wrap broke at any space: "NVLink RX 0.0" ended a line and "MB/s" began the next)."""
+    from memtop.tui.cluster import packed
+
+    from memtop.core.metrics import METRICS, fmt
+
+    items = [f"{m.title} {fmt(m, 0.0)}" for m in METRICS]
+    for width in (30, 61, 80, 200):
+        lines = packed("gauges:", items, width).splitlines()
+        assert all(len(ln) <= width for ln in lines), (width, lines)
+        assert lines[0].startswith("gauges: ") and all(ln.startswith("  ") for ln in lines[1:])
+        got = [p.strip() for ln in lines for p in ln.removeprefix("gauges:").split(",") if p.strip()]
+        assert got == items, (width, lines)

@@ -8,8 +8,8 @@ objects and is never parsed as markup. The poller runs in a thread; the UI paint
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
-from typing import cast
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -50,12 +50,27 @@ class BandTable(RowTable):
     """A RowTable whose Text cells keep their spans (the band has one colour per step), and which
     renders only the rows on screen (a cluster has hundreds)."""
 
-    def _redraw(self, changed: list[tuple[int, int]] | None = None) -> None:
+    def __init__(self, columns: Sequence[tuple[str, int]], **kw) -> None:
+        super().__init__(columns, **kw)
+        self._strips: dict[str, tuple[tuple, Style, tuple, Strip]] = {}
+
+    def set_rows(self, rows: list[tuple[str, tuple[Cell, ...]]]) -> None:
+        """As RowTable's, but nothing is compared off screen: a cluster has a thousand rows, and
+        _redraw keeps the strips of the rows on screen whose cells did not change."""
+        key = self.cursor_key
+        self._rows = rows
+        if not (self.cursor < len(rows) and rows[self.cursor][0] == key):
+            keys = [k for k, _ in rows]
+            self.cursor = keys.index(key) if key in keys else min(self.cursor, max(0, len(rows) - 1))
+        self._redraw()
+        if rows and key != self.cursor_key:
+            self.post_message(self.Highlighted(self, rows[self.cursor][0]))
+
+    def _redraw(self, changed: list[tuple[int, int]] | None = None) -> None:  # (RowTable's signature)
         if not self.is_mounted:
             return
         top = max(min(self._top, self.cursor), self.cursor - self._visible() + 1, 0)
-        if top != self._top:
-            self._top, changed = top, None
+        self._top = top
         header = self._strip([n for n, _ in self.columns], self.get_component_rich_style("rowtable--header"))
         cursor = self.get_component_rich_style("rowtable--cursor")
         end = (
@@ -63,11 +78,18 @@ class BandTable(RowTable):
             if self.size.height <= 1
             else min(len(self._rows), self._top + self.size.height - 1)
         )
-        lines = [header] + [
-            self._strip([self._cell(c) for c in self._rows[i][1]], cursor if i == self.cursor else Style())
-            for i in range(self._top, end)
-        ]
-        self.set_lines(lines, None if changed is None else [(y, c) for y, c in changed if y < len(lines)])
+        # key -> (cells, style, columns, strip): a row is styled again only when one of them changed
+        kept, self._strips = self._strips, {}
+        lines = [header]
+        for i in range(self._top, end):
+            key, cells = self._rows[i]
+            base = cursor if i == self.cursor else Style()
+            got = kept.get(key)
+            if got is None or got[0] != cells or got[1] != base or got[2] is not self.columns:
+                got = (cells, base, self.columns, self._strip([self._cell(c) for c in cells], base))
+            self._strips[key] = got
+            lines.append(got[3])
+        self.set_lines(lines)  # (it sends only the lines that differ from those shown)
 
     ascii_only = False
     _cells: dict[tuple[str, str], Cell] | None = None
@@ -162,11 +184,11 @@ def column_widths(lens: list[tuple[int, ...]], width: int) -> list[tuple[str, in
     """Each column as wide as its content (``cell_lens`` of each row, within its bounds); the verdict
     column gets what its content needs before the band grows past MIN_BAND, then the band up to
     BAND_W, then the verdict."""
+    cols = list(zip(*lens)) or [()] * (NOTE + 1)  # (a thousand rows: one pass in C per column)
     out = []
     for i, (name, lo, hi) in enumerate(COLUMNS):
-        need = max((n[i] for n in lens), default=0)
-        out.append((name, max(lo, len(name), min(hi, need))))
-    note_need = max((n[NOTE] for n in lens), default=0)
+        out.append((name, max(lo, len(name), min(hi, max(cols[i], default=0)))))
+    note_need = max(cols[NOTE], default=0)
     left = width - sum(w for _, w in out) - GAP * (len(out) + 2) - 1  # the last cell: no wrap
     band = max(MIN_BAND, min(BAND_W, left - max(MIN_NOTE, note_need)))
     note = max(0, left - band)  # never wider than the screen (a wider table left stray cells)
@@ -184,8 +206,23 @@ def stale_line(stale: list[str], width: int) -> str:
     return line
 
 
-def node_text(target: str, snap: dict | None, error: str | None) -> Text:
-    """One node's snapshot for people: every string cleaned, nothing parsed as markup."""
+def packed(head: str, items: list[str], width: int, indent: str = "  ") -> str:
+    """`head`, then the items comma-separated, in lines of at most `width` cells broken only between
+    items (continuation lines under `indent`): a value stays beside its unit, where Rich's wrap,
+    breaking at any space, left "NVLink RX 0.0" at a line's end and "MB/s" on the next."""
+    lines = [head]
+    for i, item in enumerate(items):
+        piece = item + ("," if i + 1 < len(items) else "")
+        if cell_len(lines[-1]) + 1 + cell_len(piece) > width:
+            lines.append(indent + piece)
+        else:
+            lines[-1] += " " + piece
+    return "\n".join(lines) + "\n"
+
+
+def node_text(target: str, snap: dict | None, error: str | None, width: int = 80) -> Text:
+    """One node's snapshot for people, in lines of `width` cells: every string cleaned, nothing
+    parsed as markup."""
     t = Text()
     t.append(clean(target, 80), "bold")
     if error:
@@ -205,9 +242,9 @@ def node_text(target: str, snap: dict | None, error: str | None) -> Text:
                 t.append(f"  - {clean(a, 300)}\n")
             if v.get("command"):
                 t.append(f"  next: {clean(v['command'], 400)}\n", "dim")
-        shares = ", ".join(f"{clean(k, 10)} {100 * s:.0f} %" for k, s in (g.get("shares") or {}).items()
-                           if isinstance(s, (int, float)))  # fmt: skip
-        t.append(f"  shares (last minute): {shares}\n")
+        shares = [f"{clean(k, 10)} {100 * s:.0f} %" for k, s in (g.get("shares") or {}).items()
+                  if isinstance(s, (int, float))]  # fmt: skip
+        t.append(packed("  shares (last minute):", shares, width, "    "))
         t.append("  ").append(band_text(str(g.get("band", "")), True)).append("\n")
         job = g.get("job") or {}
         if job:
@@ -226,7 +263,9 @@ class NodeScreen(ModalScreen[None]):
         "NodeScreen { align: center middle; } NodeScreen > VerticalScroll { width: 100%; height: 100%; "
         "border: round $accent; background: $surface; padding: 0 1; }"
     )
-    BINDINGS = [Binding("escape,q,enter", "dismiss", "back")]
+    # alt+q: Escape and q read together by a busy app are one key (the screen stayed open, and the
+    # q meant to close it was lost)
+    BINDINGS = [Binding("escape,q,enter,alt+q", "dismiss", "back")]
 
     def __init__(self, text: Text) -> None:
         super().__init__()
@@ -267,12 +306,7 @@ class ClusterApp(App):
         self._fault: str | None = None  # why the poll loop's last round failed: shown as the source's error
         self._rows: dict[str, Row] = {}
         self._painted: tuple | None = None
-        # row key -> (its GPU's dict, stale, straggler: what its cells are made of; the cells, their widths): a
-        # node's snapshot changes once an interval, the paint comes every second (1 024 nodes: a
-        # fifth of the rows new each paint at 5 s)
-        self._row_cells: dict[
-            str, tuple[dict, str | None, str | None, tuple[tuple[str, str], ...], tuple[int, ...]]
-        ] = {}
+        self._row_cells: dict[str, list] = {}  # row key -> what _cells_of made
 
     @property
     def letters(self) -> bool:
@@ -295,8 +329,6 @@ class ClusterApp(App):
         self.paint()
 
     def _poll(self) -> None:
-        import time
-
         while not self._stop.is_set():
             t0 = time.monotonic()
             try:
@@ -322,8 +354,9 @@ class ClusterApp(App):
         # nothing new since the last paint (polls come every few seconds): nothing to do
         # Prometheus unreachable or its answer refused, or this view's own poll failed
         error = getattr(self.source, "error", None) or self._fault
+        now = time.monotonic()
         state = (self.size.width, error,
-                 *((n.ok_at, n.error, n.stale(self.interval)) for n in nodes))  # fmt: skip
+                 *((n.ok_at, n.error, n.stale(self.interval, now)) for n in nodes))  # fmt: skip
         if state == self._painted:
             return
         self._painted = state
@@ -348,25 +381,31 @@ class ClusterApp(App):
         made = [self._cells_of(r) for r in rs]
         if len(self._row_cells) > 2 * len(rs):  # rows gone (a node's GPUs changed): let go of theirs
             self._row_cells = {r.key: self._row_cells[r.key] for r in rs}
-        cells = [c for c, _ in made]
-        widths = column_widths([n for _, n in made], self.size.width)
+        widths = column_widths([m[4] for m in made], self.size.width)
         for i, (_, w) in enumerate(widths):
             table.set_width(i, w)
         band_w = widths[BAND][1]
-        pairs = [
-            (r.key, (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])) for r, c in zip(rs, cells)
-        ]
         # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
-        table.set_rows(cast(list[tuple[str, tuple[Cell, ...]]], pairs))
+        table.set_rows([(r.key, self._shown(m, band_w)) for r, m in zip(rs, made)])
         self._detail(table.cursor_key)
 
-    def _cells_of(self, r: Row) -> tuple[tuple[tuple[str, str], ...], tuple[int, ...]]:
-        """The row's cells and their widths, made again only when what they show changed."""
+    def _cells_of(self, r: Row) -> list:
+        """[gpu, stale, straggler, cells, their widths, band width, cells shown]: the row's cells
+        made again only when what they show changed (a node's snapshot changes once an interval,
+        the paint comes every second: at 1 024 nodes and 5 s, a fifth of the rows are new each paint)."""
         got = self._row_cells.get(r.key)
         if got is None or got[0] is not r.gpu or got[1] != r.stale or got[2] != r.straggler:
             cells = row_cells(r, self.interval, self.ascii_only)
-            got = self._row_cells[r.key] = (r.gpu, r.stale, r.straggler, cells, cell_lens(cells))
-        return got[3], got[4]
+            got = self._row_cells[r.key] = [r.gpu, r.stale, r.straggler, cells, cell_lens(cells), -1, ()]
+        return got
+
+    @staticmethod
+    def _shown(made: list, band_w: int) -> tuple[Cell, ...]:
+        """The row's cells with the band cut to `band_w` (kept: the table compares rows on screen)."""
+        if made[5] != band_w:
+            c = made[3]
+            made[5], made[6] = band_w, (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])
+        return made[6]
 
     def _detail(self, key: str | None) -> None:
         """The selected GPU: its phase now; the verdict of its window with that verdict's own
@@ -399,18 +438,17 @@ class ClusterApp(App):
     def _gpu_context(self, r: Row) -> Text:
         """What else the node said about this GPU: the window's shares, its job, its processes."""
         t = Text()
+        width = self.query_one("#detail", TextPanel).size.width or self.size.width
         gauges = r.gpu.get("gauges") or {}
         shown = [f"{m.title} {fmt(m, gauges[m.name])}" for m in METRICS if m.name in gauges]
         if shown:
-            t.append("gauges: " + ", ".join(shown) + "\n", "dim")
+            t.append(packed("gauges:", shown, width), "dim")
         if r.gpu.get("band"):
             t.append("band, oldest first: ").append(band_text(r.gpu["band"], self.letters, 240)).append("\n")
         shares = sorted((r.gpu.get("shares") or {}).items(), key=lambda kv: -kv[1])
         if shares:
             t.append(
-                "shares, last minute: "
-                + ", ".join(f"{clean(k, 12)} {100 * v:.0f} %" for k, v in shares)
-                + "\n"
+                packed("shares, last minute:", [f"{clean(k, 12)} {100 * v:.0f} %" for k, v in shares], width)
             )
         job = r.gpu.get("job") or {}
         if job:
@@ -438,4 +476,5 @@ class ClusterApp(App):
         if node is not None:
             with node.lock:
                 snap, err = node.snapshot, node.error
-            self.push_screen(NodeScreen(node_text(r.target, snap, err)))
+            # (the screen's border and padding take four cells, a scroll bar two)
+            self.push_screen(NodeScreen(node_text(r.target, snap, err, self.size.width - 6)))

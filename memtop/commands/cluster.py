@@ -7,6 +7,7 @@ config.toml under the command line's (as the local TUI applies them: commands.lo
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -76,6 +77,9 @@ def _once(src: Source, interval: float, args: argparse.Namespace) -> int:
     return 0 if all(n["ok"] for n in out["nodes"]) else 1
 
 
+GC_YOUNG = 25_000  # container allocations between two passes of the collector over the young ones
+
+
 def _tui(src: Source, interval: float, args: argparse.Namespace) -> int:
     from memtop import config
     from memtop.commands.local import display_options
@@ -96,5 +100,11 @@ def _tui(src: Source, interval: float, args: argparse.Namespace) -> int:
             raise
         print(f"memtop: ignoring the theme in {config.path()}: {clean(str(e), 300)}", file=sys.stderr)
         app = make(None)
+    # A thousand nodes' snapshots decoded every 5 s are ~30 000 new dicts and lists a second, and
+    # JSON holds no cycles: at the default threshold (700) the collector passed over them some 50
+    # times a second, and its full passes over every snapshot held (a third of its time at 25 000
+    # in the paint's harness, bench/RESULTS.md). What start-up made stays out of its passes.
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     app.run(mouse=opts.mouse)
     return app.return_code or 0  # Textual's 1 after an exception it caught and printed

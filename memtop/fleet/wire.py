@@ -62,8 +62,14 @@ def load_json(body: bytes | bytearray, max_objects: int) -> object:
 
 
 # -- typed fields ---------------------------------------------------------------------------
+def _text(v: str, limit: int) -> str:
+    """clean(v, limit): what a node sends is mostly short printable ASCII, which clean leaves as it
+    is (a thousand nodes send a dozen strings each every few seconds)."""
+    return v if len(v) <= limit and v.isascii() and v.isprintable() else clean(v, limit)
+
+
 def _str(v: object, limit: int, default: str = "") -> str:
-    return clean(v, limit) if isinstance(v, str) else default
+    return _text(v, limit) if isinstance(v, str) else default
 
 
 def _num(v: object, lo: float = -math.inf, hi: float = math.inf) -> float | None:
@@ -111,7 +117,7 @@ def job(v: object) -> dict[str, str]:
     for k, x in _obj(v).items():
         pattern = _JOB_PATTERN.get(k)
         if k in JOB_KEYS and isinstance(x, str) and x and (pattern is None or pattern.fullmatch(x)):
-            out[k] = clean(x, 64 if k == "slurm_job_name" else 63)
+            out[k] = _text(x, 64 if k == "slurm_job_name" else 63)
     return out
 
 
@@ -149,13 +155,13 @@ def _verdict(v: object) -> dict | None:
         "window_s": _num(v.get("window_s"), 0.0, 1e9) or 0.0,
         "headline": _str(v.get("headline"), 300),
         "evidence": _str(v.get("evidence"), 600),
-        "advice": [clean(a, 300) for a in _list(v.get("advice"), 5) if isinstance(a, str)],
+        "advice": [_text(a, 300) for a in _list(v.get("advice"), 5) if isinstance(a, str)],
         "command": _str(v.get("command"), 1000),
     }
     if isinstance(v.get("straggler"), bool):
         out["straggler"] = v["straggler"]
     if isinstance(v.get("missing"), str):
-        out["missing"] = clean(v["missing"], 300)
+        out["missing"] = _text(v["missing"], 300)
     return out
 
 
@@ -177,7 +183,7 @@ def _gpu(i: int, g: object) -> dict:
         "name": _str(g.get("name"), 96),
         "mode": g["mode"] if g.get("mode") in GPU_MODES else "nvml",
         "gauges": gauges,
-        "throttle": [clean(t, 32) for t in _list(g.get("throttle"), 16) if isinstance(t, str)],
+        "throttle": [_text(t, 32) for t in _list(g.get("throttle"), 16) if isinstance(t, str)],
         "phase": phase if isinstance(phase, str) and phase in PHASES else "other",
         "shares": shares(g.get("shares")),
         "band": band(g.get("band")),
@@ -216,7 +222,7 @@ def snapshot(raw: object) -> dict:
         "mode": raw["mode"] if raw.get("mode") in MODES else "live",
         "position_s": _num(raw.get("position_s"), 0.0, 1e9),
         "band_step_s": _num(raw.get("band_step_s"), 0.01, 3600.0) or 0.5,
-        "notes": [clean(n, 300) for n in _list(raw.get("notes"), 16) if isinstance(n, str)],
+        "notes": [_text(n, 300) for n in _list(raw.get("notes"), 16) if isinstance(n, str)],
         "gpus": gpus,
         "processes": [p for p in map(_process, _list(raw.get("processes"), MAX_PROCS)) if p is not None],
     }
