@@ -125,7 +125,7 @@ def reblock(db: sqlite3.Connection) -> None:
     import heapq
 
     from memtop.storage.colblock import BlockWriter
-    from memtop.storage.store import BLOCK_STREAMS, GPU_COLS, GPU_MODES, host_figure_rows, named_stack_sql
+    from memtop.storage.store import GPU_COLS, GPU_MODES, WRITTEN_STREAMS, host_figure_rows, named_stack_sql
 
     if not db.execute("SELECT count(*) FROM sqlite_master WHERE name='block'").fetchone()[0]:
         return  # (the previous version's files have none)
@@ -142,9 +142,9 @@ def reblock(db: sqlite3.Connection) -> None:
         " ORDER BY p.t, p.rowid, j.key",
     }
     rows = {s: db.execute(q).fetchall() for s, q in queries.items()}
-    rows["host"], rows["host_proc"] = host_figure_rows(db)
+    rows["host"], rows["host_proc"] = host_figure_rows(db, cpu=True)
     streams = [[(r[0], k, s, r) for k, r in enumerate(got)] for s, got in rows.items()]
-    w = BlockWriter(db, BLOCK_STREAMS)
+    w = BlockWriter(db, WRITTEN_STREAMS)
     for t, _, stream, row in heapq.merge(*streams):
         w.turn(t)
         w.add(stream, row)

@@ -83,6 +83,7 @@ def test_export_memory_does_not_grow_with_the_recording(tmp_path, monkeypatch):
     from memtop.outputs import export
 
     monkeypatch.setattr(export, "WINDOW_S", 100.0)
+    monkeypatch.setattr(export, "PHASE_WORKER", False)  # (both passes traced in this process)
     files = {1: REC[2]}
     for n in (3, 6):
         files[n] = tmp_path / f"x{n}.memtop"

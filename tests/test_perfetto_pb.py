@@ -328,3 +328,61 @@ def test_the_protobuf_by_columns_holds_what_the_json_holds(name, tmp_path):
     a, b = read_json(_export(rec, tmp_path / "t.json")), read_trace(_export(rec, tmp_path / "t.pftrace"))
     assert b["instants"].pop("memtop trace") == 1
     assert a == b
+
+
+def test_the_host_cpu_mean_in_the_blocks_exports_as_the_host_json_does(tmp_path, monkeypatch):
+    """The Writer keeps each host sample's CPU mean in its host block (store.WRITTEN_STREAMS), and the
+    export draws the host's CPU from it; the same file with its host blocks as an older memtop wrote
+    them (no mean) exports the same bytes and JSON, from each sample's JSON instead."""
+    import io
+    import sqlite3
+
+    from conftest import write_again
+
+    from memtop.outputs import export
+    from memtop.storage import colblock
+    from memtop.storage.store import BLOCK_STREAMS, WRITTEN_STREAMS, Recording
+
+    new = write_again(DATA / "blocks_s11.memtop", tmp_path / "new.memtop")
+    means = {f.host.t: sum(f.host.cpu_pct) / max(1, len(f.host.cpu_pct)) for f in Recording(new).frames()}
+    old = tmp_path / "old.memtop"
+    old.write_bytes(new.read_bytes())
+    db = sqlite3.connect(old)
+    blocks = db.execute("SELECT seq, data FROM block WHERE stream='host' ORDER BY seq").fetchall()
+    assert len(blocks) > 1
+    written = {}
+    for seq, data in blocks:
+        n, cols, _ = colblock.decode(WRITTEN_STREAMS["host"], data)
+        written.update(zip(cols["t"].tolist(), cols["cpu_mean"].tolist(), strict=True))
+        rows = list(zip(*(cols[c].tolist() for c, _ in BLOCK_STREAMS["host"]), strict=True))
+        db.execute(
+            "UPDATE block SET data=? WHERE stream='host' AND seq=?",
+            (colblock.encode(BLOCK_STREAMS["host"], rows), seq),
+        )
+    db.commit()
+    db.close()
+    assert written == means and len(means) > 300
+
+    def trace(path: Path, proto: bool) -> bytes | str:
+        rec = Recording(path)
+        if proto:
+            buf = io.BytesIO()
+            export.write_proto(rec, buf, progress=False, columns=True)
+            return buf.getvalue()
+        text = io.StringIO()
+        export.write_trace(rec, text, progress=False, columns=True)
+        return text.getvalue()
+
+    original, decoded = export._cpu_mean, []
+
+    def counted(raw: bytes) -> float:
+        decoded.append(raw)
+        return original(raw)
+
+    monkeypatch.setattr(export, "_cpu_mean", counted)
+    for proto in (True, False):
+        got = trace(new, proto)
+        assert not decoded  # (the blocks' means: no host JSON inflated for them)
+        assert trace(old, proto) == got
+        assert len(decoded) == len(means)
+        decoded.clear()

@@ -235,7 +235,18 @@ class Rules:
 def settle_all(rules: Rules, warmup_bins: int, confirm: int, bin_s: float) -> tuple[np.ndarray, list[str]]:
     """The hysteresis over a GPU's bins from the start: (the rule id that stands per bin, the stable
     label per bin ("" in the warm-up))."""
-    state = ("", "", 0)
+    return settle_more(rules, warmup_bins, confirm, bin_s)[:2]
+
+
+Settled = tuple[tuple[str, str, int], int]  # the hysteresis' state after a GPU's first bins, and their count
+
+
+def settle_more(
+    rules: Rules, warmup_bins: int, confirm: int, bin_s: float, at: Settled = (("", "", 0), 0)
+) -> tuple[np.ndarray, list[str], Settled]:
+    """``settle_all`` over a GPU's next bins (``rules``) from where the bins before left it (``at``),
+    and where these leave it: the same labels, a range of bins at a time (the export's windows)."""
+    state, before = at
     rids = rules.rid.tolist()
     keeps = {lab: k.tolist() for lab, k in rules.keeps.items()}
     quiet, stopped = rules.quiet.tolist(), rules.stopped.tolist()
@@ -250,7 +261,7 @@ def settle_all(rules: Rules, warmup_bins: int, confirm: int, bin_s: float) -> tu
         out[i], state = settle(
             rid,
             state,
-            i >= warmup_bins,
+            before + i >= warmup_bins,
             held,
             stopped[i],
             quiet[i],
@@ -258,7 +269,7 @@ def settle_all(rules: Rules, warmup_bins: int, confirm: int, bin_s: float) -> tu
             bin_s,
         )
         stable_of[i] = state[0]
-    return np.array(out, dtype=np.int64), stable_of
+    return np.array(out, dtype=np.int64), stable_of, (state, before + len(rids))
 
 
 class LabelSeq(Sequence[Label]):

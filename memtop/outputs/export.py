@@ -26,7 +26,7 @@ import secrets
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -45,16 +45,19 @@ from memtop.storage.store import (
     BY_NAME,
     DECODE_ERRORS,
     HOST_PROC_ADDED,
+    WRITTEN_STREAMS,
     Recording,
     create_private,
     host_from_blob,
 )
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
     import numpy as np
     from _typeshed import ReadableBuffer
 
-    from memtop.analysis.binscan import GpuBins, LabelSeq, Rules
+    from memtop.analysis.binscan import GpuBins, LabelSeq, Rules, Settled
 
 GPU_PID_BASE = 1_000_000  # GPU tracks get synthetic pids that cannot clash with real ones
 HOST_PID = 999_999
@@ -541,89 +544,193 @@ def _columns_walk(
     report's by other means); raises _NoColumns where the blocks do not cover the range or a read fails."""
     from memtop.analysis import colscan
 
-    for stream in ("gpu", "host", "host_proc"):
-        if Blocks(rec.db, stream, BLOCK_STREAMS[stream], BLOCK_TABLES[stream]).end <= hi:
-            raise _NoColumns(stream)
+    blocks = _Reads(rec)
+    for stream in (blocks.gpu, blocks.host, blocks.host_proc):
+        if stream.end <= hi:
+            raise _NoColumns(stream.stream)
     n = max(1, int((hi - lo) // WINDOW_S))
     windows = colscan.chunk_spans(rec, lo if fresh else None, lo, hi, n)
     if windows is None:
         raise _NoColumns("frames")
     stacks = _Stacks(out)
     state = _Carry(cut=lo if fresh else -math.inf)
-    with Progress("exporting", 2 * (hi - lo), enabled=progress) as bar:
+    with _phase_pass(rec, windows, lo) as slices, Progress("exporting", hi - lo, enabled=progress) as bar:
         try:
-            with colscan.no_gc():
-                parts, sizes = [], []
-                for k, (read_from, a, b) in enumerate(windows):  # the labels first: no event is out yet
-                    part = colscan.scan_part(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
-                    sizes.append({g: len(bins) for g, (bins, _) in part.bins.items()})
-                    parts.append(part._replace(bins={g: _slim(*x) for g, x in part.bins.items()}))
-                    bar.update(b - lo)
-                ends = _run_ends(colscan.join_parts(parts)[0], sizes, lo)
-                del parts
             # each window's rows from the last Frame of the one before (those older were held there)
             after = math.nextafter(lo, -math.inf) if fresh else -math.inf
-            for k, (read_from, a, b) in enumerate(windows):
-                if ends[k]:  # the slices of the phase runs that end here: their last bins' Labels
-                    with colscan.no_gc():
-                        part = colscan.scan_part(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
-                    _run_slices(part.bins, ends[k], out)
-                    del part
-                _window(rec, out, stacks, state, after, a, b)
+            for a, b in ((a, b) for _, a, b in windows):
+                _window(rec, blocks, out, stacks, state, after, a, b)
                 out.flush()
                 after = b
-                bar.update(hi - lo + b - lo)
-        except (colscan.Unusual, *DECODE_ERRORS, sqlite3.DatabaseError) as e:
+                bar.update(b - lo)
+        except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:
             raise _NoColumns(str(e)) from None
+        got = slices()
+        if isinstance(got, str):
+            raise _NoColumns(got)
+        for args in got:
+            out.span(*args)
     return stacks
 
 
+PHASE_WORKER = True  # the phase slices of a recording of several windows found in a process of their own
+
+
+@contextlib.contextmanager
+def _phase_pass(rec: Recording, windows: list, lo: float) -> Iterator[Callable[[], list[tuple] | str]]:
+    """The phase slices of the windows (``_phase_slices``), found while the block is run: in another
+    process where there are several windows (the events' and the labels' reads each take about half
+    the time: the export ends in about half the time on two cores), else here when asked for."""
+    if not PHASE_WORKER or len(windows) < 2:
+        yield lambda: _phase_slices(rec, windows, lo)
+        return
+    import multiprocessing
+
+    # fork is cheap but unsafe in a process with threads (a test runner, the gzip thread): spawn there
+    ctx = (
+        multiprocessing.get_context("fork")
+        if threading.active_count() == 1
+        else multiprocessing.get_context("spawn")
+    )
+    got, put = ctx.Pipe(duplex=False)
+    worker = ctx.Process(target=_phase_worker, args=(rec.path, windows, lo, put), daemon=True)
+    worker.start()
+    put.close()
+
+    def slices() -> list[tuple] | str:
+        try:
+            return got.recv()
+        except EOFError:  # (it died: the export is made again Frame by Frame)
+            return "the phase worker ended without its slices"
+
+    try:
+        yield slices
+    finally:
+        if worker.is_alive():  # (an export that failed before it asked for them)
+            worker.terminate()
+        worker.join()
+        got.close()
+
+
+def _phase_worker(path: Path, windows: list, lo: float, put: Connection) -> None:
+    rec = Recording(path)
+    try:
+        put.send(_phase_slices(rec, windows, lo))
+    finally:
+        rec.close()
+
+
+def _phase_slices(rec: Recording, windows: list, lo: float) -> list[tuple] | str:
+    """The phase slices (``Sink.span``'s arguments) of the column scan's labels over ``windows``
+    (``colscan.chunk_spans``), or why they cannot be had by columns."""
+    from memtop.analysis import colscan
+
+    phases = _Phases(lo)
+    try:
+        for k, (read_from, a, b) in enumerate(windows):
+            with colscan.no_gc():
+                part = colscan.scan_part(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
+            phases.add(part, first=k == 0)
+            del part
+        return phases.finish(colscan.join_parts(phases.parts)[0])
+    except (colscan.Unusual, _NoColumns, *DECODE_ERRORS, sqlite3.DatabaseError) as e:
+        return str(e) or type(e).__name__
+
+
+class _Reads:
+    """The column blocks a window's events are read from (their index is read once: ``Blocks`` counts
+    the rows of the stream's table)."""
+
+    def __init__(self, rec: Recording) -> None:
+        self.gpu = Blocks(rec.db, "gpu", _GPU_READ, BLOCK_TABLES["gpu"])
+        self.host = Blocks(rec.db, "host", WRITTEN_STREAMS["host"], BLOCK_TABLES["host"])
+        self.host_proc = Blocks(rec.db, "host_proc", _HOST_PROC_READ, None, HOST_PROC_ADDED)
+        self.mean = True  # the host blocks hold the CPU mean (WRITTEN_STREAMS; a block of before does not)
+
+    def host_rows(self, rec: Recording, lo: float, hi: float) -> dict | None:
+        """The host blocks' rows in [lo, hi], with their CPU mean where they hold it."""
+        got = self.host.read(lo, hi) if self.mean else None
+        if got is None and self.mean:  # (a block without the mean, or damage: read without it)
+            self.mean = False
+            self.host = Blocks(rec.db, "host", BLOCK_STREAMS["host"], BLOCK_TABLES["host"])
+        return got if got is not None else self.host.read(lo, hi)
+
+
+class _Phases:
+    """The phase slices of the column scan's labels, found a window at a time: the hysteresis carried
+    from one window's bins to the next (``binscan.settle_more``), each run's slice written once the bin
+    after its last is known, with that last bin's Label (read while its window's bins are held: an
+    8-hour run's features would take ~15 MiB a GPU). The windows' bins, slimmed, are joined at the end
+    (``colscan.join_parts``): its checks that each window took up where the one before ended, and its
+    labels, which must be the ones found here."""
+
+    def __init__(self, lo: float) -> None:
+        self.lo = lo
+        self.slices: list[tuple] = []
+        clf = Classifier()
+        self.bin_s, self.warmup_bins, self.confirm = clf.bin_s, clf.warmup_bins, clf.confirm
+        self.parts: list = []  # the windows' scans, slimmed
+        self.at: dict[int, Settled] = {}  # each GPU's hysteresis after its bins so far
+        self.rid: dict[int, list[np.ndarray]] = {}  # each GPU's rule ids that stand, per window
+        # each GPU's last run: its label, start and last bin's Label (None in the warm-up)
+        self.open: dict[int, tuple[str, float, Label | None]] = {}
+
+    def add(self, part: Any, first: bool) -> None:
+        """A window's scan (``colscan.scan_part``): the slices of the runs that end in it."""
+        import numpy as np
+
+        from memtop.analysis.binscan import LabelSeq, settle_more
+
+        for gpu, (bins, rules) in part.bins.items():
+            rid, stable, self.at[gpu] = settle_more(
+                rules, self.warmup_bins, self.confirm, self.bin_s, self.at.get(gpu, (("", "", 0), 0))
+            )
+            # (the first window's bins before its first kept only warmed the hysteresis up)
+            seq = LabelSeq(bins, rules, rid, stable, part.first.get(gpu, 0) if first else 0)
+            self.rid.setdefault(gpu, []).append(seq.rid)
+            k0 = int(np.searchsorted(seq.t + self.bin_s, self.lo, "right"))  # (ending by lo: left out)
+            label = seq.label[k0:]
+            if len(label):
+                start = np.flatnonzero(np.r_[True, label[1:] != label[:-1]]).tolist()
+                for i, j in zip(start, [*start[1:], len(label)], strict=True):
+                    self._run(gpu, str(label[i]), float(seq.t[k0 + i]), seq, k0 + j - 1)
+        self.parts.append(part._replace(bins={g: _slim(*x) for g, x in part.bins.items()}))
+
+    def _run(self, gpu: int, label: str, t0: float, seq: LabelSeq, last: int) -> None:
+        """A run of ``label`` from ``t0`` to bin ``last`` of ``seq``: the open run's end, or its sequel."""
+        run = self.open.get(gpu)
+        if run is not None and run[0] == label:  # the same run, on from the window before
+            t0 = run[1]
+        else:
+            self._close(gpu)
+        self.open[gpu] = (label, t0, None if label == "warmup" else seq[last])
+
+    def _close(self, gpu: int) -> None:
+        run = self.open.pop(gpu, None)
+        if run is not None and run[2] is not None:
+            self.slices.append(_slice_args(gpu, run[0], run[1], run[2], self.bin_s))
+
+    def finish(self, labels: dict[int, LabelSeq]) -> list[tuple]:
+        """Every slice, once the join (``labels``) has held the windows to one pass."""
+        import numpy as np
+
+        for gpu in list(self.open):
+            self._close(gpu)
+        if set(labels) != set(self.rid) or any(
+            not np.array_equal(labels[g].rid, np.concatenate(r)) for g, r in self.rid.items()
+        ):
+            raise _NoColumns("the windows' labels are not the joined pass's")
+        return self.slices
+
+
 def _slim(bins: GpuBins, rules: Rules) -> tuple[GpuBins, Rules]:
-    """A window's bins and rules as far as the labels need them (``colscan.join_parts``: the bins' starts
-    and graphics, the rules but their sub-tags); a run's last bin is read again for its Label
-    (``_run_slices``): an 8-hour run's features would take ~15 MiB a GPU, twice while joined."""
+    """A window's bins and rules as far as ``colscan.join_parts`` reads them (the bins' starts and
+    graphics, the rules but their sub-tags)."""
     # (copies: a slice of a column, even an empty one, would hold the whole column)
     empty = copy.deepcopy(bins.take(len(bins)))
     return replace(empty, t=bins.t.copy(), graphics=bins.graphics.copy()), copy.deepcopy(
         replace(rules, subs={})
     )
-
-
-# per window: GPU -> (the label sequence's rule ids and stable labels over the window's bins, and
-# per run ending there: its label, its first bin's start, its last bin in the window)
-_Ends = list[dict[int, tuple[Any, list, list[tuple[str, float, int]]]]]
-
-
-def _run_ends(labels: dict[int, LabelSeq], sizes: list[dict[int, int]], lo: float) -> _Ends:
-    """Each phase run (``_label_runs``) by the window its last bin is in."""
-    import numpy as np
-
-    out: _Ends = [{} for _ in sizes]
-    bin_s = Classifier().bin_s
-    for gpu, seq in labels.items():
-        n = [s.get(gpu, 0) for s in sizes]
-        offset = np.cumsum([0, *n])  # each window's first bin in the sequence's bins (its start's too)
-        rid = np.concatenate([np.zeros(seq.start, dtype=np.int64), seq.rid])
-        stable = [""] * seq.start + seq.stable.tolist()
-        for i, j in _label_runs(seq.t, seq.label, lo, bin_s):
-            b = seq.start + j
-            k = int(np.searchsorted(offset, b, "right")) - 1
-            a0, a1 = int(offset[k]), int(offset[k + 1])
-            if gpu not in out[k]:
-                out[k][gpu] = (rid[a0:a1], stable[a0:a1], [])
-            out[k][gpu][2].append((str(seq.label[i]), float(seq.t[i]), b - a0))
-    return out
-
-
-def _run_slices(bins: dict[int, tuple[GpuBins, Rules]], ends: dict, out: Sink) -> None:
-    """The slices of the runs whose last bin is in this window (its scan's ``bins``)."""
-    from memtop.analysis.binscan import LabelSeq
-
-    bin_s = Classifier().bin_s
-    for gpu, (rid, stable, runs) in ends.items():
-        seq = LabelSeq(*bins[gpu], rid, stable)
-        for label, t0, b in runs:
-            _slice_of(gpu, label, t0, seq[b], bin_s, out)
 
 
 class _Carry:
@@ -649,7 +756,9 @@ def _held(times: np.ndarray, ft: np.ndarray, last: float, cut: float) -> np.ndar
     return r[(t > last) & (t >= cut)]
 
 
-def _window(rec: Recording, out: Sink, stacks: _Stacks, st: _Carry, after: float, a: float, b: float) -> None:
+def _window(
+    rec: Recording, blocks: _Reads, out: Sink, stacks: _Stacks, st: _Carry, after: float, a: float, b: float
+) -> None:
     """The events of the Frames in [a, b], from the rows in (after, b]."""
     import numpy as np
 
@@ -657,8 +766,8 @@ def _window(rec: Recording, out: Sink, stacks: _Stacks, st: _Carry, after: float
 
     ft_list = colscan.frame_times(rec, a, b)
     ft = np.array(ft_list, dtype=np.float64)
-    _gpu_window(rec, out, st, ft, after, b)
-    _host_window(rec, out, st, ft, after, b)
+    _gpu_window(blocks, out, st, ft, after, b)
+    _host_window(rec, blocks, out, st, ft, after, b)
     for s in colscan._Stacks(rec, ft_list, after, b, None).seen(0):
         _stack_event(out, stacks, st.stack_t, st.named, s, st.cut)
 
@@ -672,10 +781,10 @@ _GPU_READ = (
 )
 
 
-def _gpu_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: float, b: float) -> None:
+def _gpu_window(blocks: _Reads, out: Sink, st: _Carry, ft: np.ndarray, after: float, b: float) -> None:
     import numpy as np
 
-    got = Blocks(rec.db, "gpu", _GPU_READ, BLOCK_TABLES["gpu"]).read(float(np.nextafter(after, np.inf)), b)
+    got = blocks.gpu.read(float(np.nextafter(after, np.inf)), b)
     if got is None:
         raise _NoColumns("a GPU block")
     ta, gi = got["t"], got["gpu"]
@@ -713,14 +822,15 @@ def _decoded(got: dict, name: str, rows: np.ndarray) -> np.ndarray:
 _HOST_PROC_READ = (("t", "f"), ("pid", "i"), ("cpu_pct", "f"), ("name", "s"))
 
 
-def _host_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: float, b: float) -> None:
-    """The host's CPU % (from each sample's JSON: the blocks do not hold it) and its processes'."""
+def _host_window(
+    rec: Recording, blocks: _Reads, out: Sink, st: _Carry, ft: np.ndarray, after: float, b: float
+) -> None:
+    """The host's CPU % (the blocks' mean, or each sample's JSON where they lack it) and its processes'."""
     import numpy as np
 
     from memtop.analysis.colscan import Blobs
 
-    lo = float(np.nextafter(after, np.inf))
-    h = Blocks(rec.db, "host", BLOCK_STREAMS["host"], BLOCK_TABLES["host"]).read(lo, b)
+    h = blocks.host_rows(rec, float(np.nextafter(after, np.inf)), b)
     if h is None:
         raise _NoColumns("a host block")
     ht, count = h["t"], h["procs"]
@@ -733,10 +843,13 @@ def _host_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: f
     if (count < 0).any():
         raise _NoColumns("a host sample without its processes' figures")
     t = ht[hs].tolist()
-    cpu = [_cpu_mean(raw) for raw in Blobs(rec, ht.tolist()).each(hs.tolist())]
+    if "cpu_mean" in h:
+        cpu = h["cpu_mean"][hs].tolist()
+    else:
+        cpu = [_cpu_mean(raw) for raw in Blobs(rec, ht.tolist()).each(hs.tolist())]
     ok = [k for k, c in enumerate(cpu) if math.isfinite(c)]
     out.counters("CPU %", HOST_PID, [t[k] for k in ok], [round(cpu[k], 1) for k in ok])
-    p = Blocks(rec.db, "host_proc", _HOST_PROC_READ, None, HOST_PROC_ADDED).read(ht[0], ht[-1])
+    p = blocks.host_proc.read(ht[0], ht[-1])
     if p is None or len(p["t"]) != count[count > 0].sum():
         raise _NoColumns("a host_proc block")
     start = np.cumsum(count) - count
@@ -765,7 +878,8 @@ def _host_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: f
 
 
 def _cpu_mean(raw: bytes) -> float:
-    """The mean of a host sample's CPU %s (``HostSample.cpu_pct``), read from its JSON's list."""
+    """The mean of a host sample's CPU %s (``HostSample.cpu_pct``), read from its JSON's list (a host
+    block from before WRITTEN_STREAMS holds no mean)."""
     got = _CPU_LIST.findall(raw)
     if len(got) == 1:
         vals = json.loads(b"[" + got[0] + b"]")
@@ -773,27 +887,6 @@ def _cpu_mean(raw: bytes) -> float:
             return sum(vals) / max(1, len(vals))
     cpu = host_from_blob(raw).cpu_pct  # another layout: decoded whole
     return sum(cpu) / max(1, len(cpu))
-
-
-def _label_slices(labels: dict[int, LabelSeq], lo: float, out: Sink) -> None:
-    bin_s = Classifier().bin_s
-    for gpu, seq in labels.items():
-        for i, j in _label_runs(seq.t, seq.label, lo, bin_s):
-            _slice_of(gpu, str(seq.label[i]), float(seq.t[i]), seq[j], bin_s, out)
-
-
-def _label_runs(t: np.ndarray, label: np.ndarray, lo: float, bin_s: float) -> list[tuple[int, int]]:
-    """(first, last) bin of each phase run (``_phases``'s, over a GPU's labels at once): runs of one
-    label other than warm-up, among the bins that end after ``lo``."""
-    import numpy as np
-
-    k0 = int(np.searchsorted(t + bin_s, lo, "right"))  # (t + bin_s <= lo: left out)
-    lab = label[k0:]
-    if not len(lab):
-        return []
-    start = np.flatnonzero(np.r_[True, lab[1:] != lab[:-1]])
-    end = np.r_[start[1:], len(lab)] - 1
-    return [(k0 + i, k0 + j) for i, j in zip(start.tolist(), end.tolist(), strict=True) if lab[i] != "warmup"]
 
 
 def _meta(rec: Recording, lo: float, hi: float, gpu: int | None, extra: dict | None) -> dict:
@@ -961,13 +1054,13 @@ def _phases(
 
 
 def _slice(clf: Classifier, gpu: int, run: list, emit: Sink) -> None:
-    _slice_of(gpu, run[0].label, run[0].t, run[1], clf.bin_s, emit)
+    emit.span(*_slice_args(gpu, run[0].label, run[0].t, run[1], clf.bin_s))
 
 
-def _slice_of(gpu: int, label: str, t0: float, b: Label, bin_s: float, emit: Sink) -> None:
-    """The phase slice of a run of ``label`` from the bin at ``t0`` to bin ``b``."""
+def _slice_args(gpu: int, label: str, t0: float, b: Label, bin_s: float) -> tuple:
+    """The phase slice (``Sink.span``'s arguments) of a run of ``label`` from the bin at ``t0`` to bin ``b``."""
     args = {"label": label, "confidence": b.confidence, "rule": b.rule, **b.evidence.as_dict()}
-    emit.span(GPU_PID_BASE + gpu, 1, TITLES.get(label, label), t0, b.t + bin_s, args)
+    return GPU_PID_BASE + gpu, 1, TITLES.get(label, label), t0, b.t + bin_s, args
 
 
 def _stack_event(

@@ -164,6 +164,14 @@ BLOCK_STREAMS: dict[str, colblock.Columns] = {
     "perf": (("t", "f"), ("pid", "i"), ("rates", "i")),  # a perf row, and its count of rates:
     "perf_rate": (("t", "f"), ("name", "s"), ("rate", "f")),  # each of them (its data, by columns)
 }
+# the streams as the Writer writes them from 2026-11-28: BLOCK_STREAMS, the host's with the mean of
+# its sample's CPU %s last (what `memtop export` draws as the host's CPU; a block is read by column
+# name, so readers of BLOCK_STREAMS read these blocks as before, and the export decodes the host JSON
+# of a block without it)
+WRITTEN_STREAMS: dict[str, colblock.Columns] = {
+    **BLOCK_STREAMS,
+    "host": (*BLOCK_STREAMS["host"], ("cpu_mean", "f")),
+}
 # each stream's table, whose rows its blocks hold (perf_rate's are in perf's JSON, host_proc's in the
 # host JSON: the host stream's counts check them; the host_proc table of recordings from 2026-11-24 is
 # not read where the blocks are)
@@ -456,31 +464,34 @@ def _inflate_host(blob: bytes, prev: bytes | None) -> bytes:
     return inflate(blob, HOST_JSON_MAX, "host data", prev)
 
 
-def host_figures(t: float, raw: bytes) -> tuple[tuple, list[tuple]]:
+def host_figures(t: float, raw: bytes, cpu: bool = False) -> tuple[tuple, list[tuple]]:
     """A host sample's rows of the ``host`` and ``host_proc`` block streams: iowait and its count of
     processes; each process's pid, CPU, parent GPU process, name and state. The values are its JSON's
     as a reader decodes it (``_host_from_blob``), so the two copies cannot disagree; a sample a reader
     would refuse, or one with a name that has no TEXT form (bad UTF-8 kept as surrogates), has none
-    (procs -1: a report decodes its JSON)."""
+    (procs -1: a report decodes its JSON). ``cpu``: the host row as WRITTEN_STREAMS holds it, the mean
+    of the sample's CPU %s last (NaN where it has none)."""
     try:
         h = _host_from_blob(raw)
     except _DECODE_ERRORS:
-        return (t, 0.0, -1), []
+        return (t, 0.0, -1, math.nan)[: 3 + cpu], []
     rows = [(t, *_FIGURES(p)) for p in h.procs]
     if not all(_utf8(r[j]) for r in rows for j in _TEXTS):
-        return (t, 0.0, -1), []
-    return (t, h.iowait_pct, len(rows)), rows
+        return (t, 0.0, -1, math.nan)[: 3 + cpu], []
+    mean = sum(h.cpu_pct) / max(1, len(h.cpu_pct))  # (as the export's Frame walk takes it)
+    return (t, h.iowait_pct, len(rows), mean)[: 3 + cpu], rows
 
 
-def host_figure_rows(db: sqlite3.Connection) -> tuple[list[tuple], list[tuple]]:
+def host_figure_rows(db: sqlite3.Connection, cpu: bool = False) -> tuple[list[tuple], list[tuple]]:
     """The ``host`` and ``host_proc`` streams' rows of a recording's host table, in time order, as the
-    Writer gives them to its blocks (bench/long_runs.py re-blocks tiled rows with them)."""
+    Writer gives them to its blocks (``cpu``: as in WRITTEN_STREAMS; bench/long_runs.py re-blocks tiled
+    rows with them)."""
     load: list[tuple] = []
     procs: list[tuple] = []
     prev = None
     for t, blob in db.execute("SELECT t, data FROM host ORDER BY t"):
         prev = _inflate_host(blob, prev)
-        row, rows = host_figures(t, prev)
+        row, rows = host_figures(t, prev, cpu)
         load.append(row)
         procs += rows
     return load, procs
@@ -783,7 +794,7 @@ class Writer:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
-            self._blocks = colblock.BlockWriter(self._db, BLOCK_STREAMS)
+            self._blocks = colblock.BlockWriter(self._db, WRITTEN_STREAMS)
             # (a recording's meta written again, e.g. by a rewrite, keeps its facts, not its format's)
             meta = {**meta, "magic": MAGIC, "schema": SCHEMA_VERSION, "memtop_version": __version__}
             self._db.executemany(
@@ -913,7 +924,7 @@ class Writer:
         """What the classifier reads of a host sample as column blocks too (``host_figures``), so a
         report reads them without decoding the JSON (memtop.analysis.colscan). No rows: the JSON is the
         sample of record, and where no block reaches, a report decodes it."""
-        load, procs = host_figures(t, raw)
+        load, procs = host_figures(t, raw, cpu=True)
         self._blocks.add("host", load)
         for r in procs:
             self._blocks.add("host_proc", r)

@@ -1,0 +1,136 @@
+"""Two exports of one recording hold the same trace: each decoded (the protobuf field by field, interned
+names resolved; or the JSON), its events grouped per track (a track known by its descriptor's content,
+not its uuid; the JSON's by pid, tid and counter name) in file order, and each track's events compared
+(their order across tracks may differ). Exit 1 if a track differs.
+
+usage: python bench/export_same.py MAIN.pftrace BRANCH.pftrace   (or two .json[.gz])"""
+
+import gzip
+import hashlib
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def fields(b):
+    i, n = 0, len(b)
+    while i < n:
+        k = 0
+        s = 0
+        while True:
+            c = b[i]
+            i += 1
+            k |= (c & 0x7F) << s
+            s += 7
+            if c < 0x80:
+                break
+        f, w = k >> 3, k & 7
+        if w == 0:
+            v = 0
+            s = 0
+            while True:
+                c = b[i]
+                i += 1
+                v |= (c & 0x7F) << s
+                s += 7
+                if c < 0x80:
+                    break
+        elif w == 1:
+            v = b[i : i + 8]
+            i += 8
+        elif w == 2:
+            L = 0
+            s = 0
+            while True:
+                c = b[i]
+                i += 1
+                L |= (c & 0x7F) << s
+                s += 7
+                if c < 0x80:
+                    break
+            v = b[i : i + L]
+            i += L
+        elif w == 5:
+            v = b[i : i + 4]
+            i += 4
+        else:
+            raise ValueError(w)
+        yield f, w, v
+
+
+def proto(path):
+    data = Path(path).read_bytes()
+    desc = {}
+    iids = {}
+    tracks = defaultdict(list)
+
+    def tkey(u):
+        d = desc[u]
+        return (d[0], tkey(d[1]) if d[1] else None)
+
+    for f, _w, pkt in fields(data):
+        assert f == 1
+        ts = None
+        te = None
+        for pf, _pw, pv in fields(pkt):
+            if pf == 8:
+                ts = pv
+            elif pf == 60:
+                u = parent = None
+                rest = []
+                for df, _dw, dv in fields(pv):
+                    if df == 1:
+                        u = dv
+                    elif df == 5:
+                        parent = dv
+                    else:
+                        rest.append((df, dv))
+                desc[u] = (tuple(rest), parent)
+            elif pf == 12:
+                for idf, _idw, idv in fields(pv):
+                    if idf == 2:
+                        d = dict((a, b) for a, _, b in fields(idv))
+                        iids[d[1]] = d[2]
+            elif pf == 11:
+                te = pv
+        if te is None:
+            continue
+        ev = []
+        uuid = None
+        for ef, _ew, ev_ in fields(te):
+            if ef == 11:
+                uuid = ev_
+            elif ef == 10:
+                ev.append(("name", iids[ev_]))
+            else:
+                ev.append((ef, ev_))
+        tracks[tkey(uuid)].append((ts, tuple(ev)))
+    return tracks
+
+
+def js(path):
+    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as fh:
+        d = json.load(fh)
+    tracks = defaultdict(list)
+    for e in d["traceEvents"]:
+        k = (e.get("ph") == "M", e.get("pid"), e.get("tid"), e.get("name") if e.get("ph") == "C" else None)
+        tracks[repr(k)].append(json.dumps(e, sort_keys=True))
+    d["traceEvents"] = None
+    tracks["rest"] = [json.dumps(d, sort_keys=True)]
+    return tracks
+
+
+def digest(path):
+    t = js(path) if ".json" in path else proto(path)
+    return {repr(k): hashlib.sha256(repr(v).encode()).hexdigest()[:16] + f" n={len(v)}" for k, v in t.items()}
+
+
+a, b = digest(sys.argv[1]), digest(sys.argv[2])
+diff = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
+print(
+    f"tracks {len(a)} vs {len(b)}; events {sum(int(v.split('n=')[1]) for v in a.values())}; differing tracks: {len(diff)}"
+)
+for k in sorted(diff)[:10]:
+    print(" ", k[:150], a.get(k), b.get(k))
+sys.exit(1 if diff else 0)
