@@ -14,7 +14,6 @@ import sqlite3
 import stat
 import sys
 import tempfile
-import time
 import tracemalloc
 import zlib
 from dataclasses import replace
@@ -231,19 +230,18 @@ def test_decode_refuses_a_text_index_below_null():
 
 
 def test_a_zip_bomb_stays_bounded():
-    """300 MB of zeros deflated to 1.4 MB: decode stops at its 64 MB limit, in memory and time."""
+    """300 MB of zeros deflated to 1.4 MB: decode stops at its 64 MB limit (the memory it peaks at says
+    it stopped: inflating on would hold the 300 MB; how long it takes is bench's, not a test's)."""
     z = zlib.compressobj(1)
     chunk = b"\x00" * (1 << 20)
     bomb = b"".join(z.compress(chunk) for _ in range(300)) + z.flush()
     assert len(bomb) < 2 << 20
     tracemalloc.start()
-    t = time.perf_counter()
     try:
         assert decode(MIXED, bomb) is None
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - t < 10
     assert peak < 160 << 20  # (the inflated bytes and their copy at most: not 300 MB)
 
 
