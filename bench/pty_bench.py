@@ -9,7 +9,7 @@ and memtop's first frames (the sampler starts after the first paint) redraw the 
 the measured window (Python does not name its threads for the OS).
 --until REGEX: also the seconds until REGEX (bytes) first matches the screen text with escape sequences
 taken out (until_s), e.g. '[0-9]+W' for the first power reading. rss_mib: the command's resident
-memory at the end of the window. --dump FILE: every byte the command wrote to the terminal before `q`
+memory at the end of the window (rss_anon_mib, rss_file_mib: its anonymous and file-backed parts). --dump FILE: every byte the command wrote to the terminal before `q`
 (replay it with `cat FILE` in a terminal of the same size to see the last screen). exit: the command's
 exit status after `q` (None: killed after 5 s).
 """
@@ -117,9 +117,14 @@ def main() -> None:
     if c0 is None:
         sys.exit(f"{' '.join(cmd)} ended during start-up; last output: {buf[-300:]!r}")
     c1, b1, w1 = cpu_s(pid), total, time.monotonic()
-    rss = None
+    mem: dict[str, float] = {}  # VmRSS and its anonymous and file-backed parts, MiB
     with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as fh:
-        rss = next((int(x.split()[1]) / 1024 for x in fh if x.startswith("VmRSS:")), None)
+        mem = {
+            k: int(v.split()[0]) / 1024
+            for k, _, v in (x.partition(":") for x in fh)
+            if k.startswith(("VmRSS", "Rss"))
+        }
+    rss = mem.get("VmRSS")
     threads = {}
     if per_thread:
         names = thread_names(pid)
@@ -153,6 +158,11 @@ def main() -> None:
                 "first_output_s": None if first is None else round(first, 3),
                 **({"until_s": None if until_s is None else round(until_s, 3)} if until else {}),
                 "rss_mib": None if rss is None else round(rss, 1),
+                **{
+                    k.lower().replace("rss", "rss_") + "_mib": round(v, 1)
+                    for k, v in mem.items()
+                    if k in ("RssAnon", "RssFile")
+                },
                 "exit": status,
                 **({"threads": threads} if per_thread else {}),
             }

@@ -165,6 +165,35 @@ async def test_any_resize_sequence_equals_a_fresh_start(gpus):
         assert _screen(fresh) == resized
 
 
+async def test_timeline_columns_kept_between_paints_equal_a_fresh_draw():
+    """The series rows add only the points since the last paint: after paints with new frames, a
+    pause back in time and a resume, every row equals a draw from the whole window."""
+    frames = _frames()
+    p = _pipeline(1, upto=400)
+    app = MemtopApp(p, hangup_guard=False)
+
+    def rows(tl: Timeline, fresh: bool) -> list[str]:
+        if fresh:
+            tl._columns.clear()
+        tl._sigs = None
+        tl._redraw()
+        return [sig for sig, _ in tl._rows]
+
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _settle(pilot, app)
+        tl = app.query_one(Timeline)
+        for k in range(400, 700, 25):
+            for f in frames[k : k + 25]:
+                p.on_frame(f, tick=False)
+            for back in (None, 7.0, None) if k == 550 else (None,):
+                p.freeze(back)
+                app._paint()
+                await pilot.pause(0.01)
+                kept = rows(tl, fresh=False)
+                assert tl._columns and kept == rows(tl, fresh=True)
+        assert any(ch not in " ▁" for row in kept[:4] for ch in row[9:])  # the rows draw something
+
+
 # -- layouts --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", [(60, 20), (80, 24), (120, 40), (200, 50)])
 async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):

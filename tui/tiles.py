@@ -103,7 +103,9 @@ class TiledLines(KeepsRender):
         # each tile's (x offset in the panel, width): Widget.region is a compositor lookup per
         # call, too slow for every rendered line; a tile's resize clears it
         self._geom: dict[_Tile, tuple[int, int]] = {}
-        self._pieces: dict[int, dict[int, Strip]] = {}  # line -> tile offset -> that tile's cells
+        # line -> tile offset -> that tile's cells, as segments: a Strip is made only for a tile that
+        # draws the line (each Strip makes seven caches; most pieces only serve the diff)
+        self._pieces: dict[int, dict[int, list[Segment]]] = {}
         self._resized = False  # set by a resize: the next update redraws every tile
 
     def compose(self):
@@ -144,12 +146,13 @@ class TiledLines(KeepsRender):
             self._geom = {t: (t.region.x - x, t.size.width) for t in (*self._tiles, tile)}
         return self._geom[tile]
 
-    def _cut(self, line: Strip) -> dict[int, Strip]:
+    def _cut(self, line: Strip) -> dict[int, list[Segment]]:
         """One pass over a line gives every tile its cells (cheaper than a crop per tile)."""
         if not self._geom:
             self.geometry(self._tiles[0])
-        edges = sorted({e for x0, w in self._geom.values() for e in (x0, x0 + w) if e > 0})
-        return dict(zip([0, *edges], line.divide(edges)))
+        n = line.cell_length
+        edges = sorted({e for x0, w in self._geom.values() for e in (x0, x0 + w) if 0 < e <= n})
+        return dict(zip([0, *edges], Segment.divide(line, edges)))
 
     def piece(self, y: int, tile: _Tile) -> Strip:
         x0, w = self.geometry(tile)
@@ -158,7 +161,9 @@ class TiledLines(KeepsRender):
         if y not in self._pieces:
             self._pieces[y] = self._cut(self._lines[y])
         got = self._pieces[y].get(x0)
-        return (got if got is not None else self._lines[y].crop(x0, x0 + w)).adjust_cell_length(w, NULL)
+        return (Strip(got) if got is not None else self._lines[y].crop(x0, x0 + w)).adjust_cell_length(
+            w, NULL
+        )
 
     @property
     def line_count(self) -> int:

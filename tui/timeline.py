@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from itertools import groupby
 
 from rich.segment import Segment
@@ -65,6 +65,7 @@ class Timeline(TiledLines):
         self._look: Look = look(None, ascii_only)
         self._rows: list[tuple[str, Strip]] = []  # (signature, strip) per row, last built
         self._kinds: dict[int, tuple[tuple, list[str | None], float]] = {}  # gpu -> (window, cells, last t)
+        self._columns: dict[str, tuple[tuple, list[float], float]] = {}  # attr -> (window, tops, last t)
 
     def rows_wanted(self, view: View | None, all_bands: bool, series_h: int = 1) -> int:
         n = len(view.history) if view is not None and all_bands else 1
@@ -171,15 +172,14 @@ class Timeline(TiledLines):
         pts = v.history[self.gpu]
         end = self._end if self._end is not None else pts[-1].t
         start = end - self.span_s
-        # history holds 10 minutes at the GPU rate; only the window's points are drawn
-        pts = pts[bisect_left(pts, start, key=_t) :]
         dt = self.span_s / cols
         h = self.series_h
         if y < len(ROWS) * h:
             name, attr, phase = ROWS[y // h]
             if attr in NVML_TITLES and v.frame is not None and nvml_only(v.frame.gpus):
                 name = NVML_TITLES[attr]  # NVML's rates, not GPM's SM and DRAM activity
-            return self._series(name, attr, self._look.phase(phase), pts, start, dt, cols, h - 1 - y % h)
+            top, last = self._tops(attr, pts, start, dt, cols)
+            return self._series(name, self._look.phase(phase), top, last, h - 1 - y % h)
         y -= len(ROWS) * h
         if y < len(bands):
             return self._band(v, bands[y], len(bands) > 1, start, dt, cols)
@@ -190,27 +190,39 @@ class Timeline(TiledLines):
             return self._axis(cols, start, end, v.meta.get("wall_offset"), v.status.origin)
         return self._legend()
 
-    def _series(
-        self,
-        name: str,
-        attr: str,
-        color: Style,
-        pts: tuple[Point, ...],
-        start: float,
-        dt: float,
-        cols: int,
-        level: int = 0,
-    ) -> tuple[str, Strip]:
-        """One row of a series `series_h` rows tall (`level` 0 the bottom one, which carries the name
-        and the newest value): 8 steps a row."""
-        chars = self._look.glyphs.blocks
-        h = self.series_h
-        top = [-1.0] * cols  # the highest value in each column; -1: none
-        for p in pts:
+    def _tops(
+        self, attr: str, pts: tuple[Point, ...], start: float, dt: float, cols: int
+    ) -> tuple[list[float], float | None]:
+        """The highest value of ``attr`` in each column of the window (-1: none), and the window's
+        newest value. The columns are kept while the window stands still (it moves in quarter-span
+        jumps): a paint adds only the points that came since, instead of going over the window's
+        points again for each row of each series (1 200 points a row at 10 Hz over 2 minutes)."""
+        i0 = bisect_left(pts, start, key=_t)  # history holds 10 minutes; the window's points are drawn
+        # the window's first point: another one after a seek or a reset of the history
+        window = (self.gpu, start, dt, cols, pts[i0].t if i0 < len(pts) else None)
+        newest = pts[-1].t if pts else -math.inf
+        cached = self._columns.get(attr)
+        if cached is None or cached[0] != window or newest < cached[2]:
+            cached = (window, [-1.0] * cols, -math.inf)
+        top, done = cached[1], cached[2]
+        for p in itertools.islice(pts, max(i0, bisect_right(pts, done, key=_t)), None):
             i = int((p.t - start) / dt)
             val = getattr(p, attr)
             if 0 <= i < cols and val is not None and val > top[i]:
                 top[i] = val
+        self._columns[attr] = (window, top, max(done, newest))
+        last = next(
+            (x for k in range(len(pts) - 1, i0 - 1, -1) if (x := getattr(pts[k], attr)) is not None), None
+        )
+        return top, last
+
+    def _series(
+        self, name: str, color: Style, top: list[float], last: float | None, level: int = 0
+    ) -> tuple[str, Strip]:
+        """One row of a series `series_h` rows tall (`level` 0 the bottom one, which carries the name
+        and the newest value): 8 steps a row, from the columns' highest values (``_tops``)."""
+        chars = self._look.glyphs.blocks
+        h = self.series_h
         eighths = 8 * h / 100  # a percentage in eighths of a cell over the series' rows
         text = "".join(
             " "
@@ -218,7 +230,6 @@ class Timeline(TiledLines):
             else chars[min(8, max(0, round(v * eighths) - 8 * level))]
             for v in top
         )
-        last = next((getattr(p, attr) for p in reversed(pts) if getattr(p, attr) is not None), None)
         head = f"{name:<5}{'' if last is None else f'{min(last, 999):3.0f}'}" if level == 0 else ""
         head = f"{head:<{LABEL_W}}"
         return head + text, Strip([Segment(head, LABEL), Segment(text, color)])

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# On the GPU machine (issue #39, branch foot3): this tree (installed), main (the device copy's root,
+# installed apart in /tmp/oldsite) and nvitop -m full, one interpreter, 200x50 ptys, a bf16 matmul load:
+# 1. STARTS starts of each to the first power reading on screen (until_s), interleaved;
+# 2. ROUNDS rounds, alternated: defaults and --no-stacks --interval 1 of this tree and main, nvitop at 1 s:
+#    CPU % of one core (per thread for memtop), RSS and its anonymous/file parts at the window's end, KiB/s;
+# 3. a py-spy profile of this tree's defaults, and rss_parts.py.
+# usage (from this tree's root on the device): bash bench/footprint3_device.sh OUTDIR [S] [WARM] [ROUNDS] [STARTS] [OLDTREE]
+set -u
+R=$1; S=${2:-16}; W=${3:-6}; N=${4:-3}; K=${5:-4}; OLD=${6:-../..}
+python3 -m pip install -q --no-index --find-links "$OLD/.whl" textual py-spy nvidia-ml-py nvitop >/dev/null 2>&1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation . >/dev/null 2>&1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/oldsite "$OLD" >/dev/null 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/machine.txt"
+python3 --version >> "$R/machine.txt"
+python3 bench/rss_parts.py --no-ssl > "$R/rss_parts.json" 2>&1
+python3 -c "
+import torch,time
+a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)
+end=time.time()+5*$N*($S+$W+3)+3*$K*4+90
+while time.time()<end:
+    [a@a for _ in range(10)]; torch.cuda.synchronize()" &
+load=$!
+until [ "$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits)" -gt 50 ] 2>/dev/null; do sleep 0.5; done
+OLDM="env PYTHONPATH=/tmp/oldsite python3 -P -m memtop"
+for i in $(seq "$K"); do
+  for c in "memtop --no-mouse" "$OLDM --no-mouse" "nvitop -m full"; do
+    python3 bench/pty_bench.py 0.5 200x50 2 --until '[0-9]W' -- $c >> "$R/first.jsonl"
+  done
+done
+B="python3 bench/pty_bench.py $S 200x50 $W"
+for k in $(seq "$N"); do
+  $B --threads -- memtop --no-mouse >> "$R/tui.jsonl"
+  $B -- $OLDM --no-mouse >> "$R/tui.jsonl"
+  $B -- nvitop -m full --interval 1 >> "$R/tui.jsonl"
+  $B --threads -- memtop --no-mouse --no-stacks --interval 1 >> "$R/tui.jsonl"
+  $B -- $OLDM --no-mouse --no-stacks --interval 1 >> "$R/tui.jsonl"
+done
+if [ "${PROFILE:-1}" = 1 ]; then
+  python3 bench/pty_bench.py 22 200x50 3 -- memtop --no-mouse > "$R/profile_bench.json" &
+  b=$!
+  sleep 6
+  P=$(pgrep -f "bin/memtop --no-mouse" | head -1)
+  py-spy record -p "$P" -d 15 -r 200 -f raw -o "$R/profile_default.txt" --threads --nonblocking > "$R/pyspy.log" 2>&1
+  wait $b
+  python3 bench/profile_sum.py "$R/profile_default.txt" > "$R/profile_default.md" 2>&1
+fi
+kill $load
