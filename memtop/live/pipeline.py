@@ -367,6 +367,7 @@ class ReplaySource:
         self.paused = False
         # a start point later than 0 is a seek: the timeline is prefilled with what came before
         self._seek: float | None = min(start_at, rec.duration) if start_at > 0 else None
+        self._seek_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._main, name="memtop-replay", daemon=True)
@@ -457,8 +458,9 @@ class ReplaySource:
 
     def seek(self, offset: float) -> None:
         """Jump to ``offset`` seconds into the recording (read from there: the store seeks)."""
-        self._seek = min(max(0.0, offset), self.rec.duration)
-        self.position = self._seek  # repeated keys step from where the last one landed
+        with self._seek_lock:
+            self._seek = min(max(0.0, offset), self.rec.duration)
+            self.position = self._seek  # repeated keys step from where the last one landed
         self._wake.set()
 
     @property
@@ -500,6 +502,15 @@ class ReplaySource:
                 return
             self.pipeline.on_frame(f, tick=False)
 
+    def _take_seek(self) -> float | None:
+        """The newest seek asked for, taken once: under the lock ``seek`` sets it with, so a key pressed
+        while the last seek is being taken (n, then End at once) is never overwritten by None."""
+        with self._seek_lock:
+            at, self._seek = self._seek, None
+            if at is not None:
+                self.position = at
+            return at
+
     def _main(self) -> None:
         try:
             self._run()
@@ -510,8 +521,8 @@ class ReplaySource:
 
     def _run(self) -> None:
         start = self.rec.t0
-        if self._seek is not None:
-            start, self._seek = self.rec.t0 + self._seek, None
+        if (at := self._take_seek()) is not None:
+            start = self.rec.t0 + at
         while not self._stop.is_set():
             if start > self.rec.t0:
                 self._prefill(start)
@@ -545,9 +556,8 @@ class ReplaySource:
                 self.position = f.t - self.rec.t0
                 self._status()
                 self.pipeline.on_frame(f)
-            if self._seek is not None:
-                start = self.rec.t0 + self._seek
-                self._seek = None
+            if (at := self._take_seek()) is not None:
+                start = self.rec.t0 + at
                 continue
             if not self.loop:
                 paused, self.paused = self.paused, True  # at the end; a seek plays on unless paused before
@@ -555,9 +565,8 @@ class ReplaySource:
                 while self._seek is None and not self._stop.is_set():
                     self._wake.wait(0.5)
                     self._wake.clear()
-                if self._seek is not None:
-                    start = self.rec.t0 + self._seek
-                    self._seek = None
+                if (at := self._take_seek()) is not None:
+                    start = self.rec.t0 + at
                     self.paused = self.paused and paused  # (space pressed at the end: plays)
                 continue
             start = self.rec.t0
