@@ -418,7 +418,9 @@ class ClusterApp(App):
             v = g.get("verdict") or {}
             t.append(f"{clean(r.target, 40)} GPU {clean(g.get('index', '-'), 4)}", "bold")
             if g:
-                t.append(f"  now: {clean(recent_phase(g), 12)}")
+                # the newest label, as the verdict below reads "now" (the row's phase column is the
+                # last band steps' most common, smoothed for comparing nodes)
+                t.append(f"  now: {clean(g.get('phase', 'gathering'), 12)}")
             t.append("\n")
             if r.straggler:
                 t.append(f"straggler candidate: {clean(r.straggler, 600)}\n", FLAG)
