@@ -4,6 +4,7 @@ string from a recording. Real H100 recordings (tests/data); the 8-GPU view is te
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from itertools import combinations
 
@@ -561,7 +562,12 @@ def test_real_cli_hostile_replay_and_live_process_in_tmux(tmp_path):
         _wait(sock, "REPLAY")
         _wait(sock, "\\x1b")  # the hostile strings are on screen, made visible
         _untouched(sock, title)
-        _tmux(sock, "send-keys", "Enter")  # the GPU detail screen shows names, uuid, evidence
+        _wait(sock, "palette")  # the TUI's footer: keys reach the app now, not the first look before it
+        for _ in range(5):  # the GPU detail screen shows names, uuid, evidence (Enter toggles it: it is
+            _tmux(sock, "send-keys", "Enter")  # pressed again only while the screen has not come, as an
+            with contextlib.suppress(AssertionError):  # Enter before the table holds its row does nothing)
+                _wait(sock, "uuid", timeout=6.0)
+                break
         _wait(sock, "uuid")
         _tmux(sock, "send-keys", "Escape")
         _wait(sock, "uuid", gone=True)

@@ -324,11 +324,11 @@ class Timeline(TiledLines):
     def _legend(self) -> tuple[str, Strip]:
         lk = self._look
         segs = [Segment(" " * LABEL_W, NULL)]
-        for k in PHASES:
-            segs += [Segment(*lk.mark(k)), Segment(f" {k}  ", DIM)]
+        for k in (*PHASES, "other"):  # ("other": a bin no rule claims, drawn in its own colour)
+            segs += [Segment(*lk.mark(k)), Segment(f" {k} ", DIM)]
         for kind in LEGEND_MARKS:
             uni, asc, st = EVENT_MARKS[kind]
-            segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind}  ", DIM)]
+            segs += [Segment(asc if self.ascii_only else uni, Style.parse(st)), Segment(f" {kind} ", DIM)]
         return "".join(seg.text for seg in segs), Strip(segs)
 
 
