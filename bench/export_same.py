@@ -13,44 +13,32 @@ from collections import defaultdict
 from pathlib import Path
 
 
+def varint(b, i):
+    """The varint at ``b[i]`` and the index after it."""
+    v = s = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << s
+        s += 7
+        if c < 0x80:
+            return v, i
+
+
 def fields(b):
     i, n = 0, len(b)
     while i < n:
-        k = 0
-        s = 0
-        while True:
-            c = b[i]
-            i += 1
-            k |= (c & 0x7F) << s
-            s += 7
-            if c < 0x80:
-                break
+        k, i = varint(b, i)
         f, w = k >> 3, k & 7
         if w == 0:
-            v = 0
-            s = 0
-            while True:
-                c = b[i]
-                i += 1
-                v |= (c & 0x7F) << s
-                s += 7
-                if c < 0x80:
-                    break
+            v, i = varint(b, i)
         elif w == 1:
             v = b[i : i + 8]
             i += 8
         elif w == 2:
-            L = 0
-            s = 0
-            while True:
-                c = b[i]
-                i += 1
-                L |= (c & 0x7F) << s
-                s += 7
-                if c < 0x80:
-                    break
-            v = b[i : i + L]
-            i += L
+            size, i = varint(b, i)
+            v = b[i : i + size]
+            i += size
         elif w == 5:
             v = b[i : i + 4]
             i += 4
