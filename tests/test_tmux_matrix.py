@@ -207,6 +207,10 @@ def test_every_size_and_terminal_with_a_few_keys(tmux, variant):
         tmux.wait(name, READY)
         pane = tmux.wait(name, " s: ")  # "last N s:": the verdict's window beside now
         assert "GPU 0 now:" in pane, f"{name}:\n{pane}"
+        head = next(line for line in pane.splitlines() if line.startswith("GPU ") and " phase " in line)
+        assert head.rstrip().endswith(("throttle", "thr")), (
+            f"{name}: the GPU table's last column cut:\n{pane}"
+        )
     before = {name: tmux.pane(name) for name in names}
     for keys, shown in STEPS:
         for name in names:

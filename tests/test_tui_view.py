@@ -332,6 +332,19 @@ def test_gpu_table_columns_come_from_the_metric_table():
         assert any(t.startswith(m.title[:4]) for t in titles), m.title
 
 
+def test_the_gpu_table_fits_the_screen_down_to_80_columns():
+    """The throttle column takes what is left (at 80 columns its title was cut to "th"); link% goes
+    first where a reason would not fit, and every other column keeps its width."""
+    for screen in range(80, 201):
+        widths = dict(enumerate(w for _, w in fmt.GPU_COLUMNS)) | fmt.gpu_widths(screen)
+        assert sum(w + 1 for w in widths.values() if w) - 1 <= screen, screen
+        assert widths[len(widths) - 1] >= len("thr")
+        kept = {i: w for i, w in widths.items() if fmt.GPU_COLUMNS[i][0] not in ("link%", "throttle")}
+        assert kept == {i: fmt.GPU_COLUMNS[i][1] for i in kept}
+    assert fmt.gpu_widths(80)[9] == 0 and fmt.gpu_widths(200) == {9: 5, 11: 14}
+    assert fmt.gpu_titles((), 3)[-1] == "thr" and fmt.gpu_titles((), 14)[-1] == "throttle"
+
+
 def test_the_cpu_line_fits_its_width_and_keeps_a_busy_core_in_sight():
     """128 cores in 40 cells: the bar shrinks (a cell the busiest of its cores), then load and iowait
     give way; one core at 100 % still shows."""

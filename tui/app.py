@@ -759,7 +759,10 @@ class MemtopApp(App[int]):
             + fmt.mig_rows(g, lk)
         ]
         table = self.query_one("#gpus", RowTable)
-        table.set_titles(fmt.gpu_titles(f.gpus if f else ()))
+        if self.size.width:  # the table spans the screen (it is as wide as its columns)
+            for column, width in fmt.gpu_widths(self.size.width).items():
+                table.set_width(column, width)
+        table.set_titles(fmt.gpu_titles(f.gpus if f else (), table.columns[-1][1]))
         table.set_rows(rows)
 
     def _update_host(self, v: View, column: LeftColumn | None = None) -> None:

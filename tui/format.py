@@ -88,14 +88,29 @@ def nvml_only(gpus: tuple[GpuSample, ...] | list[GpuSample]) -> bool:
     return bool(gpus) and all(g.mode != "gpm" for g in gpus)
 
 
-def gpu_titles(gpus: tuple[GpuSample, ...] | list[GpuSample]) -> list[str]:
-    """The GPU table's column titles for these GPUs."""
+def gpu_titles(gpus: tuple[GpuSample, ...] | list[GpuSample], throttle_w: int = 14) -> list[str]:
+    """The GPU table's column titles for these GPUs (``throttle_w``: the last column's width now)."""
     off = 2  # GPU, phase
     titles = [name for name, _ in GPU_COLUMNS]
     if nvml_only(gpus):
         for n, title in NVML_TITLES.items():
             titles[off + GPU_METRIC_COLUMNS.index(n)] = title
+    if throttle_w < len(titles[-1]):
+        titles[-1] = "thr"
     return titles
+
+
+def gpu_widths(screen_w: int) -> dict[int, int]:
+    """The GPU table's column widths that follow the screen, by column: the last (throttle reasons)
+    takes what is left, at least its short title; where a reason ("sw power") would not fit, link%
+    (the PCIe link's share of its peak, which the PCIe columns also show) is hidden. At 80 columns the
+    title was cut to "th"; the reasons in full are in the GPU's detail (enter)."""
+    link, last = [n for n, _ in GPU_COLUMNS].index("link%"), len(GPU_COLUMNS) - 1
+    link_w = GPU_COLUMNS[link][1]
+    left = screen_w - sum(w + 1 for _, w in GPU_COLUMNS[:-1]) - 1
+    if left < len("sw power"):
+        left, link_w = left + link_w + 1, 0
+    return {link: link_w, last: max(3, min(GPU_COLUMNS[last][1], left))}
 
 
 # what the SM and DRAM columns hold without GPM (NVML's utilisation rates), titled as what they are

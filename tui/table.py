@@ -56,21 +56,22 @@ class RowTable(TiledLines, can_focus=True):
 
     def __init__(self, columns: Sequence[tuple[str, int]], **kw) -> None:
         self.columns = tuple(columns)
-        super().__init__(widths=[w + GAP for _, w in self.columns], **kw)
+        super().__init__(widths=_cells(self.columns), **kw)
         self._rows: list[tuple[str, tuple[Cell, ...]]] = []
         self.cursor = 0
         self._top = 0  # first row shown
 
     def set_width(self, column: int, width: int) -> None:
-        """Give one column another width (the process table's top frame takes what the screen has)."""
+        """Give one column another width (the process table's top frame takes what the screen has); 0
+        hides it, gap and all."""
         name, w = self.columns[column]
         if w == width:
             return
         self.columns = (*self.columns[:column], (name, width), *self.columns[column + 1 :])
-        widths = [w + GAP for _, w in self.columns]
+        widths = _cells(self.columns)
         self._plan = list(widths)
         if len(self._tiles) == len(self._plan):
-            self._tiles[column].styles.width = width + GAP
+            self._tiles[column].styles.width = widths[column]
         else:  # not split into column tiles yet: one tile as wide as the table
             self._tiles[0].styles.width = sum(widths)
         self.forget_geometry()
@@ -142,6 +143,8 @@ class RowTable(TiledLines, can_focus=True):
     def _strip(self, cells: Sequence[Cell], base: Style) -> Strip:
         segs = []
         for (_, w), cell in zip(self.columns, cells):
+            if not w:
+                continue  # hidden (a narrow screen)
             if isinstance(cell, Text):
                 st = cell.style if isinstance(cell.style, Style) else Style.parse(cell.style or "")
                 segs.append(Segment(_fit(cell.plain, w), base + st))
@@ -195,6 +198,11 @@ class RowTable(TiledLines, can_focus=True):
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         self.move_cursor(self.cursor - 1)
+
+
+def _cells(columns: Sequence[tuple[str, int]]) -> list[int]:
+    """Each column's cells on screen: its width and the gap after it, none for a hidden one."""
+    return [w + GAP if w else 0 for _, w in columns]
 
 
 def _fit(s: str, w: int) -> str:
