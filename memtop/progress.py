@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import time
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # rich loads only when a bar is drawn
@@ -40,9 +39,7 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.close()
 
     def update(self, done: float) -> None:

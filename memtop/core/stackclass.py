@@ -17,8 +17,6 @@ from collections.abc import Sequence
 
 from memtop.core.model import StackFrame
 
-CLASSES = ("sync", "copy", "data", "comm", "other", "idle")
-
 # waiting on the input pipeline wins: the user line above it may well hold a .to(
 _DATA_FILE = re.compile(r"torch/utils/data/(dataloader|_utils/(fetch|collate|worker|pin_memory))\.py$")
 
