@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 from memtop import __version__
@@ -424,18 +425,7 @@ def _hardware(pipeline: CountingPipeline, view: View, g) -> dict:
             "events": [{**e.as_dict(ago), "at_s": round(e.t - ago, 1)} for e in events[-10:]],
         }
     if g.mig_instances:
-        out["mig"] = [
-            {
-                "index": m.index,
-                "gi": m.gi,
-                "ci": m.ci,
-                "name": m.name,
-                "uuid": m.uuid,
-                "mem_used": m.mem_used,
-                "mem_total": m.mem_total,
-            }
-            for m in g.mig_instances
-        ]
+        out["mig"] = [asdict(m) for m in g.mig_instances]  # (its fields are the schema's, in order)
     joules = pipeline.phase_energy.get(g.index)
     if joules:
         out["energy"] = {"source": energy.SOURCE, "by_phase": energy.shares(joules)}
