@@ -417,9 +417,9 @@ def _exposes(bind: str) -> bool:
         return bind not in ("localhost",)
 
 
-def _stop_on_signals() -> threading.Event:
-    """SIGINT, SIGTERM and SIGHUP end serve cleanly (exit 0) from here on: a service manager that
-    stops it during start-up (loading a recording, starting NVML) must not see 143."""
+def stop_on_signals() -> threading.Event:
+    """SIGINT, SIGTERM and SIGHUP end serve (or record) cleanly (exit 0) from here on: a service manager
+    that stops it during start-up (loading a recording, starting NVML) must not see 143."""
     import signal
 
     done = threading.Event()
@@ -520,7 +520,7 @@ def _run_http(http: Http, sock: socket.socket, ctx, stats: ServeStats, done: thr
 
 
 def serve(args: argparse.Namespace) -> int:
-    done = _stop_on_signals()
+    done = stop_on_signals()
     import platform
 
     from memtop.commands.snapshot import Node
