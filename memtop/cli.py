@@ -102,7 +102,9 @@ _steps.__name__ = "integer"
 STEPS = _steps
 
 
-def _add_sampling(p: argparse.ArgumentParser) -> None:
+def _add_sampling(p: argparse.ArgumentParser, intervals: bool = True) -> None:
+    """The sampler's options; ``intervals`` False: its intervals stay the defaults (`snapshot`, whose
+    --interval is its own)."""
     p.add_argument(
         "--pid",
         type=_index,
@@ -111,20 +113,20 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
         metavar="PID",
         help="watch these processes (default: the Python processes using a GPU)",
     )
-    p.add_argument(
-        "--interval",
-        type=INTERVAL,
-        default=0.1,
-        metavar="S",
-        help="GPU sampling interval in seconds, 0.01-60 (default 0.1: GPM at 10 Hz)",
-    )
-    p.add_argument(
-        "--stack-interval",
-        type=STACK_INTERVAL,
-        default=0.5,
-        metavar="S",
-        help="seconds between py-spy dumps of each training process, 0.05-60 (default 0.5)",
-    )
+    p.set_defaults(interval=0.1, stack_interval=0.5)
+    if intervals:
+        p.add_argument(
+            "--interval",
+            type=INTERVAL,
+            metavar="S",
+            help="GPU sampling interval in seconds, 0.01-60 (default 0.1: GPM at 10 Hz)",
+        )
+        p.add_argument(
+            "--stack-interval",
+            type=STACK_INTERVAL,
+            metavar="S",
+            help="seconds between py-spy dumps of each training process, 0.05-60 (default 0.5)",
+        )
     p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
     p.add_argument(
         "--native",
@@ -355,14 +357,7 @@ def _add_cluster_commands(sub) -> None:
     sn.add_argument(
         "--fail-on", metavar="PHASE:SHARE", help="exit 3 when a GPU's share of PHASE exceeds SHARE (sync:0.2)"
     )
-    sn.add_argument("--pid", type=_index, nargs="+", default=[], metavar="PID", help="watch these processes")
-    sn.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
-    sn.add_argument(
-        "--native", action="store_true", help="also take sparse automatic `py-spy --native` dumps"
-    )
-    sn.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
-    sn.add_argument("--no-perf", action="store_true", help="do not open perf counters")
-    sn.set_defaults(interval=0.1, stack_interval=0.5)
+    _add_sampling(sn, intervals=False)
     _add_source(sn)
 
     sv = sub.add_parser("serve", help="Prometheus exporter and /snapshot.json for this node")
