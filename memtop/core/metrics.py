@@ -3,7 +3,7 @@ metric id feeds which field), the store (column, integer scale, valid range), th
 (counter tracks), `memtop serve` (Prometheus names and units), the TUI's GPU detail screen and table.
 
 To add a metric: a row here, a field on `model.GpuSample` (a test checks that they agree), the table in
-docs/ARCHITECTURE.md regenerated (`markdown()`; a test checks it), and a test.
+docs/ARCHITECTURE.md regenerated (tests/test_metrics.py's `markdown()`; a test checks it), and a test.
 """
 
 from __future__ import annotations
@@ -337,20 +337,3 @@ def fmt(m: Metric, v: float | None) -> str:
     if m.kind == "bytes":
         return f"{v / (1 << 30):.1f} GiB"
     return f"0x{int(v):x}"
-
-
-def markdown() -> str:
-    """The table as docs/ARCHITECTURE.md shows it (a test keeps the two the same)."""
-    rows = [
-        "| field | title | unit | source | stored as | valid | Prometheus | dcgm-exporter |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for m in METRICS:
-        src = f"GPM {m.gpm_id}" + (" (MiB/s)" if m.gpm_mib else "") if m.gpm_id is not None else "NVML"
-        stored = f"× {m.scale:g}" if m.scale >= 1 else f"÷ {round(1 / m.scale)}"
-        prom = f"`memtop_{m.prom}`" if m.prom else "—"
-        rows.append(
-            f"| `{m.name}` | {m.title} | {m.kind} | {src} | {stored} | {m.lo:.4g} to {m.hi:.4g} | {prom} "
-            f"| {m.dcgm or '—'} |"
-        )
-    return "\n".join(rows)
