@@ -155,11 +155,8 @@ class Agent:
             os.unlink(path)
 
     def _trace(self, req: dict, conn: socket.socket) -> tuple[dict, str]:
-        seconds, steps, at = (
-            _number(req.get("seconds"), 0.1, MAX_SECONDS, "seconds"),
-            req.get("steps"),
-            req.get("at"),
-        )
+        seconds = _number(req.get("seconds"), 0.1, MAX_SECONDS, "seconds")
+        steps, at = req.get("steps"), req.get("at")
         if steps is not None:
             steps = int(_number(steps, 1, MAX_STEPS, "steps"))
         if not self._busy.acquire(blocking=False):

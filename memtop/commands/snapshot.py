@@ -47,9 +47,8 @@ class CountingPipeline(Pipeline):
             # seconds are floats, which typeshed's Counter does not admit
             self.clock_seconds: dict[int, defaultdict[str, float]] = {}
             self.phase_seconds: dict[int, defaultdict[str, float]] = {}
-            self.phase_energy: dict[
-                int, defaultdict[str, float]
-            ] = {}  # joules (memtop.analysis.energy.split)
+            # joules (memtop.analysis.energy.split)
+            self.phase_energy: dict[int, defaultdict[str, float]] = {}
             self.health_counts: Counter[tuple[int, str, str]] = Counter()  # (gpu, kind, Xid or "")
             # for energy per job: each process's SM %-seconds per GPU and the processes seen on GPUs
             self.sm_seconds: dict[int, defaultdict[int, float]] = {}
@@ -378,9 +377,8 @@ def snapshot(node: Node) -> dict:
         "no_gpu": node.no_gpu(),
     }
     per_gpu = {g["index"]: g["energy"] for g in gpus if "energy" in g}
-    if (
-        per_gpu
-    ):  # energy since memtop started, per job: the report's split (memtop.analysis.energy.job_sections)
+    # energy since memtop started, per job: the report's split (memtop.analysis.energy.job_sections)
+    if per_gpu:
         by_job, unattributed = node.pipeline.job_energy(per_gpu)
         out["energy_jobs"] = by_job
         if unattributed:
