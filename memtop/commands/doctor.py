@@ -15,7 +15,7 @@ from pathlib import Path
 
 from memtop import __version__
 from memtop.collectors import numa, perf, stacks
-from memtop.collectors.nvml import NvmlCollector, link_bytes_per_s
+from memtop.collectors.nvml import NvmlCollector, pcie_link
 from memtop.collectors.nvml_calls import NvmlCallError
 from memtop.collectors.pidns import INIT_PID_NS, PidMap
 
@@ -72,15 +72,14 @@ def gpu_rows(nv=None) -> list[Row]:
                 Row(f"{g} sample buffers", False, e.message, "util/power history falls back to polling")
             )
         try:
-            lk = col.nv.link(r.index)
-            cap = link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts")) / 1e9
-            down = lk["gen"] < lk["max_gen"] or lk["width"] < lk["max_width"]
+            link = pcie_link(col.nv.link(r.index))
+            down = link.downtrained
             rows.append(
                 Row(
                     f"{g} PCIe link",
                     not down,
-                    f"Gen{lk['gen']} x{lk['width']} (max Gen{lk['max_gen']} x{lk['max_width']}), "
-                    f"{cap:.1f} GB/s per direction" + (" — DOWN-TRAINED" if down else ""),
+                    f"{link.text} (max {link.max_text}), {link.bytes_per_s / 1e9:.1f} GB/s per direction"
+                    + (" — DOWN-TRAINED" if down else ""),
                     "reseat the card or check the slot/riser; idle GPUs may drop the link gen to save power"
                     if down
                     else "",
