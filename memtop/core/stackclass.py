@@ -155,11 +155,6 @@ def classify(frames: Sequence[StackFrame], active: bool, gil: bool | None = None
     return "other" if active else "idle"
 
 
-def where(frames: Sequence[StackFrame]) -> str:
-    """file:line of the frame a user would edit (first outside libraries), else the leaf."""
-    return site(frames)[0]
-
-
 def site(frames: Sequence[StackFrame]) -> tuple[str, str]:
     """(file:line, source text) of the frame a user would edit, else of the leaf."""
     f = user_frame(frames) or (frames[0] if frames else None)
