@@ -83,11 +83,9 @@ class Agent:
         threading.Thread(target=self._serve, name="memtop-agent", daemon=True).start()
 
     def _remove(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             if os.getpid() == self.pid:
                 os.unlink(self.path)
-        except OSError:
-            pass
 
     def _forget(self) -> None:
         """A forked child (a DataLoader worker) has no agent thread: close its copy of the socket."""

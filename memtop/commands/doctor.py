@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from memtop import __version__
-from memtop.collectors import numa, perf, stacks
+from memtop.collectors import numa, perf, procfs, stacks
 from memtop.collectors.nvml import NvmlCollector, pcie_link
 from memtop.collectors.nvml_calls import NvmlCallError
 from memtop.collectors.pidns import INIT_PID_NS, PidMap
@@ -163,22 +163,14 @@ def host_rows(root: Path = Path("/")) -> list[Row]:
         )
     ]
     container = any(Path(p).exists() for p in ("/.dockerenv", "/run/.containerenv"))
-    try:
+    with contextlib.suppress(OSError):
         cg = Path("/proc/1/cgroup").read_text()
         container = container or any(k in cg for k in ("docker", "kubepods", "containerd", "libpod"))
-    except OSError:
-        pass
-    nspid: list[str] = []
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                nspid = line.split(":", 1)[1].split()
-    except OSError:
-        pass
+    levels = len(procfs.nspid("/proc", "self"))  # the PID namespaces this process is in
     # a container's own procfs shows one NSpid entry: the namespace's inode tells (the host's is fixed)
     with contextlib.suppress(OSError):
-        nspid += ["?"] * (os.stat("/proc/self/ns/pid").st_ino != INIT_PID_NS)
-    nested = len(nspid) > 1
+        levels += os.stat("/proc/self/ns/pid").st_ino != INIT_PID_NS
+    nested = levels > 1
     mapped = PidMap().host_proc
     rows.append(
         Row(
