@@ -28,11 +28,10 @@ def wanted(stream=None) -> bool:
 class Progress:
     """``with Progress("exporting", total) as p: p.update(done)``; a no-op when not ``wanted()``."""
 
-    def __init__(self, what: str, total: float, enabled: bool | None = None, unit: str = "s") -> None:
+    def __init__(self, what: str, total: float, enabled: bool | None = None) -> None:
         self.what = what
         self.total = max(float(total), 1e-9)
         self.enabled = wanted() if enabled is None else enabled
-        self.unit = unit
         self._t0 = time.monotonic()
         self._bar: tuple[Bar, TaskID] | None = None  # the bar and its one task, once drawn
 
