@@ -420,7 +420,7 @@ def _hardware(pipeline: CountingPipeline, view: View, g) -> dict:
         ago = view.frame.t if view.frame is not None else 0.0
         out["health"] = {
             "counters": health.summary(g.health),
-            "events": [{**e.as_dict(ago), "at_s": round(e.t - ago, 1)} for e in events[-10:]],
+            "events": [e.as_dict(ago) for e in events[-10:]],
         }
     if g.mig_instances:
         out["mig"] = [asdict(m) for m in g.mig_instances]  # (its fields are the schema's, in order)
