@@ -365,10 +365,7 @@ class Http:
 
         head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_S)
         line, *rest = head[:-4].split(b"\r\n")
-        headers = {}
-        for h in rest:
-            k, _, v = h.partition(b":")
-            headers[k.strip().lower()] = v.strip()
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(b":") for h in rest)}
         parts = line.split(b" ")
         if (
             len(parts) != 3
