@@ -102,7 +102,9 @@ _steps.__name__ = "integer"
 STEPS = _steps
 
 
-def _add_sampling(p: argparse.ArgumentParser) -> None:
+def _add_sampling(p: argparse.ArgumentParser, intervals: bool = True) -> None:
+    """The sampler's options; ``intervals`` False: its intervals stay the defaults (`snapshot`, whose
+    --interval is its own)."""
     p.add_argument(
         "--pid",
         type=_index,
@@ -111,20 +113,20 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
         metavar="PID",
         help="watch these processes (default: the Python processes using a GPU)",
     )
-    p.add_argument(
-        "--interval",
-        type=INTERVAL,
-        default=0.1,
-        metavar="S",
-        help="GPU sampling interval in seconds, 0.01-60 (default 0.1: GPM at 10 Hz)",
-    )
-    p.add_argument(
-        "--stack-interval",
-        type=STACK_INTERVAL,
-        default=0.5,
-        metavar="S",
-        help="seconds between py-spy dumps of each training process, 0.05-60 (default 0.5)",
-    )
+    p.set_defaults(interval=0.1, stack_interval=0.5)
+    if intervals:
+        p.add_argument(
+            "--interval",
+            type=INTERVAL,
+            metavar="S",
+            help="GPU sampling interval in seconds, 0.01-60 (default 0.1: GPM at 10 Hz)",
+        )
+        p.add_argument(
+            "--stack-interval",
+            type=STACK_INTERVAL,
+            metavar="S",
+            help="seconds between py-spy dumps of each training process, 0.05-60 (default 0.5)",
+        )
     p.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
     p.add_argument(
         "--native",
@@ -154,74 +156,71 @@ _labels.__name__ = "labels"
 TRACE_EVERY = _ranged(30, 366 * 86400, " s", "30 s and a year")
 
 
-def _add_tracing(p: argparse.ArgumentParser, default: object = None) -> None:
+def _add_tracing(p: argparse.ArgumentParser, suppress: bool = False) -> None:
     """The live view's captures (the `x` key, --trace-on) of jobs started with `memtop run`."""
-
-    def d(value: object) -> object:
-        return value if default is None else default
-
-    p.add_argument(
-        "--trace-on",
-        type=_labels,
-        default=d(None),
-        metavar="LABEL[,...]",
-        help="capture a trace when a GPU's verdict turns to one of these labels (sync, input, cpu, comm,"
-        " memory, transfer, idle, compute, other, straggler): its processes and their job's ranks, if"
-        " started with `memtop run`",
-    )
-    p.add_argument(
-        "--trace-every",
-        type=TRACE_EVERY,
-        default=d(None),
-        metavar="S",
-        help="--trace-on captures a process at most once per S seconds, 30 s to a year (default 300)",
-    )
-    p.add_argument(
-        "--trace-seconds",
-        type=SECONDS,
-        default=d(None),
-        metavar="N",
-        help="window of a capture from the live view (`x`, --trace-on), 0.1-120 s (default 3)",
-    )
-    p.add_argument(
-        "--trace-dir",
-        default=d(None),
-        metavar="DIR",
-        help="where the live view's captures are written (default: the current directory)",
-    )
+    added = [
+        p.add_argument(
+            "--trace-on",
+            type=_labels,
+            metavar="LABEL[,...]",
+            help="capture a trace when a GPU's verdict turns to one of these labels (sync, input, cpu, comm,"
+            " memory, transfer, idle, compute, other, straggler): its processes and their job's ranks, if"
+            " started with `memtop run`",
+        ),
+        p.add_argument(
+            "--trace-every",
+            type=TRACE_EVERY,
+            metavar="S",
+            help="--trace-on captures a process at most once per S seconds, 30 s to a year (default 300)",
+        ),
+        p.add_argument(
+            "--trace-seconds",
+            type=SECONDS,
+            metavar="N",
+            help="window of a capture from the live view (`x`, --trace-on), 0.1-120 s (default 3)",
+        ),
+        p.add_argument(
+            "--trace-dir",
+            metavar="DIR",
+            help="where the live view's captures are written (default: the current directory)",
+        ),
+    ]
+    _keep_top_level(added, suppress)
 
 
-def _add_display(p: argparse.ArgumentParser, default: object = None) -> None:
-    """TUI options; on `replay` they may also follow the subcommand (SUPPRESS keeps the top-level value)."""
+def _add_display(p: argparse.ArgumentParser, suppress: bool = False) -> None:
+    """TUI options; on `replay` they may also follow the subcommand (``suppress``: _keep_top_level)."""
+    added = [
+        p.add_argument(
+            "--paint-rate",
+            type=PAINT_RATE,
+            metavar="HZ",
+            help="UI repaints per second, 0.1-30 (default 1, or paint_rate in the config file)",
+        ),
+        p.add_argument(
+            "--no-mouse",
+            action="store_true",
+            help="no mouse tracking (kinder over SSH; config: mouse = false)",
+        ),
+        p.add_argument(
+            "--ascii",
+            action="store_true",
+            help="ASCII only: no Unicode block characters (config: ascii = true)",
+        ),
+        p.add_argument(
+            "--theme", help="Textual theme (default: the terminal's own palette, or the one last chosen)"
+        ),
+        p.add_argument("--no-color", action="store_true", help="no colour (as NO_COLOR=1)"),
+    ]
+    _keep_top_level(added, suppress)
 
-    def d(value: object) -> object:
-        return value if default is None else default
 
-    p.add_argument(
-        "--paint-rate",
-        type=PAINT_RATE,
-        default=d(None),
-        metavar="HZ",
-        help="UI repaints per second, 0.1-30 (default 1, or paint_rate in the config file)",
-    )
-    p.add_argument(
-        "--no-mouse",
-        action="store_true",
-        default=d(False),
-        help="no mouse tracking (kinder over SSH; config: mouse = false)",
-    )
-    p.add_argument(
-        "--ascii",
-        action="store_true",
-        default=d(False),
-        help="ASCII only: no Unicode block characters (config: ascii = true)",
-    )
-    p.add_argument(
-        "--theme",
-        default=d(None),
-        help="Textual theme (default: the terminal's own palette, or the one last chosen)",
-    )
-    p.add_argument("--no-color", action="store_true", default=d(False), help="no colour (as NO_COLOR=1)")
+def _keep_top_level(actions: list[argparse.Action], suppress: bool) -> None:
+    """A subcommand's copy of a top-level option defaults to SUPPRESS there (``suppress``): given before
+    the subcommand, the option keeps that value."""
+    if suppress:
+        for a in actions:
+            a.default = argparse.SUPPRESS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--summary", action="store_true", help="print what the file holds instead")
     rp.add_argument("--speed", type=SPEED, default=1.0, help="replay speed, 1/64-64 (default 1)")
     rp.add_argument("--at", type=OFFSET, default=0.0, metavar="T", help=f"start there ({_AT})")
-    _add_display(rp, default=argparse.SUPPRESS)
+    _add_display(rp, suppress=True)
 
     rep = sub.add_parser("report", help="triage report of a recording")
     rep.add_argument("file", metavar="RUN.memtop")
@@ -305,8 +304,8 @@ def _add_trace_commands(sub) -> None:
         help="with the TUI: the job's stdout and stderr are appended here (default memtop-run.log)",
     )
     _add_sampling(ru)
-    _add_display(ru, default=argparse.SUPPRESS)
-    _add_tracing(ru, default=argparse.SUPPRESS)
+    _add_display(ru, suppress=True)
+    _add_tracing(ru, suppress=True)
     ru.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the job")
 
     tr = sub.add_parser("trace", help="the framework's trace of a `memtop run` job, with memtop's tracks")
@@ -355,14 +354,7 @@ def _add_cluster_commands(sub) -> None:
     sn.add_argument(
         "--fail-on", metavar="PHASE:SHARE", help="exit 3 when a GPU's share of PHASE exceeds SHARE (sync:0.2)"
     )
-    sn.add_argument("--pid", type=_index, nargs="+", default=[], metavar="PID", help="watch these processes")
-    sn.add_argument("--no-stacks", action="store_true", help="do not sample Python stacks with py-spy")
-    sn.add_argument(
-        "--native", action="store_true", help="also take sparse automatic `py-spy --native` dumps"
-    )
-    sn.add_argument("--no-gpm", action="store_true", help="NVML-only mode even where GPM is supported")
-    sn.add_argument("--no-perf", action="store_true", help="do not open perf counters")
-    sn.set_defaults(interval=0.1, stack_interval=0.5)
+    _add_sampling(sn, intervals=False)
     _add_source(sn)
 
     sv = sub.add_parser("serve", help="Prometheus exporter and /snapshot.json for this node")
@@ -411,7 +403,7 @@ def _add_cluster_commands(sub) -> None:
     cl.add_argument("--tls", action="store_true", help="poll https:// (system CA store)")
     cl.add_argument("--once", action="store_true", help="poll once and print, no TUI")
     cl.add_argument("--json", action="store_true", help="with --once: one merged snapshot as JSON")
-    _add_display(cl, default=argparse.SUPPRESS)
+    _add_display(cl, suppress=True)
 
 
 def main(argv: list[str] | None = None) -> int:

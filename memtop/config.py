@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from memtop.core.sanitize import clean
+
 
 @dataclass(frozen=True)
 class Config:
@@ -35,6 +37,7 @@ class Config:
 
 # the timeline's span: Timeline.zoom keeps it inside these
 TIMELINE_S = (15.0, 600.0)
+_RANGES = {"paint_rate": (0.1, 30.0), "timeline_s": TIMELINE_S}  # the numbers' valid ranges
 
 
 def path() -> Path:
@@ -61,8 +64,6 @@ def _read() -> dict:
 
 
 def _ignore(e: Exception) -> dict:
-    from memtop.core.sanitize import clean
-
     print(f"memtop: ignoring {path()}: {clean(e, 200)}", file=sys.stderr)
     return {}
 
@@ -79,13 +80,9 @@ def load() -> Config:
             v = math.nan  # TOML integers are unbounded: 1e400 as an int overflows isfinite()
         if f.name == "theme" and isinstance(v, str) and v:
             kw[f.name] = v
-        elif f.name == "paint_rate" and isinstance(v, (int, float)) and not isinstance(v, bool):
-            if math.isfinite(v) and 0.1 <= v <= 30:
-                kw[f.name] = float(v)
-            else:
-                bad.append(f.name)
-        elif f.name == "timeline_s" and isinstance(v, (int, float)) and not isinstance(v, bool):
-            if math.isfinite(v) and TIMELINE_S[0] <= v <= TIMELINE_S[1]:
+        elif f.name in _RANGES and isinstance(v, (int, float)) and not isinstance(v, bool):
+            lo, hi = _RANGES[f.name]
+            if math.isfinite(v) and lo <= v <= hi:
                 kw[f.name] = float(v)
             else:
                 bad.append(f.name)
@@ -98,8 +95,6 @@ def load() -> Config:
     known = [f.name for f in fields(Config)]
     unknown = [k for k in raw if k not in known]
     if unknown:  # a misspelt key did nothing, silently ("paint-rate", "theme " in a table)
-        from memtop.core.sanitize import clean
-
         print(
             f"memtop: ignoring unknown key(s) in {path()}: {clean(', '.join(unknown), 200)} "
             f"(known: {', '.join(known)})",

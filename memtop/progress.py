@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import time
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # rich loads only when a bar is drawn
@@ -29,20 +28,17 @@ def wanted(stream=None) -> bool:
 class Progress:
     """``with Progress("exporting", total) as p: p.update(done)``; a no-op when not ``wanted()``."""
 
-    def __init__(self, what: str, total: float, enabled: bool | None = None, unit: str = "s") -> None:
+    def __init__(self, what: str, total: float, enabled: bool | None = None) -> None:
         self.what = what
         self.total = max(float(total), 1e-9)
         self.enabled = wanted() if enabled is None else enabled
-        self.unit = unit
         self._t0 = time.monotonic()
         self._bar: tuple[Bar, TaskID] | None = None  # the bar and its one task, once drawn
 
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.close()
 
     def update(self, done: float) -> None:

@@ -201,9 +201,25 @@ def test_pipe_activities_are_asked_for_stored_and_read_back(tmp_path):
     assert old.sm is not None and (old.fp64, old.fp32, old.fp16) == (None, None, None)
 
 
-def test_architecture_doc_shows_the_current_table():
-    from memtop.core.metrics import markdown
+def markdown() -> str:
+    """The table as docs/ARCHITECTURE.md shows it (the test below keeps the two the same; to regenerate it:
+    cd tests && python -c "from test_metrics import markdown; print(markdown())")."""
+    rows = [
+        "| field | title | unit | source | stored as | valid | Prometheus | dcgm-exporter |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in METRICS:
+        src = f"GPM {m.gpm_id}" + (" (MiB/s)" if m.gpm_mib else "") if m.gpm_id is not None else "NVML"
+        stored = f"× {m.scale:g}" if m.scale >= 1 else f"÷ {round(1 / m.scale)}"
+        prom = f"`memtop_{m.prom}`" if m.prom else "—"
+        rows.append(
+            f"| `{m.name}` | {m.title} | {m.kind} | {src} | {stored} | {m.lo:.4g} to {m.hi:.4g} | {prom} "
+            f"| {m.dcgm or '—'} |"
+        )
+    return "\n".join(rows)
 
+
+def test_architecture_doc_shows_the_current_table():
     doc = (Path(__file__).parent.parent / "docs" / "ARCHITECTURE.md").read_text()
     shown = (
         doc.split("<!-- metrics table:", 1)[1].split("-->", 1)[1].split("<!-- end of metrics table -->")[0]

@@ -207,14 +207,7 @@ def capture_trace(
             # imports to settle, which takes as long), so waiting for the recorder first only
             # added its start to every capture
             at = time.monotonic() + LEAD_S
-            request = {
-                "op": "trace",
-                "seconds": seconds,
-                "steps": steps,
-                "at": at,
-                "python": python,
-                "cpu_ops": cpu_ops,
-            }
+            request = dict(op="trace", seconds=seconds, steps=steps, at=at, python=python, cpu_ops=cpu_ops)
             say(f"capturing {seconds:g} s of {', '.join(f'pid {r.pid}' for r in refs)}")
             # the recorder stops once the window is over, while the agents stop their profilers and
             # export (seconds for a large trace): its close is then off the way to the file

@@ -140,7 +140,7 @@ def hello(pid: int) -> AgentRef:
     return AgentRef(pid, path, names)
 
 
-def children(pid: int) -> dict[int, list[int]]:
+def children() -> dict[int, list[int]]:
     """ppid -> pids, from /proc (processes that vanish meanwhile are skipped)."""
     tree: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -160,7 +160,7 @@ def job_agents(run_pid: int) -> list[AgentRef]:
     ancestor of the ranks) that has one and has imported a framework, oldest pid first."""
     if not Path(f"/proc/{run_pid}").exists():
         raise UserError(f"no process with PID {run_pid}")
-    tree, todo, found = children(run_pid), [run_pid], []
+    tree, todo, found = children(), [run_pid], []
     while todo:
         for kid in tree.get(todo.pop(), []):
             todo.append(kid)

@@ -83,11 +83,9 @@ class Agent:
         threading.Thread(target=self._serve, name="memtop-agent", daemon=True).start()
 
     def _remove(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             if os.getpid() == self.pid:
                 os.unlink(self.path)
-        except OSError:
-            pass
 
     def _forget(self) -> None:
         """A forked child (a DataLoader worker) has no agent thread: close its copy of the socket."""
@@ -155,11 +153,8 @@ class Agent:
             os.unlink(path)
 
     def _trace(self, req: dict, conn: socket.socket) -> tuple[dict, str]:
-        seconds, steps, at = (
-            _number(req.get("seconds"), 0.1, MAX_SECONDS, "seconds"),
-            req.get("steps"),
-            req.get("at"),
-        )
+        seconds = _number(req.get("seconds"), 0.1, MAX_SECONDS, "seconds")
+        steps, at = req.get("steps"), req.get("at")
         if steps is not None:
             steps = int(_number(steps, 1, MAX_STEPS, "steps"))
         if not self._busy.acquire(blocking=False):

@@ -172,7 +172,7 @@ class Tracer:
 
 
 def _gpu_pids(gpu: int, frame: Frame | None) -> list[int]:
-    g = next((g for g in frame.gpus if g.index == gpu), None) if frame is not None else None
+    g = frame.gpu(gpu) if frame is not None else None
     return sorted(p.pid for p in g.processes) if g is not None else []
 
 

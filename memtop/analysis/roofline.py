@@ -58,10 +58,6 @@ class Point:
         )
 
 
-def peak_of(name: str) -> Peak | None:
-    return PEAKS.get(name)
-
-
 def point(g: GpuSample) -> Point | None:
     """The GPU's roofline point now, or None: no GPM, or a GPU whose peaks memtop does not know."""
     peak = PEAKS.get(g.name)

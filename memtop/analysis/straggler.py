@@ -59,12 +59,9 @@ class Straggler:
 
 
 def _shares(labels: Sequence[Label], since: float) -> dict[str, float]:
-    return _fractions(Counter(lab.label for lab in labels if lab.t > since))
-
-
-def _fractions(c: Counter[str]) -> dict[str, float]:
-    n = sum(v for k, v in c.items() if k != "warmup")
-    return {k: v / n for k, v in c.items() if k != "warmup" and v} if n else {}
+    c = Counter(lab.label for lab in labels if lab.t > since and lab.label != "warmup")
+    n = c.total()
+    return {k: v / n for k, v in c.items()} if n else {}
 
 
 def stragglers(

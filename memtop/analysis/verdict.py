@@ -55,26 +55,15 @@ class Verdict:
 # freeze (issue #35: a pageable copy told without stacks) heldout8's NVML-only, no-stacks figure is 0.974
 # (0.878 when scored); the ninth round itself scored 1.000 in every mode.
 FULL_F1 = 0.991
-MISSING_COST = {
-    "GPM, no stacks": (
-        "stacks",
-        0.983,
-        "no Python line behind a label to fix; input and sync stalls told from the GPU and the job's "
-        "processes (their CPU, the main thread's wait) alone",
-    ),
-    "NVML-only + stacks": (
-        "GPM",
-        0.986,
-        "no SM, tensor or DRAM activity: a sync stall whose kernels barely touch memory reads as "
-        "CPU-bound, memory-bound needs NVML memory util >= 85 %",
-    ),
-    "NVML-only, no stacks": (
-        "GPM and stacks",
-        0.974,
-        "sync stalls and CPU-bound loops are told from NVML util and process CPU alone, input pipelines "
-        "from the processes' CPU and the main thread's wait, pageable copies from PCIe traffic",
-    ),
-}
+MISSING_COST = {  # the labels' mode: (what is missing, its macro-F1, what the rules cannot tell without it)
+    "GPM, no stacks": ("stacks", 0.983, "no Python line behind a label to fix; input and sync stalls told "
+                       "from the GPU and the job's processes (their CPU, the main thread's wait) alone"),
+    "NVML-only + stacks": ("GPM", 0.986, "no SM, tensor or DRAM activity: a sync stall whose kernels barely "
+                           "touch memory reads as CPU-bound, memory-bound needs NVML memory util >= 85 %"),
+    "NVML-only, no stacks": ("GPM and stacks", 0.974, "sync stalls and CPU-bound loops are told from NVML util "
+                             "and process CPU alone, input pipelines from the processes' CPU and the main "
+                             "thread's wait, pageable copies from PCIe traffic"),
+}  # fmt: skip
 
 
 def missing_evidence(mode: str) -> str:

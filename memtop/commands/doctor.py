@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from memtop import __version__
-from memtop.collectors import numa, perf, stacks
-from memtop.collectors.nvml import NvmlCollector, link_bytes_per_s
+from memtop.collectors import numa, perf, procfs, stacks
+from memtop.collectors.nvml import NvmlCollector, pcie_link
 from memtop.collectors.nvml_calls import NvmlCallError
 from memtop.collectors.pidns import INIT_PID_NS, PidMap
 
@@ -37,20 +37,16 @@ class Row:
         return {**asdict(self), "required": self.required}
 
 
-def _row(check: str, ok: bool | None, detail: str, fix: str = "") -> Row:
-    return Row(check, ok, detail, fix)
-
-
 def gpu_rows(nv=None) -> list[Row]:
     col = NvmlCollector(nv)
     col.start()
     rows = []
     drv = col.caps[0] if col.caps else None
     if drv is None or not drv.ok:
-        return [_row("NVIDIA driver", False, drv.detail if drv else "unknown", drv.fix if drv else "")]
-    rows.append(_row("NVIDIA driver", True, drv.detail))
+        return [Row("NVIDIA driver", False, drv.detail if drv else "unknown", drv.fix if drv else "")]
+    rows.append(Row("NVIDIA driver", True, drv.detail))
     rows.append(
-        _row(
+        Row(
             "GPUs",
             bool(col.readers),
             f"{len(col.readers)}: " + ", ".join(sorted({r.info["name"] for r in col.readers}))
@@ -61,7 +57,7 @@ def gpu_rows(nv=None) -> list[Row]:
     for r in col.readers:
         g = f"GPU {r.index}"
         rows.append(
-            _row(
+            Row(
                 f"{g} GPM",
                 r.gpm,
                 "supported (10 Hz SM/tensor/DRAM/PCIe)" if r.gpm else r.gpm_reason,
@@ -70,28 +66,27 @@ def gpu_rows(nv=None) -> list[Row]:
         )
         try:
             n = len(col.nv.samples(r.index, "power_w", 0))
-            rows.append(_row(f"{g} sample buffers", n > 0, f"{n} power samples buffered by the driver"))
+            rows.append(Row(f"{g} sample buffers", n > 0, f"{n} power samples buffered by the driver"))
         except NvmlCallError as e:
             rows.append(
-                _row(f"{g} sample buffers", False, e.message, "util/power history falls back to polling")
+                Row(f"{g} sample buffers", False, e.message, "util/power history falls back to polling")
             )
         try:
-            lk = col.nv.link(r.index)
-            cap = link_bytes_per_s(lk["gen"], lk["width"], lk.get("speed_mts")) / 1e9
-            down = lk["gen"] < lk["max_gen"] or lk["width"] < lk["max_width"]
+            link = pcie_link(col.nv.link(r.index))
+            down = link.downtrained
             rows.append(
-                _row(
+                Row(
                     f"{g} PCIe link",
                     not down,
-                    f"Gen{lk['gen']} x{lk['width']} (max Gen{lk['max_gen']} x{lk['max_width']}), "
-                    f"{cap:.1f} GB/s per direction" + (" — DOWN-TRAINED" if down else ""),
+                    f"{link.text} (max {link.max_text}), {link.bytes_per_s / 1e9:.1f} GB/s per direction"
+                    + (" — DOWN-TRAINED" if down else ""),
                     "reseat the card or check the slot/riser; idle GPUs may drop the link gen to save power"
                     if down
                     else "",
                 )
             )
         except NvmlCallError as e:
-            rows.append(_row(f"{g} PCIe link", None, e.message))
+            rows.append(Row(f"{g} PCIe link", None, e.message))
     col.stop()
     return rows
 
@@ -99,11 +94,11 @@ def gpu_rows(nv=None) -> list[Row]:
 def pyspy_rows() -> list[Row]:
     exe = stacks.find_pyspy()
     if exe is None:
-        return [_row("py-spy", False, "not found", "pip install py-spy")]
-    rows = [_row("py-spy", True, exe)]
+        return [Row("py-spy", False, "not found", "pip install py-spy")]
+    rows = [Row("py-spy", True, exe)]
     scope = stacks.ptrace_scope()
     rows.append(
-        _row(
+        Row(
             "ptrace scope",
             scope in (None, 0, 1),
             "no Yama LSM" if scope is None else f"kernel.yama.ptrace_scope={scope}",
@@ -121,12 +116,12 @@ def pyspy_rows() -> list[Row]:
             env={"RUST_BACKTRACE": "0", "PATH": os.environ.get("PATH", "")},
         )
         if p.returncode == 0:
-            rows.append(_row("py-spy attach", True, "can read a same-user Python process"))
+            rows.append(Row("py-spy attach", True, "can read a same-user Python process"))
         else:
             _, reason, fix = stacks.explain_error(p.stderr, child.pid)
-            rows.append(_row("py-spy attach", False, reason, fix))
+            rows.append(Row("py-spy attach", False, reason, fix))
     except subprocess.TimeoutExpired:
-        rows.append(_row("py-spy attach", False, "py-spy hung"))
+        rows.append(Row("py-spy attach", False, "py-spy hung"))
     finally:
         child.kill()
         child.wait()
@@ -136,7 +131,7 @@ def pyspy_rows() -> list[Row]:
 def perf_rows() -> list[Row]:
     level = perf.paranoid()
     rows = [
-        _row(
+        Row(
             "perf_event_paranoid",
             level is not None and level <= 2,
             str(level),
@@ -146,47 +141,39 @@ def perf_rows() -> list[Row]:
     try:
         libc = perf.Libc()
     except OSError as e:
-        return rows + [_row("perf_event_open", False, str(e))]
+        return rows + [Row("perf_event_open", False, str(e))]
     for label, events in (("software counters", perf.SOFTWARE), ("hardware counters (PMU)", perf.HARDWARE)):
         try:  # the whole group the live view opens: one event can open where the group cannot
             g = perf.EventGroup(libc, 0, events)
             g.close()
-            rows.append(_row(label, True, "readable for own processes"))
+            rows.append(Row(label, True, "readable for own processes"))
         except OSError as e:
             _, reason, fix = perf.explain(e, events is perf.HARDWARE)
-            rows.append(_row(label, False, reason, fix))
+            rows.append(Row(label, False, reason, fix))
     return rows
 
 
 def host_rows(root: Path = Path("/")) -> list[Row]:
     ids = numa.node_ids(root)
     rows = [
-        _row(
+        Row(
             "NUMA layout",
             None,
             f"{len(ids)} node(s)" + (": placement checks do not apply" if len(ids) < 2 else ""),
         )
     ]
     container = any(Path(p).exists() for p in ("/.dockerenv", "/run/.containerenv"))
-    try:
+    with contextlib.suppress(OSError):
         cg = Path("/proc/1/cgroup").read_text()
         container = container or any(k in cg for k in ("docker", "kubepods", "containerd", "libpod"))
-    except OSError:
-        pass
-    nspid: list[str] = []
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                nspid = line.split(":", 1)[1].split()
-    except OSError:
-        pass
+    levels = len(procfs.nspid("/proc", "self"))  # the PID namespaces this process is in
     # a container's own procfs shows one NSpid entry: the namespace's inode tells (the host's is fixed)
     with contextlib.suppress(OSError):
-        nspid += ["?"] * (os.stat("/proc/self/ns/pid").st_ino != INIT_PID_NS)
-    nested = len(nspid) > 1
+        levels += os.stat("/proc/self/ns/pid").st_ino != INIT_PID_NS
+    nested = levels > 1
     mapped = PidMap().host_proc
     rows.append(
-        _row(
+        Row(
             "container / PID namespace",
             not nested or mapped is not None,
             ("in a container; " if container else "not in a container; ")
@@ -208,7 +195,7 @@ def host_rows(root: Path = Path("/")) -> list[Row]:
 
 def collect(nv=None) -> list[Row]:
     return [
-        _row("memtop", True, f"{__version__} on Python {sys.version.split()[0]}"),
+        Row("memtop", True, f"{__version__} on Python {sys.version.split()[0]}"),
         *gpu_rows(nv),
         *pyspy_rows(),
         *perf_rows(),

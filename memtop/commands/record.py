@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
+from memtop.commands.serve import stop_on_signals
 from memtop.core.errors import UserError
 from memtop.core.sanitize import clean
 from memtop.core.wording import counted
@@ -31,13 +30,7 @@ def record(args: argparse.Namespace) -> int:
     from memtop.live.sampler import Sampler, SamplerConfig
 
     sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)
-    done = threading.Event()
-
-    def _stop(*_: object) -> None:
-        done.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stop)
+    done = stop_on_signals()
     sampler.nvml.start()  # before meta: it names the GPUs
     from memtop.commands.snapshot import no_gpu_reason
 

@@ -365,10 +365,7 @@ class Http:
 
         head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_S)
         line, *rest = head[:-4].split(b"\r\n")
-        headers = {}
-        for h in rest:
-            k, _, v = h.partition(b":")
-            headers[k.strip().lower()] = v.strip()
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(b":") for h in rest)}
         parts = line.split(b" ")
         if (
             len(parts) != 3
@@ -417,9 +414,9 @@ def _exposes(bind: str) -> bool:
         return bind not in ("localhost",)
 
 
-def _stop_on_signals() -> threading.Event:
-    """SIGINT, SIGTERM and SIGHUP end serve cleanly (exit 0) from here on: a service manager that
-    stops it during start-up (loading a recording, starting NVML) must not see 143."""
+def stop_on_signals() -> threading.Event:
+    """SIGINT, SIGTERM and SIGHUP end serve (or record) cleanly (exit 0) from here on: a service manager
+    that stops it during start-up (loading a recording, starting NVML) must not see 143."""
     import signal
 
     done = threading.Event()
@@ -520,7 +517,7 @@ def _run_http(http: Http, sock: socket.socket, ctx, stats: ServeStats, done: thr
 
 
 def serve(args: argparse.Namespace) -> int:
-    done = _stop_on_signals()
+    done = stop_on_signals()
     import platform
 
     from memtop.commands.snapshot import Node

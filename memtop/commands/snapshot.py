@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 from memtop import __version__
@@ -46,9 +47,8 @@ class CountingPipeline(Pipeline):
             # seconds are floats, which typeshed's Counter does not admit
             self.clock_seconds: dict[int, defaultdict[str, float]] = {}
             self.phase_seconds: dict[int, defaultdict[str, float]] = {}
-            self.phase_energy: dict[
-                int, defaultdict[str, float]
-            ] = {}  # joules (memtop.analysis.energy.split)
+            # joules (memtop.analysis.energy.split)
+            self.phase_energy: dict[int, defaultdict[str, float]] = {}
             self.health_counts: Counter[tuple[int, str, str]] = Counter()  # (gpu, kind, Xid or "")
             # for energy per job: each process's SM %-seconds per GPU and the processes seen on GPUs
             self.sm_seconds: dict[int, defaultdict[int, float]] = {}
@@ -377,9 +377,8 @@ def snapshot(node: Node) -> dict:
         "no_gpu": node.no_gpu(),
     }
     per_gpu = {g["index"]: g["energy"] for g in gpus if "energy" in g}
-    if (
-        per_gpu
-    ):  # energy since memtop started, per job: the report's split (memtop.analysis.energy.job_sections)
+    # energy since memtop started, per job: the report's split (memtop.analysis.energy.job_sections)
+    if per_gpu:
         by_job, unattributed = node.pipeline.job_energy(per_gpu)
         out["energy_jobs"] = by_job
         if unattributed:
@@ -421,21 +420,10 @@ def _hardware(pipeline: CountingPipeline, view: View, g) -> dict:
         ago = view.frame.t if view.frame is not None else 0.0
         out["health"] = {
             "counters": health.summary(g.health),
-            "events": [{**e.as_dict(ago), "at_s": round(e.t - ago, 1)} for e in events[-10:]],
+            "events": [e.as_dict(ago) for e in events[-10:]],
         }
     if g.mig_instances:
-        out["mig"] = [
-            {
-                "index": m.index,
-                "gi": m.gi,
-                "ci": m.ci,
-                "name": m.name,
-                "uuid": m.uuid,
-                "mem_used": m.mem_used,
-                "mem_total": m.mem_total,
-            }
-            for m in g.mig_instances
-        ]
+        out["mig"] = [asdict(m) for m in g.mig_instances]  # (its fields are the schema's, in order)
     joules = pipeline.phase_energy.get(g.index)
     if joules:
         out["energy"] = {"source": energy.SOURCE, "by_phase": energy.shares(joules)}

@@ -226,10 +226,7 @@ class GpuSample:
     proc_util: tuple[ProcUtil, ...] = ()  # per-process utilisation (stored in its own table)
 
     def util_of(self, pid: int) -> ProcUtil | None:
-        for u in self.proc_util:
-            if u.pid == pid:
-                return u
-        return None
+        return next((u for u in self.proc_util if u.pid == pid), None)
 
     def with_values(self, values: Mapping[str, float | int | None]) -> GpuSample:
         """This sample with metric fields set by name (the names of memtop.core.metrics.METRICS)."""
@@ -380,10 +377,9 @@ class StackSample:
 
     @property
     def main(self) -> ThreadStack | None:
-        for th in self.threads:
-            if th.tid == self.pid:
-                return th
-        return self.threads[0] if self.threads else None
+        """The thread whose id is the process's, else the first one."""
+        first = self.threads[0] if self.threads else None
+        return next((th for th in self.threads if th.tid == self.pid), first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,16 +427,10 @@ class Frame:
     jobs: tuple[ProcJob, ...] = ()  # the watched processes' identity from their cgroups, by pid
 
     def job_of(self, pid: int) -> dict[str, str]:
-        for j in self.jobs:
-            if j.pid == pid:
-                return dict(j.job)
-        return {}
+        return next((dict(j.job) for j in self.jobs if j.pid == pid), {})
 
     def gpu(self, index: int) -> GpuSample | None:
-        for g in self.gpus:
-            if g.index == index:
-                return g
-        return None
+        return next((g for g in self.gpus if g.index == index), None)
 
 
 # The job-identity keys a snapshot or metric may carry (collectors/jobid.py reads them from the training

@@ -36,17 +36,16 @@ def _escape(m: re.Match[str]) -> str:
 def clean(value: object, limit: int | None = None) -> str:
     """One line of untrusted text, safe to print: controls (newlines included) made visible, cut to
     `limit` characters with an ellipsis."""
-    s = value if isinstance(value, str) else str(value)
-    s = _UNSAFE.sub(_escape, s)
-    if limit is not None and len(s) > limit:
-        s = s[: max(limit - 1, 0)] + ELLIPSIS
-    return s
+    return _cleaned(_UNSAFE, value, limit)
 
 
 def clean_multiline(value: object, limit: int | None = None) -> str:
     """Like `clean`, but newlines stay newlines (report bodies, help text built from data)."""
-    s = value if isinstance(value, str) else str(value)
-    s = _UNSAFE_MULTILINE.sub(_escape, s)
+    return _cleaned(_UNSAFE_MULTILINE, value, limit)
+
+
+def _cleaned(unsafe: re.Pattern[str], value: object, limit: int | None) -> str:
+    s = unsafe.sub(_escape, value if isinstance(value, str) else str(value))
     if limit is not None and len(s) > limit:
         s = s[: max(limit - 1, 0)] + ELLIPSIS
     return s

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 
 from memtop.core.model import StackFrame
 
-CLASSES = ("sync", "copy", "data", "comm", "other", "idle")
-
 # waiting on the input pipeline wins: the user line above it may well hold a .to(
 _DATA_FILE = re.compile(r"torch/utils/data/(dataloader|_utils/(fetch|collate|worker|pin_memory))\.py$")
 
@@ -155,11 +153,6 @@ def classify(frames: Sequence[StackFrame], active: bool, gil: bool | None = None
                     return klass
         break
     return "other" if active else "idle"
-
-
-def where(frames: Sequence[StackFrame]) -> str:
-    """file:line of the frame a user would edit (first outside libraries), else the leaf."""
-    return site(frames)[0]
 
 
 def site(frames: Sequence[StackFrame]) -> tuple[str, str]:
