@@ -25,7 +25,9 @@ import socket
 import ssl
 import time
 import urllib.parse
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from memtop.fleet.wire import Refused
 
@@ -48,6 +50,10 @@ _CHUNK = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\x00-\x08\x0a-\x1f\x7f]*)?
 
 class DeadlineExceeded(TimeoutError):
     pass
+
+
+T = TypeVar("T")
+Steps = Generator[None, bool, T]  # a reader: yields for more bytes, is sent whether more came
 
 
 def _early_close(what: str) -> ConnectionResetError:
@@ -87,15 +93,18 @@ class Answer:
 
 
 class _Conn:
-    """One connection's socket and the bytes read from it but not yet used. Every read is given what
-    is left of the deadline as its timeout."""
+    """One connection's socket and the bytes read from it but not yet used. The readers (until, take,
+    rest) are generators that yield when they need more bytes and are sent whether more came (False
+    at the end of the stream): one parser for a thread that blocks on its socket (_drive) and for
+    the Loop that waits on many."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self.buf = sock, bytearray()
         self.used = False  # an answer was read whole on it: a close before the next is the server's right
 
     def fill(self, deadline: float) -> bool:
-        """More bytes into buf; False at the end of the stream."""
+        """More bytes into buf, blocking for at most what is left of the deadline; False at the
+        end of the stream."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise DeadlineExceeded("deadline")
@@ -107,14 +116,14 @@ class _Conn:
         self.buf += data
         return bool(data)
 
-    def until(self, sep: bytes, limit: int, deadline: float, what: str) -> bytes:
+    def until(self, sep: bytes, limit: int, what: str) -> Steps[bytes]:
         """The bytes before `sep` (at most `limit`), consumed with it."""
         start = 0
         while (at := self.buf.find(sep, start)) < 0:
             if len(self.buf) > limit:
                 raise Refused(f"bad response: {what} over {limit} bytes")
             start = max(0, len(self.buf) - len(sep) + 1)
-            if not self.fill(deadline):
+            if not (yield):
                 raise _early_close(f"inside the {what}")
         if at > limit:
             raise Refused(f"bad response: {what} over {limit} bytes")
@@ -122,11 +131,11 @@ class _Conn:
         del self.buf[: at + len(sep)]
         return out
 
-    def take(self, n: int, deadline: float) -> bytearray:
+    def take(self, n: int) -> Steps[bytearray]:
         """Exactly n bytes (the buffer itself when it holds just these: a body of tens of MB is
         not copied)."""
         while len(self.buf) < n:
-            if not self.fill(deadline):
+            if not (yield):
                 raise _early_close("inside the body")
         if len(self.buf) == n:
             out, self.buf = self.buf, bytearray()
@@ -135,13 +144,23 @@ class _Conn:
         del self.buf[:n]
         return out
 
-    def rest(self, limit: int, deadline: float) -> bytearray:
+    def rest(self, limit: int) -> Steps[bytearray]:
         """Everything up to the end of the stream, or the first `limit` bytes of it (in place)."""
-        while len(self.buf) < limit and self.fill(deadline):
+        while len(self.buf) < limit and (yield):
             pass
         out, self.buf = self.buf, bytearray()
         del out[limit:]
         return out
+
+
+def _drive(steps: Steps[T], conn: _Conn, deadline: float) -> T:
+    """Run a reader to its end on a blocking socket: each want of bytes is one fill."""
+    try:
+        next(steps)
+        while True:
+            steps.send(conn.fill(deadline))
+    except StopIteration as e:
+        return e.value
 
 
 class Fetcher:
@@ -242,22 +261,26 @@ class Fetcher:
             conn.sock.sendall(request)
         except TimeoutError:
             raise DeadlineExceeded("deadline") from None
-        if not conn.buf and not conn.fill(deadline):
+        return _drive(self._answer(conn), conn, deadline)
+
+    def _answer(self, conn: _Conn) -> Steps[Answer]:
+        """Read the answer to the request just sent on `conn`."""
+        if not conn.buf and not (yield):
             raise _early_close("before answering")
         if not conn.buf.startswith(b"HTTP/1."[: len(conn.buf)]):  # said at once, not at the deadline
             raise Refused("bad response: not HTTP/1.x")
-        status, keep, headers = self._head_of(conn, deadline)
+        status, keep, headers = yield from self._head_of(conn)
         length = headers.get(b"content-length")
         chunked = headers.get(b"transfer-encoding")
         if status in _NO_BODY:
             body = bytearray()
         elif chunked is not None:
-            body = self._chunks(conn, deadline)
+            body = yield from self._chunks(conn)
         elif length is not None:
-            body = conn.take(int(length), deadline)
+            body = yield from conn.take(int(length))
         else:  # framed by the close
             keep = False
-            body = conn.rest(self.cap + 1, deadline)
+            body = yield from conn.rest(self.cap + 1)
             if len(body) > self.cap:
                 raise Refused(f"bad response: over {self.cap >> 20} MiB")
         conn.used = True
@@ -266,9 +289,9 @@ class Fetcher:
         loc = headers.get(b"location")
         return Answer(status, None if loc is None else loc.decode("utf-8", "surrogateescape"), body)
 
-    def _head_of(self, conn: _Conn, deadline: float) -> tuple[int, bool, dict[bytes, bytes]]:
+    def _head_of(self, conn: _Conn) -> Steps[tuple[int, bool, dict[bytes, bytes]]]:
         """The status, whether the connection stays open, and the headers that frame the body."""
-        head = conn.until(b"\r\n\r\n", MAX_HEAD, deadline, "status line and headers")
+        head = yield from conn.until(b"\r\n\r\n", MAX_HEAD, "status line and headers")
         status_line, *lines = head.split(b"\r\n")
         m = _STATUS.fullmatch(status_line)
         if m is None:
@@ -300,10 +323,10 @@ class Fetcher:
                 raise Refused(f"bad response: over {self.cap >> 20} MiB")
         return status, keep, framing
 
-    def _chunks(self, conn: _Conn, deadline: float) -> bytearray:
+    def _chunks(self, conn: _Conn) -> Steps[bytearray]:
         body = bytearray()
         while True:
-            m = _CHUNK.fullmatch(conn.until(b"\r\n", MAX_CHUNK_LINE, deadline, "chunk size line"))
+            m = _CHUNK.fullmatch((yield from conn.until(b"\r\n", MAX_CHUNK_LINE, "chunk size line")))
             if m is None:
                 raise Refused("bad response: a malformed chunk size")
             size = int(m.group(1), 16)
@@ -311,11 +334,11 @@ class Fetcher:
                 raise Refused(f"bad response: over {self.cap >> 20} MiB")
             if not size:
                 break
-            body += conn.take(size, deadline)
-            if conn.take(2, deadline) != b"\r\n":
+            body += yield from conn.take(size)
+            if (yield from conn.take(2)) != b"\r\n":
                 raise Refused("bad response: a chunk longer than its size")
         for _ in range(MAX_HEADERS + 1):  # the trailer: header lines up to an empty one, ignored
-            if not conn.until(b"\r\n", MAX_CHUNK_LINE, deadline, "trailer line"):
+            if not (yield from conn.until(b"\r\n", MAX_CHUNK_LINE, "trailer line")):
                 return body
         raise Refused(f"bad response: over {MAX_HEADERS} trailer lines")
 
