@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import queue
 import re
+import selectors
 import socket
 import ssl
 import time
 import urllib.parse
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -187,6 +189,12 @@ class Fetcher:
                 return a.status, a.body
             path = self._same_origin(path, a.location)
         raise Refused(f"more than {MAX_REDIRECTS} redirects")
+
+    def loop_conn(self) -> _Conn | None:
+        """The kept-alive plain connection a Loop may carry the next request on, if there is one
+        (a new connection, TLS and what a redirect asks are done by get())."""
+        conn = self._conn
+        return conn if conn is not None and conn.used and self.ctx is None and not self._closed else None
 
     def _same_origin(self, path: str, location: str) -> str:
         base = f"{self.origin.scheme}://{self.origin.host}:{self.origin.port}{path}"
@@ -356,6 +364,133 @@ class Fetcher:
             with contextlib.suppress(OSError):  # the plain socket's: an SSLSocket's own would drop
                 socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)  # its SSL object under the reader
             conn.sock.close()
+
+
+class Again(Exception):
+    """The Loop did not finish this request: get() asks again (a redirect to follow, or a kept-alive
+    connection the server closed, which get() retries on a fresh one)."""
+
+
+Done = Callable[[tuple[int, bytearray] | BaseException], None]  # (status, body), or why not
+
+
+class _Flight:
+    __slots__ = ("fetcher", "conn", "steps", "deadline", "done")
+
+    def __init__(
+        self, fetcher: Fetcher, conn: _Conn, steps: Steps[Answer], deadline: float, done: Done
+    ) -> None:
+        self.fetcher, self.conn, self.steps, self.deadline, self.done = fetcher, conn, steps, deadline, done
+
+
+class Loop:
+    """GETs on many kept-alive plain connections from one thread (run()): every request of a round
+    is sent, then the answers are read as their sockets become readable, by the readers get() uses.
+    A thousand nodes polled by a pool of blocking threads cost a GIL hand-off, a timeout set and a
+    poll() per socket call; here a GET is a send and a recv, and one wait serves every answer ready
+    (bench/RESULTS.md). Deadlines are checked every DEADLINE_TICK s: a trickling node ends within
+    that of its deadline."""
+
+    DEADLINE_TICK = 0.1
+
+    def __init__(self) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ)
+        self._new: queue.SimpleQueue[tuple[Fetcher, str, float, Done]] = queue.SimpleQueue()
+        self._closed = False
+
+    def submit(self, fetcher: Fetcher, path: str, deadline: float, done: Done) -> bool:
+        """Queue GET path on the fetcher's kept-alive connection; False when it has none (use get()).
+        `done` is called from the loop's thread; wake() starts what was queued."""
+        if fetcher.loop_conn() is None:
+            return False
+        self._new.put((fetcher, path, deadline, done))
+        return True
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # (full: a wake-up is already pending)
+            self._wake_w.send(b"w")
+
+    def close(self) -> None:
+        """The loop ends at its next wake-up; requests in flight are dropped unanswered."""
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"w")
+
+    def run(self) -> None:
+        next_tick = 0.0
+        try:
+            while not self._closed:
+                n = len(self._sel.get_map()) - 1
+                timeout = None if not n else max(0.0, next_tick - time.monotonic())
+                for key, _ in self._sel.select(timeout):
+                    if key.data is None:
+                        self._start_new()
+                    else:
+                        self._read(key.data)
+                if n and (now := time.monotonic()) >= next_tick:
+                    next_tick = now + self.DEADLINE_TICK
+                    for key in list(self._sel.get_map().values()):
+                        if key.data is not None and key.data.deadline <= now:
+                            self._end(key.data, DeadlineExceeded("deadline"))
+        finally:
+            for key in list(self._sel.get_map().values()):
+                if key.data is not None:
+                    self._sel.unregister(key.fileobj)
+            self._sel.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _start_new(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while self._wake_r.recv(4096):
+                pass
+        with contextlib.suppress(queue.Empty):
+            while not self._closed:
+                self._start(*self._new.get_nowait())
+
+    def _start(self, fetcher: Fetcher, path: str, deadline: float, done: Done) -> None:
+        conn = fetcher.loop_conn()
+        if conn is None:  # closed since it was queued
+            return done(Again())
+        try:
+            request = fetcher._request_bytes(path)
+            conn.sock.settimeout(0.0)
+            if conn.sock.send(request) != len(request):  # (a request of a few hundred bytes on an
+                raise ConnectionResetError(errno.ECONNRESET, "send")  # idle connection: never seen)
+        except Exception as e:
+            fetcher._drop()
+            return done(Again() if isinstance(e, ConnectionError) else e)
+        f = _Flight(fetcher, conn, fetcher._answer(conn), deadline, done)
+        next(f.steps)  # (no answer can be there yet: the connection's buffer was empty)
+        self._sel.register(conn.sock, selectors.EVENT_READ, f)
+
+    def _read(self, f: _Flight) -> None:
+        try:
+            data = f.conn.sock.recv(_RECV)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            return self._end(f, e)
+        f.conn.buf += data
+        try:
+            f.steps.send(bool(data))
+        except StopIteration as e:
+            self._end(f, e.value)
+        except Exception as e:  # malformed (Refused), cut short (a reset), or a fault of memtop's
+            self._end(f, e)
+
+    def _end(self, f: _Flight, got: Answer | BaseException) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):  # (the answer may have closed it)
+            self._sel.unregister(f.conn.sock)
+        if isinstance(got, Answer):
+            return f.done(Again() if got.status in _REDIRECTS and got.location else (got.status, got.body))
+        f.steps.close()
+        f.fetcher._drop()
+        f.done(Again() if isinstance(got, (ConnectionResetError, BrokenPipeError)) else got)
 
 
 def _wire_path(path: str) -> str:
