@@ -458,7 +458,8 @@ class Loop:
             return done(Again())
         try:
             request = fetcher._request_bytes(path)
-            conn.sock.settimeout(0.0)
+            if conn.sock.gettimeout() != 0.0:  # (a system call: once, not per request)
+                conn.sock.settimeout(0.0)
             if conn.sock.send(request) != len(request):  # (a request of a few hundred bytes on an
                 raise ConnectionResetError(errno.ECONNRESET, "send")  # idle connection: never seen)
         except Exception as e:
