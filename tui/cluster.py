@@ -155,13 +155,13 @@ def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -
     jid = clean(job.get("slurm_job_id") or job.get("pod") or job.get("container") or "", 10)
     if job.get("rank"):
         jid += f" r{clean(job['rank'], 4)}"
-    phase = r.phase
+    phase = r.phase[:9]  # (phase, band and label: of fixed alphabets, which wire checked; no clean)
     sm = (g.get("gauges") or {}).get("sm", (g.get("gauges") or {}).get("util"))
     sm_s = f"{sm:3.0f}%" if isinstance(sm, (int, float)) else " n/a"
-    band = clean(g.get("band", ""), 200)[-band_w:]
+    band = g.get("band", "")[-band_w:]
     index = str(g.get("index", ""))
     if r.stale:
-        return tuple(("dim", x) for x in (node, index, "", jid, clean(phase, 9), sm_s, band,
+        return tuple(("dim", x) for x in (node, index, "", jid, phase, sm_s, band,
                                           f"stale: {clean(r.stale, 80)}"))  # fmt: skip
     v = g.get("verdict") or {}
     if r.straggler:
@@ -169,12 +169,12 @@ def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -
     elif v.get("label"):  # the window's verdict, in the phase column's words, named as such
         share = v.get("share")
         pct = f" {100 * share:.0f} %" if isinstance(share, (int, float)) else ""
-        note = ("", f"last {v.get('window_s', 60):.0f} s: {clean(v['label'], 16)}{pct}")
+        note = ("", f"last {v.get('window_s', 60):.0f} s: {v['label'][:16]}{pct}")
     else:
         note = ("", "")
     return (
         ("", node), ("", index), ("bold red", "!" if r.straggler else ""), ("", jid),
-        (PHASE_COLORS.get(phase, ""), clean(phase, 9)), ("", sm_s), ("band", band), note,
+        (PHASE_COLORS.get(phase, ""), phase), ("", sm_s), ("band", band), note,
     )  # fmt: skip
 
 

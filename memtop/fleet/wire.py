@@ -56,7 +56,8 @@ def load_json(body: bytes | bytearray, max_objects: int) -> object:
     """JSON with at most `max_objects` objects and arrays (check_size)."""
     check_size(body, max_objects)
     try:
-        return json.loads(body)
+        # (decoded here: json.loads of bytes first guesses among UTF-8, -16 and -32; a node sends UTF-8)
+        return json.loads(body.decode("utf-8"))
     except (ValueError, RecursionError):  # invalid UTF-8 and 5 000-digit integers are ValueErrors
         raise Refused("bad response: not JSON") from None
 
