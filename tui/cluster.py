@@ -405,9 +405,9 @@ class ClusterApp(App):
         cache, out = self._row_cells, []
         for r in rs:
             got = cache.get(r.key)
-            was = None if got is None else got[0]
-            if was is not r and (
-                was is None or (was.gpu, was.stale, was.straggler) != (r.gpu, r.stale, r.straggler)
+            if got is None or (
+                got[0] is not r
+                and (got[0].gpu, got[0].stale, got[0].straggler) != (r.gpu, r.stale, r.straggler)
             ):
                 cells = row_cells(r, self.interval, self.ascii_only)
                 got = cache[r.key] = [r, cells, cell_lens(cells), -1, ()]
