@@ -601,3 +601,15 @@ def test_gauges_break_between_items_never_inside_one():
         assert lines[0].startswith("gauges: ") and all(ln.startswith("  ") for ln in lines[1:])
         got = [p.strip() for ln in lines for p in ln.removeprefix("gauges:").split(",") if p.strip()]
         assert got == items, (width, lines)
+
+
+def test_shares_are_kept_when_they_sum_to_one_and_normalised_when_not():
+    """A node's own shares (rounded, summing to one within that) are kept as sent; others are
+    normalised; NaN, infinities, negatives, non-numbers and unknown phases are dropped."""
+    from memtop.fleet.wire import shares
+
+    own = {"compute": 0.3333, "sync": 0.3333, "idle": 0.3333}
+    assert shares(own) == own
+    assert shares({"compute": 3.0, "sync": 1}) == {"compute": 0.75, "sync": 0.25}
+    bad = {"compute": 1.0, "sync": float("nan"), "idle": float("inf"), "cpu": -1.0, "x": 1.0, "memory": "1"}
+    assert shares(bad) == {"compute": 1.0}

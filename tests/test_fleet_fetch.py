@@ -7,6 +7,7 @@ come before the deadline is tested under a deadline of an hour."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable
 
@@ -210,3 +211,85 @@ def test_paths_and_hosts_on_the_request_line(server):
     assert Origin("https", "bücher.example", 8443).host_header() == "xn--bcher-kva.example:8443"
     with pytest.raises(ValueError, match="control character"):
         Fetcher(Origin("http", "127.0.0.1", 1), CAP, {"X": "a\r\nInjected: 1"}).get("/", time.monotonic() + 1)
+
+
+# -- the Loop: second and later polls of a node, on its kept-alive connection ----------------------
+SNAP = b'{"gpus":[]}'
+
+
+def _then(first: Callable, later: Callable) -> Callable:
+    """Answers the first request with `first`, every later one with `later`."""
+    seen: list[str] = []
+
+    def respond(sock: socket.socket, path: str) -> None:
+        seen.append(path)
+        (first if len(seen) == 1 else later)(sock, path)
+
+    return respond
+
+
+def _polled(ports: list[int], rounds: int, timeout: float = HOUR) -> tuple[list[NodeState], list[str]]:
+    """Nodes after `rounds` polls, and the threads that handed their answers over."""
+    nodes = [NodeState(f"127.0.0.1:{p}") for p in ports]
+    by: list[str] = []
+    for n in nodes:
+        receive = n.receive
+        n.receive = lambda b, r=receive: (by.append(threading.current_thread().name), r(b))[1]  # type: ignore[method-assign]
+    p = HttpPoller(nodes, 0, timeout=timeout)
+    try:
+        for _ in range(rounds):
+            p.poll_all()
+    finally:
+        p.close(wait=True)
+    return nodes, by
+
+
+def test_the_loop_carries_later_polls_on_the_kept_connection(server):
+    """The first poll opens the connection (a worker); the next ones are the loop's, on that same
+    connection."""
+    peers: list[int] = []
+
+    def counted(sock: socket.socket, path: str) -> None:
+        peers.append(sock.getpeername()[1])
+        send(SNAP)(sock, path)
+
+    (node,), by = _polled([server.add(counted)], 3)
+    assert (node.polls, node.failures, node.error) == (3, 0, None)
+    assert by == ["poll_0", "poll_loop", "poll_loop"] and len(set(peers)) == 1
+
+
+def test_a_node_trickling_on_its_kept_connection_ends_at_its_deadline(server):
+    """Answered once, then one byte every 0.2 s: the loop ends it at the deadline, and a healthy
+    node polled in the same rounds is answered every time."""
+    slow = server.add(_then(send(SNAP), _slowloris(0.2)))
+    (s, ok), _ = _polled([slow, server.add(send(SNAP))], 2, timeout=1.0)
+    assert s.error == "timeout (deadline)" and (s.polls, s.failures) == (2, 1)
+    assert (ok.polls, ok.failures) == (2, 0)
+
+
+def test_the_loop_hands_closed_connections_and_redirects_to_a_worker(server):
+    """A kept connection the server closed is retried on a fresh one; a redirect is followed by a
+    worker within the origin, and one to another origin is refused there."""
+    closing = server.add(raw(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n" + SNAP, close=True))
+    hop = server.add(lambda sock, p: (send(SNAP) if p == "/there" else redirect("/there"))(sock, p))
+    away = server.add(_then(send(SNAP), redirect("http://127.0.0.2:1/snapshot.json")))
+    (c, h, a), _ = _polled([closing, hop, away], 3)
+    assert (c.polls, c.failures, h.polls, h.failures) == (3, 0, 3, 0)
+    assert a.error == "redirect to another origin refused" and (a.polls, a.failures) == (3, 2)
+
+
+def test_a_malformed_answer_on_the_kept_connection_is_refused(server):
+    (node,), _ = _polled([server.add(_then(send(SNAP), raw(b"SSH-2.0-OpenSSH\r\n")))], 2)
+    assert node.error == "bad response: not HTTP/1.x" and node.snapshot is not None
+
+
+def test_closing_ends_a_request_in_the_loop(server):
+    """A request the loop carries, from a node that trickles under a deadline of an hour, ends
+    when the poller closes (close(wait=True) returns)."""
+    node = NodeState(f"127.0.0.1:{server.add(_then(send(SNAP), _slowloris(0.2)))}")
+    p = HttpPoller([node], 0, timeout=HOUR)
+    p.poll_all()
+    p.poll_all(wait=False)
+    time.sleep(0.5)  # (the request is out: what it waits for is the answer)
+    p.close(wait=True)
+    assert not p._loop_thread.is_alive()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Sequence
+from operator import attrgetter
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -29,7 +31,7 @@ from memtop.core.metrics import METRICS, fmt
 from memtop.core.sanitize import clean
 from memtop.core.wording import counted
 from memtop.fleet.sources import SshStreams, node_list
-from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, Row, recent_phase, rows
+from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, Row, rows
 
 from .palette import AsciiFilter, phase_colors
 from .table import GAP, Cell, RowTable
@@ -43,6 +45,7 @@ MIN_BAND, MIN_NOTE = 10, 24  # under these the column says too little to keep
 COLUMNS = (("node", 4, 32), ("GPU", 3, 4), ("!", 1, 1), ("job", 3, 16), ("phase", 5, 9), ("SM", 4, 4))
 NOTE, BAND = len(COLUMNS) + 1, len(COLUMNS)  # then the phase band, then the verdict or the reason
 DIM = Style.parse("dim")
+_OK_AT, _VERSION, _KEY = attrgetter("ok_at"), attrgetter("version"), attrgetter("key")
 FLAG = Style.parse("bold red")
 
 
@@ -152,13 +155,13 @@ def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -
     jid = clean(job.get("slurm_job_id") or job.get("pod") or job.get("container") or "", 10)
     if job.get("rank"):
         jid += f" r{clean(job['rank'], 4)}"
-    phase = recent_phase(g)
+    phase = r.phase[:9]  # (phase, band and label: of fixed alphabets, which wire checked; no clean)
     sm = (g.get("gauges") or {}).get("sm", (g.get("gauges") or {}).get("util"))
     sm_s = f"{sm:3.0f}%" if isinstance(sm, (int, float)) else " n/a"
-    band = clean(g.get("band", ""), 200)[-band_w:]
+    band = g.get("band", "")[-band_w:]
     index = str(g.get("index", ""))
     if r.stale:
-        return tuple(("dim", x) for x in (node, index, "", jid, clean(phase, 9), sm_s, band,
+        return tuple(("dim", x) for x in (node, index, "", jid, phase, sm_s, band,
                                           f"stale: {clean(r.stale, 80)}"))  # fmt: skip
     v = g.get("verdict") or {}
     if r.straggler:
@@ -166,18 +169,20 @@ def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -
     elif v.get("label"):  # the window's verdict, in the phase column's words, named as such
         share = v.get("share")
         pct = f" {100 * share:.0f} %" if isinstance(share, (int, float)) else ""
-        note = ("", f"last {v.get('window_s', 60):.0f} s: {clean(v['label'], 16)}{pct}")
+        note = ("", f"last {v.get('window_s', 60):.0f} s: {v['label'][:16]}{pct}")
     else:
         note = ("", "")
     return (
         ("", node), ("", index), ("bold red", "!" if r.straggler else ""), ("", jid),
-        (PHASE_COLORS.get(phase, ""), clean(phase, 9)), ("", sm_s), ("band", band), note,
+        (PHASE_COLORS.get(phase, ""), phase), ("", sm_s), ("band", band), note,
     )  # fmt: skip
 
 
 def cell_lens(cells: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
     """The width of each of a row's cells (``row_cells``)."""
-    return tuple(cell_len(text) for _, text in cells)
+    return tuple(
+        len(text) if text.isascii() else cell_len(text) for _, text in cells
+    )  # (cleaned: no controls)
 
 
 def column_widths(lens: list[tuple[int, ...]], width: int) -> list[tuple[str, int]]:
@@ -306,7 +311,7 @@ class ClusterApp(App):
         self._fault: str | None = None  # why the poll loop's last round failed: shown as the source's error
         self._rows: dict[str, Row] = {}
         self._painted: tuple | None = None
-        self._row_cells: dict[str, list] = {}  # row key -> what _cells_of made
+        self._row_cells: dict[str, list] = {}  # row key -> what _made made
 
     @property
     def letters(self) -> bool:
@@ -354,14 +359,30 @@ class ClusterApp(App):
         # nothing new since the last paint (polls come every few seconds): nothing to do
         # Prometheus unreachable or its answer refused, or this view's own poll failed
         error = getattr(self.source, "error", None) or self._fault
-        now = time.monotonic()
-        state = (self.size.width, error,
-                 *((n.ok_at, n.error, n.stale(self.interval, now)) for n in nodes))  # fmt: skip
+        # (in C: a thousand nodes, a paint a second) each node's outcomes, and how many are stale
+        cut = time.monotonic() - STALE_INTERVALS * self.interval
+        state = (self.size.width, error, bisect_left(sorted(map(_OK_AT, nodes)), cut),
+                 tuple(map(_VERSION, nodes)))  # fmt: skip
         if state == self._painted:
             return
         self._painted = state
         rs = rows(nodes, self.interval)
-        self._rows = {r.key: r for r in rs}
+        made = self._made(rs)
+        self._rows = dict(zip(map(_KEY, rs), rs))
+        self.query_one("#header", TextPanel).update(self._head(nodes, rs, error))
+        table = self.query_one(BandTable)
+        table.ascii_only = self.letters
+        widths = column_widths([m[2] for m in made], self.size.width)
+        for i, (_, w) in enumerate(widths):
+            table.set_width(i, w)
+        band_w = widths[BAND][1]
+        # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
+        table.set_rows(
+            [(r.key, m[4] if m[3] == band_w else self._shown(m, band_w)) for r, m in zip(rs, made)]
+        )
+        self._detail(table.cursor_key)
+
+    def _head(self, nodes: list, rs: list[Row], error: str | None) -> Text:
         stale = sorted({r.target for r in rs if r.stale})
         flagged = sum(1 for r in rs if r.straggler)
         gpus = sum(1 for r in rs if r.gpu)
@@ -375,37 +396,32 @@ class ClusterApp(App):
             head.append("\n" + stale_line(stale, self.size.width), "dim")
         else:
             head.append("\nEnter: the node's snapshot   q: quit", "dim")
-        self.query_one("#header", TextPanel).update(head)
-        table = self.query_one(BandTable)
-        table.ascii_only = self.letters
-        made = [self._cells_of(r) for r in rs]
-        if len(self._row_cells) > 2 * len(rs):  # rows gone (a node's GPUs changed): let go of theirs
-            self._row_cells = {r.key: self._row_cells[r.key] for r in rs}
-        widths = column_widths([m[4] for m in made], self.size.width)
-        for i, (_, w) in enumerate(widths):
-            table.set_width(i, w)
-        band_w = widths[BAND][1]
-        # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
-        table.set_rows([(r.key, self._shown(m, band_w)) for r, m in zip(rs, made)])
-        self._detail(table.cursor_key)
+        return head
 
-    def _cells_of(self, r: Row) -> list:
-        """[gpu, stale, straggler, cells, their widths, band width, cells shown]: the row's cells
-        made again only when what they show changed (a node's snapshot changes once an interval,
-        the paint comes every second: at 1 024 nodes and 5 s, a fifth of the rows are new each paint)."""
-        got = self._row_cells.get(r.key)
-        if got is None or got[0] is not r.gpu or got[1] != r.stale or got[2] != r.straggler:
-            cells = row_cells(r, self.interval, self.ascii_only)
-            got = self._row_cells[r.key] = [r.gpu, r.stale, r.straggler, cells, cell_lens(cells), -1, ()]
-        return got
+    def _made(self, rs: list[Row]) -> list[list]:
+        """Each row's [row, cells, their widths, band width, cells shown], made again only when the
+        row changed (a node's rows are the same objects until a poll of it ends: at 1 024 nodes and
+        5 s, a fifth of the rows are new each paint)."""
+        cache, out = self._row_cells, []
+        for r in rs:
+            got = cache.get(r.key)
+            if got is None or (
+                got[0] is not r
+                and (got[0].gpu, got[0].stale, got[0].straggler) != (r.gpu, r.stale, r.straggler)
+            ):
+                cells = row_cells(r, self.interval, self.ascii_only)
+                got = cache[r.key] = [r, cells, cell_lens(cells), -1, ()]
+            out.append(got)
+        if len(cache) > 2 * len(rs):  # rows gone (a node's GPUs changed): let go of theirs
+            self._row_cells = {r.key: cache[r.key] for r in rs}
+        return out
 
     @staticmethod
     def _shown(made: list, band_w: int) -> tuple[Cell, ...]:
         """The row's cells with the band cut to `band_w` (kept: the table compares rows on screen)."""
-        if made[5] != band_w:
-            c = made[3]
-            made[5], made[6] = band_w, (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])
-        return made[6]
+        c = made[1]
+        made[3], made[4] = band_w, (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])
+        return made[4]
 
     def _detail(self, key: str | None) -> None:
         """The selected GPU: its phase now; the verdict of its window with that verdict's own

@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import queue
 import re
+import selectors
 import socket
 import ssl
 import time
 import urllib.parse
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from memtop.fleet.wire import Refused
 
@@ -48,6 +52,10 @@ _CHUNK = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\x00-\x08\x0a-\x1f\x7f]*)?
 
 class DeadlineExceeded(TimeoutError):
     pass
+
+
+T = TypeVar("T")
+Steps = Generator[None, bool, T]  # a reader: yields for more bytes, is sent whether more came
 
 
 def _early_close(what: str) -> ConnectionResetError:
@@ -87,15 +95,18 @@ class Answer:
 
 
 class _Conn:
-    """One connection's socket and the bytes read from it but not yet used. Every read is given what
-    is left of the deadline as its timeout."""
+    """One connection's socket and the bytes read from it but not yet used. The readers (until, take,
+    rest) are generators that yield when they need more bytes and are sent whether more came (False
+    at the end of the stream): one parser for a thread that blocks on its socket (_drive) and for
+    the Loop that waits on many."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self.buf = sock, bytearray()
         self.used = False  # an answer was read whole on it: a close before the next is the server's right
 
     def fill(self, deadline: float) -> bool:
-        """More bytes into buf; False at the end of the stream."""
+        """More bytes into buf, blocking for at most what is left of the deadline; False at the
+        end of the stream."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise DeadlineExceeded("deadline")
@@ -107,14 +118,14 @@ class _Conn:
         self.buf += data
         return bool(data)
 
-    def until(self, sep: bytes, limit: int, deadline: float, what: str) -> bytes:
+    def until(self, sep: bytes, limit: int, what: str) -> Steps[bytes]:
         """The bytes before `sep` (at most `limit`), consumed with it."""
         start = 0
         while (at := self.buf.find(sep, start)) < 0:
             if len(self.buf) > limit:
                 raise Refused(f"bad response: {what} over {limit} bytes")
             start = max(0, len(self.buf) - len(sep) + 1)
-            if not self.fill(deadline):
+            if not (yield):
                 raise _early_close(f"inside the {what}")
         if at > limit:
             raise Refused(f"bad response: {what} over {limit} bytes")
@@ -122,11 +133,11 @@ class _Conn:
         del self.buf[: at + len(sep)]
         return out
 
-    def take(self, n: int, deadline: float) -> bytearray:
+    def take(self, n: int) -> Steps[bytearray]:
         """Exactly n bytes (the buffer itself when it holds just these: a body of tens of MB is
         not copied)."""
         while len(self.buf) < n:
-            if not self.fill(deadline):
+            if not (yield):
                 raise _early_close("inside the body")
         if len(self.buf) == n:
             out, self.buf = self.buf, bytearray()
@@ -135,13 +146,23 @@ class _Conn:
         del self.buf[:n]
         return out
 
-    def rest(self, limit: int, deadline: float) -> bytearray:
+    def rest(self, limit: int) -> Steps[bytearray]:
         """Everything up to the end of the stream, or the first `limit` bytes of it (in place)."""
-        while len(self.buf) < limit and self.fill(deadline):
+        while len(self.buf) < limit and (yield):
             pass
         out, self.buf = self.buf, bytearray()
         del out[limit:]
         return out
+
+
+def _drive(steps: Steps[T], conn: _Conn, deadline: float) -> T:
+    """Run a reader to its end on a blocking socket: each want of bytes is one fill."""
+    try:
+        next(steps)
+        while True:
+            steps.send(conn.fill(deadline))
+    except StopIteration as e:
+        return e.value
 
 
 class Fetcher:
@@ -168,6 +189,12 @@ class Fetcher:
                 return a.status, a.body
             path = self._same_origin(path, a.location)
         raise Refused(f"more than {MAX_REDIRECTS} redirects")
+
+    def loop_conn(self) -> _Conn | None:
+        """The kept-alive plain connection a Loop may carry the next request on, if there is one
+        (a new connection, TLS and what a redirect asks are done by get())."""
+        conn = self._conn
+        return conn if conn is not None and conn.used and self.ctx is None and not self._closed else None
 
     def _same_origin(self, path: str, location: str) -> str:
         base = f"{self.origin.scheme}://{self.origin.host}:{self.origin.port}{path}"
@@ -242,22 +269,26 @@ class Fetcher:
             conn.sock.sendall(request)
         except TimeoutError:
             raise DeadlineExceeded("deadline") from None
-        if not conn.buf and not conn.fill(deadline):
+        return _drive(self._answer(conn), conn, deadline)
+
+    def _answer(self, conn: _Conn) -> Steps[Answer]:
+        """Read the answer to the request just sent on `conn`."""
+        if not conn.buf and not (yield):
             raise _early_close("before answering")
         if not conn.buf.startswith(b"HTTP/1."[: len(conn.buf)]):  # said at once, not at the deadline
             raise Refused("bad response: not HTTP/1.x")
-        status, keep, headers = self._head_of(conn, deadline)
+        status, keep, headers = yield from self._head_of(conn)
         length = headers.get(b"content-length")
         chunked = headers.get(b"transfer-encoding")
         if status in _NO_BODY:
             body = bytearray()
         elif chunked is not None:
-            body = self._chunks(conn, deadline)
+            body = yield from self._chunks(conn)
         elif length is not None:
-            body = conn.take(int(length), deadline)
+            body = yield from conn.take(int(length))
         else:  # framed by the close
             keep = False
-            body = conn.rest(self.cap + 1, deadline)
+            body = yield from conn.rest(self.cap + 1)
             if len(body) > self.cap:
                 raise Refused(f"bad response: over {self.cap >> 20} MiB")
         conn.used = True
@@ -266,9 +297,9 @@ class Fetcher:
         loc = headers.get(b"location")
         return Answer(status, None if loc is None else loc.decode("utf-8", "surrogateescape"), body)
 
-    def _head_of(self, conn: _Conn, deadline: float) -> tuple[int, bool, dict[bytes, bytes]]:
+    def _head_of(self, conn: _Conn) -> Steps[tuple[int, bool, dict[bytes, bytes]]]:
         """The status, whether the connection stays open, and the headers that frame the body."""
-        head = conn.until(b"\r\n\r\n", MAX_HEAD, deadline, "status line and headers")
+        head = yield from conn.until(b"\r\n\r\n", MAX_HEAD, "status line and headers")
         status_line, *lines = head.split(b"\r\n")
         m = _STATUS.fullmatch(status_line)
         if m is None:
@@ -300,10 +331,10 @@ class Fetcher:
                 raise Refused(f"bad response: over {self.cap >> 20} MiB")
         return status, keep, framing
 
-    def _chunks(self, conn: _Conn, deadline: float) -> bytearray:
+    def _chunks(self, conn: _Conn) -> Steps[bytearray]:
         body = bytearray()
         while True:
-            m = _CHUNK.fullmatch(conn.until(b"\r\n", MAX_CHUNK_LINE, deadline, "chunk size line"))
+            m = _CHUNK.fullmatch((yield from conn.until(b"\r\n", MAX_CHUNK_LINE, "chunk size line")))
             if m is None:
                 raise Refused("bad response: a malformed chunk size")
             size = int(m.group(1), 16)
@@ -311,11 +342,11 @@ class Fetcher:
                 raise Refused(f"bad response: over {self.cap >> 20} MiB")
             if not size:
                 break
-            body += conn.take(size, deadline)
-            if conn.take(2, deadline) != b"\r\n":
+            body += yield from conn.take(size)
+            if (yield from conn.take(2)) != b"\r\n":
                 raise Refused("bad response: a chunk longer than its size")
         for _ in range(MAX_HEADERS + 1):  # the trailer: header lines up to an empty one, ignored
-            if not conn.until(b"\r\n", MAX_CHUNK_LINE, deadline, "trailer line"):
+            if not (yield from conn.until(b"\r\n", MAX_CHUNK_LINE, "trailer line")):
                 return body
         raise Refused(f"bad response: over {MAX_HEADERS} trailer lines")
 
@@ -333,6 +364,134 @@ class Fetcher:
             with contextlib.suppress(OSError):  # the plain socket's: an SSLSocket's own would drop
                 socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)  # its SSL object under the reader
             conn.sock.close()
+
+
+class Again(Exception):
+    """The Loop did not finish this request: get() asks again (a redirect to follow, or a kept-alive
+    connection the server closed, which get() retries on a fresh one)."""
+
+
+Done = Callable[[tuple[int, bytearray] | BaseException], None]  # (status, body), or why not
+
+
+class _Flight:
+    __slots__ = ("fetcher", "conn", "steps", "deadline", "done")
+
+    def __init__(
+        self, fetcher: Fetcher, conn: _Conn, steps: Steps[Answer], deadline: float, done: Done
+    ) -> None:
+        self.fetcher, self.conn, self.steps, self.deadline, self.done = fetcher, conn, steps, deadline, done
+
+
+class Loop:
+    """GETs on many kept-alive plain connections from one thread (run()): every request of a round
+    is sent, then the answers are read as their sockets become readable, by the readers get() uses.
+    A thousand nodes polled by a pool of blocking threads cost a GIL hand-off, a timeout set and a
+    poll() per socket call; here a GET is a send and a recv, and one wait serves every answer ready
+    (bench/RESULTS.md). Deadlines are checked every DEADLINE_TICK s: a trickling node ends within
+    that of its deadline."""
+
+    DEADLINE_TICK = 0.1
+
+    def __init__(self) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ)
+        self._new: queue.SimpleQueue[tuple[Fetcher, str, float, Done]] = queue.SimpleQueue()
+        self._closed = False
+
+    def submit(self, fetcher: Fetcher, path: str, deadline: float, done: Done) -> bool:
+        """Queue GET path on the fetcher's kept-alive connection; False when it has none (use get()).
+        `done` is called from the loop's thread; wake() starts what was queued."""
+        if fetcher.loop_conn() is None:
+            return False
+        self._new.put((fetcher, path, deadline, done))
+        return True
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # (full: a wake-up is already pending)
+            self._wake_w.send(b"w")
+
+    def close(self) -> None:
+        """The loop ends at its next wake-up; requests in flight are dropped unanswered."""
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"w")
+
+    def run(self) -> None:
+        next_tick = 0.0
+        try:
+            while not self._closed:
+                n = len(self._sel.get_map()) - 1
+                timeout = None if not n else max(0.0, next_tick - time.monotonic())
+                for key, _ in self._sel.select(timeout):
+                    if key.data is None:
+                        self._start_new()
+                    else:
+                        self._read(key.data)
+                if n and (now := time.monotonic()) >= next_tick:
+                    next_tick = now + self.DEADLINE_TICK
+                    for key in list(self._sel.get_map().values()):
+                        if key.data is not None and key.data.deadline <= now:
+                            self._end(key.data, DeadlineExceeded("deadline"))
+        finally:
+            for key in list(self._sel.get_map().values()):
+                if key.data is not None:
+                    self._sel.unregister(key.fileobj)
+            self._sel.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _start_new(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while self._wake_r.recv(4096):
+                pass
+        with contextlib.suppress(queue.Empty):
+            while not self._closed:
+                self._start(*self._new.get_nowait())
+
+    def _start(self, fetcher: Fetcher, path: str, deadline: float, done: Done) -> None:
+        conn = fetcher.loop_conn()
+        if conn is None:  # closed since it was queued
+            return done(Again())
+        try:
+            request = fetcher._request_bytes(path)
+            if conn.sock.gettimeout() != 0.0:  # (a system call: once, not per request)
+                conn.sock.settimeout(0.0)
+            if conn.sock.send(request) != len(request):  # (a request of a few hundred bytes on an
+                raise ConnectionResetError(errno.ECONNRESET, "send")  # idle connection: never seen)
+        except Exception as e:
+            fetcher._drop()
+            return done(Again() if isinstance(e, ConnectionError) else e)
+        f = _Flight(fetcher, conn, fetcher._answer(conn), deadline, done)
+        next(f.steps)  # (no answer can be there yet: the connection's buffer was empty)
+        self._sel.register(conn.sock, selectors.EVENT_READ, f)
+
+    def _read(self, f: _Flight) -> None:
+        try:
+            data = f.conn.sock.recv(_RECV)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            return self._end(f, e)
+        f.conn.buf += data
+        try:
+            f.steps.send(bool(data))
+        except StopIteration as e:
+            self._end(f, e.value)
+        except Exception as e:  # malformed (Refused), cut short (a reset), or a fault of memtop's
+            self._end(f, e)
+
+    def _end(self, f: _Flight, got: Answer | BaseException) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):  # (the answer may have closed it)
+            self._sel.unregister(f.conn.sock)
+        if isinstance(got, Answer):
+            return f.done(Again() if got.status in _REDIRECTS and got.location else (got.status, got.body))
+        f.steps.close()
+        f.fetcher._drop()
+        f.done(Again() if isinstance(got, (ConnectionResetError, BrokenPipeError)) else got)
 
 
 def _wire_path(path: str) -> str:

@@ -21,13 +21,14 @@ import subprocess
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import IO
 
 from memtop.analysis.phases import CHARS
 from memtop.core.errors import UserError
 from memtop.core.model import JOB_KEYS
 from memtop.fleet import wire
-from memtop.fleet.fetch import DeadlineExceeded, Fetcher, Origin
+from memtop.fleet.fetch import Again, DeadlineExceeded, Fetcher, Loop, Origin
 from memtop.fleet.files import read_regular
 from memtop.fleet.view import PHASE_OF, NodeState
 
@@ -132,11 +133,15 @@ def _why(e: OSError | ValueError) -> str:
 
 
 class HttpPoller:
-    """Polls every node's /snapshot.json with a bounded pool of worker threads fed by one queue (a
-    Future per request cost 30 µs, an eighth of a request): one keep-alive connection per node, one
-    deadline per request (connect + headers + body). A node still in flight is not polled again, and
-    poll_all(wait=False) returns at once: a slow or hostile node holds one worker for at most its
-    deadline and never delays another node's poll."""
+    """Polls every node's /snapshot.json: one keep-alive connection per node, one deadline per
+    request (connect + headers + body). A node with a kept-alive plain connection is polled by the
+    Loop, one thread for all of them; a new connection (the first poll, after a failure), TLS, a
+    redirect and a retry go to a bounded pool of worker threads fed by one queue. A node still in
+    flight is not polled again, and poll_all(wait=False) returns at once: a slow or hostile node
+    holds a worker or the loop's attention for at most its deadline and never delays another
+    node's poll."""
+
+    PATH = "/snapshot.json"
 
     def __init__(
         self,
@@ -157,10 +162,12 @@ class HttpPoller:
             threading.Thread(target=self._work, name=f"poll_{i}", daemon=True)
             for i in range(min(concurrency, len(nodes)))
         ]
+        self.loop = Loop()
+        self._loop_thread = threading.Thread(target=self.loop.run, name="poll_loop", daemon=True)
         self._fetchers: dict[str, Fetcher] = {}
         self._busy: set[str] = set()
         self._done = threading.Condition()  # guards _busy; told when a poll ends
-        self._started = False  # the workers: by the first poll_all
+        self._started = False  # the threads: by the first poll_all
 
     def _fetcher(self, target: str) -> Fetcher:
         f = self._fetchers.get(target)
@@ -172,9 +179,18 @@ class HttpPoller:
 
     def poll_one(self, node: NodeState) -> None:
         try:
-            status, body = self._fetcher(node.target).get("/snapshot.json", time.monotonic() + self.timeout)
+            got = self._fetcher(node.target).get(self.PATH, time.monotonic() + self.timeout)
         except FETCH_ERRORS as e:
-            return node.bad(_why(e))
+            return self._answered(node, e)
+        self._answered(node, got)
+
+    @staticmethod
+    def _answered(node: NodeState, got: tuple[int, bytes | bytearray] | BaseException) -> None:
+        if isinstance(got, FETCH_ERRORS):
+            return node.bad(_why(got))
+        if isinstance(got, BaseException):  # a fault of memtop's: said in the node's row
+            return node.bad(f"polling failed: {type(got).__name__}: {got}")
+        status, body = got
         if status in (401, 403):
             return node.bad("auth")
         if status != 200:
@@ -188,9 +204,27 @@ class HttpPoller:
             except Exception as e:  # a fault of memtop's: said in the node's row, the worker goes on
                 node.bad(f"polling failed: {type(e).__name__}: {e}")
             finally:
-                with self._done:
-                    self._busy.discard(node.target)
-                    self._done.notify_all()
+                self._finished(node)
+
+    def _looped(self, node: NodeState) -> Callable[[tuple[int, bytearray] | BaseException], None]:
+        """What the loop calls with the node's answer (in its thread)."""
+
+        def done(got: tuple[int, bytearray] | BaseException) -> None:
+            if isinstance(got, Again):
+                return self._todo.put(node)  # the worker asks again, from the start
+            try:
+                self._answered(node, got)
+            except Exception as e:  # as a worker's: the loop goes on
+                node.bad(f"polling failed: {type(e).__name__}: {e}")
+            finally:
+                self._finished(node)
+
+        return done
+
+    def _finished(self, node: NodeState) -> None:
+        with self._done:
+            self._busy.discard(node.target)
+            self._done.notify_all()
 
     def poll_all(self, wait: bool = True) -> None:
         """Start a poll of every node not already in flight; with `wait`, until these end (each
@@ -201,10 +235,14 @@ class HttpPoller:
         todo.sort(key=lambda n: n.error is not None)
         if not self._started:
             self._started = True
-            for t in self.workers:
+            for t in [*self.workers, self._loop_thread]:
                 t.start()
+        deadline = time.monotonic() + self.timeout
         for n in todo:
-            self._todo.put(n)
+            f = self._fetchers.get(n.target)  # (none yet: no connection either)
+            if f is None or not self.loop.submit(f, self.PATH, deadline, self._looped(n)):
+                self._todo.put(n)
+        self.loop.wake()
         if wait:
             targets = {n.target for n in todo}
             with self._done:
@@ -218,10 +256,11 @@ class HttpPoller:
                 self._todo.get_nowait()
         for _ in self.workers:
             self._todo.put(None)
+        self.loop.close()
         for f in list(self._fetchers.values()):
             f.close()
         if wait:
-            for t in self.workers if self._started else []:
+            for t in [*self.workers, self._loop_thread] if self._started else []:
                 t.join()
 
 

@@ -33,9 +33,10 @@ class NodeState:
     polls: int = 0
     failures: int = 0
     received: int = 0  # bytes of good answers
+    version: int = 0  # counts the polls' outcomes: a view compares it, not the snapshot
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    # (snapshot, stale): its rows, made once per snapshot (rows() runs at every paint)
-    made: tuple[dict | None, str | None, list[Row]] | None = field(default=None, repr=False)
+    # (version, stale): its rows, made once per outcome (rows() runs at every paint)
+    made: tuple[int, bool, list[Row]] | None = field(default=None, repr=False)
 
     def age(self, now: float | None = None) -> float | None:
         return None if not self.ok_at else (now or time.monotonic()) - self.ok_at
@@ -60,6 +61,7 @@ class NodeState:
         with self.lock:
             self.snapshot, self.ok_at, self.error = snap, time.monotonic(), None
             self.polls += 1
+            self.version += 1
             self.received += size
 
     def bad(self, why: str) -> None:
@@ -67,6 +69,7 @@ class NodeState:
             self.error = clean(why, 200)  # reasons may quote the network (ssh's stderr, TLS errors)
             self.polls += 1
             self.failures += 1
+            self.version += 1
 
 
 # -- the merged view ---------------------------------------------------------------------
@@ -78,6 +81,7 @@ class Row:
     gpu: dict
     job: str  # the group a straggler is judged in
     stale: str | None  # why the node is stale, or None
+    phase: str = ""  # recent_phase: what straggler detection compares, and the row shows
     straggler: str | None = None  # evidence, when this GPU's phase differs from the rest of its job
 
 
@@ -109,18 +113,19 @@ _RECENT: dict[str, str] = {}
 
 
 def rows(nodes: list[NodeState], interval: float) -> list[Row]:
-    now = time.monotonic()
+    """One row per GPU of every node, the straggler candidates flagged: a node's rows are made
+    again only when a poll ended or it went stale (a thousand nodes, a paint a second)."""
+    cut = time.monotonic() - STALE_INTERVALS * interval
     out: list[Row] = []
     for n in nodes:
-        with n.lock:
-            snap, err = n.snapshot, n.error
-        stale = None
-        if n.stale(interval, now):
-            stale = err or ("no answer yet" if snap is None else "no fresh snapshot")
+        stale = not n.ok_at or n.ok_at < cut  # (NodeState.stale, inline: this runs per node per paint)
         made = n.made
-        if made is None or made[0] is not snap or made[1] != (stale or err):
-            made = n.made = (snap, stale or err, _node_rows(n.target, snap, stale, err))
-        out.extend(made[2])
+        if made is None or made[0] != n.version or made[1] != stale:
+            with n.lock:
+                version, snap, err = n.version, n.snapshot, n.error
+            why = (err or ("no answer yet" if snap is None else "no fresh snapshot")) if stale else None
+            made = n.made = (version, stale, _node_rows(n.target, snap, why, err))
+        out += made[2]
     return _flag_stragglers(out)
 
 
@@ -129,7 +134,7 @@ def _node_rows(target: str, snap: dict | None, stale: str | None, err: str | Non
         return [Row(f"{target}/-", target, "", {}, "none", stale or err)]
     host = str(snap.get("hostname", ""))
     return [
-        Row(f"{target}/{g.get('index')}", target, host, g, _job_key(g), stale)
+        Row(f"{target}/{g.get('index')}", target, host, g, _job_key(g), stale, recent_phase(g))
         for g in snap.get("gpus", [])
         if isinstance(g, dict)
     ]
@@ -143,18 +148,17 @@ def _flag_stragglers(rs: list[Row]) -> list[Row]:
     for i, r in enumerate(rs):
         if r.gpu and r.stale is None:
             groups.setdefault(r.job, []).append(i)
-    out = list(rs)
+    out = rs
     for job, idx in groups.items():
         if len(idx) < 3:
             continue
-        phases = {i: recent_phase(rs[i].gpu) for i in idx}
-        (major, count), *_ = Counter(p for p in phases.values() if p != "gathering").most_common(1) or [
-            ("", 0)
-        ]
+        phases = Counter(rs[i].phase for i in idx)
+        phases.pop("gathering", None)
+        (major, count), *_ = phases.most_common(1) or [("", 0)]
         if not major or count < MAJORITY * len(idx) or count == len(idx):
             continue
         for i in idx:
-            p = phases[i]
+            p = rs[i].phase
             if p in (major, "gathering"):
                 continue
             g = rs[i].gpu

@@ -56,7 +56,8 @@ def load_json(body: bytes | bytearray, max_objects: int) -> object:
     """JSON with at most `max_objects` objects and arrays (check_size)."""
     check_size(body, max_objects)
     try:
-        return json.loads(body)
+        # (decoded here: json.loads of bytes first guesses among UTF-8, -16 and -32; a node sends UTF-8)
+        return json.loads(body.decode("utf-8"))
     except (ValueError, RecursionError):  # invalid UTF-8 and 5 000-digit integers are ValueErrors
         raise Refused("bad response: not JSON") from None
 
@@ -122,9 +123,17 @@ def job(v: object) -> dict[str, str]:
 
 
 def shares(v: object) -> dict[str, float]:
-    """Phase shares, normalised to sum to one: a node's rates or a merged scrape may not."""
-    raw = {k: f for k, x in _obj(v).items() if k in PHASES and (f := _num(x, 0.0)) is not None}
-    total = sum(raw.values())
+    """Phase shares, normalised to sum to one: a node's rates or a merged scrape may not. A node's
+    own shares, which sum to one but for their rounding, are kept as they came (round() is a
+    microsecond a value, and a thousand nodes send seven of them per GPU every few seconds)."""
+    items = _obj(v).items()
+    # (what a node sends: floats; a NaN fails the comparison, an infinity the sum's check below)
+    raw = {k: x for k, x in items if type(x) is float and x >= 0.0 and k in PHASES}
+    if len(raw) != len(items) or not math.isfinite(total := sum(raw.values())):
+        raw = {k: f for k, x in items if k in PHASES and (f := _num(x, 0.0)) is not None}
+        total = sum(raw.values())
+    if abs(total - 1.0) <= 1e-3:
+        return raw
     return {k: round(f / total, 4) for k, f in raw.items()} if total > 0 else {}
 
 
@@ -172,11 +181,13 @@ def _gpu(i: int, g: object) -> dict:
     if index is None:
         raise Refused(f"bad snapshot: gpus[{i}].index is not 0-{MAX_INDEX}")
     phase = g.get("phase")
-    gauges = {
-        k: f
-        for k, x in _obj(g.get("gauges")).items()
-        if (r := _RANGES.get(k)) is not None and (f := _num(x, *r)) is not None  # the recording's ranges
-    }
+    gauges = {}
+    for k, x in _obj(g.get("gauges")).items():  # in the recording's ranges (finite: no NaN passes)
+        if (r := _RANGES.get(k)) is not None:
+            if type(x) is float and r[0] <= x <= r[1]:  # (most of them: no call)
+                gauges[k] = x
+            elif (f := _num(x, *r)) is not None:
+                gauges[k] = f
     return {
         "index": index,
         "uuid": _str(g.get("uuid"), 64),
