@@ -869,8 +869,8 @@ def proc_arrays(cols: dict[str, Any]) -> dict[str, Any]:
                 else np.array([NULL if v is None else v for v in c], dtype=np.int64)
             )
             out[k] = np.where(a == NULL, -1 if default is None else default, a)
-        else:
-            out[k] = np.array([default if v is None else v for v in c], dtype=object)
+        else:  # (a None is rare: older blocks)
+            out[k] = np.array(c if None not in c else [default if v is None else v for v in c], dtype=object)
     wof = cols["worker_of"]
     out["has_parent"] = (
         np.asarray(wof != NULL)
@@ -881,13 +881,19 @@ def proc_arrays(cols: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _name_flags(name: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """HostFigures' data_worker, asleep and stopped of the processes' names and states."""
-    return (
-        np.fromiter(map(is_data_worker, name), bool, len(name)),
-        np.fromiter(map(is_asleep, state), bool, len(state)),
-        np.fromiter(map(is_stopped, state), bool, len(state)),
-    )
+    return _each(is_data_worker, name), _each(is_asleep, state), _each(is_stopped, state)
+
+
+def _each(test: Callable[[str], bool], values: np.ndarray) -> np.ndarray:
+    """``test`` of each value (an object array), called once per distinct one and compared over the
+    array: hours of a host's processes repeat a few names and states."""
+    out = np.zeros(len(values), dtype=bool)
+    for v in set(values.tolist()):
+        if test(v):
+            out |= values == v
+    return out
 
 
 def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:
