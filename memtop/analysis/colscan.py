@@ -235,6 +235,9 @@ def _parallel(
     if chunks is None:
         return None
     jobs = [(rec.path, *c, k) for k, c in enumerate(chunks)]
+    # np.unique imports numpy.ma at its first call (a tenth of a second): once, before the fork
+    import numpy.ma  # noqa: F401
+
     # fork is cheap but unsafe in a process with threads (a test runner, a TUI): spawn there
     ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
     done = ctx.Array("d", n, lock=False)
@@ -406,16 +409,17 @@ def scan_part(
     ks = np.array([k for k, _, _ in gap_at] + [max(i_lo - 1, 0), len(frames) - 1], dtype=np.int64)
     at, inv = np.unique(ks, return_inverse=True)  # (window_bounds takes Frames in time order)
     front, count = (x[inv].tolist() for x in window_bounds(entries, ft, at))
-    windows = [stacks.within(a, b) for a, b in zip(front, count, strict=True)]
+    times = entries.t.tolist()
     gaps: list[tuple[Gap, list | None]] = []
-    for (_, gi, span), w in zip(gap_at, windows, strict=False):
+    for (_, gi, span), a, b in zip(gap_at, front, count, strict=False):
         if span[0] == _OPEN:  # the join finds its stack, once it knows the start
-            gaps.append((Gap(gi, span[0], span[1], None), w))
-        else:
-            gaps.append((gap_event(gi, span, w), None))
+            gaps.append((Gap(gi, span[0], span[1], None), stacks.within(a, b)))
+        else:  # (of the window, gap_event takes a sample in the gap: only those are made)
+            inside = [j for j in range(a, b) if span[0] <= times[j] <= span[1] + 0.5]
+            gaps.append((gap_event(gi, span, [x for j in inside for x in stacks.within(j, j + 1)]), None))
     keys = (
-        tuple((s.pid, s.t) for s, _ in windows[-2]) if i_lo else (),
-        tuple((s.pid, s.t) for s, _ in windows[-1]),
+        tuple((s.pid, s.t) for s, _ in stacks.within(front[-2], count[-2])) if i_lo else (),
+        tuple((s.pid, s.t) for s, _ in stacks.within(front[-1], count[-1])),
     )
     done(0.8)
     # (``aggregates`` False: the labels alone, for the export)
