@@ -82,10 +82,10 @@ def _phase_stacks(
     i = np.minimum(np.searchsorted(bins, n), len(bins) - 1)
     hit = bins[i] == n
     # counted in one C pass; each label's keys in the order met, as one increment a sample gives them
-    for (lab, key), n in Counter(
+    for (lab, key), count in Counter(
         zip(labels[i[hit]].tolist(), itertools.compress(keys, hit.tolist()))
     ).items():
-        by_label[lab][key] = n
+        by_label[lab][key] = count
     return by_label
 
 
