@@ -480,9 +480,9 @@ def _report(path: Path, columns: bool, fmt: str, kw: dict) -> str:
 def _strict(mp) -> None:
     """The column path must run itself: no fallback to Frames where it raises Unusual."""
 
-    def no_fallback(rec, lo, hi, fresh_at_lo, columns=True, progress=None):
+    def no_fallback(rec, lo, hi, fresh_at_lo, columns=True, progress=None, meanwhile=None):
         if columns:
-            return colscan.scan_columns(rec, lo if fresh_at_lo else None, lo, hi)
+            return colscan.scan_columns(rec, lo if fresh_at_lo else None, lo, hi, meanwhile=meanwhile)
         return colscan.scan(rec, lo, hi, fresh_at_lo, progress=progress)
 
     mp.setattr("memtop.outputs.report.report_scan", no_fallback)

@@ -47,9 +47,9 @@ def _same(path: Path, variants=VARIANTS) -> None:
 def strict(monkeypatch):
     """On these recordings the column path must run itself, not fall back to Frames."""
 
-    def no_fallback(rec, lo, hi, fresh_at_lo, columns=True, progress=None):
+    def no_fallback(rec, lo, hi, fresh_at_lo, columns=True, progress=None, meanwhile=None):
         if columns:
-            return colscan.scan_columns(rec, lo if fresh_at_lo else None, lo, hi)
+            return colscan.scan_columns(rec, lo if fresh_at_lo else None, lo, hi, meanwhile=meanwhile)
         return colscan.scan(rec, lo, hi, fresh_at_lo, progress=progress)
 
     monkeypatch.setattr("memtop.outputs.report.report_scan", no_fallback)

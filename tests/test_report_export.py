@@ -284,6 +284,32 @@ def test_whole_report_same_serial_or_parallel(monkeypatch):
     assert render(serial[0], "text") == render(build_report(rec), "text")
 
 
+def test_reads_made_while_chunks_are_scanned_keep_their_damage_notes(monkeypatch, tmp_path):
+    """The health, energy and roofline reads a report makes while its other chunks are scanned
+    (report._Reads) give what they give after a serial scan, their damage noted after the scan's."""
+    import shutil
+    import sqlite3
+
+    from memtop.analysis import colscan
+
+    path = tmp_path / "r.memtop"
+    shutil.copy(REC[1], path)
+    db = sqlite3.connect(path)
+    t = db.execute("SELECT max(t) FROM frame").fetchone()[0]
+    db.execute("CREATE TABLE IF NOT EXISTS health(t REAL NOT NULL, gpu INTEGER NOT NULL, data TEXT NOT NULL)")
+    db.execute("INSERT INTO health VALUES (?, 0, ?)", (t - 1.0, "[" * 5000))
+    db.commit()
+    db.close()
+    monkeypatch.setattr(colscan, "CHUNK_MIN_S", 1e9)
+    serial = build_report(Recording(path))
+    called = []
+    parallel = colscan._parallel
+    monkeypatch.setattr(colscan, "_parallel", lambda *a: called.append(a[-1]) or parallel(*a))
+    monkeypatch.setattr(colscan, "CHUNK_MIN_S", 25.0)
+    assert build_report(Recording(path)) == serial
+    assert called and called[0] is not None and "damaged health data skipped" in serial["damage"]
+
+
 def test_from_and_to_take_times_as_replay_shows_them(capsys, tmp_path):
     """--from/--to take h:mm:ss, 62m, 90s or seconds (replay's go-to), for report and export alike."""
     assert main(["report", str(REC[0]), "--format", "json", "--from", "60", "--to", "90"]) == 0

@@ -386,39 +386,48 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
     iow = np.where(found, fig.iowait[np.minimum(hb, len(hs) - 1)] if len(hs) else 0.0, 0.0)
     count = np.where(found, fig.rows[np.minimum(hb, len(hs) - 1)] if len(hs) else 0, 0)
     start = fig.start[np.minimum(hb, len(hs) - 1)] if len(hs) else np.zeros(len(k), dtype=np.int64)
-    # which pids are each state's GPU processes: a table over the pids met
-    known, inv = np.unique(
-        np.concatenate([fig.pid, fig.worker_of, np.array([p for ps in pidsets for p in ps], dtype=np.int64)]),
-        return_inverse=True,
-    )
+    # which pids are each state's GPU processes: a table over the states' pids, and a column that is
+    # False for every state for the other pids (a search among a few pids, not a sort of every row's)
+    flat = np.array([p for ps in pidsets for p in ps], dtype=np.int64)
+    known = np.unique(flat)
     member = np.zeros((len(pidsets), len(known) + 1), dtype=bool)
-    for s, ps_ in enumerate(pidsets):
-        member[s, np.searchsorted(known, list(ps_))] = True
-    rows = len(fig.pid)
-    pid_id = inv[:rows]
-    wof_id = np.where(fig.has_parent, inv[rows : 2 * rows], len(known))  # no parent: the False column
-    cpu_a, dw_a, sd_a, tt_a = fig.cpu_pct, fig.data_worker, fig.asleep, fig.stopped
-    best_row = np.full(len(k), -1, dtype=np.int64)
+    member[np.repeat(np.arange(len(pidsets)), [len(ps) for ps in pidsets]), np.searchsorted(known, flat)] = (
+        True
+    )
+    pid_id = _ids(known, fig.pid)
+    wof_id = np.where(fig.has_parent, _ids(known, fig.worker_of), len(known))  # no parent: the False column
+    # every (bin, process row) pair at once, each bin's rows in order
     n = len(k)
+    bin_ = np.repeat(np.arange(n), count)
+    row = np.arange(len(bin_)) + np.repeat(start - (np.cumsum(count) - count), count)
+    s_p, cpu = st[bin_], fig.cpu_pct[row]
+    main = member[s_p, pid_id[row]]
+    # the busiest GPU process: the first row of the largest CPU (a NaN or -inf one is never taken)
+    cand = np.flatnonzero(main & (cpu > -math.inf))
     best = np.full(n, -math.inf)
-    wsum, wn, wsd = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    np.maximum.at(best, bin_[cand], cpu[cand])
+    top = cand[cpu[cand] == best[bin_[cand]]]
+    b_top, first = np.unique(bin_[top], return_index=True)
+    best_row = np.full(n, -1, dtype=np.int64)
+    best_row[b_top] = row[top[first]]
     stopped = np.zeros(n, dtype=bool)
-    c = count
-    for d in range(int(c.max(initial=0))):
-        on = np.flatnonzero(c > d)
-        row = start[on] + d
-        s_on = st[on]
-        main = member[s_on, pid_id[row]]
-        up = main & (cpu_a[row] > best[on])
-        best[on[up]] = cpu_a[row][up]
-        best_row[on[up]] = row[up]
-        stopped[on[main & tt_a[row]]] = True
-        wk = dw_a[row] & member[s_on, wof_id[row]]
-        wsum[on[wk]] += cpu_a[row][wk]
-        wn[on[wk]] += 1
-        wsd[on[wk & sd_a[row]]] += 1
+    stopped[bin_[main & fig.stopped[row]]] = True
+    wk = fig.data_worker[row] & member[s_p, wof_id[row]]
+    # (np.bincount adds each bin's weights in the pairs' order from 0.0, as the features' sum does;
+    # adding 0.0 for the other rows leaves a sum as it is)
+    wsum = np.bincount(bin_, np.where(wk, cpu, 0.0), n)
+    wn = np.bincount(bin_[wk], minlength=n)
+    wsd = np.bincount(bin_[wk & fig.asleep[row]], minlength=n)
     busiest = np.where(best == -math.inf, 0.0, best)
     return {**proc_figures(Cols, busiest, wsum, wn, wsd, stopped, iow), **_main_fields(fig, best_row)}
+
+
+def _ids(known: np.ndarray, pids: np.ndarray) -> np.ndarray:
+    """Each pid's index in ``known`` (ascending), len(known) for one not in it."""
+    i = np.searchsorted(known, pids)
+    hit = i < len(known)
+    hit[hit] = known[i[hit]] == pids[hit]
+    return np.where(hit, i, len(known))
 
 
 def _main_fields(fig: Any, row: np.ndarray) -> dict[str, np.ndarray]:

@@ -89,6 +89,9 @@ from memtop.storage.store import (
 
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
+# the first chunk's length against each other's where this process has the report's other reads to
+# make meanwhile (memtop.outputs.report._Reads: a fifth to a third of a chunk's scan on 8-hour runs)
+FIRST_SHARE = 0.7
 # the GPU columns read (scan.REPORT_READS), in the metrics table's order
 _COLS = tuple(m.name for m in METRICS if m.name in REPORT_READS)
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
@@ -110,13 +113,17 @@ def report_scan(
     fresh_at_lo: bool,
     columns: bool = True,
     progress: bool | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> tuple[dict, list, Aggregates]:
     """memtop.analysis.scan.scan's result (labels per GPU, gaps, aggregates of [lo, hi]), by columns where this
-    path can be sure of it, else by Frames (``columns=False``: always by Frames)."""
+    path can be sure of it, else by Frames (``columns=False``: always by Frames). ``meanwhile``: work of
+    the caller's that this process may do while other processes scan (``scan_columns``)."""
     if columns:
         with Progress("reading", hi - lo, enabled=progress) as bar:
             try:
-                return scan_columns(rec, lo if fresh_at_lo else None, lo, hi, tick=bar.update)
+                return scan_columns(
+                    rec, lo if fresh_at_lo else None, lo, hi, tick=bar.update, meanwhile=meanwhile
+                )
             except Unusual:
                 pass
     return scan(rec, lo, hi, fresh_at_lo, progress=progress)
@@ -130,6 +137,7 @@ def scan_columns(
     tick: Callable[[float], None] | None = None,
     workers: int | None = None,
     chunk_s: float | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> tuple[dict, list, Aggregates]:
     """(labels per GPU, gaps, aggregates) as ``memtop.analysis.scan.scan`` gives them by Frames read from
     ``read_from``; raises Unusual where it cannot be sure of that.
@@ -138,12 +146,13 @@ def scan_columns(
     found in parallel processes, each reading WARM_S early; the hysteresis then runs here over all
     of them in order (``join_parts``), as one pass would. Where a chunk's warm-up did not reach what
     the chunk before ended in (the stack window, the previous bin, a gap that began before it), the
-    range is scanned serially."""
+    range is scanned serially. ``meanwhile`` is called in this process once its own chunk is scanned,
+    while it would wait for the others (its chunk is the shorter for it: ``FIRST_SHARE``), or not at all."""
     workers = workers or min(8, os.cpu_count() or 1)
     n = 1 if workers < 2 else max(1, min(workers, int((hi - lo) // (chunk_s or CHUNK_MIN_S))))
     with no_gc():
         if n > 1:
-            got = _parallel(rec, read_from, lo, hi, n, tick)
+            got = _parallel(rec, read_from, lo, hi, n, tick, meanwhile)
             if got is not None:
                 return got
         try:
@@ -216,14 +225,19 @@ def _parallel(
     hi: float,
     n: int,
     tick: Callable[[float], None] | None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> tuple[dict, list, Aggregates] | None:
     """The chunked scan; None where a chunk is unusual or did not catch up (the caller scans serially)."""
     # chunks of one length: this process scans the first while its executor's thread takes in the
-    # others' results, which their processes pickle (8-hour runs on two cores: they end together)
-    chunks = chunk_spans(rec, read_from, lo, hi, n)
+    # others' results, which their processes pickle (8-hour runs on two cores: they end together);
+    # with work to do meanwhile, its chunk is the shorter by about that work
+    chunks = chunk_spans(rec, read_from, lo, hi, n, FIRST_SHARE if meanwhile else 1.0)
     if chunks is None:
         return None
     jobs = [(rec.path, *c, k) for k, c in enumerate(chunks)]
+    # np.unique imports numpy.ma at its first call (a tenth of a second): once, before the fork
+    import numpy.ma  # noqa: F401
+
     # fork is cheap but unsafe in a process with threads (a test runner, a TUI): spawn there
     ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
     done = ctx.Array("d", n, lock=False)
@@ -240,6 +254,8 @@ def _parallel(
             first: _Part | None = scan_part(rec, *jobs[0][1:4], tick0)
         except (Unusual, *DECODE_ERRORS, sqlite3.DatabaseError):
             first = None
+        if meanwhile is not None:
+            meanwhile()
         while wait(futures, timeout=0.25).not_done:
             if tick:
                 tick(sum(done))
@@ -253,13 +269,14 @@ def _parallel(
 
 
 def chunk_spans(
-    rec: Recording, read_from: float | None, lo: float, hi: float, n: int
+    rec: Recording, read_from: float | None, lo: float, hi: float, n: int, first: float = 1.0
 ) -> list[tuple[float | None, float, float]] | None:
-    """(read from, lo, hi) of ``n`` chunks of [lo, hi] of one length, cut at bin edges, each after the
-    first read from WARM_S before its start (``scan_part``'s arguments; the second on, with edge=True);
-    None where a chunk would have no Frame."""
+    """(read from, lo, hi) of ``n`` chunks of [lo, hi] of one length (the first ``first`` times as
+    long as each other), cut at bin edges, each after the first read from WARM_S before its start
+    (``scan_part``'s arguments; the second on, with edge=True); None where a chunk would have no Frame."""
     b = Classifier().bin_s
-    edges = [lo] + [math.floor((lo + (hi - lo) * k / n) / b) * b for k in range(1, n)] + [hi]
+    at = [(first + k - 1) / (first + n - 1) for k in range(1, n)]
+    edges = [lo] + [math.floor((lo + (hi - lo) * x) / b) * b for x in at] + [hi]
     his = []
     for e in edges[1:-1]:  # a chunk ends at its last Frame before the next one's first bin
         r = rec.query(f"SELECT max(t) FROM frame WHERE t<? AND {SANE_T}", (e,)).fetchone()
@@ -392,16 +409,17 @@ def scan_part(
     ks = np.array([k for k, _, _ in gap_at] + [max(i_lo - 1, 0), len(frames) - 1], dtype=np.int64)
     at, inv = np.unique(ks, return_inverse=True)  # (window_bounds takes Frames in time order)
     front, count = (x[inv].tolist() for x in window_bounds(entries, ft, at))
-    windows = [stacks.within(a, b) for a, b in zip(front, count, strict=True)]
+    times = entries.t.tolist()
     gaps: list[tuple[Gap, list | None]] = []
-    for (_, gi, span), w in zip(gap_at, windows, strict=False):
+    for (_, gi, span), a, b in zip(gap_at, front, count, strict=False):
         if span[0] == _OPEN:  # the join finds its stack, once it knows the start
-            gaps.append((Gap(gi, span[0], span[1], None), w))
-        else:
-            gaps.append((gap_event(gi, span, w), None))
+            gaps.append((Gap(gi, span[0], span[1], None), stacks.within(a, b)))
+        else:  # (of the window, gap_event takes a sample in the gap: only those are made)
+            inside = [j for j in range(a, b) if span[0] <= times[j] <= span[1] + 0.5]
+            gaps.append((gap_event(gi, span, [x for j in inside for x in stacks.within(j, j + 1)]), None))
     keys = (
-        tuple((s.pid, s.t) for s, _ in windows[-2]) if i_lo else (),
-        tuple((s.pid, s.t) for s, _ in windows[-1]),
+        tuple((s.pid, s.t) for s, _ in stacks.within(front[-2], count[-2])) if i_lo else (),
+        tuple((s.pid, s.t) for s, _ in stacks.within(front[-1], count[-1])),
     )
     done(0.8)
     # (``aggregates`` False: the labels alone, for the export)
@@ -869,8 +887,8 @@ def proc_arrays(cols: dict[str, Any]) -> dict[str, Any]:
                 else np.array([NULL if v is None else v for v in c], dtype=np.int64)
             )
             out[k] = np.where(a == NULL, -1 if default is None else default, a)
-        else:
-            out[k] = np.array([default if v is None else v for v in c], dtype=object)
+        else:  # (a None is rare: older blocks)
+            out[k] = np.array(c if None not in c else [default if v is None else v for v in c], dtype=object)
     wof = cols["worker_of"]
     out["has_parent"] = (
         np.asarray(wof != NULL)
@@ -881,13 +899,19 @@ def proc_arrays(cols: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _name_flags(name: Sequence, state: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _name_flags(name: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """HostFigures' data_worker, asleep and stopped of the processes' names and states."""
-    return (
-        np.fromiter(map(is_data_worker, name), bool, len(name)),
-        np.fromiter(map(is_asleep, state), bool, len(state)),
-        np.fromiter(map(is_stopped, state), bool, len(state)),
-    )
+    return _each(is_data_worker, name), _each(is_asleep, state), _each(is_stopped, state)
+
+
+def _each(test: Callable[[str], bool], values: np.ndarray) -> np.ndarray:
+    """``test`` of each value (an object array), called once per distinct one and compared over the
+    array: hours of a host's processes repeat a few names and states."""
+    out = np.zeros(len(values), dtype=bool)
+    for v in set(values.tolist()):
+        if test(v):
+            out |= values == v
+    return out
 
 
 def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:

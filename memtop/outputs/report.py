@@ -81,8 +81,11 @@ def _phase_stacks(
     bins = np.rint(t / bin_s)
     i = np.minimum(np.searchsorted(bins, n), len(bins) - 1)
     hit = bins[i] == n
-    for lab, key in zip(labels[i[hit]].tolist(), itertools.compress(keys, hit.tolist()), strict=True):
-        by_label[lab][key] += 1
+    # counted in one C pass; each label's keys in the order met, as one increment a sample gives them
+    for (lab, key), count in Counter(
+        zip(labels[i[hit]].tolist(), itertools.compress(keys, hit.tolist()))
+    ).items():
+        by_label[lab][key] = count
     return by_label
 
 
@@ -99,6 +102,43 @@ def build_report(
         return _build_report(rec, gpu, t_from, t_to, columns)
 
 
+class _Reads:
+    """The report's reads that need no scan (health samples, energy, the roofline's means), made once:
+    by the column scan while this process waits for its other chunks, else when first asked for. What
+    they note as damaged is noted after the scan's notes, as when they ran after it."""
+
+    def __init__(self, rec: Recording, lo: float, hi: float) -> None:
+        self._rec, self._lo, self._hi = rec, lo, hi
+        self._got: tuple | BaseException | None = None
+        self._notes: list[str] = []
+
+    def __call__(self) -> None:
+        if self._got is not None:
+            return
+        rec, lo, hi = self._rec, self._lo, self._hi
+        had = len(rec.damage)
+        try:
+            self._got = (
+                rec.health_samples(lo, hi),
+                rec.energy(lo, hi),
+                rec.busy_means(lo, hi, roofline.READS),
+            )
+        except Exception as e:  # raised where the report asks for them, after the scan, as before
+            self._got = e
+        self._notes = rec.damage[had:]
+        del rec.damage[had:]
+
+    def result(self) -> tuple:
+        self()
+        for n in self._notes:
+            self._rec.note(n)
+        self._notes = []
+        if isinstance(self._got, BaseException):
+            raise self._got
+        assert self._got is not None
+        return self._got
+
+
 def _build_report(
     rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None, columns: bool
 ) -> dict:
@@ -109,7 +149,8 @@ def _build_report(
         raise UserError(
             f"no GPU {gpu} in this recording (it has: {', '.join(map(str, sorted(known))) or 'none'})"
         )
-    labels_by_gpu, all_gaps, agg = report_scan(rec, lo, hi, bool(t_from), columns)
+    reads = _Reads(rec, lo, hi)
+    labels_by_gpu, all_gaps, agg = report_scan(rec, lo, hi, bool(t_from), columns, meanwhile=reads)
     last = agg.last
     if last is None:
         raise UserError("empty time range: no samples in it")
@@ -133,9 +174,9 @@ def _build_report(
 
     out_gpus = []
     sites: dict[tuple[int, int], tuple] = {}
-    health_by_gpu, energy_by_gpu, energies = rec.health_samples(lo, hi), rec.energy(lo, hi), {}
+    health_by_gpu, energy_by_gpu, busy = reads.result()
+    energies: dict[int, dict] = {}
     gpu_bins: dict[int, tuple] = {}  # each GPU's labelled bins (starts, labels), for energy per job
-    busy = rec.busy_means(lo, hi, roofline.READS)
     shares = proc_shares(rec, lo, hi, {p.pid: p.name for p in procs.values()})
     # jobs sharing a GPU, each labelled apart (memtop.analysis.jobshare: a scan of Frames, only where two or more
     # processes had per-process figures on one GPU)
@@ -260,7 +301,9 @@ def _build_report(
         perf_summary[str(pid)] = {
             k: round(sum(r.get(k, 0.0) for _, r in ps) / len(ps), 3) for k in sorted(keys)
         }
-    read = {f"pid {pid}" for pid, _ in stacks}  # the capabilities' names of stacks that were read
+    read = {
+        f"pid {pid}" for pid in {pid for pid, _ in stacks}
+    }  # the capabilities' names of stacks that were read
     started = rec.meta.get("started_wall")
     rep = {
         "schema": SCHEMA,
