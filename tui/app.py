@@ -31,6 +31,7 @@ from textual.filter import Monochrome, NoColor
 from textual.message import Message
 from textual.notifications import Notification, Notify
 from textual.screen import ModalScreen, Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
 from memtop.analysis.phases import MEANINGS
@@ -492,6 +493,7 @@ class MemtopApp(App[int]):
         self.selected_pid: int | None = None
         self.stack_depth = 4  # frames shown per thread (set by _layout)
         self._paints = 0
+        self._header: Widget | None = None  # found once: a DOM query each paint was 5 % of the UI's CPU
         self._trace_step: Notification | None = None  # a capture's stage on screen (the next replaces it)
         self._bindings_key: tuple | None = None
         self.crashed: BaseException | None = None  # what ended the app, for the exit code and log
@@ -700,9 +702,18 @@ class MemtopApp(App[int]):
         on the first screen: a modal one pushed meanwhile (a native dump arriving mid-paint) has none."""
         self.screen_stack[0].query_one(selector, TextPanel).update(content)
 
+    def _panels_shown(self) -> bool:
+        """The panels are mounted (on the default screen, which App.query searches) and not removed."""
+        if self._header is None:
+            found = self.query("#header")
+            if not found:
+                return False
+            self._header = found.first()
+        return self._header.is_attached
+
     def _paint(self) -> None:
         try:  # a timer or a Refresh racing the app's start or shutdown finds no widgets to paint
-            if not (self.is_running and self.query("#header")):
+            if not (self.is_running and self._panels_shown()):
                 return
         except ScreenStackError:
             return
