@@ -493,6 +493,7 @@ class MemtopApp(App[int]):
         self.selected_pid: int | None = None
         self.stack_depth = 4  # frames shown per thread (set by _layout)
         self._paints = 0
+        self._painted_at = 0.0  # when the last View was built (monotonic)
         self._header: Widget | None = None  # found once: a DOM query each paint was 5 % of the UI's CPU
         self._trace_step: Notification | None = None  # a capture's stage on screen (the next replaces it)
         self._bindings_key: tuple | None = None
@@ -554,7 +555,7 @@ class MemtopApp(App[int]):
         if self.controller is not None:  # after the first paint: the first frame shows at once
             self.call_after_refresh(self.controller.start)
         self.call_after_refresh(gc.enable)  # the CLI starts the app without it (commands/local.py)
-        self.set_interval(1.0 / self.paint_rate, self._paint)  # also paints when no frames come
+        self.set_interval(1.0 / self.paint_rate, self._paint_if_idle)
         self.set_interval(0.5, self._refresh_keys)
         if self.hangup_guard:
             self.set_interval(2.0, self._check_terminal)
@@ -702,6 +703,14 @@ class MemtopApp(App[int]):
         on the first screen: a modal one pushed meanwhile (a native dump arriving mid-paint) has none."""
         self.screen_stack[0].query_one(selector, TextPanel).update(content)
 
+    def _paint_if_idle(self) -> None:
+        """The timer's paint, for when no frames come (a stalled sampler, a status change): while
+        they come, the pipeline's Refresh paints at the paint rate, and the timer, out of phase with
+        it, found a new version too and built a second View each interval (1.8 paints a second at
+        the default 10 Hz sampling instead of 1)."""
+        if time.monotonic() - self._painted_at >= 1.5 / self.paint_rate:
+            self._paint()
+
     def _panels_shown(self) -> bool:
         """The panels are mounted (on the default screen, which App.query searches) and not removed."""
         if self._header is None:
@@ -723,6 +732,7 @@ class MemtopApp(App[int]):
         if self.view is not None and p.version == self.view.version and p.status == self.view.status:
             return
         v = p.view()
+        self._painted_at = time.monotonic()
         full = self.view is None  # forced (GPU switch, first paint): everything now
         self.view = v
         self._show_native(v)

@@ -51,7 +51,8 @@ class KeepsRender(Widget):
         return super().refresh(*regions, **kw)
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        key = (crop, self.size)
+        # outer_size: `size` is a compositor lookup that walks the DOM, per tile per frame
+        key = (crop, self.outer_size)
         if self._drawn is None or self._drawn[0] != key:
             self._drawn = (key, self._render_afresh(crop))
         return self._drawn[1]
