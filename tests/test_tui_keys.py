@@ -291,6 +291,19 @@ def test_paint_ticks_follow_the_paint_rate_when_frames_jitter(monkeypatch, frame
     assert min(gaps) >= 0.8 - 0.01 and max(gaps) <= 1.0 + frame_s + 0.01
 
 
+def test_replay_pause_and_speed_tick_at_once():
+    """A paused replay sends no frames, and the app's timer paints only after 1.5 quiet intervals: the
+    pause and a new speed tick themselves, so the header shows them at the next message."""
+    rec = Recording(REC[2])
+    pipe = Pipeline(Status("replay"), rec.meta)
+    ticks: list[Status] = []
+    pipe.on_tick = lambda: ticks.append(pipe.status)
+    src = ReplaySource(rec, pipe)
+    src.toggle_pause()
+    src.set_speed(4.0)
+    assert [(t.paused, t.speed) for t in ticks] == [(True, 1.0), (True, 4.0)]
+
+
 def test_config_file_is_read_flags_win_and_theme_is_saved_0600(tmp_path, monkeypatch, capsys):
     from memtop import config
 

@@ -456,11 +456,13 @@ class ReplaySource:
         self.paused = not self.paused
         self._wake.set()
         self._status()
+        self.pipeline.on_tick()  # shown now: the app's timer paints only when no ticks come for a while
 
     def set_speed(self, speed: float) -> None:
         self.speed = min(64.0, max(0.25, speed))
         self._wake.set()
         self._status()
+        self.pipeline.on_tick()
 
     def seek(self, offset: float) -> None:
         """Jump to ``offset`` seconds into the recording (read from there: the store seeks)."""
