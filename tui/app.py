@@ -700,8 +700,10 @@ class MemtopApp(App[int]):
 
     def _set(self, selector: str, content) -> None:
         """A panel re-sends only the tiles of its lines whose cells changed (tiles.py). The panels live
-        on the first screen: a modal one pushed meanwhile (a native dump arriving mid-paint) has none."""
-        self.screen_stack[0].query_one(selector, TextPanel).update(content)
+        on the first screen: a modal one pushed meanwhile (a native dump arriving mid-paint) has none;
+        at the exit there is none (a table's Highlighted message queued before it still comes)."""
+        if self.screen_stack:
+            self.screen_stack[0].query_one(selector, TextPanel).update(content)
 
     def _paint_if_idle(self) -> None:
         """The timer's paint, for when no frames come (a stalled sampler, a status change): while
