@@ -267,6 +267,43 @@ def test_the_first_gpu_reading_is_painted_as_it_arrives():
     assert len(ticks) == 2
 
 
+@pytest.mark.parametrize(("frame_s", "ticks"), [(1.0, 30), (0.1, 31), (0.25, 30)])
+def test_paint_ticks_follow_the_paint_rate_when_frames_jitter(monkeypatch, frame_s, ticks):
+    """Frames at 1 Hz (--interval 1) a millisecond early or late tick every time (a tick needing a
+    full interval since the last skipped every early one: the view moved every 2 s); faster frames
+    tick once per interval, not more."""
+    from dataclasses import replace
+
+    from memtop.live import pipeline as pl
+
+    f = _frames()
+    clock = [1000.0]
+    monkeypatch.setattr(pl.time, "monotonic", lambda: clock[0])
+    pipe = Pipeline(Status("live"))
+    got: list[float] = []
+    pipe.on_tick = lambda: got.append(clock[0])
+    n = round(30 / frame_s)
+    for k in range(n):
+        clock[0] = 1000.0 + k * frame_s + (0.001 if k % 2 else -0.001)
+        pipe.on_frame(replace(f[1 + k % 3], t=f[1].t + k * frame_s))
+    assert len(got) == ticks
+    gaps = [b - a for a, b in zip(got, got[1:])]
+    assert min(gaps) >= 0.8 - 0.01 and max(gaps) <= 1.0 + frame_s + 0.01
+
+
+def test_replay_pause_and_speed_tick_at_once():
+    """A paused replay sends no frames, and the app's timer paints only after 1.5 quiet intervals: the
+    pause and a new speed tick themselves, so the header shows them at the next message."""
+    rec = Recording(REC[2])
+    pipe = Pipeline(Status("replay"), rec.meta)
+    ticks: list[Status] = []
+    pipe.on_tick = lambda: ticks.append(pipe.status)
+    src = ReplaySource(rec, pipe)
+    src.toggle_pause()
+    src.set_speed(4.0)
+    assert [(t.paused, t.speed) for t in ticks] == [(True, 1.0), (True, 4.0)]
+
+
 def test_config_file_is_read_flags_win_and_theme_is_saved_0600(tmp_path, monkeypatch, capsys):
     from memtop import config
 

@@ -31,6 +31,7 @@ from textual.filter import Monochrome, NoColor
 from textual.message import Message
 from textual.notifications import Notification, Notify
 from textual.screen import ModalScreen, Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
 
 from memtop.analysis.phases import MEANINGS
@@ -492,6 +493,8 @@ class MemtopApp(App[int]):
         self.selected_pid: int | None = None
         self.stack_depth = 4  # frames shown per thread (set by _layout)
         self._paints = 0
+        self._painted_at = 0.0  # when the last View was built (monotonic)
+        self._header: Widget | None = None  # found once: a DOM query each paint was 5 % of the UI's CPU
         self._trace_step: Notification | None = None  # a capture's stage on screen (the next replaces it)
         self._bindings_key: tuple | None = None
         self.crashed: BaseException | None = None  # what ended the app, for the exit code and log
@@ -552,7 +555,7 @@ class MemtopApp(App[int]):
         if self.controller is not None:  # after the first paint: the first frame shows at once
             self.call_after_refresh(self.controller.start)
         self.call_after_refresh(gc.enable)  # the CLI starts the app without it (commands/local.py)
-        self.set_interval(1.0 / self.paint_rate, self._paint)  # also paints when no frames come
+        self.set_interval(1.0 / self.paint_rate, self._paint_if_idle)
         self.set_interval(0.5, self._refresh_keys)
         if self.hangup_guard:
             self.set_interval(2.0, self._check_terminal)
@@ -697,12 +700,31 @@ class MemtopApp(App[int]):
 
     def _set(self, selector: str, content) -> None:
         """A panel re-sends only the tiles of its lines whose cells changed (tiles.py). The panels live
-        on the first screen: a modal one pushed meanwhile (a native dump arriving mid-paint) has none."""
-        self.screen_stack[0].query_one(selector, TextPanel).update(content)
+        on the first screen: a modal one pushed meanwhile (a native dump arriving mid-paint) has none;
+        at the exit there is none (a table's Highlighted message queued before it still comes)."""
+        if self.screen_stack:
+            self.screen_stack[0].query_one(selector, TextPanel).update(content)
+
+    def _paint_if_idle(self) -> None:
+        """The timer's paint, for when no frames come (a stalled sampler, a status change): while
+        they come, the pipeline's Refresh paints at the paint rate, and the timer, out of phase with
+        it, found a new version too and built a second View each interval (1.8 paints a second at
+        the default 10 Hz sampling instead of 1)."""
+        if time.monotonic() - self._painted_at >= 1.5 / self.paint_rate:
+            self._paint()
+
+    def _panels_shown(self) -> bool:
+        """The panels are mounted (on the default screen, which App.query searches) and not removed."""
+        if self._header is None:
+            found = self.query("#header")
+            if not found:
+                return False
+            self._header = found.first()
+        return self._header.is_attached
 
     def _paint(self) -> None:
         try:  # a timer or a Refresh racing the app's start or shutdown finds no widgets to paint
-            if not (self.is_running and self.query("#header")):
+            if not (self.is_running and self._panels_shown()):
                 return
         except ScreenStackError:
             return
@@ -712,6 +734,7 @@ class MemtopApp(App[int]):
         if self.view is not None and p.version == self.view.version and p.status == self.view.status:
             return
         v = p.view()
+        self._painted_at = time.monotonic()
         full = self.view is None  # forced (GPU switch, first paint): everything now
         self.view = v
         self._show_native(v)

@@ -51,10 +51,14 @@ class KeepsRender(Widget):
         return super().refresh(*regions, **kw)
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        key = (crop, self.size)
+        # outer_size: `size` is a compositor lookup that walks the DOM, per tile per frame
+        key = (crop, self.outer_size)
         if self._drawn is None or self._drawn[0] != key:
-            self._drawn = (key, super().render_lines(crop))
+            self._drawn = (key, self._render_afresh(crop))
         return self._drawn[1]
+
+    def _render_afresh(self, crop: Region) -> list[Strip]:
+        return super().render_lines(crop)
 
 
 class _Tile(KeepsRender):
@@ -74,11 +78,13 @@ class _Tile(KeepsRender):
     def on_resize(self) -> None:
         self.panel.forget_geometry()  # a tile's width moves the tiles right of it
 
-    def render_lines(self, crop: Region) -> list[Strip]:
-        # the offset is checked per render (not per line): a tile that moved without changing size
-        # (the panel re-laid out) must not cut its lines at the old offset
+    def _render_afresh(self, crop: Region) -> list[Strip]:
+        # the offset is checked per fresh render (not per line, nor per kept render: Textual asks
+        # every tile under a frame's dirty box for its lines, and `Widget.region` walks the DOM
+        # up to the screen, which was a tenth of the UI's CPU at 1 Hz): a tile that moved without
+        # changing size (the panel re-laid out) must not cut its lines at the old offset
         self.panel.check_geometry(self)
-        return super().render_lines(crop)
+        return super()._render_afresh(crop)
 
     def render_line(self, y: int) -> Strip:
         return self.panel.piece(y, self)

@@ -175,6 +175,7 @@ class LiveController:
             self._attached.wait()
             if self.pipeline is not None:
                 self.pipeline.set_status(fault=f"sampling could not start: {type(e).__name__}: {e}")
+                self.pipeline.on_tick()  # shown at once (the app's timer waits 1.5 paint intervals)
             return
         with self._lock:
             late = self._stopped

@@ -31,6 +31,8 @@ HISTORY_S = 600.0  # the timeline can zoom out to 10 minutes
 # the classifier's labels kept live: as many as the widest timeline shows (each holds its bin's
 # features, ~2.8 KiB with its dicts: twice this many held ~3.3 MiB more per GPU for nothing drawn)
 BINS_KEPT = int(HISTORY_S / Classifier().bin_s)
+# a paint tick may come this share of the paint interval early (frames at the paint rate jitter)
+TICK_SLACK = 0.2
 KEEP_FRAME_S = 1.0  # a paused live view can scroll back to any second of the history
 # py-spy's non-blocking read fails now and then on a moving target (2-3 % of samples on 2 H200s under
 # DDP, "Failed to get stack traces"): the last good stack stands in for this long before the error shows
@@ -122,7 +124,7 @@ class Pipeline:
         self.on_tick: Callable[[], None] = lambda: None
         self.paint_interval = 1.0
         self._lock = threading.Lock()
-        self._last_tick = 0.0
+        self._next_tick = 0.0  # when the next on_tick is due (monotonic), on a grid of paint_interval
         self._version = 0
         self._had_gpus = False
         self.reset()
@@ -203,8 +205,12 @@ class Pipeline:
         # the first GPU reading is painted as it arrives, not at the next paint tick
         first = bool(frame.gpus) and not self._had_gpus
         self._had_gpus = self._had_gpus or bool(frame.gpus)
-        if tick and (first or now - self._last_tick >= self.paint_interval):
-            self._last_tick = now
+        if tick and (first or now >= self._next_tick - TICK_SLACK * self.paint_interval):
+            # on a grid, a little early rather than late: frames come at the paint rate itself at
+            # --interval 1, and "a full interval since the last tick" skipped every frame that came a
+            # millisecond early, so the view moved every 2 s; the app's timer then painted in between
+            due = self._next_tick + self.paint_interval
+            self._next_tick = due if due > now else now + self.paint_interval  # after a stall: from now
             self.on_tick()
 
     def _note_events(self, g) -> None:
@@ -450,11 +456,13 @@ class ReplaySource:
         self.paused = not self.paused
         self._wake.set()
         self._status()
+        self.pipeline.on_tick()  # shown now: the app's timer paints only when no ticks come for a while
 
     def set_speed(self, speed: float) -> None:
         self.speed = min(64.0, max(0.25, speed))
         self._wake.set()
         self._status()
+        self.pipeline.on_tick()
 
     def seek(self, offset: float) -> None:
         """Jump to ``offset`` seconds into the recording (read from there: the store seeks)."""
