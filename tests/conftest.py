@@ -266,32 +266,49 @@ def _quick(item) -> bool:
     return names is None or item.originalname in names
 
 
-# The modules that cost the most CPU, heaviest first (bench/pytest_cpu.py over the whole suite,
-# 2026-11-28): they start first, so that the run ends on short tests. xdist's worksteal hands each
-# worker a contiguous half and lets an idle one take the end of the other's queue; a heavy module
-# left at the end kept one core busy while the other had nothing left to take.
-HEAVY_FIRST = (
+# Modules by the CPU a full run spends in them, heaviest first (bench/pytest_cpu.py over the whole
+# suite, 2026-11-28, suite4: tmux_matrix 97 CPU-s, tui_view 88, colscan 48, ..., report_export 7); a
+# module not named comes after them. pyproject's `--dist loadscope --no-loadscope-reorder` hands an idle
+# worker the next whole module in this order (longest first): the heavy ones start at once on all three
+# workers, each module's fixtures are built once, and the run ends on short modules. (worksteal gave
+# each worker a contiguous third: every heavy module sat in the first worker's queue and the others
+# stole its tail, so that run ended on test_fuzz's three long tests on one worker.)
+BY_COST = (
     "test_tmux_matrix.py",
     "test_tui_view.py",
+    "test_colscan.py",
+    "test_colblock.py",
     "test_accuracy.py",
     "test_comm.py",
-    "test_cluster.py",
     "test_tui_keys.py",
+    "test_cluster.py",
     "test_fuzz.py",
-    "test_tui_answer.py",
     "test_damaged.py",
-    "test_tui.py",
+    "test_tui_answer.py",
     "test_cli.py",
+    "test_tui.py",
+    "test_perfetto_pb.py",
+    "test_store.py",
+    "test_tmux_screens.py",
+    "test_hostile.py",
+    "test_layout.py",
+    "test_long_runs.py",
+    "test_phases.py",
+    "test_serve.py",
+    "test_tracer.py",
+    "test_rules_properties.py",
+    "test_config.py",
+    "test_report_export.py",
 )
 
 
-def _heavy_rank(item) -> int:
+def _cost_rank(item) -> int:
     name = item.path.name
-    return HEAVY_FIRST.index(name) if name in HEAVY_FIRST else len(HEAVY_FIRST)
+    return BY_COST.index(name) if name in BY_COST else len(BY_COST)
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_heavy_rank)  # stable: a module's tests stay together and in their order
+    items.sort(key=_cost_rank)  # stable: a module's tests stay together and in their order
     for item in items:
         if _quick(item):
             item.add_marker(pytest.mark.quick)

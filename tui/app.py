@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.style import Style
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -879,6 +879,13 @@ class MemtopApp(App[int]):
             self.push_screen(GpuDetail(self.view, self.gpu, self.ascii_only))
 
     # -- keys ------------------------------------------------------------------------------
+    async def on_event(self, event: events.Event) -> None:
+        # a key typed right after q (or still bubbling up from a widget) comes after the exit emptied
+        # the screen stack: Textual's binding check would raise ScreenStackError on it
+        if isinstance(event, events.Key) and not self.screen_stack:
+            return
+        await super().on_event(event)
+
     def _gpus(self) -> list[int]:
         f = self.view.frame if self.view else None
         return sorted(g.index for g in f.gpus) if f else []
