@@ -554,18 +554,20 @@ def _columns_walk(
         raise _NoColumns("frames")
     stacks = _Stacks(out)
     state = _Carry(cut=lo if fresh else -math.inf)
-    with _phase_pass(rec, windows, lo) as slices, Progress("exporting", hi - lo, enabled=progress) as bar:
+    with _phase_pass(rec, windows, lo) as phases, Progress("exporting", hi - lo, enabled=progress) as bar:
         try:
             # each window's rows from the last Frame of the one before (those older were held there)
             after = math.nextafter(lo, -math.inf) if fresh else -math.inf
             for a, b in ((a, b) for _, a, b in windows):
                 _window(rec, blocks, out, stacks, state, after, a, b)
+                for args in phases.ready():  # (written as they come: none are held to the end)
+                    out.span(*args)
                 out.flush()
                 after = b
                 bar.update(b - lo)
         except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:
             raise _NoColumns(str(e)) from None
-        got = slices()
+        got = phases.rest()
         if isinstance(got, str):
             raise _NoColumns(got)
         for args in got:
@@ -576,13 +578,54 @@ def _columns_walk(
 PHASE_WORKER = True  # the phase slices of a recording of several windows found in a process of their own
 
 
+class _Slices:
+    """The phase slices (``Sink.span``'s arguments) of the windows, in time order: ``ready`` those
+    found so far (without waiting), ``rest`` the others once all are found, or why they cannot be
+    had by columns (then the slices handed out so far are not the column scan's: the export starts
+    again by Frames)."""
+
+    def __init__(self, rec: Recording, windows: list, lo: float, conn: Connection | None = None) -> None:
+        self._args = (rec, windows, lo)
+        self._conn = conn  # the worker's end of the pipe, or None: found here, in ``rest``
+        self._end: tuple[str | None] | None = None  # the worker's last word, once ``ready`` met it
+
+    def ready(self) -> list[tuple]:
+        got: list[tuple] = []
+        while self._conn is not None and self._conn.poll():
+            more = self._recv()
+            if not isinstance(more, list):  # (the end, or an error: ``rest`` says which)
+                self._end = (more,)
+                self._conn = None
+                break
+            got += more
+        return got
+
+    def rest(self) -> list[tuple] | str:
+        if self._end is not None:
+            return self._end[0] or []
+        if self._conn is None:
+            got: list[tuple] = []
+            return _phase_slices(*self._args, got.extend) or got
+        got = []
+        while isinstance(more := self._recv(), list):
+            got += more
+        return more or got
+
+    def _recv(self) -> list[tuple] | str | None:
+        try:
+            return self._conn.recv()  # type: ignore[union-attr]
+        except EOFError:  # (it died: the export is made again Frame by Frame)
+            return "the phase worker ended without its slices"
+
+
 @contextlib.contextmanager
-def _phase_pass(rec: Recording, windows: list, lo: float) -> Iterator[Callable[[], list[tuple] | str]]:
+def _phase_pass(rec: Recording, windows: list, lo: float) -> Iterator[_Slices]:
     """The phase slices of the windows (``_phase_slices``), found while the block is run: in another
     process where there are several windows (the events' and the labels' reads each take about half
-    the time: the export ends in about half the time on two cores), else here when asked for."""
+    the time: the export ends in about half the time on two cores), which sends each window's as it
+    goes; else here when asked for."""
     if not PHASE_WORKER or len(windows) < 2:
-        yield lambda: _phase_slices(rec, windows, lo)
+        yield _Slices(rec, windows, lo)
         return
     import multiprocessing
 
@@ -596,15 +639,8 @@ def _phase_pass(rec: Recording, windows: list, lo: float) -> Iterator[Callable[[
     worker = ctx.Process(target=_phase_worker, args=(rec.path, windows, lo, put), daemon=True)
     worker.start()
     put.close()
-
-    def slices() -> list[tuple] | str:
-        try:
-            return got.recv()
-        except EOFError:  # (it died: the export is made again Frame by Frame)
-            return "the phase worker ended without its slices"
-
     try:
-        yield slices
+        yield _Slices(rec, windows, lo, got)
     finally:
         if worker.is_alive():  # (an export that failed before it asked for them)
             worker.terminate()
@@ -613,16 +649,18 @@ def _phase_pass(rec: Recording, windows: list, lo: float) -> Iterator[Callable[[
 
 
 def _phase_worker(path: Path, windows: list, lo: float, put: Connection) -> None:
+    """Each window's phase slices sent as found, then None (or why there are none: a str)."""
     rec = Recording(path)
     try:
-        put.send(_phase_slices(rec, windows, lo))
+        put.send(_phase_slices(rec, windows, lo, put.send))
     finally:
         rec.close()
 
 
-def _phase_slices(rec: Recording, windows: list, lo: float) -> list[tuple] | str:
+def _phase_slices(rec: Recording, windows: list, lo: float, emit: Callable[[list[tuple]], Any]) -> str | None:
     """The phase slices (``Sink.span``'s arguments) of the column scan's labels over ``windows``
-    (``colscan.chunk_spans``), or why they cannot be had by columns."""
+    (``colscan.chunk_spans``), handed to ``emit`` a window's at a time; or why they cannot be had by
+    columns (some may have been handed out by then)."""
     from memtop.analysis import colscan
 
     phases = _Phases(lo)
@@ -632,7 +670,11 @@ def _phase_slices(rec: Recording, windows: list, lo: float) -> list[tuple] | str
                 part = colscan.scan_part(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
             phases.add(part, first=k == 0)
             del part
-        return phases.finish(colscan.join_parts(phases.parts)[0])
+            if phases.slices:
+                emit(phases.slices)
+                phases.slices = []
+        emit(phases.finish(colscan.join_parts(phases.parts)[0]))
+        return None
     except (colscan.Unusual, _NoColumns, *DECODE_ERRORS, sqlite3.DatabaseError) as e:
         return str(e) or type(e).__name__
 
