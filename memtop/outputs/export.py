@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import gzip
 import io
 import json
 import math
@@ -22,9 +21,7 @@ import operator
 import os
 import queue
 import re
-import secrets
 import sqlite3
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
@@ -262,8 +259,9 @@ class _Proto:
     @property
     def n(self) -> int:
         """The events as the JSON form counts them (its ``traceEvents``): a name's metadata event is a
-        descriptor here, a PCIe sample two counters, a phase or marker two slice events."""
-        return self.w.n + self._json
+        descriptor here, a PCIe sample two counters, a phase or marker two slice events, and a counter's
+        repeated value, left out here (``TraceWriter.counter``), one all the same."""
+        return self.w.n + self.w.repeats + self._json
 
     def process(self, pid: int, name: str) -> None:
         self._procs[pid] = self.w.process(pid, name)
@@ -957,6 +955,8 @@ def write_trace(
     """Write the whole trace document (JSON) to ``fh``; returns the number of trace events. ``extra``
     events (a framework's trace on this clock, encoded: runs of JSON objects joined by commas and
     their number, memtop.agent.merge) join ``traceEvents``, and ``extra_meta`` the metadata."""
+    import tempfile  # (here: the protobuf, the default, has no use for it; nor its imports' memory)
+
     _check(rec, gpu, t_from, t_to)
     fh.write('{"traceEvents":[')
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spill:
@@ -1145,7 +1145,7 @@ def private_binary(out: Path, force: bool, level: int = 6) -> Iterator[BinaryIO]
         raise UserError(f"{out} exists (use --force to overwrite)")
     if out.is_dir() and not out.is_symlink():
         raise UserError(f"{out} is a directory")
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")
+    tmp = out.with_name(f".{out.name}.{os.urandom(4).hex()}.tmp")  # (secrets' token_hex, without its imports)
     create_private(tmp, False)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -1168,6 +1168,8 @@ class _Deflater(io.RawIOBase):
     another core beside the export; the bytes are those of a GzipFile written in line)."""
 
     def __init__(self, raw: BinaryIO, level: int = 6) -> None:
+        import gzip
+
         self._gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0)
         self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)  # memory stays flat
         self._error: Exception | None = None
