@@ -352,6 +352,7 @@ class _Proto:
         self.w.event(uuid, self.stamp(t0), pb.SLICE_BEGIN, name, pb.debug_args(args))
         self.w.event(uuid, self.stamp(t1), pb.SLICE_END)
         self._json -= 1
+        self.w.flush(1000)  # (a slice's packets are large: an 8-hour run's markers would be ~10 MB)
 
     def flush(self, at_least: int = 1) -> None:
         self.w.flush(at_least)
@@ -565,10 +566,7 @@ def _columns_walk(
                 bar.update(b - lo)
         except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:
             raise _NoColumns(str(e)) from None
-        got = phases.rest()
-        if isinstance(got, str):
-            raise _NoColumns(got)
-        for args in got:
+        for args in phases.rest():
             out.span(*args)
     return stacks
 
@@ -578,9 +576,9 @@ PHASE_WORKER = True  # the phase slices of a recording of several windows found 
 
 class _Slices:
     """The phase slices (``Sink.span``'s arguments) of the windows, in time order: ``ready`` those
-    found so far (without waiting), ``rest`` the others once all are found, or why they cannot be
-    had by columns (then the slices handed out so far are not the column scan's: the export starts
-    again by Frames)."""
+    found so far (without waiting), ``rest`` the others as they come; it raises _NoColumns where they
+    cannot be had by columns (then the slices handed out so far are not the column scan's: the export
+    starts again by Frames)."""
 
     def __init__(self, rec: Recording, windows: list, lo: float, conn: Connection | None = None) -> None:
         self._args = (rec, windows, lo)
@@ -598,16 +596,20 @@ class _Slices:
             got += more
         return got
 
-    def rest(self) -> list[tuple] | str:
+    def rest(self) -> Iterator[tuple]:
         if self._end is not None:
-            return self._end[0] or []
-        if self._conn is None:
+            error = self._end[0]
+        elif self._conn is None:
             got: list[tuple] = []
-            return _phase_slices(*self._args, got.extend) or got
-        got = []
-        while isinstance(more := self._recv(), list):
-            got += more
-        return more or got
+            error = _phase_slices(*self._args, got.extend)
+            if not error:
+                yield from got
+        else:
+            while isinstance(more := self._recv(), list):
+                yield from more
+            error = more
+        if error:
+            raise _NoColumns(error)
 
     def _recv(self) -> list[tuple] | str | None:
         try:
