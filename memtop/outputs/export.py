@@ -108,6 +108,17 @@ def _listed(v: Floats) -> list[float]:
 
 # a sink's encoding of an instant, made once for the events at it: JSON text (µs) or a protobuf field (ns)
 Stamp = Any
+Fmt = Callable[[float], float]  # how a counter's value is rounded for the trace
+
+
+def gbps(v: float) -> float:
+    """PCIe bytes/s as the trace's GB/s."""
+    return round(v / 1e9, 3)
+
+
+def tenths(v: float) -> float:
+    """A CPU % as the trace's."""
+    return round(v, 1)
 
 
 class _Json:
@@ -151,10 +162,11 @@ class _Json:
             head = self._counters[(name, pid)] = f'{{"ph":"C","name":{dumps(name)},"pid":{pid},"tid":0,"ts":'
         self.raw(f'{head}{ts},"args":{{"value":{value!r}}}}}')
 
-    def counters(self, name: str, pid: int, t: Floats, values: Floats) -> None:
-        """``counter`` at each of times ``t`` (seconds)."""
+    def counters(self, name: str, pid: int, t: Floats, values: Floats, fmt: Fmt | None = None) -> None:
+        """``counter`` at each of times ``t`` (seconds), of each value as ``fmt`` rounds it."""
         stamp, counter = self.stamp, self.counter
-        for x, v in zip(_listed(t), _listed(values), strict=True):
+        vals = _listed(values) if fmt is None else list(map(fmt, _listed(values)))
+        for x, v in zip(_listed(t), vals, strict=True):
             counter(name, pid, stamp(x), v)
         self.flush(2000)
 
@@ -164,8 +176,9 @@ class _Json:
         )
 
     def pcies(self, pid: int, t: Floats, rx: Floats, tx: Floats) -> None:
+        """``pcie`` at each of times ``t`` of rx and tx in bytes/s (``gbps`` rounds them)."""
         stamp, pcie = self.stamp, self.pcie
-        for x, r, w in zip(_listed(t), _listed(rx), _listed(tx), strict=True):
+        for x, r, w in zip(_listed(t), map(gbps, _listed(rx)), map(gbps, _listed(tx)), strict=True):
             pcie(pid, stamp(x), r, w)
         self.flush(2000)
 
@@ -297,10 +310,17 @@ class _Proto:
             uuid = self._counters[(name, pid)] = self.w.counter_track(self._proc(pid), name)
         return uuid
 
-    def counters(self, name: str, pid: int, t: Floats, values: Floats) -> None:
+    def counters(self, name: str, pid: int, t: Floats, values: Floats, fmt: Fmt | None = None) -> None:
+        """``counter`` of each value as ``fmt`` rounds it; a value equal to the one before is left out
+        before it is rounded (it rounds the same), the rest where the writer finds them."""
         import numpy as np
 
-        self.w.counters(self._counter_track(name, pid), np.asarray(t, dtype=np.float64), np.asarray(values))
+        t, v = np.asarray(t, dtype=np.float64), np.asarray(values, dtype=np.float64)
+        if fmt is not None and len(v):
+            changed = np.r_[True, v[1:] != v[:-1]]
+            self._json += len(v) - int(changed.sum())
+            t, v = t[changed], np.array(list(map(fmt, v[changed].tolist())), dtype=np.float64)
+        self.w.counters(self._counter_track(name, pid), t, v)
 
     def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
         self.counter("PCIe GB/s rx", pid, ts, rx)  # (the JSON importer's names for its two args)
@@ -308,8 +328,8 @@ class _Proto:
         self._json -= 1
 
     def pcies(self, pid: int, t: Floats, rx: Floats, tx: Floats) -> None:
-        self.counters("PCIe GB/s rx", pid, t, rx)
-        self.counters("PCIe GB/s tx", pid, t, tx)
+        self.counters("PCIe GB/s rx", pid, t, rx, gbps)
+        self.counters("PCIe GB/s tx", pid, t, tx, gbps)
         self._json -= len(t)
 
     def begin(self, pid: int, tid: int, ts: Stamp, nid: int, name: str) -> None:
@@ -846,9 +866,7 @@ def _gpu_window(blocks: _Reads, out: Sink, st: _Carry, ft: np.ndarray, after: fl
             out.counters(name, pid, t[ok], v[ok])
         rx, tx = _decoded(got, "pcie_rx", rows), _decoded(got, "pcie_tx", rows)
         some = ~(np.isnan(rx) & np.isnan(tx))  # (a NULL, or a value out of range, reads as None)
-        rxs = [round(v / 1e9, 3) for v in np.nan_to_num(rx[some]).tolist()]
-        txs = [round(v / 1e9, 3) for v in np.nan_to_num(tx[some]).tolist()]
-        out.pcies(pid, t[some], rxs, txs)
+        out.pcies(pid, t[some], np.nan_to_num(rx[some]), np.nan_to_num(tx[some]))
 
 
 def _decoded(got: dict, name: str, rows: np.ndarray) -> np.ndarray:
@@ -890,7 +908,7 @@ def _host_window(
     else:
         cpu = [_cpu_mean(raw) for raw in Blobs(rec, ht.tolist()).each(hs.tolist())]
     ok = [k for k, c in enumerate(cpu) if math.isfinite(c)]
-    out.counters("CPU %", HOST_PID, [t[k] for k in ok], [round(cpu[k], 1) for k in ok])
+    out.counters("CPU %", HOST_PID, [t[k] for k in ok], [cpu[k] for k in ok], tenths)
     p = blocks.host_proc.read(ht[0], ht[-1])
     if p is None or len(p["t"]) != count[count > 0].sum():
         raise _NoColumns("a host_proc block")
@@ -900,23 +918,30 @@ def _host_window(
     tp = p["t"][rows]
     if not np.array_equal(tp, np.repeat(ht[hs], n)):
         raise _NoColumns("host_proc rows that are not their samples'")
-    names = p["name"]
-    keys: dict[tuple[int, str], int] = {}
-    code = np.array(
-        [
-            keys.setdefault((pid, names[r]), len(keys))
-            for pid, r in zip(p["pid"][rows].tolist(), rows.tolist(), strict=True)
-        ],
-        dtype=np.int64,
-    )
+    keys, code = _processes(p["pid"][rows], list(map(p["name"].__getitem__, rows.tolist())))
     order = np.argsort(code, kind="stable")  # each process's rows, in time order
     bounds = np.searchsorted(code[order], np.arange(len(keys) + 1))
     cpus = p["cpu_pct"][rows]
-    for (pid, name), k in keys.items():
+    for k, (pid, name) in enumerate(keys):
         at = order[bounds[k] : bounds[k + 1]]
         v = cpus[at]
         ok = np.isfinite(v)
-        out.counters(f"CPU % {pid} {name}", HOST_PID, tp[at][ok], [round(x, 1) for x in v[ok].tolist()])
+        out.counters(f"CPU % {pid} {name}", HOST_PID, tp[at][ok], v[ok], tenths)
+
+
+def _processes(pids: np.ndarray, names: list[str]) -> tuple[list[tuple[int, str]], np.ndarray]:
+    """The distinct (pid, name) of the rows in the order they first come, and each row's number in it."""
+    import numpy as np
+
+    known = {n: k for k, n in enumerate(dict.fromkeys(names))}
+    key = pids.astype(np.int64) * len(known) + np.fromiter(
+        map(known.__getitem__, names), np.int64, len(names)
+    )
+    _, first, which = np.unique(key, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    at = np.sort(first).tolist()
+    return [(pid, names[i]) for pid, i in zip(pids[at].tolist(), at, strict=True)], rank[which.reshape(-1)]
 
 
 def _cpu_mean(raw: bytes) -> float:
