@@ -934,9 +934,8 @@ def _processes(pids: np.ndarray, names: list[str]) -> tuple[list[tuple[int, str]
     import numpy as np
 
     known = {n: k for k, n in enumerate(dict.fromkeys(names))}
-    key = pids.astype(np.int64) * len(known) + np.fromiter(
-        map(known.__getitem__, names), np.int64, len(names)
-    )
+    pid_code = np.unique(pids, return_inverse=True)[1].reshape(-1).astype(np.int64)  # (no overflow below)
+    key = pid_code * len(known) + np.fromiter(map(known.__getitem__, names), np.int64, len(names))
     _, first, which = np.unique(key, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
