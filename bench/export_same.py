@@ -3,7 +3,11 @@ names resolved; or the JSON), its events grouped per track (a track known by its
 not its uuid; the JSON's by pid, tid and counter name) in file order, and each track's events compared
 (their order across tracks may differ). Exit 1 if a track differs.
 
-usage: python bench/export_same.py MAIN.pftrace BRANCH.pftrace   (or two .json[.gz])"""
+--steps: a counter's value equal to the one before it on its track is left out of both first (Perfetto
+draws a counter as steps: since export4 the protobuf writes no such repeat, so a trace of before holds
+them and one of after does not; the steps drawn are what is compared).
+
+usage: python bench/export_same.py [--steps] MAIN.pftrace BRANCH.pftrace   (or two .json[.gz])"""
 
 import gzip
 import hashlib
@@ -47,8 +51,12 @@ def fields(b):
         yield f, w, v
 
 
+STEPS = "--steps" in sys.argv
+
+
 def proto(path):
     data = Path(path).read_bytes()
+    last = {}  # a counter track -> its last value (--steps)
     desc = {}
     iids = {}
     tracks = defaultdict(list)
@@ -93,7 +101,13 @@ def proto(path):
                 ev.append(("name", iids[ev_]))
             else:
                 ev.append((ef, ev_))
-        tracks[tkey(uuid)].append((ts, tuple(ev)))
+        k = tkey(uuid)
+        if STEPS and (9, 4) in ev:  # a counter (TrackEvent.type COUNTER)
+            value = [v for f, v in ev if f in (44, 45)]  # double / int counter value
+            if last.get(k) == value:
+                continue
+            last[k] = value
+        tracks[k].append((ts, tuple(ev)))
     return tracks
 
 
@@ -114,7 +128,8 @@ def digest(path):
     return {repr(k): hashlib.sha256(repr(v).encode()).hexdigest()[:16] + f" n={len(v)}" for k, v in t.items()}
 
 
-a, b = digest(sys.argv[1]), digest(sys.argv[2])
+paths = [a for a in sys.argv[1:] if a != "--steps"]
+a, b = digest(paths[0]), digest(paths[1])
 diff = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
 print(
     f"tracks {len(a)} vs {len(b)}; events {sum(int(v.split('n=')[1]) for v in a.values())}; differing tracks: {len(diff)}"

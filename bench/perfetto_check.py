@@ -69,15 +69,21 @@ def proto_counts(path: str) -> dict:
 
 
 def json_counts(path: str) -> dict:
+    """The JSON's counts; a counter's values counted as its steps (the protobuf leaves out a value
+    equal to the one before it on its track: docs/ARCHITECTURE.md)."""
     with open(path, encoding="utf-8") as fh:
         doc = json.load(fh)
     counters: Counter[str] = Counter()
+    last: dict[tuple, object] = {}
     out = Counter()
     for ev in doc["traceEvents"]:
         ph = ev["ph"]
         if ph == "C":
-            for k in ev["args"]:
-                counters[ev["name"] if k == "value" else f"{ev['name']} {k}"] += 1
+            for k, v in ev["args"].items():
+                name = ev["name"] if k == "value" else f"{ev['name']} {k}"
+                if last.get((ev["pid"], name), not v) != v:  # (a track's first value: counted)
+                    counters[name] += 1
+                last[(ev["pid"], name)] = v
         elif ph in "BX":
             out["slices"] += 1
         elif ph == "i":

@@ -104,13 +104,20 @@ def read_trace(path: Path) -> dict:
 
 
 def read_json(path: Path) -> dict:
+    """``read_trace``'s figures of the JSON form; a counter's values counted as its steps (a value
+    equal to the one before on its track is no step: the protobuf leaves it out)."""
     doc = json.loads(path.read_text())
     counters: Counter[str] = Counter()
+    last: dict[tuple, object] = {}
     slices, instants = Counter(), Counter()
     for ev in doc["traceEvents"]:
         if ev["ph"] == "C":  # (Perfetto's JSON importer names a counter of several args "name arg")
-            for k in ev["args"]:
-                counters[ev["name"] if k == "value" else f"{ev['name']} {k}"] += 1
+            for k, v in ev["args"].items():
+                name = ev["name"] if k == "value" else f"{ev['name']} {k}"
+                track = (ev["pid"], name)
+                if track not in last or last[track] != v:
+                    counters[name] += 1
+                last[track] = v
         elif ev["ph"] in "BX":
             slices[ev["name"]] += 1
         elif ev["ph"] == "i":
@@ -254,19 +261,22 @@ def test_counters_at_once_are_the_packets_of_one_at_a_time():
 
     t = [0.0, 1e-9, 1.27e-7, 1.28e-7, 2.5e-9, 16384e-9, 3.3, 123456.789012345, 2e9, -1.0, float("nan"), 1e10]
     v = [float(k) * 1.5 - 3 for k in range(len(t))]
+    v[4] = v[5] = v[6] = v[3]  # repeats: left out, in both (the step they draw is v[3]'s)
     got = []
     for at_once in (False, True):
         fh = io.BytesIO()
         w = pb.TraceWriter(fh)
         uuid = w.counter_track(w.process(1, "p"), "c")
-        if at_once:
-            w.counters(uuid, np.array(t), np.array(v))
+        if at_once:  # (in two calls: the value before a call's first is its track's last)
+            w.counters(uuid, np.array(t[:5]), np.array(v[:5]))
+            w.counters(uuid, np.array(t[5:]), np.array(v[5:]))
         else:
             for x, y in zip(t, v, strict=True):
                 w.counter(uuid, w.stamp(x), y)
         w.flush()
-        got.append((fh.getvalue(), w.n))
+        got.append((fh.getvalue(), w.n, w.repeats))
     assert got[0] == got[1]
+    assert got[0][1:] == (len(t) - 3, 3)
 
 
 def _events(rec: Path, columns: bool, **kw) -> tuple[int, dict]:

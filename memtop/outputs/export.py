@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import gzip
 import io
 import json
 import math
@@ -22,9 +21,7 @@ import operator
 import os
 import queue
 import re
-import secrets
 import sqlite3
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
@@ -111,6 +108,17 @@ def _listed(v: Floats) -> list[float]:
 
 # a sink's encoding of an instant, made once for the events at it: JSON text (µs) or a protobuf field (ns)
 Stamp = Any
+Fmt = Callable[[float], float]  # how a counter's value is rounded for the trace
+
+
+def gbps(v: float) -> float:
+    """PCIe bytes/s as the trace's GB/s."""
+    return round(v / 1e9, 3)
+
+
+def tenths(v: float) -> float:
+    """A CPU % as the trace's."""
+    return round(v, 1)
 
 
 class _Json:
@@ -154,10 +162,11 @@ class _Json:
             head = self._counters[(name, pid)] = f'{{"ph":"C","name":{dumps(name)},"pid":{pid},"tid":0,"ts":'
         self.raw(f'{head}{ts},"args":{{"value":{value!r}}}}}')
 
-    def counters(self, name: str, pid: int, t: Floats, values: Floats) -> None:
-        """``counter`` at each of times ``t`` (seconds)."""
+    def counters(self, name: str, pid: int, t: Floats, values: Floats, fmt: Fmt | None = None) -> None:
+        """``counter`` at each of times ``t`` (seconds), of each value as ``fmt`` rounds it."""
         stamp, counter = self.stamp, self.counter
-        for x, v in zip(_listed(t), _listed(values), strict=True):
+        vals = _listed(values) if fmt is None else list(map(fmt, _listed(values)))
+        for x, v in zip(_listed(t), vals, strict=True):
             counter(name, pid, stamp(x), v)
         self.flush(2000)
 
@@ -167,8 +176,9 @@ class _Json:
         )
 
     def pcies(self, pid: int, t: Floats, rx: Floats, tx: Floats) -> None:
+        """``pcie`` at each of times ``t`` of rx and tx in bytes/s (``gbps`` rounds them)."""
         stamp, pcie = self.stamp, self.pcie
-        for x, r, w in zip(_listed(t), _listed(rx), _listed(tx), strict=True):
+        for x, r, w in zip(_listed(t), map(gbps, _listed(rx)), map(gbps, _listed(tx)), strict=True):
             pcie(pid, stamp(x), r, w)
         self.flush(2000)
 
@@ -262,8 +272,9 @@ class _Proto:
     @property
     def n(self) -> int:
         """The events as the JSON form counts them (its ``traceEvents``): a name's metadata event is a
-        descriptor here, a PCIe sample two counters, a phase or marker two slice events."""
-        return self.w.n + self._json
+        descriptor here, a PCIe sample two counters, a phase or marker two slice events, and a counter's
+        repeated value, left out here (``TraceWriter.counter``), one all the same."""
+        return self.w.n + self.w.repeats + self._json
 
     def process(self, pid: int, name: str) -> None:
         self._procs[pid] = self.w.process(pid, name)
@@ -299,10 +310,17 @@ class _Proto:
             uuid = self._counters[(name, pid)] = self.w.counter_track(self._proc(pid), name)
         return uuid
 
-    def counters(self, name: str, pid: int, t: Floats, values: Floats) -> None:
+    def counters(self, name: str, pid: int, t: Floats, values: Floats, fmt: Fmt | None = None) -> None:
+        """``counter`` of each value as ``fmt`` rounds it; a value equal to the one before is left out
+        before it is rounded (it rounds the same), the rest where the writer finds them."""
         import numpy as np
 
-        self.w.counters(self._counter_track(name, pid), np.asarray(t, dtype=np.float64), np.asarray(values))
+        t, v = np.asarray(t, dtype=np.float64), np.asarray(values, dtype=np.float64)
+        if fmt is not None and len(v):
+            changed = np.r_[True, v[1:] != v[:-1]]
+            self._json += len(v) - int(changed.sum())
+            t, v = t[changed], np.array(list(map(fmt, v[changed].tolist())), dtype=np.float64)
+        self.w.counters(self._counter_track(name, pid), t, v)
 
     def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
         self.counter("PCIe GB/s rx", pid, ts, rx)  # (the JSON importer's names for its two args)
@@ -310,8 +328,8 @@ class _Proto:
         self._json -= 1
 
     def pcies(self, pid: int, t: Floats, rx: Floats, tx: Floats) -> None:
-        self.counters("PCIe GB/s rx", pid, t, rx)
-        self.counters("PCIe GB/s tx", pid, t, tx)
+        self.counters("PCIe GB/s rx", pid, t, rx, gbps)
+        self.counters("PCIe GB/s tx", pid, t, tx, gbps)
         self._json -= len(t)
 
     def begin(self, pid: int, tid: int, ts: Stamp, nid: int, name: str) -> None:
@@ -354,6 +372,7 @@ class _Proto:
         self.w.event(uuid, self.stamp(t0), pb.SLICE_BEGIN, name, pb.debug_args(args))
         self.w.event(uuid, self.stamp(t1), pb.SLICE_END)
         self._json -= 1
+        self.w.flush(1000)  # (a slice's packets are large: an 8-hour run's markers would be ~10 MB)
 
     def flush(self, at_least: int = 1) -> None:
         self.w.flush(at_least)
@@ -554,21 +573,20 @@ def _columns_walk(
         raise _NoColumns("frames")
     stacks = _Stacks(out)
     state = _Carry(cut=lo if fresh else -math.inf)
-    with _phase_pass(rec, windows, lo) as slices, Progress("exporting", hi - lo, enabled=progress) as bar:
+    with _phase_pass(rec, windows, lo) as phases, Progress("exporting", hi - lo, enabled=progress) as bar:
         try:
             # each window's rows from the last Frame of the one before (those older were held there)
             after = math.nextafter(lo, -math.inf) if fresh else -math.inf
             for a, b in ((a, b) for _, a, b in windows):
                 _window(rec, blocks, out, stacks, state, after, a, b)
+                for args in phases.ready():  # (written as they come: none are held to the end)
+                    out.span(*args)
                 out.flush()
                 after = b
                 bar.update(b - lo)
         except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:
             raise _NoColumns(str(e)) from None
-        got = slices()
-        if isinstance(got, str):
-            raise _NoColumns(got)
-        for args in got:
+        for args in phases.rest():
             out.span(*args)
     return stacks
 
@@ -576,13 +594,58 @@ def _columns_walk(
 PHASE_WORKER = True  # the phase slices of a recording of several windows found in a process of their own
 
 
+class _Slices:
+    """The phase slices (``Sink.span``'s arguments) of the windows, in time order: ``ready`` those
+    found so far (without waiting), ``rest`` the others as they come; it raises _NoColumns where they
+    cannot be had by columns (then the slices handed out so far are not the column scan's: the export
+    starts again by Frames)."""
+
+    def __init__(self, rec: Recording, windows: list, lo: float, conn: Connection | None = None) -> None:
+        self._args = (rec, windows, lo)
+        self._conn = conn  # the worker's end of the pipe, or None: found here, in ``rest``
+        self._end: tuple[str | None] | None = None  # the worker's last word, once ``ready`` met it
+
+    def ready(self) -> list[tuple]:
+        got: list[tuple] = []
+        while self._conn is not None and self._conn.poll():
+            more = self._recv()
+            if not isinstance(more, list):  # (the end, or an error: ``rest`` says which)
+                self._end = (more,)
+                self._conn = None
+                break
+            got += more
+        return got
+
+    def rest(self) -> Iterator[tuple]:
+        if self._end is not None:
+            error = self._end[0]
+        elif self._conn is None:
+            got: list[tuple] = []
+            error = _phase_slices(*self._args, got.extend)
+            if not error:
+                yield from got
+        else:
+            while isinstance(more := self._recv(), list):
+                yield from more
+            error = more
+        if error:
+            raise _NoColumns(error)
+
+    def _recv(self) -> list[tuple] | str | None:
+        try:
+            return self._conn.recv()  # type: ignore[union-attr]
+        except EOFError:  # (it died: the export is made again Frame by Frame)
+            return "the phase worker ended without its slices"
+
+
 @contextlib.contextmanager
-def _phase_pass(rec: Recording, windows: list, lo: float) -> Iterator[Callable[[], list[tuple] | str]]:
+def _phase_pass(rec: Recording, windows: list, lo: float) -> Iterator[_Slices]:
     """The phase slices of the windows (``_phase_slices``), found while the block is run: in another
     process where there are several windows (the events' and the labels' reads each take about half
-    the time: the export ends in about half the time on two cores), else here when asked for."""
+    the time: the export ends in about half the time on two cores), which sends each window's as it
+    goes; else here when asked for."""
     if not PHASE_WORKER or len(windows) < 2:
-        yield lambda: _phase_slices(rec, windows, lo)
+        yield _Slices(rec, windows, lo)
         return
     import multiprocessing
 
@@ -596,15 +659,8 @@ def _phase_pass(rec: Recording, windows: list, lo: float) -> Iterator[Callable[[
     worker = ctx.Process(target=_phase_worker, args=(rec.path, windows, lo, put), daemon=True)
     worker.start()
     put.close()
-
-    def slices() -> list[tuple] | str:
-        try:
-            return got.recv()
-        except EOFError:  # (it died: the export is made again Frame by Frame)
-            return "the phase worker ended without its slices"
-
     try:
-        yield slices
+        yield _Slices(rec, windows, lo, got)
     finally:
         if worker.is_alive():  # (an export that failed before it asked for them)
             worker.terminate()
@@ -613,16 +669,18 @@ def _phase_pass(rec: Recording, windows: list, lo: float) -> Iterator[Callable[[
 
 
 def _phase_worker(path: Path, windows: list, lo: float, put: Connection) -> None:
+    """Each window's phase slices sent as found, then None (or why there are none: a str)."""
     rec = Recording(path)
     try:
-        put.send(_phase_slices(rec, windows, lo))
+        put.send(_phase_slices(rec, windows, lo, put.send))
     finally:
         rec.close()
 
 
-def _phase_slices(rec: Recording, windows: list, lo: float) -> list[tuple] | str:
+def _phase_slices(rec: Recording, windows: list, lo: float, emit: Callable[[list[tuple]], Any]) -> str | None:
     """The phase slices (``Sink.span``'s arguments) of the column scan's labels over ``windows``
-    (``colscan.chunk_spans``), or why they cannot be had by columns."""
+    (``colscan.chunk_spans``), handed to ``emit`` a window's at a time; or why they cannot be had by
+    columns (some may have been handed out by then)."""
     from memtop.analysis import colscan
 
     phases = _Phases(lo)
@@ -632,7 +690,11 @@ def _phase_slices(rec: Recording, windows: list, lo: float) -> list[tuple] | str
                 part = colscan.scan_part(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
             phases.add(part, first=k == 0)
             del part
-        return phases.finish(colscan.join_parts(phases.parts)[0])
+            if phases.slices:
+                emit(phases.slices)
+                phases.slices = []
+        emit(phases.finish(colscan.join_parts(phases.parts)[0]))
+        return None
     except (colscan.Unusual, _NoColumns, *DECODE_ERRORS, sqlite3.DatabaseError) as e:
         return str(e) or type(e).__name__
 
@@ -804,9 +866,7 @@ def _gpu_window(blocks: _Reads, out: Sink, st: _Carry, ft: np.ndarray, after: fl
             out.counters(name, pid, t[ok], v[ok])
         rx, tx = _decoded(got, "pcie_rx", rows), _decoded(got, "pcie_tx", rows)
         some = ~(np.isnan(rx) & np.isnan(tx))  # (a NULL, or a value out of range, reads as None)
-        rxs = [round(v / 1e9, 3) for v in np.nan_to_num(rx[some]).tolist()]
-        txs = [round(v / 1e9, 3) for v in np.nan_to_num(tx[some]).tolist()]
-        out.pcies(pid, t[some], rxs, txs)
+        out.pcies(pid, t[some], np.nan_to_num(rx[some]), np.nan_to_num(tx[some]))
 
 
 def _decoded(got: dict, name: str, rows: np.ndarray) -> np.ndarray:
@@ -848,7 +908,7 @@ def _host_window(
     else:
         cpu = [_cpu_mean(raw) for raw in Blobs(rec, ht.tolist()).each(hs.tolist())]
     ok = [k for k, c in enumerate(cpu) if math.isfinite(c)]
-    out.counters("CPU %", HOST_PID, [t[k] for k in ok], [round(cpu[k], 1) for k in ok])
+    out.counters("CPU %", HOST_PID, [t[k] for k in ok], [cpu[k] for k in ok], tenths)
     p = blocks.host_proc.read(ht[0], ht[-1])
     if p is None or len(p["t"]) != count[count > 0].sum():
         raise _NoColumns("a host_proc block")
@@ -858,23 +918,29 @@ def _host_window(
     tp = p["t"][rows]
     if not np.array_equal(tp, np.repeat(ht[hs], n)):
         raise _NoColumns("host_proc rows that are not their samples'")
-    names = p["name"]
-    keys: dict[tuple[int, str], int] = {}
-    code = np.array(
-        [
-            keys.setdefault((pid, names[r]), len(keys))
-            for pid, r in zip(p["pid"][rows].tolist(), rows.tolist(), strict=True)
-        ],
-        dtype=np.int64,
-    )
+    keys, code = _processes(p["pid"][rows], list(map(p["name"].__getitem__, rows.tolist())))
     order = np.argsort(code, kind="stable")  # each process's rows, in time order
     bounds = np.searchsorted(code[order], np.arange(len(keys) + 1))
     cpus = p["cpu_pct"][rows]
-    for (pid, name), k in keys.items():
+    for k, (pid, name) in enumerate(keys):
         at = order[bounds[k] : bounds[k + 1]]
         v = cpus[at]
         ok = np.isfinite(v)
-        out.counters(f"CPU % {pid} {name}", HOST_PID, tp[at][ok], [round(x, 1) for x in v[ok].tolist()])
+        out.counters(f"CPU % {pid} {name}", HOST_PID, tp[at][ok], v[ok], tenths)
+
+
+def _processes(pids: np.ndarray, names: list[str]) -> tuple[list[tuple[int, str]], np.ndarray]:
+    """The distinct (pid, name) of the rows in the order they first come, and each row's number in it."""
+    import numpy as np
+
+    known = {n: k for k, n in enumerate(dict.fromkeys(names))}
+    pid_code = np.unique(pids, return_inverse=True)[1].reshape(-1).astype(np.int64)  # (no overflow below)
+    key = pid_code * len(known) + np.fromiter(map(known.__getitem__, names), np.int64, len(names))
+    _, first, which = np.unique(key, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    at = np.sort(first).tolist()
+    return [(pid, names[i]) for pid, i in zip(pids[at].tolist(), at, strict=True)], rank[which.reshape(-1)]
 
 
 def _cpu_mean(raw: bytes) -> float:
@@ -915,6 +981,8 @@ def write_trace(
     """Write the whole trace document (JSON) to ``fh``; returns the number of trace events. ``extra``
     events (a framework's trace on this clock, encoded: runs of JSON objects joined by commas and
     their number, memtop.agent.merge) join ``traceEvents``, and ``extra_meta`` the metadata."""
+    import tempfile  # (here: the protobuf, the default, has no use for it; nor its imports' memory)
+
     _check(rec, gpu, t_from, t_to)
     fh.write('{"traceEvents":[')
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spill:
@@ -1103,7 +1171,7 @@ def private_binary(out: Path, force: bool, level: int = 6) -> Iterator[BinaryIO]
         raise UserError(f"{out} exists (use --force to overwrite)")
     if out.is_dir() and not out.is_symlink():
         raise UserError(f"{out} is a directory")
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")
+    tmp = out.with_name(f".{out.name}.{os.urandom(4).hex()}.tmp")  # (secrets' token_hex, without its imports)
     create_private(tmp, False)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -1126,6 +1194,8 @@ class _Deflater(io.RawIOBase):
     another core beside the export; the bytes are those of a GzipFile written in line)."""
 
     def __init__(self, raw: BinaryIO, level: int = 6) -> None:
+        import gzip
+
         self._gz = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level, mtime=0)
         self._chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)  # memory stays flat
         self._error: Exception | None = None

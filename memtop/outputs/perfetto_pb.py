@@ -78,16 +78,11 @@ def annotation(name: str, value: object) -> bytes:
     elif isinstance(value, str):
         v = text(6, value)
     else:
-        v = text(9, json.dumps(value, default=str, allow_nan=False) if _plain(value) else "null")
+        try:
+            v = text(9, json.dumps(value, default=str, allow_nan=False))
+        except ValueError:  # (a NaN or an infinity inside)
+            v = text(9, "null")
     return text(10, name) + v
-
-
-def _plain(value: object) -> bool:
-    try:
-        json.dumps(value, default=str, allow_nan=False)
-    except ValueError:
-        return False
-    return True
 
 
 def debug_args(args: dict) -> bytes:
@@ -138,6 +133,8 @@ class TraceWriter:
         self._tails: dict[tuple, bytes] = {}
         self._runs: dict[tuple, list[bytes]] = {}
         self._counters: dict[int, bytes] = {}  # counter track -> its packet's part after the timestamp
+        self._last: dict[int, float] = {}  # counter track -> its last value written
+        self.repeats = 0  # counter values left out: each the same as the one before on its track
         self._packs: dict[tuple[int, int], Callable[..., bytes]] = {}  # (those sizes) -> their packer
         self._put(SEQ + vint(13, _CLEARED))
 
@@ -188,7 +185,13 @@ class TraceWriter:
         return b"\x40" + varint(round(ns) if 0 <= ns <= _NS_MAX else 0)  # (NaN: 0, as JSON's null)
 
     def counter(self, uuid: int, ts: bytes, value: float) -> None:
-        """A counter value at ``ts`` (``stamp``): ``value`` must be finite."""
+        """A counter value at ``ts`` (``stamp``): ``value`` must be finite. A value equal to the one
+        before it on its track is left out: Perfetto draws a counter as steps, each value held until
+        the next, so the repeat changes nothing drawn or queried as a step (docs/ARCHITECTURE.md)."""
+        if self._last.get(uuid) == value:
+            self.repeats += 1
+            return
+        self._last[uuid] = value
         tail = self._counters[uuid]
         shape = (len(ts), len(tail))
         pack = self._packs.get(shape)
@@ -199,10 +202,22 @@ class TraceWriter:
 
     def counters(self, uuid: int, t: np.ndarray, values: np.ndarray) -> None:
         """A counter track's values at times ``t`` (seconds; the values finite): the packets ``counter``
-        writes one by one, made as rows of byte arrays (an 8-hour track holds ~300,000), a row per
-        length of the timestamp's varint."""
+        writes one by one (repeats left out), made as rows of byte arrays (an 8-hour track holds
+        ~300,000), a row per length of the timestamp's varint, and written at once (not held)."""
         import numpy as np
 
+        values = np.asarray(values, dtype=np.float64)
+        if not len(values):
+            return
+        changed = np.empty(len(values), dtype=bool)
+        changed[0] = self._last.get(uuid) != values[0]
+        np.not_equal(values[1:], values[:-1], out=changed[1:])
+        if not changed.all():
+            self.repeats += len(values) - int(changed.sum())
+            t, values = t[changed], values[changed]
+        if not len(values):
+            return
+        self._last[uuid] = float(values[-1])
         ns = t * 1e9
         ok = (ns >= 0) & (ns < 2.0**63)  # ``stamp``'s 0 <= ns <= _NS_MAX (NaN fails: 0)
         ns = np.where(ok, np.rint(np.where(ok, ns, 0.0)), 0.0).astype(np.uint64)  # (rint: round's ties)
@@ -230,7 +245,8 @@ class TraceWriter:
                 out = rows.reshape(-1)
             else:  # each row where its packet goes (the times' order)
                 out[(start[at, None] + np.arange(rows.shape[1])).reshape(-1)] = rows.reshape(-1)
-        self._buf.append(out.tobytes())
+        self.flush()  # (the packets before these first: a name is defined before its use)
+        self.fh.write(out.data)
         self.n += len(ns)
 
     def name(self, name: str) -> tuple[bytes, bytes]:
