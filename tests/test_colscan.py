@@ -84,21 +84,29 @@ def _damage(tmp_path: Path, sql: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "kind"),
     [
-        "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)",
-        'UPDATE perf SET data = \'{"a": "b"}\'',
-        "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
+        ("UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)", "host"),
+        ('UPDATE perf SET data = \'{"a": "b"}\'', "perf"),
+        (
+            "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
+            "stack",
+        ),
+        ("UPDATE caps SET data = X'789c00'", "caps"),
+        ("UPDATE gpu_state SET gpu = 'x' WHERE rowid IN (SELECT rowid FROM gpu_state LIMIT 1)", "gpu_state"),
     ],
 )
-def test_damaged_parts_fall_back_to_frames(sql, tmp_path, monkeypatch):
-    """What the column path cannot be sure of, it leaves to the Frame path: the same report."""
+def test_damaged_parts_are_skipped_by_the_one_reader(sql, kind, tmp_path):
+    """A damaged host, perf, stack, caps or gpu_state row is skipped and noted by the one reader
+    (memtop.storage.parts), whichever scan asks: the column scan serves the file, and the report
+    says what it skipped."""
     path = _damage(tmp_path, sql)
     rec = Recording(path)
-    with pytest.raises(colscan.Unusual):
-        colscan.scan_columns(rec, None, rec.t0, rec.t1)
-    monkeypatch.undo()  # the real report_scan, with its fallback
-    assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+    colscan.scan_columns(rec, None, rec.t0, rec.t1)  # (no fallback to Frames)
+    assert f"damaged {kind} data skipped" in rec.damage
+    by_columns = _report(path, True, "json", {})
+    assert by_columns == _report(path, False, "json", {})
+    assert f"damaged {kind} data skipped" in json.loads(by_columns)["damage"]
 
 
 @pytest.mark.parametrize(
@@ -266,8 +274,8 @@ def test_host_figure_rows_of_older_recordings_are_a_copy_the_report_does_not_rea
     assert _report(path, True, "json", {}) == before
 
 
-def test_a_damaged_host_blob_falls_back_to_frames(tmp_path, monkeypatch):
-    """A host blob that does not inflate: the Frame path, which skips it."""
+def test_a_damaged_host_blob_without_blocks_is_skipped(tmp_path):
+    """A host blob that does not inflate, in a recording without blocks: skipped, as the Frames skip it."""
     path = tmp_path / "d.memtop"
     _without_blocks(LEGACY, path)
     db = sqlite3.connect(path)
@@ -275,9 +283,8 @@ def test_a_damaged_host_blob_falls_back_to_frames(tmp_path, monkeypatch):
     db.commit()
     db.close()
     rec = Recording(path)
-    with pytest.raises(colscan.Unusual):
-        colscan.scan_columns(rec, None, rec.t0, rec.t1)
-    monkeypatch.undo()
+    colscan.scan_columns(rec, None, rec.t0, rec.t1)
+    assert rec.damage == ["damaged host data skipped"]
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})
 
 
@@ -368,15 +375,10 @@ def _runs_by_frames(path: Path) -> dict:
     return src.phase_runs
 
 
-def test_a_replay_of_a_damaged_recording_finds_its_runs_by_frames(tmp_path):
-    from memtop.live.pipeline import Pipeline, ReplaySource, Status
-
+def test_a_replay_of_a_damaged_recording_finds_its_runs_by_columns(tmp_path):
     path = _damage(tmp_path, "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)")
-    assert colscan.phase_runs(Recording(path)) is None
-    rec = Recording(path)
-    src = ReplaySource(rec, Pipeline(Status("replay"), rec.meta), fast_runs=colscan.phase_runs)
-    src._find_changes()
-    assert src.scanned and src.phase_runs == _runs_by_frames(path) and src.phase_runs[0]
+    runs = colscan.phase_runs(Recording(path))
+    assert runs is not None and runs[0] and runs == _runs_by_frames(path)
 
 
 @pytest.mark.parametrize("name", ["labelled_s2", "multi/heldout_ddp_s11", "blocks_killed_s11"])

@@ -247,7 +247,10 @@ def _json_rows(rec: Recording, sel: tuple[str, ...], plo: float, hi: float) -> G
     body = text[2:-2].replace("],[", ",").replace("null", str(_JSON_NULL))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a short parse is checked below
-        a = np.fromstring(body, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
+        try:
+            a = np.fromstring(body, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
+        except ValueError:  # a value that is no integer (SQLite's text of an infinity): the row path
+            return None
     if len(a) != n * (text.count("[") - 1):  # as many rows as the JSON holds
         return None
     a = a.reshape(-1, n)
