@@ -1,13 +1,15 @@
-"""The report's scan by columns: the labels, gaps and aggregates that feeding every Frame to the
-Classifier gives (memtop.analysis.scan), computed from the recording's rows bin by bin instead of Frame by Frame.
+"""The report's scan: the labels, gaps and aggregates that feeding every Frame to the Classifier
+would give, computed from the recording's rows bin by bin instead of Frame by Frame.
 
 A Frame holds the newest part of each source at its time, so which GPU row, GPU state, host sample
 and stack sample each Frame holds is a search over sorted times; a bin's samples, the stack window at
 its last Frame, a GPU's gap events and the aggregates follow from those searches without building a
 Frame. memtop.analysis.binscan turns them into every bin's features, rules and labels over arrays with the
 same float operations on the same values, the rules and hysteresis being memtop.analysis.phases' own.
-What this path does not read (damaged or unusual rows) raises ``Unusual``: the caller then scans by
-Frames.
+The rows come from the one reader of a recording (memtop.storage.reader: GPU rows;
+memtop.storage.parts: host, stack, perf and caps rows), which skips and notes a damaged row as the
+Frames do. What is left that this path cannot read (rows out of order, a malformed database) raises
+``Unusual``: the report says so in one line, the export walks Frames.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ from memtop.analysis.phases import (
     is_stopped,
     stack_info,
 )
-from memtop.analysis.scan import REPORT_READS, Aggregates, extends, main_only, scan
+from memtop.analysis.scan import REPORT_READS, Aggregates, extends, main_only
 from memtop.analysis.stackwin import Entries, window_bounds
+from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS
 from memtop.core.model import (
     BUSY,
@@ -89,26 +92,26 @@ _INT_LIM = 1 << 62
 
 
 class Unusual(Exception):
-    """The recording has something this path does not reproduce exactly."""
+    """The recording has something the column scan cannot read (the export then walks Frames)."""
+
+
+class NoFrames(Unusual):
+    """No Frame in the range."""
 
 
 def report_scan(
-    rec: Recording,
-    lo: float,
-    hi: float,
-    fresh_at_lo: bool,
-    columns: bool = True,
-    progress: bool | None = None,
+    rec: Recording, lo: float, hi: float, fresh_at_lo: bool, progress: bool | None = None
 ) -> tuple[dict, list, Aggregates]:
-    """memtop.analysis.scan.scan's result (labels per GPU, gaps, aggregates of [lo, hi]), by columns where this
-    path can be sure of it, else by Frames (``columns=False``: always by Frames)."""
-    if columns:
-        with Progress("reading", hi - lo, enabled=progress) as bar:
-            try:
-                return scan_columns(rec, lo if fresh_at_lo else None, lo, hi, tick=bar.update)
-            except Unusual:
-                pass
-    return scan(rec, lo, hi, fresh_at_lo, progress=progress)
+    """The report's scan of [lo, hi] (labels per GPU, gaps, aggregates): ``scan_columns`` read from
+    the recording's start (``fresh_at_lo``: from ``lo``, a --from range); a recording it cannot read
+    is one clear error."""
+    with Progress("reading", hi - lo, enabled=progress) as bar:
+        try:
+            return scan_columns(rec, lo if fresh_at_lo else None, lo, hi, tick=bar.update)
+        except NoFrames:
+            raise UserError("empty time range: no samples in it") from None
+        except Unusual as e:
+            raise UserError(f"{rec.path} is damaged or truncated ({e})") from None
 
 
 def scan_columns(
@@ -120,8 +123,8 @@ def scan_columns(
     workers: int | None = None,
     chunk_s: float | None = None,
 ) -> tuple[dict, list, Aggregates]:
-    """(labels per GPU, gaps, aggregates) as ``memtop.analysis.scan.scan`` gives them by Frames read from
-    ``read_from``; raises Unusual where it cannot be sure of that.
+    """(labels per GPU, gaps, aggregates) of the Frames of [lo, hi] read from ``read_from`` (those
+    before lo warm the classifier up); raises Unusual where it cannot read the recording.
 
     A long range is cut into chunks at bin edges whose features, rules, gaps and aggregates are
     found in parallel processes, each reading WARM_S early; the hysteresis then runs here over all
@@ -136,8 +139,12 @@ def scan_columns(
             if got is not None:
                 return got
         try:
-            return join_parts([scan_part(rec, read_from, lo, hi, tick)])
-        except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
+            try:
+                return join_parts([scan_part(rec, read_from, lo, hi, tick)])
+            except DECODE_ERRORS:  # a host sample the blocks hold whose JSON is damaged: the rows,
+                # each checked as it is read (memtop.storage.parts skips it)
+                return join_parts([scan_part(rec, read_from, lo, hi, tick, host_blocks=False)])
+        except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:
             raise Unusual(f"{type(e).__name__}: {e}") from None
 
 
@@ -312,6 +319,7 @@ def scan_part(
     tick: Callable[[float], None] | None,
     edge: bool = False,
     aggregates: bool = True,
+    host_blocks: bool = True,
 ) -> _Part:
     """Frames from ``read_from`` (seeded there, as Recording.frames(start) is; None: the recording's
     start) to ``hi``; those before ``lo`` only warm the classifier up. ``edge``: ``lo`` is a bin edge
@@ -326,12 +334,12 @@ def scan_part(
     plo = float("-inf") if seed is None else seed
     frames = frame_times(rec, flo, hi)
     if not frames or frames[-1] < lo:
-        raise Unusual("no frames in the range")
+        raise NoFrames("no frames in the range")
     ft = np.array(frames, dtype=np.float64)
     i_lo = bisect.bisect_left(frames, lo)  # the first Frame the aggregates (and the result) take
     gpus = _gpus(rec, ft, plo, hi, seed)
     done(0.15)
-    hosts = _Hosts(rec, ft, plo, hi, seed)
+    hosts = _Hosts(rec, ft, plo, hi, seed, host_blocks)
     done(0.25)
     stacks = _Stacks(rec, frames, plo, hi, seed)
     done(0.5)
@@ -395,6 +403,7 @@ def scan_part(
     done(0.8)
     # (``aggregates`` False: the labels alone, for the export)
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed) if aggregates else Aggregates()
+    agg.damage = list(rec.damage)  # (what a chunk's process skipped: its own Recording's notes)
     done(1.0)
     return _Part(kept, first, gaps, open_gaps, gap_lo, warm, keys, agg)
 
@@ -865,8 +874,6 @@ class _Stacks:
 def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:
     """(Frame, number of rows applied by then) at Frame i_lo and each later Frame that new rows reach
     (``times``: the rows' times in order, ``ft``: the Frames')."""
-    if not parts.types_in(tuple(times), float):  # (a text time would not compare: as the Frame path skips it)
-        raise Unusual("a row time that is no number")
     ta = np.array(times, dtype=np.float64)
     ks = np.unique(np.append(np.searchsorted(ft, ta, "left"), i_lo))
     ks = ks[(ks >= i_lo) & (ks < len(ft))]

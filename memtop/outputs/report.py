@@ -91,17 +91,14 @@ def build_report(
     gpu: int | None = None,
     t_from: float | None = None,
     t_to: float | None = None,
-    columns: bool = True,
 ) -> dict:
-    """The report of [t_from, t_to] (seconds into the recording). ``columns``: scan by columns where
-    memtop.analysis.colscan can (the same result, several times faster), else by Frames as live mode reads."""
+    """The report of [t_from, t_to] (seconds into the recording), from the scan by columns
+    (memtop.analysis.colscan)."""
     with no_gc():  # the labels of hours: hundreds of thousands of objects, no cycles
-        return _build_report(rec, gpu, t_from, t_to, columns)
+        return _build_report(rec, gpu, t_from, t_to)
 
 
-def _build_report(
-    rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None, columns: bool
-) -> dict:
+def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None) -> dict:
     lo, hi = rec.span(t_from, t_to)
     gpus_meta = rec.meta.get("gpus") or []
     known = {g["index"] for g in gpus_meta}
@@ -109,7 +106,7 @@ def _build_report(
         raise UserError(
             f"no GPU {gpu} in this recording (it has: {', '.join(map(str, sorted(known))) or 'none'})"
         )
-    labels_by_gpu, all_gaps, agg = report_scan(rec, lo, hi, bool(t_from), columns)
+    labels_by_gpu, all_gaps, agg = report_scan(rec, lo, hi, bool(t_from))
     last = agg.last
     if last is None:
         raise UserError("empty time range: no samples in it")

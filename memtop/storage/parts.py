@@ -34,6 +34,7 @@ from memtop.storage.store import (
     caps_from_json,
     finite_number,
     host_chain,
+    host_from_blob,
     inflate_host,
     perf_sample,
     stack_sample,
@@ -73,6 +74,28 @@ def chunks(
         a, span = b, CHUNK_S
         if rows:
             yield rows
+
+
+def frame_parts(
+    rec: Recording, kind: str, plo: float, hi: float, prev: bytes | None = None
+) -> Iterator[list]:
+    """The Frames' rows of part ``kind`` (host, stack, perf, caps) of (plo, hi], decoded, in chunks
+    of (t, part) in time order; ``prev``: the host JSON the first host row may be deflated against."""
+    if kind == "host":
+
+        def read(a: float, b: float) -> list:
+            nonlocal prev
+            got, prev = hosts(rec, host_rows(rec, a, b), host_from_blob, prev)
+            return [(t, s) for t, _, s in got]
+
+        return chunks(rec, "host", plo, hi, read)
+    if kind == "stack":
+        return chunks(
+            rec, "stack_sample", plo, hi, lambda a, b: stack_samples(stack_dumps(rec, a, b, blocks=False))
+        )
+    if kind == "perf":
+        return chunks(rec, "perf", plo, hi, lambda a, b: perf_samples(perf_rows(rec, a, b, blocks=False)))
+    return chunks(rec, "caps", plo, hi, lambda a, b: caps_rows(rec, a, b))
 
 
 def utf8_rows(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:
@@ -115,13 +138,13 @@ def caps_rows(
 
 # -- perf reads ------------------------------------------------------------------------------------
 def perf_rows(
-    rec: Recording, plo: float, hi: float, seed: float | None = None
+    rec: Recording, plo: float, hi: float, seed: float | None = None, blocks: bool = True
 ) -> list[tuple[float, int, list]]:
     """(t, pid, [[name, rate], ...]) of the perf rows of (plo, hi] (with ``seed``: those of the
     SEED_S before it first), as ``perf_sample`` decodes them: from the column blocks where they
     cover the range, else all the JSON parsed at once and every value checked over arrays; where a
     row is not as this version writes it, each is decoded by ``perf_sample``, a damaged one skipped."""
-    got = _perf_blocks(rec, plo, hi, seed)
+    got = _perf_blocks(rec, plo, hi, seed) if blocks else None
     if got is not None:
         return got
     where = [("t<=? AND t>?", (seed, seed - SEED_S))] if seed is not None else []
