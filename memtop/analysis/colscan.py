@@ -644,10 +644,7 @@ class _Hosts:
         n = np.array([len(ps) for _, ps in loads], dtype=np.int64)
         rows = [p for _, ps in loads for p in ps]
         cols = zip(*rows, strict=True) if rows else ((),) * len(HOST_PROC_FIELDS)
-        try:
-            procs = proc_arrays(dict(zip(HOST_PROC_FIELDS, cols, strict=True)))
-        except OverflowError:
-            raise Unusual("a process id beyond int64") from None
+        procs = proc_arrays(dict(zip(HOST_PROC_FIELDS, cols, strict=True)))  # (checked: int64 holds them)
         return HostFigures(np.array([io for io, _ in loads], dtype=np.float64), np.cumsum(n) - n, n, procs)
 
     def _plain(self, raw: bytes) -> dict | HostSample:

@@ -23,6 +23,7 @@ import numpy as np
 from memtop.core.errors import UserError
 from memtop.core.model import Capability, PerfSample, StackSample
 from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.reader import chunks
 from memtop.storage.store import (
     BLOCK_STREAMS,
     BLOCK_TABLES,
@@ -49,31 +50,11 @@ _MAX_RATES = 64  # events a perf read may hold in blocks (memtop's collector rea
 _PERF_SQL = "SELECT t, pid, data"
 # STACK_SQL's columns but the time and the class (always NULL): pid, tid, name, active, gil, stack, error
 _STACK_REST = (0, 1, 2, 3, 4, 6, 7)
-_FIRST_S = 5.0  # Frames read the first rows alone (the first Frame comes without waiting for more)
-CHUNK_S = 60.0  # then this many seconds of rows at a time
 
 
 def damaged(rec: Recording, kind: str) -> None:
     """A part of ``kind`` that does not decode: missing data, and a note every later Frame carries."""
     rec.note(f"damaged {kind} data skipped")
-
-
-def chunks(
-    rec: Recording, table: str, plo: float, hi: float, read: Callable[[float, float], list]
-) -> Iterator[list]:
-    """``read(a, b)`` over (plo, hi] for the Frames, a chunk of rows at a time (the first _FIRST_S
-    seconds, then CHUNK_S), empty chunks left out; a damaged time far ahead costs one chunk, not one
-    per CHUNK_S of the gap."""
-    a, span = plo, _FIRST_S
-    while a < hi:
-        head = rec.query(f"SELECT min(t) FROM {table} WHERE t>? AND t<=?", (a, hi)).fetchone()[0]
-        if head is None:
-            return
-        b = min(hi, max(head, a) + span)
-        rows = read(a, b)
-        a, span = b, CHUNK_S
-        if rows:
-            yield rows
 
 
 def frame_parts(

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import sqlite3
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -108,13 +108,22 @@ def latest(rec: Recording, sel: tuple[str, ...], t: float) -> list[tuple]:
 
 def frame_rows(rec: Recording, plo: float, hi: float, names: tuple[str, ...]) -> Iterator[list[tuple]]:
     """The GPU rows of (plo, hi] for Frames, in chunks of rows in time order (``_as_rows``)."""
+    return chunks(rec, "gpu", plo, hi, lambda a, b: _as_rows(columns(rec, a, b, names, blocks=False)))
+
+
+def chunks(
+    rec: Recording, table: str, plo: float, hi: float, read: Callable[[float, float], list]
+) -> Iterator[list]:
+    """``read(a, b)`` over (plo, hi] for the Frames, a chunk of ``table``'s rows at a time (the first
+    _FIRST_S seconds, then CHUNK_S), empty chunks left out; a damaged time far ahead costs one chunk,
+    not one per CHUNK_S of the gap."""
     a, span = plo, _FIRST_S
     while a < hi:
-        head = rec.query("SELECT min(t) FROM gpu WHERE t>? AND t<=?", (a, hi)).fetchone()[0]
+        head = rec.query(f"SELECT min(t) FROM {table} WHERE t>? AND t<=?", (a, hi)).fetchone()[0]
         if head is None:
             return
-        b = min(hi, max(head, a) + span)  # (a damaged time far ahead: one chunk, not one per span)
-        rows = _as_rows(columns(rec, a, b, names, blocks=False))
+        b = min(hi, max(head, a) + span)
+        rows = read(a, b)
         a, span = b, CHUNK_S
         if rows:
             yield rows

@@ -70,7 +70,6 @@ HOST_KEY_EVERY = 20  # every 20th host blob stands alone; the others are deflate
 SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one starts with t=0.0: zero bytes)
 # a frame time SQLite holds as a finite number (monotonic seconds: far below 1e12)
 _SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
-_SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
 _T = operator.itemgetter(0)
 _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while reading Frames
 READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
