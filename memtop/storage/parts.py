@@ -220,7 +220,7 @@ def _perf_blocks(
 
 def perf_samples(rows: list[tuple[float, int, list]]) -> list[tuple[float, PerfSample]]:
     """``perf_rows`` as the Frames hold them."""
-    return [(t, PerfSample(t, pid, tuple(map(tuple, rates)))) for t, pid, rates in rows]  # type: ignore[arg-type]
+    return [(t, PerfSample(t, pid, tuple(map(tuple, rates)))) for t, pid, rates in rows]
 
 
 # -- stack samples ---------------------------------------------------------------------------------
