@@ -570,13 +570,17 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
             _states(rec, rec.query(sql, (g, seed)).fetchall(), states)
     _states(rec, rec.query(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall(), states)
     got = reader.columns(rec, plo, hi, _COLS, seed)
-    out = []
-    for g in np.unique(got.gpu).tolist():
-        at = np.flatnonzero(got.gpu == g)
-        out.append(
-            _Gpu(g, got.t[at], got.mode[at], {c: v[at] for c, v in got.cols.items()}, states.get(g, []), ft)
-        )
-    return out
+    index = np.unique(got.gpu).tolist()
+    at = [np.flatnonzero(got.gpu == g) for g in index]
+    cols: list[dict] = [{} for _ in index]
+    for c in _COLS:  # each GPU's part of a column, the whole one let go before the next is split
+        v = got.cols.pop(c)
+        for d, a in zip(cols, at, strict=True):
+            d[c] = v[a]
+    return [
+        _Gpu(g, got.t[a], got.mode[a], d, states.get(g, []), ft)
+        for g, a, d in zip(index, at, cols, strict=True)
+    ]
 
 
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:

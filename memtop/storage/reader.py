@@ -93,10 +93,10 @@ def columns(
         first = _from_rows(rec, sel, latest(rec, sel, seed))
         t, gpu, mode = (np.concatenate([a, b]) for a, b in zip(first[:3], got[:3], strict=True))
         got = GpuCols(t, gpu, mode, {c: np.concatenate([first.cols[c], got.cols[c]]) for c in sel})
-    n = len(got.t)
-    return got._replace(
-        cols={c: scaled(BY_NAME[c], got.cols[c]) if c in got.cols else np.full(n, np.nan) for c in names}
-    )
+    n, cols = len(got.t), got.cols
+    for c in names:  # (in place, a column at a time: an 8-hour chunk's columns are tens of MB)
+        cols[c] = scaled(BY_NAME[c], cols.pop(c)) if c in cols else np.full(n, np.nan)
+    return got
 
 
 def latest(rec: Recording, sel: tuple[str, ...], t: float) -> list[tuple]:
@@ -213,7 +213,10 @@ def _block_rows(rec: Recording, plo: float, hi: float, sel: tuple[str, ...]) -> 
         return None
     mode = got["mode"][order]
     mode = np.where((mode >= 0) & (mode < len(GPU_MODES)), mode, _NVML)  # (the Writer's -1: another text)
-    cols = {c: np.where(v == NULL, np.nan, v).astype(np.float64) for c in sel for v in [got[c][order]]}
+    cols = {}
+    for c in sel:  # (a column at a time, each raw one let go once read)
+        raw = got.pop(c)[order]
+        cols[c] = np.where(raw == NULL, np.nan, raw)
     return GpuCols(ta, gi, mode, cols)
 
 
