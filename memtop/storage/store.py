@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from memtop import __version__
 from memtop.core import stackclass
@@ -58,6 +58,9 @@ from memtop.core.timefmt import clock
 from memtop.core.wording import counted
 from memtop.storage import colblock
 
+if TYPE_CHECKING:
+    import numpy as np
+
 # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
 # 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored; stack
 #    without its text's unique index; host a rowid table (fuller pages); caps and stack text deflated
@@ -72,6 +75,7 @@ SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one start
 _SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
 _T = operator.itemgetter(0)
 _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while reading Frames
+BUSY_CHUNK_S = 3600.0  # busy_means reads the GPU rows this many seconds at a time
 READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
 MAGIC = "memtop-recording"
 
@@ -1447,28 +1451,43 @@ class Recording:
         """Per GPU, the mean of each named metric over its GPM samples while the graphics engine was busy
         (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a metric the
         recording has no column for."""
+        import numpy as np
+
         from memtop.storage import reader
 
         if "graphics" not in self._gpu_columns:
             return {}
-        got = reader.columns(self, _before(lo), hi, ("graphics", *names))
-        busy = got.take((got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5))
-        out: dict[int, dict[str, float | None]] = {}
-        for g in sorted(set(busy.gpu.tolist())):
-            at = busy.gpu == g
-            out[g] = {"samples": int(at.sum())}
-            for n in names:
-                v = busy.cols[n][at]
-                v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
-                # added in order, as SQLite's avg() did
-                out[g][n] = float(v.cumsum()[-1] / len(v)) if len(v) and n in self._gpu_columns else None
-        return out
+        sums: dict[int, list] = {}  # GPU -> [samples, per name: [sum in order, count]]
+        a = _before(lo)
+        while a < hi:  # an hour at a time: the columns of hours of GPUs are tens of MB
+            b = min(hi, a + BUSY_CHUNK_S)
+            got = reader.columns(self, a, b, ("graphics", *names))
+            busy = (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
+            for g in set(got.gpu[busy].tolist()):
+                at = busy & (got.gpu == g)
+                acc = sums.setdefault(g, [0, *([None, 0] for _ in names)])
+                acc[0] += int(at.sum())
+                for s, n in zip(acc[1:], names, strict=True):
+                    v = got.cols[n][at]
+                    v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
+                    if len(v):  # added in order, as SQLite's avg() did
+                        s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
+                        s[1] += len(v)
+            a = b
+        return {
+            g: {
+                "samples": acc[0],
+                **{
+                    n: float(s[0] / s[1]) if s[1] and n in self._gpu_columns else None
+                    for s, n in zip(acc[1:], names, strict=True)
+                },
+            }
+            for g, acc in sorted(sums.items())
+        }
 
-    def energy(
-        self, lo: float, hi: float
-    ) -> dict[int, tuple[list[float], list[float | None], list[float | None]]]:
-        """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W)
-        (memtop.analysis.energy.split reads them)."""
+    def energy(self, lo: float, hi: float) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W),
+        NaN where missing (memtop.analysis.energy.split reads them)."""
         from memtop.storage import reader
 
         if "energy_j" not in self._gpu_columns:
@@ -1479,7 +1498,7 @@ class Recording:
             at = got.gpu == g
             e, p = (got.cols[c][at] for c in ("energy_j", "power_w"))
             if (e == e).any():
-                out[g] = (got.t[at].tolist(), _nones(e), _nones(p))
+                out[g] = (got.t[at], e, p)
         return out
 
     def frames(
@@ -1653,10 +1672,6 @@ def _batches(cursor: sqlite3.Cursor) -> Iterator[list]:
 
 def _before(t: float) -> float:
     return math.nextafter(t, -math.inf)
-
-
-def _nones(a) -> list[float | None]:  # (an array: NaN is None)
-    return [None if x != x else x for x in a.tolist()]
 
 
 class _Ahead:
