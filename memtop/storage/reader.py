@@ -112,19 +112,25 @@ def frame_rows(rec: Recording, plo: float, hi: float, names: tuple[str, ...]) ->
 
 
 def chunks(
-    rec: Recording, table: str, plo: float, hi: float, read: Callable[[float, float], list]
+    rec: Recording,
+    table: str,
+    plo: float,
+    hi: float,
+    read: Callable[[float, float], list],
+    first: float = _FIRST_S,
+    span: float = CHUNK_S,
 ) -> Iterator[list]:
-    """``read(a, b)`` over (plo, hi] for the Frames, a chunk of ``table``'s rows at a time (the first
+    """``read(a, b)`` over (plo, hi], a chunk of ``table``'s rows at a time (for the Frames the first
     _FIRST_S seconds, then CHUNK_S), empty chunks left out; a damaged time far ahead costs one chunk,
-    not one per CHUNK_S of the gap."""
-    a, span = plo, _FIRST_S
+    not one per span of the gap."""
+    a, step = plo, first
     while a < hi:
         head = rec.query(f"SELECT min(t) FROM {table} WHERE t>? AND t<=?", (a, hi)).fetchone()[0]
         if head is None:
             return
-        b = min(hi, max(head, a) + span)
+        b = min(hi, max(head, a) + step)
         rows = read(a, b)
-        a, span = b, CHUNK_S
+        a, step = b, span
         if rows:
             yield rows
 

@@ -1458,10 +1458,13 @@ class Recording:
         if "graphics" not in self._gpu_columns:
             return {}
         sums: dict[int, list] = {}  # GPU -> [samples, per name: [sum in order, count]]
-        a = _before(lo)
-        while a < hi:  # an hour at a time: the columns of hours of GPUs are tens of MB
-            b = min(hi, a + BUSY_CHUNK_S)
+
+        def read(a: float, b: float) -> list:
             got = reader.columns(self, a, b, ("graphics", *names))
+            return [got] if len(got.t) else []
+
+        # an hour at a time: the columns of hours of GPUs are tens of MB
+        for (got,) in reader.chunks(self, "gpu", _before(lo), hi, read, BUSY_CHUNK_S, BUSY_CHUNK_S):
             busy = (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
             for g in set(got.gpu[busy].tolist()):
                 at = busy & (got.gpu == g)
@@ -1473,7 +1476,6 @@ class Recording:
                     if len(v):  # added in order, as SQLite's avg() did
                         s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
                         s[1] += len(v)
-            a = b
         return {
             g: {
                 "samples": acc[0],
