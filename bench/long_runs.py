@@ -365,8 +365,7 @@ def measure_tiles(a: argparse.Namespace, d: Path, res: dict, src: Path) -> None:
                 "report": measure_one("report", ["report", str(old), "--format", "json"], env),
             }
             out.unlink()
-        # equality with one serial pass, in this process: by columns (from blocks), and by Frames
-        # from the rows (what replay reads)
+        # equality with one serial pass, in this process
         from memtop.analysis import colscan
         from memtop.outputs.report import build_report
 
@@ -379,10 +378,6 @@ def measure_tiles(a: argparse.Namespace, d: Path, res: dict, src: Path) -> None:
             ser = build_report(rec)
             r["report_serial_s"] = round(time.perf_counter() - s, 2)
             r["report_equals_serial"] = par == ser
-            s = time.perf_counter()
-            frames = build_report(rec, columns=False)
-            r["report_frames_serial_s"] = round(time.perf_counter() - s, 2)
-            r["report_equals_frames"] = par == frames
             colscan.CHUNK_MIN_S = chunk
         rec.close()
         res[name] = r

@@ -26,7 +26,7 @@ from conftest import DATA, REC
 from memtop.analysis import colscan
 from memtop.core.errors import UserError
 from memtop.outputs.report import build_report, render
-from memtop.storage import colblock, reader
+from memtop.storage import colblock, parts, reader
 from memtop.storage.colblock import NULL, Blocks, Broken, decode, encode
 from memtop.storage.store import (
     BLOCK_STREAMS,
@@ -470,27 +470,11 @@ def _report(path: Path, columns: bool, fmt: str, kw: dict) -> str:
                 kw,
             )
     try:
-        got = render(build_report(Recording(path), columns=columns, **kw), fmt)
+        got = render(build_report(Recording(path), **kw), fmt)
     except UserError as e:
         return f"UserError: {e}"
     assert str(path) in got
     return got.replace(str(path), "REC")
-
-
-def _strict(mp) -> None:
-    """The column path must run itself: no fallback to Frames where it raises Unusual."""
-
-    def no_fallback(rec, lo, hi, fresh_at_lo, columns=True, progress=None, meanwhile=None):
-        if columns:
-            return colscan.scan_columns(rec, lo if fresh_at_lo else None, lo, hi, meanwhile=meanwhile)
-        return colscan.scan(rec, lo, hi, fresh_at_lo, progress=progress)
-
-    mp.setattr("memtop.outputs.report.report_scan", no_fallback)
-
-
-@pytest.fixture
-def strict(monkeypatch):
-    _strict(monkeypatch)
 
 
 @pytest.fixture
@@ -515,8 +499,8 @@ def _no_rows(mp) -> None:
         raise AssertionError("read the rows, not the blocks")
 
     mp.setattr(reader, "_json_rows", refuse)
-    mp.setattr(colscan._Stacks, "_rows", staticmethod(refuse))
-    mp.setattr(colscan._Hosts, "_rows", refuse)
+    mp.setattr(parts, "_stack_rows", refuse)
+    mp.setattr(parts, "hosts", refuse)
 
 
 class _Reports(dict):
@@ -547,7 +531,7 @@ def _variants(many: dict) -> list[tuple[str, str, str]]:
     ]
 
 
-def test_blocks_report_the_same_bytes_as_frames(many, frame_reports, strict, reads, monkeypatch, tmp_path):
+def test_blocks_report_the_same_bytes_as_frames(many, frame_reports, reads, monkeypatch, tmp_path):
     wants = {key: frame_reports[key] for key in _variants(many)}
     _no_rows(monkeypatch)
     for (name, fmt, kw), want in wants.items():
@@ -721,7 +705,6 @@ def test_damaged_blocks_fall_back_to_the_rows(case, many, frame_reports, tmp_pat
         reads
     )
     assert all(all(v) for s, v in reads.items() if s not in damaged.split()), reads
-    _strict(monkeypatch)
     for fmt, kw in VARIANTS[::3]:
         got = _report(path, True, fmt, kw)
         assert not got.startswith("UserError"), got
@@ -793,10 +776,8 @@ def _streams(path: Path) -> set[str]:
 
 
 def _same_report(path: Path) -> None:
-    with pytest.MonkeyPatch.context() as mp:
-        _strict(mp)
-        for fmt, kw in VARIANTS[::3]:
-            assert _report(path, True, fmt, kw) == _report(path, False, fmt, kw), (path.name, fmt, kw)
+    for fmt, kw in VARIANTS[::3]:
+        assert _report(path, True, fmt, kw) == _report(path, False, fmt, kw), (path.name, fmt, kw)
 
 
 def test_a_gpu_row_back_in_time_drops_the_gpu_blocks(frames2, tmp_path, monkeypatch):
@@ -820,13 +801,13 @@ def test_a_host_sample_older_than_a_block_drops_the_host_blocks(frames2, tmp_pat
     old = replace(f, host=replace(f.host, t=f.host.t - 3 * BLOCK_S - 0.0123))
     path = _write([*frames[:k], old, *frames[k + 1 :]], meta, tmp_path / "old.memtop", markers)
     assert _streams(path) == set(BLOCK_STREAMS) - {"host", "host_proc"}
-    # its blob was chained to the sample before it in time of writing, not in time: the rows are
-    # unusual (the column path gives up on them with or without blocks), the Frame path reports
+    # its blob was chained to the sample before it in time of writing, not in time: read in time,
+    # it does not inflate, and the one reader skips it (and the next, chained to it) as damaged
     plain = _edit_rows(Path(shutil.copyfile(path, tmp_path / "plain.memtop")), "DROP TABLE block")
     for p in (path, plain):
         rec = Recording(p)
-        with pytest.raises(colscan.Unusual, match="zdict"):
-            colscan.scan_columns(rec, None, rec.t0, rec.t1)
+        colscan.scan_columns(rec, None, rec.t0, rec.t1)
+        assert rec.damage == ["damaged host data skipped"]
     for fmt, kw in VARIANTS[::3]:
         assert _report(path, True, fmt, kw) == _report(path, False, fmt, kw), (fmt, kw)
 
@@ -884,10 +865,8 @@ def test_a_recording_without_blocks_reports_from_the_rows(many, frame_reports, t
         Path(shutil.copyfile(many["heldout_torch_s3"], tmp_path / "old.memtop")), "DROP TABLE block"
     )
     assert Blocks(_db(path), "gpu", BLOCK_STREAMS["gpu"]).end == -math.inf
-    with pytest.MonkeyPatch.context() as mp:
-        _strict(mp)
-        for fmt, kw in VARIANTS[::3]:
-            assert _report(path, True, fmt, kw) == frame_reports["heldout_torch_s3", fmt, json.dumps(kw)]
+    for fmt, kw in VARIANTS[::3]:
+        assert _report(path, True, fmt, kw) == frame_reports["heldout_torch_s3", fmt, json.dumps(kw)]
     assert not any(v for v in reads.values() for v in v)  # (no block read gave rows)
 
 
@@ -903,7 +882,7 @@ SCHEMA3 = DATA / "schema3_torch_s13.memtop"
 @pytest.mark.parametrize(
     ("path", "schema", "markers"), [(RECORDED, 2, 19), (SCHEMA3, 3, 26)], ids=["s2", "s3"]
 )
-def test_a_recorder_writes_blocks_the_report_reads(path, schema, markers, strict, reads, monkeypatch):
+def test_a_recorder_writes_blocks_the_report_reads(path, schema, markers, reads, monkeypatch):
     """The real recorder's blocks: at least two per stream, the last to the end; the report reads
     every stream from them alone and gives the Frame path's bytes."""
     db = _db(path)
@@ -921,7 +900,7 @@ def test_a_recorder_writes_blocks_the_report_reads(path, schema, markers, strict
         assert set(reads) == set(BLOCK_STREAMS) and all(all(v) for v in reads.values()), reads
 
 
-def test_a_killed_recorder_leaves_blocks_the_report_reads_only_where_they_reach(strict, reads):
+def test_a_killed_recorder_leaves_blocks_the_report_reads_only_where_they_reach(reads):
     """SIGKILL: the blocks end at the last 5-minute edge the recorder passed; a report past it reads
     the rows, one within it the blocks, and both are the Frame path's."""
     rec = Recording(KILLED)
@@ -956,7 +935,6 @@ def test_a_recording_without_perf_reads_its_blocks(frames2, tmp_path, monkeypatc
     monkeypatch.setattr(colblock, "BLOCK_S", BLOCK_S)
     meta, frames, markers = frames2
     path = _write([replace(f, perf=()) for f in frames], meta, tmp_path / "noperf.memtop", markers)
-    _strict(monkeypatch)
     for kw in [{}, {"t_to": 4.0}, {"t_from": 30, "t_to": 37.5}]:
         reads.clear()
         assert _report(path, True, "json", kw) == _report(path, False, "json", kw), kw
@@ -1060,7 +1038,7 @@ def test_host_proc_blocks_beyond_what_the_file_could_hold_are_not_read(tmp_path,
         "decode",
         lambda columns, data, *opt: inflated.append(columns[:6]) or real(columns, data, *opt),
     )
-    assert colscan._host_blocks(rec, rec.t0, rec.t1, None) is None
+    assert parts.host_blocks(rec, rec.t0, rec.t1, None) is None
     assert inflated and cols not in inflated  # (the host blocks were read; these were refused unread)
     monkeypatch.undo()
     assert _report(path, True, "json", {}) == _report(path, False, "json", {})

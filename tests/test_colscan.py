@@ -15,6 +15,7 @@ import pytest
 from conftest import DATA, REC
 
 from memtop.analysis import colscan
+from memtop.analysis.phases import Classifier
 from memtop.core.errors import UserError
 from memtop.outputs.report import build_report, render
 from memtop.storage import colblock, reader
@@ -31,28 +32,22 @@ VARIANTS = [
 ]
 
 
-def _report(path: Path, columns: bool, fmt: str, kw: dict) -> str:
+def _report(path: Path, fmt: str, kw: dict) -> str:
     try:
-        return render(build_report(Recording(path), columns=columns, **kw), fmt)
+        return render(build_report(Recording(path), **kw), fmt)
     except UserError as e:
         return f"UserError: {e}"
 
 
-def _same(path: Path, variants=VARIANTS) -> None:
-    for fmt, kw in variants:
-        assert _report(path, True, fmt, kw) == _report(path, False, fmt, kw), (path.name, fmt, kw)
-
-
-@pytest.fixture(autouse=True)
-def strict(monkeypatch):
-    """On these recordings the column path must run itself, not fall back to Frames."""
-
-    def no_fallback(rec, lo, hi, fresh_at_lo, columns=True, progress=None, meanwhile=None):
-        if columns:
-            return colscan.scan_columns(rec, lo if fresh_at_lo else None, lo, hi, meanwhile=meanwhile)
-        return colscan.scan(rec, lo, hi, fresh_at_lo, progress=progress)
-
-    monkeypatch.setattr("memtop.outputs.report.report_scan", no_fallback)
+def _as_live(path: Path) -> None:
+    """The report's labels (the scan by columns) are those live mode's classifier gives over the
+    recording's Frames: both read it through the one reader (memtop.storage.reader, parts)."""
+    rec = Recording(path)
+    labels, _, _ = colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1)
+    live = Classifier().feed_all(Recording(path).frames()).labels
+    assert {g: [(x.t, x.label, x.rule) for x in ls] for g, ls in labels.items()} == {
+        g: [(x.t, x.label, x.rule) for x in ls] for g, ls in live.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -84,21 +79,28 @@ def _damage(tmp_path: Path, sql: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "kind"),
     [
-        "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)",
-        'UPDATE perf SET data = \'{"a": "b"}\'',
-        "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
+        ("UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)", "host"),
+        ('UPDATE perf SET data = \'{"a": "b"}\'', "perf"),
+        (
+            "UPDATE stack_sample SET pid = 'x' WHERE rowid IN (SELECT rowid FROM stack_sample LIMIT 9)",
+            "stack",
+        ),
+        ("UPDATE caps SET data = X'789c00'", "caps"),
+        ("UPDATE gpu_state SET gpu = 'x' WHERE rowid IN (SELECT rowid FROM gpu_state LIMIT 1)", "gpu_state"),
     ],
 )
-def test_damaged_parts_fall_back_to_frames(sql, tmp_path, monkeypatch):
-    """What the column path cannot be sure of, it leaves to the Frame path: the same report."""
+def test_damaged_parts_are_skipped_by_the_one_reader(sql, kind, tmp_path):
+    """A damaged host, perf, stack, caps or gpu_state row is skipped and noted by the one reader
+    (memtop.storage.parts), whichever scan asks: the column scan serves the file, and the report
+    says what it skipped."""
     path = _damage(tmp_path, sql)
     rec = Recording(path)
-    with pytest.raises(colscan.Unusual):
-        colscan.scan_columns(rec, None, rec.t0, rec.t1)
-    monkeypatch.undo()  # the real report_scan, with its fallback
-    assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+    colscan.scan_columns(rec, None, rec.t0, rec.t1)
+    assert f"damaged {kind} data skipped" in rec.damage
+    assert f"damaged {kind} data skipped" in json.loads(_report(path, "json", {}))["damage"]
+    _as_live(path)
 
 
 @pytest.mark.parametrize(
@@ -114,22 +116,25 @@ def test_damaged_gpu_rows_are_read_alike_by_both_scans(sql, noted, tmp_path):
     the report says so; a mode it does not know reads as NVML's (claim no more)."""
     path = _damage(tmp_path, sql)
     rec = Recording(path)
-    colscan.scan_columns(rec, None, rec.t0, rec.t1)  # (no fallback to Frames)
+    colscan.scan_columns(rec, None, rec.t0, rec.t1)
     assert ("damaged gpu data skipped" in rec.damage) is noted
-    by_columns = _report(path, True, "json", {})
-    assert by_columns == _report(path, False, "json", {})
+    by_columns = _report(path, "json", {})
     assert ("damaged gpu data skipped" in json.loads(by_columns).get("damage", [])) is noted
+    _as_live(path)
 
 
 @pytest.mark.parametrize("case", sorted(__import__("test_damaged").CASES))
-def test_damaged_recordings_report_the_same(case, tmp_path, monkeypatch):
-    """Every damage case of tests/test_damaged.py: the same report, or the same one-line refusal."""
+def test_damaged_recordings_report_as_live_mode_labels_them(case, tmp_path):
+    """Every damage case of tests/test_damaged.py: a report (whose labels are live mode's over the
+    Frames) or a one-line refusal."""
     from test_damaged import CASES
 
-    monkeypatch.undo()  # the real report_scan, with its fallback
     path = _damage(tmp_path, CASES[case])
-    for fmt, kw in VARIANTS[::2]:
-        assert _report(path, True, fmt, kw) == _report(path, False, fmt, kw), (case, kw)
+    for _, kw in VARIANTS[::2]:
+        got = _report(path, "json", kw)
+        assert "\n" not in got if got.startswith("UserError") else json.loads(got)["gpus"] is not None
+    if not _report(path, "json", {}).startswith("UserError"):
+        _as_live(path)
 
 
 def _result(r) -> tuple:
@@ -256,18 +261,18 @@ def test_host_figure_rows_of_older_recordings_are_a_copy_the_report_does_not_rea
     path = tmp_path / "r.memtop"
     _without_blocks(LEGACY, path)
     assert _count(path, "SELECT count(worker_of) FROM host_proc") > 100  # DataLoader workers
-    before = _report(path, True, "json", {})
+    before = _report(path, "json", {})
     assert '"input"' in before  # (the workers' figures matter: the input rules read them)
     db = sqlite3.connect(path)
     db.execute("UPDATE host_proc SET cpu_pct = 100.0 WHERE worker_of IS NULL")
     db.execute("DROP TABLE host_load")
     db.commit()
     db.close()
-    assert _report(path, True, "json", {}) == before
+    assert _report(path, "json", {}) == before
 
 
-def test_a_damaged_host_blob_falls_back_to_frames(tmp_path, monkeypatch):
-    """A host blob that does not inflate: the Frame path, which skips it."""
+def test_a_damaged_host_blob_without_blocks_is_skipped(tmp_path):
+    """A host blob that does not inflate, in a recording without blocks: skipped, as the Frames skip it."""
     path = tmp_path / "d.memtop"
     _without_blocks(LEGACY, path)
     db = sqlite3.connect(path)
@@ -275,10 +280,9 @@ def test_a_damaged_host_blob_falls_back_to_frames(tmp_path, monkeypatch):
     db.commit()
     db.close()
     rec = Recording(path)
-    with pytest.raises(colscan.Unusual):
-        colscan.scan_columns(rec, None, rec.t0, rec.t1)
-    monkeypatch.undo()
-    assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+    colscan.scan_columns(rec, None, rec.t0, rec.t1)
+    assert rec.damage == ["damaged host data skipped"]
+    _as_live(path)
 
 
 def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path, monkeypatch):
@@ -304,7 +308,10 @@ def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path, monk
     procs = Blocks(db, "host", BLOCK_STREAMS["host"], "host").read(-1e18, 1e18)["procs"]
     db.close()
     assert 0 < (procs == -1).sum() < len(procs)
-    _same(out, VARIANTS[:2])
+    plain = tmp_path / "plain.memtop"
+    _without_blocks(out, plain)  # (every sample's figures from its JSON)
+    for fmt, kw in VARIANTS[:2]:
+        assert _report(out, fmt, kw) == _report(plain, fmt, kw).replace(str(plain), str(out))
 
 
 def _gpu_rows(rec: Recording, plo: float, hi: float) -> tuple:
@@ -355,7 +362,7 @@ def test_unusual_gpu_values_are_read_row_by_row(sql, tmp_path):
     rec = Recording(path)
     sel, _ = _gpu_rows(rec, float("-inf"), rec.t1)
     assert reader._json_rows(rec, sel, float("-inf"), rec.t1) is None
-    assert _report(path, True, "json", {}) == _report(path, False, "json", {})
+    _as_live(path)
 
 
 # -- a replay's phase runs (the overview strip, n / N) ---------------------------------------------
@@ -368,15 +375,10 @@ def _runs_by_frames(path: Path) -> dict:
     return src.phase_runs
 
 
-def test_a_replay_of_a_damaged_recording_finds_its_runs_by_frames(tmp_path):
-    from memtop.live.pipeline import Pipeline, ReplaySource, Status
-
+def test_a_replay_of_a_damaged_recording_finds_its_runs_by_columns(tmp_path):
     path = _damage(tmp_path, "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)")
-    assert colscan.phase_runs(Recording(path)) is None
-    rec = Recording(path)
-    src = ReplaySource(rec, Pipeline(Status("replay"), rec.meta), fast_runs=colscan.phase_runs)
-    src._find_changes()
-    assert src.scanned and src.phase_runs == _runs_by_frames(path) and src.phase_runs[0]
+    runs = colscan.phase_runs(Recording(path))
+    assert runs is not None and runs[0] and runs == _runs_by_frames(path)
 
 
 @pytest.mark.parametrize("name", ["labelled_s2", "multi/heldout_ddp_s11", "blocks_killed_s11"])

@@ -277,11 +277,10 @@ def throttled(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("columns", [True, False], ids=["columns", "frames"])
-def test_throttled_samples_join_into_spans_of_one_reason_and_no_gap_over_half_a_second(throttled, columns):
+def test_throttled_samples_join_into_spans_of_one_reason_and_no_gap_over_half_a_second(throttled):
     from memtop.outputs.report import build_report
 
-    (gpu,) = build_report(Recording(throttled), columns=columns)["gpus"]
+    (gpu,) = build_report(Recording(throttled))["gpus"]
     # a hole of 0.3 s joins, one of 0.8 s splits, and so does another reason
     assert [t["reasons"] for t in gpu["throttle"]] == [["hw slowdown"], ["hw slowdown"], ["sw thermal"]]
     spans = [(t["at_s"], t["at_s"] + t["duration_s"]) for t in gpu["throttle"]]

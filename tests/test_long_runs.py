@@ -144,10 +144,13 @@ def test_rewritten_recording_is_smaller_and_reports_the_same(rewritten):
     "path", [REC[2], REC_NOGPM, DATA / "heldout_shared_s6.memtop", DATA / "heldout_cupy_s5.memtop"]
 )
 def test_report_reads_every_metric_the_classifier_uses(path):
-    """The report's scan leaves out the GPU metrics the classifier does not read (memtop.analysis.scan._SKIP):
+    """The report reads only the GPU metrics the classifier reads (memtop.analysis.scan.REPORT_READS):
     every label, feature and gap must be what the classifier makes of the whole Frames."""
     from memtop.analysis.phases import Classifier
-    from memtop.analysis.scan import _SKIP
+    from memtop.analysis.scan import REPORT_READS
+    from memtop.core.metrics import METRICS
+
+    _SKIP = frozenset(m.name for m in METRICS) - REPORT_READS
 
     rec = Recording(path)
     whole, lean = (Classifier().feed_all(rec.frames(skip=skip)) for skip in (frozenset(), _SKIP))

@@ -15,7 +15,7 @@ from memtop.analysis import colscan
 from memtop.analysis.phases import classify
 from memtop.analysis.verdict import verdict
 from memtop.core.model import MAIN_FIELDS
-from memtop.storage import colblock
+from memtop.storage import colblock, parts
 from memtop.storage.store import BLOCK_STREAMS, Recording, _inflate_host, host_figures
 
 PIPE = sorted(DATA.glob("dev_pipe_s*.memtop")) + sorted(DATA.glob("heldout9_pipe_s*.memtop"))
@@ -97,9 +97,9 @@ def test_older_blocks_read_the_new_fields_as_their_defaults():
     """A recording whose host_proc blocks predate the main-thread fields (2026-11-24) is still read
     from its blocks, not its JSON, every new field at its default."""
     rec = Recording(DATA / "blocks_s11.memtop")
-    got = colscan._host_blocks(rec, rec.t0, rec.t1, None)
+    got = parts.host_blocks(rec, rec.t0, rec.t1, None)
     assert got is not None
-    procs = got[1][4]  # (colscan.proc_arrays: each figure by name)
+    procs = colscan.proc_arrays(got.rows)  # (each figure by name)
     main_cpu, wait, wait_on, feeder, feeder_cpu = (procs[k] for k in MAIN_FIELDS)
     assert len(main_cpu) and (main_cpu == -1.0).all() and (feeder_cpu == 0.0).all()
     assert set(wait) == set(wait_on) == set(feeder) == {""}

@@ -1,22 +1,22 @@
-"""The report's scan by columns: the labels, gaps and aggregates that feeding every Frame to the
-Classifier gives (memtop.analysis.scan), computed from the recording's rows bin by bin instead of Frame by Frame.
+"""The report's scan: the labels, gaps and aggregates that feeding every Frame to the Classifier
+would give, computed from the recording's rows bin by bin instead of Frame by Frame.
 
 A Frame holds the newest part of each source at its time, so which GPU row, GPU state, host sample
 and stack sample each Frame holds is a search over sorted times; a bin's samples, the stack window at
 its last Frame, a GPU's gap events and the aggregates follow from those searches without building a
 Frame. memtop.analysis.binscan turns them into every bin's features, rules and labels over arrays with the
 same float operations on the same values, the rules and hysteresis being memtop.analysis.phases' own.
-What this path does not read (damaged or unusual rows) raises ``Unusual``: the caller then scans by
-Frames.
+The rows come from the one reader of a recording (memtop.storage.reader: GPU rows;
+memtop.storage.parts: host, stack, perf and caps rows), which skips and notes a damaged row as the
+Frames do. What is left that this path cannot read (rows out of order, a malformed database) raises
+``Unusual``: the report says so in one line, the export walks Frames.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import gc
-import itertools
 import json
 import math
 import multiprocessing
@@ -47,7 +47,7 @@ from memtop.analysis.phases import (
     is_stopped,
     stack_info,
 )
-from memtop.analysis.scan import REPORT_READS, Aggregates, extends, main_only, scan
+from memtop.analysis.scan import REPORT_READS, Aggregates, extends, main_only
 from memtop.analysis.stackwin import Entries, window_bounds
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS
@@ -64,27 +64,20 @@ from memtop.core.model import (
 )
 from memtop.core.records import Gap
 from memtop.progress import Progress
-from memtop.storage import reader
+from memtop.storage import parts, reader
 from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.parts import Blobs
 from memtop.storage.store import (
     BLOCK_STREAMS,
     BLOCK_TABLES,
     DECODE_ERRORS,
     GPU_MODES,
-    HOST_PROC_ADDED,
     HOST_PROC_FIELDS,
     SANE_T,
-    STACK_SQL,
     Recording,
-    caps_from_json,
-    finite_number,
-    host_chain,
     host_from_blob,
-    inflate_host,
-    perf_sample,
     plain_host,
     record_of,
-    stack_sample,
 )
 
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
@@ -96,14 +89,17 @@ FIRST_SHARE = 0.7
 _COLS = tuple(m.name for m in METRICS if m.name in REPORT_READS)
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
-_PERF_SQL = "SELECT t, pid, data"
 _PROC = operator.itemgetter(*HOST_PROC_FIELDS)  # a process's figures from its JSON object
 _FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)  # and from a ProcSample
 _INT_LIM = 1 << 62
 
 
 class Unusual(Exception):
-    """The recording has something this path does not reproduce exactly."""
+    """The recording has something the column scan cannot read (the export then walks Frames)."""
+
+
+class NoFrames(Unusual):
+    """No Frame in the range."""
 
 
 def report_scan(
@@ -111,22 +107,22 @@ def report_scan(
     lo: float,
     hi: float,
     fresh_at_lo: bool,
-    columns: bool = True,
     progress: bool | None = None,
     meanwhile: Callable[[], None] | None = None,
 ) -> tuple[dict, list, Aggregates]:
-    """memtop.analysis.scan.scan's result (labels per GPU, gaps, aggregates of [lo, hi]), by columns where this
-    path can be sure of it, else by Frames (``columns=False``: always by Frames). ``meanwhile``: work of
-    the caller's that this process may do while other processes scan (``scan_columns``)."""
-    if columns:
-        with Progress("reading", hi - lo, enabled=progress) as bar:
-            try:
-                return scan_columns(
-                    rec, lo if fresh_at_lo else None, lo, hi, tick=bar.update, meanwhile=meanwhile
-                )
-            except Unusual:
-                pass
-    return scan(rec, lo, hi, fresh_at_lo, progress=progress)
+    """The report's scan of [lo, hi] (labels per GPU, gaps, aggregates): ``scan_columns`` read from
+    the recording's start (``fresh_at_lo``: from ``lo``, a --from range); a recording it cannot read
+    is one clear error. ``meanwhile``: work of the caller's that this process may do while other
+    processes scan (``scan_columns``)."""
+    with Progress("reading", hi - lo, enabled=progress) as bar:
+        try:
+            return scan_columns(
+                rec, lo if fresh_at_lo else None, lo, hi, tick=bar.update, meanwhile=meanwhile
+            )
+        except NoFrames:
+            raise UserError("empty time range: no samples in it") from None
+        except Unusual as e:
+            raise UserError(f"{rec.path} is damaged or truncated ({e})") from None
 
 
 def scan_columns(
@@ -139,8 +135,8 @@ def scan_columns(
     chunk_s: float | None = None,
     meanwhile: Callable[[], None] | None = None,
 ) -> tuple[dict, list, Aggregates]:
-    """(labels per GPU, gaps, aggregates) as ``memtop.analysis.scan.scan`` gives them by Frames read from
-    ``read_from``; raises Unusual where it cannot be sure of that.
+    """(labels per GPU, gaps, aggregates) of the Frames of [lo, hi] read from ``read_from`` (those
+    before lo warm the classifier up); raises Unusual where it cannot read the recording.
 
     A long range is cut into chunks at bin edges whose features, rules, gaps and aggregates are
     found in parallel processes, each reading WARM_S early; the hysteresis then runs here over all
@@ -156,8 +152,12 @@ def scan_columns(
             if got is not None:
                 return got
         try:
-            return join_parts([scan_part(rec, read_from, lo, hi, tick)])
-        except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:  # a part the Frame path skips as damaged
+            try:
+                return join_parts([scan_part(rec, read_from, lo, hi, tick)])
+            except DECODE_ERRORS:  # a host sample the blocks hold whose JSON is damaged: the rows,
+                # each checked as it is read (memtop.storage.parts skips it)
+                return join_parts([scan_part(rec, read_from, lo, hi, tick, host_blocks=False)])
+        except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:
             raise Unusual(f"{type(e).__name__}: {e}") from None
 
 
@@ -340,6 +340,7 @@ def scan_part(
     tick: Callable[[float], None] | None,
     edge: bool = False,
     aggregates: bool = True,
+    host_blocks: bool = True,
 ) -> _Part:
     """Frames from ``read_from`` (seeded there, as Recording.frames(start) is; None: the recording's
     start) to ``hi``; those before ``lo`` only warm the classifier up. ``edge``: ``lo`` is a bin edge
@@ -354,12 +355,12 @@ def scan_part(
     plo = float("-inf") if seed is None else seed
     frames = frame_times(rec, flo, hi)
     if not frames or frames[-1] < lo:
-        raise Unusual("no frames in the range")
+        raise NoFrames("no frames in the range")
     ft = np.array(frames, dtype=np.float64)
     i_lo = bisect.bisect_left(frames, lo)  # the first Frame the aggregates (and the result) take
     gpus = _gpus(rec, ft, plo, hi, seed)
     done(0.15)
-    hosts = _Hosts(rec, ft, plo, hi, seed)
+    hosts = _Hosts(rec, ft, plo, hi, seed, host_blocks)
     done(0.25)
     stacks = _Stacks(rec, frames, plo, hi, seed)
     done(0.5)
@@ -424,6 +425,7 @@ def scan_part(
     done(0.8)
     # (``aggregates`` False: the labels alone, for the export)
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed) if aggregates else Aggregates()
+    agg.damage = list(rec.damage)  # (what a chunk's process skipped: its own Recording's notes)
     done(1.0)
     return _Part(kept, first, gaps, open_gaps, gap_lo, warm, keys, agg)
 
@@ -472,10 +474,14 @@ def _samples_at(gpus: list[_Gpu], k: int) -> tuple[GpuSample, ...]:
     return tuple(s for g in gpus if (s := g.sample(k)) is not None)
 
 
-def _int(v: object) -> int:
-    if type(v) is not int or not -_INT_LIM <= v <= _INT_LIM:
-        raise Unusual("a GPU index that is no integer")
-    return v
+def _states(rec: Recording, found: list[tuple], into: dict[int, list]) -> None:
+    """gpu_state rows by GPU, as (t, the parsed state); a row without a GPU index is skipped, as
+    the Frames skip it."""
+    for r in found:
+        if type(r[1]) is int and -_INT_LIM <= r[1] <= _INT_LIM:
+            into.setdefault(r[1], []).append((r[0], rec.gpu_state(r)))
+        else:
+            parts.damaged(rec, "gpu_state")
 
 
 class _Gpu:
@@ -582,19 +588,21 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
     states: dict[int, list] = {}
     if seed is not None:  # Recording._seed: each GPU's state as it stood at the start
         for g in [r[0] for r in rec.query("SELECT DISTINCT gpu FROM gpu_state")]:
-            r = rec.query(f"{_STATE_SQL} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1", (g, seed)).fetchone()
-            if r:
-                states.setdefault(_int(r[1]), []).append((r[0], rec.gpu_state(r)))
-    for r in rec.query(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)):
-        states.setdefault(_int(r[1]), []).append((r[0], rec.gpu_state(r)))
+            sql = f"{_STATE_SQL} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1"
+            _states(rec, rec.query(sql, (g, seed)).fetchall(), states)
+    _states(rec, rec.query(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall(), states)
     got = reader.columns(rec, plo, hi, _COLS, seed)
-    out = []
-    for g in np.unique(got.gpu).tolist():
-        at = np.flatnonzero(got.gpu == g)
-        out.append(
-            _Gpu(g, got.t[at], got.mode[at], {c: v[at] for c, v in got.cols.items()}, states.get(g, []), ft)
-        )
-    return out
+    index = np.unique(got.gpu).tolist()
+    at = [np.flatnonzero(got.gpu == g) for g in index]
+    cols: list[dict] = [{} for _ in index]
+    for c in _COLS:  # each GPU's part of a column, the whole one let go before the next is split
+        v = got.cols.pop(c)
+        for d, a in zip(cols, at, strict=True):
+            d[c] = v[a]
+    return [
+        _Gpu(g, got.t[a], got.mode[a], d, states.get(g, []), ft)
+        for g, a, d in zip(index, at, cols, strict=True)
+    ]
 
 
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
@@ -622,30 +630,29 @@ class _Hosts:
         self._load: dict[int, tuple[float, list[tuple]]] = {}  # sample -> (iowait, each process's figures)
         self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
-        self._table: tuple | None = None  # the host_proc blocks as arrays (_host_blocks)
-        got = _host_blocks(rec, plo, hi, seed) if blocks else None
+        self._table: tuple | None = None  # the host_proc blocks as arrays (parts.host_blocks)
+        got = parts.host_blocks(rec, plo, hi, seed) if blocks else None
         if got is not None:
-            self.t, self._table = got
-            self.raw: Sequence[bytes] = Blobs(rec, self.t)
-        else:
-            self._rows(rec, plo, hi, seed)
+            figured = np.flatnonzero(got.procs >= 0)
+            counts = got.procs[figured]
+            self._table = (
+                figured,
+                got.iowait[figured],
+                np.cumsum(counts) - counts,
+                counts,
+                proc_arrays(got.rows),
+            )
+            self.t = got.t.tolist()
+            self.raw: Sequence[bytes] = parts.Blobs(rec, self.t)
+        else:  # every sample decoded (one that does not is skipped, as the Frames skip it)
+            read, _ = parts.hosts(rec, parts.host_rows(rec, plo, hi, seed), self._plain)
+            self.t, self.raw = [r[0] for r in read], [r[1] for r in read]
+            for h, (_, _, d) in enumerate(read):
+                self._keep(h, d)
         t = np.array(self.t, dtype=np.float64)
         if len(t) > 1 and not (np.diff(t) >= 0).all():
             raise Unusual("host rows out of order")
         self.at = (np.searchsorted(t, ft, "right") - 1).tolist()  # each Frame's host sample (-1: none)
-
-    def _rows(self, rec: Recording, plo: float, hi: float, seed: float | None) -> None:
-        rows = []
-        if seed is not None:  # Recording._seed: the newest sample, from the blob its chain starts at
-            rows = _chain(rec, seed)
-        rows += rec.query("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-        raw = []
-        prev = None
-        for _, blob in rows:  # every blob inflated: a damaged one takes the Frame path, as it skips it
-            prev = inflate_host(blob, prev)
-            raw.append(prev)
-        self.raw = raw
-        self.t = [r[0] for r in rows]
 
     def figures(self, hs: list[int]) -> HostFigures:
         """The processes' figures of host samples ``hs`` (ascending) as arrays: each sample's iowait,
@@ -663,22 +670,26 @@ class _Hosts:
         n = np.array([len(ps) for _, ps in loads], dtype=np.int64)
         rows = [p for _, ps in loads for p in ps]
         cols = zip(*rows, strict=True) if rows else ((),) * len(HOST_PROC_FIELDS)
-        try:
-            procs = proc_arrays(dict(zip(HOST_PROC_FIELDS, cols, strict=True)))
-        except OverflowError:
-            raise Unusual("a process id beyond int64") from None
+        procs = proc_arrays(dict(zip(HOST_PROC_FIELDS, cols, strict=True)))  # (checked: int64 holds them)
         return HostFigures(np.array([io for io, _ in loads], dtype=np.float64), np.cumsum(n) - n, n, procs)
 
-    def _decode(self, h: int) -> None:
-        d = plain_host(self.raw[h], self._shapes)
-        if d is not None:  # its values are read straight from the JSON
+    def _plain(self, raw: bytes) -> dict | HostSample:
+        """A sample's JSON as a dict where it is as this version writes it (its values read straight
+        from it), else decoded whole (another layout: an older memtop), as the Frames decode it."""
+        d = plain_host(raw, self._shapes)
+        return host_from_blob(raw) if d is None else d
+
+    def _keep(self, h: int, d: dict | HostSample) -> None:
+        if isinstance(d, dict):
             procs = d["procs"]
             self._load[h] = (d["iowait_pct"], [_PROC(p) for p in procs])
             self._procs[h] = [(p["pid"], p) for p in procs]
-        else:  # another layout (an older memtop): decoded whole, as the Frame path does
-            s = host_from_blob(self.raw[h])
-            self._load[h] = (s.iowait_pct, [_FIGURES(p) for p in s.procs])
-            self._procs[h] = [(p.pid, p) for p in s.procs]
+        else:
+            self._load[h] = (d.iowait_pct, [_FIGURES(p) for p in d.procs])
+            self._procs[h] = [(p.pid, p) for p in d.procs]
+
+    def _decode(self, h: int) -> None:
+        self._keep(h, self._plain(self.raw[h]))
 
     def latest(self, i_lo: int) -> dict[int, int]:
         """Each process of the samples the Frames from i_lo on hold, in the order it first appears
@@ -765,95 +776,6 @@ def _leads(text: tuple[bytes, ...]) -> list[tuple]:
     return [tuple(d.values()) for d in json.loads(f"[{objs}]")]
 
 
-def _chain(rec: Recording, t: float) -> list[tuple[float, bytes]]:
-    return host_chain(lambda sql, args: rec.query(sql, args).fetchall(), t)
-
-
-class Blobs(Sequence):
-    """The host samples' JSON by their index, each inflated when first asked for (with the rest of
-    its chain: the Frames ask for them in order)."""
-
-    def __init__(self, rec: Recording, times: list[float]) -> None:
-        self._rec = rec
-        self._t = times
-        self._got: dict[int, bytes] = {}
-
-    def __len__(self) -> int:
-        return len(self._t)
-
-    def each(self, hs: list[int]) -> Iterator[bytes]:
-        """The JSON of samples ``hs`` (ascending), inflated in one pass over their rows."""
-        if not hs:
-            return
-        t = self._t
-        rows = _chain(self._rec, t[hs[0]])
-        rows += self._rec.query(
-            "SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (t[hs[0]], t[hs[-1]])
-        ).fetchall()
-        want = iter(hs)
-        h = next(want, None)
-        prev = None
-        for rt, blob in rows:
-            prev = inflate_host(blob, prev)
-            while h is not None and t[h] == rt:
-                yield prev
-                h = next(want, None)
-        if h is not None:
-            raise Unusual("a host sample the blocks hold is not a row")
-
-    def __getitem__(self, h: int) -> bytes:  # type: ignore[override]  # (an index, no slices)
-        raw = self._got.get(h)
-        if raw is None:
-            chain = _chain(self._rec, self._t[h])
-            if not chain or chain[-1][0] != self._t[h]:
-                raise Unusual("a host sample the blocks hold is not a row")
-            prev = None
-            for j, (t, blob) in enumerate(chain):
-                prev = inflate_host(blob, prev)
-                at = h - (len(chain) - 1 - j)
-                if at >= 0 and self._t[at] == t:
-                    self._got[at] = prev
-            raw = self._got[h]
-        return raw
-
-
-def _host_blocks(
-    rec: Recording, plo: float, hi: float, seed: float | None
-) -> tuple[list[float], tuple] | None:
-    """(the host samples' times, ``_Hosts._table``) from the column blocks, as ``_Hosts._rows`` reads
-    them from the rows; None where the blocks do not cover the span (a recording from before them, one
-    not closed) or are damaged."""
-    loads = Blocks(rec.db, "host", BLOCK_STREAMS["host"], BLOCK_TABLES["host"])
-    procs = Blocks(
-        rec.db, "host_proc", BLOCK_STREAMS["host_proc"], BLOCK_TABLES["host_proc"], HOST_PROC_ADDED
-    )
-    if loads.end <= hi or procs.end <= hi:
-        return None
-    h = loads.read(float(np.nextafter(plo, np.inf)), hi, seed)
-    if h is None:
-        return None
-    t, n = h["t"], h["procs"]
-    # no table counts the host_proc rows: at most as many as the file could hold (its blocks of rows
-    # that repeat deflate a thousandfold; memory must not grow with that)
-    p = procs.read(t[0], t[-1], max_rows=rec.size // 4) if len(t) else procs.read(1.0, 0.0)
-    if p is None:
-        return None
-    figured = np.flatnonzero(n >= 0)
-    counts = n[figured]
-    if (
-        (n < -1).any()
-        or counts.sum() != len(p["t"])  # (before the repeat: a hostile count would not fit in memory)
-        or not np.array_equal(np.repeat(t[figured], counts), p["t"])
-        or not (np.abs(h["iowait_pct"]) < 1e18).all()  # (NaN fails)
-        or not (np.abs(p["cpu_pct"]) < 1e18).all()
-    ):
-        return None
-    if any(None in p[k] for k in HOST_PROC_FIELDS[:5] if isinstance(p[k], list)):
-        return None  # (a NULL name or state: the rows say what they are)
-    table = (figured, h["iowait_pct"][figured], np.cumsum(counts) - counts, counts, proc_arrays(p))
-    return t.tolist(), table
-
-
 class HostFigures:
     """Host samples' processes as arrays: per sample its iowait, first row and count of rows
     (``rows``), and per process row each of model.PROC_FIGURES (``proc_arrays``) by its name."""
@@ -914,26 +836,6 @@ def _each(test: Callable[[str], bool], values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _utf8(rec: Recording, query: Callable[[], sqlite3.Cursor]) -> list:
-    """``query()``'s rows with TEXT values decoded by the sqlite3 module's own UTF-8 decoder, without
-    a Python call per value; where one is not valid UTF-8, as Recording decodes them (surrogates for
-    the bad bytes: the same strings where the UTF-8 is valid)."""
-    db = rec.db
-    factory = db.text_factory
-    db.text_factory = str
-    try:
-        return query().fetchall()
-    except (sqlite3.DatabaseError, UserError):  # "Could not decode to UTF-8", or a real error: again
-        pass
-    finally:
-        db.text_factory = factory
-    return query().fetchall()
-
-
-def _types(values: tuple, *kinds: type) -> bool:
-    return set(map(type, values)) <= set(kinds)
-
-
 class _Stacks:
     """The stack samples, the Frames they are in, and the order the classifier's window takes them,
     as arrays over the samples; each distinct dump is decoded once, and a sample becomes a
@@ -942,33 +844,13 @@ class _Stacks:
     def __init__(
         self, rec: Recording, frames: list[float], plo: float, hi: float, seed: float | None
     ) -> None:
-        got = _stack_blocks(rec, plo, hi, seed)
-        if got is None:
-            rows = self._rows(rec, plo, hi, seed)
-            t, *cols = (list(c) for c in zip(*rows, strict=True)) if rows else ([],) * 9
-            got = (t, [cols[j] for j in _STACK_REST])
-        t, cols = got
-        cut = _sample_starts(t, cols[0])
-        # a dump whose rows (all but the time) are those of an earlier one is that dump again: its
-        # threads, main-thread summary (phases.stack_info) and main-only form are the earlier one's
-        row = _row_codes(cols).tolist()
-        kinds: dict[tuple, int] = {}
-        self.dumps: list[tuple[StackSample, tuple | None, StackSample]] = []  # (first sample, info, main)
-        kind = []
-        for a, b in itertools.pairwise(cut):
-            key = tuple(row[a:b])
-            k = kinds.get(key)
-            if k is None:
-                k = kinds[key] = len(self.dumps)
-                s = stack_sample(rec, [_stack_row(t, cols, i) for i in range(a, b)])
-                self.dumps.append((s, stack_info(s) if s.threads else None, main_only(s)))
-            kind.append(k)
-        self.times = [t[a] for a in cut[:-1]]
-        # every time a finite float (store.finite_number: the common case) is not checked again per sample
-        ts = np.array(self.times, dtype=np.float64) if _types(tuple(self.times), float) else None
-        if ts is None or not (np.abs(ts) <= 1e18).all():  # (NaN fails)
-            ts = np.array([finite_number(x, "stack t") for x in self.times], dtype=np.float64)
-        self.kind = np.array(kind, dtype=np.int64)
+        got = parts.stack_dumps(rec, plo, hi, seed)
+        # a dump seen before is that dump again: its main-thread summary (phases.stack_info) and
+        # main-only form are the earlier one's
+        self.dumps = [(s, stack_info(s) if s.threads else None, main_only(s)) for s in got.dumps]
+        self.times = got.times
+        ts = np.array(self.times, dtype=np.float64)
+        self.kind = got.kind
         self.pids = np.array([d[0].pid for d in self.dumps], dtype=np.int64)[self.kind]
         pids = self.pids
         # a pid's sample is in the Frames from its time until the pid's next sample, at most 5 s
@@ -1000,16 +882,6 @@ class _Stacks:
         """The window's entries [a, b) (``entries``) as (sample, info)."""
         return [(self.sample(i), self.dumps[self.kind[i]][1]) for i in self.order[a:b].tolist()]
 
-    @staticmethod
-    def _rows(rec: Recording, plo: float, hi: float, seed: float | None) -> list:
-        rows: list = []
-        if seed is not None:  # Recording._seed: the samples of the last 3 s
-            rows += _utf8(
-                rec, lambda: rec.query(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (seed, seed - 3.0))
-            )
-        rows += _utf8(rec, lambda: rec.query(f"{STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi)))
-        return rows
-
     def _held(self, k: np.ndarray, t: np.ndarray, until: np.ndarray) -> np.ndarray:
         """Whether Frame k[i] (at or after t[i]) holds the sample of time t[i], shown until until[i]."""
         nf = len(self.ft)
@@ -1028,72 +900,9 @@ class _Stacks:
         return [StackSample(times[i], *mains[k]) for i, k in zip(order.tolist(), self.kind[order].tolist())]
 
 
-# STACK_SQL's columns but the time and the class (always NULL): pid, tid, name, active, gil, stack, error
-_STACK_REST = (0, 1, 2, 3, 4, 6, 7)
-
-
-def _stack_row(t: list, cols: list, i: int) -> tuple:
-    """Row i as STACK_SQL gives it (a column block's NULL as None)."""
-    v = [c[i] if isinstance(c, list) else (None if c[i] == NULL else int(c[i])) for c in cols]
-    return (t[i], *v[:5], None, *v[5:])
-
-
-def _row_codes(cols: list) -> np.ndarray:
-    """A code per row, the same for rows whose columns are equal (as Python compares their values):
-    an integer column as it is, another's values numbered."""
-    keys = []
-    for c in cols:
-        if isinstance(c, list):
-            first = {v: j for j, v in enumerate(dict.fromkeys(c))}
-            c = np.fromiter(map(first.__getitem__, c), np.int64, len(c))
-        keys.append(c)
-    order = np.lexsort(keys[::-1])
-    new = np.zeros(len(order), dtype=bool)
-    for k in keys:
-        ks = k[order]
-        new[1:] |= ks[1:] != ks[:-1]
-    code = np.empty(len(order), dtype=np.int64)
-    code[order] = np.cumsum(new)
-    return code
-
-
-def _sample_starts(t: list, pid: list | np.ndarray) -> list[int]:
-    """The first row of each stack sample, and the rows' count: where (t, pid) changes (store._SAMPLE)."""
-    p = pid if isinstance(pid, np.ndarray) else None
-    if p is None and _types(tuple(pid), int) and max(map(abs, pid), default=0) <= _INT_LIM:
-        p = np.array(pid, dtype=np.int64)
-    if p is not None and _types(tuple(t), float):
-        ta = np.array(t, dtype=np.float64)
-        new = np.flatnonzero((ta[1:] != ta[:-1]) | (p[1:] != p[:-1])) + 1
-        return [0, *new.tolist(), len(t)] if t else [0]
-    out = [0]  # (values of other types: compared as Python compares them)
-    for _, g in itertools.groupby(zip(t, pid, strict=True)):
-        out.append(out[-1] + sum(1 for _ in g))
-    return out
-
-
-def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> tuple[list, list] | None:
-    """``_Stacks._rows`` from the column blocks (memtop.storage.colblock): the times, and the other columns
-    (``_STACK_REST``; an integer one as an array, NULL for None); None where they do not cover the span
-    or are damaged."""
-    blocks = Blocks(rec.db, "stack", BLOCK_STREAMS["stack"], BLOCK_TABLES["stack"])
-    if blocks.end <= hi:
-        return None
-    lo = seed - 3.0 if seed is not None else plo
-    got = blocks.read(float(np.nextafter(lo, np.inf)), hi, ordered=False)
-    if got is None:
-        return None
-    order = np.lexsort((got["pid"], got["t"]))  # (t, pid), then as written: the rows' order
-    if not (np.diff(order) == 1).all():  # (as written but where damaged)
-        got = {c: [v[i] for i in order.tolist()] if isinstance(v, list) else v[order] for c, v in got.items()}
-    return got["t"].tolist(), [got[c] for c, _ in BLOCK_STREAMS["stack"][1:]]
-
-
 def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:
     """(Frame, number of rows applied by then) at Frame i_lo and each later Frame that new rows reach
     (``times``: the rows' times in order, ``ft``: the Frames')."""
-    if not _types(tuple(times), float):  # (a text time would not compare: as the Frame path skips it)
-        raise Unusual("a row time that is no number")
     ta = np.array(times, dtype=np.float64)
     ks = np.unique(np.append(np.searchsorted(ft, ta, "left"), i_lo))
     ks = ks[(ks >= i_lo) & (ks < len(ft))]
@@ -1104,97 +913,6 @@ def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, i
     keep[1:] = ns[1:] != ns[:-1]
     keep[0] = True  # Frame i_lo itself, always
     return list(zip(ks[keep].tolist(), ns[keep].tolist(), strict=True))
-
-
-def _perf_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> list[tuple[float, int, list]]:
-    """(t, pid, [[name, rate], ...]) of the perf rows the Frames hold, as ``perf_sample`` decodes
-    them: all the JSON parsed at once, every value checked over arrays; where a row is not as this
-    version writes it, each is decoded by ``perf_sample`` (which raises one of DECODE_ERRORS if it
-    is damaged)."""
-    from memtop.storage import store  # (here: the import list above is the reading API's)
-
-    got = _perf_blocks(rec, plo, hi, seed)
-    if got is not None:
-        return got
-    where = [("t<=? AND t>?", (seed, seed - 3.0))] if seed is not None else []
-    where.append(("t>? AND t<=?", (plo, hi)))
-    rows: list = []
-    try:  # with whether SQLite finds each text one valid JSON value
-        for w, args in where:
-            # (a text past FIELD_MAX is left to perf_sample, which refuses it: objects cost)
-            sql = f"{_PERF_SQL}, json_valid(data) AND length(data) <= {store.FIELD_MAX} FROM perf WHERE {w} ORDER BY t"
-            rows += _utf8(rec, functools.partial(rec.db.execute, sql, args))
-        valid = all(r[3] == 1 for r in rows)
-    except sqlite3.DatabaseError:  # no JSON functions (or damage: the plain query says so)
-        rows = [
-            r for w, args in where for r in rec.query(f"{_PERF_SQL} FROM perf WHERE {w} ORDER BY t", args)
-        ]
-        valid = False
-    if not rows:
-        return []
-    t, pid, data = (c for c, _ in zip(zip(*rows, strict=True), range(3)))
-    if valid and _types(data, str) and _types(t, float) and _types(pid, int):
-        # the texts, each one JSON value by itself (json_valid above), joined: the list of their values
-        try:
-            parsed = json.loads("[" + ",".join(data) + "]")
-        except (ValueError, RecursionError):
-            parsed = None
-        if parsed is not None and len(parsed) == len(rows) and _types(tuple(parsed), list):
-            pairs = tuple(itertools.chain.from_iterable(parsed))
-            names, rates = zip(*pairs) if pairs else ((), ())
-            tp = np.array(t, dtype=np.float64)
-            with np.errstate(invalid="ignore"):
-                if (
-                    _types(pairs, list)
-                    and set(map(len, pairs)) <= {2}
-                    and _types(names, str)
-                    and _types(rates, float)
-                    and (np.abs(np.array(rates, dtype=np.float64)) <= 1e18).all()  # (NaN fails)
-                    and (np.abs(tp) <= 1e18).all()
-                    and max(map(abs, pid)) <= _INT_LIM
-                ):
-                    return list(zip(t, pid, parsed, strict=True))
-    out = []
-    for r in rows:
-        q = perf_sample(r[:3])
-        out.append((q.t, q.pid, [list(x) for x in q.rates]))
-    return out
-
-
-_MAX_RATES = 64  # events a perf read may hold in blocks (memtop's collector reads at most a dozen)
-
-
-def _perf_blocks(
-    rec: Recording, plo: float, hi: float, seed: float | None
-) -> list[tuple[float, int, list]] | None:
-    """``_perf_rows`` from the column blocks; None where they do not cover the span, are damaged, or
-    hold a value the rows' checks would refuse."""
-    samples = Blocks(rec.db, "perf", BLOCK_STREAMS["perf"], BLOCK_TABLES["perf"])
-    rates = Blocks(rec.db, "perf_rate", BLOCK_STREAMS["perf_rate"], BLOCK_TABLES["perf_rate"])
-    if samples.end <= hi or rates.end <= hi:
-        return None
-    lo = float(np.nextafter(seed - 3.0 if seed is not None else plo, np.inf))
-    p = samples.read(lo, hi, ordered=False)
-    # perf_rate has no table to count against: at most _MAX_RATES rows per perf row its blocks hold
-    r = rates.read(lo, hi, ordered=False, max_rows=_MAX_RATES * samples.held) if p is not None else None
-    if p is None or r is None:
-        return None
-    t, k = p["t"], p["rates"]
-    if (
-        (k < 0).any()
-        or k.sum() != len(r["t"])  # (before the repeat: a hostile count would not fit in memory)
-        or not np.array_equal(np.repeat(t, k), r["t"])
-        or not (np.abs(r["rate"]) <= 1e18).all()
-    ):
-        return None  # (NaN fails too)
-    if None in r["name"]:
-        return None
-    pairs = [[name, rate] for name, rate in zip(r["name"], r["rate"].tolist(), strict=True)]
-    starts = (np.cumsum(k) - k).tolist()
-    parsed = [pairs[a : a + n] for a, n in zip(starts, k.tolist(), strict=True)]
-    order = np.argsort(t, kind="stable").tolist()  # (by time, then as written: the rows' order)
-    times, pids = t.tolist(), p["pid"].tolist()
-    return [(times[i], pids[i], parsed[i]) for i in order]
 
 
 def _aggregate(
@@ -1257,7 +975,7 @@ def _aggregate(
     )
     # perf and caps: few rows; as the Frames from i_lo on hold them
     ft = stacks.ft
-    perf = _perf_rows(rec, plo, hi, seed)
+    perf = parts.perf_rows(rec, plo, hi, seed)
     cur: dict = {}
     changed: set[int] = set()  # the processes with a new sample since the last change
     done = 0
@@ -1270,13 +988,9 @@ def _aggregate(
             q = cur[pid]
             agg.add_perf(pid, (q[0], dict(q[2])))
         changed.clear()
-    crow: list = []
-    if seed is not None:
-        crow += rec.query("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (seed,)).fetchall()
-    crow += rec.query("SELECT t, data FROM caps WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
-    caps = [caps_from_json(r[1], rec) for r in crow]
-    for _, n in _changes([r[0] for r in crow], ft, i_lo):
-        for c in caps[n - 1] if n else ():
+    caps = parts.caps_rows(rec, plo, hi, seed)
+    for _, n in _changes([r[0] for r in caps], ft, i_lo):
+        for c in caps[n - 1][1] if n else ():
             agg.caps[(c.source, c.name)] = c
     k = len(frames) - 1
     agg.last = Frame(frames[k], gpus=_samples_at(gpus, k), host=hosts.sample(k))

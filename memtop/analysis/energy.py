@@ -26,9 +26,18 @@ SOURCE = "driver energy counter, shared among bins by power"
 _Floats = Sequence[float | None] | np.ndarray
 
 
+def _floats(v: _Floats) -> np.ndarray:
+    """Values as floats, None as NaN (a recording's arrays already are)."""
+    return (
+        v
+        if isinstance(v, np.ndarray)
+        else np.asarray([np.nan if x is None else x for x in v], dtype=np.float64)
+    )
+
+
 def reads(e: _Floats) -> np.ndarray:
     """Indices of the samples where the counter was read: the first, and each change of its value."""
-    e = np.asarray([np.nan if v is None else v for v in e], dtype=np.float64)
+    e = _floats(e)
     ok = np.isfinite(e)
     idx = np.flatnonzero(ok)
     if not len(idx):
@@ -41,8 +50,7 @@ def per_sample(t: _Floats, e: _Floats, p: _Floats, tail: bool = True) -> np.ndar
     """Joules of each sample (the first gets none): counter rises shared by power x time, and with
     ``tail`` power x time after the last read."""
     ta = np.asarray(t, dtype=np.float64)
-    ea = np.asarray([np.nan if v is None else v for v in e], dtype=np.float64)
-    pa = np.asarray([np.nan if v is None else v for v in p], dtype=np.float64)
+    ea, pa = _floats(e), _floats(p)
     out = np.zeros(len(ta))
     r = reads(ea)
     if len(ta) < 2 or not len(r):
@@ -103,7 +111,7 @@ def by_label(
 
 
 def job_split(
-    series: tuple[list[float], list[float | None], list[float | None]],
+    series: tuple[_Floats, _Floats, _Floats],
     bin_s: float,
     jobs: Mapping[str, tuple[Sequence[tuple[float, float]], _Floats, Sequence[str] | np.ndarray]],
     gpu_bins: tuple[_Floats, Sequence[str] | np.ndarray],
@@ -148,7 +156,7 @@ def shares(by_label: dict[str, float]) -> dict[str, dict[str, float]]:
 
 
 def report_section(
-    series: tuple[list[float], list[float | None], list[float | None]] | None,
+    series: tuple[_Floats, _Floats, _Floats] | None,
     bin_t: np.ndarray,
     bin_label: np.ndarray,
     bin_s: float,

@@ -1,9 +1,6 @@
-"""The report's scan by Frames: labels, gaps and per-GPU/host aggregates from one serial pass.
-
-The report reads by columns (memtop.analysis.colscan, in parallel chunks); this is its path for what the
-column scan cannot be sure of (a damaged part, rows out of order), and ``Aggregates`` is what both
-gather besides the labels.
-"""
+"""What the report gathers besides the labels (``Aggregates``: stacks, throttle spans, PCIe peaks,
+processes, perf reads, capabilities), which the scan by columns (memtop.analysis.colscan) fills chunk
+by chunk and merges in time order, and the GPU metrics the report reads."""
 
 from __future__ import annotations
 
@@ -11,26 +8,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memtop.analysis.phases import METRICS_READ, Classifier
-from memtop.core.metrics import METRICS
+from memtop.analysis.phases import METRICS_READ
 from memtop.core.model import Frame, StackSample
-from memtop.progress import Progress
-from memtop.storage.store import Recording
 
 # the GPU metrics a report reads: the features' and Aggregates' (PCIe peaks, throttling)
 REPORT_READS = METRICS_READ | {"clock_events"}
-# what the report does not read: series, notes, and the other GPU metrics (SQLite decodes each column
-# of each row)
-_SKIP = frozenset({"series", "note"}) | (frozenset(m.name for m in METRICS) - REPORT_READS)
 
 
 THROTTLE_JOIN_S = 0.5  # a throttled sample this soon after a span of the same reasons extends it
 
 
 def extends(end: Any, t: Any) -> Any:
-    """A throttled sample at ``t`` extends the span of its reasons that ends at ``end``: floats (the
-    Frames' pass, ``Aggregates.add_throttle``) or arrays (the columns', each sample against the one
-    before it)."""
+    """A throttled sample at ``t`` extends the span of its reasons that ends at ``end``: floats
+    (``Aggregates.add_throttle``, merging chunks) or arrays (the column scan, each sample against the
+    one before it)."""
     return end >= t - THROTTLE_JOIN_S
 
 
@@ -41,7 +32,7 @@ def main_only(s: StackSample) -> StackSample:
 
 @dataclass
 class Aggregates:
-    """What the report takes from every Frame besides the classifier's labels; merged in time order."""
+    """What the report takes from the Frames besides the classifier's labels; merged in time order."""
 
     stacks: dict[tuple[int, float], StackSample] = field(default_factory=dict)  # main thread only
     throttle: dict = field(default_factory=lambda: defaultdict(list))  # gpu -> [[t0, t1, reasons]]
@@ -52,42 +43,6 @@ class Aggregates:
     caps: dict = field(default_factory=dict)
     damage: list[str] = field(default_factory=list)  # what the store skipped as damaged (its notes)
     last: Frame | None = None
-    # parts repeat across Frames until their source samples again: take each once
-    _seen: list = field(default_factory=lambda: [None, None, None, None])
-    _seen_gpu: dict = field(default_factory=dict)  # gpu -> the sample last taken
-
-    def add(self, f: Frame) -> None:
-        self.last = f
-        seen = self._seen
-        if f.stacks is not seen[0]:
-            seen[0] = f.stacks
-            # the report reads only the main thread: keeping the others would cost hours' worth of memory
-            self.stacks.update(((s.pid, s.t), main_only(s)) for s in f.stacks if s.threads)
-        seen_gpu = self._seen_gpu
-        for g in f.gpus:
-            if seen_gpu.get(g.index) is g:  # a repeated sample changes no peak, link or throttle span
-                continue
-            seen_gpu[g.index] = g
-            self.add_peak(g.index, g.pcie_rx or 0.0, g.pcie_tx or 0.0)
-            if g.link is not None:
-                self.links[g.index] = g.link
-            if g.throttled:
-                self.add_throttle(g.index, [g.t, g.t, g.throttle_reasons])
-        if f.host is not None and f.host is not seen[1]:
-            seen[1] = f.host
-            for p in f.host.procs:
-                self.procs[p.pid] = p
-        if f.perf is not seen[2]:
-            seen[2] = f.perf
-            for q in f.perf:
-                self.add_perf(q.pid, (q.t, dict(q.rates)))
-        if f.caps is not seen[3]:
-            seen[3] = f.caps
-            for c in f.caps:
-                self.caps[(c.source, c.name)] = c
-        for n in f.notes:
-            if n.startswith("damaged") and n not in self.damage:
-                self.damage.append(n)
 
     def add_throttle(self, gpu: int, span: list) -> None:
         tl = self.throttle[gpu]
@@ -129,7 +84,6 @@ class Aggregates:
             {k: dict(v) for k, v in self.peaks.items()},
             dict(self.perf),
         )
-        d["_seen"], d["_seen_gpu"] = [None] * 4, {}
         # the stacks as columns and each distinct (threads, error) once: a chunk of 8 hours holds
         # tens of thousands of samples of a few dozen stacks, and pickle takes an object at a time
         kinds: dict[tuple[int, str | None], int] = {}
@@ -154,28 +108,3 @@ class Aggregates:
         self.throttle.update(throttle)
         self.peaks.update(peaks)
         self.perf.update(perf)
-
-
-def scan(
-    rec: Recording, lo: float, hi: float, fresh_at_lo: bool, progress: bool | None = None
-) -> tuple[dict, list, Aggregates]:
-    """(labels per GPU, gap events, aggregates) of [lo, hi] by Frames. The classifier reads the
-    Frames from the recording's start (``fresh_at_lo``: from ``lo``, a --from range), those before
-    ``lo`` only warming it up."""
-    clf = Classifier()
-    agg = Aggregates()
-    counts: dict[int, int] | None = None
-    n_gaps = 0
-    with Progress("reading", hi - lo, enabled=progress) as bar:
-        for k, f in enumerate(rec.frames(lo if fresh_at_lo else None, hi, skip=_SKIP)):
-            if k % 1000 == 0:
-                bar.update(max(0.0, f.t - lo))
-            if f.t >= lo:
-                if counts is None:  # the labels and gaps before are the warm-up's
-                    counts, n_gaps = {g: len(ls) for g, ls in clf.labels.items()}, len(clf.gaps)
-                agg.add(f)
-            clf.feed(f)
-    clf.flush()
-    counts = counts or {}
-    labels = {g: ls[counts.get(g, 0) :] for g, ls in clf.labels.items()}
-    return labels, clf.gaps[n_gaps:], agg

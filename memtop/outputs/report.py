@@ -94,12 +94,11 @@ def build_report(
     gpu: int | None = None,
     t_from: float | None = None,
     t_to: float | None = None,
-    columns: bool = True,
 ) -> dict:
-    """The report of [t_from, t_to] (seconds into the recording). ``columns``: scan by columns where
-    memtop.analysis.colscan can (the same result, several times faster), else by Frames as live mode reads."""
+    """The report of [t_from, t_to] (seconds into the recording), from the scan by columns
+    (memtop.analysis.colscan)."""
     with no_gc():  # the labels of hours: hundreds of thousands of objects, no cycles
-        return _build_report(rec, gpu, t_from, t_to, columns)
+        return _build_report(rec, gpu, t_from, t_to)
 
 
 class _Reads:
@@ -139,9 +138,7 @@ class _Reads:
         return self._got
 
 
-def _build_report(
-    rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None, columns: bool
-) -> dict:
+def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None) -> dict:
     lo, hi = rec.span(t_from, t_to)
     gpus_meta = rec.meta.get("gpus") or []
     known = {g["index"] for g in gpus_meta}
@@ -150,7 +147,7 @@ def _build_report(
             f"no GPU {gpu} in this recording (it has: {', '.join(map(str, sorted(known))) or 'none'})"
         )
     reads = _Reads(rec, lo, hi)
-    labels_by_gpu, all_gaps, agg = report_scan(rec, lo, hi, bool(t_from), columns, meanwhile=reads)
+    labels_by_gpu, all_gaps, agg = report_scan(rec, lo, hi, bool(t_from), meanwhile=reads)
     last = agg.last
     if last is None:
         raise UserError("empty time range: no samples in it")

@@ -350,11 +350,11 @@ class Blocks:
                 return None
             parts.append(got)
         out: dict = {}
-        for c, kind in self.columns:
+        for c, kind in self.columns:  # (each block's column let go once joined: memory of hours)
             if kind == "s":  # the texts, each block's indices into its own strings
-                out[c] = [None if i < 0 else s[i] for _, cols, s in parts for i in cols[c].tolist()]
+                out[c] = [None if i < 0 else s[i] for _, cols, s in parts for i in cols.pop(c).tolist()]
             else:
-                out[c] = np.concatenate([cols[c] for _, cols, _ in parts])
+                out[c] = np.concatenate([cols.pop(c) for _, cols, _ in parts])
         t = out[self.columns[0][0]]
         if ordered and len(t) > 1 and not (np.diff(t) >= 0).all():
             return None

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import sqlite3
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -93,10 +93,10 @@ def columns(
         first = _from_rows(rec, sel, latest(rec, sel, seed))
         t, gpu, mode = (np.concatenate([a, b]) for a, b in zip(first[:3], got[:3], strict=True))
         got = GpuCols(t, gpu, mode, {c: np.concatenate([first.cols[c], got.cols[c]]) for c in sel})
-    n = len(got.t)
-    return got._replace(
-        cols={c: scaled(BY_NAME[c], got.cols[c]) if c in got.cols else np.full(n, np.nan) for c in names}
-    )
+    n, cols = len(got.t), got.cols
+    for c in names:  # (in place, a column at a time: an 8-hour chunk's columns are tens of MB)
+        cols[c] = scaled(BY_NAME[c], cols.pop(c)) if c in cols else np.full(n, np.nan)
+    return got
 
 
 def latest(rec: Recording, sel: tuple[str, ...], t: float) -> list[tuple]:
@@ -108,14 +108,29 @@ def latest(rec: Recording, sel: tuple[str, ...], t: float) -> list[tuple]:
 
 def frame_rows(rec: Recording, plo: float, hi: float, names: tuple[str, ...]) -> Iterator[list[tuple]]:
     """The GPU rows of (plo, hi] for Frames, in chunks of rows in time order (``_as_rows``)."""
-    a, span = plo, _FIRST_S
+    return chunks(rec, "gpu", plo, hi, lambda a, b: _as_rows(columns(rec, a, b, names, blocks=False)))
+
+
+def chunks(
+    rec: Recording,
+    table: str,
+    plo: float,
+    hi: float,
+    read: Callable[[float, float], list],
+    first: float = _FIRST_S,
+    span: float = CHUNK_S,
+) -> Iterator[list]:
+    """``read(a, b)`` over (plo, hi], a chunk of ``table``'s rows at a time (for the Frames the first
+    _FIRST_S seconds, then CHUNK_S), empty chunks left out; a damaged time far ahead costs one chunk,
+    not one per span of the gap."""
+    a, step = plo, first
     while a < hi:
-        head = rec.query("SELECT min(t) FROM gpu WHERE t>? AND t<=?", (a, hi)).fetchone()[0]
+        head = rec.query(f"SELECT min(t) FROM {table} WHERE t>? AND t<=?", (a, hi)).fetchone()[0]
         if head is None:
             return
-        b = min(hi, max(head, a) + span)  # (a damaged time far ahead: one chunk, not one per span)
-        rows = _as_rows(columns(rec, a, b, names, blocks=False))
-        a, span = b, CHUNK_S
+        b = min(hi, max(head, a) + step)
+        rows = read(a, b)
+        a, step = b, span
         if rows:
             yield rows
 
@@ -204,7 +219,10 @@ def _block_rows(rec: Recording, plo: float, hi: float, sel: tuple[str, ...]) -> 
         return None
     mode = got["mode"][order]
     mode = np.where((mode >= 0) & (mode < len(GPU_MODES)), mode, _NVML)  # (the Writer's -1: another text)
-    cols = {c: np.where(v == NULL, np.nan, v).astype(np.float64) for c in sel for v in [got[c][order]]}
+    cols = {}
+    for c in sel:  # (a column at a time, each raw one let go once read)
+        raw = got.pop(c)[order]
+        cols[c] = np.where(raw == NULL, np.nan, raw)
     return GpuCols(ta, gi, mode, cols)
 
 
@@ -247,7 +265,10 @@ def _json_rows(rec: Recording, sel: tuple[str, ...], plo: float, hi: float) -> G
     body = text[2:-2].replace("],[", ",").replace("null", str(_JSON_NULL))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a short parse is checked below
-        a = np.fromstring(body, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
+        try:
+            a = np.fromstring(body, dtype=np.int64, sep=",")  # noqa: NPY201 (text mode is not deprecated)
+        except ValueError:  # a value that is no integer (SQLite's text of an infinity): the row path
+            return None
     if len(a) != n * (text.count("[") - 1):  # as many rows as the JSON holds
         return None
     a = a.reshape(-1, n)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import functools
-import itertools
 import json
 import math
 import operator
@@ -24,7 +23,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from memtop import __version__
 from memtop.core import stackclass
@@ -59,6 +58,9 @@ from memtop.core.timefmt import clock
 from memtop.core.wording import counted
 from memtop.storage import colblock
 
+if TYPE_CHECKING:
+    import numpy as np
+
 # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
 # 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored; stack
 #    without its text's unique index; host a rowid table (fuller pages); caps and stack text deflated
@@ -71,9 +73,9 @@ HOST_KEY_EVERY = 20  # every 20th host blob stands alone; the others are deflate
 SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one starts with t=0.0: zero bytes)
 # a frame time SQLite holds as a finite number (monotonic seconds: far below 1e12)
 _SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
-_SAMPLE = operator.itemgetter(0, 1)  # (t, pid): the rows of one stack sample
 _T = operator.itemgetter(0)
 _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while reading Frames
+BUSY_CHUNK_S = 3600.0  # busy_means reads the GPU rows this many seconds at a time
 READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
 MAGIC = "memtop-recording"
 
@@ -1449,28 +1451,45 @@ class Recording:
         """Per GPU, the mean of each named metric over its GPM samples while the graphics engine was busy
         (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a metric the
         recording has no column for."""
+        import numpy as np
+
         from memtop.storage import reader
 
         if "graphics" not in self._gpu_columns:
             return {}
-        got = reader.columns(self, _before(lo), hi, ("graphics", *names))
-        busy = got.take((got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5))
-        out: dict[int, dict[str, float | None]] = {}
-        for g in sorted(set(busy.gpu.tolist())):
-            at = busy.gpu == g
-            out[g] = {"samples": int(at.sum())}
-            for n in names:
-                v = busy.cols[n][at]
-                v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
-                # added in order, as SQLite's avg() did
-                out[g][n] = float(v.cumsum()[-1] / len(v)) if len(v) and n in self._gpu_columns else None
-        return out
+        sums: dict[int, list] = {}  # GPU -> [samples, per name: [sum in order, count]]
 
-    def energy(
-        self, lo: float, hi: float
-    ) -> dict[int, tuple[list[float], list[float | None], list[float | None]]]:
-        """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W)
-        (memtop.analysis.energy.split reads them)."""
+        def read(a: float, b: float) -> list:
+            got = reader.columns(self, a, b, ("graphics", *names))
+            return [got] if len(got.t) else []
+
+        # an hour at a time: the columns of hours of GPUs are tens of MB
+        for (got,) in reader.chunks(self, "gpu", _before(lo), hi, read, BUSY_CHUNK_S, BUSY_CHUNK_S):
+            busy = (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
+            for g in set(got.gpu[busy].tolist()):
+                at = busy & (got.gpu == g)
+                acc = sums.setdefault(g, [0, *([None, 0] for _ in names)])
+                acc[0] += int(at.sum())
+                for s, n in zip(acc[1:], names, strict=True):
+                    v = got.cols[n][at]
+                    v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
+                    if len(v):  # added in order, as SQLite's avg() did
+                        s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
+                        s[1] += len(v)
+        return {
+            g: {
+                "samples": acc[0],
+                **{
+                    n: float(s[0] / s[1]) if s[1] and n in self._gpu_columns else None
+                    for s, n in zip(acc[1:], names, strict=True)
+                },
+            }
+            for g, acc in sorted(sums.items())
+        }
+
+    def energy(self, lo: float, hi: float) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W),
+        NaN where missing (memtop.analysis.energy.split reads them)."""
         from memtop.storage import reader
 
         if "energy_j" not in self._gpu_columns:
@@ -1481,7 +1500,7 @@ class Recording:
             at = got.gpu == g
             e, p = (got.cols[c][at] for c in ("energy_j", "power_w"))
             if (e == e).any():
-                out[g] = (got.t[at].tolist(), _nones(e), _nones(p))
+                out[g] = (got.t[at], e, p)
         return out
 
     def frames(
@@ -1492,7 +1511,7 @@ class Recording:
         ``skip``: part kinds a reader does not need (e.g. {"series", "note"}), left out of the Frames,
         and GPU metrics (names of memtop.core.metrics), which read as None (none is read or decoded).
         """
-        from memtop.storage import reader  # (numpy: a live view never loads it)
+        from memtop.storage import parts, reader  # (numpy: a live view never loads it)
 
         lo = self.t0 if start is None else start
         hi = self.t1 if end is None else end
@@ -1509,9 +1528,9 @@ class Recording:
             "gpu_state": ("SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state", plo, 0),
             "gpu": ("", plo, 1),  # (memtop.storage.reader's)
             "series": ("SELECT t, gpu, metric, data FROM series", lo, 1),
-            "host": ("SELECT t, data FROM host", plo, 1),
-            "perf": ("SELECT t, pid, data FROM perf", plo, 1),
-            "caps": ("SELECT t, data FROM caps", plo, 1),
+            "host": ("", plo, 1),  # (these three: memtop.storage.parts')
+            "perf": ("", plo, 1),
+            "caps": ("", plo, 1),
             "note": ("SELECT t, text FROM note", plo, 1),
         }
         if self._has_health:
@@ -1525,6 +1544,8 @@ class Recording:
         def source(kind: str, sql: str, tlo: float) -> Iterator[list]:
             if kind == "gpu":
                 return reader.frame_rows(self, tlo, hi, names)
+            if not sql:
+                return parts.frame_parts(self, kind, tlo, hi, st.host_raw)
             return _batches(self._q(f"{sql} WHERE t>? AND t<=? ORDER BY t", (tlo, hi)))
 
         streams = [
@@ -1533,8 +1554,7 @@ class Recording:
             if kind not in skip
         ]
         if "stack" not in skip:
-            q = self._q(f"{STACK_SQL} WHERE t>? AND t<=? ORDER BY t, pid", (plo, hi))
-            streams.append((1, 8, "stack", _Ahead(_batches(q))))
+            streams.append((1, 8, "stack", _Ahead(parts.frame_parts(self, "stack", plo, hi))))
         q = self._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (lo, hi))
         streams.append((2, 9, "frame", _Ahead(_batches(q))))
         # the streams are read READ_WINDOW_S at a time and a window's rows are sorted together: the
@@ -1546,11 +1566,7 @@ class Recording:
                 edge = lo + READ_WINDOW_S * k
                 rows: list[tuple] = []
                 for o, i, kind, ahead in streams:
-                    part = ahead.upto(edge)
-                    if kind == "stack":  # all thread rows of one py-spy dump (a window never cuts one)
-                        rows += [(g[0], o, i, kind, list(r)) for g, r in itertools.groupby(part, key=_SAMPLE)]
-                    else:
-                        rows += [(r[0], o, i, kind, r) for r in part]
+                    rows += [(r[0], o, i, kind, r) for r in ahead.upto(edge)]
                 rows.sort(key=_ORDER)
                 for _t, _o, _i, kind, row in rows:
                     if kind == "frame":
@@ -1569,6 +1585,8 @@ class Recording:
     def _seed(self, st: _State, t: float, gpu_rows: list[tuple]) -> None:
         """State as it stood at time t: the last part of each source at or before t (``gpu_rows``:
         each GPU's, memtop.storage.reader.seed_rows)."""
+        from memtop.storage import parts
+
         gpus = [r[0] for r in self._rows("SELECT DISTINCT gpu FROM gpu_state")]
         for g in gpus:
             r = self._one(
@@ -1587,10 +1605,10 @@ class Recording:
         for row in gpu_rows:
             st.apply(self, "gpu", row)
         # the newest host sample, decoded from the stand-alone blob its chain starts at
-        for r in host_chain(self._rows, t):
-            st.apply(self, "host", r)
-        r = self._one("SELECT t, data FROM caps WHERE t<=? ORDER BY t DESC LIMIT 1", (t,))
-        if r:
+        got, st.host_raw = parts.hosts(self, parts.host_rows(self, t, t, t), _host_from_blob)
+        if got:
+            st.host = got[-1][2]
+        for r in parts.caps_rows(self, t, t, t):
             st.apply(self, "caps", r)
         if self._has_proc_util:  # identities are written once per process: every one so far
             for r in self._rows("SELECT t, pid, data FROM proc_job WHERE t<=? ORDER BY t", (t,)):
@@ -1601,12 +1619,9 @@ class Recording:
             )
             if r:
                 st.apply(self, "proc_util", r)
-        for _, rows in itertools.groupby(
-            self._rows(f"{STACK_SQL} WHERE t<=? AND t>? ORDER BY t, pid", (t, t - 3.0)),
-            key=_SAMPLE,
-        ):
-            st.apply(self, "stack", tuple(rows))
-        for r in self._rows("SELECT t, pid, data FROM perf WHERE t<=? AND t>? ORDER BY t", (t, t - 3.0)):
+        for r in parts.stack_samples(parts.stack_dumps(self, t, t, t, blocks=False)):
+            st.apply(self, "stack", r)
+        for r in parts.perf_samples(parts.perf_rows(self, t, t, t, blocks=False)):
             st.apply(self, "perf", r)
 
     def proc_util_rows(self, lo: float, hi: float) -> list[tuple[float, int, tuple[ProcUtil, ...]]]:
@@ -1659,10 +1674,6 @@ def _batches(cursor: sqlite3.Cursor) -> Iterator[list]:
 
 def _before(t: float) -> float:
     return math.nextafter(t, -math.inf)
-
-
-def _nones(a) -> list[float | None]:  # (an array: NaN is None)
-    return [None if x != x else x for x in a.tolist()]
 
 
 class _Ahead:
@@ -1879,20 +1890,18 @@ class _State:
         elif kind == "series":
             dt, v = _series_data(r[2], r[3])
             self.series.append(SeriesChunk(r[1], r[2], tuple((dt + r[0]).tolist()), tuple(v.tolist())))
-        elif kind == "host":
-            self.host_raw = _inflate_host(r[1], self.host_raw)
-            self.host = _host_from_blob(self.host_raw)
-        elif kind == "stack":  # all thread rows of one py-spy dump
-            s = stack_sample(rec, r)
+        elif kind == "host":  # (these four decoded by memtop.storage.parts)
+            self.host = r[1]
+        elif kind == "stack":  # one py-spy dump
+            s = r[1]
             self.stacks[s.pid] = s
             self._stacks_t = None
             self._oldest_stack = min(s.t for s in self.stacks.values())
         elif kind == "perf":
-            q = perf_sample(r)
-            self.perf[q.pid] = q
+            self.perf[r[1].pid] = r[1]
             self._perf_t = None
         elif kind == "caps":
-            self.caps = _caps_from_json(r[1], rec)
+            self.caps = r[1]
         elif kind == "note":
             self.notes = (*self.notes, r[1])[-20:]
 
