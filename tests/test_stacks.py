@@ -37,13 +37,26 @@ def spawn(tmp_path):
         script.write_text(code)
         p = subprocess.Popen([sys.executable, str(script)])
         procs.append(p)
-        time.sleep(0.8)
+        _until_in_script(p.pid, script.name)
         return p
 
     yield start
     for p in procs:
         p.kill()
         p.wait()
+
+
+def _until_in_script(pid: int, name: str, bound_s: float = 60.0) -> None:
+    """Returns once py-spy sees the process's main thread in the script's own function (a loaded
+    machine may take seconds to start the interpreter: a dump before then has no stack, or import
+    frames); the bound is for a machine that never gets there."""
+    col, end = StacksCollector(pids=(pid,)), time.monotonic() + bound_s
+    while time.monotonic() < end:
+        got = col.sample(time.monotonic())
+        main = got[0].main if got else None
+        if main is not None and any(f.file.endswith(name) and f.name != "<module>" for f in main.frames):
+            return
+        time.sleep(0.1)
 
 
 def _dump(pid: int):
