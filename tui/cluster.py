@@ -30,8 +30,9 @@ from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS, fmt
 from memtop.core.sanitize import clean
 from memtop.core.wording import counted
-from memtop.fleet.sources import SshStreams, node_list
-from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, Row, rows
+from memtop.fleet.sources import HttpPoller, SshStreams, node_list
+from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, NodeState, Row, rows
+from memtop.fleet.wire import COMPACT_BAND
 
 from .palette import AsciiFilter, phase_colors
 from .table import GAP, Cell, RowTable
@@ -39,7 +40,7 @@ from .tiles import TextPanel
 
 PHASE_COLORS = phase_colors(None)  # the cluster view's dark palette
 
-BAND_W = 60  # the band's widest (two minutes at the snapshot's 2 s steps)
+BAND_W = COMPACT_BAND  # the band's widest (two minutes at the snapshot's 2 s steps)
 MIN_BAND, MIN_NOTE = 10, 24  # under these the column says too little to keep
 # (title, the narrowest, the widest): columns take the width of their content inside these bounds
 COLUMNS = (("node", 4, 32), ("GPU", 3, 4), ("!", 1, 1), ("job", 3, 16), ("phase", 5, 9), ("SM", 4, 4))
@@ -263,6 +264,9 @@ def node_text(target: str, snap: dict | None, error: str | None, width: int = 80
     return t
 
 
+FETCHING = "\n(the node's full snapshot is being fetched)"
+
+
 class NodeScreen(ModalScreen[None]):
     DEFAULT_CSS = (
         "NodeScreen { align: center middle; } NodeScreen > VerticalScroll { width: 100%; height: 100%; "
@@ -272,16 +276,28 @@ class NodeScreen(ModalScreen[None]):
     # q meant to close it was lost)
     BINDINGS = [Binding("escape,q,enter,alt+q", "dismiss", "back")]
 
-    def __init__(self, text: Text) -> None:
+    def __init__(self, node: NodeState, width: int) -> None:
         super().__init__()
-        self.text = text
+        self.node, self.width = node, width
+        self._shown = -1  # the node's version shown
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield TextPanel(tiles=1, hang=True)
 
     def on_mount(self) -> None:
-        self.query_one(TextPanel).update(self.text)
+        self._show()
+        self.set_interval(0.5, self._show)  # the full snapshot comes in after the screen opens
+
+    def _show(self) -> None:
+        """The node's newest snapshot, made again when a poll of it ended."""
+        n = self.node
+        with n.lock:
+            version, snap, err, compact = n.version, n.snapshot, n.error, n.compact
+        if version != self._shown:
+            self._shown = version
+            text = node_text(n.target, snap, err, self.width)
+            self.query_one(TextPanel).update(text.append(FETCHING, "dim") if compact else text)
 
 
 class ClusterApp(App):
@@ -471,18 +487,24 @@ class ClusterApp(App):
         job = r.gpu.get("job") or {}
         if job:
             t.append("job: " + ", ".join(f"{clean(k, 20)}={clean(v, 64)}" for k, v in job.items()) + "\n")
-        node = next((n for n in node_list(self.source) if n.target == r.target), None)
-        snap = None
+        node = self._node(r.target)
+        snap, compact = None, False
         if node is not None:
             with node.lock:
-                snap = node.snapshot
+                snap, compact = node.snapshot, node.compact
         for p in (snap or {}).get("processes", []):
             if r.gpu.get("index") in p.get("gpus", []):
                 t.append(f"process {p['pid']} {clean(p['name'], 30)}  CPU {p['cpu_pct']:.0f} %\n")
-        return t
+        return t.append(FETCHING[1:], "dim") if compact else t
+
+    def _node(self, target: str) -> NodeState | None:
+        return next((n for n in node_list(self.source) if n.target == target), None)
 
     @on(RowTable.Highlighted)
     def _highlighted(self, event: RowTable.Highlighted) -> None:
+        r = self._rows.get(event.key or "")
+        if r is not None and isinstance(self.source, HttpPoller) and self.source.focus != r.target:
+            self.source.want_full(r.target)  # the detail and the node screen show its full snapshot
         self._detail(event.key)
 
     @on(RowTable.Selected)
@@ -490,9 +512,6 @@ class ClusterApp(App):
         r = self._rows.get(event.key)
         if r is None:
             return
-        node = next((n for n in node_list(self.source) if n.target == r.target), None)
-        if node is not None:
-            with node.lock:
-                snap, err = node.snapshot, node.error
-            # (the screen's border and padding take four cells, a scroll bar two)
-            self.push_screen(NodeScreen(node_text(r.target, snap, err, self.size.width - 6)))
+        node = self._node(r.target)
+        if node is not None:  # (the screen's border and padding take four cells, a scroll bar two)
+            self.push_screen(NodeScreen(node, self.size.width - 6))
