@@ -1,6 +1,6 @@
 """`memtop serve`: this node's pipeline as Prometheus metrics (/metrics), as the snapshot schema
-(/snapshot.json), or as a textfile for node_exporter. A custom collector reads the newest View on
-each scrape: serving adds no sampling of its own. Imports stay light here: `memtop --help` reads
+(/snapshot.json; /compact.json, what `memtop cluster`'s table polls), or as a textfile for
+node_exporter. A custom collector reads the newest View on each scrape: serving adds no sampling of its own. Imports stay light here: `memtop --help` reads
 DEFAULT_PORT.
 """
 
@@ -556,7 +556,10 @@ def serve(args: argparse.Namespace) -> int:
     scheme = "https" if ctx else "http"
     port = sock.getsockname()[1]
     node.node_id = f"{platform.node()}:{port}"
-    print(f"memtop serve: {scheme}://{args.bind}:{port}/metrics, /snapshot.json, /-/ready", file=sys.stderr)
+    print(
+        f"memtop serve: {scheme}://{args.bind}:{port}/metrics, /snapshot.json, /compact.json, /-/ready",
+        file=sys.stderr,
+    )
     if _exposes(args.bind):
         print(
             f"memtop serve: {args.bind} is reachable from other machines: it exposes GPU metrics, phase "
