@@ -1,7 +1,7 @@
 """`memtop serve`: this node's pipeline as Prometheus metrics (/metrics), as the snapshot schema
 (/snapshot.json; /compact.json, what `memtop cluster`'s table polls), or as a textfile for
-node_exporter. A custom collector reads the newest View on each scrape: serving adds no sampling of its own. Imports stay light here: `memtop --help` reads
-DEFAULT_PORT.
+node_exporter. A custom collector reads the newest View on each scrape: serving adds no sampling of
+its own. Imports stay light here: `memtop --help` reads DEFAULT_PORT.
 """
 
 from __future__ import annotations
