@@ -588,10 +588,10 @@ def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
 
 
 class _OldNode:
-    """A loopback `memtop serve` of before the compact form: 404 for /compact.json, `body` for
-    /snapshot.json; the paths asked, in order."""
+    """A loopback `memtop serve` of before the compact form: 404 for /compact.json (after `first`,
+    when given, answered once), `body` for /snapshot.json; the paths asked, in order."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, first: bytes | None = None) -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -606,6 +606,8 @@ class _OldNode:
             def do_GET(self):  # noqa: N802
                 asked.append(self.path)
                 code, out = (200, body) if self.path == "/snapshot.json" else (404, b"not found\n")
+                if first is not None and asked == ["/compact.json"]:
+                    code, out = 200, first
                 self.send_response(code)
                 self.send_header("Content-Length", str(len(out)))
                 self.end_headers()
@@ -659,6 +661,28 @@ def test_the_table_polls_the_compact_form_and_an_old_node_its_snapshot(demo_node
         old.close()
     rs = rows(nodes, 2.0)
     assert [r.target for r in rs] == [n.target for n in nodes] and not any(r.stale for r in rs)
+
+
+def test_a_node_that_stops_answering_the_compact_form_on_a_kept_connection(capsys):
+    """The second poll goes over the kept-alive connection (the loop's): its 404 sends the node to a
+    worker for /snapshot.json, and the round ends only once that answer is in."""
+    from memtop.fleet import wire
+    from memtop.fleet.sources import HttpPoller
+
+    snap = _real_snapshot(RECS[0], capsys)
+    old = _OldNode(json.dumps(snap).encode(), first=json.dumps(wire.compact(snap)).encode())
+    try:
+        node = NodeState(old.target)
+        poller = HttpPoller([node], 0, timeout=30, compact=True)
+        poller.poll_all()
+        assert (node.error, node.polls, node.compact) == (None, 1, True)
+        poller.poll_all()
+        assert (node.error, node.polls, node.compact) == (None, 2, False)
+        assert node.snapshot["processes"] == wire.snapshot(snap)["processes"]
+        poller.close(wait=True)
+    finally:
+        old.close()
+    assert old.asked == ["/compact.json", "/compact.json", "/snapshot.json"]
 
 
 async def test_the_node_screen_shows_the_full_snapshot_of_a_compact_node(demo_nodes):

@@ -251,11 +251,10 @@ class HttpPoller:
                 return self._todo.put(node)  # the worker asks again, from the start
             try:
                 if not self._answered(node, path, got):
-                    return self._todo.put(node)  # a worker asks for the full snapshot
+                    return self._todo.put(node)  # a worker asks for the full snapshot (still in flight)
             except Exception as e:  # as a worker's: the loop goes on
                 node.bad(f"polling failed: {type(e).__name__}: {e}")
-            finally:
-                self._finished(node)
+            self._finished(node)
 
         return done
 
