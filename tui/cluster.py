@@ -58,9 +58,19 @@ class BandTable(RowTable):
         super().__init__(columns, **kw)
         self._strips: dict[str, tuple[tuple, Style, tuple, Strip]] = {}
 
-    def set_rows(self, rows: list[tuple[str, tuple[Cell, ...]]]) -> None:
+    def set_rows(
+        self, rows: list[tuple[str, tuple[Cell, ...]]], widths: Sequence[tuple[str, int]] = ()
+    ) -> None:
         """As RowTable's, but nothing is compared off screen: a cluster has a thousand rows, and
-        _redraw keeps the strips of the rows on screen whose cells did not change."""
+        _redraw keeps the strips of the rows on screen whose cells did not change. `widths`: every
+        column's, set first (set_width draws the rows at each column whose width changed: at 1 024
+        rows the paint profile's largest part); the rows are drawn once."""
+        self._widening = True
+        try:
+            for i, (_, w) in enumerate(widths):
+                self.set_width(i, w)
+        finally:
+            self._widening = False
         key = self.cursor_key
         self._rows = rows
         if not (self.cursor < len(rows) and rows[self.cursor][0] == key):
@@ -70,8 +80,10 @@ class BandTable(RowTable):
         if rows and key != self.cursor_key:
             self.post_message(self.Highlighted(self, rows[self.cursor][0]))
 
+    _widening = False  # set_rows is setting the widths: the rows are drawn once, after them
+
     def _redraw(self, changed: list[tuple[int, int]] | None = None) -> None:  # (RowTable's signature)
-        if not self.is_mounted:
+        if not self.is_mounted or self._widening:
             return
         top = max(min(self._top, self.cursor), self.cursor - self._visible() + 1, 0)
         self._top = top
@@ -389,12 +401,10 @@ class ClusterApp(App):
         table = self.query_one(BandTable)
         table.ascii_only = self.letters
         widths = column_widths([m[2] for m in made], self.size.width)
-        for i, (_, w) in enumerate(widths):
-            table.set_width(i, w)
         band_w = widths[BAND][1]
         # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
         table.set_rows(
-            [(r.key, m[4] if m[3] == band_w else self._shown(m, band_w)) for r, m in zip(rs, made)]
+            [(r.key, m[4] if m[3] == band_w else self._shown(m, band_w)) for r, m in zip(rs, made)], widths
         )
         self._detail(table.cursor_key)
 
