@@ -50,8 +50,12 @@ def real_snapshots(n_per: int = 10) -> list[list[bytes]]:
 
 
 def endpoint(ports: list[int], snaps_file: str) -> None:
-    """One asyncio process answering GET /snapshot.json (HTTP/1.1 keep-alive) on every port."""
+    """One asyncio process answering GET /snapshot.json, and GET /compact.json with its compact form
+    (`memtop serve`'s, made by the memtop this process imports), on every port (HTTP/1.1 keep-alive)."""
+    from memtop.fleet.wire import COMPACT_PATH, compact
+
     snaps = [[s.encode() for s in group] for group in json.loads(Path(snaps_file).read_text())]
+    compact_get = f"GET {COMPACT_PATH} ".encode()
 
     async def handle(reader, writer, i: int) -> None:
         try:
@@ -62,6 +66,8 @@ def endpoint(ports: list[int], snaps_file: str) -> None:
                 group = snaps[i % len(snaps)]
                 doc = json.loads(group[int(time.time()) % len(group)])
                 doc["time"] = round(time.time(), 3)
+                if head.startswith(compact_get):
+                    doc = compact(doc)
                 body = json.dumps(doc, separators=(",", ":")).encode()
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                              + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip

@@ -5,7 +5,7 @@ answering with escapes in every field, wrong types, huge numbers, deep nesting, 
 bodies (with and without a length), a 1 B/s trickle, redirects to 127.0.0.2 (another origin, which
 counts every request and every Authorization header reaching it); Prometheus answers the same way.
 The measured process is the client alone (its RSS holds none of the servers' bodies):
-- the headless poller as the TUI drives it (poll_all(wait=False) every interval, the rows, every
+- the headless poller as the TUI drives it (the compact form asked first, poll_all(wait=False) every interval, the rows, every
   output: --once text, --once --json, the TUI's row cells and node screens) over R rounds;
 - PromSource over every hostile Prometheus answer, cycled;
 - the real CLI (`memtop cluster --once`, text and --json) against the hostile nodes, a few times.
@@ -99,7 +99,7 @@ def http_rounds(ports: dict, rounds: int, interval: float) -> dict:
     hostile = [NodeState(f"127.0.0.1:{p}") for p in ports["nodes"].values()]
     slow, healthy = NodeState(f"127.0.0.1:{ports['trickle']}"), NodeState(f"127.0.0.1:{ports['healthy']}")
     nodes = [*hostile, slow, healthy]
-    poller = HttpPoller(nodes, 0, timeout=3.0, token=TOKEN)
+    poller = HttpPoller(nodes, 0, timeout=3.0, token=TOKEN, compact=True)  # the TUI's, as it polls
     esc, ages = 0, []
     t0 = time.monotonic()
     for i in range(rounds):

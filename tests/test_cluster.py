@@ -587,6 +587,141 @@ def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
         conf("kill-server")
 
 
+class _OldNode:
+    """A loopback `memtop serve` of before the compact form: 404 for /compact.json (after `first`,
+    when given, answered once), `body` for /snapshot.json; the paths asked, in order."""
+
+    def __init__(self, body: bytes, first: bytes | None = None) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        asked = self.asked = []
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):  # noqa: N802
+                asked.append(self.path)
+                code, out = (200, body) if self.path == "/snapshot.json" else (404, b"not found\n")
+                if first is not None and asked == ["/compact.json"]:
+                    code, out = 200, first
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.target = f"127.0.0.1:{self.srv.server_address[1]}"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def _get(port: int, path: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+        return r.read()
+
+
+@pytest.mark.slow
+def test_the_table_polls_the_compact_form_and_an_old_node_its_snapshot(demo_nodes):
+    """A real `serve --demo` answers /compact.json with the table's fields only, and the poller of
+    the table takes it; a node answering 404 for it is polled for /snapshot.json from then on; the
+    node in focus is polled for its full snapshot."""
+    from memtop.fleet import wire
+    from memtop.fleet.sources import HttpPoller
+
+    ports, _ = demo_nodes
+    full, small = _get(ports[0], "/snapshot.json"), _get(ports[0], "/compact.json")
+    raw = json.loads(small)
+    assert wire.is_compact(raw) and not wire.is_compact(json.loads(full)) and len(small) < len(full) / 2
+    assert "processes" not in raw and set(raw["gpus"][0]["gauges"]) <= {"sm", "util"}
+    assert wire.snapshot(raw)["gpus"][0]["band"] == json.loads(full)["gpus"][0]["band"][-wire.COMPACT_BAND :]
+    old = _OldNode(full)
+    try:
+        nodes = [NodeState(f"127.0.0.1:{p}") for p in ports] + [NodeState(old.target)]
+        poller = HttpPoller(nodes, 0, timeout=30, compact=True)
+        poller.poll_all()
+        poller.poll_all()
+        assert [(n.error, n.polls, n.compact) for n in nodes] == [(None, 2, True)] * 3 + [(None, 2, False)]
+        assert old.asked == ["/compact.json", "/snapshot.json", "/snapshot.json"]  # asked once, then not
+        assert nodes[3].snapshot["processes"] == wire.snapshot(json.loads(full))["processes"]
+        poller.want_full(nodes[1].target)
+        poller.poll_all()
+        assert [n.compact for n in nodes] == [True, False, True, False]
+        assert nodes[1].snapshot["memtop_version"] and len(nodes[1].snapshot["gpus"][0]["gauges"]) > 2
+        poller.close(wait=True)
+    finally:
+        old.close()
+    rs = rows(nodes, 2.0)
+    assert [r.target for r in rs] == [n.target for n in nodes] and not any(r.stale for r in rs)
+
+
+def test_a_node_that_stops_answering_the_compact_form_on_a_kept_connection(capsys):
+    """The second poll goes over the kept-alive connection (the loop's): its 404 sends the node to a
+    worker for /snapshot.json, and the round ends only once that answer is in."""
+    from memtop.fleet import wire
+    from memtop.fleet.sources import HttpPoller
+
+    snap = _real_snapshot(RECS[0], capsys)
+    old = _OldNode(json.dumps(snap).encode(), first=json.dumps(wire.compact(snap)).encode())
+    try:
+        node = NodeState(old.target)
+        poller = HttpPoller([node], 0, timeout=30, compact=True)
+        poller.poll_all()
+        assert (node.error, node.polls, node.compact) == (None, 1, True)
+        poller.poll_all()
+        assert (node.error, node.polls, node.compact) == (None, 2, False)
+        assert node.snapshot["processes"] == wire.snapshot(snap)["processes"]
+        poller.close(wait=True)
+    finally:
+        old.close()
+    assert old.asked == ["/compact.json", "/compact.json", "/snapshot.json"]
+
+
+async def test_the_node_screen_shows_the_full_snapshot_of_a_compact_node(demo_nodes):
+    """The cluster view over real demo nodes (compact) and an old one: every node has its row; Enter
+    on a compact node's row opens its screen, which shows the full snapshot once it is fetched."""
+    from memtop.tui.cluster import FETCHING, BandTable, ClusterApp, NodeScreen
+    from memtop.tui.tiles import TextPanel
+
+    from memtop.fleet.sources import HttpPoller
+
+    ports, _ = demo_nodes
+    old = _OldNode(_get(ports[0], "/snapshot.json"))
+    nodes = [NodeState(f"127.0.0.1:{p}") for p in ports] + [NodeState(old.target)]
+    app = ClusterApp(HttpPoller(nodes, 0, timeout=30, compact=True), interval=2.0)
+    try:
+        async with app.run_test(size=(160, 40)) as pilot:
+            table = app.query_one(BandTable)
+            end = time.monotonic() + 60
+            while len(table._lines) < 5 or any("no " in line.text for line in table._lines[1:]):
+                assert time.monotonic() < end, [line.text for line in table._lines]
+                await pilot.pause(0.1)
+            assert table.keys == [f"{n.target}/0" for n in nodes]  # the old node's row too
+            assert nodes[2].compact and not nodes[3].compact
+            table.focus()
+            table.move_cursor(2)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, NodeScreen)
+            panel = app.screen.query_one(TextPanel)
+            while FETCHING.strip() in panel.text.plain or "processes" not in panel.text.plain:
+                assert time.monotonic() < end, panel.text.plain
+                await pilot.pause(0.1)
+            assert (
+                not nodes[2].compact and f"memtop {nodes[2].snapshot['memtop_version']}" in panel.text.plain
+            )
+    finally:
+        old.close()
+
+
 def test_gauges_break_between_items_never_inside_one():
     """The detail's gauges and shares: lines of at most the width, each gauge whole on one line
     (Rich's wrap broke at any space: "NVLink RX 0.0" ended a line and "MB/s" began the next)."""

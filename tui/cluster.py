@@ -30,8 +30,9 @@ from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS, fmt
 from memtop.core.sanitize import clean
 from memtop.core.wording import counted
-from memtop.fleet.sources import SshStreams, node_list
-from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, Row, rows
+from memtop.fleet.sources import HttpPoller, SshStreams, node_list
+from memtop.fleet.view import PHASE_OF, STALE_INTERVALS, NodeState, Row, rows
+from memtop.fleet.wire import COMPACT_BAND
 
 from .palette import AsciiFilter, phase_colors
 from .table import GAP, Cell, RowTable
@@ -39,7 +40,7 @@ from .tiles import TextPanel
 
 PHASE_COLORS = phase_colors(None)  # the cluster view's dark palette
 
-BAND_W = 60  # the band's widest (two minutes at the snapshot's 2 s steps)
+BAND_W = COMPACT_BAND  # the band's widest (two minutes at the snapshot's 2 s steps)
 MIN_BAND, MIN_NOTE = 10, 24  # under these the column says too little to keep
 # (title, the narrowest, the widest): columns take the width of their content inside these bounds
 COLUMNS = (("node", 4, 32), ("GPU", 3, 4), ("!", 1, 1), ("job", 3, 16), ("phase", 5, 9), ("SM", 4, 4))
@@ -57,9 +58,19 @@ class BandTable(RowTable):
         super().__init__(columns, **kw)
         self._strips: dict[str, tuple[tuple, Style, tuple, Strip]] = {}
 
-    def set_rows(self, rows: list[tuple[str, tuple[Cell, ...]]]) -> None:
+    def set_rows(
+        self, rows: list[tuple[str, tuple[Cell, ...]]], widths: Sequence[tuple[str, int]] = ()
+    ) -> None:
         """As RowTable's, but nothing is compared off screen: a cluster has a thousand rows, and
-        _redraw keeps the strips of the rows on screen whose cells did not change."""
+        _redraw keeps the strips of the rows on screen whose cells did not change. `widths`: every
+        column's, set first (set_width draws the rows at each column whose width changed: at 1 024
+        rows the paint profile's largest part); the rows are drawn once."""
+        self._widening = True
+        try:
+            for i, (_, w) in enumerate(widths):
+                self.set_width(i, w)
+        finally:
+            self._widening = False
         key = self.cursor_key
         self._rows = rows
         if not (self.cursor < len(rows) and rows[self.cursor][0] == key):
@@ -69,8 +80,10 @@ class BandTable(RowTable):
         if rows and key != self.cursor_key:
             self.post_message(self.Highlighted(self, rows[self.cursor][0]))
 
+    _widening = False  # set_rows is setting the widths: the rows are drawn once, after them
+
     def _redraw(self, changed: list[tuple[int, int]] | None = None) -> None:  # (RowTable's signature)
-        if not self.is_mounted:
+        if not self.is_mounted or self._widening:
             return
         top = max(min(self._top, self.cursor), self.cursor - self._visible() + 1, 0)
         self._top = top
@@ -263,6 +276,9 @@ def node_text(target: str, snap: dict | None, error: str | None, width: int = 80
     return t
 
 
+FETCHING = "\n(the node's full snapshot is being fetched)"
+
+
 class NodeScreen(ModalScreen[None]):
     DEFAULT_CSS = (
         "NodeScreen { align: center middle; } NodeScreen > VerticalScroll { width: 100%; height: 100%; "
@@ -272,16 +288,28 @@ class NodeScreen(ModalScreen[None]):
     # q meant to close it was lost)
     BINDINGS = [Binding("escape,q,enter,alt+q", "dismiss", "back")]
 
-    def __init__(self, text: Text) -> None:
+    def __init__(self, node: NodeState, width: int) -> None:
         super().__init__()
-        self.text = text
+        self.node, self.width = node, width
+        self._shown = -1  # the node's version shown
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield TextPanel(tiles=1, hang=True)
 
     def on_mount(self) -> None:
-        self.query_one(TextPanel).update(self.text)
+        self._show()
+        self.set_interval(0.5, self._show)  # the full snapshot comes in after the screen opens
+
+    def _show(self) -> None:
+        """The node's newest snapshot, made again when a poll of it ended."""
+        n = self.node
+        with n.lock:
+            version, snap, err, compact = n.version, n.snapshot, n.error, n.compact
+        if version != self._shown:
+            self._shown = version
+            text = node_text(n.target, snap, err, self.width)
+            self.query_one(TextPanel).update(text.append(FETCHING, "dim") if compact else text)
 
 
 class ClusterApp(App):
@@ -373,12 +401,10 @@ class ClusterApp(App):
         table = self.query_one(BandTable)
         table.ascii_only = self.letters
         widths = column_widths([m[2] for m in made], self.size.width)
-        for i, (_, w) in enumerate(widths):
-            table.set_width(i, w)
         band_w = widths[BAND][1]
         # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
         table.set_rows(
-            [(r.key, m[4] if m[3] == band_w else self._shown(m, band_w)) for r, m in zip(rs, made)]
+            [(r.key, m[4] if m[3] == band_w else self._shown(m, band_w)) for r, m in zip(rs, made)], widths
         )
         self._detail(table.cursor_key)
 
@@ -471,18 +497,24 @@ class ClusterApp(App):
         job = r.gpu.get("job") or {}
         if job:
             t.append("job: " + ", ".join(f"{clean(k, 20)}={clean(v, 64)}" for k, v in job.items()) + "\n")
-        node = next((n for n in node_list(self.source) if n.target == r.target), None)
-        snap = None
+        node = self._node(r.target)
+        snap, compact = None, False
         if node is not None:
             with node.lock:
-                snap = node.snapshot
+                snap, compact = node.snapshot, node.compact
         for p in (snap or {}).get("processes", []):
             if r.gpu.get("index") in p.get("gpus", []):
                 t.append(f"process {p['pid']} {clean(p['name'], 30)}  CPU {p['cpu_pct']:.0f} %\n")
-        return t
+        return t.append(FETCHING[1:], "dim") if compact else t
+
+    def _node(self, target: str) -> NodeState | None:
+        return next((n for n in node_list(self.source) if n.target == target), None)
 
     @on(RowTable.Highlighted)
     def _highlighted(self, event: RowTable.Highlighted) -> None:
+        r = self._rows.get(event.key or "")
+        if r is not None and isinstance(self.source, HttpPoller) and self.source.focus != r.target:
+            self.source.want_full(r.target)  # the detail and the node screen show its full snapshot
         self._detail(event.key)
 
     @on(RowTable.Selected)
@@ -490,9 +522,6 @@ class ClusterApp(App):
         r = self._rows.get(event.key)
         if r is None:
             return
-        node = next((n for n in node_list(self.source) if n.target == r.target), None)
-        if node is not None:
-            with node.lock:
-                snap, err = node.snapshot, node.error
-            # (the screen's border and padding take four cells, a scroll bar two)
-            self.push_screen(NodeScreen(node_text(r.target, snap, err, self.size.width - 6)))
+        node = self._node(r.target)
+        if node is not None:  # (the screen's border and padding take four cells, a scroll bar two)
+            self.push_screen(NodeScreen(node, self.size.width - 6))

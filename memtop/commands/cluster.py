@@ -35,7 +35,11 @@ def make_source(args: argparse.Namespace) -> tuple[Source, float]:
     interval = args.interval or default_interval(len(nodes))
     if args.ssh:
         return SshStreams(nodes, interval, ssh_config=args.ssh_config, timeout=args.timeout), interval
-    return HttpPoller(nodes, args.port, timeout=args.timeout, token=token, tls=args.tls), interval
+    # the table polls each node's compact form; --once prints every node's full snapshot
+    poller = HttpPoller(
+        nodes, args.port, timeout=args.timeout, token=token, tls=args.tls, compact=not args.once
+    )
+    return poller, interval
 
 
 def run_cluster(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """`memtop serve`: this node's pipeline as Prometheus metrics (/metrics), as the snapshot schema
-(/snapshot.json), or as a textfile for node_exporter. A custom collector reads the newest View on
-each scrape: serving adds no sampling of its own. Imports stay light here: `memtop --help` reads
-DEFAULT_PORT.
+(/snapshot.json; /compact.json, what `memtop cluster`'s table polls), or as a textfile for
+node_exporter. A custom collector reads the newest View on each scrape: serving adds no sampling of
+its own. Imports stay light here: `memtop --help` reads DEFAULT_PORT.
 """
 
 from __future__ import annotations
@@ -297,12 +297,16 @@ class Http:
         import json
 
         from memtop.commands.snapshot import snapshot
+        from memtop.fleet.wire import COMPACT_PATH, compact
 
         self.node = node
         self.token = f"Bearer {token}".encode() if token is not None else None
         self.stats = stats
         self.metrics = Answers(lambda: exposition(reg))
         self.snap = Answers(lambda: json.dumps(snapshot(node), separators=(",", ":")).encode())
+        # what `memtop cluster`'s table polls: the same frame's snapshot, cut (memtop.fleet.wire)
+        self.compact_path = COMPACT_PATH.encode()
+        self.compact = Answers(lambda: json.dumps(compact(snapshot(node)), separators=(",", ":")).encode())
 
     def answer(self, method: bytes, path: bytes, headers: dict[bytes, bytes]) -> tuple[int, bytes, str, str]:
         """Status, body, content type and any extra header lines for one request."""
@@ -328,8 +332,10 @@ class Http:
             return 200, self.metrics.get(node.pipeline.frame), CONTENT_TYPE_LATEST, ""
         if path == b"/snapshot.json":
             return 200, self.snap.get(node.pipeline.frame), "application/json", ""
+        if path == self.compact_path:
+            return 200, self.compact.get(node.pipeline.frame), "application/json", ""
         if path == b"/":
-            return 200, b"memtop serve: /metrics /snapshot.json /-/ready\n", text, ""
+            return 200, b"memtop serve: /metrics /snapshot.json /compact.json /-/ready\n", text, ""
         return 404, b"not found\n", text, ""
 
     async def connection(self, reader, writer) -> None:
@@ -550,7 +556,10 @@ def serve(args: argparse.Namespace) -> int:
     scheme = "https" if ctx else "http"
     port = sock.getsockname()[1]
     node.node_id = f"{platform.node()}:{port}"
-    print(f"memtop serve: {scheme}://{args.bind}:{port}/metrics, /snapshot.json, /-/ready", file=sys.stderr)
+    print(
+        f"memtop serve: {scheme}://{args.bind}:{port}/metrics, /snapshot.json, /compact.json, /-/ready",
+        file=sys.stderr,
+    )
     if _exposes(args.bind):
         print(
             f"memtop serve: {args.bind} is reachable from other machines: it exposes GPU metrics, phase "

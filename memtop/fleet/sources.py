@@ -133,7 +133,9 @@ def _why(e: OSError | ValueError) -> str:
 
 
 class HttpPoller:
-    """Polls every node's /snapshot.json: one keep-alive connection per node, one deadline per
+    """Polls every node's /snapshot.json, or with `compact` its compact form (wire.compact) but for
+    the node in `focus` (whose detail is on screen) and nodes that answered anything else for it
+    (older memtops: a 404): one keep-alive connection per node, one deadline per
     request (connect + headers + body). A node with a kept-alive plain connection is polled by the
     Loop, one thread for all of them; a new connection (the first poll, after a failure), TLS, a
     redirect and a retry go to a bounded pool of worker threads fed by one queue. A node still in
@@ -151,8 +153,11 @@ class HttpPoller:
         token: str | None = None,
         tls: bool = False,
         concurrency: int = 32,
+        compact: bool = False,
     ) -> None:
-        self.nodes, self.port, self.timeout = nodes, port, timeout
+        self.nodes, self.port, self.timeout, self.compact = nodes, port, timeout, compact
+        self.focus: str | None = None  # the target whose full snapshot is wanted (see want_full)
+        self._no_compact: set[str] = set()  # targets that answered anything but the compact form
         self.headers = {"Accept": "application/json", "User-Agent": "memtop-cluster"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
@@ -177,25 +182,57 @@ class HttpPoller:
             f = self._fetchers[target] = Fetcher(origin, wire.MAX_SNAPSHOT, self.headers, self.ctx)
         return f
 
-    def poll_one(self, node: NodeState) -> None:
-        try:
-            got = self._fetcher(node.target).get(self.PATH, time.monotonic() + self.timeout)
-        except FETCH_ERRORS as e:
-            return self._answered(node, e)
-        self._answered(node, got)
+    def _path(self, node: NodeState) -> str:
+        full = not self.compact or node.target == self.focus or node.target in self._no_compact
+        return self.PATH if full else wire.COMPACT_PATH
 
-    @staticmethod
-    def _answered(node: NodeState, got: tuple[int, bytes | bytearray] | BaseException) -> None:
+    def poll_one(self, node: NodeState) -> None:
+        path = self._path(node)
+        try:
+            got: tuple[int, bytes | bytearray] | BaseException = self._fetcher(node.target).get(
+                path, time.monotonic() + self.timeout
+            )
+        except FETCH_ERRORS as e:
+            got = e
+        if not self._answered(node, path, got):
+            self.poll_one(node)  # (once: the node is now polled for the full snapshot)
+
+    def _answered(
+        self, node: NodeState, path: str, got: tuple[int, bytes | bytearray] | BaseException
+    ) -> bool:
+        """The answer said in the node's state; False when the node answered a request for the
+        compact form with anything else (then it is polled for /snapshot.json from now on)."""
         if isinstance(got, FETCH_ERRORS):
-            return node.bad(_why(got))
-        if isinstance(got, BaseException):  # a fault of memtop's: said in the node's row
-            return node.bad(f"polling failed: {type(got).__name__}: {got}")
-        status, body = got
-        if status in (401, 403):
-            return node.bad("auth")
-        if status != 200:
-            return node.bad(f"HTTP {status}")
-        node.receive(body)
+            node.bad(_why(got))
+        elif isinstance(got, BaseException):  # a fault of memtop's: said in the node's row
+            node.bad(f"polling failed: {type(got).__name__}: {got}")
+        elif (status := got[0]) in (401, 403):
+            node.bad("auth")
+        elif path == wire.COMPACT_PATH:
+            if status == 200 and node.receive(got[1], compact=True):
+                return True
+            if status == 200 or 400 <= status < 500:  # (an old node's 404, a proxy's page)
+                self._no_compact.add(node.target)
+                return False
+            node.bad(f"HTTP {status}")
+        elif status != 200:
+            node.bad(f"HTTP {status}")
+        else:
+            node.receive(got[1])
+        return True
+
+    def want_full(self, target: str | None) -> None:
+        """Poll `target`'s full snapshot from now on (the others' compact form), the first one now;
+        None: none."""
+        self.focus = target
+        node = next((n for n in self.nodes if n.target == target), None)
+        if node is None or not self._started:
+            return
+        with self._done:
+            if target in self._busy:
+                return  # (the next round polls it)
+            self._busy.add(node.target)
+        self._todo.put(node)
 
     def _work(self) -> None:
         while (node := self._todo.get()) is not None:
@@ -206,18 +243,18 @@ class HttpPoller:
             finally:
                 self._finished(node)
 
-    def _looped(self, node: NodeState) -> Callable[[tuple[int, bytearray] | BaseException], None]:
-        """What the loop calls with the node's answer (in its thread)."""
+    def _looped(self, node: NodeState, path: str) -> Callable[[tuple[int, bytearray] | BaseException], None]:
+        """What the loop calls with the node's answer to `path` (in its thread)."""
 
         def done(got: tuple[int, bytearray] | BaseException) -> None:
             if isinstance(got, Again):
                 return self._todo.put(node)  # the worker asks again, from the start
             try:
-                self._answered(node, got)
+                if not self._answered(node, path, got):
+                    return self._todo.put(node)  # a worker asks for the full snapshot (still in flight)
             except Exception as e:  # as a worker's: the loop goes on
                 node.bad(f"polling failed: {type(e).__name__}: {e}")
-            finally:
-                self._finished(node)
+            self._finished(node)
 
         return done
 
@@ -240,7 +277,8 @@ class HttpPoller:
         deadline = time.monotonic() + self.timeout
         for n in todo:
             f = self._fetchers.get(n.target)  # (none yet: no connection either)
-            if f is None or not self.loop.submit(f, self.PATH, deadline, self._looped(n)):
+            path = self._path(n)
+            if f is None or not self.loop.submit(f, path, deadline, self._looped(n, path)):
                 self._todo.put(n)
         self.loop.wake()
         if wait:

@@ -34,6 +34,7 @@ class NodeState:
     failures: int = 0
     received: int = 0  # bytes of good answers
     version: int = 0  # counts the polls' outcomes: a view compares it, not the snapshot
+    compact: bool = False  # the snapshot held is the compact form (wire.compact): the table's fields only
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # (version, stale): its rows, made once per outcome (rows() runs at every paint)
     made: tuple[int, bool, list[Row]] | None = field(default=None, repr=False)
@@ -45,21 +46,29 @@ class NodeState:
         age = self.age(now)
         return age is None or age > STALE_INTERVALS * interval
 
-    def receive(self, body: bytes | bytearray) -> None:
-        """A node's answer as it came off the wire (HTTP body, ssh line)."""
+    def receive(self, body: bytes | bytearray, compact: bool = False) -> bool:
+        """A node's answer as it came off the wire (HTTP body, ssh line). With `compact`, an answer
+        that is not the compact form is not used, and False says so (the node is an older memtop)."""
         try:
-            self.good(wire.load_json(body, wire.MAX_SNAPSHOT_OBJECTS), len(body))
+            raw = wire.load_json(body, wire.MAX_SNAPSHOT_OBJECTS)
         except wire.Refused as e:
+            if compact:
+                return False
             self.bad(str(e))
+            return True
+        if compact and not wire.is_compact(raw):
+            return False
+        self.good(raw, len(body), compact)
+        return True
 
-    def good(self, raw: object, size: int) -> None:
+    def good(self, raw: object, size: int, compact: bool = False) -> None:
         """A decoded JSON value: kept if it is a snapshot (typed and sanitized), else the reason."""
         try:
             snap = wire.snapshot(raw)
         except wire.Refused as e:
             return self.bad(str(e))
         with self.lock:
-            self.snapshot, self.ok_at, self.error = snap, time.monotonic(), None
+            self.snapshot, self.ok_at, self.error, self.compact = snap, time.monotonic(), None, compact
             self.polls += 1
             self.version += 1
             self.received += size

@@ -239,6 +239,52 @@ def snapshot(raw: object) -> dict:
     }
 
 
+# -- the compact form -----------------------------------------------------------------------
+# `memtop serve`'s /compact.json: of a snapshot, only what the cluster table shows (a row's job, phase,
+# SM, band and verdict label; the straggler check's shares and verdict headline and evidence), about
+# a third of the bytes and of the decoding. The node screen and the detail pane fetch the node's full
+# /snapshot.json; a node that answers anything but this form is polled for /snapshot.json.
+COMPACT_PATH = "/compact.json"
+COMPACT_FORM = 1  # the form's version: what a node answers with anything else is not it
+COMPACT_BAND = 60  # the table's widest band (tui.cluster.BAND_W); recent_phase reads the last 5
+_COMPACT_GAUGES = ("sm", "util")  # the table's SM column, utilisation where SM activity is missing
+_COMPACT_VERDICT = ("label", "share", "window_s", "headline", "evidence", "straggler")
+
+
+def compact(snap: dict) -> dict:
+    """The compact form of a snapshot as memtop.commands.snapshot makes it: a subset of the
+    schema's fields (decoded by snapshot() as any snapshot is), marked as the form."""
+    gpus = []
+    for g in snap["gpus"]:
+        v = g.get("verdict")
+        gauges = g.get("gauges") or {}
+        gpus.append(
+            {
+                "index": g["index"],
+                "phase": g.get("phase"),
+                "shares": g.get("shares"),
+                "band": (g.get("band") or "")[-COMPACT_BAND:],
+                "gauges": {k: gauges[k] for k in _COMPACT_GAUGES if k in gauges},
+                "verdict": None if v is None else {k: v[k] for k in _COMPACT_VERDICT if k in v},
+                "job": g.get("job"),
+            }
+        )
+    return {
+        "compact": COMPACT_FORM,
+        "hostname": snap.get("hostname"),
+        "time": snap.get("time"),
+        "mode": snap.get("mode"),
+        "band_step_s": snap.get("band_step_s"),
+        "gpus": gpus,
+    }
+
+
+def is_compact(raw: object) -> bool:
+    """Whether a node's decoded JSON says it is the compact form (an old node's 404 page, or a
+    proxy's full snapshot for any path, is not)."""
+    return isinstance(raw, dict) and raw.get("compact") == COMPACT_FORM
+
+
 # -- Prometheus ---------------------------------------------------------------------------
 Series = tuple[dict[str, str], list[tuple[float, float]]]
 
