@@ -98,7 +98,12 @@ def test_the_cluster_detail_keeps_its_indent_when_it_wraps(term):
             wait_ready(port, proc=p, timeout=60)
         term.start("c", ["cluster", "--hosts", ",".join(f"127.0.0.1:{p}" for p in ports)], (80, 24), ENV)
         for screen in ("pane", "node"):
-            pane = _until(term, "c", lambda p, s=screen: "evidence:" in p and ("╭" in p) == (s == "node"))
+            # (the table's compact answer has the evidence; the command comes with the full snapshot)
+            pane = _until(
+                term,
+                "c",
+                lambda p, s=screen: "evidence:" in p and "next: " in p and ("╭" in p) == (s == "node"),
+            )
             lines = pane.splitlines()
             if screen == "node":  # (the box's border and padding taken off)
                 lines = [row[2:] for row in lines if row.startswith("│ ")]
