@@ -252,7 +252,8 @@ def node_text(target: str, snap: dict | None, error: str | None, width: int = 80
     for g in snap.get("gpus", []):
         v = g.get("verdict") or {}
         t.append(f"\nGPU {clean(g.get('index', ''), 4)} {clean(g.get('name', ''), 40)}  ", "bold")
-        t.append(clean(TITLES.get(g.get("phase", ""), g.get("phase", "")), 30) + "\n")
+        # "now:" as in the pane and the live headline: the verdict under it may be the last minute's
+        t.append("now: " + clean(TITLES.get(g.get("phase", ""), g.get("phase", "")), 30) + "\n")
         if v:
             t.append(f"  {clean(v.get('headline', ''), 200)}\n", "bold")
             t.append(f"  evidence: {clean(v.get('evidence', ''), 400)}\n")
