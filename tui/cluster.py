@@ -21,6 +21,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.strip import Strip
 from textual.widgets import Footer
@@ -394,11 +395,15 @@ class ClusterApp(App):
                  tuple(map(_VERSION, nodes)))  # fmt: skip
         if state == self._painted:
             return
+        try:
+            header = self.query_one("#header", TextPanel)
+        except NoMatches:  # the app is ending: a last tick of the paint timer outlived the widgets
+            return
         self._painted = state
         rs = rows(nodes, self.interval)
         made = self._made(rs)
         self._rows = dict(zip(map(_KEY, rs), rs))
-        self.query_one("#header", TextPanel).update(self._head(nodes, rs, error))
+        header.update(self._head(nodes, rs, error))
         table = self.query_one(BandTable)
         table.ascii_only = self.letters
         widths = column_widths([m[2] for m in made], self.size.width)
