@@ -125,7 +125,8 @@ def reblock(db: sqlite3.Connection) -> None:
     import heapq
 
     from memtop.storage.colblock import BlockWriter
-    from memtop.storage.store import GPU_COLS, GPU_MODES, WRITTEN_STREAMS, host_figure_rows, named_stack_sql
+    from memtop.storage.decode import GPU_COLS
+    from memtop.storage.store import GPU_MODES, WRITTEN_STREAMS, host_figure_rows, named_stack_sql
 
     if not db.execute("SELECT count(*) FROM sqlite_master WHERE name='block'").fetchone()[0]:
         return  # (the previous version's files have none)

@@ -18,7 +18,8 @@ import numpy as np
 from memtop.analysis import colscan
 from memtop.analysis.colscan import _aggregate, _gpus, _Hosts, _Stacks, no_gc
 from memtop.analysis.phases import Classifier
-from memtop.storage.store import _SANE_T, Recording
+from memtop.storage.decode import SANE_T
+from memtop.storage.store import Recording
 
 
 def parts(path: Path) -> dict[str, float]:
@@ -41,7 +42,7 @@ def parts(path: Path) -> dict[str, float]:
                 lambda: [
                     r[0]
                     for r in rec._q(
-                        f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (lo, hi)
+                        f"SELECT t FROM frame WHERE t>=? AND t<=? AND {SANE_T} ORDER BY t", (lo, hi)
                     )
                 ],
             )

@@ -40,7 +40,8 @@ def hostile_recording(src, dst, s: str):
     import zlib
     from pathlib import Path
 
-    from memtop.storage.store import Recording, _inflate_host
+    from memtop.storage.decode import inflate_host
+    from memtop.storage.store import Recording
 
     dst = Path(dst)
     shutil.copyfile(src, dst)
@@ -55,7 +56,7 @@ def hostile_recording(src, dst, s: str):
     db.execute(f"UPDATE gpu_state SET uuid={T}, name={T}", (_text(s), _text(s)))
     prev = None
     for t, blob in db.execute("SELECT t, data FROM host ORDER BY t").fetchall():
-        prev = _inflate_host(blob, prev)  # (from schema 2 chained: each written back alone)
+        prev = inflate_host(blob, prev)  # (from schema 2 chained: each written back alone)
         d = json.loads(prev)
         d["procs"] = [{**p, "name": s, "cmdline": s, "user": s, "argv": [s, s]} for p in d["procs"]]
         db.execute("UPDATE host SET data=? WHERE t=?", (zlib.compress(_json(d)), t))

@@ -28,9 +28,8 @@ from memtop.core.errors import UserError
 from memtop.outputs.report import build_report, render
 from memtop.storage import colblock, parts, reader
 from memtop.storage.colblock import NULL, Blocks, Broken, decode, encode
+from memtop.storage.decode import BLOCK_STREAMS, GPU_COLS
 from memtop.storage.store import (
-    BLOCK_STREAMS,
-    GPU_COLS,
     GPU_MODES,
     Recording,
     Writer,
@@ -833,7 +832,7 @@ def test_frames_written_out_of_order_leave_blocks_that_are_not_read(frames2, tmp
 
 
 def test_an_integer_iowait_is_stored_as_a_float(frames2, tmp_path, monkeypatch):
-    """The Writer takes a host sample's figures from its JSON (store._host_from_blob makes the
+    """The Writer takes a host sample's figures from its JSON (decode.host_from_blob makes the
     iowait a float): its host blocks stay, and hold the rows."""
     monkeypatch.setattr(colblock, "BLOCK_S", BLOCK_S)
     meta, frames, markers = frames2

@@ -291,7 +291,7 @@ def test_a_host_sample_without_text_figures_is_read_from_its_json(tmp_path, monk
     from dataclasses import replace
 
     from memtop.storage.colblock import Blocks
-    from memtop.storage.store import BLOCK_STREAMS
+    from memtop.storage.decode import BLOCK_STREAMS
 
     monkeypatch.setattr(colblock, "BLOCK_S", 10.0)  # (blocks for a 142 s run)
     monkeypatch.setattr(colblock, "GRACE_S", 2.0)

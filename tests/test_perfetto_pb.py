@@ -351,7 +351,8 @@ def test_the_host_cpu_mean_in_the_blocks_exports_as_the_host_json_does(tmp_path,
 
     from memtop.outputs import export
     from memtop.storage import colblock
-    from memtop.storage.store import BLOCK_STREAMS, WRITTEN_STREAMS, Recording
+    from memtop.storage.decode import BLOCK_STREAMS
+    from memtop.storage.store import WRITTEN_STREAMS, Recording
 
     new = write_again(DATA / "blocks_s11.memtop", tmp_path / "new.memtop")
     means = {f.host.t: sum(f.host.cpu_pct) / max(1, len(f.host.cpu_pct)) for f in Recording(new).frames()}

@@ -16,7 +16,8 @@ from memtop.analysis.phases import classify
 from memtop.analysis.verdict import verdict
 from memtop.core.model import MAIN_FIELDS
 from memtop.storage import colblock, parts
-from memtop.storage.store import BLOCK_STREAMS, Recording, _inflate_host, host_figures
+from memtop.storage.decode import BLOCK_STREAMS, inflate_host
+from memtop.storage.store import Recording, host_figures
 
 PIPE = sorted(DATA.glob("dev_pipe_s*.memtop")) + sorted(DATA.glob("heldout9_pipe_s*.memtop"))
 GUARD_S = 0.5
@@ -112,7 +113,7 @@ def test_the_writers_block_rows_hold_the_recorded_fields():
     try:
         rows, prev = [], None
         for t, blob in db.execute("SELECT t, data FROM host ORDER BY t"):
-            prev = _inflate_host(blob, prev)
+            prev = inflate_host(blob, prev)
             rows += host_figures(t, prev)[1]
     finally:
         db.close()

@@ -261,7 +261,7 @@ def test_deflated_json_is_bounded_per_row_and_per_recording():
     rows together to at most its budget (rows repeating one text deflate a thousandfold)."""
     import zlib
 
-    from memtop.storage.store import JSON_ROW_MAX, Damaged, json_text
+    from memtop.storage.decode import JSON_ROW_MAX, Damaged, json_text
 
     row = zlib.compress(b'["' + b"a" * 1000 + b'"]')
     assert json_text(row, "caps") == '["' + "a" * 1000 + '"]'
@@ -337,28 +337,28 @@ def test_a_series_blob_inflates_only_so_far():
     past SERIES_RAW_MAX it is damaged, before anything is built of it."""
     import zlib
 
-    from memtop.storage.store import SERIES_RAW_MAX, SERIES_V2, Damaged, _series_data
+    from memtop.storage.decode import SERIES_RAW_MAX, SERIES_V2, Damaged, series_data
 
     z = zlib.compressobj(9)
     bomb = SERIES_V2 + b"".join(z.compress(bytes(1 << 20)) for _ in range(64)) + z.flush()
     assert len(bomb) < 100_000
     with pytest.raises(Damaged, match="too large"):
-        _series_data("power_w", bomb)
+        series_data("power_w", bomb)
     with pytest.raises(Damaged, match="too large"):
-        _series_data("power_w", bytes(SERIES_RAW_MAX + 8))  # a float32 chunk (schema 1)
+        series_data("power_w", bytes(SERIES_RAW_MAX + 8))  # a float32 chunk (schema 1)
     ok = SERIES_V2 + zlib.compress(bytes(SERIES_RAW_MAX))
-    assert len(_series_data("power_w", ok)[0]) == SERIES_RAW_MAX // 8
+    assert len(series_data("power_w", ok)[0]) == SERIES_RAW_MAX // 8
 
 
 def test_a_host_blob_inflates_only_so_far():
     import zlib
 
-    from memtop.storage.store import HOST_JSON_MAX, Damaged, _inflate_host
+    from memtop.storage.decode import HOST_JSON_MAX, Damaged, inflate_host
 
     raw = b'{"pad":"' + b"a" * HOST_JSON_MAX + b'"}'
     with pytest.raises(Damaged, match="too large"):
-        _inflate_host(zlib.compress(raw, 9), None)
-    assert _inflate_host(zlib.compress(raw[: HOST_JSON_MAX - 2] + b'"}'), None).endswith(b'"}')
+        inflate_host(zlib.compress(raw, 9), None)
+    assert inflate_host(zlib.compress(raw[: HOST_JSON_MAX - 2] + b'"}'), None).endswith(b'"}')
 
 
 def test_a_spent_decode_budget_refuses_rather_than_lifting_the_cap():
@@ -366,7 +366,7 @@ def test_a_spent_decode_budget_refuses_rather_than_lifting_the_cap():
     (a bomb after ordinary rows) must be refused, not inflated whole."""
     import zlib
 
-    from memtop.storage.store import Damaged, inflate
+    from memtop.storage.decode import Damaged, inflate
 
     bomb = zlib.compress(bytes(10 << 20), 9)
     for spent in (0, -5):

@@ -22,9 +22,9 @@ KNOWN_PRIVATE = {
     ("tui/table.py", "_tiles"),
     ("tui/timeline.py", "_tiles"),
 }
-# store's Recording reads host/stack/perf rows through parts, which decodes them with store's decoders:
-# splitting the decoders out of store (memtop/storage/decode.py) removes it (issue 32, next step)
-KNOWN_CYCLES: set[tuple[str, str]] = {("memtop.storage.store", "memtop.storage.parts")}
+# cycles found and not yet removed, each as (a, b): a imports b and b imports a (none left: the last,
+# store <-> parts, went when store's decoders moved to memtop/storage/decode.py)
+KNOWN_CYCLES: set[tuple[str, str]] = set()
 
 
 def _modules() -> Iterator[tuple[str, Path, ast.Module]]:

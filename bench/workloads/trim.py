@@ -12,7 +12,7 @@ import sqlite3
 import sys
 import zlib
 
-from memtop.storage.store import HOST_KEY_EVERY, _inflate_host
+from memtop.storage.decode import HOST_KEY_EVERY, inflate_host
 
 src, dst = sys.argv[1], sys.argv[2]
 shutil.copyfile(src, dst)
@@ -20,7 +20,7 @@ db = sqlite3.connect(dst)
 old_prev: bytes | None = None
 new_prev: bytes | None = None
 for n, (t, blob) in enumerate(db.execute("SELECT t, data FROM host ORDER BY t").fetchall()):
-    raw = _inflate_host(blob, old_prev)
+    raw = inflate_host(blob, old_prev)
     old_prev = raw
     d = json.loads(raw)
     for p in d["procs"]:

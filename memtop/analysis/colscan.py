@@ -66,19 +66,18 @@ from memtop.core.records import Gap
 from memtop.progress import Progress
 from memtop.storage import parts, reader
 from memtop.storage.colblock import NULL, Blocks
-from memtop.storage.parts import Blobs
-from memtop.storage.store import (
+from memtop.storage.decode import (
     BLOCK_STREAMS,
     BLOCK_TABLES,
     DECODE_ERRORS,
-    GPU_MODES,
     HOST_PROC_FIELDS,
     SANE_T,
-    Recording,
     host_from_blob,
     plain_host,
     record_of,
 )
+from memtop.storage.parts import Blobs
+from memtop.storage.store import GPU_MODES, Recording
 
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
@@ -628,7 +627,7 @@ class _Hosts:
         self, rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None, blocks: bool = True
     ) -> None:
         self._load: dict[int, tuple[float, list[tuple]]] = {}  # sample -> (iowait, each process's figures)
-        self._shapes: set[bytes] = set()  # the host JSON shapes checked (store.plain_host)
+        self._shapes: set[bytes] = set()  # the host JSON shapes checked (decode.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
         self._table: tuple | None = None  # the host_proc blocks as arrays (parts.host_blocks)
         got = parts.host_blocks(rec, plo, hi, seed) if blocks else None

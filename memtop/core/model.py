@@ -314,7 +314,7 @@ class ProcSample:
 # what the phase features take of a GPU process (the busiest) besides its CPU
 MAIN_FIELDS = ("main_cpu", "wait", "wait_on", "feeder", "feeder_cpu")
 # what the phase features read of any process: stored again as the host_proc column blocks, read back
-# as arrays by the report (memtop.storage.store.BLOCK_STREAMS, memtop.analysis.colscan.HostFigures), each column's kind
+# as arrays by the report (memtop.storage.decode.BLOCK_STREAMS, memtop.analysis.colscan.HostFigures), each column's kind
 # and the value an older recording's rows read as following from ProcSample's field (a new figure is
 # a field there and its name here; those after the first five are optional in a block)
 PROC_FIGURES = ("pid", "cpu_pct", "worker_of", "name", "state", *MAIN_FIELDS)

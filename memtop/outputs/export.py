@@ -36,17 +36,8 @@ from memtop.core.stackclass import site
 from memtop.outputs import perfetto_pb as pb
 from memtop.progress import Progress
 from memtop.storage.colblock import NULL, Blocks
-from memtop.storage.store import (
-    BLOCK_STREAMS,
-    BLOCK_TABLES,
-    BY_NAME,
-    DECODE_ERRORS,
-    HOST_PROC_ADDED,
-    WRITTEN_STREAMS,
-    Recording,
-    create_private,
-    host_from_blob,
-)
+from memtop.storage.decode import BLOCK_STREAMS, BLOCK_TABLES, DECODE_ERRORS, HOST_PROC_ADDED, host_from_blob
+from memtop.storage.store import BY_NAME, WRITTEN_STREAMS, Recording, create_private
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection

@@ -23,14 +23,14 @@ import numpy as np
 from memtop.core.errors import UserError
 from memtop.core.model import Capability, PerfSample, StackSample
 from memtop.storage.colblock import NULL, Blocks
-from memtop.storage.reader import chunks
-from memtop.storage.store import (
+from memtop.storage.decode import (
     BLOCK_STREAMS,
     BLOCK_TABLES,
     DECODE_ERRORS,
     FIELD_MAX,
     HOST_PROC_ADDED,
     HOST_PROC_FIELDS,
+    INT_MAX,
     STACK_SQL,
     caps_from_json,
     finite_number,
@@ -38,14 +38,13 @@ from memtop.storage.store import (
     host_from_blob,
     inflate_host,
     perf_sample,
-    stack_sample,
 )
+from memtop.storage.reader import chunks
 
 if TYPE_CHECKING:
     from memtop.storage.store import Recording
 
 SEED_S = 3.0  # a range read from a time starts with the stack samples and perf reads this recent
-_INT_LIM = 1 << 62
 _MAX_RATES = 64  # events a perf read may hold in blocks (memtop's collector reads at most a dozen)
 _PERF_SQL = "SELECT t, pid, data"
 # STACK_SQL's columns but the time and the class (always NULL): pid, tid, name, active, gil, stack, error
@@ -179,7 +178,7 @@ def _perf_parsed(rows: list) -> list[tuple[float, int, list]] | None:
             and types_in(rates, float)
             and (np.abs(np.array(rates, dtype=np.float64)) <= 1e18).all()  # (NaN fails)
             and (np.abs(np.array(t, dtype=np.float64)) <= 1e18).all()
-            and max(map(abs, pid)) <= _INT_LIM
+            and max(map(abs, pid)) <= INT_MAX
         ):
             return list(zip(t, pid, parsed, strict=True))
     return None
@@ -260,7 +259,7 @@ def stack_dumps(
         try:
             time = t[a] if type(t[a]) is float and abs(t[a]) <= 1e18 else finite_number(t[a], "stack t")
             if k is None:
-                s = stack_sample(rec, [_stack_row(t, cols, i) for i in range(a, b)])
+                s = rec.stack_sample([_stack_row(t, cols, i) for i in range(a, b)])
                 k = kinds[key] = len(dumps)
                 dumps.append(s)
         except DECODE_ERRORS:
@@ -314,7 +313,7 @@ def _row_codes(cols: list) -> np.ndarray:
 def _sample_starts(t: list, pid: list | np.ndarray) -> list[int]:
     """The first row of each stack sample, and the rows' count: where (t, pid) changes."""
     p = pid if isinstance(pid, np.ndarray) else None
-    if p is None and types_in(tuple(pid), int) and max(map(abs, pid), default=0) <= _INT_LIM:
+    if p is None and types_in(tuple(pid), int) and max(map(abs, pid), default=0) <= INT_MAX:
         p = np.array(pid, dtype=np.int64)
     if p is not None and types_in(tuple(t), float):
         ta = np.array(t, dtype=np.float64)
@@ -346,7 +345,7 @@ def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> 
 # -- host samples ----------------------------------------------------------------------------------
 def host_rows(rec: Recording, plo: float, hi: float, seed: float | None = None) -> list[tuple[float, bytes]]:
     """The host rows (t, blob) of (plo, hi]; with ``seed`` first the chain of rows the newest
-    sample at or before it is deflated against (``store.host_chain``)."""
+    sample at or before it is deflated against (``decode.host_chain``)."""
     rows = host_chain(lambda sql, args: rec.query(sql, args).fetchall(), seed) if seed is not None else []
     return rows + rec.query("SELECT t, data FROM host WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall()
 

@@ -22,11 +22,11 @@ import numpy as np
 from memtop.core.metrics import BY_NAME, METRICS, Metric
 from memtop.core.model import GPU_MODES, GpuSample
 from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.decode import INT_MAX
 
 if TYPE_CHECKING:
     from memtop.storage.store import Recording
 
-_INT_LIM = 1 << 62  # a GPU index beyond this is damage (store._int)
 _NVML = GPU_MODES.index("nvml")
 # the mode as its index into GPU_MODES, in SQL (no text object per row): another text reads as "nvml"
 # (claim no more than NVML), a value that is no text is damage (-1)
@@ -180,7 +180,7 @@ def _from_rows(rec: Recording, sel: tuple[str, ...], rows: list) -> GpuCols:
     ok = [
         r
         for r in rows
-        if type(r[0]) in (int, float) and type(r[1]) is int and -_INT_LIM <= r[1] <= _INT_LIM and r[2] >= 0
+        if type(r[0]) in (int, float) and type(r[1]) is int and -INT_MAX <= r[1] <= INT_MAX and r[2] >= 0
     ]
     if len(ok) != len(rows):
         rec.note(DAMAGED)
@@ -215,7 +215,7 @@ def _block_rows(rec: Recording, plo: float, hi: float, sel: tuple[str, ...]) -> 
     ta, gi = ta[order], gi[order]
     if len(ta) > 1 and not ((ta[1:] > ta[:-1]) | ((ta[1:] == ta[:-1]) & (gi[1:] > gi[:-1]))).all():
         return None  # a key twice (NaN fails too)
-    if not (np.abs(gi) <= _INT_LIM).all():
+    if not (np.abs(gi) <= INT_MAX).all():
         return None
     mode = got["mode"][order]
     mode = np.where((mode >= 0) & (mode < len(GPU_MODES)), mode, _NVML)  # (the Writer's -1: another text)
@@ -272,7 +272,7 @@ def _json_rows(rec: Recording, sel: tuple[str, ...], plo: float, hi: float) -> G
     if len(a) != n * (text.count("[") - 1):  # as many rows as the JSON holds
         return None
     a = a.reshape(-1, n)
-    if (a[:, :3] == _JSON_NULL).any() or (np.abs(a[:, 1]) > _INT_LIM).any() or (a[:, 2] < 0).any():
+    if (a[:, :3] == _JSON_NULL).any() or (np.abs(a[:, 1]) > INT_MAX).any() or (a[:, 2] < 0).any():
         return None
     ta = a[:, 0].astype(np.float64) / scale
     if len(ta) > 1 and (np.diff(ta) < 0).any():

@@ -20,10 +20,10 @@ import stat
 import threading
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
-from dataclasses import MISSING, asdict, fields, replace
+from collections.abc import Iterator
+from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple
 
 from memtop import __version__
 from memtop.core import stackclass
@@ -32,21 +32,17 @@ from memtop.core.metrics import BY_NAME, METRICS, Metric
 from memtop.core.model import (
     GPU_MODES,
     JOB_KEYS,
-    PROC_FIGURES,
     PROC_KINDS,
     Capability,
-    CapState,
     Frame,
     GpuHealth,
     GpuProcess,
     GpuSample,
     HostSample,
     Marker,
-    NumaNode,
     PcieLink,
     PerfSample,
     ProcJob,
-    ProcSample,
     ProcUtil,
     SeriesChunk,
     StackFrame,
@@ -55,8 +51,31 @@ from memtop.core.model import (
 )
 from memtop.core.sanitize import clean
 from memtop.core.timefmt import clock
-from memtop.core.wording import counted
 from memtop.storage import colblock
+from memtop.storage.decode import (
+    BLOCK_STREAMS,
+    DECODE_ERRORS,
+    FIELD_MAX,
+    GPU_COLS,
+    HOST_KEY_EVERY,
+    HOST_PROC_FIELDS,
+    META_MAX,
+    NAME_MAX,
+    SANE_T,
+    SERIES_V2,
+    Damaged,
+    bounded_json,
+    finite_float,
+    finite_number,
+    host_from_blob,
+    inflate_host,
+    integer,
+    json_text,
+    sequence,
+    series_data,
+    short_string,
+    string,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,19 +88,12 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 4
 PAGE_SIZE = 2048  # small tables cost a page each: 2 KiB pages save ~1.5 MB per GPU-hour of a short run
 PACK_MAX = 128 << 20  # a closing recording up to this size is packed (Writer._pack)
-HOST_KEY_EVERY = 20  # every 20th host blob stands alone; the others are deflated against the one before
-SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one starts with t=0.0: zero bytes)
-# a frame time SQLite holds as a finite number (monotonic seconds: far below 1e12)
-_SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
 _T = operator.itemgetter(0)
 _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while reading Frames
 BUSY_CHUNK_S = 3600.0  # busy_means reads the GPU rows this many seconds at a time
 READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
 MAGIC = "memtop-recording"
 
-# GPU columns: one per metric of memtop/core/metrics.py, stored as round(value * scale). A recording made
-# before a metric existed lacks its column; reading it gives None.
-GPU_COLS: tuple[tuple[str, float], ...] = tuple((m.name, m.scale) for m in METRICS)
 # GpuSample's fields in order: t, index, uuid, name, mode, then metrics and the slow fields of gpu_state;
 # any other field (none today) takes its default
 _GPU_FIELDS = tuple(f.name for f in fields(GpuSample))
@@ -123,11 +135,6 @@ CREATE TABLE proc_job(t REAL NOT NULL, pid INTEGER NOT NULL, data TEXT NOT NULL)
 {colblock.SCHEMA}
 """
 
-# a stack_sample row as readers take it (any schema: schema 3 adds i, the thread's place in its dump,
-# which ORDER BY t, pid follows), the stored class left out: it is derived on read (Recording._klass);
-# its name is the text, or from schema 4 the id of a thread_name row (Recording._thread_name)
-STACK_SQL = "SELECT t, pid, tid, name, active, gil, NULL, stack, error FROM stack_sample"
-
 
 def named_stack_sql(db: sqlite3.Connection) -> str:
     """stack_sample's rows as its column blocks hold them (thread names as text, any schema), in
@@ -138,34 +145,6 @@ def named_stack_sql(db: sqlite3.Connection) -> str:
     return f"SELECT t, pid, tid, {name}, active, gil, stack, error FROM stack_sample ORDER BY t, pid, i"
 
 
-# what the classifier reads of a process (model.PROC_FIGURES): the host_proc blocks' columns, each of
-# the kind its ProcSample field is (model.PROC_KINDS; a None: NULL)
-HOST_PROC_FIELDS = PROC_FIGURES
-# the figures after the first five (those of 2026-11-24) a recording holds from when they were added
-# (schema additive): older blocks and JSON lack them
-HOST_PROC_ADDED = frozenset(PROC_FIGURES[5:])
-
-# the streams stored again as column blocks (memtop.storage.colblock), read by the report (memtop.analysis.colscan):
-# Frame times, GPU rows (the mode as its index into GPU_MODES), what _host_figures stores (a host
-# sample without figures: procs -1), stack_sample's rows but the stored class (never read), and perf
-BLOCK_STREAMS: dict[str, colblock.Columns] = {
-    "frame": (("t", "f"),),
-    "gpu": (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c, _ in GPU_COLS)),
-    "host": (("t", "f"), ("iowait_pct", "f"), ("procs", "i")),
-    "host_proc": (("t", "f"), *PROC_KINDS.items()),
-    "stack": (
-        ("t", "f"),
-        ("pid", "i"),
-        ("tid", "i"),
-        ("name", "s"),
-        ("active", "i"),
-        ("gil", "i"),
-        ("stack", "i"),
-        ("error", "s"),
-    ),
-    "perf": (("t", "f"), ("pid", "i"), ("rates", "i")),  # a perf row, and its count of rates:
-    "perf_rate": (("t", "f"), ("name", "s"), ("rate", "f")),  # each of them (its data, by columns)
-}
 # the streams as the Writer writes them from 2026-11-28: BLOCK_STREAMS, the host's with the mean of
 # its sample's CPU %s last (what `memtop export` draws as the host's CPU; a block is read by column
 # name, so readers of BLOCK_STREAMS read these blocks as before, and the export decodes the host JSON
@@ -173,18 +152,6 @@ BLOCK_STREAMS: dict[str, colblock.Columns] = {
 WRITTEN_STREAMS: dict[str, colblock.Columns] = {
     **BLOCK_STREAMS,
     "host": (*BLOCK_STREAMS["host"], ("cpu_mean", "f")),
-}
-# each stream's table, whose rows its blocks hold (perf_rate's are in perf's JSON, host_proc's in the
-# host JSON: the host stream's counts check them; the host_proc table of recordings from 2026-11-24 is
-# not read where the blocks are)
-BLOCK_TABLES: dict[str, str | None] = {
-    "frame": "frame",
-    "gpu": "gpu",
-    "host": "host",
-    "host_proc": None,
-    "stack": "stack_sample",
-    "perf": "perf",
-    "perf_rate": None,
 }
 
 
@@ -210,17 +177,7 @@ _TABLES = frozenset(
 # 2026-11-28 without a schema bump: older files lack them)
 _READ_TABLES = _TABLES | {"thread_name", "block", "host_load", "host_proc", "health", "proc_util", "proc_job"}
 
-# What one part may hold at most, decoded. The largest of the 70 recordings in tests/data (measured
-# 2026-11-27): a host sample's JSON 16 KB, a series chunk 512 bytes, a metadata value 276 bytes, a
-# gpu_state field 88, a perf row 143, a marker's facts 205. Far past these (8 GPUs, hundreds of
-# processes, long command lines fit), a part is damaged, not a cost to pay: a deflated blob is
-# inflated only so far, and a JSON text is decoded only if it is short enough (a text of n bytes
-# holds at most n/2 objects).
-HOST_JSON_MAX = 1 << 20
-SERIES_RAW_MAX = 64 << 10
-META_MAX = 64 << 10  # a metadata value (a command line of 64 KiB)
-FIELD_MAX = 64 << 10  # a gpu_state link or process list, a perf row's rates, a marker's facts
-NAME_MAX = 4096  # a marker's label and name, a note
+# what a reader loads of the file (what one part may hold, decoded: memtop.storage.decode)
 META_KEYS_MAX = 4096  # metadata rows read (memtop writes about 12)
 VALUE_MAX = 16 << 20  # any one SQLite value a reader loads (SQLITE_LIMIT_LENGTH): a block is ~200 KB
 # bounded in SQL too: Python 3.10 has no setlimit, and a file may hold millions of metadata rows
@@ -252,12 +209,12 @@ def health_json(h: GpuHealth) -> str:
 
 def health_of(t: float, text: object) -> GpuHealth:
     """A stored health row; a damaged one raises (Damaged, ValueError, TypeError)."""
-    d = bounded_json(_str(text, "health"), HEALTH_JSON_MAX, "health")
+    d = bounded_json(string(text, "health"), HEALTH_JSON_MAX, "health")
     if not isinstance(d, dict):
         raise Damaged("health is not an object")
     vals = {n: _bounded_int(d.get(n), 2**63 - 1) for n in _HEALTH_INTS}
-    xids = tuple(_int(x, "Xid") for x in _seq(d.get("xids", []), "Xids")[:XIDS_MAX])
-    return GpuHealth(_float(t, "health time"), **vals, xids=xids)
+    xids = tuple(integer(x, "Xid") for x in sequence(d.get("xids", []), "Xids")[:XIDS_MAX])
+    return GpuHealth(finite_float(t, "health time"), **vals, xids=xids)
 
 
 def gpu_state_key(g: GpuSample) -> tuple:
@@ -286,196 +243,16 @@ def _utf8(s: str) -> bool:
     return True
 
 
-class Damaged(ValueError):
-    """A part of a recording that does not decode: it becomes missing data and a note, never a crash."""
-
-
-# what decoding a damaged part can raise (Damaged is a ValueError)
-_DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, zlib.error, RecursionError)
-
-
-def _num(v: object, what: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or abs(v) > 1e18:
-        raise Damaged(f"{what} is not a finite number")
-    return v
-
-
-def _int(v: object, what: str) -> int:
-    if type(v) is int and -(1 << 62) <= v <= 1 << 62:  # the common case, fast
-        return v
-    if isinstance(v, bool) or not isinstance(v, int) or abs(v) > 1 << 62:
-        raise Damaged(f"{what} is not an integer")
-    return v
-
-
-def _str(v: object, what: str) -> str:
-    if not isinstance(v, str):
-        raise Damaged(f"{what} is not a string")
-    return v
-
-
-def _short(v: object, limit: int, what: str) -> str:
-    if len(_str(v, what)) > limit:
-        raise Damaged(f"{what} too long")
-    return v  # type: ignore[return-value]  # (a str: _str checked it)
-
-
-def _seq(v: object, what: str) -> list:
-    if not isinstance(v, list | tuple):
-        raise Damaged(f"{what} is not a list")
-    return list(v)
-
-
-def _floats(v: object, what: str) -> tuple[float, ...]:
-    items = _seq(v, what)
-    try:  # fsum is finite only if every item is; abs fails on text
-        if math.isfinite(math.fsum(items)) and max(map(abs, items), default=0) <= 1e18:
-            return tuple(map(float, items))
-    except TypeError:
-        pass
-    raise Damaged(f"{what} holds a value that is no finite number")
-
-
-def _strs(v: object, what: str) -> tuple[str, ...]:
-    items = _seq(v, what)
-    if all(isinstance(x, str) for x in items):
-        return tuple(items)
-    raise Damaged(f"{what} is not a string")
-
-
-def _ints(v: object, what: str) -> tuple[int, ...]:
-    items = _seq(v, what)
-    if all(type(x) is int and abs(x) <= 1 << 62 for x in items):
-        return tuple(items)
-    raise Damaged(f"{what} holds a value that is no integer")
-
-
-@functools.cache
-def _checker(ann: str):
-    """A function that checks a JSON value against a model field's annotation (parsed once)."""
-    if ann.endswith(" | None"):
-        inner = _checker(ann[: -len(" | None")])
-        return lambda v, what: None if v is None else inner(v, what)
-    if ann == "float":
-        return _float
-    if ann == "int":
-        return _int
-    if ann == "str":
-        return _str
-    if ann == "tuple[str, ...]":
-        return _strs
-    if ann == "bool":
-        return lambda v, what: v if isinstance(v, bool) else bool(_int(v, what))
-    if ann.startswith("tuple["):
-        parts = [a.strip() for a in ann[6:-1].split(",")]
-        if parts[-1] == "..." and parts[0] == "float":
-            return _floats
-        if parts[-1] == "..." and parts[0] == "int":
-            return _ints
-        if parts[-1] == "...":
-            one = _checker(parts[0])
-            return lambda v, what: tuple(one(x, what) for x in _seq(v, what))
-        each = [_checker(a) for a in parts]
-
-        def fixed(v: object, what: str) -> tuple:
-            items = _seq(v, what)
-            if len(items) != len(each):
-                raise Damaged(f"{what} has {counted(len(items), 'item')}, not {len(each)}")
-            return tuple(c(x, what) for c, x in zip(each, items, strict=True))
-
-        return fixed
-    raise TypeError(f"no decoder for {ann}")
-
-
-def _float(v: object, what: str) -> float:
-    if type(v) is float and -1e18 <= v <= 1e18:  # the common case, fast (NaN fails the comparisons)
-        return v
-    return float(_num(v, what))
-
-
-@functools.cache
-def _fields_of(cls: type) -> tuple[tuple[str, bool, Callable[[object, str], object] | None], ...]:
-    """(name, required, checker) of each field of a model dataclass, parsed once (a report decodes
-    thousands of host samples); None for a tuple of records, which ``_record`` decodes."""
-    out = []
-    for f in fields(cls):
-        ann = str(f.type)
-        nested = ann.startswith("tuple[") and ann[6:7].isupper()
-        out.append((f.name, f.default is MISSING, None if nested else _checker(ann)))
-    return tuple(out)
-
-
-_ABSENT = object()
-
-
-def _record(cls: type, d: object, what: str, nested: dict | None = None) -> object:
-    """A model dataclass from a JSON object: every field type-checked, a missing field with a default
-    takes it, unknown keys ignored (a newer memtop's extra fields)."""
-    if not isinstance(d, dict):
-        raise Damaged(f"{what} is not an object")
-    kw = {}
-    for name, required, check in _fields_of(cls):
-        v = d.get(name, _ABSENT)
-        if v is _ABSENT:
-            if required:
-                raise Damaged(f"{what} lacks {name}")
-        elif check is not None:
-            kw[name] = check(v, what)
-        elif nested and name in nested:
-            kw[name] = tuple(_record(nested[name], x, what) for x in _seq(v, what))
-        else:
-            raise TypeError(f"no decoder for {cls.__name__}.{name}")
-    return cls(**kw)
-
-
-def inflate(data: bytes, limit: int, what: str, zdict: bytes = b"") -> bytes:
-    """A deflated blob's bytes, inflated to at most ``limit`` (a blob of a few KB can inflate to
-    gigabytes); past it, cut short or not deflated at all, it raises Damaged."""
-    if limit <= 0:  # zlib reads a max_length of 0 as "no limit": a spent budget must refuse, not lift the cap
-        raise Damaged(f"{what}: the recording's decode budget is spent")
-    z = zlib.decompressobj(zdict=zdict) if zdict else zlib.decompressobj()
-    try:
-        raw = z.decompress(data, limit)
-    except zlib.error as e:  # (its text says which: not zlib, or not the dictionary it names)
-        raise Damaged(f"{what} is not deflated data ({e})") from None
-    if z.unconsumed_tail or not z.eof:
-        raise Damaged(f"{what} too large or cut short")
-    return raw
-
-
-def bounded_json(text: str | bytes, limit: int, what: str) -> object:
-    """A JSON text decoded where it is at most ``limit`` long (its objects are then at most limit/2,
-    its nesting bounded by the decoder's recursion guard); anything else raises Damaged."""
-    if len(text) > limit:
-        raise Damaged(f"{what} too large")
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        raise Damaged(f"{what} is not JSON") from None
-
-
-def _inflate_host(blob: bytes, prev: bytes | None) -> bytes:
-    """A host blob's JSON (at most HOST_JSON_MAX); a chained blob names (by Adler-32) the JSON it
-    was deflated against: zlib refuses a dictionary whose Adler-32 is not that one."""
-    if not isinstance(blob, bytes):
-        raise Damaged("host data is not a blob")
-    if len(blob) < 6 or not blob[1] & 0x20:  # no preset dictionary (FDICT): stands alone
-        return inflate(blob, HOST_JSON_MAX, "host data")
-    if prev is None:
-        raise Damaged("a host sample's predecessor is missing")
-    return inflate(blob, HOST_JSON_MAX, "host data", prev)
-
-
 def host_figures(t: float, raw: bytes, cpu: bool = False) -> tuple[tuple, list[tuple]]:
     """A host sample's rows of the ``host`` and ``host_proc`` block streams: iowait and its count of
     processes; each process's pid, CPU, parent GPU process, name and state. The values are its JSON's
-    as a reader decodes it (``_host_from_blob``), so the two copies cannot disagree; a sample a reader
+    as a reader decodes it (``host_from_blob``), so the two copies cannot disagree; a sample a reader
     would refuse, or one with a name that has no TEXT form (bad UTF-8 kept as surrogates), has none
     (procs -1: a report decodes its JSON). ``cpu``: the host row as WRITTEN_STREAMS holds it, the mean
     of the sample's CPU %s last (NaN where it has none)."""
     try:
-        h = _host_from_blob(raw)
-    except _DECODE_ERRORS:
+        h = host_from_blob(raw)
+    except DECODE_ERRORS:
         return (t, 0.0, -1, math.nan)[: 3 + cpu], []
     rows = [(t, *_FIGURES(p)) for p in h.procs]
     if not all(_utf8(r[j]) for r in rows for j in _TEXTS):
@@ -492,7 +269,7 @@ def host_figure_rows(db: sqlite3.Connection, cpu: bool = False) -> tuple[list[tu
     procs: list[tuple] = []
     prev = None
     for t, blob in db.execute("SELECT t, data FROM host ORDER BY t"):
-        prev = _inflate_host(blob, prev)
+        prev = inflate_host(blob, prev)
         row, rows = host_figures(t, prev, cpu)
         load.append(row)
         procs += rows
@@ -509,135 +286,6 @@ def _series_blob(c: SeriesChunk) -> bytes:
     v = np.round(np.asarray(c.v, dtype=np.float64) * scale).astype(np.int64)
     steps = np.concatenate([np.diff(t, prepend=0), np.diff(v, prepend=0)]).astype(np.int32)
     return SERIES_V2 + zlib.compress(steps.tobytes(), 6)
-
-
-def _series_data(metric: str, data: bytes):
-    """(time offsets, values) of a series blob, either encoding, as numpy arrays."""
-    import numpy as np
-
-    if not isinstance(data, bytes):
-        raise Damaged("series data is not a blob")
-    if data[:1] != SERIES_V2:
-        if len(data) > SERIES_RAW_MAX:
-            raise Damaged("series data too large")
-        a = np.frombuffer(data, dtype=np.float32).reshape(-1, 2)
-        return a[:, 0].astype(np.float64), a[:, 1]
-    steps = np.frombuffer(inflate(data[1:], SERIES_RAW_MAX, "series data"), dtype=np.int32).reshape(2, -1)
-    scale = BY_NAME[metric].scale if metric in BY_NAME else 1000.0
-    return np.cumsum(steps[0]) / 1e3, np.cumsum(steps[1]) / scale
-
-
-def _host_from_blob(raw: bytes) -> HostSample:
-    """A HostSample from a host blob's JSON (``_inflate_host``), every field type-checked."""
-    d = host_json(raw)  # a process's bad UTF-8 name stays readable
-    if isinstance(d, dict) and isinstance(d.get("procs"), list):  # before argv was recorded
-        d["procs"] = [
-            {**p, "argv": p["cmdline"].split()}
-            if isinstance(p, dict) and "argv" not in p and isinstance(p.get("cmdline"), str)
-            else p
-            for p in d["procs"]
-        ]
-    return cast(HostSample, _record(HostSample, d, "host", {"numa": NumaNode, "procs": ProcSample}))
-
-
-# a number json.loads reads that _float or _int could refuse (not finite, or past their ranges) has an
-# exponent or 19 digits in a row in the text, or is NaN / Infinity: none, and every number of the
-# blob is finite and under 1e18 (the text with every digit made 0 is searched: a C substring search)
-_ZEROS = bytes.maketrans(b"123456789E", b"000000000e")  # digits made 0, E made e
-
-
-def _number_shape(raw: bytes) -> bytes | None:
-    """The text with each run of digits made one 0 (its shape: the same shape, the same JSON types
-    everywhere, exponents being refused), or None where a number could be out of _float's or _int's
-    range."""
-    z = raw.translate(_ZEROS)
-    if b"0e" in z or b"0" * 19 in z or b"NaN" in raw or b"Infinity" in raw:
-        return None
-    return b"0".join(filter(None, z.split(b"0")))  # a blob starts with { and ends with }
-
-
-_ELEMENT: dict[str, frozenset[type]] = {
-    "tuple[float, ...]": frozenset({float}),
-    "tuple[int, ...]": frozenset({int}),
-    "tuple[str, ...]": frozenset({str}),
-}
-
-
-@functools.cache
-def _shape(cls: type) -> tuple:
-    """(field names in order, the allowed tuples of JSON value types, (field, element types or a
-    nested class) of each list field) of a model dataclass as asdict + json.dumps write it."""
-    names: list[str] = []
-    variants: list[tuple] = [()]
-    lists: list[tuple[int, object]] = []
-    for i, f in enumerate(fields(cls)):
-        ann = str(f.type)
-        names.append(f.name)
-        opts: tuple = {"float": (float,), "int": (int,), "str": (str,), "int | None": (int, type(None))}.get(
-            ann, (list,)
-        )
-        variants = [v + (o,) for v in variants for o in opts]
-        if ann == "tuple[float, float, float]":
-            lists.append((i, 3))
-        elif ann in _ELEMENT:
-            lists.append((i, _ELEMENT[ann]))
-        elif ann.startswith("tuple["):
-            lists.append((i, {"tuple[NumaNode, ...]": NumaNode, "tuple[ProcSample, ...]": ProcSample}[ann]))
-        elif ann not in ("float", "int", "str", "int | None"):
-            raise TypeError(f"no shape for {cls.__name__}.{f.name}")
-    return tuple(names), frozenset(variants), tuple(lists)
-
-
-def _typed(cls: type, items: list | tuple) -> bool:
-    """Whether each item holds exactly the fields of ``cls`` in order, each of its canonical JSON type."""
-    names, variants, lists = _shape(cls)
-    for d in items:
-        if type(d) is not dict or tuple(d) != names:
-            return False
-        vals = tuple(d.values())
-        if tuple(map(type, vals)) not in variants:
-            return False
-        for i, kind in lists:
-            v = vals[i]
-            if kind == 3:
-                if len(v) != 3 or not set(map(type, v)) <= _FLOAT:
-                    return False
-            elif isinstance(kind, frozenset):
-                if not set(map(type, v)) <= kind:
-                    return False
-            elif not _typed(kind, v):
-                return False
-    return True
-
-
-_FLOAT = frozenset({float})
-
-
-def plain_host(raw: bytes, shapes: set[bytes] | None = None) -> dict | None:
-    """A host blob's JSON (``_inflate_host``) as a dict when it is as this version writes it: every
-    field of its canonical type, every number finite and under 1e18. ``_host_from_blob`` accepts
-    such a sample unchanged (lists become tuples), so its values can be read straight from the dict
-    (memtop.analysis.colscan does, to skip building a HostSample per sample); None for anything else.
-    ``shapes``: the shapes (``_number_shape``) of samples found so already, kept across calls: a
-    sample of one of them has the same types, and is not checked again."""
-    shape = _number_shape(raw)
-    if shape is None:
-        return None
-    d = host_json(raw)
-    if shapes is not None and shape in shapes:
-        return d  # type: ignore[return-value]  # the shape of a dict of these types
-    if not _typed(HostSample, (d,)):
-        return None
-    if shapes is not None:
-        if len(shapes) > 64:  # a few shapes in a run (process lists); never many kept
-            shapes.clear()
-        shapes.add(shape)
-    return d  # type: ignore[return-value]
-
-
-def host_json(raw: bytes) -> object:
-    """A host blob's JSON (``_inflate_host``) decoded as ``_host_from_blob`` decodes it."""
-    return json.loads(raw.decode("utf-8", "surrogateescape"))
 
 
 def deflated_json(value: object) -> bytes:
@@ -691,35 +339,9 @@ def stack_blob(key: tuple, text: bytes, recent: deque[_Stack]) -> tuple[bytes, _
     return alone, None
 
 
-# a deflated caps or stack row inflates to at most this (real ones: ~1 KB of caps, stacks up to ~16 KB)
-JSON_ROW_MAX = 1 << 20
-
-
-def json_text(data: object, what: str, rec: Recording | None = None, zdict: bytes = b"") -> str:
-    """A JSON column's text as stored: text (schemas 1, 2) or deflated (schema 3; a stack of schema 4
-    against its base's text, ``zdict``), inflated to at most JSON_ROW_MAX and, with ``rec``, within
-    what is left of its budget (``Recording.inflate_left``: rows that repeat one text deflate a
-    thousandfold, and readers keep what they decode); anything else raises Damaged."""
-    if not isinstance(data, bytes):
-        return _short(data, JSON_ROW_MAX, what)
-    limit = JSON_ROW_MAX if rec is None else max(0, min(JSON_ROW_MAX, rec.inflate_left))
-    raw = inflate(data, limit, what, zdict)
-    if rec is not None:
-        rec.inflate_left -= len(raw)
-    return raw.decode()
-
-
 def _caps_blob(caps: tuple[Capability, ...]) -> bytes:
     """Schema 3 deflates caps: a row repeats every watched process's entry (~1 KB of JSON)."""
     return deflated_json([[c.source, c.name, c.state.value, c.detail, c.fix] for c in caps])
-
-
-def _caps_from_json(data: str | bytes, rec: Recording | None = None) -> tuple[Capability, ...]:
-    out = []
-    for c in _seq(json.loads(json_text(data, "caps", rec)), "caps"):
-        s, n, st, d, f = (_str(x, "caps") for x in _seq(c, "caps"))
-        out.append(Capability(s, n, CapState(st), d, f))
-    return tuple(out)
 
 
 _SIDE_FILES = ("-wal", "-shm", "-journal")  # SQLite's files beside a database
@@ -1293,10 +915,10 @@ class Recording:
         out, bad = [], 0
         for r in self._rows("SELECT t0, t1, label, name, facts FROM marker"):
             try:
-                t0, t1 = _num(r[0], "marker t0"), _num(r[1], "marker t1")
-                label = _short(r[2], NAME_MAX, "marker label")
-                name = label if r[3] is None else _short(r[3], NAME_MAX, "marker name")
-                facts = "" if r[4] is None else _short(r[4], FIELD_MAX, "marker facts")
+                t0, t1 = finite_number(r[0], "marker t0"), finite_number(r[1], "marker t1")
+                label = short_string(r[2], NAME_MAX, "marker label")
+                name = label if r[3] is None else short_string(r[3], NAME_MAX, "marker name")
+                facts = "" if r[4] is None else short_string(r[4], FIELD_MAX, "marker facts")
             except Damaged:
                 bad += 1
                 continue
@@ -1312,8 +934,10 @@ class Recording:
         if fr is None:
             try:
                 fr = tuple(
-                    StackFrame(_str(n, "function"), _str(f, "file"), _int(ln, "line"), _str(c, "code"))
-                    for n, f, ln, c in _seq(json.loads(self._stack_text(sid)), "stack")
+                    StackFrame(
+                        string(n, "function"), string(f, "file"), integer(ln, "line"), string(c, "code")
+                    )
+                    for n, f, ln, c in sequence(json.loads(self._stack_text(sid)), "stack")
                 )
             except (ValueError, TypeError, RecursionError):
                 fr = ()
@@ -1353,11 +977,11 @@ class Recording:
             return ""
         if isinstance(v, str):
             return v
-        nid = _int(v, "thread name")
+        nid = integer(v, "thread name")
         name = self._names.get(nid)
         if name is None:
             row = self._has_names and self._one("SELECT text FROM thread_name WHERE id=?", (nid,))
-            name = self._names[nid] = _str(row and row[0], "thread name")
+            name = self._names[nid] = string(row and row[0], "thread name")
         return name
 
     def note(self, text: str) -> None:
@@ -1374,6 +998,33 @@ class Recording:
                 self._frames_of(sid), bool(active), bool(gil)
             )
         return k
+
+    def stack_sample(self, r: tuple | list) -> StackSample:
+        """One py-spy dump from all its stack_sample rows, as STACK_SQL gives them (memtop.storage.parts
+        reads them); raises one of DECODE_ERRORS when damaged."""
+        t, pid = finite_number(r[0][0], "stack t"), integer(r[0][1], "stack pid")
+        for row in r:
+            # the stored class is never read (classes come from today's rules): not checked
+            for v, check in ((row[2], integer), (row[8], string)):
+                if v is not None:
+                    check(v, "stack row")
+        if r[0][8] is not None:
+            return StackSample(t, pid, (), r[0][8])
+        return StackSample(
+            t,
+            pid,
+            tuple(
+                ThreadStack(
+                    tid,
+                    self._thread_name(name),
+                    bool(active),
+                    bool(gil),
+                    self._frames_of(sid),
+                    self._klass(sid, active, gil),
+                )
+                for _, _, tid, name, active, gil, _, sid, _ in r
+            ),
+        )
 
     # rows -> parts
     @functools.cached_property
@@ -1437,7 +1088,7 @@ class Recording:
                     health[g] = health_of(t, v)
                 elif kind == 1:
                     links[g] = _link(v)
-            except _DECODE_ERRORS:
+            except DECODE_ERRORS:
                 self.note("damaged health data skipped")
                 continue
             if t >= lo:  # (earlier rows only set the state the range starts with)
@@ -1520,7 +1171,7 @@ class Recording:
         if start is not None:
             try:
                 self._seed(st, lo, reader.seed_rows(self, lo, names))
-            except _DECODE_ERRORS as e:  # (a damaged host blob's length, a time that is no number)
+            except DECODE_ERRORS as e:  # (a damaged host blob's length, a time that is no number)
                 raise UserError(f"{self.path} is damaged or truncated ({type(e).__name__}: {e})") from None
         # parts sampled just before the first frame belong to it
         plo = float("-inf") if start is None else lo
@@ -1555,7 +1206,7 @@ class Recording:
         ]
         if "stack" not in skip:
             streams.append((1, 8, "stack", _Ahead(parts.frame_parts(self, "stack", plo, hi))))
-        q = self._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {_SANE_T} ORDER BY t", (lo, hi))
+        q = self._q(f"SELECT t FROM frame WHERE t>=? AND t<=? AND {SANE_T} ORDER BY t", (lo, hi))
         streams.append((2, 9, "frame", _Ahead(_batches(q))))
         # the streams are read READ_WINDOW_S at a time and a window's rows are sorted together: the
         # same order as merging them row by row (a stable sort keeps a stream's own order), at a
@@ -1605,7 +1256,7 @@ class Recording:
         for row in gpu_rows:
             st.apply(self, "gpu", row)
         # the newest host sample, decoded from the stand-alone blob its chain starts at
-        got, st.host_raw = parts.hosts(self, parts.host_rows(self, t, t, t), _host_from_blob)
+        got, st.host_raw = parts.hosts(self, parts.host_rows(self, t, t, t), host_from_blob)
         if got:
             st.host = got[-1][2]
         for r in parts.caps_rows(self, t, t, t):
@@ -1631,7 +1282,7 @@ class Recording:
             return []
         rows = self._rows(
             "SELECT t, gpu, data FROM proc_util WHERE typeof(gpu) = 'integer' AND "
-            f"{_SANE_T} AND t <= ? ORDER BY gpu, t",
+            f"{SANE_T} AND t <= ? ORDER BY gpu, t",
             (hi,),
         )
         # of the rows at or before lo, each GPU's last (the next row is a later one, or another GPU's)
@@ -1644,7 +1295,7 @@ class Recording:
 
     def seek(self, t: float) -> Frame:
         """The Frame at (or just before) time t."""
-        r = self._one(f"SELECT t FROM frame WHERE t<=? AND {_SANE_T} ORDER BY t DESC LIMIT 1", (t,))
+        r = self._one(f"SELECT t FROM frame WHERE t<=? AND {SANE_T} ORDER BY t DESC LIMIT 1", (t,))
         ft = r[0] if r else self.t0
         return next(self.frames(start=ft, end=ft))
 
@@ -1780,50 +1431,6 @@ def _processes(text: object) -> tuple[GpuProcess, ...]:
     return tuple(out)
 
 
-def host_chain(rows: Callable[[str, tuple], list], t: float) -> list[tuple[float, bytes]]:
-    """The host rows (t, blob) from the stand-alone blob the newest one at or before t is deflated
-    against, to it (``rows`` runs a query: a Recording's, or a reader's own)."""
-    chain = rows("SELECT t, data FROM host WHERE t<=? ORDER BY t DESC LIMIT ?", (t, HOST_KEY_EVERY))
-    start = next((i for i, r in enumerate(chain) if len(r[1]) < 2 or not r[1][1] & 0x20), len(chain) - 1)
-    return list(reversed(chain[: start + 1]))
-
-
-def stack_sample(rec: Recording, r: tuple | list) -> StackSample:
-    """One py-spy dump from all its stack_sample rows (raises one of _DECODE_ERRORS when damaged)."""
-    t, pid = _num(r[0][0], "stack t"), _int(r[0][1], "stack pid")
-    for row in r:
-        # the stored class is never read (classes come from today's rules): not checked
-        for v, check in ((row[2], _int), (row[8], _str)):
-            if v is not None:
-                check(v, "stack row")
-    if r[0][8] is not None:
-        return StackSample(t, pid, (), r[0][8])
-    return StackSample(
-        t,
-        pid,
-        tuple(
-            ThreadStack(
-                tid,
-                rec._thread_name(name),
-                bool(active),
-                bool(gil),
-                rec._frames_of(sid),
-                rec._klass(sid, active, gil),
-            )
-            for _, _, tid, name, active, gil, _, sid, _ in r
-        ),
-    )
-
-
-def perf_sample(r: tuple) -> PerfSample:
-    """A perf row (t, pid, rates as JSON) decoded (raises one of _DECODE_ERRORS when damaged)."""
-    data = r[2] if isinstance(r[2], str | bytes) else _str(r[2], "perf")
-    rates = tuple(
-        (_str(k, "perf"), _num(v, "perf")) for k, v in _seq(bounded_json(data, FIELD_MAX, "perf"), "perf")
-    )
-    return PerfSample(_num(r[0], "perf t"), _int(r[1], "perf pid"), rates)
-
-
 class _State:
     """Newest part of each source while reading; becomes a Frame at each frame time."""
 
@@ -1853,11 +1460,11 @@ class _State:
         """Decode one stored part; a damaged one is missing data and a note, never an exception."""
         try:
             if kind in ("gpu", "gpu_state", "series", "health", "proc_util"):
-                _int(r[1], "GPU index")  # a text index would not sort with the others
+                integer(r[1], "GPU index")  # a text index would not sort with the others
             if kind == "note":  # (a GPU row's values: memtop.storage.reader checked them)
-                _short(r[1], NAME_MAX, "note")
+                short_string(r[1], NAME_MAX, "note")
             self._apply(rec, kind, r)
-        except _DECODE_ERRORS:
+        except DECODE_ERRORS:
             rec.note(f"damaged {kind} data skipped")
 
     def _apply(self, rec: Recording, kind: str, r: tuple) -> None:
@@ -1877,7 +1484,7 @@ class _State:
             if g is not None:
                 self.gpus[r[1]] = replace(g, health=h)
         elif kind == "proc_job":
-            _int(r[1], "pid")
+            integer(r[1], "pid")
             if len(self.jobs) > 4096:  # processes come and go over a long run
                 self.jobs.clear()
             self.jobs[r[1]] = ProcJob(r[1], proc_job_of(r[2]))
@@ -1888,7 +1495,7 @@ class _State:
             if g is not None:
                 self.gpus[r[1]] = replace(g, proc_util=self.putil[r[1]])
         elif kind == "series":
-            dt, v = _series_data(r[2], r[3])
+            dt, v = series_data(r[2], r[3])
             self.series.append(SeriesChunk(r[1], r[2], tuple((dt + r[0]).tolist()), tuple(v.tolist())))
         elif kind == "host":  # (these four decoded by memtop.storage.parts)
             self.host = r[1]
@@ -1952,23 +1559,11 @@ def read_markers(path: str | Path) -> list[Marker]:
             d = json.loads(line)
             if not isinstance(d, dict):
                 raise Damaged("not a JSON object")
-            t0, t1 = _num(d.get("t0"), "t0"), _num(d.get("t1"), "t1")
-            label = _str(d.get("label"), "label")
-            name = _str(d.get("name", label), "name")
+            t0, t1 = finite_number(d.get("t0"), "t0"), finite_number(d.get("t1"), "t1")
+            label = string(d.get("label"), "label")
+            name = string(d.get("name", label), "name")
             facts = json.dumps(d.get("facts", {}), allow_nan=False)
         except (ValueError, RecursionError) as e:
             raise UserError(f"{path} line {no}: not a marker ({e})") from None
         out.append(Marker(t0, t1, label, name, facts))
     return out
-
-
-# The decoding API for the reader by columns (memtop.analysis.colscan), which reads a recording's rows as arrays
-# and must decode and refuse a part exactly as the Frames' reader here does: this module's own
-# functions, by public names (one definition each, above).
-DECODE_ERRORS = _DECODE_ERRORS
-SANE_T = _SANE_T
-caps_from_json = _caps_from_json
-host_from_blob = _host_from_blob
-inflate_host = _inflate_host
-finite_number = _num
-record_of = _record
