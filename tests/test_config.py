@@ -15,6 +15,7 @@ import pytest
 from conftest import REC
 from memtop.tui.app import MemtopApp
 from memtop.tui.timeline import Timeline
+from pilots import until
 
 from memtop import config
 from memtop.cli import build_parser
@@ -125,9 +126,10 @@ async def test_a_choice_that_cannot_be_saved_is_said_and_the_app_goes_on(tmp_pat
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         await pilot.press("l")
-        await pilot.pause()
-        assert app.is_running and app.query_one("#timeline", Timeline).letters
-        assert any("letters not saved" in str(n.message) for n in app._notifications)
+        said = await until(
+            pilot, lambda: any("letters not saved" in str(n.message) for n in app._notifications)
+        )
+        assert said and app.is_running and app.query_one("#timeline", Timeline).letters
 
 
 async def test_the_config_is_never_written_through_a_link(tmp_path, monkeypatch):

@@ -219,7 +219,10 @@ def test_every_size_and_terminal_with_a_few_keys(tmux, variant):
             if shown is None:
                 pane = tmux.pane(name)
             else:
-                pane = _until(tmux, name, lambda p, b=before[name], f=shown: f(p, b))  # type: ignore[operator]
+                if keys == ["n"]:
+                    pane = _next_change(tmux, name, before[name])
+                else:
+                    pane = _until(tmux, name, lambda p, b=before[name], f=shown: f(p, b))  # type: ignore[operator]
                 assert shown(pane, before[name]), f"{name} after {keys}:\n{pane}"  # type: ignore[operator]
             _alive(pane, f"{name} after {keys}")
             before[name] = pane
@@ -243,6 +246,21 @@ def _paused_at(tmux: Tmux, name: str, when: str) -> None:
     at = f"0:{int(m):02d}:{sec}/"
     pane = _until(tmux, name, lambda p: "Go to" not in p and "⏸ " in _top(p) and at in _top(p))
     assert "Go to" not in pane and "⏸ " in _top(pane) and at in _top(pane), f"{name}: not at {when}:\n{pane}"
+
+
+def _next_change(tmux: Tmux, name: str, before: str) -> str:
+    """The pane once `n` has moved the replay. Until the recording's phase changes are read (a scan in
+    the background, long on a loaded machine) `n` says "still reading the recording" and stays: the
+    key is pressed again, each time the notice has been read."""
+    end = time.monotonic() + 120.0
+    while True:
+        pane = _until(
+            tmux, name, lambda p: _position(p) not in (None, _position(before)) or "still reading" in p
+        )
+        if _position(pane) not in (None, _position(before)) or time.monotonic() > end:
+            return pane
+        time.sleep(2.0)
+        tmux.keys(name, "n")
 
 
 def _top(pane: str) -> str:

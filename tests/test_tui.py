@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -11,6 +10,7 @@ from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp
 from memtop.tui.tiles import TextPanel
 from memtop.tui.timeline import Timeline
 from multigpu import multi_gpu
+from pilots import until
 from rich.text import Text
 from textual import events
 from textual.app import App
@@ -120,16 +120,6 @@ async def test_resize_degrades_without_crashing():
         assert app.is_running
 
 
-async def _until(pilot, cond, timeout: float = 60.0) -> bool:
-    """Waits on ``cond`` (a bound for a loaded machine, not a pace)."""
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        await pilot.pause(0.05)
-    return True
-
-
 async def test_replay_controls_pause_seek_speed_next_phase():
     """The keys reach the replay; its pace at a speed is test_replay_paces_... (a virtual clock)."""
     rec = Recording(REC[0])
@@ -138,9 +128,9 @@ async def test_replay_controls_pause_seek_speed_next_phase():
     step = max(b.t - a.t for a, b in zip(_frames(), _frames()[1:50]))  # the recording's frame interval
     app = MemtopApp(pipe, src, hangup_guard=False, paint_rate=4)
     async with app.run_test(size=(160, 45)) as pilot:
-        assert await _until(pilot, lambda: pipe.status.position > 8)
+        assert await until(pilot, lambda: pipe.status.position > 8)
         await pilot.press("space")
-        assert await _until(pilot, lambda: pipe.status.paused)
+        assert await until(pilot, lambda: pipe.status.paused)
         p0 = src.position
         await pilot.pause(0.5)
         # paused really stops: at most the Frame already being waited for when space came
@@ -150,9 +140,9 @@ async def test_replay_controls_pause_seek_speed_next_phase():
         assert src.position >= p0 + 9
         before = src.position
         await pilot.press("n")
-        assert await _until(pilot, lambda: src.position > before)
+        assert await until(pilot, lambda: src.position > before)
         await pilot.press("home")
-        assert await _until(pilot, lambda: src.position < before)
+        assert await until(pilot, lambda: src.position < before)
         await pilot.press("plus")
         assert src.speed == 32
         await pilot.press("minus", "minus")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 
 import pytest
 from conftest import REC
 from memtop.tui.app import KEYS, HelpScreen, JumpScreen, MemtopApp
 from memtop.tui.overview import Overview, cells
 from memtop.tui.tiles import TextPanel
+from pilots import until
 
 from memtop.live.pipeline import Pipeline, ReplaySource, Status
 from memtop.storage.store import Recording
@@ -41,15 +41,6 @@ def _replay(speed: float = 1.0) -> tuple[Pipeline, ReplaySource]:
     rec = Recording(REC[2])
     pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
     return pipe, ReplaySource(rec, pipe, speed=speed, fast_runs=phase_runs)
-
-
-async def _until(pilot, cond, timeout: float = 30.0) -> bool:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            return False
-        await pilot.pause(0.05)
-    return True
 
 
 def _app_keys(app: MemtopApp) -> set[str]:
@@ -159,23 +150,23 @@ async def test_replay_navigation_pages_ends_jump_and_phase_changes():
     app = MemtopApp(pipe, src, hangup_guard=False)
     d = src.duration
     async with app.run_test(size=(120, 40)) as pilot:
-        assert await _until(pilot, lambda: src.scanned)
+        assert await until(pilot, lambda: src.scanned)
         await pilot.press("space")
-        assert await _until(pilot, lambda: src.paused)
+        assert await until(pilot, lambda: src.paused)
         # from the start, shown: the replay is parked there (where it was when space came is a race
         # with the Frame it was waiting for)
         await pilot.press("home")
-        assert await _until(pilot, lambda: pipe.frame is not None and pipe.frame.t - src.rec.t0 < 0.2)
+        assert await until(pilot, lambda: pipe.frame is not None and pipe.frame.t - src.rec.t0 < 0.2)
         await pilot.press("pagedown", "pagedown")
-        assert await _until(pilot, lambda: abs(pipe.status.position - 2 * d / 10) < 0.2)
+        assert await until(pilot, lambda: abs(pipe.status.position - 2 * d / 10) < 0.2)
         await pilot.press("pageup")
-        assert await _until(pilot, lambda: abs(pipe.status.position - d / 10) < 0.2)
+        assert await until(pilot, lambda: abs(pipe.status.position - d / 10) < 0.2)
         await pilot.press("end")
-        assert await _until(pilot, lambda: pipe.status.position > d - 0.2)
+        assert await until(pilot, lambda: pipe.status.position > d - 0.2)
         await pilot.press("home")
-        assert await _until(pilot, lambda: pipe.status.position < 0.2)
+        assert await until(pilot, lambda: pipe.status.position < 0.2)
         # paused, the seek shows the Frame it landed on (not an empty "waiting for data" screen)
-        assert await _until(pilot, lambda: pipe.frame is not None and pipe.frame.t - src.rec.t0 < 0.2)
+        assert await until(pilot, lambda: pipe.frame is not None and pipe.frame.t - src.rec.t0 < 0.2)
         await pilot.pause(0.5)
         assert src.paused and pipe.status.position < 0.2  # and stays paused there
         await pilot.press("t", *"9:00:00", "enter")  # past the end: says so, stays
@@ -191,16 +182,16 @@ async def test_replay_navigation_pages_ends_jump_and_phase_changes():
         )
         await pilot.press("backspace", *"1:05", "enter")
         assert not isinstance(app.screen, JumpScreen)
-        assert await _until(pilot, lambda: abs(pipe.status.position - 65) < 0.2)
+        assert await until(pilot, lambda: abs(pipe.status.position - 65) < 0.2)
         # n lands where the label flips: the row there shows the new label
         runs = src.phase_runs[0]
         await pilot.press("n")
         nxt = next((t, lab) for t, lab in runs if t > 65.05)
-        assert await _until(pilot, lambda: abs(pipe.status.position - nxt[0]) < 0.2)
-        assert await _until(pilot, lambda: pipe.view().labels[0][-1].label == nxt[1])
+        assert await until(pilot, lambda: abs(pipe.status.position - nxt[0]) < 0.2)
+        assert await until(pilot, lambda: pipe.view().labels[0][-1].label == nxt[1])
         await pilot.press("N")
         prev = [t for t, _ in runs[1:] if t < nxt[0] - 0.3][-1]
-        assert await _until(pilot, lambda: abs(pipe.status.position - prev) < 0.2)
+        assert await until(pilot, lambda: abs(pipe.status.position - prev) < 0.2)
         await pilot.press("escape", "q")
     assert app.return_code == 0
 
@@ -375,17 +366,17 @@ async def test_a_seek_while_paused_repaints_every_panel():
     pipe, src = _replay()
     app = MemtopApp(pipe, src, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        assert await _until(pilot, lambda: src.scanned)
+        assert await until(pilot, lambda: src.scanned)
         await pilot.press("space")
-        assert await _until(pilot, lambda: src.paused)
+        assert await until(pilot, lambda: src.paused)
         await pilot.pause(0.5)
         stacks_painted = []
         update = app._update_stacks
         app._update_stacks = lambda *a: (stacks_painted.append(pipe.status.position), update(*a))
         app._paints = 0  # the next paint is an odd one, which alone would skip the slow panels
         await pilot.press("end")
-        assert await _until(pilot, lambda: pipe.status.position > src.duration - 0.2)
-        assert await _until(pilot, lambda: any(p > src.duration - 0.2 for p in stacks_painted))
+        assert await until(pilot, lambda: pipe.status.position > src.duration - 0.2)
+        assert await until(pilot, lambda: any(p > src.duration - 0.2 for p in stacks_painted))
         await pilot.press("q")
 
 
@@ -472,9 +463,9 @@ async def test_strip_and_band_draw_a_phase_alike_and_the_axis_counts_from_the_st
     pipe, src = _replay()
     app = MemtopApp(pipe, src, hangup_guard=False, ascii_only=ascii_only, no_color=no_color)
     async with app.run_test(size=(120, 40)) as pilot:
-        assert await _until(pilot, lambda: src.scanned)
+        assert await until(pilot, lambda: src.scanned)
         await pilot.press("space", "t", *"1:30", "enter")
-        assert await _until(pilot, lambda: abs(pipe.status.position - 90) < 0.2)
+        assert await until(pilot, lambda: abs(pipe.status.position - 90) < 0.2)
         await pilot.pause(0.5)
         strip = app.query_one(Overview)
         text = strip.render_line(0).text
@@ -552,7 +543,7 @@ async def test_a_native_dump_asked_for_shows_whole_on_its_own_screen_when_it_com
         pipe.on_frame(replace(f, stacks=(replace(dump, pid=pid, t=f.t),)))
         plain = replace(real, pid=pid, t=frames[602].t)  # the next sample, at once
         pipe.on_frame(replace(frames[602], stacks=(plain,)))
-        assert await _until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         text = app.screen.text.plain
         assert f"Native stack dump of {pid}" in text
         first = real.threads[0].frames[0].name
@@ -563,14 +554,14 @@ async def test_a_native_dump_asked_for_shows_whole_on_its_own_screen_when_it_com
         await pilot.press("s")
         pipe.on_frame(replace(frames[603], stacks=(failed,)))
         # waited for, not paused for: a loaded machine paints the failure's notice later than 1.2 s
-        assert await _until(
+        assert await until(
             pilot, lambda: any("permission denied" in str(n.message) for n in app._notifications)
         )
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("s")  # and a dump that never comes is given up on, said once
         for f in frames[604:760]:
             pipe.on_frame(replace(f, stacks=(plain,)))
-        assert await _until(pilot, lambda: app._native_asked is None)
+        assert await until(pilot, lambda: app._native_asked is None)
         assert any("no native dump" in str(n.message) for n in app._notifications)
 
 
@@ -580,13 +571,13 @@ async def test_a_resize_under_the_help_screen_leaves_the_app_alive_and_laid_out_
     pipe, src = _replay()
     app = MemtopApp(pipe, src, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        assert await _until(pilot, lambda: app.view is not None)
+        assert await until(pilot, lambda: app.view is not None)
         await pilot.press("question_mark")
-        assert await _until(pilot, lambda: app.screen is not app.screen_stack[0])
+        assert await until(pilot, lambda: app.screen is not app.screen_stack[0])
         await pilot.resize_terminal(80, 24)
         await pilot.pause(0.3)
         await pilot.press("escape")
-        assert await _until(pilot, lambda: app.screen is app.screen_stack[0])
+        assert await until(pilot, lambda: app.screen is app.screen_stack[0])
         await pilot.resize_terminal(100, 30)
-        assert await _until(pilot, lambda: app._laid_out is not None and app._laid_out[1].width == 100)
+        assert await until(pilot, lambda: app._laid_out is not None and app._laid_out[1].width == 100)
         assert app.is_running
