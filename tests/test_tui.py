@@ -57,20 +57,21 @@ def test_snapshot_ascii(snap_compare):
 async def test_help_gpu_switch_zoom_and_quit():
     app = _app(8)
     async with app.run_test(size=(200, 50)) as pilot:
+        # (a key reaches the app a loop turn after press() returns on a loaded machine: each is waited on)
         await pilot.press("question_mark")
-        assert isinstance(app.screen, HelpScreen)
+        assert await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         await pilot.press("escape")
-        assert not isinstance(app.screen, HelpScreen)
+        assert await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
         assert app.gpu == 0
         await pilot.press("g", "g")
-        assert app.gpu == 2
+        assert await until(pilot, lambda: app.gpu == 2)
         await pilot.press("G")
-        assert app.gpu == 1
+        assert await until(pilot, lambda: app.gpu == 1)
         tl = app.query_one(Timeline)
         await pilot.press("z")
-        assert tl.span_s == 60
+        assert await until(pilot, lambda: tl.span_s == 60)
         await pilot.press("Z", "Z")
-        assert tl.span_s == 240
+        assert await until(pilot, lambda: tl.span_s == 240)
         await pilot.press("q")
     assert app.return_code == 0
 
