@@ -65,11 +65,9 @@ from memtop.core.model import (
 from memtop.core.records import Gap
 from memtop.progress import Progress
 from memtop.storage import parts, reader
-from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.colblock import NULL
 from memtop.storage.parts import Blobs
 from memtop.storage.store import (
-    BLOCK_STREAMS,
-    BLOCK_TABLES,
     DECODE_ERRORS,
     GPU_MODES,
     HOST_PROC_FIELDS,
@@ -608,7 +606,7 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
     """The sane Frame times in [lo, hi] in order, from the column blocks where they reach, else as
     ``SELECT t FROM frame WHERE t>=? AND t<=? AND SANE_T ORDER BY t`` gives them."""
-    blocks = Blocks(rec.db, "frame", BLOCK_STREAMS["frame"], BLOCK_TABLES["frame"])
+    blocks = rec.blocks("frame")
     if blocks.end > hi and (got := blocks.read(lo, hi)) is not None:
         t = got["t"]
         if (np.diff(t) > 0).all() and ((t > -1e12) & (t < 1e12)).all():  # (as the rows' key and SANE_T)

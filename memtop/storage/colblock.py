@@ -16,6 +16,7 @@ rows alone are read.
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import json
 import math
@@ -297,6 +298,12 @@ class Blocks:
         self._index = rows
         self.end = rows[-1][2] if rows else -math.inf
         self.held = held  # the rows the blocks hold
+
+    def subset(self, columns: Columns, optional: frozenset[str] = frozenset()) -> Blocks:
+        """These blocks read as ``columns`` (some of the stream's), their index not read again."""
+        other = copy.copy(self)
+        other.columns, other.optional = columns, optional
+        return other
 
     def read(
         self,

@@ -21,7 +21,7 @@ import numpy as np
 
 from memtop.core.metrics import BY_NAME, METRICS, Metric
 from memtop.core.model import GPU_MODES, GpuSample
-from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.colblock import NULL
 
 if TYPE_CHECKING:
     from memtop.storage.store import Recording
@@ -204,7 +204,7 @@ def _block_rows(rec: Recording, plo: float, hi: float, sel: tuple[str, ...]) -> 
     """The rows of (plo, hi] from the column blocks, undecoded; None where they do not cover the span
     or are damaged."""
     layout = (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c in sel))
-    blocks = Blocks(rec.db, _BLOCK, layout, _BLOCK)
+    blocks = rec.blocks(_BLOCK).subset(layout)
     if blocks.end <= hi:
         return None
     got = blocks.read(float(np.nextafter(plo, np.inf)), hi, ordered=False)

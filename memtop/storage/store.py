@@ -61,6 +61,8 @@ from memtop.storage import colblock
 if TYPE_CHECKING:
     import numpy as np
 
+    from memtop.storage import reader
+
 # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
 # 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored; stack
 #    without its text's unique index; host a rowid table (fuller pages); caps and stack text deflated
@@ -75,7 +77,7 @@ SERIES_V2 = b"\x01"  # first byte of an integer series blob (a float32 one start
 _SANE_T = "typeof(t) IN ('real', 'integer') AND t > -1e12 AND t < 1e12"
 _T = operator.itemgetter(0)
 _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while reading Frames
-BUSY_CHUNK_S = 3600.0  # busy_means reads the GPU rows this many seconds at a time
+BUSY_CHUNK_S = 3600.0  # gpu_reads reads the GPU rows this many seconds at a time
 READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
 MAGIC = "memtop-recording"
 
@@ -1211,6 +1213,7 @@ class Recording:
         self.db, meta = _open_ro(self.path)
         self.meta, notes = _valid_meta(meta)
         self.damage: list[str] = notes  # one line per damaged part, shown with every Frame
+        self._block_index: dict[str, colblock.Blocks] = {}
         try:
             page = self.db.execute("PRAGMA page_size").fetchone()[0]
             self.size = self.db.execute("PRAGMA page_count").fetchone()[0] * page  # bytes, with its WAL's
@@ -1254,6 +1257,16 @@ class Recording:
 
     def close(self) -> None:
         self.db.close()
+
+    def blocks(self, stream: str) -> colblock.Blocks:
+        """The column blocks of ``stream`` (BLOCK_STREAMS' columns; ``Blocks.subset`` reads fewer),
+        their index read and checked once: counting an 8-hour run's GPU rows takes a tenth of a second."""
+        got = self._block_index.get(stream)
+        if got is None:
+            optional = HOST_PROC_ADDED if stream == "host_proc" else frozenset()
+            got = colblock.Blocks(self.db, stream, BLOCK_STREAMS[stream], BLOCK_TABLES[stream], optional)
+            self._block_index[stream] = got
+        return got
 
     @property
     def duration(self) -> float:
@@ -1447,36 +1460,41 @@ class Recording:
                 )
         return out
 
-    def busy_means(self, lo: float, hi: float, names: tuple[str, ...]) -> dict[int, dict[str, float | None]]:
-        """Per GPU, the mean of each named metric over its GPM samples while the graphics engine was busy
-        (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a metric the
-        recording has no column for."""
+    def gpu_reads(
+        self, lo: float, hi: float, names: tuple[str, ...]
+    ) -> tuple[dict[int, dict[str, float | None]], dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+        """What the report reads of the GPU rows besides its scan, in one read of them (an hour at a
+        time: the columns of hours of GPUs are tens of MB):
+
+        - per GPU, the mean of each named metric over its GPM samples while the graphics engine was
+          busy (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a
+          metric the recording has no column for;
+        - per GPU with an energy counter: its samples' times, the counter (J, as last read) and power
+          (W), NaN where missing (memtop.analysis.energy.split reads them)."""
         import numpy as np
 
         from memtop.storage import reader
 
-        if "graphics" not in self._gpu_columns:
-            return {}
+        busy_cols = ("graphics", *names) if "graphics" in self._gpu_columns else ()
+        energy_cols = ("energy_j", "power_w") if "energy_j" in self._gpu_columns else ()
         sums: dict[int, list] = {}  # GPU -> [samples, per name: [sum in order, count]]
+        series: dict[int, list] = {}  # GPU -> its chunks' (t, energy, power)
+        if not busy_cols and not energy_cols:
+            return {}, {}
 
         def read(a: float, b: float) -> list:
-            got = reader.columns(self, a, b, ("graphics", *names))
+            got = reader.columns(self, a, b, tuple(dict.fromkeys(busy_cols + energy_cols)))
             return [got] if len(got.t) else []
 
-        # an hour at a time: the columns of hours of GPUs are tens of MB
         for (got,) in reader.chunks(self, "gpu", _before(lo), hi, read, BUSY_CHUNK_S, BUSY_CHUNK_S):
-            busy = (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
-            for g in set(got.gpu[busy].tolist()):
-                at = busy & (got.gpu == g)
-                acc = sums.setdefault(g, [0, *([None, 0] for _ in names)])
-                acc[0] += int(at.sum())
-                for s, n in zip(acc[1:], names, strict=True):
-                    v = got.cols[n][at]
-                    v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
-                    if len(v):  # added in order, as SQLite's avg() did
-                        s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
-                        s[1] += len(v)
-        return {
+            if busy_cols:
+                _add_busy(sums, got, names)
+            for g in sorted(set(got.gpu.tolist())) if energy_cols else ():
+                at = got.gpu == g
+                series.setdefault(g, []).append(
+                    (got.t[at], got.cols["energy_j"][at], got.cols["power_w"][at])
+                )
+        busy = {
             g: {
                 "samples": acc[0],
                 **{
@@ -1486,22 +1504,12 @@ class Recording:
             }
             for g, acc in sorted(sums.items())
         }
-
-    def energy(self, lo: float, hi: float) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W),
-        NaN where missing (memtop.analysis.energy.split reads them)."""
-        from memtop.storage import reader
-
-        if "energy_j" not in self._gpu_columns:
-            return {}
-        got = reader.columns(self, _before(lo), hi, ("energy_j", "power_w"))
-        out = {}
-        for g in sorted(set(got.gpu.tolist())):
-            at = got.gpu == g
-            e, p = (got.cols[c][at] for c in ("energy_j", "power_w"))
+        energy = {}
+        for g, got in sorted(series.items()):
+            t, e, p = (np.concatenate(c) for c in zip(*got, strict=True))
             if (e == e).any():
-                out[g] = (got.t[at], e, p)
-        return out
+                energy[g] = (t, e, p)
+        return busy, energy
 
     def frames(
         self, start: float | None = None, end: float | None = None, skip: frozenset[str] = frozenset()
@@ -1674,6 +1682,23 @@ def _batches(cursor: sqlite3.Cursor) -> Iterator[list]:
 
 def _before(t: float) -> float:
     return math.nextafter(t, -math.inf)
+
+
+def _add_busy(sums: dict[int, list], got: reader.GpuCols, names: tuple[str, ...]) -> None:
+    """Adds a chunk of GPU rows' busy GPM samples to ``sums`` (``Recording.gpu_reads``)."""
+    import numpy as np
+
+    busy = (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
+    for g in set(got.gpu[busy].tolist()):
+        at = busy & (got.gpu == g)
+        acc = sums.setdefault(g, [0, *([None, 0] for _ in names)])
+        acc[0] += int(at.sum())
+        for s, n in zip(acc[1:], names, strict=True):
+            v = got.cols[n][at]
+            v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
+            if len(v):  # added in order, as SQLite's avg() did
+                s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
+                s[1] += len(v)
 
 
 class _Ahead:
