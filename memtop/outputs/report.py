@@ -117,8 +117,8 @@ class _Reads:
         rec, lo, hi = self._rec, self._lo, self._hi
         had = len(rec.damage)
         try:
-            busy, series = rec.gpu_reads(lo, hi, roofline.READS)
-            self._got = (rec.health_samples(lo, hi), series, busy)
+            got = rec.gpu_reads(lo, hi, roofline.READS)
+            self._got = (rec.health_samples(lo, hi, got.lost), got.energy, got.busy)
         except Exception as e:  # raised where the report asks for them, after the scan, as before
             self._got = e
         self._notes = rec.damage[had:]

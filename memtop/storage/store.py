@@ -1205,6 +1205,19 @@ def _valid_meta(meta: dict) -> tuple[dict, list[str]]:
     return meta, notes
 
 
+class GpuReads(NamedTuple):
+    """What the report reads of the GPU rows besides its scan (``Recording.gpu_reads``)."""
+
+    # per GPU, the mean of each named metric over its GPM samples while the graphics engine was busy
+    # (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a metric
+    # the recording has no column for
+    busy: dict[int, dict[str, float | None]]
+    # per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W),
+    # NaN where missing (memtop.analysis.energy.split reads them)
+    energy: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    lost: dict[int, float]  # per GPU lost in the range, its first lost sample's time
+
+
 class Recording:
     """A recording opened read-only. Iterate Frames, seek, read markers and metadata."""
 
@@ -1423,10 +1436,13 @@ class Recording:
         """The gpu table's columns (an older recording lacks the newer metrics')."""
         return self._gpu_columns
 
-    def health_samples(self, lo: float, hi: float) -> dict[int, list[GpuSample]]:
+    def health_samples(
+        self, lo: float, hi: float, lost: dict[int, float] | None = None
+    ) -> dict[int, list[GpuSample]]:
         """Per GPU, in time order, what its health events come from (memtop.analysis.health.HealthTracker): a
         sample at each health row (with the link of then), at each change of its PCIe link and at the
-        first time it was lost. Other figures are left out: the events read none."""
+        first time it was lost (``lost``: ``GpuReads.lost``, where read already). Other figures are
+        left out: the events read none."""
         rows: list[tuple[float, int, int, object]] = []
         if self._has_health:
             rows += [
@@ -1435,12 +1451,8 @@ class Recording:
         rows += [
             (t, g, 1, lk) for t, g, lk in self._rows("SELECT t, gpu, link FROM gpu_state WHERE t<=?", (hi,))
         ]
-        rows += [
-            (t, g, 2, None)
-            for g, t in self._rows(
-                "SELECT gpu, min(t) FROM gpu WHERE mode='lost' AND t>=? AND t<=? GROUP BY gpu", (lo, hi)
-            )
-        ]
+        lost = self.gpu_reads(lo, hi, ()).lost if lost is None else lost
+        rows += [(t, g, 2, None) for g, t in lost.items()]
         out: dict[int, list[GpuSample]] = {}
         health: dict[int, GpuHealth] = {}
         links: dict[int, PcieLink | None] = {}
@@ -1460,17 +1472,9 @@ class Recording:
                 )
         return out
 
-    def gpu_reads(
-        self, lo: float, hi: float, names: tuple[str, ...]
-    ) -> tuple[dict[int, dict[str, float | None]], dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-        """What the report reads of the GPU rows besides its scan, in one read of them (an hour at a
-        time: the columns of hours of GPUs are tens of MB):
-
-        - per GPU, the mean of each named metric over its GPM samples while the graphics engine was
-          busy (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a
-          metric the recording has no column for;
-        - per GPU with an energy counter: its samples' times, the counter (J, as last read) and power
-          (W), NaN where missing (memtop.analysis.energy.split reads them)."""
+    def gpu_reads(self, lo: float, hi: float, names: tuple[str, ...]) -> GpuReads:
+        """What the report reads of the GPU rows of [lo, hi] besides its scan, in one read of them (an
+        hour at a time: the columns of hours of GPUs are tens of MB) (``GpuReads``)."""
         import numpy as np
 
         from memtop.storage import reader
@@ -1479,14 +1483,16 @@ class Recording:
         energy_cols = ("energy_j", "power_w") if "energy_j" in self._gpu_columns else ()
         sums: dict[int, list] = {}  # GPU -> [samples, per name: [sum in order, count]]
         series: dict[int, list] = {}  # GPU -> its chunks' (t, energy, power)
-        if not busy_cols and not energy_cols:
-            return {}, {}
+        lost: dict[int, float] = {}
 
         def read(a: float, b: float) -> list:
             got = reader.columns(self, a, b, tuple(dict.fromkeys(busy_cols + energy_cols)))
             return [got] if len(got.t) else []
 
         for (got,) in reader.chunks(self, "gpu", _before(lo), hi, read, BUSY_CHUNK_S, BUSY_CHUNK_S):
+            at = np.flatnonzero(got.mode == GPU_MODES.index("lost"))
+            for g, t in zip(got.gpu[at].tolist(), got.t[at].tolist(), strict=True):
+                lost.setdefault(g, t)
             if busy_cols:
                 _add_busy(sums, got, names)
             for g in sorted(set(got.gpu.tolist())) if energy_cols else ():
@@ -1509,7 +1515,7 @@ class Recording:
             t, e, p = (np.concatenate(c) for c in zip(*got, strict=True))
             if (e == e).any():
                 energy[g] = (t, e, p)
-        return busy, energy
+        return GpuReads(busy, energy, lost)
 
     def frames(
         self, start: float | None = None, end: float | None = None, skip: frozenset[str] = frozenset()
