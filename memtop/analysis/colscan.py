@@ -475,9 +475,12 @@ def _samples_at(gpus: list[_Gpu], k: int) -> tuple[GpuSample, ...]:
 def _states(rec: Recording, found: list[tuple], into: dict[int, list]) -> None:
     """gpu_state rows by GPU, as (t, the parsed state); a row without a GPU index is skipped, as
     the Frames skip it."""
+    parsed: dict[tuple, tuple] = {}  # each state's text, once (a run repeats a few)
     for r in found:
         if type(r[1]) is int and -_INT_LIM <= r[1] <= _INT_LIM:
-            into.setdefault(r[1], []).append((r[0], rec.gpu_state(r)))
+            key = (*r[2:], type(r[4]))  # (mig: 1 and 1.0 are one key, not one state)
+            st = parsed[key] if key in parsed else parsed.setdefault(key, rec.gpu_state(r))
+            into.setdefault(r[1], []).append((r[0], st))
         else:
             parts.damaged(rec, "gpu_state")
 

@@ -1456,12 +1456,13 @@ class Recording:
         out: dict[int, list[GpuSample]] = {}
         health: dict[int, GpuHealth] = {}
         links: dict[int, PcieLink | None] = {}
+        parsed: dict[object, PcieLink | None] = {}  # each link's text, once (a run repeats a few)
         for t, g, kind, v in sorted(r for r in rows if isinstance(r[0], float) and isinstance(r[1], int)):
             try:
                 if kind == 0:
                     health[g] = health_of(t, v)
                 elif kind == 1:
-                    links[g] = _link(v)
+                    links[g] = parsed[v] if v in parsed else parsed.setdefault(v, _link(v))
             except _DECODE_ERRORS:
                 self.note("damaged health data skipped")
                 continue
