@@ -47,7 +47,7 @@ from memtop.analysis.phases import (
     is_stopped,
     stack_info,
 )
-from memtop.analysis.scan import REPORT_READS, Aggregates, extends, main_only
+from memtop.analysis.scan import REPORT_READS, Aggregates, Stacks, extends, main_only
 from memtop.analysis.stackwin import Entries, window_bounds
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS
@@ -848,7 +848,9 @@ class _Stacks:
         got = parts.stack_dumps(rec, plo, hi, seed)
         # a dump seen before is that dump again: its main-thread summary (phases.stack_info) and
         # main-only form are the earlier one's
-        self.dumps = [(s, stack_info(s) if s.threads else None, main_only(s)) for s in got.dumps]
+        self.dumps = [
+            (s, stack_info(s) if s.threads else None, (main_only(s).threads, s.error)) for s in got.dumps
+        ]
         self.times = got.times
         ts = np.array(self.times, dtype=np.float64)
         self.kind = got.kind
@@ -889,16 +891,15 @@ class _Stacks:
         fk = self.ft[np.minimum(k, nf - 1)] if nf else np.zeros(len(k))
         return (k < nf) & (fk < until) & ~(fk - t > 5.0)
 
-    def seen(self, i_lo: int) -> list[StackSample]:
-        """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them,
-        each as the report keeps it (main thread only)."""
+    def seen(self, i_lo: int) -> Stacks:
+        """The samples with threads the Frames from i_lo on hold, in the order the Frames meet them
+        (by Frame, then pid), as the report keeps them (main thread only)."""
         k = np.maximum(self.first, i_lo)
         held = np.flatnonzero(self.threads & self._held(k, self.ts, self.until))
-        order = held[np.lexsort((self.pids[held], k[held]))]  # by Frame, then pid
-        # the main-only form of each, its threads shared with the dump's (pickled once, scan.Aggregates)
-        mains = [(d[0].pid, d[2].threads, d[0].error) for d in self.dumps]
+        order = held[np.lexsort((self.pids[held], k[held]))]
         times = self.times
-        return [StackSample(times[i], *mains[k]) for i, k in zip(order.tolist(), self.kind[order].tolist())]
+        keys = zip(self.pids[order].tolist(), [times[i] for i in order.tolist()], strict=True)
+        return Stacks(dict(zip(keys, self.kind[order].tolist(), strict=True)), [d[2] for d in self.dumps])
 
 
 def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:
@@ -928,8 +929,7 @@ def _aggregate(
     seed: float | None,
 ) -> Aggregates:
     """Aggregates as Aggregates.add over the Frames from i_lo on makes them."""
-    agg = Aggregates()
-    agg.stacks.update(((s.pid, s.t), s) for s in stacks.seen(i_lo))
+    agg = Aggregates(stacks=stacks.seen(i_lo))
     reasons: dict[int, tuple[str, ...]] = {}
     for g in gpus:
         rows, sts = g._seen(i_lo)
