@@ -81,8 +81,9 @@ from memtop.storage.store import (
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
 # the first chunk's length against each other's where this process has the report's other reads to
-# make meanwhile (memtop.outputs.report._Reads: a fifth to a third of a chunk's scan on 8-hour runs)
-FIRST_SHARE = 0.7
+# make meanwhile and the others' results to unpickle (memtop.outputs.report._Reads and the results: a
+# tenth to a quarter of a chunk's scan on the 8-hour runs, 2026-11-28)
+FIRST_SHARE = 0.8
 # the GPU columns read (scan.REPORT_READS), in the metrics table's order
 _COLS = tuple(m.name for m in METRICS if m.name in REPORT_READS)
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
