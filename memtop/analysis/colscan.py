@@ -829,13 +829,11 @@ def _name_flags(name: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _each(test: Callable[[str], bool], values: np.ndarray) -> np.ndarray:
-    """``test`` of each value (an object array), called once per distinct one and compared over the
-    array: hours of a host's processes repeat a few names and states."""
-    out = np.zeros(len(values), dtype=bool)
-    for v in set(values.tolist()):
-        if test(v):
-            out |= values == v
-    return out
+    """``test`` of each value (an object array), called once per distinct one: hours of a host's
+    processes repeat a few names and states."""
+    vs = values.tolist()
+    known = {v: test(v) for v in dict.fromkeys(vs)}
+    return np.fromiter(map(known.__getitem__, vs), dtype=bool, count=len(vs))
 
 
 class _Stacks:
