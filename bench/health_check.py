@@ -28,7 +28,7 @@ def energy_figures(path: Path, reads: list[list[float]]) -> dict:
     monotonic one: its meta's wall_offset maps the reads onto it)."""
     rec = Recording(path)
     off = float(rec.meta.get("wall_offset") or 0.0)
-    series = rec.energy(rec.t0, rec.t1)
+    series = rec.gpu_reads(rec.t0, rec.t1, ()).energy
     if len(series) != 1:
         raise ValueError(f"{path}: {len(series)} GPUs with an energy counter, expected 1")
     ((t, e, p),) = series.values()

@@ -47,7 +47,7 @@ from memtop.analysis.phases import (
     is_stopped,
     stack_info,
 )
-from memtop.analysis.scan import REPORT_READS, Aggregates, extends, main_only
+from memtop.analysis.scan import REPORT_READS, Aggregates, Stacks, extends, main_only
 from memtop.analysis.stackwin import Entries, window_bounds
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS
@@ -65,10 +65,8 @@ from memtop.core.model import (
 from memtop.core.records import Gap
 from memtop.progress import Progress
 from memtop.storage import parts, reader
-from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.colblock import NULL
 from memtop.storage.decode import (
-    BLOCK_STREAMS,
-    BLOCK_TABLES,
     DECODE_ERRORS,
     HOST_PROC_FIELDS,
     SANE_T,
@@ -82,8 +80,9 @@ from memtop.storage.store import GPU_MODES, Recording
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
 # the first chunk's length against each other's where this process has the report's other reads to
-# make meanwhile (memtop.outputs.report._Reads: a fifth to a third of a chunk's scan on 8-hour runs)
-FIRST_SHARE = 0.7
+# make meanwhile and the others' results to unpickle (memtop.outputs.report._Reads and the results: a
+# tenth to a quarter of a chunk's scan on the 8-hour runs, 2026-11-28)
+FIRST_SHARE = 0.8
 # the GPU columns read (scan.REPORT_READS), in the metrics table's order
 _COLS = tuple(m.name for m in METRICS if m.name in REPORT_READS)
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
@@ -476,9 +475,12 @@ def _samples_at(gpus: list[_Gpu], k: int) -> tuple[GpuSample, ...]:
 def _states(rec: Recording, found: list[tuple], into: dict[int, list]) -> None:
     """gpu_state rows by GPU, as (t, the parsed state); a row without a GPU index is skipped, as
     the Frames skip it."""
+    parsed: dict[tuple, tuple] = {}  # each state's text, once (a run repeats a few)
     for r in found:
         if type(r[1]) is int and -_INT_LIM <= r[1] <= _INT_LIM:
-            into.setdefault(r[1], []).append((r[0], rec.gpu_state(r)))
+            key = (*r[2:], type(r[4]))  # (mig: 1 and 1.0 are one key, not one state)
+            st = parsed[key] if key in parsed else parsed.setdefault(key, rec.gpu_state(r))
+            into.setdefault(r[1], []).append((r[0], st))
         else:
             parts.damaged(rec, "gpu_state")
 
@@ -607,7 +609,7 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
     """The sane Frame times in [lo, hi] in order, from the column blocks where they reach, else as
     ``SELECT t FROM frame WHERE t>=? AND t<=? AND SANE_T ORDER BY t`` gives them."""
-    blocks = Blocks(rec.db, "frame", BLOCK_STREAMS["frame"], BLOCK_TABLES["frame"])
+    blocks = rec.blocks("frame")
     if blocks.end > hi and (got := blocks.read(lo, hi)) is not None:
         t = got["t"]
         if (np.diff(t) > 0).all() and ((t > -1e12) & (t < 1e12)).all():  # (as the rows' key and SANE_T)
@@ -826,13 +828,11 @@ def _name_flags(name: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _each(test: Callable[[str], bool], values: np.ndarray) -> np.ndarray:
-    """``test`` of each value (an object array), called once per distinct one and compared over the
-    array: hours of a host's processes repeat a few names and states."""
-    out = np.zeros(len(values), dtype=bool)
-    for v in set(values.tolist()):
-        if test(v):
-            out |= values == v
-    return out
+    """``test`` of each value (an object array), called once per distinct one: hours of a host's
+    processes repeat a few names and states."""
+    vs = values.tolist()
+    known = {v: test(v) for v in dict.fromkeys(vs)}
+    return np.fromiter(map(known.__getitem__, vs), dtype=bool, count=len(vs))
 
 
 class _Stacks:
@@ -846,7 +846,9 @@ class _Stacks:
         got = parts.stack_dumps(rec, plo, hi, seed)
         # a dump seen before is that dump again: its main-thread summary (phases.stack_info) and
         # main-only form are the earlier one's
-        self.dumps = [(s, stack_info(s) if s.threads else None, main_only(s)) for s in got.dumps]
+        self.dumps = [
+            (s, stack_info(s) if s.threads else None, (main_only(s).threads, s.error)) for s in got.dumps
+        ]
         self.times = got.times
         ts = np.array(self.times, dtype=np.float64)
         self.kind = got.kind
@@ -887,16 +889,15 @@ class _Stacks:
         fk = self.ft[np.minimum(k, nf - 1)] if nf else np.zeros(len(k))
         return (k < nf) & (fk < until) & ~(fk - t > 5.0)
 
-    def seen(self, i_lo: int) -> list[StackSample]:
-        """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them,
-        each as the report keeps it (main thread only)."""
+    def seen(self, i_lo: int) -> Stacks:
+        """The samples with threads the Frames from i_lo on hold, in the order the Frames meet them
+        (by Frame, then pid), as the report keeps them (main thread only)."""
         k = np.maximum(self.first, i_lo)
         held = np.flatnonzero(self.threads & self._held(k, self.ts, self.until))
-        order = held[np.lexsort((self.pids[held], k[held]))]  # by Frame, then pid
-        # the main-only form of each, its threads shared with the dump's (pickled once, scan.Aggregates)
-        mains = [(d[0].pid, d[2].threads, d[0].error) for d in self.dumps]
+        order = held[np.lexsort((self.pids[held], k[held]))]
         times = self.times
-        return [StackSample(times[i], *mains[k]) for i, k in zip(order.tolist(), self.kind[order].tolist())]
+        keys = zip(self.pids[order].tolist(), [times[i] for i in order.tolist()], strict=True)
+        return Stacks(dict(zip(keys, self.kind[order].tolist(), strict=True)), [d[2] for d in self.dumps])
 
 
 def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:
@@ -926,8 +927,7 @@ def _aggregate(
     seed: float | None,
 ) -> Aggregates:
     """Aggregates as Aggregates.add over the Frames from i_lo on makes them."""
-    agg = Aggregates()
-    agg.stacks.update(((s.pid, s.t), s) for s in stacks.seen(i_lo))
+    agg = Aggregates(stacks=stacks.seen(i_lo))
     reasons: dict[int, tuple[str, ...]] = {}
     for g in gpus:
         rows, sts = g._seen(i_lo)

@@ -115,7 +115,7 @@ class Trail:
 
 
 def report_section(name: str | None, means: dict[str, float | None] | None) -> dict | None:
-    """The roofline point over a run's busy GPM samples (``means``: Recording.busy_means), for `report`;
+    """The roofline point over a run's busy GPM samples (``means``: Recording.gpu_reads), for `report`;
     None without GPM samples; a GPU without datasheet peaks says so."""
     if not means or not means.get("samples"):
         return None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memtop.analysis.phases import METRICS_READ
-from memtop.core.model import Frame, StackSample
+from memtop.core.model import Frame, StackSample, ThreadStack
 
 # the GPU metrics a report reads: the features' and Aggregates' (PCIe peaks, throttling)
 REPORT_READS = METRICS_READ | {"clock_events"}
@@ -31,10 +31,30 @@ def main_only(s: StackSample) -> StackSample:
 
 
 @dataclass
+class Stacks:
+    """The stack samples the Frames held, main thread only, as the report keeps them: each (pid, t) once,
+    at the place it was first met, with the newest of its dumps, as an index into ``dumps`` ((threads,
+    error) of each distinct dump: an 8-hour run holds tens of thousands of samples of a few dozen)."""
+
+    at: dict[tuple[int, float], int] = field(default_factory=dict)
+    dumps: list[tuple[tuple[ThreadStack, ...], str | None]] = field(default_factory=list)
+
+    def update(self, later: Stacks) -> None:
+        """``later``'s samples after these (a sample met again takes its dump)."""
+        off = len(self.dumps)
+        self.dumps += later.dumps
+        self.at.update((key, off + k) for key, k in later.at.items())
+
+    def sample(self, key: tuple[int, float]) -> StackSample:
+        threads, error = self.dumps[self.at[key]]
+        return StackSample(key[1], key[0], threads, error)
+
+
+@dataclass
 class Aggregates:
     """What the report takes from the Frames besides the classifier's labels; merged in time order."""
 
-    stacks: dict[tuple[int, float], StackSample] = field(default_factory=dict)  # main thread only
+    stacks: Stacks = field(default_factory=Stacks)  # main thread only
     throttle: dict = field(default_factory=lambda: defaultdict(list))  # gpu -> [[t0, t1, reasons]]
     peaks: dict = field(default_factory=lambda: defaultdict(lambda: {"rx": 0.0, "tx": 0.0}))
     links: dict = field(default_factory=dict)
@@ -84,27 +104,17 @@ class Aggregates:
             {k: dict(v) for k, v in self.peaks.items()},
             dict(self.perf),
         )
-        # the stacks as columns and each distinct (threads, error) once: a chunk of 8 hours holds
-        # tens of thousands of samples of a few dozen stacks, and pickle takes an object at a time
-        kinds: dict[tuple[int, str | None], int] = {}
-        payloads: list[tuple] = []
-        which: list[int] = []
-        for s in self.stacks.values():
-            k = kinds.setdefault((id(s.threads), s.error), len(kinds))
-            if k == len(payloads):
-                payloads.append((s.threads, s.error))
-            which.append(k)
-        d["stacks"] = (list(self.stacks), [s.t for s in self.stacks.values()], which, payloads)
+        # the stacks as columns: pickle takes a tuple key at a time
+        st = self.stacks
+        d["stacks"] = ([p for p, _ in st.at], [t for _, t in st.at], list(st.at.values()), st.dumps)
         return d
 
     def __setstate__(self, d: dict) -> None:
         self.__init__()  # type: ignore[misc]
         throttle, peaks, perf = d.pop("throttle"), d.pop("peaks"), d.pop("perf")
-        keys, times, which, payloads = d.pop("stacks")
+        pids, times, which, dumps = d.pop("stacks")
         self.__dict__.update(d)
-        self.stacks = {
-            key: StackSample(t, key[0], *payloads[k]) for key, t, k in zip(keys, times, which, strict=True)
-        }
+        self.stacks = Stacks(dict(zip(zip(pids, times, strict=True), which, strict=True)), dumps)
         self.throttle.update(throttle)
         self.peaks.update(peaks)
         self.perf.update(perf)

@@ -821,8 +821,9 @@ def _window(
     ft = np.array(ft_list, dtype=np.float64)
     _gpu_window(blocks, out, st, ft, after, b)
     _host_window(rec, blocks, out, st, ft, after, b)
-    for s in colscan._Stacks(rec, ft_list, after, b, None).seen(0):
-        _stack_event(out, stacks, st.stack_t, st.named, s, st.cut)
+    seen = colscan._Stacks(rec, ft_list, after, b, None).seen(0)
+    for key in seen.at:
+        _stack_event(out, stacks, st.stack_t, st.named, seen.sample(key), st.cut)
 
 
 _GPU_READ = (

@@ -25,6 +25,7 @@ from memtop.analysis.labelcols import columns as label_columns
 from memtop.analysis.labelcols import counts as label_counts
 from memtop.analysis.phases import CHARS, TITLES, Classifier, bin_start
 from memtop.analysis.procshare import proc_shares
+from memtop.analysis.scan import Stacks
 from memtop.analysis.straggler import episodes
 from memtop.analysis.verdict import verdict
 from memtop.core.errors import UserError
@@ -54,25 +55,23 @@ def _perf(k: str, v: float) -> str:
 
 
 def _phase_stacks(
-    stacks: dict, pids: set[int], t: np.ndarray, labels: np.ndarray, bin_s: float, cache: dict
+    stacks: Stacks, pids: set[int], t: np.ndarray, labels: np.ndarray, bin_s: float, cache: dict
 ) -> dict[str, Counter]:
     """The main-thread stacks of the GPU's processes counted under the label of the bin each sample
-    falls in (``t``, ``labels``: the bins' starts and labels). A recording's samples of one stack
-    share its threads tuple: its main thread and site are found once (``cache``, by the tuple's id
-    and the pid; it holds the tuple, so the id is not reused): an 8-hour report meets 57,600
-    samples and a few hundred stacks."""
+    falls in (``t``, ``labels``: the bins' starts and labels). Each distinct dump's main thread and
+    site are found once per pid (``cache``): an 8-hour report meets 57,600 samples and a few hundred
+    stacks."""
     at, keys = [], []
-    for (pid, ts), s in stacks.items():
+    for (pid, ts), k in stacks.at.items():
         if pid not in pids:
             continue
-        got = cache.get((pid, id(s.threads)))
-        if got is None:
-            m = s.main
-            key = (m.klass, *site(m.frames)) if m is not None and m.frames else None
-            got = cache[pid, id(s.threads)] = (s.threads, key)
-        if got[1] is not None:
+        key = cache.get((pid, k), ())
+        if key == ():
+            m = stacks.sample((pid, ts)).main
+            key = cache[pid, k] = (m.klass, *site(m.frames)) if m is not None and m.frames else None
+        if key is not None:
             at.append(ts)
-            keys.append(got[1])
+            keys.append(key)
     by_label: dict[str, Counter] = defaultdict(Counter)
     if not keys or not len(t):
         return by_label
@@ -117,11 +116,8 @@ class _Reads:
         rec, lo, hi = self._rec, self._lo, self._hi
         had = len(rec.damage)
         try:
-            self._got = (
-                rec.health_samples(lo, hi),
-                rec.energy(lo, hi),
-                rec.busy_means(lo, hi, roofline.READS),
-            )
+            got = rec.gpu_reads(lo, hi, roofline.READS)
+            self._got = (rec.health_samples(lo, hi, got.lost), got.energy, got.busy)
         except Exception as e:  # raised where the report asks for them, after the scan, as before
             self._got = e
         self._notes = rec.damage[had:]
@@ -299,7 +295,7 @@ def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: f
             k: round(sum(r.get(k, 0.0) for _, r in ps) / len(ps), 3) for k in sorted(keys)
         }
     read = {
-        f"pid {pid}" for pid in {pid for pid, _ in stacks}
+        f"pid {pid}" for pid in {pid for pid, _ in stacks.at}
     }  # the capabilities' names of stacks that were read
     started = rec.meta.get("started_wall")
     rep = {

@@ -16,6 +16,7 @@ rows alone are read.
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import json
 import math
@@ -298,6 +299,12 @@ class Blocks:
         self.end = rows[-1][2] if rows else -math.inf
         self.held = held  # the rows the blocks hold
 
+    def subset(self, columns: Columns, optional: frozenset[str] = frozenset()) -> Blocks:
+        """These blocks read as ``columns`` (some of the stream's), their index not read again."""
+        other = copy.copy(self)
+        other.columns, other.optional = columns, optional
+        return other
+
     def read(
         self,
         lo: float,
@@ -351,8 +358,10 @@ class Blocks:
             parts.append(got)
         out: dict = {}
         for c, kind in self.columns:  # (each block's column let go once joined: memory of hours)
-            if kind == "s":  # the texts, each block's indices into its own strings
-                out[c] = [None if i < 0 else s[i] for _, cols, s in parts for i in cols.pop(c).tolist()]
+            if kind == "s":  # the texts, each block's indices into its own strings (-1: the None after them)
+                out[c] = np.concatenate(
+                    [np.array([*s, None], dtype=object)[cols.pop(c)] for _, cols, s in parts]
+                ).tolist()
             else:
                 out[c] = np.concatenate([cols.pop(c) for _, cols, _ in parts])
         t = out[self.columns[0][0]]

@@ -22,13 +22,11 @@ import numpy as np
 
 from memtop.core.errors import UserError
 from memtop.core.model import Capability, PerfSample, StackSample
-from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.colblock import NULL
 from memtop.storage.decode import (
     BLOCK_STREAMS,
-    BLOCK_TABLES,
     DECODE_ERRORS,
     FIELD_MAX,
-    HOST_PROC_ADDED,
     HOST_PROC_FIELDS,
     INT_MAX,
     STACK_SQL,
@@ -189,8 +187,7 @@ def _perf_blocks(
 ) -> list[tuple[float, int, list]] | None:
     """``perf_rows`` from the column blocks; None where they do not cover the span, are damaged, or
     hold a value the rows' checks would refuse."""
-    samples = Blocks(rec.db, "perf", BLOCK_STREAMS["perf"], BLOCK_TABLES["perf"])
-    rates = Blocks(rec.db, "perf_rate", BLOCK_STREAMS["perf_rate"], BLOCK_TABLES["perf_rate"])
+    samples, rates = rec.blocks("perf"), rec.blocks("perf_rate")
     if samples.end <= hi or rates.end <= hi:
         return None
     lo = float(np.nextafter(seed - SEED_S if seed is not None else plo, np.inf))
@@ -329,7 +326,7 @@ def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> 
     """``_stack_rows`` from the column blocks (memtop.storage.colblock): the times, and the other
     columns (``_STACK_REST``; an integer one as an array, NULL for None); None where they do not
     cover the span or are damaged."""
-    blocks = Blocks(rec.db, "stack", BLOCK_STREAMS["stack"], BLOCK_TABLES["stack"])
+    blocks = rec.blocks("stack")
     if blocks.end <= hi:
         return None
     lo = seed - SEED_S if seed is not None else plo
@@ -386,10 +383,7 @@ def host_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> Ho
     """The host and host_proc blocks of (plo, hi] (with ``seed``: from the newest sample at or
     before it); None where they do not cover the span (a recording from before them, one not
     closed) or are damaged."""
-    loads = Blocks(rec.db, "host", BLOCK_STREAMS["host"], BLOCK_TABLES["host"])
-    procs = Blocks(
-        rec.db, "host_proc", BLOCK_STREAMS["host_proc"], BLOCK_TABLES["host_proc"], HOST_PROC_ADDED
-    )
+    loads, procs = rec.blocks("host"), rec.blocks("host_proc")
     if loads.end <= hi or procs.end <= hi:
         return None
     h = loads.read(float(np.nextafter(plo, np.inf)), hi, seed)

@@ -21,7 +21,7 @@ import numpy as np
 
 from memtop.core.metrics import BY_NAME, METRICS, Metric
 from memtop.core.model import GPU_MODES, GpuSample
-from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.colblock import NULL
 from memtop.storage.decode import INT_MAX
 
 if TYPE_CHECKING:
@@ -204,26 +204,33 @@ def _block_rows(rec: Recording, plo: float, hi: float, sel: tuple[str, ...]) -> 
     """The rows of (plo, hi] from the column blocks, undecoded; None where they do not cover the span
     or are damaged."""
     layout = (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c in sel))
-    blocks = Blocks(rec.db, _BLOCK, layout, _BLOCK)
+    blocks = rec.blocks(_BLOCK).subset(layout)
     if blocks.end <= hi:
         return None
     got = blocks.read(float(np.nextafter(plo, np.inf)), hi, ordered=False)
     if got is None:
         return None
     ta, gi = got["t"], got["gpu"]
-    order = np.lexsort((gi, ta))  # (the rows' key, t then gpu: written in Frame order)
-    ta, gi = ta[order], gi[order]
-    if len(ta) > 1 and not ((ta[1:] > ta[:-1]) | ((ta[1:] == ta[:-1]) & (gi[1:] > gi[:-1]))).all():
-        return None  # a key twice (NaN fails too)
+    order = None  # (the rows' key, t then gpu: written in Frame order, so in it already)
+    if not _ascending(ta, gi):
+        order = np.lexsort((gi, ta))
+        ta, gi = ta[order], gi[order]
+        if not _ascending(ta, gi):
+            return None  # a key twice (NaN fails too)
     if not (np.abs(gi) <= INT_MAX).all():
         return None
-    mode = got["mode"][order]
+    mode = got["mode"] if order is None else got["mode"][order]
     mode = np.where((mode >= 0) & (mode < len(GPU_MODES)), mode, _NVML)  # (the Writer's -1: another text)
     cols = {}
     for c in sel:  # (a column at a time, each raw one let go once read)
-        raw = got.pop(c)[order]
+        raw = got.pop(c) if order is None else got.pop(c)[order]
         cols[c] = np.where(raw == NULL, np.nan, raw)
     return GpuCols(ta, gi, mode, cols)
+
+
+def _ascending(ta: np.ndarray, gi: np.ndarray) -> bool:
+    """Whether the rows' keys (time, then GPU) are strictly ascending (a NaN time is not)."""
+    return len(ta) < 2 or bool(((ta[1:] > ta[:-1]) | ((ta[1:] == ta[:-1]) & (gi[1:] > gi[:-1]))).all())
 
 
 def _scale(lo: object, hi: object) -> float | None:

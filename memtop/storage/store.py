@@ -54,10 +54,12 @@ from memtop.core.timefmt import clock
 from memtop.storage import colblock
 from memtop.storage.decode import (
     BLOCK_STREAMS,
+    BLOCK_TABLES,
     DECODE_ERRORS,
     FIELD_MAX,
     GPU_COLS,
     HOST_KEY_EVERY,
+    HOST_PROC_ADDED,
     HOST_PROC_FIELDS,
     META_MAX,
     NAME_MAX,
@@ -80,6 +82,8 @@ from memtop.storage.decode import (
 if TYPE_CHECKING:
     import numpy as np
 
+    from memtop.storage import reader
+
 # 2: gpu and series keyed by time without rowid, host blobs chained, series as integers;
 # 3: stack_sample keyed by (t, pid, i) without rowid (no index on t), its class not stored; stack
 #    without its text's unique index; host a rowid table (fuller pages); caps and stack text deflated
@@ -90,7 +94,7 @@ PAGE_SIZE = 2048  # small tables cost a page each: 2 KiB pages save ~1.5 MB per 
 PACK_MAX = 128 << 20  # a closing recording up to this size is packed (Writer._pack)
 _T = operator.itemgetter(0)
 _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while reading Frames
-BUSY_CHUNK_S = 3600.0  # busy_means reads the GPU rows this many seconds at a time
+BUSY_CHUNK_S = 3600.0  # gpu_reads reads the GPU rows this many seconds at a time
 READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
 MAGIC = "memtop-recording"
 
@@ -825,6 +829,19 @@ def _valid_meta(meta: dict) -> tuple[dict, list[str]]:
     return meta, notes
 
 
+class GpuReads(NamedTuple):
+    """What the report reads of the GPU rows besides its scan (``Recording.gpu_reads``)."""
+
+    # per GPU, the mean of each named metric over its GPM samples while the graphics engine was busy
+    # (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a metric
+    # the recording has no column for
+    busy: dict[int, dict[str, float | None]]
+    # per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W),
+    # NaN where missing (memtop.analysis.energy.split reads them)
+    energy: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    lost: dict[int, float]  # per GPU lost in the range, its first lost sample's time
+
+
 class Recording:
     """A recording opened read-only. Iterate Frames, seek, read markers and metadata."""
 
@@ -833,6 +850,7 @@ class Recording:
         self.db, meta = _open_ro(self.path)
         self.meta, notes = _valid_meta(meta)
         self.damage: list[str] = notes  # one line per damaged part, shown with every Frame
+        self._block_index: dict[str, colblock.Blocks] = {}
         try:
             page = self.db.execute("PRAGMA page_size").fetchone()[0]
             self.size = self.db.execute("PRAGMA page_count").fetchone()[0] * page  # bytes, with its WAL's
@@ -876,6 +894,16 @@ class Recording:
 
     def close(self) -> None:
         self.db.close()
+
+    def blocks(self, stream: str) -> colblock.Blocks:
+        """The column blocks of ``stream`` (BLOCK_STREAMS' columns; ``Blocks.subset`` reads fewer),
+        their index read and checked once: counting an 8-hour run's GPU rows takes a tenth of a second."""
+        got = self._block_index.get(stream)
+        if got is None:
+            optional = HOST_PROC_ADDED if stream == "host_proc" else frozenset()
+            got = colblock.Blocks(self.db, stream, BLOCK_STREAMS[stream], BLOCK_TABLES[stream], optional)
+            self._block_index[stream] = got
+        return got
 
     @property
     def duration(self) -> float:
@@ -1061,10 +1089,13 @@ class Recording:
         """The gpu table's columns (an older recording lacks the newer metrics')."""
         return self._gpu_columns
 
-    def health_samples(self, lo: float, hi: float) -> dict[int, list[GpuSample]]:
+    def health_samples(
+        self, lo: float, hi: float, lost: dict[int, float] | None = None
+    ) -> dict[int, list[GpuSample]]:
         """Per GPU, in time order, what its health events come from (memtop.analysis.health.HealthTracker): a
         sample at each health row (with the link of then), at each change of its PCIe link and at the
-        first time it was lost. Other figures are left out: the events read none."""
+        first time it was lost (``lost``: ``GpuReads.lost``, where read already). Other figures are
+        left out: the events read none."""
         rows: list[tuple[float, int, int, object]] = []
         if self._has_health:
             rows += [
@@ -1073,21 +1104,18 @@ class Recording:
         rows += [
             (t, g, 1, lk) for t, g, lk in self._rows("SELECT t, gpu, link FROM gpu_state WHERE t<=?", (hi,))
         ]
-        rows += [
-            (t, g, 2, None)
-            for g, t in self._rows(
-                "SELECT gpu, min(t) FROM gpu WHERE mode='lost' AND t>=? AND t<=? GROUP BY gpu", (lo, hi)
-            )
-        ]
+        lost = self.gpu_reads(lo, hi, ()).lost if lost is None else lost
+        rows += [(t, g, 2, None) for g, t in lost.items()]
         out: dict[int, list[GpuSample]] = {}
         health: dict[int, GpuHealth] = {}
         links: dict[int, PcieLink | None] = {}
+        parsed: dict[object, PcieLink | None] = {}  # each link's text, once (a run repeats a few)
         for t, g, kind, v in sorted(r for r in rows if isinstance(r[0], float) and isinstance(r[1], int)):
             try:
                 if kind == 0:
                     health[g] = health_of(t, v)
                 elif kind == 1:
-                    links[g] = _link(v)
+                    links[g] = parsed[v] if v in parsed else parsed.setdefault(v, _link(v))
             except DECODE_ERRORS:
                 self.note("damaged health data skipped")
                 continue
@@ -1098,36 +1126,35 @@ class Recording:
                 )
         return out
 
-    def busy_means(self, lo: float, hi: float, names: tuple[str, ...]) -> dict[int, dict[str, float | None]]:
-        """Per GPU, the mean of each named metric over its GPM samples while the graphics engine was busy
-        (>= 5 %), with their count as "samples" (the roofline's point over a run); None for a metric the
-        recording has no column for."""
+    def gpu_reads(self, lo: float, hi: float, names: tuple[str, ...]) -> GpuReads:
+        """What the report reads of the GPU rows of [lo, hi] besides its scan, in one read of them (an
+        hour at a time: the columns of hours of GPUs are tens of MB) (``GpuReads``)."""
         import numpy as np
 
         from memtop.storage import reader
 
-        if "graphics" not in self._gpu_columns:
-            return {}
+        busy_cols = ("graphics", *names) if "graphics" in self._gpu_columns else ()
+        energy_cols = ("energy_j", "power_w") if "energy_j" in self._gpu_columns else ()
         sums: dict[int, list] = {}  # GPU -> [samples, per name: [sum in order, count]]
+        series: dict[int, list] = {}  # GPU -> its chunks' (t, energy, power)
+        lost: dict[int, float] = {}
 
         def read(a: float, b: float) -> list:
-            got = reader.columns(self, a, b, ("graphics", *names))
+            got = reader.columns(self, a, b, tuple(dict.fromkeys(busy_cols + energy_cols)))
             return [got] if len(got.t) else []
 
-        # an hour at a time: the columns of hours of GPUs are tens of MB
         for (got,) in reader.chunks(self, "gpu", _before(lo), hi, read, BUSY_CHUNK_S, BUSY_CHUNK_S):
-            busy = (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
-            for g in set(got.gpu[busy].tolist()):
-                at = busy & (got.gpu == g)
-                acc = sums.setdefault(g, [0, *([None, 0] for _ in names)])
-                acc[0] += int(at.sum())
-                for s, n in zip(acc[1:], names, strict=True):
-                    v = got.cols[n][at]
-                    v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
-                    if len(v):  # added in order, as SQLite's avg() did
-                        s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
-                        s[1] += len(v)
-        return {
+            at = np.flatnonzero(got.mode == GPU_MODES.index("lost"))
+            for g, t in zip(got.gpu[at].tolist(), got.t[at].tolist(), strict=True):
+                lost.setdefault(g, t)
+            if busy_cols:
+                _add_busy(sums, got, names)
+            for g in sorted(set(got.gpu.tolist())) if energy_cols else ():
+                at = got.gpu == g
+                series.setdefault(g, []).append(
+                    (got.t[at], got.cols["energy_j"][at], got.cols["power_w"][at])
+                )
+        busy = {
             g: {
                 "samples": acc[0],
                 **{
@@ -1137,22 +1164,12 @@ class Recording:
             }
             for g, acc in sorted(sums.items())
         }
-
-    def energy(self, lo: float, hi: float) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per GPU with an energy counter: its samples' times, the counter (J, as last read) and power (W),
-        NaN where missing (memtop.analysis.energy.split reads them)."""
-        from memtop.storage import reader
-
-        if "energy_j" not in self._gpu_columns:
-            return {}
-        got = reader.columns(self, _before(lo), hi, ("energy_j", "power_w"))
-        out = {}
-        for g in sorted(set(got.gpu.tolist())):
-            at = got.gpu == g
-            e, p = (got.cols[c][at] for c in ("energy_j", "power_w"))
+        energy = {}
+        for g, got in sorted(series.items()):
+            t, e, p = (np.concatenate(c) for c in zip(*got, strict=True))
             if (e == e).any():
-                out[g] = (got.t[at], e, p)
-        return out
+                energy[g] = (t, e, p)
+        return GpuReads(busy, energy, lost)
 
     def frames(
         self, start: float | None = None, end: float | None = None, skip: frozenset[str] = frozenset()
@@ -1325,6 +1342,23 @@ def _batches(cursor: sqlite3.Cursor) -> Iterator[list]:
 
 def _before(t: float) -> float:
     return math.nextafter(t, -math.inf)
+
+
+def _add_busy(sums: dict[int, list], got: reader.GpuCols, names: tuple[str, ...]) -> None:
+    """Adds a chunk of GPU rows' busy GPM samples to ``sums`` (``Recording.gpu_reads``)."""
+    import numpy as np
+
+    busy = (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
+    for g in set(got.gpu[busy].tolist()):
+        at = busy & (got.gpu == g)
+        acc = sums.setdefault(g, [0, *([None, 0] for _ in names)])
+        acc[0] += int(at.sum())
+        for s, n in zip(acc[1:], names, strict=True):
+            v = got.cols[n][at]
+            v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
+            if len(v):  # added in order, as SQLite's avg() did
+                s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
+                s[1] += len(v)
 
 
 class _Ahead:
