@@ -7,6 +7,7 @@ runs are classified identically. Rules are a table, first match wins; then hyste
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -255,9 +256,44 @@ GAP_BUSY = 5.0
 GAP_MIN_S = 0.5
 
 
+Span = tuple[float, float]
+
+
 def gap_quiet(busy: Any, alive: Any) -> Any:
     """A sample inside a gap (``busy`` NaN where unknown: not quiet), for one sample or arrays of them."""
     return (busy < GAP_BUSY) & alive
+
+
+def track_gaps(
+    ts: Sequence[float], quiet: list[bool], gap: Span | None
+) -> tuple[list[tuple[int, Span]], Span | None]:
+    """A GPU's gaps over its new samples in time order (their times, and whether each is ``gap_quiet``)
+    from the gap open before them (None: none): (i, span) of each gap of at least GAP_MIN_S that
+    sample i ends, and the gap open after the last. The one definition of tracking: live mode runs it
+    on each GPU's samples of a bin as the bin closes, the report on a chunk's at once. It steps from
+    one change of ``quiet`` to the next (``list.index`` scans a run in C), so a chunk of an 8-hour
+    recording costs its runs, not its samples, and a bin's five samples a few µs."""
+    out = []
+    n, i = len(quiet), 0
+    while i < n:
+        if quiet[i]:  # a run of quiet samples opens the gap or goes on with it
+            j = _next(quiet, False, i, n)
+            gap = (float(ts[i]) if gap is None else gap[0], float(ts[j - 1]))
+        else:  # a sample that is not quiet ends the gap open before it
+            if gap is not None and gap[1] - gap[0] >= GAP_MIN_S:
+                out.append((i, gap))
+            gap = None
+            j = _next(quiet, True, i, n)
+        i = j
+    return out, gap
+
+
+def _next(xs: list[bool], x: bool, i: int, n: int) -> int:
+    """The first place from i where ``xs`` holds ``x``, else n."""
+    try:
+        return xs.index(x, i)
+    except ValueError:
+        return n
 
 
 def mode_name(gpm: bool, stacked: bool) -> str:
@@ -762,7 +798,14 @@ class Classifier:
         self._seen_stack: set[tuple[int, float]] = set()
         self._state: dict[int, tuple[str, str, int]] = {}  # gpu -> (stable, candidate, run)
         self._nbins: dict[int, int] = {}
-        self._gap: dict[int, tuple[float, float] | None] = {}
+        self._gap: dict[int, Span | None] = {}  # each GPU's gap open after its samples tracked so far
+        # the bin's samples of each GPU (and their places in the order fed) not yet tracked for gaps,
+        # and per Frame of the bin (its first sample's place, the window: entries popped in the
+        # bin before it, entries then in the deque); the entries popped in the bin (_track)
+        self._pending: dict[int, tuple[list[GpuSample], list[int]]] = {}
+        self._fed = 0
+        self._frames: list[tuple[int, int, int]] = []
+        self._gone: list[tuple[StackSample, tuple[str, str, str, bool] | None]] = []
         self.jobs: dict[int, str] = {}  # GPU -> job key, as of the newest bin
         self._last_gpu: dict[int, GpuSample] = {}  # the sample each GPU's gap was tracked at
         self._graphics: dict[int, float] = {}  # each GPU's previous bin's graphics (Features.rise)
@@ -789,9 +832,11 @@ class Classifier:
                 self._seen_stack.add(key)
                 self._stacks.append((s, stack_info(s)))
         while self._stacks and self._stacks[0][0].t < frame.t - STACK_WINDOW_S:
-            old, _ = self._stacks.popleft()
-            self._seen_stack.discard((old.pid, old.t))
-        last = self._last_gpu
+            old = self._stacks.popleft()
+            self._seen_stack.discard((old[0].pid, old[0].t))
+            self._gone.append(old)
+        self._frames.append((self._fed, len(self._gone), len(self._stacks)))
+        last, pending = self._last_gpu, self._pending
         for g in frame.gpus:
             if g.mode == "lost":
                 continue
@@ -800,10 +845,12 @@ class Classifier:
                 vals.append(g)
             if last.get(g.index) is not g:  # a sample a Frame repeats changes no gap
                 last[g.index] = g
-                # NVML util counts copies too: a gap is neither kernels nor copies running
-                span = self._track_gap(g.index, g.t, g.busy, bool(g.processes))
-                if span is not None:
-                    self.gaps.append(gap_event(g.index, span, self._stacks))
+                got = pending.get(g.index)
+                if got is None:
+                    got = pending[g.index] = ([], [])
+                got[0].append(g)
+                got[1].append(self._fed)
+                self._fed += 1
         self._last = frame
 
     def flush(self) -> None:
@@ -812,21 +859,31 @@ class Classifier:
             self._bin = None
 
     # -- gaps ----------------------------------------------------------------------------
-    def _track_gap(self, gpu: int, t: float, busy: float | None, alive: bool) -> tuple[float, float] | None:
-        """A GPU's new sample; the span of the gap it ends, if one >= 0.5 s did."""
-        cur = self._gap.get(gpu)
-        if gap_quiet(math.nan if busy is None else busy, alive):
-            if cur is None:
-                self._gap[gpu] = (t, t)
-            else:
-                self._gap[gpu] = (cur[0], t)
-            return None
-        self._gap[gpu] = None
-        return cur if cur is not None and cur[1] - cur[0] >= GAP_MIN_S else None
+    def _track(self) -> None:
+        """Each GPU's gaps over its samples of the bin (``track_gaps``, a call a GPU a bin rather
+        than one a sample); a gap a sample ends takes its stack from the window as that sample's
+        Frame left it, so the gaps are the ones a sample at a time found, in the same order."""
+        ended = []
+        for gpu, (samples, fed) in self._pending.items():
+            # NVML util counts copies too: a gap is neither kernels nor copies running
+            quiet = [gap_quiet(math.nan if s.busy is None else s.busy, bool(s.processes)) for s in samples]
+            ends, self._gap[gpu] = track_gaps([s.t for s in samples], quiet, self._gap.get(gpu))
+            ended += [(fed[i], gpu, span) for i, span in ends]
+        if ended:
+            window = [*self._gone, *self._stacks]
+            firsts = [f[0] for f in self._frames]
+            for at, gpu, span in sorted(ended):
+                _, gone, n = self._frames[bisect.bisect_right(firsts, at) - 1]
+                self.gaps.append(gap_event(gpu, span, window[gone : gone + n]))
+        self._pending.clear()
+        self._frames.clear()
+        self._gone.clear()
+        self._fed = 0
 
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
         assert self._bin is not None and self._last is not None
+        self._track()
         last = self._last
         host = last.host
         iowait, procs = (0.0, ()) if host is None else (host.iowait_pct, host.procs)
