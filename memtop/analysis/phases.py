@@ -766,7 +766,8 @@ class _Bin:
 
 
 class Classifier:
-    """Feed Frames in time order; read ``labels`` (per GPU) and ``gaps``.
+    """Feed Frames in time order; read ``labels`` (per GPU) and ``gaps`` (a gap as the bin of the
+    sample that ends it closes; ``flush`` closes the last).
 
     ``confirm``: bins a new label must win in a row before it replaces the current one; "no rule
     matched" (other) waits OTHER_HOLD_S more, and idle after a busy label needs IDLE_CONFIRM bins
