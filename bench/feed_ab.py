@@ -1,5 +1,6 @@
 """Live mode's classifier alone on N GPUs: CPU time of ``Classifier.feed`` per second of recording
-(a recording made N GPUs wide by tests/multigpu.py, its Frames read before the clock starts).
+(a recording made N GPUs wide by tests/multigpu.py, its Frames read before the clock starts; the
+least of REPEATS passes, each with a new classifier).
 
 usage: python bench/feed_ab.py [RECORDING] [GPUS]                      (one JSON line)
        python bench/feed_ab.py --before CHECKOUT [--runs N] [RECORDING] [GPUS]
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPEATS = 5
 
 
 def measure(path: str, gpus: int) -> dict:
@@ -27,17 +29,19 @@ def measure(path: str, gpus: int) -> dict:
     from memtop.storage.store import Recording
 
     frames = multi_gpu(list(Recording(path).frames()), gpus)
-    clf = Classifier(max_bins=240)  # live mode keeps a bounded history
-    c0 = time.thread_time()
-    for f in frames:
-        clf.feed(f)
-    cpu = time.thread_time() - c0
+    cpus = []
+    for _ in range(REPEATS):  # the least of a few passes: the VM is shared
+        clf = Classifier(max_bins=240)  # live mode keeps a bounded history
+        c0 = time.thread_time()
+        for f in frames:
+            clf.feed(f)
+        cpus.append(time.thread_time() - c0)
     seconds = frames[-1].t - frames[0].t
     return {
         "recording": Path(path).name,
         "gpus": gpus,
         "seconds": round(seconds, 1),
-        "feed_ms_per_s": round(cpu / seconds * 1e3, 3),
+        "feed_ms_per_s": round(min(cpus) / seconds * 1e3, 3),
         "gaps": len(clf.gaps),
     }
 

@@ -135,13 +135,13 @@ def test_a_gap_is_a_quiet_sample_of_a_gpu_that_holds_a_process(o):
 def test_a_gap_is_a_run_of_quiet_samples_ended_by_one_that_is_not():
     t = [0.0, 0.1, 0.2, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4]
     q = [False, True, True, True, False, True, True, False, True, True]
-    ends, open_ = track_gaps(t, q, None)
+    ends, open_ = track_gaps(q, t.__getitem__, None)
     assert ends == [(4, (0.1, 0.8))]  # 0.7 s, ended by sample 4; the 0.1 s one after it is no gap
     assert open_ == (1.3, 1.4)  # still open after the last sample: the next call goes on with it
-    more, still = track_gaps([1.9, 2.0], [True, False], open_)
+    more, still = track_gaps([True, False], [1.9, 2.0].__getitem__, open_)
     assert more == [(1, (1.3, 1.9))] and still is None
-    assert track_gaps([5.0], [False], (4.0, 4.0 + GAP_MIN_S))[0] == [(0, (4.0, 4.5))]  # GAP_MIN_S counts
-    assert track_gaps([], [], (1.0, 2.0)) == ([], (1.0, 2.0))
+    assert track_gaps([False], [5.0].__getitem__, (4.0, 4.0 + GAP_MIN_S))[0] == [(0, (4.0, 4.5))]  # GAP_MIN_S
+    assert track_gaps([], [].__getitem__, (1.0, 2.0)) == ([], (1.0, 2.0))
 
 
 @settings(max_examples=200, deadline=None)
@@ -154,10 +154,10 @@ def test_gaps_tracked_piece_by_piece_are_the_gaps_of_the_whole(q, steps, cuts):
     """Live mode calls the tracker on each bin's samples, the report on a chunk's: any cut of the
     samples, the open gap carried from one piece to the next, finds the same gaps."""
     t = list(itertools.accumulate(steps[: len(q)]))
-    whole = track_gaps(t, q, None)
+    whole = track_gaps(q, t.__getitem__, None)
     got, gap, lo = [], None, 0
     for hi in [*sorted(c for c in cuts if c <= len(q)), len(q)]:
-        ends, gap = track_gaps(t[lo:hi], q[lo:hi], gap)
+        ends, gap = track_gaps(q[lo:hi], t[lo:hi].__getitem__, gap)
         got += [(lo + i, span) for i, span in ends]
         lo = hi
     assert (got, gap) == whole

@@ -537,14 +537,14 @@ class _Gpu:
         first, other = (self.cols[c][row] for c in BUSY)
         busy = np.where(np.isnan(first), other, first)  # GpuSample.busy (NaN: None)
         alive = np.array([bool(x[4]) for x in self.states] + [False], dtype=bool)[st]  # (-1: none)
-        quiet, ts = gap_quiet(busy, alive).tolist(), self.ta[row]
+        quiet, times = gap_quiet(busy, alive).tolist(), self.t
         m = int(np.searchsorted(frame, i_lo, "left"))  # the first sample from Frame i_lo on
         index = self.index
-        out, state = track_gaps(ts[:m], quiet[:m], open_gaps.get(index))
+        out, state = track_gaps(quiet[:m], lambda i: times[row[i]], open_gaps.get(index))
         at_lo[index] = state
         if reset is not None:
             state = reset(state)
-        more, state = track_gaps(ts[m:], quiet[m:], state)
+        more, state = track_gaps(quiet[m:], lambda i: times[row[m + i]], state)
         open_gaps[index] = state
         return [(int(frame[i]), span) for i, span in out] + [(int(frame[m + i]), span) for i, span in more]
 

@@ -7,7 +7,6 @@ runs are classified identically. Rules are a table, first match wins; then hyste
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
 import math
@@ -265,35 +264,31 @@ def gap_quiet(busy: Any, alive: Any) -> Any:
 
 
 def track_gaps(
-    ts: Sequence[float], quiet: list[bool], gap: Span | None
+    quiet: Sequence[bool], time_of: Callable[[int], float], gap: Span | None
 ) -> tuple[list[tuple[int, Span]], Span | None]:
-    """A GPU's gaps over its new samples in time order (their times, and whether each is ``gap_quiet``)
-    from the gap open before them (None: none): (i, span) of each gap of at least GAP_MIN_S that
-    sample i ends, and the gap open after the last. The one definition of tracking: live mode runs it
-    on each GPU's samples of a bin as the bin closes, the report on a chunk's at once. It steps from
-    one change of ``quiet`` to the next (``list.index`` scans a run in C), so a chunk of an 8-hour
-    recording costs its runs, not its samples, and a bin's five samples a few µs."""
+    """A GPU's gaps over its new samples in time order (whether each is ``gap_quiet``, and the time of
+    sample i) from the gap open before them (None: none): (i, span) of each gap of at least
+    GAP_MIN_S that sample i ends, and the gap open after the last. The one definition of tracking:
+    live mode runs it on each GPU's new samples of a bin as the bin closes, the report on a chunk's
+    at once. It steps from one change of ``quiet`` to the next (``list.index`` scans a run in C)
+    and asks for the times at those changes only, so a chunk of an 8-hour recording costs its runs,
+    not its samples, and a bin's five samples a few µs."""
+    if gap is None and True not in quiet:  # (a GPU at work: the common case, one scan in C)
+        return [], None
     out = []
     n, i = len(quiet), 0
+    q = [*quiet, False, True]  # each search ends by n (n + 1 reads as n): no exception to catch
     while i < n:
-        if quiet[i]:  # a run of quiet samples opens the gap or goes on with it
-            j = _next(quiet, False, i, n)
-            gap = (float(ts[i]) if gap is None else gap[0], float(ts[j - 1]))
+        if q[i]:  # a run of quiet samples opens the gap or goes on with it
+            j = q.index(False, i)
+            gap = (time_of(i) if gap is None else gap[0], time_of(j - 1))
         else:  # a sample that is not quiet ends the gap open before it
             if gap is not None and gap[1] - gap[0] >= GAP_MIN_S:
                 out.append((i, gap))
             gap = None
-            j = _next(quiet, True, i, n)
+            j = min(q.index(True, i), n)
         i = j
     return out, gap
-
-
-def _next(xs: list[bool], x: bool, i: int, n: int) -> int:
-    """The first place from i where ``xs`` holds ``x``, else n."""
-    try:
-        return xs.index(x, i)
-    except ValueError:
-        return n
 
 
 def mode_name(gpm: bool, stacked: bool) -> str:
@@ -800,15 +795,13 @@ class Classifier:
         self._state: dict[int, tuple[str, str, int]] = {}  # gpu -> (stable, candidate, run)
         self._nbins: dict[int, int] = {}
         self._gap: dict[int, Span | None] = {}  # each GPU's gap open after its samples tracked so far
-        # the bin's samples of each GPU (and their places in the order fed) not yet tracked for gaps,
-        # and per Frame of the bin (its first sample's place, the window: entries popped in the
-        # bin before it, entries then in the deque); the entries popped in the bin (_track)
-        self._pending: dict[int, tuple[list[GpuSample], list[int]]] = {}
-        self._fed = 0
-        self._frames: list[tuple[int, int, int]] = []
+        # each GPU's new samples of the bin (after the one the bin before ended with), per Frame of
+        # the bin its GPU samples and the window as it left it (entries popped in the bin before
+        # it, entries then in the deque), the entries popped in the bin: for _track
+        self._fresh: dict[int, list[GpuSample]] = {}
+        self._frames: list[tuple[tuple[GpuSample, ...], int, int]] = []
         self._gone: list[tuple[StackSample, tuple[str, str, str, bool] | None]] = []
         self.jobs: dict[int, str] = {}  # GPU -> job key, as of the newest bin
-        self._last_gpu: dict[int, GpuSample] = {}  # the sample each GPU's gap was tracked at
         self._graphics: dict[int, float] = {}  # each GPU's previous bin's graphics (Features.rise)
 
     def feed_all(self, frames: Iterable[Frame]) -> Classifier:
@@ -836,22 +829,21 @@ class Classifier:
             old = self._stacks.popleft()
             self._seen_stack.discard((old[0].pid, old[0].t))
             self._gone.append(old)
-        self._frames.append((self._fed, len(self._gone), len(self._stacks)))
-        last, pending = self._last_gpu, self._pending
+        self._frames.append((frame.gpus, len(self._gone), len(self._stacks)))
+        fresh, bins = self._fresh, self._bin.gpu_vals
         for g in frame.gpus:
             if g.mode == "lost":
                 continue
-            vals = self._bin.gpu_vals.setdefault(g.index, [])
-            if not vals or vals[-1].t != g.t:
+            vals = bins.get(g.index)
+            if vals is None:
+                bins[g.index] = [g]
+            elif vals[-1].t != g.t:
                 vals.append(g)
-            if last.get(g.index) is not g:  # a sample a Frame repeats changes no gap
-                last[g.index] = g
-                got = pending.get(g.index)
-                if got is None:
-                    got = pending[g.index] = ([], [])
-                got[0].append(g)
-                got[1].append(self._fed)
-                self._fed += 1
+            got = fresh.get(g.index)
+            if got is None:
+                fresh[g.index] = [g]
+            elif got[-1] is not g:  # a sample a Frame repeats changes no gap
+                got.append(g)
         self._last = frame
 
     def flush(self) -> None:
@@ -861,25 +853,34 @@ class Classifier:
 
     # -- gaps ----------------------------------------------------------------------------
     def _track(self) -> None:
-        """Each GPU's gaps over its samples of the bin (``track_gaps``, a call a GPU a bin rather
-        than one a sample); a gap a sample ends takes its stack from the window as that sample's
-        Frame left it, so the gaps are the ones a sample at a time found, in the same order."""
+        """Each GPU's gaps over its samples of the bin (``track_gaps``: a call a GPU a bin, not one a
+        sample); a gap a sample ends takes its stack from the window as the Frame that first held
+        the sample left it, so the gaps are the ones a sample at a time found, in the same order.
+        (A bin's first sample may be the one the bin before ended with, held on: tracked again, it
+        changes nothing, as a quiet sample again extends a gap to its own time and one that is not
+        finds the gap already ended.)"""
         ended = []
-        for gpu, (samples, fed) in self._pending.items():
+        for gpu, got in self._fresh.items():
             # NVML util counts copies too: a gap is neither kernels nor copies running
-            quiet = [gap_quiet(math.nan if s.busy is None else s.busy, bool(s.processes)) for s in samples]
-            ends, self._gap[gpu] = track_gaps([s.t for s in samples], quiet, self._gap.get(gpu))
-            ended += [(fed[i], gpu, span) for i, span in ends]
+            quiet = [gap_quiet(math.nan if (b := g.busy) is None else b, bool(g.processes)) for g in got]
+            ends, self._gap[gpu] = track_gaps(quiet, lambda i: got[i].t, self._gap.get(gpu))  # noqa: B023
+            if ends:
+                ended += [(*self._held(got[i]), span) for i, span in ends]
+            del got[:-1]  # the newest: a Frame of the next bin that holds it on is no new sample
         if ended:
             window = [*self._gone, *self._stacks]
-            firsts = [f[0] for f in self._frames]
-            for at, gpu, span in sorted(ended):
-                _, gone, n = self._frames[bisect.bisect_right(firsts, at) - 1]
-                self.gaps.append(gap_event(gpu, span, window[gone : gone + n]))
-        self._pending.clear()
+            for k, j, span in sorted(ended):  # in the order of the Frames, then of their GPUs
+                _, gone, n = self._frames[k]
+                self.gaps.append(gap_event(self._frames[k][0][j].index, span, window[gone : gone + n]))
         self._frames.clear()
         self._gone.clear()
-        self._fed = 0
+
+    def _held(self, sample: GpuSample) -> tuple[int, int]:
+        """(Frame of the bin, place among its GPUs) of the first Frame to hold ``sample`` (a gap's
+        end: rare)."""
+        return next(
+            (k, j) for k, (gpus, _, _) in enumerate(self._frames) for j, g in enumerate(gpus) if g is sample
+        )
 
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
