@@ -746,6 +746,10 @@ CONFIDENCE = {k: _confidence(*k) for k in itertools.product((False, True), repea
 
 _T = TypeVar("_T", float, "np.ndarray")
 
+# live mode tracks gaps when it reads them (a paint tick); a classifier not read tracks them every
+# so many Frames (what it keeps for them: each Frame's GPU samples, the window's entries popped)
+TRACK_FRAMES = 32
+
 
 def bin_start(t: _T, bin_s: float) -> _T:
     """The start of the bin a time falls in, or of each time of an array: the same float both ways
@@ -761,8 +765,7 @@ class _Bin:
 
 
 class Classifier:
-    """Feed Frames in time order; read ``labels`` (per GPU) and ``gaps`` (a gap as the bin of the
-    sample that ends it closes; ``flush`` closes the last).
+    """Feed Frames in time order; read ``labels`` (per GPU) and ``gaps``.
 
     ``confirm``: bins a new label must win in a row before it replaces the current one; "no rule
     matched" (other) waits OTHER_HOLD_S more, and idle after a busy label needs IDLE_CONFIRM bins
@@ -786,7 +789,7 @@ class Classifier:
         self.max_bins = max_bins  # live runs keep a bounded history; reports keep all
         self.labels: dict[int, list[Label]] = {}
         self.features: dict[int, list[Features]] = {}
-        self.gaps: list[Gap] = []
+        self._gaps: list[Gap] = []
         self._bin: _Bin | None = None
         self._last: Frame | None = None
         # (sample, (class, file:line, code, owns_gil) of its main thread), computed once per sample
@@ -795,9 +798,9 @@ class Classifier:
         self._state: dict[int, tuple[str, str, int]] = {}  # gpu -> (stable, candidate, run)
         self._nbins: dict[int, int] = {}
         self._gap: dict[int, Span | None] = {}  # each GPU's gap open after its samples tracked so far
-        # each GPU's new samples of the bin (after the one the bin before ended with), per Frame of
-        # the bin its GPU samples and the window as it left it (entries popped in the bin before
-        # it, entries then in the deque), the entries popped in the bin: for _track
+        # each GPU's new samples not yet tracked for gaps (after the one tracked last), per Frame
+        # since then its GPU samples and the window as it left it (entries popped before it,
+        # entries then in the deque), the entries popped since then: for _track
         self._fresh: dict[int, list[GpuSample]] = {}
         self._frames: list[tuple[tuple[GpuSample, ...], int, int]] = []
         self._gone: list[tuple[StackSample, tuple[str, str, str, bool] | None]] = []
@@ -845,6 +848,8 @@ class Classifier:
             elif got[-1] is not g:  # a sample a Frame repeats changes no gap
                 got.append(g)
         self._last = frame
+        if len(self._frames) >= TRACK_FRAMES:
+            self._track()
 
     def flush(self) -> None:
         if self._bin is not None:
@@ -852,18 +857,26 @@ class Classifier:
             self._bin = None
 
     # -- gaps ----------------------------------------------------------------------------
+    @property
+    def gaps(self) -> list[Gap]:
+        """The GPU gaps ended so far, in the order of the Frames that ended them: tracked up to the
+        newest Frame as they are read (live mode reads them once a paint tick), else every
+        TRACK_FRAMES Frames."""
+        self._track()
+        return self._gaps
+
     def _track(self) -> None:
-        """Each GPU's gaps over its samples of the bin (``track_gaps``: a call a GPU a bin, not one a
-        sample); a gap a sample ends takes its stack from the window as the Frame that first held
-        the sample left it, so the gaps are the ones a sample at a time found, in the same order.
-        (A bin's first sample may be the one the bin before ended with, held on: tracked again, it
-        changes nothing, as a quiet sample again extends a gap to its own time and one that is not
-        finds the gap already ended.)"""
+        """Each GPU's gaps over its new samples since the last call (``track_gaps``: a call a GPU,
+        not one a sample); a gap a sample ends takes its stack from the window as the Frame that
+        first held the sample left it, so the gaps are the ones a sample at a time found, in the
+        same order. (A GPU's first sample may be the one the call before ended with, held on:
+        tracked again, it changes nothing, as a quiet sample again extends a gap to its own time
+        and one that is not finds the gap already ended.)"""
         ended = []
         for gpu, got in self._fresh.items():
             # NVML util counts copies too: a gap is neither kernels nor copies running
             quiet = [gap_quiet(math.nan if (b := g.busy) is None else b, bool(g.processes)) for g in got]
-            ends, self._gap[gpu] = track_gaps(quiet, lambda i: got[i].t, self._gap.get(gpu))  # noqa: B023
+            ends, self._gap[gpu] = track_gaps(quiet, lambda i, got=got: got[i].t, self._gap.get(gpu))
             if ends:
                 ended += [(*self._held(got[i]), span) for i, span in ends]
             del got[:-1]  # the newest: a Frame of the next bin that holds it on is no new sample
@@ -871,7 +884,7 @@ class Classifier:
             window = [*self._gone, *self._stacks]
             for k, j, span in sorted(ended):  # in the order of the Frames, then of their GPUs
                 _, gone, n = self._frames[k]
-                self.gaps.append(gap_event(self._frames[k][0][j].index, span, window[gone : gone + n]))
+                self._gaps.append(gap_event(self._frames[k][0][j].index, span, window[gone : gone + n]))
         self._frames.clear()
         self._gone.clear()
 
@@ -885,7 +898,6 @@ class Classifier:
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
         assert self._bin is not None and self._last is not None
-        self._track()
         last = self._last
         host = last.host
         iowait, procs = (0.0, ()) if host is None else (host.iowait_pct, host.procs)
