@@ -537,16 +537,29 @@ class _Gpu:
         first, other = (self.cols[c][row] for c in BUSY)
         busy = np.where(np.isnan(first), other, first)  # GpuSample.busy (NaN: None)
         alive = np.array([bool(x[4]) for x in self.states] + [False], dtype=bool)[st]  # (-1: none)
-        quiet, times = gap_quiet(busy, alive).tolist(), self.t
+        quiet = gap_quiet(busy, alive)
         m = int(np.searchsorted(frame, i_lo, "left"))  # the first sample from Frame i_lo on
+        # track_gaps is told only the samples that can change what it finds: each run's first and a
+        # quiet run's last (the ones between extend a gap to the last's time or find it ended), and
+        # the two about Frame i_lo; so its lists are made of these alone (a few of every ten)
+        n = len(quiet)
+        told = np.zeros(n + 1, dtype=bool)
+        told[np.flatnonzero(quiet[1:] != quiet[:-1])] = True  # a run's last
+        told[np.flatnonzero(quiet[1:] != quiet[:-1]) + 1] = True  # the next one's first
+        told[[0, n - 1, max(m - 1, 0), m]] = True
+        k = np.flatnonzero(told[:n])
+        ks, km = k.tolist(), int(np.searchsorted(k, m))
+        quiet_k, times_k = quiet[k].tolist(), self.ta[row[k]].tolist()
         index = self.index
-        out, state = track_gaps(quiet[:m], lambda i: times[row[i]], open_gaps.get(index))
-        at_lo[index] = state
-        if reset is not None:
-            state = reset(state)
-        more, state = track_gaps(quiet[m:], lambda i: times[row[m + i]], state)
+        got, state = [], open_gaps.get(index)
+        for lo, hi in ((0, km), (km, len(ks))):
+            ends, state = track_gaps(quiet_k[lo:hi], times_k[lo:hi].__getitem__, state)
+            got += [(int(frame[ks[lo + i]]), span) for i, span in ends]
+            if lo == 0:
+                at_lo[index] = state
+                state = state if reset is None else reset(state)
         open_gaps[index] = state
-        return [(int(frame[i]), span) for i, span in out] + [(int(frame[m + i]), span) for i, span in more]
+        return got
 
     def _seen(self, i_lo: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, states) of each sample the Frames from i_lo on take, once (Aggregates.add)."""

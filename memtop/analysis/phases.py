@@ -277,17 +277,20 @@ def track_gaps(
         return [], None
     out = []
     n, i = len(quiet), 0
-    q = [*quiet, False, True]  # each search ends by n (n + 1 reads as n): no exception to catch
+    q = [*quiet, False, True]  # each search ends by n or n + 1: no exception to catch
+    find = q.index
     while i < n:
         if q[i]:  # a run of quiet samples opens the gap or goes on with it
-            j = q.index(False, i)
+            j = find(False, i)
             gap = (time_of(i) if gap is None else gap[0], time_of(j - 1))
-        else:  # a sample that is not quiet ends the gap open before it
-            if gap is not None and gap[1] - gap[0] >= GAP_MIN_S:
-                out.append((i, gap))
-            gap = None
-            j = min(q.index(True, i), n)
-        i = j
+            if j == n:
+                break
+            i = j
+        # sample i is not quiet: it ends the gap open before it
+        if gap is not None and gap[1] - gap[0] >= GAP_MIN_S:
+            out.append((i, gap))
+        gap = None
+        i = find(True, i)
     return out, gap
 
 
