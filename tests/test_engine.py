@@ -162,6 +162,10 @@ def test_gaps_tracked_piece_by_piece_are_the_gaps_of_the_whole(q, steps, cuts):
         lo = hi
     assert (got, gap) == whole
     assert all(b - a >= GAP_MIN_S and not q[i] and q[i - 1] for i, (a, b) in got)
+    # the samples between a run's first and its last change nothing (the report tells it no others)
+    told = [i for i in range(len(q)) if i in (0, len(q) - 1) or q[i] != q[i - 1] or q[i] != q[i + 1]]
+    ends, gap = track_gaps([q[i] for i in told], [t[i] for i in told].__getitem__, None)
+    assert ([(told[i], span) for i, span in ends], gap) == whole
 
 
 @pytest.mark.parametrize("name", ["multi/heldout_ddp_s11.memtop", "labelled_s0.memtop"])
