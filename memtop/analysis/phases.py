@@ -269,10 +269,11 @@ def track_gaps(
     """A GPU's gaps over its new samples in time order (whether each is ``gap_quiet``, and the time of
     sample i) from the gap open before them (None: none): (i, span) of each gap of at least
     GAP_MIN_S that sample i ends, and the gap open after the last. The one definition of tracking:
-    live mode runs it on each GPU's new samples of a bin as the bin closes, the report on a chunk's
-    at once. It steps from one change of ``quiet`` to the next (``list.index`` scans a run in C)
-    and asks for the times at those changes only, so a chunk of an 8-hour recording costs its runs,
-    not its samples, and a bin's five samples a few µs."""
+    live mode runs it on each GPU's samples since it last read its gaps (``Classifier.gaps``, once
+    a paint tick), the report on a chunk's at once. It steps from one change of ``quiet`` to the
+    next (``list.index`` scans a run in C) and asks for the times at those changes only, so it
+    costs a call and the runs, not the samples; the samples inside a run change nothing (the
+    report leaves them out)."""
     if gap is None and True not in quiet:  # (a GPU at work: the common case, one scan in C)
         return [], None
     out = []
@@ -882,7 +883,7 @@ class Classifier:
             ends, self._gap[gpu] = track_gaps(quiet, lambda i, got=got: got[i].t, self._gap.get(gpu))
             if ends:
                 ended += [(*self._held(got[i]), span) for i, span in ends]
-            del got[:-1]  # the newest: a Frame of the next bin that holds it on is no new sample
+            del got[:-1]  # the newest: a later Frame that holds it on holds no new sample
         if ended:
             window = [*self._gone, *self._stacks]
             for k, j, span in sorted(ended):  # in the order of the Frames, then of their GPUs
@@ -892,8 +893,8 @@ class Classifier:
         self._gone.clear()
 
     def _held(self, sample: GpuSample) -> tuple[int, int]:
-        """(Frame of the bin, place among its GPUs) of the first Frame to hold ``sample`` (a gap's
-        end: rare)."""
+        """(Frame since the last call, place among its GPUs) of the first Frame to hold ``sample``
+        (a gap's end: rare)."""
         return next(
             (k, j) for k, (gpus, _, _) in enumerate(self._frames) for j, g in enumerate(gpus) if g is sample
         )
