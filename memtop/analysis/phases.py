@@ -880,7 +880,7 @@ class Classifier:
         for gpu, got in self._fresh.items():
             # NVML util counts copies too: a gap is neither kernels nor copies running
             quiet = [gap_quiet(math.nan if (b := g.busy) is None else b, bool(g.processes)) for g in got]
-            ends, self._gap[gpu] = track_gaps(quiet, lambda i, got=got: got[i].t, self._gap.get(gpu))
+            ends, self._gap[gpu] = track_gaps(quiet, [g.t for g in got].__getitem__, self._gap.get(gpu))
             if ends:
                 ended += [(*self._held(got[i]), span) for i, span in ends]
             del got[:-1]  # the newest: a later Frame that holds it on holds no new sample
