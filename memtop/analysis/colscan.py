@@ -544,8 +544,8 @@ class _Gpu:
         # the two about Frame i_lo; so its lists are made of these alone (a few of every ten)
         n = len(quiet)
         told = np.zeros(n + 1, dtype=bool)
-        told[np.flatnonzero(quiet[1:] != quiet[:-1])] = True  # a run's last
-        told[np.flatnonzero(quiet[1:] != quiet[:-1]) + 1] = True  # the next one's first
+        change = np.flatnonzero(quiet[1:] != quiet[:-1])
+        told[change] = told[change + 1] = True  # a run's last, the next one's first
         told[[0, n - 1, max(m - 1, 0), m]] = True
         k = np.flatnonzero(told[:n])
         ks, km = k.tolist(), int(np.searchsorted(k, m))
