@@ -1,9 +1,11 @@
 """The engine's behaviour: each feature's contract on either backend (phases.One, a bin's scalars in
-live mode; ruleview.Cols, arrays of bins in the report), the stack window's, and the report's labels
-scored against the markers of the held-out recordings."""
+live mode; ruleview.Cols, arrays of bins in the report), the stack window's, the gap tracker's (one
+form, run on each GPU's samples of a bin live and of a chunk in the report), and the report's
+labels scored against the markers of the held-out recordings."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import sys
@@ -20,6 +22,7 @@ from memtop.analysis import colscan
 from memtop.analysis.phases import (
     BIN_MEANS,
     GAP_BUSY,
+    GAP_MIN_S,
     RECENT_S,
     STACK_WINDOW_S,
     Classifier,
@@ -28,6 +31,7 @@ from memtop.analysis.phases import (
     gpu_figures,
     proc_figures,
     stack_info,
+    track_gaps,
 )
 from memtop.analysis.ruleview import Cols
 from memtop.analysis.stackwin import Entries, stack_columns
@@ -126,6 +130,54 @@ def test_a_gap_is_a_quiet_sample_of_a_gpu_that_holds_a_process(o):
     assert not quiet(GAP_BUSY, True)
     assert not quiet(0.0, False)  # the job is gone: not a gap in its work
     assert not quiet(None, True)  # not read: no evidence of one
+
+
+def test_a_gap_is_a_run_of_quiet_samples_ended_by_one_that_is_not():
+    t = [0.0, 0.1, 0.2, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4]
+    q = [False, True, True, True, False, True, True, False, True, True]
+    ends, open_ = track_gaps(q, t.__getitem__, None)
+    assert ends == [(4, (0.1, 0.8))]  # 0.7 s, ended by sample 4; the 0.1 s one after it is no gap
+    assert open_ == (1.3, 1.4)  # still open after the last sample: the next call goes on with it
+    more, still = track_gaps([True, False], [1.9, 2.0].__getitem__, open_)
+    assert more == [(1, (1.3, 1.9))] and still is None
+    assert track_gaps([False], [5.0].__getitem__, (4.0, 4.0 + GAP_MIN_S))[0] == [(0, (4.0, 4.5))]  # GAP_MIN_S
+    assert track_gaps([], [].__getitem__, (1.0, 2.0)) == ([], (1.0, 2.0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    q=st.lists(st.booleans(), max_size=60),
+    steps=st.lists(st.floats(0.01, 1.0), min_size=60, max_size=60),
+    cuts=st.lists(st.integers(0, 60), max_size=6),
+)
+def test_gaps_tracked_piece_by_piece_are_the_gaps_of_the_whole(q, steps, cuts):
+    """Live mode calls the tracker on each bin's samples, the report on a chunk's: any cut of the
+    samples, the open gap carried from one piece to the next, finds the same gaps."""
+    t = list(itertools.accumulate(steps[: len(q)]))
+    whole = track_gaps(q, t.__getitem__, None)
+    got, gap, lo = [], None, 0
+    for hi in [*sorted(c for c in cuts if c <= len(q)), len(q)]:
+        ends, gap = track_gaps(q[lo:hi], t[lo:hi].__getitem__, gap)
+        got += [(lo + i, span) for i, span in ends]
+        lo = hi
+    assert (got, gap) == whole
+    assert all(b - a >= GAP_MIN_S and not q[i] and q[i - 1] for i, (a, b) in got)
+    # the samples between a run's first and its last change nothing (the report tells it no others)
+    told = [i for i in range(len(q)) if i in (0, len(q) - 1) or q[i] != q[i - 1] or q[i] != q[i + 1]]
+    ends, gap = track_gaps([q[i] for i in told], [t[i] for i in told].__getitem__, None)
+    assert ([(told[i], span) for i, span in ends], gap) == whole
+
+
+@pytest.mark.parametrize("name", ["multi/heldout_ddp_s11.memtop", "labelled_s0.memtop"])
+def test_live_mode_and_the_report_find_the_same_gaps_with_the_same_stacks(name):
+    """Gaps of up to 22 s (longer than the stack window: the samples in them leave it before they
+    end), on two GPUs and on one with stacks: live mode tracks them as each bin closes, with the
+    window as the Frame of the sample that ends them left it; the report over a chunk's samples."""
+    rec = Recording(DATA / name)
+    live = Classifier().feed_all(rec.frames()).gaps
+    _, report, _ = colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1)
+    assert live == report
+    assert max(g.duration_s for g in live) > STACK_WINDOW_S and all(g.stack for g in live)
 
 
 # --- the stack window, on either backend ------------------------------------------------------------

@@ -46,6 +46,7 @@ from memtop.analysis.phases import (
     is_data_worker,
     is_stopped,
     stack_info,
+    track_gaps,
 )
 from memtop.analysis.scan import REPORT_READS, Aggregates, Stacks, extends, main_only
 from memtop.analysis.stackwin import Entries, window_bounds
@@ -524,10 +525,10 @@ class _Gpu:
         at_lo: dict,
         reset: Callable[[tuple | None], tuple | None] | None,
     ) -> list[tuple[int, tuple[float, float]]]:
-        """(Frame, span) of each gap event: Classifier.feed tracks a GPU's gap at each new sample
-        (``Classifier._track_gap``, here over runs of quiet samples). ``at_lo`` gets the GPU's open
-        gap as Frame i_lo finds it; ``reset``: a function of it giving the open gap to go on from
-        there instead."""
+        """(Frame, span) of each gap event: ``phases.track_gaps`` over the GPU's new samples (each
+        taken at the Frame that first holds it, as Classifier.feed takes it). ``at_lo`` gets the
+        GPU's open gap as Frame i_lo finds it; ``reset``: a function of it giving the open gap to
+        go on from there instead."""
         r, s = self.r, self.s
         at = np.flatnonzero(self.valid)
         ra, sa = r[at], s[at]
@@ -538,16 +539,28 @@ class _Gpu:
         busy = np.where(np.isnan(first), other, first)  # GpuSample.busy (NaN: None)
         alive = np.array([bool(x[4]) for x in self.states] + [False], dtype=bool)[st]  # (-1: none)
         quiet = gap_quiet(busy, alive)
-        times = self.t
         m = int(np.searchsorted(frame, i_lo, "left"))  # the first sample from Frame i_lo on
+        # track_gaps is told only the samples that can change what it finds: each run's first and a
+        # quiet run's last (the ones between extend a gap to the last's time or find it ended), and
+        # the two about Frame i_lo; so its lists are made of these alone (a few of every ten)
+        n = len(quiet)
+        told = np.zeros(n + 1, dtype=bool)
+        change = np.flatnonzero(quiet[1:] != quiet[:-1])
+        told[change] = told[change + 1] = True  # a run's last, the next one's first
+        told[[0, n - 1, max(m - 1, 0), m]] = True
+        k = np.flatnonzero(told[:n])
+        ks, km = k.tolist(), int(np.searchsorted(k, m))
+        quiet_k, times_k = quiet[k].tolist(), self.ta[row[k]].tolist()
         index = self.index
-        out, state = _quiet_runs(quiet[:m], frame[:m], row[:m], times, open_gaps.get(index))
-        at_lo[index] = state
-        if reset is not None:
-            state = reset(state)
-        more, state = _quiet_runs(quiet[m:], frame[m:], row[m:], times, state)
+        got, state = [], open_gaps.get(index)
+        for lo, hi in ((0, km), (km, len(ks))):
+            ends, state = track_gaps(quiet_k[lo:hi], times_k[lo:hi].__getitem__, state)
+            got += [(int(frame[ks[lo + i]]), span) for i, span in ends]
+            if lo == 0:
+                at_lo[index] = state
+                state = state if reset is None else reset(state)
         open_gaps[index] = state
-        return out + more
+        return got
 
     def _seen(self, i_lo: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, states) of each sample the Frames from i_lo on take, once (Aggregates.add)."""
@@ -557,32 +570,6 @@ class _Gpu:
         new = np.ones(len(at), dtype=bool)
         new[1:] = (ra[1:] != ra[:-1]) | (sa[1:] != sa[:-1])
         return ra[new], sa[new]
-
-
-def _quiet_runs(
-    quiet: np.ndarray, frame: np.ndarray, row: np.ndarray, times: list, gap: tuple | None
-) -> tuple[list[tuple[int, tuple[float, float]]], tuple | None]:
-    """Classifier._track_gap over a GPU's new samples (quiet: busy < 5 with a live process), from
-    the open gap ``gap``: (Frame, span) of each gap of >= 0.5 s a sample ends, and the open gap
-    after the last."""
-    n = len(quiet)
-    if not n:
-        return [], gap
-    edges = np.diff(np.concatenate([[0], quiet.view(np.int8), [0]]))
-    starts, ends = np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist()
-    out = []
-    if gap is not None and not quiet[0] and gap[1] - gap[0] >= GAP_MIN_S:  # the first sample ends it
-        out.append((int(frame[0]), gap))
-    open_ = None
-    for a, b in zip(starts, ends, strict=True):
-        t0 = gap[0] if a == 0 and gap is not None else times[row[a]]
-        span = (t0, times[row[b]])
-        if b + 1 < n:
-            if span[1] - span[0] >= GAP_MIN_S:
-                out.append((int(frame[b + 1]), span))
-        else:
-            open_ = span
-    return out, open_
 
 
 def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:

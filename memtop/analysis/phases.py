@@ -255,9 +255,44 @@ GAP_BUSY = 5.0
 GAP_MIN_S = 0.5
 
 
+Span = tuple[float, float]
+
+
 def gap_quiet(busy: Any, alive: Any) -> Any:
     """A sample inside a gap (``busy`` NaN where unknown: not quiet), for one sample or arrays of them."""
     return (busy < GAP_BUSY) & alive
+
+
+def track_gaps(
+    quiet: Sequence[bool], time_of: Callable[[int], float], gap: Span | None
+) -> tuple[list[tuple[int, Span]], Span | None]:
+    """A GPU's gaps over its new samples in time order (whether each is ``gap_quiet``, and the time of
+    sample i) from the gap open before them (None: none): (i, span) of each gap of at least
+    GAP_MIN_S that sample i ends, and the gap open after the last. The one definition of tracking:
+    live mode runs it on each GPU's samples since it last read its gaps (``Classifier.gaps``, once
+    a paint tick), the report on a chunk's at once. It steps from one change of ``quiet`` to the
+    next (``list.index`` scans a run in C) and asks for the times at those changes only, so it
+    costs a call and the runs, not the samples; the samples inside a run change nothing (the
+    report leaves them out)."""
+    if gap is None and True not in quiet:  # (a GPU at work: the common case, one scan in C)
+        return [], None
+    out = []
+    n, i = len(quiet), 0
+    q = [*quiet, False, True]  # each search ends by n or n + 1: no exception to catch
+    find = q.index
+    while i < n:
+        if q[i]:  # a run of quiet samples opens the gap or goes on with it
+            j = find(False, i)
+            gap = (time_of(i) if gap is None else gap[0], time_of(j - 1))
+            if j == n:
+                break
+            i = j
+        # sample i is not quiet: it ends the gap open before it
+        if gap is not None and gap[1] - gap[0] >= GAP_MIN_S:
+            out.append((i, gap))
+        gap = None
+        i = find(True, i)
+    return out, gap
 
 
 def mode_name(gpm: bool, stacked: bool) -> str:
@@ -715,6 +750,10 @@ CONFIDENCE = {k: _confidence(*k) for k in itertools.product((False, True), repea
 
 _T = TypeVar("_T", float, "np.ndarray")
 
+# live mode tracks gaps when it reads them (a paint tick); a classifier not read tracks them every
+# so many Frames (what it keeps for them: each Frame's GPU samples, the window's entries popped)
+TRACK_FRAMES = 32
+
 
 def bin_start(t: _T, bin_s: float) -> _T:
     """The start of the bin a time falls in, or of each time of an array: the same float both ways
@@ -754,7 +793,7 @@ class Classifier:
         self.max_bins = max_bins  # live runs keep a bounded history; reports keep all
         self.labels: dict[int, list[Label]] = {}
         self.features: dict[int, list[Features]] = {}
-        self.gaps: list[Gap] = []
+        self._gaps: list[Gap] = []
         self._bin: _Bin | None = None
         self._last: Frame | None = None
         # (sample, (class, file:line, code, owns_gil) of its main thread), computed once per sample
@@ -762,9 +801,14 @@ class Classifier:
         self._seen_stack: set[tuple[int, float]] = set()
         self._state: dict[int, tuple[str, str, int]] = {}  # gpu -> (stable, candidate, run)
         self._nbins: dict[int, int] = {}
-        self._gap: dict[int, tuple[float, float] | None] = {}
+        self._gap: dict[int, Span | None] = {}  # each GPU's gap open after its samples tracked so far
+        # each GPU's new samples not yet tracked for gaps (after the one tracked last), per Frame
+        # since then its GPU samples and the window as it left it (entries popped before it,
+        # entries then in the deque), the entries popped since then: for _track
+        self._fresh: dict[int, list[GpuSample]] = {}
+        self._frames: list[tuple[tuple[GpuSample, ...], int, int]] = []
+        self._gone: list[tuple[StackSample, tuple[str, str, str, bool] | None]] = []
         self.jobs: dict[int, str] = {}  # GPU -> job key, as of the newest bin
-        self._last_gpu: dict[int, GpuSample] = {}  # the sample each GPU's gap was tracked at
         self._graphics: dict[int, float] = {}  # each GPU's previous bin's graphics (Features.rise)
 
     def feed_all(self, frames: Iterable[Frame]) -> Classifier:
@@ -789,22 +833,27 @@ class Classifier:
                 self._seen_stack.add(key)
                 self._stacks.append((s, stack_info(s)))
         while self._stacks and self._stacks[0][0].t < frame.t - STACK_WINDOW_S:
-            old, _ = self._stacks.popleft()
-            self._seen_stack.discard((old.pid, old.t))
-        last = self._last_gpu
+            old = self._stacks.popleft()
+            self._seen_stack.discard((old[0].pid, old[0].t))
+            self._gone.append(old)
+        self._frames.append((frame.gpus, len(self._gone), len(self._stacks)))
+        fresh, bins = self._fresh, self._bin.gpu_vals
         for g in frame.gpus:
             if g.mode == "lost":
                 continue
-            vals = self._bin.gpu_vals.setdefault(g.index, [])
-            if not vals or vals[-1].t != g.t:
+            vals = bins.get(g.index)
+            if vals is None:
+                bins[g.index] = [g]
+            elif vals[-1].t != g.t:
                 vals.append(g)
-            if last.get(g.index) is not g:  # a sample a Frame repeats changes no gap
-                last[g.index] = g
-                # NVML util counts copies too: a gap is neither kernels nor copies running
-                span = self._track_gap(g.index, g.t, g.busy, bool(g.processes))
-                if span is not None:
-                    self.gaps.append(gap_event(g.index, span, self._stacks))
+            got = fresh.get(g.index)
+            if got is None:
+                fresh[g.index] = [g]
+            elif got[-1] is not g:  # a sample a Frame repeats changes no gap
+                got.append(g)
         self._last = frame
+        if len(self._frames) >= TRACK_FRAMES:
+            self._track()
 
     def flush(self) -> None:
         if self._bin is not None:
@@ -812,17 +861,43 @@ class Classifier:
             self._bin = None
 
     # -- gaps ----------------------------------------------------------------------------
-    def _track_gap(self, gpu: int, t: float, busy: float | None, alive: bool) -> tuple[float, float] | None:
-        """A GPU's new sample; the span of the gap it ends, if one >= 0.5 s did."""
-        cur = self._gap.get(gpu)
-        if gap_quiet(math.nan if busy is None else busy, alive):
-            if cur is None:
-                self._gap[gpu] = (t, t)
-            else:
-                self._gap[gpu] = (cur[0], t)
-            return None
-        self._gap[gpu] = None
-        return cur if cur is not None and cur[1] - cur[0] >= GAP_MIN_S else None
+    @property
+    def gaps(self) -> list[Gap]:
+        """The GPU gaps ended so far, in the order of the Frames that ended them: tracked up to the
+        newest Frame as they are read (live mode reads them once a paint tick), else every
+        TRACK_FRAMES Frames."""
+        self._track()
+        return self._gaps
+
+    def _track(self) -> None:
+        """Each GPU's gaps over its new samples since the last call (``track_gaps``: a call a GPU,
+        not one a sample); a gap a sample ends takes its stack from the window as the Frame that
+        first held the sample left it, so the gaps are the ones a sample at a time found, in the
+        same order. (A GPU's first sample may be the one the call before ended with, held on:
+        tracked again, it changes nothing, as a quiet sample again extends a gap to its own time
+        and one that is not finds the gap already ended.)"""
+        ended = []
+        for gpu, got in self._fresh.items():
+            # NVML util counts copies too: a gap is neither kernels nor copies running
+            quiet = [gap_quiet(math.nan if (b := g.busy) is None else b, bool(g.processes)) for g in got]
+            ends, self._gap[gpu] = track_gaps(quiet, [g.t for g in got].__getitem__, self._gap.get(gpu))
+            if ends:
+                ended += [(*self._held(got[i]), span) for i, span in ends]
+            del got[:-1]  # the newest: a later Frame that holds it on holds no new sample
+        if ended:
+            window = [*self._gone, *self._stacks]
+            for k, j, span in sorted(ended):  # in the order of the Frames, then of their GPUs
+                _, gone, n = self._frames[k]
+                self._gaps.append(gap_event(self._frames[k][0][j].index, span, window[gone : gone + n]))
+        self._frames.clear()
+        self._gone.clear()
+
+    def _held(self, sample: GpuSample) -> tuple[int, int]:
+        """(Frame since the last call, place among its GPUs) of the first Frame to hold ``sample``
+        (a gap's end: rare)."""
+        return next(
+            (k, j) for k, (gpus, _, _) in enumerate(self._frames) for j, g in enumerate(gpus) if g is sample
+        )
 
     # -- bins ----------------------------------------------------------------------------
     def _close(self) -> None:
