@@ -53,6 +53,9 @@ class SamplerConfig:
     pids: tuple[int, ...] = ()
     nvml: Nvml | None = None  # a backend (ReplayNvml in tests); None = the real driver
     root: Path = field(default_factory=lambda: Path("/"))
+    # a live view (no recording): a process on saturated GPUs is dumped every collectors.stacks.SPARSE_S;
+    # a recording keeps every dump
+    lean: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, recording: bool) -> SamplerConfig:
@@ -69,6 +72,7 @@ class SamplerConfig:
             perf=not args.no_perf,
             pids=tuple(args.pid),
             series=recording,
+            lean=not recording,
         )
 
 
@@ -251,11 +255,22 @@ class Sampler:
         if self.stacks is not None:
             with self._lock:
                 self.stacks.set_fast(self._stacks_decide(self._roots, self._gpu_pids))
+                if self.cfg.lean:
+                    self.stacks.set_sparse(self._on_saturated())
                 if not self.cfg.native:
                     return
                 t = now() if t is None else t
                 for pid in self._opaque_waits():
                     self.stacks.want_native(pid, t)  # sparse: at most one per NATIVE_EVERY_S per pid
+
+    def _on_saturated(self) -> frozenset[int]:
+        """The watched processes whose GPUs are all saturated: their stacks decide nothing now."""
+        out = []
+        for pid in self._roots:
+            gs = [self._gpus.get(i) for i in self._gpu_pids.get(pid, ())]
+            if gs and all(g is not None and g.saturated for g in gs):
+                out.append(pid)
+        return frozenset(out)
 
     def _opaque_waits(self) -> list[int]:
         """GPU processes whose main thread waits in native code without the GIL, in no wait its
