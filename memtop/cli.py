@@ -104,8 +104,8 @@ STEPS = _steps
 
 def _add_sampling(p: argparse.ArgumentParser, intervals: bool = True, live: bool = False) -> None:
     """The sampler's options; ``intervals`` False: its intervals stay the defaults (`snapshot`, whose
-    --interval is its own); ``live``: the live view's, whose GPU interval is left None here for the
-    command to choose (LIVE_GPU_S without --record)."""
+    --interval is its own); ``live``: the live view's, whose GPU interval is left None for the sampler
+    to choose (memtop.live.sampler.LIVE_GPU_S, or RECORD_GPU_S with --record)."""
     p.add_argument(
         "--pid",
         type=_index,

@@ -411,17 +411,8 @@ def check_trace_dir(args: argparse.Namespace) -> None:
 LIVE_ONLY = (("record", "--record"), ("pid", "--pid"), ("trace_on", "--trace-on"))
 
 
-# The live view reads the GPU at 5 Hz (NVML-only mode already did): GPM and util at 10 Hz cost ~1 % of
-# a core on the H200 more, and the held-out runs thinned to 5 Hz score the same macro-F1 (bench/RESULTS.md,
-# "live footprint, fifth pass"). A recording keeps 10 Hz.
-LIVE_GPU_S = 0.2
-RECORD_GPU_S = 0.1
-
-
 def live(args: argparse.Namespace) -> int:
     check_trace_dir(args)
-    if args.interval is None:
-        args.interval = RECORD_GPU_S if args.record else LIVE_GPU_S
     if args.demo:
         given = [flag for name, flag in LIVE_ONLY if getattr(args, name, None)]
         if given:

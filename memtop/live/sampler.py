@@ -39,6 +39,14 @@ if TYPE_CHECKING:  # the collectors (psutil, ctypes) load with the first Sampler
     from memtop.collectors.nvml_calls import Nvml
 
 
+# The live view reads the GPU at 5 Hz (NVML-only mode already did): GPM's call (1.5 ms of CPU whatever
+# it is asked) with util and power at 10 Hz cost ~1 % of a core more on the H200, and the held-out runs
+# thinned to 5 Hz score the same macro-F1 (bench/thin_accuracy.py; bench/RESULTS.md, "live footprint,
+# fifth pass"). A recording keeps 10 Hz. Either is the default of --interval where it is not given.
+LIVE_GPU_S = 0.2
+RECORD_GPU_S = 0.1
+
+
 @dataclass
 class SamplerConfig:
     gpu_interval: float = 0.1
@@ -61,10 +69,11 @@ class SamplerConfig:
     def from_args(cls, args: argparse.Namespace, recording: bool) -> SamplerConfig:
         """The config the CLI's flags ask for; a --pid that does not exist is a UserError."""
         check_pids(args.pid)
+        gpu = args.interval if args.interval is not None else RECORD_GPU_S if recording else LIVE_GPU_S
         # the host follows a slower GPU cadence (--interval 1 asks for a 1 Hz monitor), never above 2 Hz
         return cls(
-            gpu_interval=args.interval,
-            host_interval=max(0.5, args.interval),
+            gpu_interval=gpu,
+            host_interval=max(0.5, gpu),
             stack_interval=args.stack_interval,
             use_gpm=not args.no_gpm,
             stacks=not args.no_stacks,
