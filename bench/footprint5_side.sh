@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# On the GPU machine (issue #39, branch foot5): this tree beside nvitop and main in one call, footprint4's
+# method (this tree installed, main installed apart in /tmp/oldsite, nvitop -m full; one interpreter,
+# 200x50 ptys):
+# 1. under footprint4's saturated bf16 matmul load: STARTS starts of each to the first power reading,
+#    interleaved; ROUNDS rounds alternated of this tree's defaults, main's defaults, nvitop at 1 s and
+#    this tree's --no-stacks --interval 1 (per thread for this tree; smaps 2 s before the end, round 1);
+# 2. two part-busy loads: two matmuls, .item(), 5 ms asleep (the GPU and the process each ~40 % busy:
+#    the stacks at their normal pace), and four matmuls, .item(), 5 ms spinning (the GPU ~55 % busy, the
+#    process on a core: the stacks' fast pace, 4 dumps a second); this tree's and main's defaults, one
+#    round each.
+# usage (from this tree's root on the device): bash bench/footprint5_side.sh OUTDIR [S] [WARM] [ROUNDS] [STARTS] [OLDTREE]
+set -u
+R=$1; S=${2:-16}; W=${3:-6}; N=${4:-3}; K=${5:-4}; OLD=${6:-../..}
+python3 -m pip install -q --no-index --find-links "$OLD/.whl" textual py-spy nvidia-ml-py nvitop >/dev/null 2>&1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation . >/dev/null 2>&1
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/oldsite "$OLD" >/dev/null 2>&1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/machine.txt"
+python3 --version >> "$R/machine.txt"
+OLDM="env PYTHONPATH=/tmp/oldsite python3 -P -m memtop"
+B="python3 bench/pty_bench.py $S 200x50 $W"
+busy() {
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits
+}
+load() {  # KIND: saturated, sleep or spin
+  python3 -c "
+import torch,time,sys
+a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)
+end=time.time()+900
+while time.time()<end:
+    if sys.argv[1]=='saturated':
+        [a@a for _ in range(10)]; torch.cuda.synchronize(); continue
+    [a@a for _ in range(2 if sys.argv[1]=='sleep' else 4)]
+    (a[0,0]+1).item()
+    if sys.argv[1]=='sleep':
+        time.sleep(0.005)
+    else:
+        t=time.perf_counter()
+        while time.perf_counter()-t<0.005: pass" "$1" &
+  LOAD=$!
+  until [ "$(busy)" -gt 30 ] 2>/dev/null; do sleep 0.5; done
+  sleep 2
+  echo "$1 load: nvidia-smi util $(busy) %" >> "$R/machine.txt"
+}
+smaps() {  # LABEL PATTERN
+  if [ "$k" = 1 ]; then
+    (sleep $((S + W - 2)); python3 bench/smaps_top.py "$(pgrep -n -f "$2")" "$1" >> "$R/smaps.jsonl") &
+  fi
+}
+load saturated
+for i in $(seq "$K"); do
+  for c in "memtop --no-mouse" "$OLDM --no-mouse" "nvitop -m full"; do
+    python3 bench/pty_bench.py 0.5 200x50 2 --until '[0-9]W' -- $c >> "$R/first.jsonl"
+  done
+done
+for k in $(seq "$N"); do
+  $B --threads -- memtop --no-mouse >> "$R/tui.jsonl"
+  $B -- $OLDM --no-mouse >> "$R/tui.jsonl"
+  smaps nvitop "nvitop -m full --interval 1"
+  $B -- nvitop -m full --interval 1 >> "$R/tui.jsonl"
+  smaps "this tree 1 Hz" "bin/memtop --no-mouse --no-stacks"
+  $B --threads -- memtop --no-mouse --no-stacks --interval 1 >> "$R/tui.jsonl"
+done
+kill $LOAD; wait $LOAD 2>/dev/null
+for kind in sleep spin; do
+  load $kind
+  echo "{\"load\": \"$kind\"}" >> "$R/tui.jsonl"
+  $B --threads -- memtop --no-mouse >> "$R/tui.jsonl"
+  $B -- $OLDM --no-mouse >> "$R/tui.jsonl"
+  kill $LOAD; wait $LOAD 2>/dev/null
+done
+wait
