@@ -9,6 +9,9 @@
 #    the stacks at their normal pace), and four matmuls, .item(), 5 ms spinning (the GPU ~55 % busy, the
 #    process on a core: the stacks' fast pace, 4 dumps a second); this tree's and main's defaults, one
 #    round each.
+# (Run once at a1aa7b6 with the load's start awaited by the GPU's util above 30 %: the last load's util
+# lingered, and the "sleep" load's window began before it ran (util 0 % 2 s in); it now waits for the
+# load's own first result.)
 # usage (from this tree's root on the device): bash bench/footprint5_side.sh OUTDIR [S] [WARM] [ROUNDS] [STARTS] [OLDTREE]
 set -u
 R=$1; S=${2:-16}; W=${3:-6}; N=${4:-3}; K=${5:-4}; OLD=${6:-../..}
@@ -26,6 +29,7 @@ load() {  # KIND: saturated, sleep or spin
   python3 -c "
 import torch,time,sys
 a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)
+(a@a).sum().item(); open(sys.argv[2],'w').close()
 end=time.time()+900
 while time.time()<end:
     if sys.argv[1]=='saturated':
@@ -36,9 +40,9 @@ while time.time()<end:
         time.sleep(0.005)
     else:
         t=time.perf_counter()
-        while time.perf_counter()-t<0.005: pass" "$1" &
+        while time.perf_counter()-t<0.005: pass" "$1" "$R/ready.$1" &
   LOAD=$!
-  until [ "$(busy)" -gt 30 ] 2>/dev/null; do sleep 0.5; done
+  until [ -e "$R/ready.$1" ]; do sleep 0.2; done  # (not the GPU's util: the last load's lingers)
   sleep 2
   echo "$1 load: nvidia-smi util $(busy) %" >> "$R/machine.txt"
 }
