@@ -12,6 +12,7 @@
 # (Run once at a1aa7b6 with the load's start awaited by the GPU's util above 30 %: the last load's util
 # lingered, and the "sleep" load's window began before it ran (util 0 % 2 s in); it now waits for the
 # load's own first result.)
+# SATURATED=0 leaves out step 1; PART_ROUNDS=N (default 1) rounds of step 2.
 # usage (from this tree's root on the device): bash bench/footprint5_side.sh OUTDIR [S] [WARM] [ROUNDS] [STARTS] [OLDTREE]
 set -u
 R=$1; S=${2:-16}; W=${3:-6}; N=${4:-3}; K=${5:-4}; OLD=${6:-../..}
@@ -44,13 +45,23 @@ while time.time()<end:
   LOAD=$!
   until [ -e "$R/ready.$1" ]; do sleep 0.2; done  # (not the GPU's util: the last load's lingers)
   sleep 2
-  echo "$1 load: nvidia-smi util $(busy) %" >> "$R/machine.txt"
+  echo "$1 load: nvidia-smi util $(busy) %; GPM $(gpm)" >> "$R/machine.txt"
+}
+gpm() {  # the GPU's GPM graphics and SM activity over 1 s, as memtop reads them
+  python3 -c "
+import time
+from memtop.collectors.nvml import GPM_IDS, gpm_values
+from memtop.collectors.nvml_calls import RealNvml
+nv = RealNvml(); nv.init(); nv.gpm_metrics(0, GPM_IDS); time.sleep(1)
+v = gpm_values(nv.gpm_metrics(0, GPM_IDS) or {})
+print('graphics %.0f %%, SM %.0f %%' % (v.get('graphics', -1), v.get('sm', -1)))" 2>&1 | tail -1
 }
 smaps() {  # LABEL PATTERN
   if [ "$k" = 1 ]; then
     (sleep $((S + W - 2)); python3 bench/smaps_top.py "$(pgrep -n -f "$2")" "$1" >> "$R/smaps.jsonl") &
   fi
 }
+if [ "${SATURATED:-1}" = 1 ]; then
 load saturated
 for i in $(seq "$K"); do
   for c in "memtop --no-mouse" "$OLDM --no-mouse" "nvitop -m full"; do
@@ -66,11 +77,14 @@ for k in $(seq "$N"); do
   $B --threads -- memtop --no-mouse --no-stacks --interval 1 >> "$R/tui.jsonl"
 done
 kill $LOAD; wait $LOAD 2>/dev/null
+fi
 for kind in sleep spin; do
   load $kind
-  echo "{\"load\": \"$kind\"}" >> "$R/tui.jsonl"
-  $B --threads -- memtop --no-mouse >> "$R/tui.jsonl"
-  $B -- $OLDM --no-mouse >> "$R/tui.jsonl"
+  for k in $(seq "${PART_ROUNDS:-1}"); do
+    echo "{\"load\": \"$kind\"}" >> "$R/tui.jsonl"
+    $B --threads -- memtop --no-mouse >> "$R/tui.jsonl"
+    $B -- $OLDM --no-mouse >> "$R/tui.jsonl"
+  done
   kill $LOAD; wait $LOAD 2>/dev/null
 done
 wait
