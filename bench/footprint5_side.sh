@@ -11,7 +11,8 @@
 #    round each.
 # (Run once at a1aa7b6 with the load's start awaited by the GPU's util above 30 %: the last load's util
 # lingered, and the "sleep" load's window began before it ran (util 0 % 2 s in); it now waits for the
-# load's own first result.)
+# load's own first result. Run again at 13d1938 with SATURATED=0 PART_ROUNDS=2: the GPM line failed there,
+# the checkout's memtop/ shadowing the installed one; it now runs with -P.)
 # SATURATED=0 leaves out step 1; PART_ROUNDS=N (default 1) rounds of step 2.
 # usage (from this tree's root on the device): bash bench/footprint5_side.sh OUTDIR [S] [WARM] [ROUNDS] [STARTS] [OLDTREE]
 set -u
@@ -47,8 +48,8 @@ while time.time()<end:
   sleep 2
   echo "$1 load: nvidia-smi util $(busy) %; GPM $(gpm)" >> "$R/machine.txt"
 }
-gpm() {  # the GPU's GPM graphics and SM activity over 1 s, as memtop reads them
-  python3 -c "
+gpm() {  # the GPU's GPM graphics and SM activity over 1 s, as memtop reads them (-P: the installed memtop)
+  python3 -P -c "
 import time
 from memtop.collectors.nvml import GPM_IDS, gpm_values
 from memtop.collectors.nvml_calls import RealNvml
