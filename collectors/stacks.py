@@ -30,7 +30,7 @@ TIMEOUT_S = 2.0
 NATIVE_EVERY_S = 30.0
 # A process whose GPUs are all saturated is dumped at most this often: its label is compute-bound
 # whatever its stack says (the stack rules judge under-used GPUs), and a dump is the default view's
-# costliest reading (~1.3 % of a core on the H200 at 2 a second). Scored offline on the held-out runs
+# costliest reading (5.5 ms of CPU a dump on the H200: 1.1 % of a core at 2 a second). Scored offline on the held-out runs
 # (bench/thin_accuracy.py): no macro-F1 moved at either guard band (bench/RESULTS.md, "fifth pass").
 SPARSE_S = 2.0
 

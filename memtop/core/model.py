@@ -248,8 +248,8 @@ class GpuSample:
     @property
     def saturated(self) -> bool:
         """The compute rule's entry (memtop.analysis.phases: GPM graphics >= 80 %, SM >= 70 %): busy
-        enough that its process is compute-bound whatever its stack says, and no gap to time. A live
-        view reads such a GPU and its process's stacks less often. Without GPM, NVML util counts
+        enough that its process is compute-bound whatever its stack says: a live view dumps that
+        process's stack less often (collectors.stacks.SPARSE_S). Without GPM, NVML util counts
         copies too (a pageable copy reads up to 82 %, told apart only by its stack): never."""
         return self.mode == "gpm" and (self.graphics or 0.0) >= 80 and (self.sm or 0.0) >= 70
 
