@@ -6,8 +6,9 @@
 #    torch process (CPU of the child, N dumps);
 # 2. under a saturated bf16 matmul load: this tree's defaults and --no-stacks --interval 1 (per thread,
 #    a py-spy profile of each taken during its window, smaps 2 s before its end), main's defaults;
-# 3. under a half-busy load (a loop of matmuls, a Python spin, then .item(): the GPU ~50 % busy, the
-#    process on a core: the stacks' fast pace): this tree's and main's defaults.
+# 3. under a "half-busy" load (a loop of matmuls, a Python spin, then .item()): this tree's and main's
+#    defaults. As run (5d9f820) the spin overlapped the queued matmuls and the GPU stayed saturated: use
+#    footprint5_side.sh's part-busy loads instead.
 # usage (from this tree's root on the device): bash bench/footprint5_device.sh OUTDIR [S] [WARM] [OLDTREE]
 set -u
 R=$1; S=${2:-16}; W=${3:-6}; OLD=${4:-../..}
