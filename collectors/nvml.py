@@ -1,4 +1,4 @@
-"""GPU collector: GPM (Hopper+) at 10 Hz, drained driver sample buffers, NVML-only fallback.
+"""GPU collector: GPM (Hopper+) at 10 Hz (a live view: 5 Hz), drained driver sample buffers, NVML-only fallback.
 
 One ``GpuReader`` per GPU; the sampler runs each in its own thread so a slow call on one
 GPU (nvmlDeviceGetPcieThroughput blocks ~21 ms) never delays another or the UI.
@@ -207,7 +207,7 @@ class GpuReader:
                 "gpm",
                 g,
                 CapState.AVAILABLE if self.gpm else CapState.UNSUPPORTED,
-                "GPM metrics at 10 Hz" if self.gpm else self.gpm_reason,
+                f"GPM metrics at {1 / self.interval:.3g} Hz" if self.gpm else self.gpm_reason,
                 "" if self.gpm else "NVML-only mode: util is 'kernel or copy running', not SM activity",
             ),
         ]

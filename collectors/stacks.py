@@ -28,6 +28,11 @@ TIMEOUT_S = 2.0
 # .item()/.nonzero() (libtorch_cuda's symbols). Asked for by the sampler at most this often per pid
 # (<= 2.8 % of the target's time at the worst pause measured); a request from the UI is not limited.
 NATIVE_EVERY_S = 30.0
+# A process whose GPUs are all saturated is dumped at most this often: its label is compute-bound
+# whatever its stack says (the stack rules judge under-used GPUs), and a dump is the default view's
+# costliest reading (5.5 ms of CPU a dump on the H200: 1.1 % of a core at 2 a second). Scored offline on the held-out runs
+# (bench/thin_accuracy.py): no macro-F1 moved at either guard band (bench/RESULTS.md, "fifth pass").
+SPARSE_S = 2.0
 
 
 def find_pyspy() -> str | None:
@@ -236,6 +241,8 @@ class StacksCollector:
         self.native_every = NATIVE_EVERY_S
         self._native_last: dict[int, float] = {}  # pid -> when the sampler last asked for one
         self.native_asked = 0  # how many the sampler asked for
+        self.sparse: frozenset[int] = frozenset()  # pids on saturated GPUs (see SPARSE_S)
+        self._dumped: dict[int, float] = {}  # pid -> when its last plain dump started
 
     def request_native(self, pid: int) -> None:
         """Ask for one --native dump of pid at the next cycle (it pauses the target 0.06-0.85 s)."""
@@ -257,12 +264,23 @@ class StacksCollector:
         """Dump twice as often while the stacks decide the label (see Sampler._pace_stacks)."""
         self.interval = self.base_interval / 2 if fast else self.base_interval
 
+    def set_sparse(self, pids: frozenset[int]) -> None:
+        """The processes on saturated GPUs (their workers follow them): dumped every SPARSE_S."""
+        self.sparse = pids
+
     def set_targets(self, targets: dict[int, int | None]) -> None:
         self.targets = targets
         for gone in set(self.status) - set(targets):
             del self.status[gone]
-        for gone in set(self._native_last) - set(targets):
-            del self._native_last[gone]
+        for kept in (self._native_last, self._dumped):
+            for gone in set(kept) - set(targets):
+                del kept[gone]
+
+    def _due(self, pid: int, parent: int | None, now: float) -> bool:
+        if parent is not None and self._cycle % self.worker_every:
+            return False
+        root = pid if parent is None else parent
+        return root not in self.sparse or now - self._dumped.get(pid, -math.inf) >= SPARSE_S
 
     def capabilities(self) -> tuple[Capability, ...]:
         if self.pyspy is None:
@@ -291,13 +309,11 @@ class StacksCollector:
         while self._native:
             pid = self._native.pop()
             natives.append(self.native_dump(pid))
-        pids = [
-            p
-            for p, parent in self.targets.items()
-            if (parent is None or self._cycle % self.worker_every == 0) and p not in {n.pid for n in natives}
-        ]
+        native_pids = {n.pid for n in natives}
+        pids = [p for p, parent in self.targets.items() if p not in native_pids and self._due(p, parent, now)]
         running = []
         for pid in pids:  # start all dumps, then collect: one slow target delays none other
+            self._dumped[pid] = now
             try:
                 running.append((pid, self._spawn(pid), time.monotonic()))
             except OSError as e:

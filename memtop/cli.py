@@ -102,9 +102,10 @@ _steps.__name__ = "integer"
 STEPS = _steps
 
 
-def _add_sampling(p: argparse.ArgumentParser, intervals: bool = True) -> None:
+def _add_sampling(p: argparse.ArgumentParser, intervals: bool = True, live: bool = False) -> None:
     """The sampler's options; ``intervals`` False: its intervals stay the defaults (`snapshot`, whose
-    --interval is its own)."""
+    --interval is its own); ``live``: the live view's, whose GPU interval is left None for the sampler
+    to choose (memtop.live.sampler.LIVE_GPU_S, or RECORD_GPU_S with --record)."""
     p.add_argument(
         "--pid",
         type=_index,
@@ -113,13 +114,14 @@ def _add_sampling(p: argparse.ArgumentParser, intervals: bool = True) -> None:
         metavar="PID",
         help="watch these processes (default: the Python processes using a GPU)",
     )
-    p.set_defaults(interval=0.1, stack_interval=0.5)
+    p.set_defaults(interval=None if live else 0.1, stack_interval=0.5)
     if intervals:
         p.add_argument(
             "--interval",
             type=INTERVAL,
             metavar="S",
-            help="GPU sampling interval in seconds, 0.01-60 (default 0.1: GPM at 10 Hz)",
+            help="GPU sampling interval in seconds, 0.01-60 (default "
+            + ("0.2: GPM at 5 Hz; with --record 0.1)" if live else "0.1: GPM at 10 Hz)"),
         )
         p.add_argument(
             "--stack-interval",
@@ -234,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record", metavar="FILE", help="record what the live view shows")
     p.add_argument("--force", action="store_true", help="overwrite the --record file")
     _add_display(p)
-    _add_sampling(p)
+    _add_sampling(p, live=True)
     _add_tracing(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 

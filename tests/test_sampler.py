@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 from conftest import DATA
 from memtop.collectors.nvml_calls import ReplayNvml
@@ -227,3 +228,47 @@ def test_a_native_dump_reaches_a_frame_though_a_plain_sample_follows_at_once():
     assert second.stacks == (real[1],)  # then the plain samples go on as before
     s._absorb([real[2]])
     assert s.snapshot(1.2).stacks == (real[2],)
+
+
+def test_a_live_view_reads_stacks_sparsely_on_saturated_gpus_only():
+    """On the frames of a real H100 run: a live view (lean) marks the process as on a saturated GPU in
+    its compute phases and never in a sync stall or an idle phase; a recording never does."""
+    from conftest import REC
+
+    from memtop.storage.store import Recording
+
+    rec = Recording(REC[6])
+    marks = rec.markers()
+    pid = next(p.pid for g in rec.seek(marks[0].t0 + 1).gpus for p in g.processes)
+    cfg = SamplerConfig(nvml=ReplayNvml.load(DATA / "nvml_h100.json"), perf=False, pids=(pid,), lean=True)
+    live = Sampler(cfg, on_frame=lambda f: None)
+    recorder = Sampler(replace(cfg, lean=False), on_frame=lambda f: None)
+    sparse: dict[str, list[bool]] = {}
+    for f in rec.frames():
+        m = next((m for m in marks if m.t0 + 1.5 <= f.t <= m.t1), None)
+        if m is None or f.host is None or not f.gpus:
+            continue
+        for s in (live, recorder):
+            s._gpus, s._host = {g.index: g for g in f.gpus}, f.host
+            s._retarget()
+            s._pace_stacks()
+        assert live.stacks is not None and recorder.stacks is not None
+        sparse.setdefault(m.label, []).append(pid in live.stacks.sparse)
+        assert not recorder.stacks.sparse
+    assert sum(sparse["compute"]) / len(sparse["compute"]) > 0.8
+    assert not any(sparse["sync"]) and not any(sparse["idle"])
+
+
+def test_the_live_view_reads_the_gpu_at_5_hz_and_a_recording_at_10():
+    from memtop.cli import build_parser
+    from memtop.live.sampler import LIVE_GPU_S, RECORD_GPU_S
+
+    def cfg(argv: list[str], recording: bool) -> SamplerConfig:
+        return SamplerConfig.from_args(build_parser().parse_args(argv), recording=recording)
+
+    assert (LIVE_GPU_S, RECORD_GPU_S) == (0.2, 0.1)
+    live = cfg([], recording=False)
+    assert (live.gpu_interval, live.lean) == (0.2, True)
+    assert (cfg(["--record", "x.memtop"], recording=True).gpu_interval, cfg([], True).lean) == (0.1, False)
+    assert cfg(["--interval", "0.1"], recording=False).gpu_interval == 0.1  # asked for: as asked
+    assert cfg(["record", "-o", "x.memtop"], recording=True).gpu_interval == 0.1

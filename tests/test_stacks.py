@@ -235,3 +235,24 @@ def test_native_dumps_the_sampler_asks_for_are_rate_limited_per_pid():
     assert 11 in col._native
     col.set_targets({12: None})
     assert col.want_native(11, asks[-1] + 0.1)  # a pid that left and came back starts afresh
+
+
+def test_a_process_on_saturated_gpus_is_dumped_every_sparse_s_and_its_workers_with_it(spawn):
+    """Real py-spy against two real sleepers: the one the sampler marks as on saturated GPUs (and its
+    worker) is dumped once per SPARSE_S whatever the cycle, the other at every cycle; off the list, at
+    once again."""
+    from memtop.collectors.stacks import SPARSE_S
+
+    busy, other, worker = spawn(SLEEPER), spawn(SLEEPER), spawn(SLEEPER)
+    col = StacksCollector(pids=(busy.pid, other.pid))
+    col.worker_every = 1
+    col.set_targets({busy.pid: None, other.pid: None, worker.pid: busy.pid})
+    col.set_sparse(frozenset({busy.pid}))
+    dumped: Counter = Counter()
+    cycles = [k * SPARSE_S / 4 for k in range(9)]  # two SPARSE_S periods, four cycles each
+    for t in cycles:
+        dumped.update(s.pid for s in col.sample(t) if s.threads)
+    assert dumped[other.pid] == len(cycles)
+    assert dumped[busy.pid] == dumped[worker.pid] == 3  # at 0, SPARSE_S and 2 x SPARSE_S
+    col.set_sparse(frozenset())
+    assert {s.pid for s in col.sample(cycles[-1] + 0.1)} == {busy.pid, other.pid, worker.pid}

@@ -246,6 +246,14 @@ class GpuSample:
         return bool(self.clock_events and self.clock_events & THROTTLE_MASK)
 
     @property
+    def saturated(self) -> bool:
+        """The compute rule's entry (memtop.analysis.phases: GPM graphics >= 80 %, SM >= 70 %): busy
+        enough that its process is compute-bound whatever its stack says: a live view dumps that
+        process's stack less often (collectors.stacks.SPARSE_S). Without GPM, NVML util counts
+        copies too (a pageable copy reads up to 82 %, told apart only by its stack): never."""
+        return self.mode == "gpm" and (self.graphics or 0.0) >= 80 and (self.sm or 0.0) >= 70
+
+    @property
     def throttle_reasons(self) -> tuple[str, ...]:
         ev = self.clock_events or 0
         return tuple(n for bit, n in CLOCK_EVENT_NAMES.items() if ev & bit & THROTTLE_MASK)

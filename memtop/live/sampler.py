@@ -39,6 +39,14 @@ if TYPE_CHECKING:  # the collectors (psutil, ctypes) load with the first Sampler
     from memtop.collectors.nvml_calls import Nvml
 
 
+# The live view reads the GPU at 5 Hz (NVML-only mode already did): GPM's call (1.5 ms of CPU whatever
+# it is asked) with util and power at 10 Hz cost ~1 % of a core more on the H200, and the held-out runs
+# thinned to 5 Hz score the same macro-F1 (bench/thin_accuracy.py; bench/RESULTS.md, "live footprint,
+# fifth pass"). A recording keeps 10 Hz. Either is the default of --interval where it is not given.
+LIVE_GPU_S = 0.2
+RECORD_GPU_S = 0.1
+
+
 @dataclass
 class SamplerConfig:
     gpu_interval: float = 0.1
@@ -53,15 +61,19 @@ class SamplerConfig:
     pids: tuple[int, ...] = ()
     nvml: Nvml | None = None  # a backend (ReplayNvml in tests); None = the real driver
     root: Path = field(default_factory=lambda: Path("/"))
+    # a live view (no recording): a process on saturated GPUs is dumped every collectors.stacks.SPARSE_S;
+    # a recording keeps every dump
+    lean: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, recording: bool) -> SamplerConfig:
         """The config the CLI's flags ask for; a --pid that does not exist is a UserError."""
         check_pids(args.pid)
+        gpu = args.interval if args.interval is not None else RECORD_GPU_S if recording else LIVE_GPU_S
         # the host follows a slower GPU cadence (--interval 1 asks for a 1 Hz monitor), never above 2 Hz
         return cls(
-            gpu_interval=args.interval,
-            host_interval=max(0.5, args.interval),
+            gpu_interval=gpu,
+            host_interval=max(0.5, gpu),
             stack_interval=args.stack_interval,
             use_gpm=not args.no_gpm,
             stacks=not args.no_stacks,
@@ -69,6 +81,7 @@ class SamplerConfig:
             perf=not args.no_perf,
             pids=tuple(args.pid),
             series=recording,
+            lean=not recording,
         )
 
 
@@ -251,11 +264,22 @@ class Sampler:
         if self.stacks is not None:
             with self._lock:
                 self.stacks.set_fast(self._stacks_decide(self._roots, self._gpu_pids))
+                if self.cfg.lean:
+                    self.stacks.set_sparse(self._on_saturated())
                 if not self.cfg.native:
                     return
                 t = now() if t is None else t
                 for pid in self._opaque_waits():
                     self.stacks.want_native(pid, t)  # sparse: at most one per NATIVE_EVERY_S per pid
+
+    def _on_saturated(self) -> frozenset[int]:
+        """The watched processes whose GPUs are all saturated: their stacks decide nothing now."""
+        out = []
+        for pid in self._roots:
+            gs = [self._gpus.get(i) for i in self._gpu_pids.get(pid, ())]
+            if gs and all(g is not None and g.saturated for g in gs):
+                out.append(pid)
+        return frozenset(out)
 
     def _opaque_waits(self) -> list[int]:
         """GPU processes whose main thread waits in native code without the GIL, in no wait its
