@@ -54,6 +54,31 @@ def pytest_configure(config):
     root = Path(__file__).parent.parent
     for d in ("memtop", "collectors", "tui"):  # (pyproject's package-dir)
         compileall.compile_dir(root / d, quiet=2)  # (a read-only tree: each reads the source, as before)
+    for d in ("tests", "bench"):  # the helpers the tests import (fuzzing, hostile, score, ...)
+        compileall.compile_dir(root / d, maxlevels=0, quiet=2)
+    _rewrite_once(config, [Path(__file__), *sorted(Path(__file__).parent.glob("test_*.py"))])
+
+
+def _rewrite_once(config, files: list[Path]) -> None:
+    """Writes the test modules with pytest's assertion rewriting applied, as pytest caches them:
+    under PYTHONDONTWRITEBYTECODE=1 pytest writes no such cache, and every worker rewrote every
+    module at each run (an AST walk in Python: 6 of a worker's 10 CPU-s of collection). The workers
+    read what is written here; pytest checks each against its source's mtime and size."""
+    try:  # (pytest's own cache, written as pytest writes it; without these names, no cache: as before)
+        from _pytest.assertion import assertstate_key
+        from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, get_cache_dir
+    except ImportError:
+        return
+    if config.getoption("assertmode") != "rewrite":
+        return
+    state = config.stash[assertstate_key]
+    for fn in files:
+        cache = get_cache_dir(fn)
+        pyc = cache / (fn.name[:-3] + PYC_TAIL)
+        if _read_pyc(fn, pyc) is None:
+            cache.mkdir(exist_ok=True)
+            source_stat, code = _rewrite_test(fn, config)
+            _write_pyc(state, code, source_stat, pyc)
 
 
 def cut(src: Path, dst: Path, seconds: float) -> Path:
