@@ -81,6 +81,21 @@ def _rewrite_once(config, files: list[Path]) -> None:
             _write_pyc(state, code, source_stat, pyc)
 
 
+def notified(app) -> list[str]:
+    """Every message ``app`` notifies from now on, kept as it is posted: the app's own list gets it
+    only once its message loop handles the post, and drops it after its timeout (5 s), either of
+    which a loaded machine can put on the wrong side of a test's look."""
+    said: list[str] = []
+    notify = app.notify
+
+    def record(message, *args, **kw):
+        said.append(str(message))
+        return notify(message, *args, **kw)
+
+    app.notify = record
+    return said
+
+
 def cut(src: Path, dst: Path, seconds: float) -> Path:
     """A copy of the real recording ``src`` in ``dst`` holding its first ``seconds`` only (the same
     structure, a fraction of the rows: for tests that read a file many times)."""
