@@ -75,10 +75,14 @@ def _rewrite_once(config, files: list[Path]) -> None:
     for fn in files:
         cache = get_cache_dir(fn)
         pyc = cache / (fn.name[:-3] + PYC_TAIL)
-        if _read_pyc(fn, pyc) is None:
-            cache.mkdir(exist_ok=True)
-            source_stat, code = _rewrite_test(fn, config)
-            _write_pyc(state, code, source_stat, pyc)
+        if _read_pyc(fn, pyc) is not None:
+            continue
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only checkout: each worker rewrites, as pytest does there
+            return
+        source_stat, code = _rewrite_test(fn, config)
+        _write_pyc(state, code, source_stat, pyc)
 
 
 def notified(app) -> list[str]:
