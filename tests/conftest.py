@@ -54,6 +54,50 @@ def pytest_configure(config):
     root = Path(__file__).parent.parent
     for d in ("memtop", "collectors", "tui"):  # (pyproject's package-dir)
         compileall.compile_dir(root / d, quiet=2)  # (a read-only tree: each reads the source, as before)
+    for d in ("tests", "bench"):  # the helpers the tests import (fuzzing, hostile, score, ...)
+        compileall.compile_dir(root / d, maxlevels=0, quiet=2)
+    _rewrite_once(config, [Path(__file__), *sorted(Path(__file__).parent.glob("test_*.py"))])
+
+
+def _rewrite_once(config, files: list[Path]) -> None:
+    """Writes the test modules with pytest's assertion rewriting applied, as pytest caches them:
+    under PYTHONDONTWRITEBYTECODE=1 pytest writes no such cache, and every worker rewrote every
+    module at each run (an AST walk in Python: 6 of a worker's 10 CPU-s of collection). The workers
+    read what is written here; pytest checks each against its source's mtime and size."""
+    try:  # (pytest's own cache, written as pytest writes it; without these names, no cache: as before)
+        from _pytest.assertion import assertstate_key
+        from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, get_cache_dir
+    except ImportError:
+        return
+    if config.getoption("assertmode") != "rewrite":
+        return
+    state = config.stash[assertstate_key]
+    for fn in files:
+        cache = get_cache_dir(fn)
+        pyc = cache / (fn.name[:-3] + PYC_TAIL)
+        if _read_pyc(fn, pyc) is not None:
+            continue
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only checkout: each worker rewrites, as pytest does there
+            return
+        source_stat, code = _rewrite_test(fn, config)
+        _write_pyc(state, code, source_stat, pyc)
+
+
+def notified(app) -> list[str]:
+    """Every message ``app`` notifies from now on, kept as it is posted: the app's own list gets it
+    only once its message loop handles the post, and drops it after its timeout (5 s), either of
+    which a loaded machine can put on the wrong side of a test's look."""
+    said: list[str] = []
+    notify = app.notify
+
+    def record(message, *args, **kw):
+        said.append(str(message))
+        return notify(message, *args, **kw)
+
+    app.notify = record
+    return said
 
 
 def cut(src: Path, dst: Path, seconds: float) -> Path:
@@ -267,38 +311,46 @@ def _quick(item) -> bool:
 
 
 # Modules by the CPU a full run spends in them, heaviest first (bench/pytest_cpu.py over the whole
-# suite, 2026-11-28, suite4: tmux_matrix 97 CPU-s, tui_view 88, colscan 48, ..., report_export 7); a
-# module not named comes after them. pyproject's `--dist loadscope --no-loadscope-reorder` hands an idle
-# worker the next whole module in this order (longest first): the heavy ones start at once on all three
-# workers, each module's fixtures are built once, and the run ends on short modules. (worksteal gave
-# each worker a contiguous third: every heavy module sat in the first worker's queue and the others
-# stole its tail, so that run ended on test_fuzz's three long tests on one worker.)
+# suite, 2026-11-28, suite5: tui_view 77 CPU-s, tmux_matrix 74, colscan 48, ..., comm_recorded 5;
+# cluster less the 8 serve nodes it no longer starts); a module not named comes after them. pyproject's
+# `--dist loadscope --no-loadscope-reorder` hands an idle worker the next whole module in this order
+# (longest first): the heavy ones start at once on all three workers, each module's fixtures are built
+# once, and the run ends on short modules (suite5's run: the three workers' summed wall times within
+# 2 %). (worksteal gave each worker a contiguous third: every heavy module sat in the first worker's
+# queue and the others stole its tail, so that run ended on test_fuzz's three long tests on one worker.)
 BY_COST = (
-    "test_tmux_matrix.py",
     "test_tui_view.py",
+    "test_tmux_matrix.py",
     "test_colscan.py",
     "test_colblock.py",
+    "test_tui_keys.py",
     "test_accuracy.py",
     "test_comm.py",
-    "test_tui_keys.py",
+    "test_tui.py",
     "test_cluster.py",
     "test_fuzz.py",
-    "test_damaged.py",
-    "test_tui_answer.py",
     "test_cli.py",
-    "test_tui.py",
+    "test_tui_answer.py",
+    "test_damaged.py",
     "test_perfetto_pb.py",
-    "test_store.py",
     "test_tmux_screens.py",
+    "test_store.py",
+    "test_long_runs.py",
+    "test_serve.py",
     "test_hostile.py",
     "test_layout.py",
-    "test_long_runs.py",
     "test_phases.py",
-    "test_serve.py",
-    "test_tracer.py",
     "test_rules_properties.py",
-    "test_config.py",
     "test_report_export.py",
+    "test_config.py",
+    "test_tracer.py",
+    "test_structure.py",
+    "test_fleet_boundary.py",
+    "test_health.py",
+    "test_sampler.py",
+    "test_agent.py",
+    "test_metrics.py",
+    "test_comm_recorded.py",
 )
 
 

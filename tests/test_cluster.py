@@ -1,4 +1,4 @@
-"""`memtop cluster`: 16 real `memtop serve --replay` nodes on loopback, a real sshd for --ssh,
+"""`memtop cluster`: 8 real `memtop serve --replay` nodes on loopback, a real sshd for --ssh,
 straggler flags on real snapshots, stale reasons, host lists, and hostile node strings."""
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ def _cluster(*argv: str, timeout: float = 60) -> tuple[int, dict]:
 
 
 @pytest.mark.slow
-def test_sixteen_serve_nodes_and_a_dead_one():
-    ports = free_ports(17)
+def test_eight_serve_nodes_and_a_dead_one():
+    """Eight real nodes, each replaying its own recording (sixteen cost twice the CPU and checked no
+    more: the merge is per node, and bench/cluster_ab.py polls up to 1 024)."""
+    ports = free_ports(9)
     dead = ports.pop()
     procs = [
         memtop("serve", "--replay", str(RECS[i % len(RECS)]), "--port", str(p), stderr=subprocess.DEVNULL)
@@ -57,12 +59,12 @@ def test_sixteen_serve_nodes_and_a_dead_one():
     by = {n["target"]: n for n in out["nodes"]}
     assert by[f"127.0.0.1:{dead}"] == {**by[f"127.0.0.1:{dead}"], "ok": False, "error": "refused"}
     good = [n for n in out["nodes"] if n["ok"]]
-    assert len(good) == 16
+    assert len(good) == 8
     for n in good:
         jsonschema.validate(n["snapshot"], SCHEMA)
         assert n["age_s"] < 5
     # each node replays its own recording: the merged GPUs carry each one's own phase band
-    assert len({n["snapshot"]["gpus"][0]["band"] for n in good}) > 8
+    assert len({n["snapshot"]["gpus"][0]["band"] for n in good}) > 4
 
 
 def _real_snapshot(rec: Path, capsys) -> dict:
@@ -629,6 +631,10 @@ def _get(port: int, path: str) -> bytes:
         return r.read()
 
 
+def _frame(snap: dict) -> tuple:
+    return snap.get("time"), [g.get("band") for g in snap.get("gpus", [])]
+
+
 @pytest.mark.slow
 def test_the_table_polls_the_compact_form_and_an_old_node_its_snapshot(demo_nodes):
     """A real `serve --demo` answers /compact.json with the table's fields only, and the poller of
@@ -638,10 +644,14 @@ def test_the_table_polls_the_compact_form_and_an_old_node_its_snapshot(demo_node
     from memtop.fleet.sources import HttpPoller
 
     ports, _ = demo_nodes
-    for _ in range(50):  # two answers of one frame (the demo moves on between two GETs on a loaded machine)
-        full, small = _get(ports[0], "/snapshot.json"), _get(ports[0], "/compact.json")
+    # the compact answer of one frame: asked between two full ones that are alike (the demo moves on
+    # between two GETs on a loaded machine, its band too within one "time": compared, they differed)
+    for _ in range(50):
+        full, small, after = (
+            _get(ports[0], path) for path in ("/snapshot.json", "/compact.json", "/snapshot.json")
+        )
         raw = json.loads(small)
-        if raw.get("time") == json.loads(full).get("time"):
+        if _frame(json.loads(full)) == _frame(json.loads(after)):
             break
     assert wire.is_compact(raw) and not wire.is_compact(json.loads(full)) and len(small) < len(full) / 2
     assert "processes" not in raw and set(raw["gpus"][0]["gauges"]) <= {"sm", "util"}

@@ -168,11 +168,30 @@ def test_a_gap_open_across_chunks_starts_where_the_chunk_before_says(monkeypatch
     assert sum(marked) >= 5
 
 
+@pytest.fixture(scope="module")
+def holed(tmp_path_factory) -> Path:
+    """labelled_s2 without Frames for 45 s: a chunk's warm-up may find none."""
+    out = tmp_path_factory.mktemp("holed") / "holed.memtop"
+    shutil.copyfile(REC[2], out)
+    db = sqlite3.connect(out)
+    db.execute(
+        "DELETE FROM frame WHERE t BETWEEN (SELECT min(t) FROM frame) + 50 AND (SELECT min(t) FROM frame) + 95"
+    )
+    db.commit()
+    db.close()
+    return out
+
+
+_SERIAL: dict[tuple, tuple] = {}  # one serial pass per file and range (it does not read WARM_S)
+
+
 @pytest.mark.parametrize("warm_s", [colscan.WARM_S, 3.0])
-def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch, tmp_path):
+def test_chunks_give_one_serial_pass(warm_s, two_gpus, holed, monkeypatch):
     """Chunks scanned in parallel give what one serial pass gives: the hysteresis runs over all of
     them in order; a chunk whose warm-up is too short to reach what the chunk before ended in (the
-    stack window needs 6 s) sends the range to one serial pass."""
+    stack window needs 6 s) sends the range to one serial pass. (8 chunks of 3 s and 3 of 10 s: the
+    140 s runs in 8 and 3 chunks, the 70 s range in 8 and 3; 3 workers of 40 s cut them as 10 s do,
+    or not at all.)"""
     monkeypatch.setattr(colscan, "WARM_S", warm_s)
     joined = []
     join = colscan.join_parts
@@ -187,20 +206,14 @@ def test_chunks_give_one_serial_pass(warm_s, two_gpus, monkeypatch, tmp_path):
         return got
 
     monkeypatch.setattr(colscan, "join_parts", counting)
-    holed = tmp_path / "holed.memtop"  # no Frames for 45 s: a chunk's warm-up may find none
-    shutil.copyfile(REC[2], holed)
-    db = sqlite3.connect(holed)
-    db.execute(
-        "DELETE FROM frame WHERE t BETWEEN (SELECT min(t) FROM frame) + 50 AND (SELECT min(t) FROM frame) + 95"
-    )
-    db.commit()
-    db.close()
     for path in (REC[2], two_gpus, holed):
         rec = Recording(path)
         joined.clear()
         for args in [(None, rec.t0, rec.t1), (rec.t0 + 20, rec.t0 + 20, rec.t0 + 90)]:
-            serial = _result(colscan.scan_columns(rec, *args, workers=1))
-            for workers, chunk_s in [(8, 3.0), (3, 10.0), (3, 40.0)]:
+            if (path, *args) not in _SERIAL:
+                _SERIAL[(path, *args)] = _result(colscan.scan_columns(rec, *args, workers=1))
+            serial = _SERIAL[(path, *args)]
+            for workers, chunk_s in [(8, 3.0), (3, 10.0)]:
                 assert _result(colscan.scan_columns(rec, *args, workers=workers, chunk_s=chunk_s)) == serial
         if path == holed:  # 45 s without Frames: a warm-up there finds none
             continue

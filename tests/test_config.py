@@ -12,10 +12,9 @@ import time
 import uuid
 
 import pytest
-from conftest import REC
+from conftest import REC, notified
 from memtop.tui.app import MemtopApp
 from memtop.tui.timeline import Timeline
-from pilots import until
 
 from memtop import config
 from memtop.cli import build_parser
@@ -123,13 +122,13 @@ async def test_a_choice_that_cannot_be_saved_is_said_and_the_app_goes_on(tmp_pat
     blocker.write_text("")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(blocker))  # memtop/ cannot be made under a file
     app = _app(config.Config())
+    said = notified(app)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         await pilot.press("l")
-        said = await until(
-            pilot, lambda: any("letters not saved" in str(n.message) for n in app._notifications)
-        )
-        assert said and app.is_running and app.query_one("#timeline", Timeline).letters
+        await pilot.pause()
+        assert app.is_running and app.query_one("#timeline", Timeline).letters
+        assert any("letters not saved" in m for m in said), said
 
 
 async def test_the_config_is_never_written_through_a_link(tmp_path, monkeypatch):

@@ -175,7 +175,7 @@ STEPS: list[tuple[list[str], object]] = [
     (["g"], None),
     (["Space"], lambda p, before: any(mark in _top(p) for mark in ("⏸ ", "|| "))),  # (--ascii: ||)
     (["Right"], lambda p, before: _position(p) not in (None, _position(before))),
-    (["n"], lambda p, before: _position(p) not in (None, _position(before))),
+    (["n"], lambda p, before: _moved(p, before)),
     (["End"], lambda p, before: _at_end(p)),
 ]
 _POSITION = re.compile(r"(\d+):(\d\d):(\d\d)/(\d+):(\d\d):(\d\d)")
@@ -188,6 +188,13 @@ def _position(pane: str) -> tuple[int, int] | None:
         return None
     h, mi, s, dh, dm, ds = map(int, m.groups())
     return h * 3600 + mi * 60 + s, dh * 3600 + dm * 60 + ds
+
+
+def _moved(pane: str, before: str) -> bool:
+    """A paused replay moved: its position, or the phase it is in (the next phase may begin within
+    the second shown: the header reads the same, the `now:` line under it does not)."""
+    lines, was = pane.splitlines(), before.splitlines()
+    return _position(pane) is not None and (_position(pane) != _position(before) or lines[1:2] != was[1:2])
 
 
 def _at_end(pane: str) -> bool:
@@ -254,10 +261,8 @@ def _next_change(tmux: Tmux, name: str, before: str) -> str:
     key is pressed again, each time the notice has been read."""
     end = time.monotonic() + 120.0
     while True:
-        pane = _until(
-            tmux, name, lambda p: _position(p) not in (None, _position(before)) or "still reading" in p
-        )
-        if _position(pane) not in (None, _position(before)) or time.monotonic() > end:
+        pane = _until(tmux, name, lambda p: _moved(p, before) or "still reading" in p)
+        if _moved(pane, before) or time.monotonic() > end:
             return pane
         time.sleep(2.0)
         tmux.keys(name, "n")

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import notified
 from memtop.tui.app import MemtopApp, SignalScreen
 from memtop.tui.format import PROC_ORDERS, fit_command, share_cells, shown_procs
 
@@ -306,6 +307,7 @@ async def test_a_signal_goes_to_the_selected_process_only_after_a_confirmation()
         ctl = LiveController(argparse.Namespace(), p, _NoSampler())
         assert "not a process memtop watches" in ctl.may_signal(host.procs[0].pid)  # replaced above
         app = MemtopApp(p, ctl, hangup_guard=False)
+        said = notified(app)
         async with app.run_test(size=(120, 40)) as pilot:
             for _ in range(50):
                 await pilot.pause(0.1)
@@ -323,7 +325,7 @@ async def test_a_signal_goes_to_the_selected_process_only_after_a_confirmation()
             await pilot.press("t")
             assert child.wait(timeout=10) == -signal.SIGTERM
             await pilot.pause(0.3)
-            assert any(n.message == f"sent SIGTERM to {child.pid}" for n in app._notifications)
+            assert f"sent SIGTERM to {child.pid}" in said, said
         assert ctl.send_signal(child.pid, signal.SIGTERM).endswith("has exited")
     finally:
         child.kill()
