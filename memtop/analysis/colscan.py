@@ -70,6 +70,7 @@ from memtop.storage.colblock import NULL
 from memtop.storage.decode import (
     DECODE_ERRORS,
     HOST_PROC_FIELDS,
+    INT_MAX,
     SANE_T,
     host_from_blob,
     plain_host,
@@ -90,7 +91,6 @@ _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (
 _STATE_SQL = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state"  # as Recording.frames reads it
 _PROC = operator.itemgetter(*HOST_PROC_FIELDS)  # a process's figures from its JSON object
 _FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)  # and from a ProcSample
-_INT_LIM = 1 << 62
 
 
 class Unusual(Exception):
@@ -478,7 +478,7 @@ def _states(rec: Recording, found: list[tuple], into: dict[int, list]) -> None:
     the Frames skip it."""
     parsed: dict[tuple, tuple] = {}  # each state's text, once (a run repeats a few)
     for r in found:
-        if type(r[1]) is int and -_INT_LIM <= r[1] <= _INT_LIM:
+        if type(r[1]) is int and -INT_MAX <= r[1] <= INT_MAX:
             key = (*r[2:], type(r[4]))  # (mig: 1 and 1.0 are one key, not one state)
             st = parsed[key] if key in parsed else parsed.setdefault(key, rec.gpu_state(r))
             into.setdefault(r[1], []).append((r[0], st))
