@@ -842,9 +842,16 @@ class _Stacks:
     StackSample only where one is asked for (an 8-hour run holds ~200,000 samples of a few dozen dumps)."""
 
     def __init__(
-        self, rec: Recording, frames: list[float], plo: float, hi: float, seed: float | None
+        self,
+        rec: Recording,
+        frames: list[float],
+        plo: float,
+        hi: float,
+        seed: float | None,
+        main_threads: bool = False,
     ) -> None:
-        got = parts.stack_dumps(rec, plo, hi, seed)
+        """``main_threads``: the dumps' main threads alone (``parts.stack_dumps``' main_only: the export's)."""
+        got = parts.stack_dumps(rec, plo, hi, seed, main_only=main_threads)
         # a dump seen before is that dump again: its main-thread summary (phases.stack_info) and
         # main-only form are the earlier one's
         self.dumps = [(s, stack_info(s) if s.threads else None, main_only(s)) for s in got.dumps]
@@ -891,13 +898,17 @@ class _Stacks:
     def seen(self, i_lo: int) -> list[StackSample]:
         """The samples with threads the Frames from i_lo on hold, in the order Aggregates.add meets them,
         each as the report keeps it (main thread only)."""
-        k = np.maximum(self.first, i_lo)
-        held = np.flatnonzero(self.threads & self._held(k, self.ts, self.until))
-        order = held[np.lexsort((self.pids[held], k[held]))]  # by Frame, then pid
         # the main-only form of each, its threads shared with the dump's (pickled once, scan.Aggregates)
         mains = [(d[0].pid, d[2].threads, d[0].error) for d in self.dumps]
         times = self.times
-        return [StackSample(times[i], *mains[k]) for i, k in zip(order.tolist(), self.kind[order].tolist())]
+        return [StackSample(times[i], *mains[k]) for i, k in self.held(i_lo)]
+
+    def held(self, i_lo: int) -> Iterator[tuple[int, int]]:
+        """``seen``'s samples as (sample, its dump) indices (``times``, ``dumps``)."""
+        k = np.maximum(self.first, i_lo)
+        held = np.flatnonzero(self.threads & self._held(k, self.ts, self.until))
+        order = held[np.lexsort((self.pids[held], k[held]))]  # by Frame, then pid
+        return zip(order.tolist(), self.kind[order].tolist(), strict=True)
 
 
 def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:
