@@ -132,7 +132,8 @@ def _ns(t: Sequence[float] | np.ndarray) -> np.ndarray:
     """``TraceWriter.stamp``'s nanoseconds of each of times ``t`` (seconds), as uint64."""
     import numpy as np
 
-    ns = np.asarray(t, dtype=np.float64) * 1e9
+    with np.errstate(over="ignore", invalid="ignore"):  # (past float's range: inf, then 0 as ``stamp``)
+        ns = np.asarray(t, dtype=np.float64) * 1e9
     ok = (ns >= 0) & (ns < 2.0**63)  # ``stamp``'s 0 <= ns <= _NS_MAX (NaN fails: 0)
     return np.where(ok, np.rint(np.where(ok, ns, 0.0)), 0.0).astype(np.uint64)  # (rint: round's ties)
 
