@@ -238,6 +238,17 @@ class _Json:
         for nid, name in begins:
             self.begin(pid, tid, ts, nid, name)
 
+    def step(
+        self, pid: int, tid: int, ts: Stamp, move: Move | None, body: Any, klass: str, sf: int | None
+    ) -> None:
+        """A stack sample: its slices' ``move`` (None: the stack before, nothing ends or begins), its
+        sample (``sf``: its stack's leaf, None for an empty stack) and its instant (``body``)."""
+        if move is not None:
+            self.move(pid, tid, ts, *move)
+        if sf is not None:
+            self.sample(pid, tid, ts, klass, sf)
+        self.instant(pid, tid, ts, body, sf)
+
     def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
         sample = f'{self._of(pid, tid)[1]}{ts},"name":{self._json(klass)},"sf":{sf},"weight":1}}'
         self.samples.write("," + sample if self.n_samples else sample)
@@ -295,7 +306,8 @@ class _Proto:
             tuple[int, int], list[tuple[int, float]]
         ] = {}  # (pid, tid) -> [(track, busy until)]
         self._names: dict[tuple[int, int], str] = {}
-        self._moves: dict[int, list[tuple[int, str | None]]] = {}  # a stack move's id -> its events
+        self._moves: dict[int, list[tuple[int, str | None, bytes]]] = {}  # a stack move's id -> its events
+        self._steps: dict[tuple, list[tuple[int, str | None, bytes]]] = {}  # (track, move, instant) -> events
         self._json = 0  # ``n`` less the packets written: the count as the JSON's events
 
     @property
@@ -369,23 +381,39 @@ class _Proto:
 
     def move(self, pid: int, tid: int, ts: Stamp, move: int, ends: tuple, begins: tuple) -> None:
         uuid = self._on(pid, tid)
-        events = self._moves.get(move)
+        self.w.events((uuid, move), uuid, ts, self._events((move, ends, begins)))
+
+    def _events(self, move: Move) -> list[tuple[int, str | None, bytes]]:
+        """A move's slice events (``TraceWriter.events``'), made once per move."""
+        events = self._moves.get(move[0])
         if events is None:
-            events = [(pb.SLICE_END, None)] * len(ends) + [(pb.SLICE_BEGIN, name) for _, name in begins]
+            events = [(pb.SLICE_END, None, b"")] * len(move[1]) + [
+                (pb.SLICE_BEGIN, n, b"") for _, n in move[2]
+            ]
             if len(self._moves) >= _KEPT:
                 self._moves.clear()
-            self._moves[move] = events
-        self.w.events((uuid, move), uuid, ts, events)
+            self._moves[move[0]] = events
+        return events
 
-    def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
-        """Nothing: the protobuf has the stack's slices only (chrome://tracing's samples are JSON's)."""
+    def step(
+        self, pid: int, tid: int, ts: Stamp, move: Move | None, body: Any, klass: str, sf: int | None
+    ) -> None:
+        """A stack sample's slices' move and its instant, one run of packets made once per (track, move,
+        instant) (``TraceWriter.events``; the protobuf has the stack's slices only: chrome://tracing's
+        samples are JSON's)."""
+        uuid = self._on(pid, tid)
+        key = (uuid, 0 if move is None else move[0], body)  # (move ids start at 1)
+        events = self._steps.get(key)
+        if events is None:
+            events = [*(() if move is None else self._events(move)), (pb.INSTANT, body[0], body[1])]
+            if len(self._steps) >= _KEPT:
+                self._steps.clear()
+            self._steps[key] = events
+        self.w.events(key, uuid, ts, events)
 
     @staticmethod
     def instant_body(name: str, args: dict) -> tuple[str, bytes]:
         return name, pb.debug_args(args)
-
-    def instant(self, pid: int, tid: int, ts: Stamp, body: Any, sf: int | None) -> None:
-        self.w.event(self._on(pid, tid), ts, pb.INSTANT, body[0], body[1])
 
     def span(self, pid: int, tid: int, name: str, t0: float, t1: float, args: dict) -> None:
         """A complete slice, on the first lane of its track free at ``t0`` (slices on a track nest)."""
@@ -410,6 +438,8 @@ Sink = _Json | _Proto
 
 
 Sampled = tuple[float, int, "ThreadStack | None"]  # a stack sample: its time, pid and main thread
+# a move between stacks: its id, the frames it ends (names, innermost first), those it begins ((id, name))
+Move = tuple[int, tuple[str, ...], tuple[tuple[int, str], ...]]
 _MANY = 64  # samples whose stamps are made over an array (fewer: one by one)
 
 
@@ -480,18 +510,15 @@ class _Stacks:
                 self._close(key, cur, last + SAMPLE_S)
                 cur = []
             ts = self._stamp(t) if stamps is None else stamps[j]
-            if not cur or cur[-1][0] != leaf:  # (from a stack to itself nothing ends or begins)
-                self._move(key, ts, cur, path)
+            move = None if cur and cur[-1][0] == leaf else self._move(cur, path)  # (a stack to itself: none)
             opened[key] = (path, t)
-            if leaf is not None:
-                out.sample(pid, tid, ts, m.klass, leaf)
             body = instants.get((id(frames), m.klass, m.owns_gil))
-            out.instant(pid, tid, ts, body[1] if body is not None else self._instant(m), leaf)
+            out.step(pid, tid, ts, move, body[1] if body is not None else self._instant(m), m.klass, leaf)
 
-    def _move(self, key: tuple[int, int], ts: Stamp, cur: list, path: list) -> None:
-        """From the open stack ``cur`` to ``path`` at ``ts``: the frames they do not share end (innermost
-        first), then ``path``'s begin. A stack's path is known by its leaf's id (the frames are a tree):
-        each move is worked out once."""
+    def _move(self, cur: list, path: list) -> Move:
+        """From the open stack ``cur`` to ``path``: the frames they do not share end (innermost first),
+        then ``path``'s begin. A stack's path is known by its leaf's id (the frames are a tree): each
+        move is worked out once."""
         move = (cur[-1][0] if cur else None, path[-1][0] if path else None)
         got = self._moves.get(move)
         if got is None:
@@ -503,7 +530,7 @@ class _Stacks:
                 self._moves.clear()
             self._ids += 1
             got = self._moves[move] = (self._ids, ends, tuple(path[common:]))
-        self.out.move(key[0], key[1], ts, got[0], got[1], got[2])
+        return got
 
     def _instant(self, m: ThreadStack) -> object:
         """The body of a sample's instant event (``Sink.instant_body``): class, file:line, source and GIL."""
@@ -519,7 +546,7 @@ class _Stacks:
 
     def _close(self, key: tuple[int, int], path: list, t: float) -> None:
         if path:
-            self._move(key, self._stamp(t), path, [])
+            self.out.move(key[0], key[1], self._stamp(t), *self._move(path, []))
 
     def _stamp(self, t: float) -> Stamp:
         """The sink's stamp of ``t``, made once for a sample's slices and its instant."""

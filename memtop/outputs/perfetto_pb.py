@@ -348,26 +348,24 @@ class TraceWriter:
             self._tails[key] = tail
         return tail, interned
 
-    def events(self, key: Hashable, uuid: int, ts: bytes, events: Sequence[tuple[int, str | None]]) -> None:
-        """``event`` of each (type, name) of ``events``, all on track ``uuid`` at ``ts``; ``key``: the
-        caller's name for this track's sequence of them (the packets are made once per key: a stack's
-        slices ending and beginning from one sample to the next repeat)."""
+    def events(
+        self, key: Hashable, uuid: int, ts: bytes, events: Sequence[tuple[int, str | None, bytes]]
+    ) -> None:
+        """``event`` of each (type, name, extra) of ``events``, all on track ``uuid`` at ``ts``; ``key``:
+        the caller's name for this track's sequence of them (the packets are made once per key: a
+        stack's slices ending and beginning from one sample to the next, and its instant, repeat)."""
         segments = self._runs.get((key, len(ts)))
         if segments is None:
-            if any(name is not None and name not in self._iids for _, name in events):
-                for kind, name in events:  # (a name's first use)
-                    self.event(uuid, ts, kind, name)
+            if any(name is not None and name not in self._iids for _, name, _ in events):
+                for kind, name, extra in events:  # (a name's first use)
+                    self.event(uuid, ts, kind, name, extra)
                 return
-            tails = [self._tail(uuid, kind, name, b"")[0] for kind, name in events]
-            if any(len(ts) + len(tail) >= 128 for tail in tails):
-                for kind, name in events:
-                    self.event(uuid, ts, kind, name)
-                return
+            tails = [self._tail(uuid, kind, name, extra)[0] for kind, name, extra in events]
             # the packets with the timestamp left out, cut where it goes: ts.join(segments) makes them
             segments = []
             prev = b""
             for tail in tails:
-                segments.append(prev + b"\x0a" + _SIZE[len(ts) + len(tail)])
+                segments.append(prev + b"\x0a" + varint(len(ts) + len(tail)))
                 prev = tail
             segments.append(prev)
             if len(self._runs) >= _KEPT:
