@@ -435,7 +435,8 @@ def test_main_only_stack_dumps_hold_each_samples_main_thread(blocks, tmp_path):
     """``stack_dumps(main_only=True)`` (the export's: it draws main threads only) gives every sample
     of the whole read, each with the whole dump's main thread alone (the thread with the pid's id,
     else the first), a dump that failed as one, fewer dumps to decode; from the blocks and the rows,
-    and where no thread has the pid's id (those rows changed: the blocks stand for the old ones)."""
+    and where no thread has the pid's id and a main thread's row is damaged (those rows changed: the
+    blocks stand for the old ones)."""
     import math
     import shutil
     import sqlite3
@@ -449,12 +450,17 @@ def test_main_only_stack_dumps_hold_each_samples_main_thread(blocks, tmp_path):
         db = sqlite3.connect(path)
         pid = db.execute("SELECT pid FROM stack_sample WHERE tid = pid LIMIT 1").fetchone()[0]
         assert db.execute("UPDATE stack_sample SET tid = tid + 7 WHERE pid = ?", (pid,)).rowcount > 1
+        t = db.execute("SELECT t FROM stack_sample WHERE pid != ? AND i = 1", (pid,)).fetchone()[0]
+        # (a thread name neither a text nor an id, a blob: the sample does not decode)
+        assert db.execute("UPDATE stack_sample SET name = x'01' WHERE t = ? AND tid = pid", (t,)).rowcount == 1
         db.commit()
         db.close()
-    rec = Recording(path)
-    whole = parts.stack_dumps(rec, -math.inf, math.inf, blocks=blocks)
-    mains = parts.stack_dumps(rec, -math.inf, math.inf, blocks=blocks, main_only=True)
+    whole_rec, mains_rec = Recording(path), Recording(path)
+    whole = parts.stack_dumps(whole_rec, -math.inf, math.inf, blocks=blocks)
+    mains = parts.stack_dumps(mains_rec, -math.inf, math.inf, blocks=blocks, main_only=True)
     assert mains.times == whole.times and len(mains.dumps) < len(whole.dumps)
+    assert len(whole.times) == 1850 - (not blocks)
+    assert mains_rec.damage == whole_rec.damage == ([] if blocks else ["damaged stack data skipped"])
     firsts = errors = 0
     for i in range(len(whole.times)):
         w, m = whole.sample(i), mains.sample(i)

@@ -260,6 +260,8 @@ def stack_dumps(
     cut = _sample_starts(t, cols[0])
     if main_only and len(t):
         t, cols, cut = _main_rows(t, cols, cut)
+        if (got := _row_dumps(rec, t, cols)) is not None:
+            return got
     row = _row_codes(cols).tolist()
     kinds: dict[tuple, int] = {}
     dumps: list[StackSample] = []
@@ -279,6 +281,30 @@ def stack_dumps(
         kind.append(k)
         times.append(time)
     return Dumps(times, np.array(kind, dtype=np.int64), dumps)
+
+
+def _row_dumps(rec: Recording, t: list, cols: list) -> Dumps | None:
+    """``stack_dumps``' loop where each row is a sample (``main_only``), over arrays: the same dumps,
+    decoded in the same order (a distinct row's first sample; one that does not decode skipped with
+    its samples); None where a time is not a plain float (then each is checked as the loop does)."""
+    if not types_in(tuple(t), float):
+        return None
+    ta = np.array(t, dtype=np.float64)
+    if not (np.abs(ta) <= 1e18).all():  # (NaN fails)
+        return None
+    _, first, which = np.unique(_row_codes(cols), return_index=True, return_inverse=True)
+    index = np.full(len(first), -1, dtype=np.int64)  # each distinct row's dump
+    dumps: list[StackSample] = []
+    for u in np.argsort(first, kind="stable").tolist():
+        try:
+            dumps.append(stack_sample(rec, [_stack_row(t, cols, int(first[u]))]))
+        except DECODE_ERRORS:
+            damaged(rec, "stack")
+            continue
+        index[u] = len(dumps) - 1
+    kind = index[which.reshape(-1)]
+    keep = np.flatnonzero(kind >= 0)
+    return Dumps(ta[keep].tolist(), kind[keep], dumps)
 
 
 def _main_rows(t: list, cols: list, cut: list[int]) -> tuple[list, list, list[int]]:
