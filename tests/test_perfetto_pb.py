@@ -452,7 +452,9 @@ def test_main_only_stack_dumps_hold_each_samples_main_thread(blocks, tmp_path):
         assert db.execute("UPDATE stack_sample SET tid = tid + 7 WHERE pid = ?", (pid,)).rowcount > 1
         t = db.execute("SELECT t FROM stack_sample WHERE pid != ? AND i = 1", (pid,)).fetchone()[0]
         # (a thread name neither a text nor an id, a blob: the sample does not decode)
-        assert db.execute("UPDATE stack_sample SET name = x'01' WHERE t = ? AND tid = pid", (t,)).rowcount == 1
+        assert (
+            db.execute("UPDATE stack_sample SET name = x'01' WHERE t = ? AND tid = pid", (t,)).rowcount == 1
+        )
         db.commit()
         db.close()
     whole_rec, mains_rec = Recording(path), Recording(path)
