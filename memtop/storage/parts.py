@@ -260,8 +260,8 @@ def stack_dumps(
     cut = _sample_starts(t, cols[0])
     if main_only and len(t):
         t, cols, cut = _main_rows(t, cols, cut)
-        if (got := _row_dumps(rec, t, cols)) is not None:
-            return got
+        if (by_row := _row_dumps(rec, t, cols)) is not None:
+            return by_row
     row = _row_codes(cols).tolist()
     kinds: dict[tuple, int] = {}
     dumps: list[StackSample] = []
