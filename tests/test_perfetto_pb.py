@@ -397,3 +397,78 @@ def test_the_host_cpu_mean_in_the_blocks_exports_as_the_host_json_does(tmp_path,
         assert trace(old, proto) == got
         assert len(decoded) == len(means)
         decoded.clear()
+
+
+def test_rounding_over_arrays_is_pythons_round_bit_for_bit():
+    """``rounded`` (the counters' CPU % and PCIe GB/s, over arrays) gives the float ``round(x, n)``
+    gives: at decimal ties and next to them, the sign of a zero, past 2**52, where not finite."""
+    import numpy as np
+
+    from memtop.outputs.export import gbps, rounded, tenths
+
+    ties = np.array([k / 2000 for k in range(-4000, 4000)] + [k / 20 for k in range(-400, 400)])
+    odd = [0.0, -0.0, -0.0004, 2.675, 1.005, 5e-324, 1e15 + 0.5, 4503599627370.4995, 1e300, -1e300]
+    odd += [1.7976931348623157e308, float("inf"), float("-inf"), float("nan")]
+    rng = np.random.default_rng(0)
+    v = np.concatenate([ties, np.nextafter(ties, np.inf), np.nextafter(ties, -np.inf), odd])
+    v = np.concatenate([v, rng.uniform(-1e4, 1e4, 5000), rng.integers(0, 10**11, 5000) / 1e6])
+    for n in (1, 3):
+        want = np.array([round(x, n) for x in v.tolist()])
+        assert rounded(v, n).view(np.int64).tolist() == want.view(np.int64).tolist()
+    rates = rng.integers(0, 64 * 10**9, 5000).astype(np.float64)
+    rates[:4] = [0.0, 5e5, 1.5e6, 2.5e6]  # (ties in GB/s)
+    assert gbps(rates).tolist() == [round(x / 1e9, 3) for x in rates.tolist()]
+    assert tenths([0.05, 0.15, 99.95]).tolist() == [round(x, 1) for x in (0.05, 0.15, 99.95)]
+
+
+def test_stamps_at_once_are_the_stamps_one_at_a_time():
+    """The stack samples' stamps, made over a window's times at once, are each sink's ``stamp``."""
+    from memtop.outputs.export import _Json
+
+    t = [0.0, -0.0, 1e-9, 1.27e-7, 1.28e-7, 2.5e-9, 16384e-9, 3.3, 123456.789012345, 28833.971670061]
+    t += [2e9, 1e10, 9.3e9, 9.3e10, -1.0, float("nan"), 1e300]
+    assert pb.TraceWriter.stamps(t) == [pb.TraceWriter.stamp(x) for x in t]
+    assert _Json.stamps(t) == [_Json.stamp(x) for x in t]
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_main_only_stack_dumps_hold_each_samples_main_thread(blocks, tmp_path):
+    """``stack_dumps(main_only=True)`` (the export's: it draws main threads only) gives every sample
+    of the whole read, each with the whole dump's main thread alone (the thread with the pid's id,
+    else the first), a dump that failed as one, fewer dumps to decode; from the blocks and the rows,
+    and where no thread has the pid's id and a main thread's row is damaged (those rows changed: the
+    blocks stand for the old ones)."""
+    import math
+    import shutil
+    import sqlite3
+
+    from memtop.storage import parts
+    from memtop.storage.store import Recording
+
+    path = tmp_path / "r.memtop"
+    shutil.copy(DATA / "schema3_torch_s13.memtop", path)
+    if not blocks:
+        db = sqlite3.connect(path)
+        pid = db.execute("SELECT pid FROM stack_sample WHERE tid = pid LIMIT 1").fetchone()[0]
+        assert db.execute("UPDATE stack_sample SET tid = tid + 7 WHERE pid = ?", (pid,)).rowcount > 1
+        t = db.execute("SELECT t FROM stack_sample WHERE pid != ? AND i = 1", (pid,)).fetchone()[0]
+        # (a thread name neither a text nor an id, a blob: the sample does not decode)
+        assert (
+            db.execute("UPDATE stack_sample SET name = x'01' WHERE t = ? AND tid = pid", (t,)).rowcount == 1
+        )
+        db.commit()
+        db.close()
+    whole_rec, mains_rec = Recording(path), Recording(path)
+    whole = parts.stack_dumps(whole_rec, -math.inf, math.inf, blocks=blocks)
+    mains = parts.stack_dumps(mains_rec, -math.inf, math.inf, blocks=blocks, main_only=True)
+    assert mains.times == whole.times and len(mains.dumps) < len(whole.dumps)
+    assert len(whole.times) == 1850 - (not blocks)
+    assert mains_rec.damage == whole_rec.damage == ([] if blocks else ["damaged stack data skipped"])
+    firsts = errors = 0
+    for i in range(len(whole.times)):
+        w, m = whole.sample(i), mains.sample(i)
+        assert (m.t, m.pid, m.error, m.threads) == (w.t, w.pid, w.error, (w.main,) if w.threads else ())
+        errors += w.error is not None
+        firsts += len(w.threads) > 1 and all(th.tid != w.pid for th in w.threads)
+    assert errors and (firsts > 0) == (not blocks)
+    assert any(len(d.threads) > 1 and d.main is not d.threads[0] for d in whole.dumps)

@@ -828,9 +828,16 @@ class _Stacks:
     StackSample only where one is asked for (an 8-hour run holds ~200,000 samples of a few dozen dumps)."""
 
     def __init__(
-        self, rec: Recording, frames: list[float], plo: float, hi: float, seed: float | None
+        self,
+        rec: Recording,
+        frames: list[float],
+        plo: float,
+        hi: float,
+        seed: float | None,
+        main_threads: bool = False,
     ) -> None:
-        got = parts.stack_dumps(rec, plo, hi, seed)
+        """``main_threads``: the dumps' main threads alone (``parts.stack_dumps``' main_only: the export's)."""
+        got = parts.stack_dumps(rec, plo, hi, seed, main_only=main_threads)
         # a dump seen before is that dump again: its main-thread summary (phases.stack_info) and
         # main-only form are the earlier one's
         self.dumps = [
@@ -879,12 +886,21 @@ class _Stacks:
     def seen(self, i_lo: int) -> Stacks:
         """The samples with threads the Frames from i_lo on hold, in the order the Frames meet them
         (by Frame, then pid), as the report keeps them (main thread only)."""
-        k = np.maximum(self.first, i_lo)
-        held = np.flatnonzero(self.threads & self._held(k, self.ts, self.until))
-        order = held[np.lexsort((self.pids[held], k[held]))]
+        order, kind = self._order(i_lo)
         times = self.times
         keys = zip(self.pids[order].tolist(), [times[i] for i in order.tolist()], strict=True)
-        return Stacks(dict(zip(keys, self.kind[order].tolist(), strict=True)), [d[2] for d in self.dumps])
+        return Stacks(dict(zip(keys, kind.tolist(), strict=True)), [d[2] for d in self.dumps])
+
+    def held(self, i_lo: int) -> Iterator[tuple[int, int]]:
+        """``seen``'s samples as (sample, its dump) indices (``times``, ``dumps``)."""
+        order, kind = self._order(i_lo)
+        return zip(order.tolist(), kind.tolist(), strict=True)
+
+    def _order(self, i_lo: int) -> tuple[np.ndarray, np.ndarray]:
+        k = np.maximum(self.first, i_lo)
+        held = np.flatnonzero(self.threads & self._held(k, self.ts, self.until))
+        order = held[np.lexsort((self.pids[held], k[held]))]  # by Frame, then pid
+        return order, self.kind[order]
 
 
 def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, int]]:

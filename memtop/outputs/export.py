@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from memtop.analysis.phases import TITLES, Classifier, Label
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS, Metric
-from memtop.core.model import GpuSample, StackSample, ThreadStack
+from memtop.core.model import GpuSample, ThreadStack
 from memtop.core.stackclass import site
 from memtop.outputs import perfetto_pb as pb
 from memtop.progress import Progress
@@ -99,17 +99,39 @@ def _listed(v: Floats) -> list[float]:
 
 # a sink's encoding of an instant, made once for the events at it: JSON text (µs) or a protobuf field (ns)
 Stamp = Any
-Fmt = Callable[[float], float]  # how a counter's value is rounded for the trace
+Fmt = Callable[[Floats], "np.ndarray"]  # how a counter's values are rounded for the trace
 
 
-def gbps(v: float) -> float:
-    """PCIe bytes/s as the trace's GB/s."""
-    return round(v / 1e9, 3)
+def rounded(values: Floats, digits: int) -> np.ndarray:
+    """``round(x, digits)`` of each value, bit for bit, over an array (an 8-hour run's PCIe values
+    are a million Python calls). numpy's rint of y = x·10^digits, divided by 10^digits, is Python's
+    correctly rounded answer wherever rounding y cannot have moved it across a half (then rint rounds
+    the exact product the same way, and the division rounds k/10^digits to the nearest double as
+    Python's decimal conversion does); the values within y's rounding error of a half, too large to
+    hold a fraction, or not finite are left to Python's ``round`` (none in the 8-hour files)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    p = 10.0**digits
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = v * p
+        out = np.rint(y) / p
+        clear = (np.abs(y - np.floor(y) - 0.5) > np.abs(y) * 2.0**-51) & (np.abs(y) < 2.0**52)
+    for i in np.flatnonzero(~clear).tolist():
+        out[i] = round(float(v[i]), digits)
+    return out
 
 
-def tenths(v: float) -> float:
-    """A CPU % as the trace's."""
-    return round(v, 1)
+def gbps(v: Floats) -> np.ndarray:
+    """PCIe bytes/s as the trace's GB/s (each ``round(x / 1e9, 3)``)."""
+    import numpy as np
+
+    return rounded(np.asarray(v, dtype=np.float64) / 1e9, 3)
+
+
+def tenths(v: Floats) -> np.ndarray:
+    """CPU %s as the trace's (each ``round(x, 1)``)."""
+    return rounded(v, 1)
 
 
 class _Json:
@@ -138,6 +160,13 @@ class _Json:
     def stamp(t: float) -> str:
         return repr(_us(t))
 
+    @staticmethod
+    def stamps(t: Floats) -> list[str]:
+        """``stamp`` of each of times ``t`` (seconds)."""
+        import numpy as np
+
+        return list(map(repr, rounded(np.asarray(t, dtype=np.float64) * 1e6, 1).tolist()))
+
     def process(self, pid: int, name: str) -> None:
         self({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
 
@@ -156,7 +185,7 @@ class _Json:
     def counters(self, name: str, pid: int, t: Floats, values: Floats, fmt: Fmt | None = None) -> None:
         """``counter`` at each of times ``t`` (seconds), of each value as ``fmt`` rounds it."""
         stamp, counter = self.stamp, self.counter
-        vals = _listed(values) if fmt is None else list(map(fmt, _listed(values)))
+        vals = _listed(values) if fmt is None else fmt(values).tolist()
         for x, v in zip(_listed(t), vals, strict=True):
             counter(name, pid, stamp(x), v)
         self.flush(2000)
@@ -169,7 +198,7 @@ class _Json:
     def pcies(self, pid: int, t: Floats, rx: Floats, tx: Floats) -> None:
         """``pcie`` at each of times ``t`` of rx and tx in bytes/s (``gbps`` rounds them)."""
         stamp, pcie = self.stamp, self.pcie
-        for x, r, w in zip(_listed(t), map(gbps, _listed(rx)), map(gbps, _listed(tx)), strict=True):
+        for x, r, w in zip(_listed(t), gbps(rx).tolist(), gbps(tx).tolist(), strict=True):
             pcie(pid, stamp(x), r, w)
         self.flush(2000)
 
@@ -199,6 +228,17 @@ class _Json:
             self.end(pid, tid, ts, name)
         for nid, name in begins:
             self.begin(pid, tid, ts, nid, name)
+
+    def step(
+        self, pid: int, tid: int, ts: Stamp, move: Move | None, body: Any, klass: str, sf: int | None
+    ) -> None:
+        """A stack sample: its slices' ``move`` (None: the stack before, nothing ends or begins), its
+        sample (``sf``: its stack's leaf, None for an empty stack) and its instant (``body``)."""
+        if move is not None:
+            self.move(pid, tid, ts, *move)
+        if sf is not None:
+            self.sample(pid, tid, ts, klass, sf)
+        self.instant(pid, tid, ts, body, sf)
 
     def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
         sample = f'{self._of(pid, tid)[1]}{ts},"name":{self._json(klass)},"sf":{sf},"weight":1}}'
@@ -249,7 +289,7 @@ class _Proto:
 
     def __init__(self, fh: BinaryIO) -> None:
         self.w = pb.TraceWriter(fh)
-        self.stamp = self.w.stamp
+        self.stamp, self.stamps = self.w.stamp, self.w.stamps
         self._procs: dict[int, int] = {}  # pid -> its process track
         self._tracks: dict[tuple[int, int], int] = {}  # (pid, tid) -> its track
         self._counters: dict[tuple[str, int], int] = {}
@@ -257,7 +297,8 @@ class _Proto:
             tuple[int, int], list[tuple[int, float]]
         ] = {}  # (pid, tid) -> [(track, busy until)]
         self._names: dict[tuple[int, int], str] = {}
-        self._moves: dict[int, list[tuple[int, str | None]]] = {}  # a stack move's id -> its events
+        self._moves: dict[int, list[tuple[int, str | None, bytes]]] = {}  # a stack move's id -> its events
+        self._steps: dict[tuple, list[tuple[int, str | None, bytes]]] = {}  # (track, move, instant) -> events
         self._json = 0  # ``n`` less the packets written: the count as the JSON's events
 
     @property
@@ -310,7 +351,7 @@ class _Proto:
         if fmt is not None and len(v):
             changed = np.r_[True, v[1:] != v[:-1]]
             self._json += len(v) - int(changed.sum())
-            t, v = t[changed], np.array(list(map(fmt, v[changed].tolist())), dtype=np.float64)
+            t, v = t[changed], fmt(v[changed])
         self.w.counters(self._counter_track(name, pid), t, v)
 
     def pcie(self, pid: int, ts: Stamp, rx: float, tx: float) -> None:
@@ -331,23 +372,39 @@ class _Proto:
 
     def move(self, pid: int, tid: int, ts: Stamp, move: int, ends: tuple, begins: tuple) -> None:
         uuid = self._on(pid, tid)
-        events = self._moves.get(move)
+        self.w.events((uuid, move), uuid, ts, self._events((move, ends, begins)))
+
+    def _events(self, move: Move) -> list[tuple[int, str | None, bytes]]:
+        """A move's slice events (``TraceWriter.events``'), made once per move."""
+        events = self._moves.get(move[0])
         if events is None:
-            events = [(pb.SLICE_END, None)] * len(ends) + [(pb.SLICE_BEGIN, name) for _, name in begins]
+            events = [(pb.SLICE_END, None, b"")] * len(move[1]) + [
+                (pb.SLICE_BEGIN, n, b"") for _, n in move[2]
+            ]
             if len(self._moves) >= _KEPT:
                 self._moves.clear()
-            self._moves[move] = events
-        self.w.events((uuid, move), uuid, ts, events)
+            self._moves[move[0]] = events
+        return events
 
-    def sample(self, pid: int, tid: int, ts: Stamp, klass: str, sf: int) -> None:
-        """Nothing: the protobuf has the stack's slices only (chrome://tracing's samples are JSON's)."""
+    def step(
+        self, pid: int, tid: int, ts: Stamp, move: Move | None, body: Any, klass: str, sf: int | None
+    ) -> None:
+        """A stack sample's slices' move and its instant, one run of packets made once per (track, move,
+        instant) (``TraceWriter.events``; the protobuf has the stack's slices only: chrome://tracing's
+        samples are JSON's)."""
+        uuid = self._on(pid, tid)
+        key = (uuid, 0 if move is None else move[0], body)  # (move ids start at 1)
+        events = self._steps.get(key)
+        if events is None:
+            events = [*(() if move is None else self._events(move)), (pb.INSTANT, body[0], body[1])]
+            if len(self._steps) >= _KEPT:
+                self._steps.clear()
+            self._steps[key] = events
+        self.w.events(key, uuid, ts, events)
 
     @staticmethod
     def instant_body(name: str, args: dict) -> tuple[str, bytes]:
         return name, pb.debug_args(args)
-
-    def instant(self, pid: int, tid: int, ts: Stamp, body: Any, sf: int | None) -> None:
-        self.w.event(self._on(pid, tid), ts, pb.INSTANT, body[0], body[1])
 
     def span(self, pid: int, tid: int, name: str, t0: float, t1: float, args: dict) -> None:
         """A complete slice, on the first lane of its track free at ``t0`` (slices on a track nest)."""
@@ -360,8 +417,7 @@ class _Proto:
             lanes.append((self.w.track(self._proc(pid), f"{base} {k + 1}"), t1))
         uuid = lanes[k][0]
         lanes[k] = (uuid, t1)
-        self.w.event(uuid, self.stamp(t0), pb.SLICE_BEGIN, name, pb.debug_args(args))
-        self.w.event(uuid, self.stamp(t1), pb.SLICE_END)
+        self.w.slice(uuid, self.stamp(t0), self.stamp(t1), name, pb.debug_args(args))
         self._json -= 1
         self.w.flush(1000)  # (a slice's packets are large: an 8-hour run's markers would be ~10 MB)
 
@@ -370,6 +426,12 @@ class _Proto:
 
 
 Sink = _Json | _Proto
+
+
+Sampled = tuple[float, int, "ThreadStack | None"]  # a stack sample: its time, pid and main thread
+# a move between stacks: its id, the frames it ends (names, innermost first), those it begins ((id, name))
+Move = tuple[int, tuple[str, ...], tuple[tuple[int, str], ...]]
+_MANY = 64  # samples whose stamps are made over an array (fewer: one by one)
 
 
 class _Stacks:
@@ -415,24 +477,39 @@ class _Stacks:
             got = self._paths[id(frames)] = (frames, path, parent)
         return got[1], got[2]
 
-    def add(self, pid: int, tid: int, t: float, frames: tuple, klass: str) -> int | None:
-        path, parent = self._path(frames)
-        key = (pid, tid)
-        cur, last = self.open.get(key, ([], t))
-        if cur and t - last > STALE_S:
-            self._close(key, cur, last + SAMPLE_S)
-            cur = []
-        ts = self._stamp(t)
-        self._move(key, ts, cur, path)
-        self.open[key] = (path, t)
-        if parent is not None:
-            self.out.sample(pid, tid, ts, klass, parent)
-        return parent
+    def feed(self, samples: list[Sampled], seen: dict[int, float], named: set[int], cut: float) -> None:
+        """Each sample's main thread, once per process and time (``seen``: each pid's last), from ``cut``
+        on: the process named at its first (``named``), the open stack's slices moved to the sample's,
+        its sample and its instant. One loop, the same stack again a dict lookup, the stamps made at
+        once: an 8-hour run holds ~100,000 samples, most of them the stack before."""
+        out, opened, paths, instants = self.out, self.open, self._paths, self._instants
+        stamps = out.stamps([x[0] for x in samples]) if len(samples) >= _MANY else None
+        for j, (t, pid, m) in enumerate(samples):
+            if m is None or t < cut or seen.get(pid) == t:
+                continue
+            seen[pid] = t
+            tid, frames = m.tid, m.frames
+            if pid not in named:
+                named.add(pid)
+                out.process(pid, f"pid {pid}")
+                out.thread(pid, tid, "main (stacks)")
+            got = paths.get(id(frames))
+            path, leaf = (got[1], got[2]) if got is not None else self._path(frames)
+            key = (pid, tid)
+            cur, last = opened.get(key) or ([], t)
+            if cur and t - last > STALE_S:
+                self._close(key, cur, last + SAMPLE_S)
+                cur = []
+            ts = self._stamp(t) if stamps is None else stamps[j]
+            move = None if cur and cur[-1][0] == leaf else self._move(cur, path)  # (a stack to itself: none)
+            opened[key] = (path, t)
+            body = instants.get((id(frames), m.klass, m.owns_gil))
+            out.step(pid, tid, ts, move, body[1] if body is not None else self._instant(m), m.klass, leaf)
 
-    def _move(self, key: tuple[int, int], ts: Stamp, cur: list, path: list) -> None:
-        """From the open stack ``cur`` to ``path`` at ``ts``: the frames they do not share end (innermost
-        first), then ``path``'s begin. A stack's path is known by its leaf's id (the frames are a tree):
-        each move is worked out once."""
+    def _move(self, cur: list, path: list) -> Move:
+        """From the open stack ``cur`` to ``path``: the frames they do not share end (innermost first),
+        then ``path``'s begin. A stack's path is known by its leaf's id (the frames are a tree): each
+        move is worked out once."""
         move = (cur[-1][0] if cur else None, path[-1][0] if path else None)
         got = self._moves.get(move)
         if got is None:
@@ -444,24 +521,23 @@ class _Stacks:
                 self._moves.clear()
             self._ids += 1
             got = self._moves[move] = (self._ids, ends, tuple(path[common:]))
-        self.out.move(key[0], key[1], ts, got[0], got[1], got[2])
+        return got
 
-    def instant(self, pid: int, m: ThreadStack, t: float, sf: int | None) -> None:
-        """The instant event of a sample: class, file:line, source and GIL (``sf``: its stack)."""
-        key = (id(m.frames), m.klass, m.owns_gil)
-        got = self._instants.get(key)
-        if got is None:
-            w, code = site(m.frames)
-            args = {"class": m.klass, "where": w, "code": code, "gil": m.owns_gil}
-            name = f"{m.klass}: {m.frames[0].name if m.frames else '?'}"
-            if len(self._instants) >= _KEPT:
-                self._instants.clear()
-            got = self._instants[key] = (m.frames, self.out.instant_body(name, args))
-        self.out.instant(pid, m.tid, self._stamp(t), got[1], sf)
+    def _instant(self, m: ThreadStack) -> object:
+        """The body of a sample's instant event (``Sink.instant_body``): class, file:line, source and GIL."""
+        w, code = site(m.frames)
+        args = {"class": m.klass, "where": w, "code": code, "gil": m.owns_gil}
+        name = f"{m.klass}: {m.frames[0].name if m.frames else '?'}"
+        if len(self._instants) >= _KEPT:
+            self._instants.clear()
+        body = self.out.instant_body(name, args)
+        # (the frames held with it: while they are, no other stack takes their id)
+        self._instants[(id(m.frames), m.klass, m.owns_gil)] = (m.frames, body)
+        return body
 
     def _close(self, key: tuple[int, int], path: list, t: float) -> None:
         if path:
-            self._move(key, self._stamp(t), path, [])
+            self.out.move(key[0], key[1], self._stamp(t), *self._move(path, []))
 
     def _stamp(self, t: float) -> Stamp:
         """The sink's stamp of ``t``, made once for a sample's slices and its instant."""
@@ -821,9 +897,10 @@ def _window(
     ft = np.array(ft_list, dtype=np.float64)
     _gpu_window(blocks, out, st, ft, after, b)
     _host_window(rec, blocks, out, st, ft, after, b)
-    seen = colscan._Stacks(rec, ft_list, after, b, None).seen(0)
-    for key in seen.at:
-        _stack_event(out, stacks, st.stack_t, st.named, seen.sample(key), st.cut)
+    got = colscan._Stacks(rec, ft_list, after, b, None, main_threads=True)
+    mains = [(d.pid, d.main) for d, _, _ in got.dumps]
+    times = got.times
+    stacks.feed([(times[i], *mains[k]) for i, k in got.held(0)], st.stack_t, st.named, st.cut)
 
 
 _GPU_READ = (
@@ -1063,9 +1140,8 @@ def _events(
                     gpu_pids.add(p.pid)
                 if math.isfinite(p.cpu_pct):
                     emit.counter(f"CPU % {p.pid} {p.name}", HOST_PID, ts, round(p.cpu_pct, 1))
-        for s in f.stacks:
-            if only is None or s.pid in gpu_pids:
-                _stack_event(emit, stacks, seen_stack, named, s, cut)
+        got = [(s.t, s.pid, s.main) for s in f.stacks if only is None or s.pid in gpu_pids]
+        stacks.feed(got, seen_stack, named, cut)
         emit.flush(2000)
         _phases(clf, runs, only, lo, emit)
     clf.flush()
@@ -1121,22 +1197,6 @@ def _slice_args(gpu: int, label: str, t0: float, b: Label, bin_s: float) -> tupl
     """The phase slice (``Sink.span``'s arguments) of a run of ``label`` from the bin at ``t0`` to bin ``b``."""
     args = {"label": label, "confidence": b.confidence, "rule": b.rule, **b.evidence.as_dict()}
     return GPU_PID_BASE + gpu, 1, TITLES.get(label, label), t0, b.t + bin_s, args
-
-
-def _stack_event(
-    emit: Sink, stacks: _Stacks, seen: dict[int, float], named: set[int], s: StackSample, cut: float
-) -> None:
-    """A Frame's stack sample of a process, once (``seen``: each pid's last), from ``cut`` on: the
-    main thread's slices and instant."""
-    m = s.main
-    if seen.get(s.pid) == s.t or m is None or s.t < cut:
-        return
-    seen[s.pid] = s.t
-    if s.pid not in named:
-        named.add(s.pid)
-        emit.process(s.pid, f"pid {s.pid}")
-        emit.thread(s.pid, m.tid, "main (stacks)")
-    stacks.instant(s.pid, m, s.t, stacks.add(s.pid, m.tid, s.t, m.frames, m.klass))
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ _CLEARED = 1  # sequence_flags: SEQ_INCREMENTAL_STATE_CLEARED (interned names st
 _NEEDS_STATE = b"\x68\x02"  # sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE (the packet uses an iid)
 _NS_MAX = (1 << 63) - 1
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4  # TrackEvent.Type
+_BEGIN = b"\x48\x01"  # TrackEvent.type = SLICE_BEGIN
 _SIZE = [bytes((n,)) for n in range(128)]  # a packet's size under 128: its one-byte varint
 
 
@@ -67,6 +68,9 @@ def double(field: int, v: float) -> bytes:
     return key(field, 1) + _DOUBLE(v)
 
 
+_ENCODE = json.JSONEncoder(default=str, allow_nan=False).encode  # json.dumps(v, default=str, allow_nan=False)
+
+
 def annotation(name: str, value: object) -> bytes:
     """One DebugAnnotation: scalars as themselves, anything else as its JSON text (None: JSON null)."""
     if isinstance(value, bool):
@@ -79,7 +83,7 @@ def annotation(name: str, value: object) -> bytes:
         v = text(6, value)
     else:
         try:
-            v = text(9, json.dumps(value, default=str, allow_nan=False))
+            v = text(9, _ENCODE(value))
         except ValueError:  # (a NaN or an infinity inside)
             v = text(9, "null")
     return text(10, name) + v
@@ -87,34 +91,70 @@ def annotation(name: str, value: object) -> bytes:
 
 def debug_args(args: dict) -> bytes:
     """TrackEvent.debug_annotations (field 4) of ``args``: a float's encoded after its name's
-    encoding (made once), another scalar's annotation made once (a phase slice's evidence is a few
-    dozen of them: an 8-hour export writes thousands of slices of the same names and words)."""
+    encoding (made once), another scalar's annotation made once, and a list's or dict's once per
+    distinct repr (a phase slice's evidence is a few dozen of them, its peers, stack shares and top
+    stack among them: an 8-hour export writes thousands of slices of the same names, words and
+    values; a JSON encoding costs ~10 us)."""
     out = []
     for k, v in args.items():
         if type(v) is float and math.isfinite(v):
-            name = _NAMES.get(k)
-            if name is None:
-                name = _NAMES[k] = text(10, str(k)) + b"\x29"  # then double_value (field 5, fixed64)
+            head = _NAMES.get(k)
+            if head is None:  # debug_annotations (field 4) of a size the double's 8 bytes fix: its
+                name = text(10, str(k)) + b"\x29"  # name, double_value's key (field 5, fixed64)
+                head = _NAMES[k] = b"\x22" + varint(len(name) + 8) + name
                 if len(_NAMES) > _KEPT:
                     _NAMES.clear()
-            inner = name + _DOUBLE(v)
-            out.append(b"\x22" + varint(len(inner)) + inner)  # debug_annotations (field 4)
-        elif type(v) in (str, bool, int) or v is None:
-            got = _SCALARS.get((k, type(v), v))
-            if got is None:
-                got = blob(4, annotation(str(k), v))
-                if len(_SCALARS) > _KEPT:
-                    _SCALARS.clear()
-                _SCALARS[(k, type(v), v)] = got
-            out.append(got)
+            out.append(head + _DOUBLE(v))
+            continue
+        if type(v) in (str, bool, int) or v is None:
+            key: tuple = (k, type(v), v)
+        elif type(v) in (list, dict):  # (known by its repr: of plain values, the same repr is the same JSON)
+            key = (k, type(v), repr(v))
         else:
             out.append(blob(4, annotation(str(k), v)))
+            continue
+        got = _SCALARS.get(key)
+        if got is None:
+            got = blob(4, annotation(str(k), v))
+            if len(_SCALARS) > _KEPT:
+                _SCALARS.clear()
+            _SCALARS[key] = got
+        out.append(got)
     return b"".join(out)
 
 
 _KEPT = 1 << 16
-_NAMES: dict[object, bytes] = {}  # an argument's key -> its annotation's name field and a double's key
-_SCALARS: dict[tuple, bytes] = {}  # (key, type, value) -> the annotation
+_NAMES: dict[object, bytes] = {}  # an argument's key -> a double's annotation but for its 8 bytes
+_SCALARS: dict[tuple, bytes] = {}  # (key, type, value or a list's or dict's repr) -> the annotation
+
+
+def _ns(t: Sequence[float] | np.ndarray) -> np.ndarray:
+    """``TraceWriter.stamp``'s nanoseconds of each of times ``t`` (seconds), as uint64."""
+    import numpy as np
+
+    with np.errstate(over="ignore", invalid="ignore"):  # (past float's range: inf, then 0 as ``stamp``)
+        ns = np.asarray(t, dtype=np.float64) * 1e9
+    ok = (ns >= 0) & (ns < 2.0**63)  # ``stamp``'s 0 <= ns <= _NS_MAX (NaN fails: 0)
+    return np.where(ok, np.rint(np.where(ok, ns, 0.0)), 0.0).astype(np.uint64)  # (rint: round's ties)
+
+
+def _varint_sizes(v: np.ndarray) -> np.ndarray:
+    """Each value's varint length in bytes."""
+    import numpy as np
+
+    size = np.ones(len(v), dtype=np.int64)
+    for k in range(1, 10):
+        size += v >= np.uint64(1 << (7 * k))
+    return size
+
+
+def _put_varints(rows: np.ndarray, at: int, v: np.ndarray, n: int) -> None:
+    """The varints of ``v`` (each ``n`` bytes long) into columns at..at+n-1 of ``rows``."""
+    import numpy as np
+
+    for j in range(n):
+        more = 0x80 if j < n - 1 else 0
+        rows[:, at + j] = ((v >> np.uint64(7 * j)) & np.uint64(0x7F)) | np.uint64(more)
 
 
 class TraceWriter:
@@ -184,6 +224,24 @@ class TraceWriter:
         ns = t * 1e9
         return b"\x40" + varint(round(ns) if 0 <= ns <= _NS_MAX else 0)  # (NaN: 0, as JSON's null)
 
+    @staticmethod
+    def stamps(t: Sequence[float] | np.ndarray) -> list[bytes]:
+        """``stamp`` of each of times ``t`` (seconds), made over arrays."""
+        import numpy as np
+
+        ns = _ns(t)
+        size = _varint_sizes(ns)
+        out = [b""] * len(ns)
+        for n in np.unique(size).tolist():
+            at = np.flatnonzero(size == n)
+            rows = np.empty((len(at), 1 + n), dtype=np.uint8)
+            rows[:, 0] = 0x40  # TracePacket.timestamp's key, then its varint
+            _put_varints(rows, 1, ns[at], n)
+            raw = rows.tobytes()
+            for i, k in zip(at.tolist(), range(0, len(raw), n + 1), strict=True):
+                out[i] = raw[k : k + n + 1]
+        return out
+
     def counter(self, uuid: int, ts: bytes, value: float) -> None:
         """A counter value at ``ts`` (``stamp``): ``value`` must be finite. A value equal to the one
         before it on its track is left out: Perfetto draws a counter as steps, each value held until
@@ -218,12 +276,8 @@ class TraceWriter:
         if not len(values):
             return
         self._last[uuid] = float(values[-1])
-        ns = t * 1e9
-        ok = (ns >= 0) & (ns < 2.0**63)  # ``stamp``'s 0 <= ns <= _NS_MAX (NaN fails: 0)
-        ns = np.where(ok, np.rint(np.where(ok, ns, 0.0)), 0.0).astype(np.uint64)  # (rint: round's ties)
-        size = np.ones(len(ns), dtype=np.int64)  # each timestamp's varint length
-        for k in range(1, 10):
-            size += ns >= np.uint64(1 << (7 * k))
+        ns = _ns(t)
+        size = _varint_sizes(ns)
         tail = np.frombuffer(self._counters[uuid], dtype=np.uint8)
         value = np.ascontiguousarray(values, dtype="<f8").view(np.uint8).reshape(-1, 8)
         width = 3 + size + len(tail) + 8
@@ -235,10 +289,7 @@ class TraceWriter:
             rows[:, 0] = 0x0A  # Trace.packet, then its size (< 128: one byte), the timestamp's key
             rows[:, 1] = rows.shape[1] - 2
             rows[:, 2] = 0x40
-            v = ns[at]
-            for j in range(n):
-                more = 0x80 if j < n - 1 else 0
-                rows[:, 3 + j] = ((v >> np.uint64(7 * j)) & np.uint64(0x7F)) | np.uint64(more)
+            _put_varints(rows, 3, ns[at], n)
             rows[:, 3 + n : -8] = tail
             rows[:, -8:] = value[at]
             if len(at) == len(ns):
@@ -270,6 +321,15 @@ class TraceWriter:
             )
         self.n += 1
 
+    def slice(self, uuid: int, ts0: bytes, ts1: bytes, name: str, extra: bytes = b"") -> None:
+        """A complete slice on track ``uuid``: ``event``'s begin (``extra``: its ``debug_args``) and end,
+        the begin's packet made here, not kept (a phase's or marker's arguments are its own: kept, an
+        8-hour run's would hold ~10 MB until the end)."""
+        iid, interned = self.name(name)
+        self._put(ts0 + SEQ + interned + _NEEDS_STATE + blob(11, _BEGIN + vint(11, uuid) + iid + extra))
+        self.n += 1
+        self.event(uuid, ts1, SLICE_END)
+
     def _tail(self, uuid: int, kind: int, name: str | None, extra: bytes) -> tuple[bytes, bytes]:
         """(an event's packet after its timestamp, the InternedData its name needs first). The former is
         the same for every event of one (track, type, name, extra): it is made once (stack slices and
@@ -288,26 +348,24 @@ class TraceWriter:
             self._tails[key] = tail
         return tail, interned
 
-    def events(self, key: Hashable, uuid: int, ts: bytes, events: Sequence[tuple[int, str | None]]) -> None:
-        """``event`` of each (type, name) of ``events``, all on track ``uuid`` at ``ts``; ``key``: the
-        caller's name for this track's sequence of them (the packets are made once per key: a stack's
-        slices ending and beginning from one sample to the next repeat)."""
+    def events(
+        self, key: Hashable, uuid: int, ts: bytes, events: Sequence[tuple[int, str | None, bytes]]
+    ) -> None:
+        """``event`` of each (type, name, extra) of ``events``, all on track ``uuid`` at ``ts``; ``key``:
+        the caller's name for this track's sequence of them (the packets are made once per key: a
+        stack's slices ending and beginning from one sample to the next, and its instant, repeat)."""
         segments = self._runs.get((key, len(ts)))
         if segments is None:
-            if any(name is not None and name not in self._iids for _, name in events):
-                for kind, name in events:  # (a name's first use)
-                    self.event(uuid, ts, kind, name)
+            if any(name is not None and name not in self._iids for _, name, _ in events):
+                for kind, name, extra in events:  # (a name's first use)
+                    self.event(uuid, ts, kind, name, extra)
                 return
-            tails = [self._tail(uuid, kind, name, b"")[0] for kind, name in events]
-            if any(len(ts) + len(tail) >= 128 for tail in tails):
-                for kind, name in events:
-                    self.event(uuid, ts, kind, name)
-                return
+            tails = [self._tail(uuid, kind, name, extra)[0] for kind, name, extra in events]
             # the packets with the timestamp left out, cut where it goes: ts.join(segments) makes them
             segments = []
             prev = b""
             for tail in tails:
-                segments.append(prev + b"\x0a" + _SIZE[len(ts) + len(tail)])
+                segments.append(prev + b"\x0a" + varint(len(ts) + len(tail)))
                 prev = tail
             segments.append(prev)
             if len(self._runs) >= _KEPT:

@@ -235,10 +235,18 @@ class Dumps(NamedTuple):
 
 
 def stack_dumps(
-    rec: Recording, plo: float, hi: float, seed: float | None = None, blocks: bool = True
+    rec: Recording,
+    plo: float,
+    hi: float,
+    seed: float | None = None,
+    blocks: bool = True,
+    main_only: bool = False,
 ) -> Dumps:
     """The stack samples of (plo, hi] (with ``seed``: those of the SEED_S before it first), in the
-    rows' order (time, then pid); a dump that does not decode (``stack_sample``) is skipped."""
+    rows' order (time, then pid); a dump that does not decode (``stack_sample``) is skipped.
+    ``main_only``: each sample with its main thread alone (``StackSample.main``'s; the export draws
+    no other): the other threads' rows are neither decoded nor checked, and dumps alike in their
+    main thread are one dump."""
     got = _stack_blocks(rec, plo, hi, seed) if blocks else None
     if got is None:
         rows = _stack_rows(rec, plo, hi, seed)
@@ -246,6 +254,10 @@ def stack_dumps(
         got = (t, [cols[j] for j in _STACK_REST])
     t, cols = got
     cut = _sample_starts(t, cols[0])
+    if main_only and len(t):
+        t, cols, cut = _main_rows(t, cols, cut)
+        if (by_row := _row_dumps(rec, t, cols)) is not None:
+            return by_row
     row = _row_codes(cols).tolist()
     kinds: dict[tuple, int] = {}
     dumps: list[StackSample] = []
@@ -265,6 +277,50 @@ def stack_dumps(
         kind.append(k)
         times.append(time)
     return Dumps(times, np.array(kind, dtype=np.int64), dumps)
+
+
+def _row_dumps(rec: Recording, t: list, cols: list) -> Dumps | None:
+    """``stack_dumps``' loop where each row is a sample (``main_only``), over arrays: the same dumps,
+    decoded in the same order (a distinct row's first sample; one that does not decode skipped with
+    its samples); None where a time is not a plain float (then each is checked as the loop does)."""
+    if not types_in(tuple(t), float):
+        return None
+    ta = np.array(t, dtype=np.float64)
+    if not (np.abs(ta) <= 1e18).all():  # (NaN fails)
+        return None
+    _, first, which = np.unique(_row_codes(cols), return_index=True, return_inverse=True)
+    index = np.full(len(first), -1, dtype=np.int64)  # each distinct row's dump
+    dumps: list[StackSample] = []
+    for u in np.argsort(first, kind="stable").tolist():
+        try:
+            dumps.append(rec.stack_sample([_stack_row(t, cols, int(first[u]))]))
+        except DECODE_ERRORS:
+            damaged(rec, "stack")
+            continue
+        index[u] = len(dumps) - 1
+    kind = index[which.reshape(-1)]
+    keep = np.flatnonzero(kind >= 0)
+    return Dumps(ta[keep].tolist(), kind[keep], dumps)
+
+
+def _main_rows(t: list, cols: list, cut: list[int]) -> tuple[list, list, list[int]]:
+    """Each sample's main-thread row (``StackSample.main``: its first row whose tid is the pid, else
+    its first row), with its first row's error (a dump that failed is its first row's error)."""
+    pid, tid = cols[0], cols[1]
+    starts = np.array(cut[:-1], dtype=np.int64)
+    if isinstance(pid, np.ndarray) and isinstance(tid, np.ndarray):
+        is_main = tid == pid
+    else:  # (values of any type: compared as Python compares them)
+        is_main = np.array([a == b for a, b in zip(tid, pid, strict=True)], dtype=bool)
+    mains = np.flatnonzero(is_main)
+    first = np.full(len(starts), -1, dtype=np.int64)
+    first[(np.searchsorted(cut, mains, "right") - 1)[::-1]] = mains[::-1]  # (the first wins)
+    rows = np.where(first >= 0, first, starts)
+    pick = rows.tolist()
+    picked = [c[rows] if isinstance(c, np.ndarray) else [c[i] for i in pick] for c in cols]
+    error = cols[-1]
+    picked[-1] = error[starts] if isinstance(error, np.ndarray) else [error[i] for i in cut[:-1]]
+    return [t[i] for i in pick], picked, list(range(len(pick) + 1))
 
 
 def stack_samples(dumps: Dumps) -> list[tuple[float, StackSample]]:
