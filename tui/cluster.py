@@ -63,6 +63,12 @@ class BandTable(RowTable):
     """A RowTable whose Text cells keep their spans (the band has one colour per step), and which
     renders only the rows on screen (a cluster has hundreds)."""
 
+    # a thousand rows: their ends a key away (the cursor stops at the first and the last row)
+    BINDINGS = [
+        Binding("home", "move(-1_000_000)", show=False),
+        Binding("end", "move(1_000_000)", show=False),
+    ]
+
     def __init__(self, columns: Sequence[tuple[str, int]], **kw) -> None:
         super().__init__(columns, **kw)
         self._strips: dict[str, tuple[tuple, Style, tuple, Strip]] = {}
