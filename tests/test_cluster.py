@@ -102,6 +102,27 @@ def test_the_gpu_unlike_its_job_is_the_straggler(capsys):
     assert not [r for r in rs if r.straggler]
 
 
+def test_a_flagged_row_is_kept_while_unchanged_and_its_evidence_follows_the_job(capsys):
+    """The straggler pass reuses a flagged row while its node and its job's counts are the same, and
+    says the new counts and the GPU's new verdict once they change."""
+    base = _real_snapshot(RECS[0], capsys)
+    major = recent_phase(base["gpus"][0])
+    odd = next(
+        s for s in (_real_snapshot(r, capsys) for r in RECS[1:]) if recent_phase(s["gpus"][0]) != major
+    )
+    nodes = [_state(f"n{i}", base) for i in range(5)] + [_state("odd", odd)]
+    first = rows(nodes, 2.0)[5]
+    assert first.straggler and rows(nodes, 2.0)[5] is first
+    nodes.append(_state("n5", base))  # the job's counts change: the same node's evidence says so
+    again = rows(nodes, 2.0)[5]
+    assert f"6 of 7 GPUs of the job are {major}" in again.straggler
+    assert again.straggler.split(" are ", 1)[1] == first.straggler.split(" are ", 1)[1]
+    changed = json.loads(json.dumps(odd))
+    changed["gpus"][0]["verdict"]["headline"] = "a new headline"
+    nodes[5].good(changed, 1)  # the node's next poll: its own part of the evidence follows
+    assert "verdict: a new headline" in rows(nodes, 2.0)[5].straggler
+
+
 def test_stale_after_three_intervals_with_the_reason(capsys):
     n = _state("n0", _real_snapshot(RECS[0], capsys))
     assert rows([n], 1.0)[0].stale is None
@@ -384,6 +405,41 @@ async def test_a_stale_reason_cut_in_its_row_is_whole_in_the_detail_pane():
         (row,) = [strip.text.rstrip() for strip in app.query_one(BandTable)._lines][1:]
         assert why not in row and "no data: bad snapshot: gpus" in row, row  # cut at 80 columns
         assert why in app.query_one("#detail", TextPanel).text.plain
+
+
+async def test_rows_off_screen_show_their_newest_poll_when_scrolled_to(capsys):
+    """A paint redoes only the rows whose node polled since the last one: a row off screen, changed
+    by its node's poll, shows the new content once the cursor scrolls to it (PgDn, arrows, End)."""
+    from memtop.tui.cluster import BandTable, ClusterApp
+
+    base = _real_snapshot(RECS[0], capsys)
+    nodes = [_state(f"n{i:02d}", base) for i in range(60)]
+    app = ClusterApp(_Nodes(nodes), interval=2.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(BandTable)
+        await _after_a_poll(pilot, table)
+        assert "n59" not in "".join(strip.text for strip in table._lines)  # off screen
+        for target, job in (("n59", "4242"), ("n30", "3131")):
+            snap = json.loads(json.dumps(base))
+            snap["gpus"][0]["job"] = {"slurm_job_id": job}
+            next(n for n in nodes if n.target == target).good(snap, 1)
+        app.paint()
+        await pilot.pause()
+        table.focus()
+        for key in ("pagedown", "pagedown", "pagedown", "down"):
+            await pilot.press(key)
+        await pilot.pause()
+        assert table.cursor_key == "n31/0"
+        lines = [strip.text for strip in table._lines]
+        assert any(line.startswith("n30 ") and "3131" in line for line in lines), lines
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.cursor_key == "n59/0"
+        last = [strip.text for strip in table._lines][-1]
+        assert last.startswith("n59 ") and "4242" in last, last
+        await pilot.press("home")
+        await pilot.pause()
+        assert table.cursor_key == "n00/0"
 
 
 def test_malformed_snapshots_do_not_break_the_view(capsys):

@@ -11,7 +11,8 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Sequence
-from operator import attrgetter
+from itertools import compress, count
+from operator import attrgetter, is_not, itemgetter
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -48,12 +49,25 @@ COLUMNS = (("node", 4, 32), ("GPU", 3, 4), ("!", 1, 1), ("job", 3, 16), ("phase"
 NOTE, BAND = len(COLUMNS) + 1, len(COLUMNS)  # then the phase band, then the verdict or the reason
 DIM = Style.parse("dim")
 _OK_AT, _VERSION, _KEY = attrgetter("ok_at"), attrgetter("version"), attrgetter("key")
+_TARGET, _STALE, _STRAGGLER, _GPU = (
+    attrgetter("target"),
+    attrgetter("stale"),
+    attrgetter("straggler"),
+    attrgetter("gpu"),
+)
+_LENS = itemgetter(2)  # of what ClusterApp._made gives a row: its cells' widths
 FLAG = Style.parse("bold red")
 
 
 class BandTable(RowTable):
     """A RowTable whose Text cells keep their spans (the band has one colour per step), and which
     renders only the rows on screen (a cluster has hundreds)."""
+
+    # a thousand rows: their ends a key away (the cursor stops at the first and the last row)
+    BINDINGS = [
+        Binding("home", "move(-1_000_000)", show=False),
+        Binding("end", "move(1_000_000)", show=False),
+    ]
 
     def __init__(self, columns: Sequence[tuple[str, int]], **kw) -> None:
         super().__init__(columns, **kw)
@@ -342,6 +356,10 @@ class ClusterApp(App):
         self._rows: dict[str, Row] = {}
         self._painted: tuple | None = None
         self._row_cells: dict[str, list] = {}  # row key -> what _made made
+        # the last paint's rows, what _made gave each, and the table's (key, cells) of each: a paint
+        # redoes only the positions whose Row is another object (the nodes polled since)
+        self._last: tuple[list[Row], list[list], list[tuple[str, tuple]], int] = ([], [], [], -1)
+        self._detail_of: tuple[Row | None, int] | None = None  # what the detail pane shows
 
     @property
     def letters(self) -> bool:
@@ -401,23 +419,28 @@ class ClusterApp(App):
             return
         self._painted = state
         rs = rows(nodes, self.interval)
-        made = self._made(rs)
+        made, todo = self._made(rs)
         self._rows = dict(zip(map(_KEY, rs), rs))
         header.update(self._head(nodes, rs, error))
         table = self.query_one(BandTable)
         table.ascii_only = self.letters
-        widths = column_widths([m[2] for m in made], self.size.width)
+        widths = column_widths(list(map(_LENS, made)), self.size.width)
         band_w = widths[BAND][1]
         # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
-        table.set_rows(
-            [(r.key, m[4] if m[3] == band_w else self._shown(m, band_w)) for r, m in zip(rs, made)], widths
-        )
+        shown = self._last[2]
+        if todo is None or band_w != self._last[3]:
+            todo, shown = range(len(rs)), [("", ())] * len(rs)
+        for i in todo:
+            m = made[i]
+            shown[i] = (rs[i].key, m[4] if m[3] == band_w else self._shown(m, band_w))
+        self._last = (rs, made, shown, band_w)
+        table.set_rows(list(shown), widths)  # (a copy: the next paint changes this one in place)
         self._detail(table.cursor_key)
 
     def _head(self, nodes: list, rs: list[Row], error: str | None) -> Text:
-        stale = sorted({r.target for r in rs if r.stale})
-        flagged = sum(1 for r in rs if r.straggler)
-        gpus = sum(1 for r in rs if r.gpu)
+        stale = sorted(set(compress(map(_TARGET, rs), map(_STALE, rs))))  # (loops in C: 1 024 rows)
+        flagged = sum(map(bool, map(_STRAGGLER, rs)))
+        gpus = sum(map(bool, map(_GPU, rs)))
         head = Text(f"memtop cluster: {counted(len(nodes), 'node')}, {counted(gpus, 'GPU')}, every "
                     f"{self.interval:g} s", "bold")  # fmt: skip
         if flagged:
@@ -430,12 +453,21 @@ class ClusterApp(App):
             head.append("\nEnter: the node's snapshot   q: quit", "dim")
         return head
 
-    def _made(self, rs: list[Row]) -> list[list]:
-        """Each row's [row, cells, their widths, band width, cells shown], made again only when the
-        row changed (a node's rows are the same objects until a poll of it ends: at 1 024 nodes and
-        5 s, a fifth of the rows are new each paint)."""
-        cache, out = self._row_cells, []
-        for r in rs:
+    def _made(self, rs: list[Row]) -> tuple[list[list], Sequence[int] | None]:
+        """Each row's [row, cells, their widths, band width, cells shown], and the positions made
+        again (None: all). A row is made again only when it changed: a node's rows are the same
+        objects until a poll of it ends (at 1 024 nodes and 5 s, a fifth of the rows are new each
+        paint), and which positions hold another object than the last paint's is found in C."""
+        last_rs, last_made = self._last[:2]
+        todo: Sequence[int] | None = None
+        if len(last_rs) == len(rs):
+            todo = list(compress(count(), map(is_not, rs, last_rs)))
+            made = list(last_made)
+        else:
+            made = [[]] * len(rs)
+        cache = self._row_cells
+        for i in range(len(rs)) if todo is None else todo:
+            r = rs[i]
             got = cache.get(r.key)
             if got is None or (
                 got[0] is not r
@@ -443,10 +475,10 @@ class ClusterApp(App):
             ):
                 cells = row_cells(r, self.interval, self.ascii_only)
                 got = cache[r.key] = [r, cells, cell_lens(cells), -1, ()]
-            out.append(got)
+            made[i] = got
         if len(cache) > 2 * len(rs):  # rows gone (a node's GPUs changed): let go of theirs
             self._row_cells = {r.key: cache[r.key] for r in rs}
-        return out
+        return made, todo
 
     @staticmethod
     def _shown(made: list, band_w: int) -> tuple[Cell, ...]:
@@ -460,6 +492,11 @@ class ClusterApp(App):
         evidence, advice and command (each line under the label it belongs to); the window's shares,
         the job, and the node's processes on this GPU."""
         r = self._rows.get(key or "")
+        # the same row (a node's rows are new objects after each of its polls) at the same width:
+        # the pane already shows it
+        shown, self._detail_of = self._detail_of, (r, self.size.width)
+        if r is not None and shown is not None and shown[0] is r and shown[1] == self.size.width:
+            return
         t = Text()
         if r is not None:
             g = r.gpu

@@ -82,7 +82,7 @@ class NodeState:
 
 
 # -- the merged view ---------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass  # (not frozen: a frozen dataclass sets each field through object.__setattr__, 4x the cost)
 class Row:
     key: str  # target/gpu
     target: str
@@ -166,20 +166,44 @@ def _flag_stragglers(rs: list[Row]) -> list[Row]:
         (major, count), *_ = phases.most_common(1) or [("", 0)]
         if not major or count < MAJORITY * len(idx) or count == len(idx):
             continue
+        heads: dict[str, str] = {}  # phase -> the evidence's first part, the same for each GPU in it
         for i in idx:
             p = rs[i].phase
             if p in (major, "gathering"):
                 continue
-            g = rs[i].gpu
-            v = g.get("verdict") or {}
-            share = (g.get("shares") or {}).get(p)
-            ev = f"{p} while {count} of {len(idx)} GPUs of {'the job' if job == 'all' else job} are {major}"
-            if share is not None:
-                ev += f"; {100 * share:.0f} % {p} over the last minute"
-            if v.get("headline"):
-                ev += f"; verdict: {v['headline']}" + (f" ({v['evidence']})" if v.get("evidence") else "")
-            out[i] = Row(**{**rs[i].__dict__, "straggler": ev})
+            head = heads.get(p)
+            if head is None:
+                where = "the job" if job == "all" else job
+                head = heads[p] = f"{p} while {count} of {len(idx)} GPUs of {where} are {major}"
+            out[i] = _flagged(rs[i], head)
     return out
+
+
+def _flagged(r: Row, head: str) -> Row:
+    """The row with its evidence: `head`, then the GPU's own share and verdict. The same Row as the
+    last paint's when neither changed (a third of a thousand rows may be flagged; the view compares
+    rows by identity first)."""
+    got = _FLAGGED.get(r.key)
+    if got is not None and got[0] is r:
+        if got[1] == head:
+            return got[3]
+        tail = got[2]
+    else:
+        g = r.gpu
+        v = g.get("verdict") or {}
+        share = (g.get("shares") or {}).get(r.phase)
+        tail = "" if share is None else f"; {100 * share:.0f} % {r.phase} over the last minute"
+        if v.get("headline"):
+            tail += f"; verdict: {v['headline']}" + (f" ({v['evidence']})" if v.get("evidence") else "")
+    if len(_FLAGGED) >= 1 << 16:  # (rows of nodes gone: a bound, seldom reached)
+        _FLAGGED.clear()
+    flagged = Row(**{**r.__dict__, "straggler": head + tail})
+    _FLAGGED[r.key] = (r, head, tail, flagged)
+    return flagged
+
+
+# row key -> (the row as made, its evidence's head and tail, the row flagged with them)
+_FLAGGED: dict[str, tuple[Row, str, str, Row]] = {}
 
 
 def merged(nodes: list[NodeState], interval: float) -> dict:
