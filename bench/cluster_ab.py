@@ -39,8 +39,11 @@ def main() -> None:
     got: dict[tuple[str, int], list[float]] = {}
     for n in a.nodes:
         ports = cb.free_ports(n)
+        # the endpoint serves the compact form: it imports the fleet's wire code of the last tree
+        # given (an interpreter's own older install would lack it, and each poll fall back to the full one)
         ep = subprocess.Popen(
-            [sys.executable, cb.__file__, "--_endpoint", ",".join(map(str, ports)), str(a.snaps)]
+            [sys.executable, cb.__file__, "--_endpoint", ",".join(map(str, ports)), str(a.snaps)],
+            env={**os.environ, "PYTHONPATH": a.trees[-1]},
         )
         try:
             time.sleep(5)  # (the endpoint answers no /-/ready)
