@@ -8,11 +8,7 @@
 # usage (from this tree's root on the device): bash bench/footprint3_device.sh OUTDIR [S] [WARM] [ROUNDS] [STARTS] [OLDTREE]
 set -u
 R=$1; S=${2:-16}; W=${3:-6}; N=${4:-3}; K=${5:-4}; OLD=${6:-../..}
-python3 -m pip install -q --no-index --find-links "$OLD/.whl" textual py-spy nvidia-ml-py nvitop >/dev/null 2>&1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation . >/dev/null 2>&1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/oldsite "$OLD" >/dev/null 2>&1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/machine.txt"
-python3 --version >> "$R/machine.txt"
+. bench/device_setup.sh  # installs, machine.txt, $OLDM
 python3 bench/rss_parts.py --no-ssl > "$R/rss_parts.json" 2>&1
 python3 -c "
 import torch,time
@@ -22,7 +18,6 @@ while time.time()<end:
     [a@a for _ in range(10)]; torch.cuda.synchronize()" &
 load=$!
 until [ "$(nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits)" -gt 50 ] 2>/dev/null; do sleep 0.5; done
-OLDM="env PYTHONPATH=/tmp/oldsite python3 -P -m memtop"
 for i in $(seq "$K"); do
   for c in "memtop --no-mouse" "$OLDM --no-mouse" "nvitop -m full"; do
     python3 bench/pty_bench.py 0.5 200x50 2 --until '[0-9]W' -- $c >> "$R/first.jsonl"

@@ -7,10 +7,7 @@
 # usage (from this tree's root on the device): bash bench/footprint3_stacks.sh OUTDIR [S] [PHASE_S] [OLDTREE]
 set -u
 R=$1; S=${2:-150}; P=${3:-8}; OLD=${4:-../..}
-python3 -m pip install -q --no-index --find-links "$OLD/.whl" textual py-spy nvidia-ml-py nvitop >/dev/null 2>&1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation . >/dev/null 2>&1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/oldsite "$OLD" >/dev/null 2>&1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/machine.txt"
+. bench/device_setup.sh  # installs, machine.txt, $OLDM
 (cd bench && python3 workload.py --markers /tmp/markers.jsonl --phase-s "$P" > "$R/workload.log" 2>&1) &
 job=$!
 until nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -q .; do sleep 0.5; done

@@ -17,12 +17,7 @@
 # usage (from this tree's root on the device): bash bench/footprint5_side.sh OUTDIR [S] [WARM] [ROUNDS] [STARTS] [OLDTREE]
 set -u
 R=$1; S=${2:-16}; W=${3:-6}; N=${4:-3}; K=${5:-4}; OLD=${6:-../..}
-python3 -m pip install -q --no-index --find-links "$OLD/.whl" textual py-spy nvidia-ml-py nvitop >/dev/null 2>&1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation . >/dev/null 2>&1
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/oldsite "$OLD" >/dev/null 2>&1
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/machine.txt"
-python3 --version >> "$R/machine.txt"
-OLDM="env PYTHONPATH=/tmp/oldsite python3 -P -m memtop"
+. bench/device_setup.sh  # installs, machine.txt, $OLDM
 B="python3 bench/pty_bench.py $S 200x50 $W"
 busy() {
   nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits
