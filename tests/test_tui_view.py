@@ -130,6 +130,16 @@ def test_to_ascii_keeps_cell_widths():
     assert to_ascii("╭─ █▏… ×→ 漢") == "+- #|. x> ??"
 
 
+def test_the_header_names_the_gpm_rate_the_run_read_at():
+    """A live view reads GPM at 5 Hz, a recording at 10 Hz (the header said a fixed "GPM 10 Hz");
+    a recording's meta that does not say, or says nonsense (hostile), gives "GPM" alone."""
+    assert fmt.gpm_rate({"cadence": {"gpu_s": 0.2}}) == "GPM 5 Hz"
+    assert fmt.gpm_rate(Recording(REC[0]).meta) == "GPM 10 Hz"
+    for bad in ({}, {"cadence": "x"}, {"cadence": {"gpu_s": float("nan")}}, {"cadence": {"gpu_s": True}}):
+        assert fmt.gpm_rate(bad) == "GPM", bad
+    assert fmt.gpm_rate({"cadence": {"gpu_s": 0}}) == "GPM"
+
+
 # -- resize is exact ------------------------------------------------------------------------------
 @pytest.mark.parametrize("gpus", [1, 8])
 async def test_any_resize_sequence_equals_a_fresh_start(gpus):

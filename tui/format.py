@@ -229,6 +229,16 @@ def job_long(job: Mapping[str, str]) -> str:
     return clean(", ".join(parts), 80)
 
 
+def gpm_rate(meta: Mapping) -> str:
+    """GPM and the rate the run read it at (its cadence: a live view 5 Hz, a recording 10 Hz unless
+    --interval said otherwise); "GPM" alone where a recording's meta does not say (hostile or older)."""
+    cadence = meta.get("cadence")
+    s = cadence.get("gpu_s") if isinstance(cadence, Mapping) else None
+    if isinstance(s, int | float) and not isinstance(s, bool) and 0.001 <= s <= 3600:  # (NaN fails)
+        return f"GPM {1 / s:.3g} Hz"
+    return "GPM"
+
+
 def header(v: View, lk: Look = DEFAULT) -> Text:
     """Mode, position, recording and fault first: the line is cut at the right, and the machine's
     description (host, GPU names, driver) is what a narrow screen or a long name can spare."""
@@ -238,7 +248,7 @@ def header(v: View, lk: Look = DEFAULT) -> Text:
     gpus = f.gpus if f else ()
     names = sorted({clean(x.name, 40) for x in gpus})
     modes = sorted({x.mode for x in gpus})
-    mode = {"gpm": "GPM 10 Hz", "nvml": "NVML-only", "lost": "GPU lost"}
+    mode = {"gpm": gpm_rate(meta), "nvml": "NVML-only", "lost": "GPU lost"}
     t = Text()
     t.append(" memtop ", style="bold reverse")
     s = v.status
