@@ -11,7 +11,6 @@ python3 -m pip install -q --no-index --find-links .whl --find-links .whl_test te
   prometheus_client psutil pytest pytest-timeout pytest-asyncio >/dev/null 2>&1
 python3 -m pip install -q --no-index --no-deps --no-build-isolation . >/dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/machine.txt"
-git log -1 --format=%h >> "$R/machine.txt" 2>/dev/null
 cd /tmp  # (not the checkout: its memtop/ would shadow the installed package)
 python3 -P -m pytest -q -p no:cacheprovider -o addopts=-ra -c "$T/pyproject.toml" --rootdir "$T" -m gpu \
   "$T/tests/test_gpu.py" > "$R/pytest_gpu.txt" 2>&1
