@@ -102,6 +102,55 @@ def test_stacks_speed_up_exactly_where_sync_and_cpu_bound_look_alike():
     assert not any(fast["compute"]) and not any(fast["idle"])
 
 
+def test_a_live_view_ends_the_fast_pace_once_its_stacks_read_a_steady_sync():
+    """The same run's dumps fed to a live view's sampler: where the last dumps found the main thread in
+    a sync wait often (SETTLED_RATIO x the rule's line) the pace goes back to normal, in a CPU-bound
+    phase (no sync waits) it stays fast; a recording's sampler keeps the fast pace everywhere."""
+    from conftest import REC
+
+    from memtop.live.sampler import SETTLED_N
+    from memtop.storage.store import Recording
+
+    rec = Recording(REC[6])
+    marks = rec.markers()
+    pid = next(p.pid for g in rec.seek(marks[0].t0 + 1).gpus for p in g.processes)
+    fast: dict[bool, dict[tuple[str, float], list[bool]]] = {}
+    for lean in (True, False):
+        s = Sampler(
+            SamplerConfig(
+                nvml=ReplayNvml.load(DATA / "nvml_h100.json"),
+                stacks=True,
+                perf=False,
+                stack_interval=0.5,
+                pids=(pid,),
+                lean=lean,
+            ),
+            on_frame=lambda f: None,
+        )
+        assert (s.sync is not None) == lean
+        seen: set[float] = set()
+        for f in rec.frames():
+            s._absorb([x for x in f.stacks if x.t not in seen])
+            seen.update(x.t for x in f.stacks)
+            m = next((m for m in marks if m.t0 + 1.5 <= f.t <= m.t1), None)
+            if m is None or f.host is None or not f.gpus:
+                continue
+            s._gpus, s._host = {g.index: g for g in f.gpus}, f.host
+            s._retarget()
+            s._pace_stacks(f.t)
+            fast.setdefault(lean, {}).setdefault((m.label, m.t0), []).append(s.stacks.interval == 0.25)
+    share = {lean: {k: sum(v) / len(v) for k, v in by.items()} for lean, by in fast.items()}
+    decided = [k for k, v in share[False].items() if v == 1.0]  # fast for a recording
+    assert {label for label, _ in decided} == {"sync", "cpu"}
+    for k in decided:
+        if k[0] == "cpu":
+            assert share[True][k] >= 0.9  # no sync waits: every dump may decide
+    sync = [share[True][k] for k in decided if k[0] == "sync"]
+    assert min(sync) == 0.0  # a steady sync: normal pace once SETTLED_N dumps read it
+    assert sum(sync) / len(sync) < 0.5
+    assert SETTLED_N >= 8  # (half of them at the normal pace still read the rule's line thrice over)
+
+
 def test_native_dumps_are_asked_for_in_opaque_waits_only_and_sparsely():
     """Replaying a real H100 run (train_torch_s50) through the sampler: a --native dump is asked for
     only where the main thread waited in native code without the GIL in no wait its Python stack

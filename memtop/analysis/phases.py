@@ -343,9 +343,12 @@ RAMP_RISE = 15.0
 NO_STACKS_PCIE = 0.1
 
 
+SYNC_SHARE = 0.1  # the sync rule's share of main-thread stacks in a sync wait
+
+
 def _sync_seen(v: View) -> Bool:
     """The stack window holds the main thread waiting in a sync: direct evidence of a stall."""
-    return v.share("sync") >= 0.1
+    return v.share("sync") >= SYNC_SHARE
 
 
 def _main_awake(v: View) -> Bool:

@@ -46,6 +46,45 @@ if TYPE_CHECKING:  # the collectors (psutil, ctypes) load with the first Sampler
 LIVE_GPU_S = 0.2
 RECORD_GPU_S = 0.1
 
+# The stacks' fast pace (Sampler._stacks_decide) is for telling a sync stall from CPU-bound work, which
+# only a main-thread stack in a sync wait does (the rule's line: phases.SYNC_SHARE of the window). Once a
+# live view's last SETTLED_N plain dumps of a process (within the classifier's stack window) found its main
+# thread in a sync wait SETTLED_RATIO times as often as that line, half as many dumps tell the same and the
+# pace goes back to normal: a py-spy dump is the default view's costliest reading (5.5 ms of CPU on the
+# H200, 4 a second at the fast pace). Fewer sync waits (rare ones, or none: CPU-bound) keep the fast pace,
+# where each dump may decide; so does a phase change, as its dumps replace the last SETTLED_N.
+SETTLED_N = 8
+SETTLED_RATIO = 3.0
+
+
+class SyncWindow:
+    """Whether each watched process's last plain dumps found its main thread in a sync wait, to tell
+    when the stacks' evidence is settled (see SETTLED_N)."""
+
+    def __init__(self, window_s: float, line: float) -> None:
+        self.window_s = window_s
+        self.line = line * SETTLED_RATIO
+        self._seen: dict[int, deque[tuple[float, bool]]] = {}
+
+    def add(self, s: StackSample) -> None:
+        m = s.main
+        if m is not None and not s.native:
+            seen = self._seen.setdefault(s.pid, deque(maxlen=SETTLED_N))
+            seen.append((s.t, m.klass == "sync"))
+
+    def settled(self, pid: int, t: float) -> bool:
+        seen = self._seen.get(pid, ())
+        return (
+            len(seen) == SETTLED_N
+            and seen[0][0] >= t - self.window_s
+            and sum(sync for _, sync in seen) >= self.line * SETTLED_N
+        )
+
+    def keep(self, pids: Iterable[int]) -> None:
+        """Forget the processes no longer watched."""
+        for pid in set(self._seen) - set(pids):
+            del self._seen[pid]
+
 
 @dataclass
 class SamplerConfig:
@@ -61,8 +100,8 @@ class SamplerConfig:
     pids: tuple[int, ...] = ()
     nvml: Nvml | None = None  # a backend (ReplayNvml in tests); None = the real driver
     root: Path = field(default_factory=lambda: Path("/"))
-    # a live view (no recording): a process on saturated GPUs is dumped every collectors.stacks.SPARSE_S;
-    # a recording keeps every dump
+    # a live view (no recording): a process on saturated GPUs is dumped every collectors.stacks.SPARSE_S,
+    # and the fast pace ends once the stacks are settled (SETTLED_N); a recording keeps every dump
     lean: bool = False
 
     @classmethod
@@ -122,6 +161,7 @@ class Sampler:
         self.host = HostCollector(cfg.host_interval, cfg.root, cfg.pids, pids)
         self.stacks = StacksCollector(cfg.stack_interval, pids=cfg.pids) if cfg.stacks else None
         self.perf = PerfCollector(cfg.perf_interval, cfg.pids) if cfg.perf else None
+        self.sync = self._sync_window() if cfg.lean and cfg.stacks else None
         self.missed = 0
         self._rng = random.Random()
         self.frames = 0
@@ -145,6 +185,12 @@ class Sampler:
         self._first_gpu = threading.Event()  # the first Frame waits (briefly) for a GPU reading
         self._threads: list[threading.Thread] = []
         self._started: list[Collector] = []
+
+    @staticmethod
+    def _sync_window() -> SyncWindow:
+        from memtop.analysis.phases import STACK_WINDOW_S, SYNC_SHARE  # a live view loads it anyway
+
+        return SyncWindow(STACK_WINDOW_S, SYNC_SHARE)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -217,6 +263,8 @@ class Sampler:
                 elif isinstance(p, HostSample):
                     self._host = p
                 elif isinstance(p, StackSample):
+                    if self.sync is not None:
+                        self.sync.add(p)
                     if p.pid in self._unsent_native and not p.native:
                         self._after_native[p.pid] = p
                     else:
@@ -242,6 +290,8 @@ class Sampler:
         self._roots, self._gpu_pids = roots, gpu_pids
         if self.stacks is not None:
             self.stacks.set_targets(targets)
+        if self.sync is not None:
+            self.sync.keep(roots)
         if self.perf is not None:
             self.perf.set_targets(roots)
         live = set(targets)
@@ -263,12 +313,12 @@ class Sampler:
         """Every tick, not with the 1 s retarget: a sync stall starting should speed stacks up at once."""
         if self.stacks is not None:
             with self._lock:
-                self.stacks.set_fast(self._stacks_decide(self._roots, self._gpu_pids))
+                t = now() if t is None else t
+                self.stacks.set_fast(self._stacks_decide(self._roots, self._gpu_pids, t))
                 if self.cfg.lean:
                     self.stacks.set_sparse(self._on_saturated())
                 if not self.cfg.native:
                     return
-                t = now() if t is None else t
                 for pid in self._opaque_waits():
                     self.stacks.want_native(pid, t)  # sparse: at most one per NATIVE_EVERY_S per pid
 
@@ -300,12 +350,15 @@ class Sampler:
                     break
         return out
 
-    def _stacks_decide(self, roots: tuple[int, ...], gpu_pids: dict[int, tuple[int, ...]]) -> bool:
+    def _stacks_decide(self, roots: tuple[int, ...], gpu_pids: dict[int, tuple[int, ...]], t: float) -> bool:
         """A GPU partly busy while its process burns a core: sync-stall and CPU-bound look alike
-        here and only a stack in a sync wait tells them apart, so those samples should come sooner."""
+        here and only a stack in a sync wait tells them apart, so those samples should come sooner
+        (in a live view, until its stacks are settled)."""
         if self._host is None:
             return False
         busy_cpu = {p.pid for p in self._host.procs if p.pid in roots and p.cpu_pct >= 50}
+        if self.sync is not None:
+            busy_cpu = {pid for pid in busy_cpu if not self.sync.settled(pid, t)}
         for pid in busy_cpu:
             for i in gpu_pids.get(pid, ()):
                 g = self._gpus.get(i)
