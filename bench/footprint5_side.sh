@@ -13,31 +13,20 @@
 # lingered, and the "sleep" load's window began before it ran (util 0 % 2 s in); it now waits for the
 # load's own first result. Run again at 13d1938 with SATURATED=0 PART_ROUNDS=2: the GPM line failed there,
 # the checkout's memtop/ shadowing the installed one; it now runs with -P.)
+# (foot6: the load runs from bench/footprint_load.py, a file, so that the stacks read its lines as a real
+# job's; from its former `python3 -c` string no stack read as a sync wait.)
 # SATURATED=0 leaves out step 1; PART_ROUNDS=N (default 1) rounds of step 2.
 # usage (from this tree's root on the device): bash bench/footprint5_side.sh OUTDIR [S] [WARM] [ROUNDS] [STARTS] [OLDTREE]
 set -u
 R=$1; S=${2:-16}; W=${3:-6}; N=${4:-3}; K=${5:-4}; OLD=${6:-../..}
+HERE=$(cd "$(dirname "$0")" && pwd)
 . bench/device_setup.sh  # installs, machine.txt, $OLDM
 B="python3 bench/pty_bench.py $S 200x50 $W"
 busy() {
   nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits
 }
 load() {  # KIND: saturated, sleep or spin
-  python3 -c "
-import torch,time,sys
-a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16)
-(a@a).sum().item(); open(sys.argv[2],'w').close()
-end=time.time()+900
-while time.time()<end:
-    if sys.argv[1]=='saturated':
-        [a@a for _ in range(10)]; torch.cuda.synchronize(); continue
-    [a@a for _ in range(2 if sys.argv[1]=='sleep' else 4)]
-    (a[0,0]+1).item()
-    if sys.argv[1]=='sleep':
-        time.sleep(0.005)
-    else:
-        t=time.perf_counter()
-        while time.perf_counter()-t<0.005: pass" "$1" "$R/ready.$1" &
+  python3 "$HERE/footprint_load.py" "$1" "$R/ready.$1" &
   LOAD=$!
   until [ -e "$R/ready.$1" ]; do sleep 0.2; done  # (not the GPU's util: the last load's lingers)
   sleep 2
