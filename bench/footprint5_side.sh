@@ -15,7 +15,7 @@
 # the checkout's memtop/ shadowing the installed one; it now runs with -P.)
 # (foot6: the load runs from bench/footprint_load.py, a file, so that the stacks read its lines as a real
 # job's; from its former `python3 -c` string no stack read as a sync wait.)
-# SATURATED=0 leaves out step 1; PART_ROUNDS=N (default 1) rounds of step 2.
+# SATURATED=0 leaves out step 1; PART_ROUNDS=N (default 1) rounds of step 2; LOADS="spin" its loads (default "sleep spin").
 # usage (from this tree's root on the device): bash bench/footprint5_side.sh OUTDIR [S] [WARM] [ROUNDS] [STARTS] [OLDTREE]
 set -u
 R=$1; S=${2:-16}; W=${3:-6}; N=${4:-3}; K=${5:-4}; OLD=${6:-../..}
@@ -63,7 +63,7 @@ for k in $(seq "$N"); do
 done
 kill $LOAD; wait $LOAD 2>/dev/null
 fi
-for kind in sleep spin; do
+for kind in ${LOADS:-sleep spin}; do
   load $kind
   for k in $(seq "${PART_ROUNDS:-1}"); do
     echo "{\"load\": \"$kind\"}" >> "$R/tui.jsonl"
