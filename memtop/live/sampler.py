@@ -73,9 +73,10 @@ class SyncWindow:
             seen.append((s.t, m.klass == "sync"))
 
     def settled(self, pid: int, t: float) -> bool:
-        seen = self._seen.get(pid, ())
+        seen = self._seen.get(pid)
         return (
-            len(seen) == SETTLED_N
+            seen is not None
+            and len(seen) == SETTLED_N
             and seen[0][0] >= t - self.window_s
             and sum(sync for _, sync in seen) >= self.line * SETTLED_N
         )
