@@ -264,7 +264,7 @@ class Sampler:
                 elif isinstance(p, HostSample):
                     self._host = p
                 elif isinstance(p, StackSample):
-                    if self.sync is not None:
+                    if self.sync is not None and p.pid in self._roots:  # (workers: no pace of their own)
                         self.sync.add(p)
                     if p.pid in self._unsent_native and not p.native:
                         self._after_native[p.pid] = p
