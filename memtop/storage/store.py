@@ -70,7 +70,6 @@ from memtop.storage.decode import (
     finite_float,
     finite_number,
     host_from_blob,
-    inflate_host,
     integer,
     json_text,
     sequence,
@@ -138,15 +137,6 @@ CREATE TABLE proc_util(t REAL NOT NULL, gpu INTEGER NOT NULL, data TEXT NOT NULL
 CREATE TABLE proc_job(t REAL NOT NULL, pid INTEGER NOT NULL, data TEXT NOT NULL);
 {colblock.SCHEMA}
 """
-
-
-def named_stack_sql(db: sqlite3.Connection) -> str:
-    """stack_sample's rows as its column blocks hold them (thread names as text, any schema), in
-    their order: for checks of the blocks and for tools that rebuild them."""
-    name = "name"
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name='thread_name'").fetchone():
-        name = "coalesce((SELECT text FROM thread_name n WHERE n.id = stack_sample.name), name)"
-    return f"SELECT t, pid, tid, {name}, active, gil, stack, error FROM stack_sample ORDER BY t, pid, i"
 
 
 # the streams as the Writer writes them from 2026-11-28: BLOCK_STREAMS, the host's with the mean of
@@ -263,21 +253,6 @@ def host_figures(t: float, raw: bytes, cpu: bool = False) -> tuple[tuple, list[t
         return (t, 0.0, -1, math.nan)[: 3 + cpu], []
     mean = sum(h.cpu_pct) / max(1, len(h.cpu_pct))  # (as the export's Frame walk takes it)
     return (t, h.iowait_pct, len(rows), mean)[: 3 + cpu], rows
-
-
-def host_figure_rows(db: sqlite3.Connection, cpu: bool = False) -> tuple[list[tuple], list[tuple]]:
-    """The ``host`` and ``host_proc`` streams' rows of a recording's host table, in time order, as the
-    Writer gives them to its blocks (``cpu``: as in WRITTEN_STREAMS; bench/long_runs.py re-blocks tiled
-    rows with them)."""
-    load: list[tuple] = []
-    procs: list[tuple] = []
-    prev = None
-    for t, blob in db.execute("SELECT t, data FROM host ORDER BY t"):
-        prev = inflate_host(blob, prev)
-        row, rows = host_figures(t, prev, cpu)
-        load.append(row)
-        procs += rows
-    return load, procs
 
 
 def _series_blob(c: SeriesChunk) -> bytes:
