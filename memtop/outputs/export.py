@@ -364,12 +364,6 @@ class _Proto:
         self.counters("PCIe GB/s tx", pid, t, tx, gbps)
         self._json -= len(t)
 
-    def begin(self, pid: int, tid: int, ts: Stamp, nid: int, name: str) -> None:
-        self.w.event(self._on(pid, tid), ts, pb.SLICE_BEGIN, name)
-
-    def end(self, pid: int, tid: int, ts: Stamp, name: str) -> None:
-        self.w.event(self._on(pid, tid), ts, pb.SLICE_END)
-
     def move(self, pid: int, tid: int, ts: Stamp, move: int, ends: tuple, begins: tuple) -> None:
         uuid = self._on(pid, tid)
         self.w.events((uuid, move), uuid, ts, self._events((move, ends, begins)))
