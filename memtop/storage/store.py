@@ -96,6 +96,7 @@ _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while readi
 BUSY_CHUNK_S = 3600.0  # gpu_reads reads the GPU rows this many seconds at a time
 READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
 MAGIC = "memtop-recording"
+COMMIT_S = 1.0  # the Writer commits about this often
 
 # GpuSample's fields in order: t, index, uuid, name, mode, then metrics and the slow fields of gpu_state;
 # any other field (none today) takes its default
@@ -376,10 +377,9 @@ def create_private(path: Path, force: bool) -> None:
 class Writer:
     """Appends Frames from any thread; its own thread writes and commits about once a second."""
 
-    def __init__(self, path: str | Path, meta: dict, force: bool = False, commit_every: float = 1.0):
+    def __init__(self, path: str | Path, meta: dict, force: bool = False):
         self.path = Path(path)
         create_private(self.path, force)
-        self.commit_every = commit_every
         self.error: str | None = None
         self.frames = 0
         self._q: queue.Queue = queue.Queue(maxsize=10000)
@@ -447,7 +447,7 @@ class Writer:
         last_commit = time.monotonic()
         while True:
             try:
-                item = self._q.get(timeout=self.commit_every)
+                item = self._q.get(timeout=COMMIT_S)
             except queue.Empty:
                 item = ...
             try:
@@ -475,7 +475,7 @@ class Writer:
                     self._db.execute(
                         "INSERT OR REPLACE INTO meta VALUES (?, ?)", (item[1], json.dumps(item[2]))
                     )
-                if time.monotonic() - last_commit >= self.commit_every:
+                if time.monotonic() - last_commit >= COMMIT_S:
                     self._db.commit()
                     last_commit = time.monotonic()
             except sqlite3.Error as e:
