@@ -272,6 +272,18 @@ def bounded_json(text: str | bytes, limit: int, what: str) -> object:
         raise Damaged(f"{what} is not JSON") from None
 
 
+def finite_tree(v: object, depth: int = 0) -> object:
+    """JSON-safe data: non-finite numbers as None (strict JSON consumers reject NaN/Infinity), and
+    what lies deeper than 32 levels (memtop writes 3) as None too (a recording's metadata, a trace's)."""
+    if depth > 32 or isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (list, tuple)):
+        return [finite_tree(x, depth + 1) for x in v]
+    if isinstance(v, dict):
+        return {k: finite_tree(x, depth + 1) for k, x in v.items()}
+    return v
+
+
 def inflate_host(blob: bytes, prev: bytes | None) -> bytes:
     """A host blob's JSON (at most HOST_JSON_MAX); a chained blob names (by Adler-32) the JSON it
     was deflated against: zlib refuses a dictionary whose Adler-32 is not that one."""

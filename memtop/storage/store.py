@@ -69,6 +69,7 @@ from memtop.storage.decode import (
     bounded_json,
     finite_float,
     finite_number,
+    finite_tree,
     host_from_blob,
     integer,
     json_text,
@@ -756,22 +757,10 @@ def _step_limit(db: sqlite3.Connection, steps: int) -> None:
 _UNREADABLE = object()
 
 
-def _finite_tree(v: object, depth: int = 0) -> object:
-    """JSON metadata with non-finite numbers as None (strict JSON consumers reject NaN/Infinity),
-    and what lies deeper than 32 levels (memtop writes 3) as None too."""
-    if depth > 32 or isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, list):
-        return [_finite_tree(x, depth + 1) for x in v]
-    if isinstance(v, dict):
-        return {k: _finite_tree(x, depth + 1) for k, x in v.items()}
-    return v
-
-
 def _valid_meta(meta: dict) -> tuple[dict, list[str]]:
     """Metadata with wrong-typed values dropped (they are missing, and noted), never trusted."""
     bad = [k for k, v in meta.items() if v is _UNREADABLE]
-    meta = {k: None if v is _UNREADABLE else _finite_tree(v) for k, v in meta.items()}
+    meta = {k: None if v is _UNREADABLE else finite_tree(v) for k, v in meta.items()}
     for k in ("host", "driver", "nvml_version", "memtop_version"):
         if k in meta and meta[k] is not None and not isinstance(meta[k], str):
             meta[k] = None
