@@ -182,17 +182,12 @@ def _checker(ann: str):
         return string
     if ann == "tuple[str, ...]":
         return strings
-    if ann == "bool":
-        return lambda v, what: v if isinstance(v, bool) else bool(integer(v, what))
     if ann.startswith("tuple["):
         parts = [a.strip() for a in ann[6:-1].split(",")]
         if parts[-1] == "..." and parts[0] == "float":
             return floats
         if parts[-1] == "..." and parts[0] == "int":
             return integers
-        if parts[-1] == "...":
-            one = _checker(parts[0])
-            return lambda v, what: tuple(one(x, what) for x in sequence(v, what))
         each = [_checker(a) for a in parts]
 
         def fixed(v: object, what: str) -> tuple:
