@@ -649,6 +649,8 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
         raise UserError(f"{path}: no such file")
     if path.is_dir():
         raise UserError(f"{path} is a directory, not a recording")
+    if not path.is_file():  # a FIFO or a device: opening it would wait for a writer, or read forever
+        raise UserError(f"{path} is not a regular file, so not a recording")
     try:
         with open(path, "rb"):  # sqlite says "unable to open" for this too; the user needs the reason
             pass
