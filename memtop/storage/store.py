@@ -817,30 +817,22 @@ class Recording:
         self.meta, notes = _valid_meta(meta)
         self.damage: list[str] = notes  # one line per damaged part, shown with every Frame
         self._block_index: dict[str, colblock.Blocks] = {}
-        try:
-            page = self.db.execute("PRAGMA page_size").fetchone()[0]
-            self.size = self.db.execute("PRAGMA page_count").fetchone()[0] * page  # bytes, with its WAL's
-            # what deflated JSON (caps, stacks) may inflate to in all: an honest recording's is below
-            # its own size; a file of rows that repeat one text must not take memory beyond this
-            self.inflate_left = (16 << 20) + 16 * self.size
-            self._stacks: dict[object, tuple[StackFrame, ...]] = {}  # by the id as stored
-            self._texts: OrderedDict[object, str] = OrderedDict()  # the JSON of the latest (bases)
-            self._names: dict[int, str] = {}
-            self._klass_of: dict[tuple[int, int, int], str] = {}
-            # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite,
-            # and t is the key: NOT NULL, so these are searches of the key, not a pass over the rows)
-            sane = "FROM frame WHERE t > -1e12 AND t < 1e12"
-            n_all = self.db.execute("SELECT count(*) FROM frame").fetchone()[0]
-            insane = self.db.execute("SELECT count(*) FROM frame WHERE t <= -1e12 OR t >= 1e12").fetchone()[0]
-            r = (
-                *(self.db.execute(f"SELECT {f}(t) {sane}").fetchone()[0] for f in ("min", "max")),
-                n_all - insane,
-            )
-            have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"{self.path} is damaged or truncated ({e})") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
+        page = self._rows("PRAGMA page_size")[0][0]
+        self.size = self._rows("PRAGMA page_count")[0][0] * page  # bytes, with its WAL's
+        # what deflated JSON (caps, stacks) may inflate to in all: an honest recording's is below
+        # its own size; a file of rows that repeat one text must not take memory beyond this
+        self.inflate_left = (16 << 20) + 16 * self.size
+        self._stacks: dict[object, tuple[StackFrame, ...]] = {}  # by the id as stored
+        self._texts: OrderedDict[object, str] = OrderedDict()  # the JSON of the latest (bases)
+        self._names: dict[int, str] = {}
+        self._klass_of: dict[tuple[int, int, int], str] = {}
+        # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite,
+        # and t is the key: NOT NULL, so these are searches of the key, not a pass over the rows)
+        sane = "FROM frame WHERE t > -1e12 AND t < 1e12"
+        n_all = self._rows("SELECT count(*) FROM frame")[0][0]
+        insane = self._rows("SELECT count(*) FROM frame WHERE t <= -1e12 OR t >= 1e12")[0][0]
+        r = (*(self._rows(f"SELECT {f}(t) {sane}")[0][0] for f in ("min", "max")), n_all - insane)
+        have = {r[0] for r in self._rows("SELECT name FROM sqlite_master WHERE type='table'")}
         self._has_names = "thread_name" in have
         self._has_health = "health" in have
         self._has_proc_util = "proc_util" in have and "proc_job" in have
@@ -883,22 +875,24 @@ class Recording:
             raise UserError(f"empty time range: the recording covers 0:00:00–{clock(self.duration)}")
         return lo, hi
 
-    def _q(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+    @contextlib.contextmanager
+    def _one_line(self) -> Iterator[None]:
+        """A damaged page or schema entry a query meets is one clear error."""
         try:
-            return self.db.execute(sql, args)
+            yield
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
         except UnicodeDecodeError:  # SQLite's message names a damaged (undecodable) schema entry
             raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
 
+    def _q(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        with self._one_line():
+            return self.db.execute(sql, args)
+
     def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
         """All the rows of a query: a damaged page met on the way is one clear error too."""
-        try:
-            return self._q(sql, args).fetchall()
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"{self.path} is damaged or truncated ({e})") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
+        with self._one_line():
+            return self.db.execute(sql, args).fetchall()
 
     def _one(self, sql: str, args: tuple = ()) -> tuple | None:
         rows = self._rows(sql, args)
