@@ -1296,6 +1296,7 @@ def export_perfetto(
     rec: Recording,
     out: Path,
     force: bool = False,
+    progress: bool | None = None,
     gpu: int | None = None,
     t_from: float | None = None,
     t_to: float | None = None,
@@ -1305,7 +1306,7 @@ def export_perfetto(
     where the recording has them whole, else (or where a block fails to read: the file is started
     again) Frame by Frame."""
     _check(rec, gpu, t_from, t_to)  # a bad choice fails before any file is made
-    kw: dict[str, Any] = {"gpu": gpu, "t_from": t_from, "t_to": t_to}
+    kw: dict[str, Any] = {"gpu": gpu, "t_from": t_from, "t_to": t_to, "progress": progress}
     if gpu is None:
         with contextlib.suppress(_NoColumns):
             return _export(rec, out, force, fmt, columns=True, **kw)
