@@ -119,6 +119,33 @@ def tile(tile_path: Path, out: Path, seconds: float) -> None:
     db.close()
 
 
+def named_stack_sql(db: sqlite3.Connection) -> str:
+    """stack_sample's rows as its column blocks hold them (thread names as text, any schema), in
+    their order: for checks of the blocks and for tools that rebuild them."""
+    name = "name"
+    if db.execute("SELECT 1 FROM sqlite_master WHERE name='thread_name'").fetchone():
+        name = "coalesce((SELECT text FROM thread_name n WHERE n.id = stack_sample.name), name)"
+    return f"SELECT t, pid, tid, {name}, active, gil, stack, error FROM stack_sample ORDER BY t, pid, i"
+
+
+def host_figure_rows(db: sqlite3.Connection, cpu: bool = False) -> tuple[list[tuple], list[tuple]]:
+    """The ``host`` and ``host_proc`` streams' rows of a recording's host table, in time order, as the
+    Writer gives them to its blocks (``cpu``: as in WRITTEN_STREAMS; ``reblock`` re-blocks tiled rows with
+    them; tests/test_colblock.py checks blocks against them)."""
+    from memtop.storage.decode import inflate_host
+    from memtop.storage.store import host_figures
+
+    load: list[tuple] = []
+    procs: list[tuple] = []
+    prev = None
+    for t, blob in db.execute("SELECT t, data FROM host ORDER BY t"):
+        prev = inflate_host(blob, prev)
+        row, rows = host_figures(t, prev, cpu)
+        load.append(row)
+        procs += rows
+    return load, procs
+
+
 def reblock(db: sqlite3.Connection) -> None:
     """The column blocks of the tiled rows, as the Writer would have written them (a copy of the
     tile's blocks would overlap): every stream's rows in time order through its BlockWriter."""
@@ -126,7 +153,7 @@ def reblock(db: sqlite3.Connection) -> None:
 
     from memtop.storage.colblock import BlockWriter
     from memtop.storage.decode import GPU_COLS
-    from memtop.storage.store import GPU_MODES, WRITTEN_STREAMS, host_figure_rows, named_stack_sql
+    from memtop.storage.store import GPU_MODES, WRITTEN_STREAMS
 
     if not db.execute("SELECT count(*) FROM sqlite_master WHERE name='block'").fetchone()[0]:
         return  # (the previous version's files have none)

@@ -17,10 +17,9 @@ if TYPE_CHECKING:  # rich loads only when a bar is drawn
 DELAY_S = 1.0
 
 
-def wanted(stream=None) -> bool:
-    s = stream or sys.stderr
+def wanted() -> bool:
     try:
-        return s.isatty()
+        return sys.stderr.isatty()
     except (AttributeError, ValueError):  # closed or not a real file
         return False
 

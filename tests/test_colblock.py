@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import DATA, REC
+from long_runs import host_figure_rows, named_stack_sql
 
 from memtop.analysis import colscan
 from memtop.core.errors import UserError
@@ -29,13 +30,7 @@ from memtop.outputs.report import build_report, render
 from memtop.storage import colblock, parts, reader
 from memtop.storage.colblock import NULL, Blocks, Broken, decode, encode
 from memtop.storage.decode import BLOCK_STREAMS, GPU_COLS
-from memtop.storage.store import (
-    GPU_MODES,
-    Recording,
-    Writer,
-    host_figure_rows,
-    named_stack_sql,
-)
+from memtop.storage.store import GPU_MODES, Recording, Writer
 
 ROOT = Path(__file__).parent.parent
 BLOCK_S = 10.0  # (the real 300 s would give one block per stream on these 2-minute recordings)

@@ -150,6 +150,8 @@ def _bad(path: Path, match: str) -> None:
 def test_bad_inputs_each_get_one_line(tmp_path):
     _bad(tmp_path / "missing.memtop", "no such file")
     _bad(tmp_path, "directory")
+    os.mkfifo(tmp_path / "fifo.memtop")  # (opening it would wait for a writer: the report hung)
+    _bad(tmp_path / "fifo.memtop", "not a regular file")
     (tmp_path / "text.memtop").write_text("hello, not a database" * 100)
     _bad(tmp_path / "text.memtop", "not an SQLite file")
     db = sqlite3.connect(tmp_path / "other.db")

@@ -10,10 +10,11 @@ from itertools import combinations
 
 import pytest
 from conftest import REC, notified
+from cvd import delta_e, simulated_lab
 from hostile import ESC, HOSTILE
 from memtop.tui import format as fmt
 from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp, detail_text
-from memtop.tui.palette import PHASES, delta_e, look, phase_colors, simulated_lab, to_ascii
+from memtop.tui.palette import PHASES, look, phase_colors, to_ascii
 from memtop.tui.timeline import Timeline
 from multigpu import multi_gpu
 from rich.color import ColorSystem

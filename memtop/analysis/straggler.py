@@ -116,21 +116,19 @@ class Episode:
     peers: tuple[int, ...]
 
 
-def episodes(
-    labels: Mapping[int, Sequence[Label]], jobs: Mapping[int, str], bin_s: float, window_s: float = WINDOW_S
-) -> list[Episode]:
+def episodes(labels: Mapping[int, Sequence[Label]], jobs: Mapping[int, str], bin_s: float) -> list[Episode]:
     """Every straggler flag of a recording, judged at each bin on the labels as they stood then (as
     the live pipeline flags), merged into episodes per GPU: a gap of one bin, or another own phase
     (the rank late for another reason), splits them.
 
     At each instant any GPU of a job has a bin, each GPU's labels newer than the instant's end -
-    window_s are counted as stragglers() counts them and judged as _judge() judges them, by columns
+    WINDOW_S are counted as stragglers() counts them and judged as _judge() judges them, by columns
     over all instants at once (an 8-hour recording has 57,600 bins a GPU)."""
     if len(set(jobs.values())) == len(jobs):  # no job spans two GPUs
         return []
     cols = {g: columns(ls) for g, ls in labels.items() if g in jobs}
     at = np.unique(np.concatenate([np.empty(0), *(c.t for c in cols.values())]))
-    win = {g: _Window(g, c, at, window_s) for g, c in cols.items()}
+    win = {g: _Window(g, c, at, WINDOW_S) for g, c in cols.items()}
     gs = sorted(win)
     out = []
     for g, ps in zip(gs, _peers(gs, [jobs[g] for g in gs]), strict=True):

@@ -193,10 +193,10 @@ def host_rows(root: Path = Path("/")) -> list[Row]:
     return rows
 
 
-def collect(nv=None) -> list[Row]:
+def collect() -> list[Row]:
     return [
         Row("memtop", True, f"{__version__} on Python {sys.version.split()[0]}"),
-        *gpu_rows(nv),
+        *gpu_rows(),
         *pyspy_rows(),
         *perf_rows(),
         *host_rows(),

@@ -12,7 +12,7 @@ from memtop.commands.serve import stop_on_signals
 from memtop.core.errors import UserError
 from memtop.core.sanitize import clean
 from memtop.core.wording import counted
-from memtop.storage.store import Writer, read_markers
+from memtop.storage.store import Writer, check_creatable, read_markers
 
 
 def _size(path: Path) -> int:
@@ -23,10 +23,7 @@ def record(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if args.markers and not Path(args.markers).parent.exists():
         raise UserError(f"cannot write markers next to {args.markers}: no such directory")
-    if not out.parent.exists():
-        raise UserError(f"cannot create {out}: directory {out.parent} does not exist")
-    if out.is_dir():
-        raise UserError(f"{out} is a directory; name a file to write")
+    check_creatable(out, args.force)  # before the sampler starts: a refused file is one line
     from memtop.live.sampler import Sampler, SamplerConfig
 
     sampler = Sampler(SamplerConfig.from_args(args, recording=True), on_frame=lambda f: None)

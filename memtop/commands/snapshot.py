@@ -198,9 +198,7 @@ class Node:
             from memtop.commands.local import demo_path, open_recording
 
             path = Path(replay) if replay and not args.demo else demo_path()
-            if not path.is_file():
-                raise UserError(f"no such recording: {path}")
-            rec = open_recording(path)
+            rec = open_recording(path)  # (a missing file, a directory or a FIFO: one line)
             mode = "demo" if args.demo else "replay"
             self.pipeline = CountingPipeline(Status(mode, duration=rec.duration, source=str(path)), rec.meta)
             self.pipeline.on_tick = self.ready.set  # after the prefill

@@ -7,7 +7,7 @@ the report's parallel scans), so they are typed here rather than passed as strin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 
@@ -85,29 +85,9 @@ class Evidence:
         return dict(self.stack_shares).get(klass, 0.0)
 
     def as_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "graphics": self.graphics,
-            "sm": self.sm,
-            "tensor": self.tensor,
-            "dram": self.dram,
-            "pcie_gbps": self.pcie_gbps,
-            "pcie_pct_link": self.pcie_pct_link,
-            "nvml_util": self.nvml_util,
-            "nvlink_gbps": self.nvlink_gbps,
-            "nvlink_pct_peak": self.nvlink_pct_peak,
-            "power_w": self.power_w,
-            "peers": list(self.peers),
-            "peers_elsewhere": list(self.peers_elsewhere),
-            "evidence": self.mode,
-            "proc_cpu": self.proc_cpu,
-            "workers": self.workers,
-            "worker_cpu": self.worker_cpu,
-            "workers_sleeping": self.workers_sleeping,
-            "iowait": self.iowait,
-            "stack_shares": dict(self.stack_shares),
-            "gil": self.gil,
-            "stack_samples": self.stack_samples,
-        }
+        d: dict[str, Any] = {("evidence" if k == "mode" else k): getattr(self, k) for k in _ALWAYS}
+        d["peers"], d["peers_elsewhere"] = list(self.peers), list(self.peers_elsewhere)
+        d["stack_shares"] = dict(self.stack_shares)
         if self.comm is not None:
             d["comm"] = self.comm
         if self.main_cpu >= 0:
@@ -115,3 +95,8 @@ class Evidence:
         if self.top_stack is not None:
             d["top_stack"] = self.top_stack.as_dict()
         return d
+
+
+# the fields every Evidence's JSON holds, in their order ("mode" named "evidence"); those with a default
+# are written only where they say something
+_ALWAYS = tuple(f.name for f in fields(Evidence) if f.default is MISSING)

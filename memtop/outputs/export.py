@@ -36,7 +36,14 @@ from memtop.core.stackclass import site
 from memtop.outputs import perfetto_pb as pb
 from memtop.progress import Progress
 from memtop.storage.colblock import NULL, Blocks
-from memtop.storage.decode import BLOCK_STREAMS, BLOCK_TABLES, DECODE_ERRORS, HOST_PROC_ADDED, host_from_blob
+from memtop.storage.decode import (
+    BLOCK_STREAMS,
+    BLOCK_TABLES,
+    DECODE_ERRORS,
+    HOST_PROC_ADDED,
+    finite_tree,
+    host_from_blob,
+)
 from memtop.storage.store import BY_NAME, WRITTEN_STREAMS, Recording, create_private
 
 if TYPE_CHECKING:
@@ -69,17 +76,6 @@ def _us(t: float) -> float:
     return round(t * 1e6, 1)
 
 
-def _finite(o: object) -> object:
-    """JSON-safe copy: non-finite floats become null (strict parsers reject NaN/Infinity)."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {str(k): _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
-
-
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
@@ -87,7 +83,7 @@ def dumps(o: object) -> str:
     try:
         return _encode(o)
     except ValueError:  # a NaN or an infinity somewhere (a damaged recording): null instead
-        return _encode(_finite(o))
+        return _encode(finite_tree(o))
 
 
 Floats = Any  # a list of floats or a float array (numpy's: the column walk's)
@@ -363,12 +359,6 @@ class _Proto:
         self.counters("PCIe GB/s rx", pid, t, rx, gbps)
         self.counters("PCIe GB/s tx", pid, t, tx, gbps)
         self._json -= len(t)
-
-    def begin(self, pid: int, tid: int, ts: Stamp, nid: int, name: str) -> None:
-        self.w.event(self._on(pid, tid), ts, pb.SLICE_BEGIN, name)
-
-    def end(self, pid: int, tid: int, ts: Stamp, name: str) -> None:
-        self.w.event(self._on(pid, tid), ts, pb.SLICE_END)
 
     def move(self, pid: int, tid: int, ts: Stamp, move: int, ends: tuple, begins: tuple) -> None:
         uuid = self._on(pid, tid)

@@ -182,17 +182,12 @@ def _checker(ann: str):
         return string
     if ann == "tuple[str, ...]":
         return strings
-    if ann == "bool":
-        return lambda v, what: v if isinstance(v, bool) else bool(integer(v, what))
     if ann.startswith("tuple["):
         parts = [a.strip() for a in ann[6:-1].split(",")]
         if parts[-1] == "..." and parts[0] == "float":
             return floats
         if parts[-1] == "..." and parts[0] == "int":
             return integers
-        if parts[-1] == "...":
-            one = _checker(parts[0])
-            return lambda v, what: tuple(one(x, what) for x in sequence(v, what))
         each = [_checker(a) for a in parts]
 
         def fixed(v: object, what: str) -> tuple:
@@ -270,6 +265,18 @@ def bounded_json(text: str | bytes, limit: int, what: str) -> object:
         return json.loads(text)
     except (ValueError, RecursionError):
         raise Damaged(f"{what} is not JSON") from None
+
+
+def finite_tree(v: object, depth: int = 0) -> object:
+    """JSON-safe data: non-finite numbers as None (strict JSON consumers reject NaN/Infinity), and
+    what lies deeper than 32 levels (memtop writes 3) as None too (a recording's metadata, a trace's)."""
+    if depth > 32 or isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (list, tuple)):
+        return [finite_tree(x, depth + 1) for x in v]
+    if isinstance(v, dict):
+        return {k: finite_tree(x, depth + 1) for k, x in v.items()}
+    return v
 
 
 def inflate_host(blob: bytes, prev: bytes | None) -> bytes:

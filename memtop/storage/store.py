@@ -69,8 +69,8 @@ from memtop.storage.decode import (
     bounded_json,
     finite_float,
     finite_number,
+    finite_tree,
     host_from_blob,
-    inflate_host,
     integer,
     json_text,
     sequence,
@@ -97,6 +97,7 @@ _ORDER = operator.itemgetter(0, 1, 2)  # (t, order, stream) of a row while readi
 BUSY_CHUNK_S = 3600.0  # gpu_reads reads the GPU rows this many seconds at a time
 READ_WINDOW_S = 5.0  # Frames are read this many seconds of rows at a time (the export keeps its memory flat)
 MAGIC = "memtop-recording"
+COMMIT_S = 1.0  # the Writer commits about this often
 
 # GpuSample's fields in order: t, index, uuid, name, mode, then metrics and the slow fields of gpu_state;
 # any other field (none today) takes its default
@@ -138,15 +139,6 @@ CREATE TABLE proc_util(t REAL NOT NULL, gpu INTEGER NOT NULL, data TEXT NOT NULL
 CREATE TABLE proc_job(t REAL NOT NULL, pid INTEGER NOT NULL, data TEXT NOT NULL);
 {colblock.SCHEMA}
 """
-
-
-def named_stack_sql(db: sqlite3.Connection) -> str:
-    """stack_sample's rows as its column blocks hold them (thread names as text, any schema), in
-    their order: for checks of the blocks and for tools that rebuild them."""
-    name = "name"
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name='thread_name'").fetchone():
-        name = "coalesce((SELECT text FROM thread_name n WHERE n.id = stack_sample.name), name)"
-    return f"SELECT t, pid, tid, {name}, active, gil, stack, error FROM stack_sample ORDER BY t, pid, i"
 
 
 # the streams as the Writer writes them from 2026-11-28: BLOCK_STREAMS, the host's with the mean of
@@ -263,21 +255,6 @@ def host_figures(t: float, raw: bytes, cpu: bool = False) -> tuple[tuple, list[t
         return (t, 0.0, -1, math.nan)[: 3 + cpu], []
     mean = sum(h.cpu_pct) / max(1, len(h.cpu_pct))  # (as the export's Frame walk takes it)
     return (t, h.iowait_pct, len(rows), mean)[: 3 + cpu], rows
-
-
-def host_figure_rows(db: sqlite3.Connection, cpu: bool = False) -> tuple[list[tuple], list[tuple]]:
-    """The ``host`` and ``host_proc`` streams' rows of a recording's host table, in time order, as the
-    Writer gives them to its blocks (``cpu``: as in WRITTEN_STREAMS; bench/long_runs.py re-blocks tiled
-    rows with them)."""
-    load: list[tuple] = []
-    procs: list[tuple] = []
-    prev = None
-    for t, blob in db.execute("SELECT t, data FROM host ORDER BY t"):
-        prev = inflate_host(blob, prev)
-        row, rows = host_figures(t, prev, cpu)
-        load.append(row)
-        procs += rows
-    return load, procs
 
 
 def _series_blob(c: SeriesChunk) -> bytes:
@@ -401,10 +378,9 @@ def create_private(path: Path, force: bool) -> None:
 class Writer:
     """Appends Frames from any thread; its own thread writes and commits about once a second."""
 
-    def __init__(self, path: str | Path, meta: dict, force: bool = False, commit_every: float = 1.0):
+    def __init__(self, path: str | Path, meta: dict, force: bool = False):
         self.path = Path(path)
         create_private(self.path, force)
-        self.commit_every = commit_every
         self.error: str | None = None
         self.frames = 0
         self._q: queue.Queue = queue.Queue(maxsize=10000)
@@ -472,7 +448,7 @@ class Writer:
         last_commit = time.monotonic()
         while True:
             try:
-                item = self._q.get(timeout=self.commit_every)
+                item = self._q.get(timeout=COMMIT_S)
             except queue.Empty:
                 item = ...
             try:
@@ -500,7 +476,7 @@ class Writer:
                     self._db.execute(
                         "INSERT OR REPLACE INTO meta VALUES (?, ?)", (item[1], json.dumps(item[2]))
                     )
-                if time.monotonic() - last_commit >= self.commit_every:
+                if time.monotonic() - last_commit >= COMMIT_S:
                     self._db.commit()
                     last_commit = time.monotonic()
             except sqlite3.Error as e:
@@ -673,6 +649,8 @@ def _open_ro(path: Path) -> tuple[sqlite3.Connection, dict]:
         raise UserError(f"{path}: no such file")
     if path.is_dir():
         raise UserError(f"{path} is a directory, not a recording")
+    if not path.is_file():  # a FIFO or a device: opening it would wait for a writer, or read forever
+        raise UserError(f"{path} is not a regular file, so not a recording")
     try:
         with open(path, "rb"):  # sqlite says "unable to open" for this too; the user needs the reason
             pass
@@ -781,22 +759,10 @@ def _step_limit(db: sqlite3.Connection, steps: int) -> None:
 _UNREADABLE = object()
 
 
-def _finite_tree(v: object, depth: int = 0) -> object:
-    """JSON metadata with non-finite numbers as None (strict JSON consumers reject NaN/Infinity),
-    and what lies deeper than 32 levels (memtop writes 3) as None too."""
-    if depth > 32 or isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, list):
-        return [_finite_tree(x, depth + 1) for x in v]
-    if isinstance(v, dict):
-        return {k: _finite_tree(x, depth + 1) for k, x in v.items()}
-    return v
-
-
 def _valid_meta(meta: dict) -> tuple[dict, list[str]]:
     """Metadata with wrong-typed values dropped (they are missing, and noted), never trusted."""
     bad = [k for k, v in meta.items() if v is _UNREADABLE]
-    meta = {k: None if v is _UNREADABLE else _finite_tree(v) for k, v in meta.items()}
+    meta = {k: None if v is _UNREADABLE else finite_tree(v) for k, v in meta.items()}
     for k in ("host", "driver", "nvml_version", "memtop_version"):
         if k in meta and meta[k] is not None and not isinstance(meta[k], str):
             meta[k] = None
@@ -851,30 +817,22 @@ class Recording:
         self.meta, notes = _valid_meta(meta)
         self.damage: list[str] = notes  # one line per damaged part, shown with every Frame
         self._block_index: dict[str, colblock.Blocks] = {}
-        try:
-            page = self.db.execute("PRAGMA page_size").fetchone()[0]
-            self.size = self.db.execute("PRAGMA page_count").fetchone()[0] * page  # bytes, with its WAL's
-            # what deflated JSON (caps, stacks) may inflate to in all: an honest recording's is below
-            # its own size; a file of rows that repeat one text must not take memory beyond this
-            self.inflate_left = (16 << 20) + 16 * self.size
-            self._stacks: dict[object, tuple[StackFrame, ...]] = {}  # by the id as stored
-            self._texts: OrderedDict[object, str] = OrderedDict()  # the JSON of the latest (bases)
-            self._names: dict[int, str] = {}
-            self._klass_of: dict[tuple[int, int, int], str] = {}
-            # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite,
-            # and t is the key: NOT NULL, so these are searches of the key, not a pass over the rows)
-            sane = "FROM frame WHERE t > -1e12 AND t < 1e12"
-            n_all = self.db.execute("SELECT count(*) FROM frame").fetchone()[0]
-            insane = self.db.execute("SELECT count(*) FROM frame WHERE t <= -1e12 OR t >= 1e12").fetchone()[0]
-            r = (
-                *(self.db.execute(f"SELECT {f}(t) {sane}").fetchone()[0] for f in ("min", "max")),
-                n_all - insane,
-            )
-            have = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"{self.path} is damaged or truncated ({e})") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
+        page = self._rows("PRAGMA page_size")[0][0]
+        self.size = self._rows("PRAGMA page_count")[0][0] * page  # bytes, with its WAL's
+        # what deflated JSON (caps, stacks) may inflate to in all: an honest recording's is below
+        # its own size; a file of rows that repeat one text must not take memory beyond this
+        self.inflate_left = (16 << 20) + 16 * self.size
+        self._stacks: dict[object, tuple[StackFrame, ...]] = {}  # by the id as stored
+        self._texts: OrderedDict[object, str] = OrderedDict()  # the JSON of the latest (bases)
+        self._names: dict[int, str] = {}
+        self._klass_of: dict[tuple[int, int, int], str] = {}
+        # a frame time that is not a finite number is no frame (text sorts after numbers in SQLite,
+        # and t is the key: NOT NULL, so these are searches of the key, not a pass over the rows)
+        sane = "FROM frame WHERE t > -1e12 AND t < 1e12"
+        n_all = self._rows("SELECT count(*) FROM frame")[0][0]
+        insane = self._rows("SELECT count(*) FROM frame WHERE t <= -1e12 OR t >= 1e12")[0][0]
+        r = (*(self._rows(f"SELECT {f}(t) {sane}")[0][0] for f in ("min", "max")), n_all - insane)
+        have = {r[0] for r in self._rows("SELECT name FROM sqlite_master WHERE type='table'")}
         self._has_names = "thread_name" in have
         self._has_health = "health" in have
         self._has_proc_util = "proc_util" in have and "proc_job" in have
@@ -917,22 +875,24 @@ class Recording:
             raise UserError(f"empty time range: the recording covers 0:00:00–{clock(self.duration)}")
         return lo, hi
 
-    def _q(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+    @contextlib.contextmanager
+    def _one_line(self) -> Iterator[None]:
+        """A damaged page or schema entry a query meets is one clear error."""
         try:
-            return self.db.execute(sql, args)
+            yield
         except sqlite3.DatabaseError as e:
             raise UserError(f"{self.path} is damaged or truncated ({e})") from None
         except UnicodeDecodeError:  # SQLite's message names a damaged (undecodable) schema entry
             raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
 
+    def _q(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        with self._one_line():
+            return self.db.execute(sql, args)
+
     def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
         """All the rows of a query: a damaged page met on the way is one clear error too."""
-        try:
-            return self._q(sql, args).fetchall()
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"{self.path} is damaged or truncated ({e})") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{self.path} is damaged or truncated (damaged schema)") from None
+        with self._one_line():
+            return self.db.execute(sql, args).fetchall()
 
     def _one(self, sql: str, args: tuple = ()) -> tuple | None:
         rows = self._rows(sql, args)
