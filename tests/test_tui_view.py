@@ -15,7 +15,7 @@ from memtop.tui import format as fmt
 from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp, detail_text
 from memtop.tui.palette import PHASES, delta_e, look, phase_colors, simulated_lab, to_ascii
 from memtop.tui.timeline import Timeline
-from multigpu import multi_gpu
+from multigpu import multi_gpu_of
 from rich.color import ColorSystem
 from textual.app import App
 
@@ -37,7 +37,7 @@ def _pipeline(n_gpus: int = 1, upto: int = 900, frames=None, meta=None) -> Pipel
     rec = Recording(REC[0])
     frames = frames if frames is not None else _frames()
     if n_gpus > 1:
-        frames = multi_gpu(frames, n_gpus)
+        frames = multi_gpu_of(frames, n_gpus)
     p = Pipeline(
         Status("replay", position=frames[upto].t - rec.t0, duration=rec.duration, paused=True),
         meta=meta or rec.meta,
@@ -144,7 +144,7 @@ def test_the_header_names_the_gpm_rate_the_run_read_at():
 @pytest.mark.parametrize("gpus", [1, 8])
 async def test_any_resize_sequence_equals_a_fresh_start(gpus):
     """The header once read `…80G9.04 GPM 10 Hz ▶ DEMO 63.0/10 Hz ▶ DEMO 69.0/142s` after 200->120."""
-    frames = _frames() if gpus == 1 else multi_gpu(_frames(), gpus)
+    frames = _frames() if gpus == 1 else multi_gpu_of(_frames(), gpus)
     p = _pipeline(gpus, upto=600)
     app = MemtopApp(p, hangup_guard=False)
     k = 600
