@@ -208,6 +208,9 @@ async def test_timeline_columns_kept_between_paints_equal_a_fresh_draw():
 # -- layouts --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", [(60, 20), (80, 24), (120, 40), (200, 50)])
 async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):
+    """The verdict's headline, evidence and command at every size; where there is room (120x40 and
+    up) every GPU has its band too, and only the selected GPU keeps its series (one app per size for
+    both: the bands were a test of their own, with its own app at the same two sizes)."""
     app = MemtopApp(_pipeline(8), hangup_guard=False)
     async with app.run_test(size=size) as pilot:
         await _settle(pilot, app)
@@ -221,6 +224,10 @@ async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):
         # the fixed options give way first: what differs per verdict (-o memtop-<label>) stays
         assert "…" in cmd_row.split(" -o ")[0]  # (and at the end, where the rest does not fit either)
         assert f"-o memtop-{vd.label}" in cmd_row
+    if size >= (120, 40):  # every GPU has its band where there is room
+        bands = [row for row in rows if row.startswith("GPU") and row[3:4].isdigit()]
+        assert [row[:4] for row in bands] == [f"GPU{i}" for i in range(8)]
+        assert sum(row.startswith("SM ") for row in rows) == 1  # the selected GPU keeps its series
 
 
 @pytest.mark.parametrize("size", [(60, 20), (80, 24)])
@@ -234,17 +241,6 @@ async def test_position_in_the_header_survives_a_narrow_screen_and_a_long_host_n
         s = app.view.status
     assert f"REPLAY {fmt.clock(s.position)}/{fmt.clock(s.duration)}" in top
     assert "h" * 10 in top  # the host follows, cut where the screen ends
-
-
-@pytest.mark.parametrize("size", [(120, 40), (200, 50)])
-async def test_every_gpu_has_its_band_where_there_is_room(size):
-    app = MemtopApp(_pipeline(8), hangup_guard=False)
-    async with app.run_test(size=size) as pilot:
-        await _settle(pilot, app)
-        rows = _screen(app)
-    bands = [row for row in rows if row.startswith("GPU") and row[3:4].isdigit()]
-    assert [row[:4] for row in bands] == [f"GPU{i}" for i in range(8)]
-    assert sum(row.startswith("SM ") for row in rows) == 1  # the selected GPU keeps its series
 
 
 async def test_copy_command_puts_the_whole_command_on_the_clipboard():
