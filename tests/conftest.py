@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import shutil
 import sys
 from pathlib import Path
@@ -83,6 +84,24 @@ def _rewrite_once(config, files: list[Path]) -> None:
             return
         source_stat, code = _rewrite_test(fn, config)
         _write_pyc(state, code, source_stat, pyc)
+
+
+# Container allocations between two passes of the cyclic collector over the young objects in a test
+# process (the interpreter's default is 700). A Pilot test's paints, a scan's labels and features make
+# hundreds of thousands of objects and few cycles: at 700 the collector ran some 2 500 times in
+# test_tui_answer alone, 15-18 % of that module's CPU (4.8 of 26.6 CPU-s, bench/RESULTS.md suite6).
+# memtop's own cluster view does the same (memtop.commands.cluster.GC_YOUNG).
+GC_YOUNG = 10_000
+
+
+def pytest_collection_finish(session):
+    """In each process that runs tests (each xdist worker): what start-up and collection made (Textual,
+    numpy, the test modules, the items) lives to the end, so it leaves the collector's passes
+    (`gc.freeze`), and the young generation is collected every GC_YOUNG allocations. Cycles are still
+    collected, a little later; the tests that measure memory (tracemalloc peaks) read the same."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
 
 
 def notified(app) -> list[str]:
