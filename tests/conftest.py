@@ -57,7 +57,26 @@ def pytest_configure(config):
         compileall.compile_dir(root / d, quiet=2)  # (a read-only tree: each reads the source, as before)
     for d in ("tests", "bench"):  # the helpers the tests import (fuzzing, hostile, score, ...)
         compileall.compile_dir(root / d, maxlevels=0, quiet=2)
-    _rewrite_once(config, [Path(__file__), *sorted(Path(__file__).parent.glob("test_*.py"))])
+    _rewrite_once(
+        config, [Path(__file__), *sorted(Path(__file__).parent.glob("test_*.py")), *_plugin_files()]
+    )
+
+
+def _plugin_files() -> list[Path]:
+    """The plugins' modules pytest rewrote as it loaded them (syrupy, xdist, pytest-asyncio, ...: 38
+    modules, some 0.4 CPU-s of each process's start), to be written once as the test modules are."""
+    try:
+        from _pytest.assertion.rewrite import AssertionRewritingHook
+    except ImportError:
+        return []
+    return sorted(
+        Path(m.__file__)
+        for m in list(sys.modules.values())
+        if isinstance(getattr(m, "__loader__", None), AssertionRewritingHook)
+        and getattr(m, "__file__", None)
+        and m.__file__.endswith(".py")
+        and Path(m.__file__).parent != Path(__file__).parent
+    )
 
 
 def _rewrite_once(config, files: list[Path]) -> None:
@@ -80,8 +99,8 @@ def _rewrite_once(config, files: list[Path]) -> None:
             continue
         try:
             cache.mkdir(parents=True, exist_ok=True)
-        except OSError:  # a read-only checkout: each worker rewrites, as pytest does there
-            return
+        except OSError:  # a read-only folder: each worker rewrites, as pytest does there
+            continue
         source_stat, code = _rewrite_test(fn, config)
         _write_pyc(state, code, source_stat, pyc)
 
