@@ -349,46 +349,46 @@ def _quick(item) -> bool:
 
 
 # Modules by the CPU a full run spends in them, heaviest first (bench/pytest_cpu.py over the whole
-# suite, 2026-11-28, suite5: tui_view 77 CPU-s, tmux_matrix 74, colscan 48, ..., comm_recorded 5;
-# cluster less the 8 serve nodes it no longer starts); a module not named comes after them. pyproject's
+# suite, 2026-11-28, suite6: tmux_matrix 59 CPU-s, tui_view 57, colscan 39, ..., sampler 5; those
+# under 5 CPU-s unnamed); a module not named comes after them. pyproject's
 # `--dist loadscope --no-loadscope-reorder` hands an idle worker the next whole module in this order
 # (longest first): the heavy ones start at once on all three workers, each module's fixtures are built
 # once, and the run ends on short modules (suite5's run: the three workers' summed wall times within
-# 2 %). (worksteal gave each worker a contiguous third: every heavy module sat in the first worker's
+# 2 %; suite6's: 662 / 668 / 663 s). (worksteal gave each worker a contiguous third: every heavy module sat in the first worker's
 # queue and the others stole its tail, so that run ended on test_fuzz's three long tests on one worker.)
 BY_COST = (
-    "test_tui_view.py",
     "test_tmux_matrix.py",
+    "test_tui_view.py",
     "test_colscan.py",
     "test_colblock.py",
-    "test_tui_keys.py",
-    "test_accuracy.py",
     "test_comm.py",
-    "test_tui.py",
+    "test_accuracy.py",
     "test_cluster.py",
     "test_fuzz.py",
     "test_cli.py",
-    "test_tui_answer.py",
     "test_damaged.py",
+    "test_tui_keys.py",
     "test_perfetto_pb.py",
+    "test_tui_answer.py",
+    "test_tui.py",
     "test_tmux_screens.py",
     "test_store.py",
     "test_long_runs.py",
-    "test_serve.py",
-    "test_hostile.py",
     "test_layout.py",
     "test_phases.py",
     "test_rules_properties.py",
     "test_report_export.py",
+    "test_serve.py",
+    "test_hostile.py",
     "test_config.py",
     "test_tracer.py",
-    "test_structure.py",
     "test_fleet_boundary.py",
-    "test_health.py",
-    "test_sampler.py",
     "test_agent.py",
+    "test_health.py",
+    "test_engine.py",
     "test_metrics.py",
-    "test_comm_recorded.py",
+    "test_structure.py",
+    "test_sampler.py",
 )
 
 
