@@ -107,7 +107,7 @@ def _rewrite_once(config, files: list[Path]) -> None:
 
 # Container allocations between two passes of the cyclic collector over the young objects in a test
 # process (the interpreter's default is 700). A Pilot test's paints, a scan's labels and features make
-# hundreds of thousands of objects and few cycles: at 700 the collector ran some 2 500 times in
+# hundreds of thousands of objects and few cycles: at 700 the collector ran some 2 250 times in
 # test_tui_answer alone, 11-18 % of a module's CPU (4.8 of 27.0 CPU-s there, bench/RESULTS.md suite6).
 # memtop's own cluster view does the same (memtop.commands.cluster.GC_YOUNG).
 GC_YOUNG = 10_000
