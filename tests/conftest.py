@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import shutil
 import sys
 from pathlib import Path
@@ -56,7 +57,26 @@ def pytest_configure(config):
         compileall.compile_dir(root / d, quiet=2)  # (a read-only tree: each reads the source, as before)
     for d in ("tests", "bench"):  # the helpers the tests import (fuzzing, hostile, score, ...)
         compileall.compile_dir(root / d, maxlevels=0, quiet=2)
-    _rewrite_once(config, [Path(__file__), *sorted(Path(__file__).parent.glob("test_*.py"))])
+    _rewrite_once(
+        config, [Path(__file__), *sorted(Path(__file__).parent.glob("test_*.py")), *_plugin_files()]
+    )
+
+
+def _plugin_files() -> list[Path]:
+    """The plugins' modules pytest rewrote as it loaded them (syrupy, xdist, pytest-asyncio, ...: 38
+    modules, some 0.4 CPU-s of each process's start), to be written once as the test modules are."""
+    try:
+        from _pytest.assertion.rewrite import AssertionRewritingHook
+    except ImportError:
+        return []
+    return sorted(
+        Path(m.__file__)
+        for m in list(sys.modules.values())
+        if isinstance(getattr(m, "__loader__", None), AssertionRewritingHook)
+        and getattr(m, "__file__", None)
+        and m.__file__.endswith(".py")
+        and Path(m.__file__).parent != Path(__file__).parent
+    )
 
 
 def _rewrite_once(config, files: list[Path]) -> None:
@@ -79,10 +99,28 @@ def _rewrite_once(config, files: list[Path]) -> None:
             continue
         try:
             cache.mkdir(parents=True, exist_ok=True)
-        except OSError:  # a read-only checkout: each worker rewrites, as pytest does there
-            return
+        except OSError:  # a read-only folder: each worker rewrites, as pytest does there
+            continue
         source_stat, code = _rewrite_test(fn, config)
         _write_pyc(state, code, source_stat, pyc)
+
+
+# Container allocations between two passes of the cyclic collector over the young objects in a test
+# process (the interpreter's default is 700). A Pilot test's paints, a scan's labels and features make
+# hundreds of thousands of objects and few cycles: at 700 the collector ran some 2 250 times in
+# test_tui_answer alone, 11-18 % of a module's CPU (4.8 of 27.0 CPU-s there, bench/RESULTS.md suite6).
+# memtop's own cluster view does the same (memtop.commands.cluster.GC_YOUNG).
+GC_YOUNG = 10_000
+
+
+def pytest_collection_finish(session):
+    """In each process that runs tests (each xdist worker): what start-up and collection made (Textual,
+    numpy, the test modules, the items) lives to the end, so it leaves the collector's passes
+    (`gc.freeze`), and the young generation is collected every GC_YOUNG allocations. Cycles are still
+    collected, a little later; the tests that measure memory (tracemalloc peaks) read the same."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
 
 
 def notified(app) -> list[str]:
@@ -311,46 +349,46 @@ def _quick(item) -> bool:
 
 
 # Modules by the CPU a full run spends in them, heaviest first (bench/pytest_cpu.py over the whole
-# suite, 2026-11-28, suite5: tui_view 77 CPU-s, tmux_matrix 74, colscan 48, ..., comm_recorded 5;
-# cluster less the 8 serve nodes it no longer starts); a module not named comes after them. pyproject's
+# suite, 2026-11-28, suite6: tmux_matrix 59 CPU-s, tui_view 57, colscan 39, ..., sampler 5; those
+# under 5 CPU-s unnamed); a module not named comes after them. pyproject's
 # `--dist loadscope --no-loadscope-reorder` hands an idle worker the next whole module in this order
 # (longest first): the heavy ones start at once on all three workers, each module's fixtures are built
 # once, and the run ends on short modules (suite5's run: the three workers' summed wall times within
-# 2 %). (worksteal gave each worker a contiguous third: every heavy module sat in the first worker's
+# 2 %; suite6's: 662 / 668 / 663 s). (worksteal gave each worker a contiguous third: every heavy module sat in the first worker's
 # queue and the others stole its tail, so that run ended on test_fuzz's three long tests on one worker.)
 BY_COST = (
-    "test_tui_view.py",
     "test_tmux_matrix.py",
+    "test_tui_view.py",
     "test_colscan.py",
     "test_colblock.py",
-    "test_tui_keys.py",
-    "test_accuracy.py",
     "test_comm.py",
-    "test_tui.py",
+    "test_accuracy.py",
     "test_cluster.py",
     "test_fuzz.py",
     "test_cli.py",
-    "test_tui_answer.py",
     "test_damaged.py",
+    "test_tui_keys.py",
     "test_perfetto_pb.py",
+    "test_tui_answer.py",
+    "test_tui.py",
     "test_tmux_screens.py",
     "test_store.py",
     "test_long_runs.py",
-    "test_serve.py",
-    "test_hostile.py",
     "test_layout.py",
     "test_phases.py",
     "test_rules_properties.py",
     "test_report_export.py",
+    "test_serve.py",
+    "test_hostile.py",
     "test_config.py",
     "test_tracer.py",
-    "test_structure.py",
     "test_fleet_boundary.py",
-    "test_health.py",
-    "test_sampler.py",
     "test_agent.py",
+    "test_health.py",
+    "test_engine.py",
     "test_metrics.py",
-    "test_comm_recorded.py",
+    "test_structure.py",
+    "test_sampler.py",
 )
 
 

@@ -138,7 +138,7 @@ _LOOP = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c)"
 
 
 @functools.cache
-def _bomb(what: str, size: int) -> bytes:
+def bomb(what: str, size: int) -> bytes:
     """A deflated blob of a few KB that inflates to ``size`` bytes of ``what``: zeros, JSON nested
     that deep, a JSON list of that many bytes of empty objects, or a host sample's JSON padded."""
     head, unit, tail = {
@@ -247,7 +247,7 @@ def _sql_edit(db: sqlite3.Connection, rng: random.Random) -> str:
         size = rng.choice((4 << 20, 64 << 20, 1 << 30))
         target = rng.choice(("host", "series", "caps", "stack", "block"))
         if target == "host":
-            blob = _bomb(rng.choice(("host", "objects", "deep", "zeros")), size)
+            blob = bomb(rng.choice(("host", "objects", "deep", "zeros")), size)
             db.execute(
                 "UPDATE host SET data = ? WHERE t IN (SELECT t FROM host ORDER BY random() LIMIT ?)",
                 (blob, rng.choice((1, 3, 1000))),
@@ -255,14 +255,14 @@ def _sql_edit(db: sqlite3.Connection, rng: random.Random) -> str:
         elif target == "series":
             db.execute(
                 "UPDATE series SET data = ? WHERE t IN (SELECT t FROM series ORDER BY random() LIMIT ?)",
-                (b"\x01" + _bomb("zeros", size), rng.choice((1, 1000))),
+                (b"\x01" + bomb("zeros", size), rng.choice((1, 1000))),
             )
         elif target == "caps":
-            db.execute("UPDATE caps SET data = ?", (_bomb(rng.choice(("objects", "deep")), size),))
+            db.execute("UPDATE caps SET data = ?", (bomb(rng.choice(("objects", "deep")), size),))
         elif target == "stack":
             db.execute(
                 "UPDATE stack SET frames = ? WHERE id IN (SELECT id FROM stack ORDER BY random() LIMIT 5)",
-                (_bomb(rng.choice(("objects", "deep", "zeros")), size),),
+                (bomb(rng.choice(("objects", "deep", "zeros")), size),),
             )
         else:  # a block that claims the frame rows (its count matches), inflating past any bound
             (n,) = db.execute("SELECT count(*) FROM frame").fetchone()
@@ -271,7 +271,7 @@ def _sql_edit(db: sqlite3.Connection, rng: random.Random) -> str:
                 " t1 REAL NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (stream, seq)) WITHOUT ROWID"
             )
             db.execute("DELETE FROM block WHERE stream = 'frame'")
-            db.execute("INSERT INTO block VALUES ('frame', 0, -1e12, 1e12, ?, ?)", (n, _bomb("zeros", size)))
+            db.execute("INSERT INTO block VALUES ('frame', 0, -1e12, 1e12, ?, ?)", (n, bomb("zeros", size)))
         kind = f"bomb {target} {size >> 20} MiB"
     else:
         target, column = rng.choice(

@@ -10,6 +10,19 @@ from dataclasses import replace
 
 from memtop.core.model import Frame
 
+# multi_gpu's answers for a module's own frames list, made once (a Pilot test's 8-GPU pipeline spent
+# half its set-up here): keyed by the list's identity, the list kept alive so that the key stays its
+_MADE: dict[tuple[int, int], tuple[list[Frame], list[Frame]]] = {}
+
+
+def multi_gpu_of(frames: list[Frame], n: int) -> list[Frame]:
+    """``multi_gpu(frames, n)``, made once per list and ``n``; the caller must not change either list
+    (Frames are frozen: slices and reads only)."""
+    key = (id(frames), n)
+    if key not in _MADE:
+        _MADE[key] = (frames, multi_gpu(frames, n))
+    return _MADE[key][1]
+
 
 def multi_gpu(frames: list[Frame], n: int, shift_s: float = 11.0) -> list[Frame]:
     with_gpu = [f for f in frames if f.gpus]

@@ -10,11 +10,14 @@ import zlib
 
 import pytest
 from conftest import REC
+from fuzzing import bomb
 
 from memtop.cli import main
 
 _CAPS_CUT = zlib.compress(b'[["a", "b", "available", "c", ""]]')[:-6].hex()
-_CAPS_BOMB = zlib.compress(b"[" * (64 << 20), 9).hex()
+# 64 MiB of '[' deflated (fuzzing's bomb: made in milliseconds, where deflating the 64 MiB took each
+# xdist worker 0.6 CPU-s at collection)
+_CAPS_BOMB = bomb("deep", 64 << 20).hex()
 CASES = {
     "text frame t": "UPDATE frame SET t = 'x' WHERE t IN (SELECT t FROM frame LIMIT 1)",
     "+inf frame t": "INSERT INTO frame VALUES (1e999)",
@@ -114,11 +117,7 @@ def test_damage_is_a_note_in_every_frame_and_the_rest_plays(damaged):
     assert rec.meta["started_wall"] is None and any("started_wall" in n for n in next(rec.frames()).notes)
 
 
-def _deflated(raw: bytes) -> str:
-    return zlib.compress(raw, 9).hex()
-
-
-_HOST_BOMB = _deflated(b'{"t":0.0,"pad":"' + b"a" * (8 << 20) + b'"}')  # valid JSON, 8 MiB
+_HOST_BOMB = bomb("host", 8 << 20).hex()  # valid JSON, 8 MiB: {"t":0.0,"pad":"aaa..."}
 _ARRAY = "[" + ",".join(["{}"] * (512 << 10)) + "]"  # 1 MiB of JSON: half a million objects
 _DEEP = "[" * 900 + "]" * 900  # deeper than any recursion over it may go
 _LOOP = "WITH RECURSIVE c(t) AS (SELECT 1.0 UNION ALL SELECT t + 1 FROM c) SELECT t AS t FROM c"

@@ -9,7 +9,7 @@ from conftest import REC
 from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp
 from memtop.tui.tiles import TextPanel
 from memtop.tui.timeline import Timeline
-from multigpu import multi_gpu
+from multigpu import multi_gpu_of
 from pilots import until
 from rich.text import Text
 from textual import events
@@ -32,7 +32,7 @@ def _pipeline(n_gpus: int = 1, upto: int = 900) -> Pipeline:
     rec = Recording(REC[0])
     frames = _frames()
     if n_gpus > 1:
-        frames = multi_gpu(frames, n_gpus)
+        frames = multi_gpu_of(frames, n_gpus)
     p = Pipeline(
         Status("replay", position=frames[upto].t - rec.t0, duration=rec.duration, paused=True), meta=rec.meta
     )

@@ -16,7 +16,7 @@ from memtop.tui import format as fmt
 from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp, detail_text
 from memtop.tui.palette import PHASES, look, phase_colors, to_ascii
 from memtop.tui.timeline import Timeline
-from multigpu import multi_gpu
+from multigpu import multi_gpu_of
 from rich.color import ColorSystem
 from textual.app import App
 
@@ -38,7 +38,7 @@ def _pipeline(n_gpus: int = 1, upto: int = 900, frames=None, meta=None) -> Pipel
     rec = Recording(REC[0])
     frames = frames if frames is not None else _frames()
     if n_gpus > 1:
-        frames = multi_gpu(frames, n_gpus)
+        frames = multi_gpu_of(frames, n_gpus)
     p = Pipeline(
         Status("replay", position=frames[upto].t - rec.t0, duration=rec.duration, paused=True),
         meta=meta or rec.meta,
@@ -145,7 +145,7 @@ def test_the_header_names_the_gpm_rate_the_run_read_at():
 @pytest.mark.parametrize("gpus", [1, 8])
 async def test_any_resize_sequence_equals_a_fresh_start(gpus):
     """The header once read `…80G9.04 GPM 10 Hz ▶ DEMO 63.0/10 Hz ▶ DEMO 69.0/142s` after 200->120."""
-    frames = _frames() if gpus == 1 else multi_gpu(_frames(), gpus)
+    frames = _frames() if gpus == 1 else multi_gpu_of(_frames(), gpus)
     p = _pipeline(gpus, upto=600)
     app = MemtopApp(p, hangup_guard=False)
     k = 600
@@ -209,6 +209,9 @@ async def test_timeline_columns_kept_between_paints_equal_a_fresh_draw():
 # -- layouts --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("size", [(60, 20), (80, 24), (120, 40), (200, 50)])
 async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):
+    """The verdict's headline, evidence and command at every size; where there is room (120x40 and
+    up) every GPU has its band too, and only the selected GPU keeps its series (one app per size for
+    both: the bands were a test of their own, with its own app at the same two sizes)."""
     app = MemtopApp(_pipeline(8), hangup_guard=False)
     async with app.run_test(size=size) as pilot:
         await _settle(pilot, app)
@@ -222,6 +225,10 @@ async def test_headline_evidence_and_command_are_on_screen_at_every_size(size):
         # the fixed options give way first: what differs per verdict (-o memtop-<label>) stays
         assert "…" in cmd_row.split(" -o ")[0]  # (and at the end, where the rest does not fit either)
         assert f"-o memtop-{vd.label}" in cmd_row
+    if size >= (120, 40):  # every GPU has its band where there is room
+        bands = [row for row in rows if row.startswith("GPU") and row[3:4].isdigit()]
+        assert [row[:4] for row in bands] == [f"GPU{i}" for i in range(8)]
+        assert sum(row.startswith("SM ") for row in rows) == 1  # the selected GPU keeps its series
 
 
 @pytest.mark.parametrize("size", [(60, 20), (80, 24)])
@@ -235,17 +242,6 @@ async def test_position_in_the_header_survives_a_narrow_screen_and_a_long_host_n
         s = app.view.status
     assert f"REPLAY {fmt.clock(s.position)}/{fmt.clock(s.duration)}" in top
     assert "h" * 10 in top  # the host follows, cut where the screen ends
-
-
-@pytest.mark.parametrize("size", [(120, 40), (200, 50)])
-async def test_every_gpu_has_its_band_where_there_is_room(size):
-    app = MemtopApp(_pipeline(8), hangup_guard=False)
-    async with app.run_test(size=size) as pilot:
-        await _settle(pilot, app)
-        rows = _screen(app)
-    bands = [row for row in rows if row.startswith("GPU") and row[3:4].isdigit()]
-    assert [row[:4] for row in bands] == [f"GPU{i}" for i in range(8)]
-    assert sum(row.startswith("SM ") for row in rows) == 1  # the selected GPU keeps its series
 
 
 async def test_copy_command_puts_the_whole_command_on_the_clipboard():
