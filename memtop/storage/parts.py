@@ -256,8 +256,8 @@ def stack_dumps(
     cut = _sample_starts(t, cols[0])
     if main_only and len(t):
         t, cols, cut = _main_rows(t, cols, cut)
-        if (by_row := _row_dumps(rec, t, cols)) is not None:
-            return by_row
+    if len(t) and (by_sample := _sample_dumps(rec, t, cols, cut)) is not None:
+        return by_sample
     row = _row_codes(cols).tolist()
     kinds: dict[tuple, int] = {}
     dumps: list[StackSample] = []
@@ -279,21 +279,26 @@ def stack_dumps(
     return Dumps(times, np.array(kind, dtype=np.int64), dumps)
 
 
-def _row_dumps(rec: Recording, t: list, cols: list) -> Dumps | None:
-    """``stack_dumps``' loop where each row is a sample (``main_only``), over arrays: the same dumps,
-    decoded in the same order (a distinct row's first sample; one that does not decode skipped with
-    its samples); None where a time is not a plain float (then each is checked as the loop does)."""
-    if not types_in(tuple(t), float):
+def _sample_dumps(rec: Recording, t: list, cols: list, cut: list[int]) -> Dumps | None:
+    """``stack_dumps``' loop over arrays: the same dumps, decoded in the same order (a distinct
+    sample's first; one that does not decode skipped with its samples); None where a sample's time
+    is not a plain float (then each is checked as the loop does). An 8-hour run's ~200,000 samples
+    took a Python step each."""
+    first_rows = cut[:-1]
+    times = [t[a] for a in first_rows]
+    if not types_in(tuple(times), float):
         return None
-    ta = np.array(t, dtype=np.float64)
+    ta = np.array(times, dtype=np.float64)
     if not (np.abs(ta) <= 1e18).all():  # (NaN fails)
         return None
-    _, first, which = np.unique(_row_codes(cols), return_index=True, return_inverse=True)
-    index = np.full(len(first), -1, dtype=np.int64)  # each distinct row's dump
+    codes = _sample_codes(_row_codes(cols), np.array(first_rows, dtype=np.int64), np.diff(cut))
+    _, first, which = np.unique(codes, return_index=True, return_inverse=True)
+    index = np.full(len(first), -1, dtype=np.int64)  # each distinct sample's dump
     dumps: list[StackSample] = []
     for u in np.argsort(first, kind="stable").tolist():
+        k = int(first[u])
         try:
-            dumps.append(rec.stack_sample([_stack_row(t, cols, int(first[u]))]))
+            dumps.append(rec.stack_sample([_stack_row(t, cols, i) for i in range(cut[k], cut[k + 1])]))
         except DECODE_ERRORS:
             damaged(rec, "stack")
             continue
@@ -301,6 +306,25 @@ def _row_dumps(rec: Recording, t: list, cols: list) -> Dumps | None:
     kind = index[which.reshape(-1)]
     keep = np.flatnonzero(kind >= 0)
     return Dumps(ta[keep].tolist(), kind[keep], dumps)
+
+
+def _sample_codes(row: np.ndarray, starts: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """A code per sample (``n[i]`` rows from ``starts[i]``), the same for samples whose rows' codes
+    (``row``) are the same in the same order: the samples of each length numbered by their rows'
+    codes as the digits of one integer (renumbered before it could pass 2**62)."""
+    radix = int(row.max()) + 1 if len(row) else 1
+    code = np.empty(len(n), dtype=np.int64)
+    base = 0
+    for size in np.unique(n).tolist():
+        s = np.flatnonzero(n == size)
+        at, c, top = starts[s], np.zeros(len(s), dtype=np.int64), 1  # (c < top)
+        for j in range(size):
+            if top * radix >= 1 << 62:
+                c, top = np.unique(c, return_inverse=True)[1].reshape(-1), len(s)
+            c, top = c * radix + row[at + j], top * radix
+        code[s] = base + np.unique(c, return_inverse=True)[1].reshape(-1)
+        base += len(s)
+    return code
 
 
 def _main_rows(t: list, cols: list, cut: list[int]) -> tuple[list, list, list[int]]:
