@@ -359,9 +359,9 @@ class Blocks:
         out: dict = {}
         for c, kind in self.columns:  # (each block's column let go once joined: memory of hours)
             if kind == "s":  # the texts, each block's indices into its own strings (-1: the None after them)
-                out[c] = np.concatenate(
+                out[c] = np.concatenate(  # (a list once the rows are kept: ``texts``)
                     [np.array([*s, None], dtype=object)[cols.pop(c)] for _, cols, s in parts]
-                ).tolist()
+                )
             else:
                 out[c] = np.concatenate([cols.pop(c) for _, cols, _ in parts])
         t = out[self.columns[0][0]]
@@ -374,7 +374,6 @@ class Blocks:
                 mask[at] = True
         keep = np.flatnonzero(mask)
         if len(keep) != len(t):
-            out = {
-                c: [v[i] for i in keep.tolist()] if isinstance(v, list) else v[keep] for c, v in out.items()
-            }
-        return out
+            out = {c: v[keep] for c, v in out.items()}
+        texts = [c for c, kind in self.columns if kind == "s"]
+        return {**out, **{c: out[c].tolist() for c in texts}}
