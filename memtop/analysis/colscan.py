@@ -409,14 +409,16 @@ def scan_part(
     ks = np.array([k for k, _, _ in gap_at] + [max(i_lo - 1, 0), len(frames) - 1], dtype=np.int64)
     at, inv = np.unique(ks, return_inverse=True)  # (window_bounds takes Frames in time order)
     front, count = (x[inv].tolist() for x in window_bounds(entries, ft, at))
-    times = entries.t.tolist()
     gaps: list[tuple[Gap, list | None]] = []
     for (_, gi, span), a, b in zip(gap_at, front, count, strict=False):
         if span[0] == _OPEN:  # the join finds its stack, once it knows the start
             gaps.append((Gap(gi, span[0], span[1], None), stacks.within(a, b)))
-        else:  # (of the window, gap_event takes a sample in the gap: only those are made)
-            inside = [j for j in range(a, b) if span[0] <= times[j] <= span[1] + 0.5]
-            gaps.append((gap_event(gi, span, [x for j in inside for x in stacks.within(j, j + 1)]), None))
+        else:  # gap_event takes the middle one of the window's samples in the gap that have a
+            # stack (info): only that one is made (a long gap's window holds thousands)
+            t = entries.t[a:b]
+            inside = a + np.flatnonzero((span[0] <= t) & (t <= span[1] + 0.5) & (entries.info[a:b] >= 0))
+            mid = int(inside[len(inside) // 2]) if len(inside) else a
+            gaps.append((gap_event(gi, span, stacks.within(mid, mid + len(inside[:1]))), None))
     keys = (
         tuple((s.pid, s.t) for s, _ in stacks.within(front[-2], count[-2])) if i_lo else (),
         tuple((s.pid, s.t) for s, _ in stacks.within(front[-1], count[-1])),
