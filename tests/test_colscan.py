@@ -140,7 +140,7 @@ def test_damaged_recordings_report_as_live_mode_labels_them(case, tmp_path):
 def _result(r) -> tuple:
     labels, gaps, agg = r
     state = agg.__getstate__()
-    state["stacks"] = [agg.stacks.sample(key) for key in agg.stacks.at]  # (pickled as columns)
+    state["stacks"] = [agg.stacks.sample(i) for i in range(len(agg.stacks.pid))]
     state["last"] = (agg.last.t, agg.last.host, [(g.index, g.processes) for g in agg.last.gpus])
     return (
         {g: [(x.t, x.raw, x.label, x.rule, x.sub, x.features) for x in ls] for g, ls in labels.items()},

@@ -889,9 +889,7 @@ class _Stacks:
         """The samples with threads the Frames from i_lo on hold, in the order the Frames meet them
         (by Frame, then pid), as the report keeps them (main thread only)."""
         order, kind = self._order(i_lo)
-        times = self.times
-        keys = zip(self.pids[order].tolist(), [times[i] for i in order.tolist()], strict=True)
-        return Stacks(dict(zip(keys, kind.tolist(), strict=True)), [d[2] for d in self.dumps])
+        return Stacks.of(self.pids[order], self.ts[order], kind, [d[2] for d in self.dumps])
 
     def held(self, i_lo: int) -> Iterator[tuple[int, int]]:
         """``seen``'s samples as (sample, its dump) indices (``times``, ``dumps``)."""
