@@ -66,7 +66,7 @@ from memtop.core.model import (
 from memtop.core.records import Gap
 from memtop.progress import Progress
 from memtop.storage import parts, reader
-from memtop.storage.colblock import NULL
+from memtop.storage.colblock import NULL, Texts
 from memtop.storage.decode import (
     DECODE_ERRORS,
     HOST_PROC_FIELDS,
@@ -787,6 +787,7 @@ def proc_arrays(cols: dict[str, Any]) -> dict[str, Any]:
     as -1; and what the features read of a name and state: has_parent (worker_of is not None),
     data_worker (named as a DataLoader worker), asleep (phases.is_asleep), stopped (state t or T)."""
     out: dict[str, Any] = {}
+    texts: dict[str, tuple[np.ndarray, list]] = {}
     for k, kind in PROC_KINDS.items():
         c, default = cols[k], cast(Any, PROC_DEFAULTS.get(k))
         if kind == "f":
@@ -799,29 +800,34 @@ def proc_arrays(cols: dict[str, Any]) -> dict[str, Any]:
                 else np.array([NULL if v is None else v for v in c], dtype=np.int64)
             )
             out[k] = np.where(a == NULL, -1 if default is None else default, a)
-        else:  # (a None is rare: older blocks)
-            out[k] = np.array(c if None not in c else [default if v is None else v for v in c], dtype=object)
+        else:  # a text: each distinct value once (a None is rare: older blocks)
+            texts[k] = _distinct(c, default)
+            out[k] = np.array(texts[k][1], dtype=object)[texts[k][0]]
     wof = cols["worker_of"]
     out["has_parent"] = (
         np.asarray(wof != NULL)
         if isinstance(wof, np.ndarray)
         else np.array([w is not None for w in wof], dtype=bool)
     )
-    out["data_worker"], out["asleep"], out["stopped"] = _name_flags(out["name"], out["state"])
+    out["data_worker"] = _each(is_data_worker, texts["name"])
+    out["asleep"], out["stopped"] = _each(is_asleep, texts["state"]), _each(is_stopped, texts["state"])
     return out
 
 
-def _name_flags(name: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """HostFigures' data_worker, asleep and stopped of the processes' names and states."""
-    return _each(is_data_worker, name), _each(is_asleep, state), _each(is_stopped, state)
+def _distinct(c: Texts | Sequence, default: object) -> tuple[np.ndarray, list]:
+    """A text column as (a code per row, each distinct value once), a None as ``default``: hours of
+    a host's processes repeat a few names and states."""
+    if isinstance(c, Texts):  # (-1, a NULL, reads the default put last, where there is one)
+        return c.codes, c.strings + ([default] if (c.codes < 0).any() else [])
+    vs = [default if v is None else v for v in c] if None in c else c
+    first = {v: j for j, v in enumerate(dict.fromkeys(vs))}
+    return np.fromiter(map(first.__getitem__, vs), dtype=np.int64, count=len(vs)), list(first)
 
 
-def _each(test: Callable[[str], bool], values: np.ndarray) -> np.ndarray:
-    """``test`` of each value (an object array), called once per distinct one: hours of a host's
-    processes repeat a few names and states."""
-    vs = values.tolist()
-    known = {v: test(v) for v in dict.fromkeys(vs)}
-    return np.fromiter(map(known.__getitem__, vs), dtype=bool, count=len(vs))
+def _each(test: Callable[[str], bool], coded: tuple[np.ndarray, list]) -> np.ndarray:
+    """``test`` of each row of a text column (``_distinct``), called once per distinct value."""
+    codes, values = coded
+    return np.array([test(v) for v in values], dtype=bool)[codes] if values else np.zeros(len(codes), bool)
 
 
 class _Stacks:

@@ -22,7 +22,7 @@ import numpy as np
 
 from memtop.core.errors import UserError
 from memtop.core.model import Capability, PerfSample, StackSample
-from memtop.storage.colblock import NULL
+from memtop.storage.colblock import NULL, Texts
 from memtop.storage.decode import (
     BLOCK_STREAMS,
     DECODE_ERRORS,
@@ -341,10 +341,16 @@ def _main_rows(t: list, cols: list, cut: list[int]) -> tuple[list, list, list[in
     first[(np.searchsorted(cut, mains, "right") - 1)[::-1]] = mains[::-1]  # (the first wins)
     rows = np.where(first >= 0, first, starts)
     pick = rows.tolist()
-    picked = [c[rows] if isinstance(c, np.ndarray) else [c[i] for i in pick] for c in cols]
-    error = cols[-1]
-    picked[-1] = error[starts] if isinstance(error, np.ndarray) else [error[i] for i in cut[:-1]]
+    picked = [_take(c, rows) for c in cols]
+    picked[-1] = _take(cols[-1], starts)
     return [t[i] for i in pick], picked, list(range(len(pick) + 1))
+
+
+def _take(column: list | np.ndarray | Texts, rows: np.ndarray) -> list | np.ndarray | Texts:
+    """A stack column's values at ``rows``."""
+    if isinstance(column, list):
+        return [column[i] for i in rows.tolist()]
+    return column.take(rows) if isinstance(column, Texts) else column[rows]
 
 
 def stack_samples(dumps: Dumps) -> list[tuple[float, StackSample]]:
@@ -364,7 +370,16 @@ def _stack_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> li
 
 def _stack_row(t: list, cols: list, i: int) -> tuple:
     """Row i as STACK_SQL gives it (a column block's NULL as None)."""
-    v = [c[i] if isinstance(c, list) else (None if c[i] == NULL else int(c[i])) for c in cols]
+    v = [
+        c[i]
+        if isinstance(c, list)
+        else c.value(i)
+        if isinstance(c, Texts)
+        else None
+        if c[i] == NULL
+        else int(c[i])
+        for c in cols
+    ]
     return (t[i], *v[:5], None, *v[5:])
 
 
@@ -373,7 +388,9 @@ def _row_codes(cols: list) -> np.ndarray:
     an integer column as it is, another's values numbered."""
     keys = []
     for c in cols:
-        if isinstance(c, list):
+        if isinstance(c, Texts):  # (equal texts: one code)
+            c = c.codes
+        elif isinstance(c, list):
             first = {v: j for j, v in enumerate(dict.fromkeys(c))}
             c = np.fromiter(map(first.__getitem__, c), np.int64, len(c))
         keys.append(c)
@@ -410,12 +427,12 @@ def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> 
     if blocks.end <= hi:
         return None
     lo = seed - SEED_S if seed is not None else plo
-    got = blocks.read(float(np.nextafter(lo, np.inf)), hi, ordered=False)
+    got = blocks.read(float(np.nextafter(lo, np.inf)), hi, ordered=False, coded=True)
     if got is None:
         return None
     order = np.lexsort((got["pid"], got["t"]))  # (t, pid), then as written: the rows' order
     if not (np.diff(order) == 1).all():  # (as written but where damaged)
-        got = {c: [v[i] for i in order.tolist()] if isinstance(v, list) else v[order] for c, v in got.items()}
+        got = {c: v.take(order) if isinstance(v, Texts) else v[order] for c, v in got.items()}
     return got["t"].tolist(), [got[c] for c, _ in BLOCK_STREAMS["stack"][1:]]
 
 
@@ -472,7 +489,11 @@ def host_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> Ho
     t, n = h["t"], h["procs"]
     # no table counts the host_proc rows: at most as many as the file could hold (its blocks of rows
     # that repeat deflate a thousandfold; memory must not grow with that)
-    p = procs.read(t[0], t[-1], max_rows=rec.size // 4) if len(t) else procs.read(1.0, 0.0)
+    p = (
+        procs.read(t[0], t[-1], max_rows=rec.size // 4, coded=True)
+        if len(t)
+        else procs.read(1.0, 0.0, coded=True)
+    )
     if p is None:
         return None
     counts = n[n >= 0]
@@ -484,7 +505,7 @@ def host_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> Ho
         or not (np.abs(p["cpu_pct"]) < 1e18).all()
     ):
         return None
-    if any(None in p[k] for k in HOST_PROC_FIELDS[:5] if isinstance(p[k], list)):
+    if any((p[k].codes < 0).any() for k in HOST_PROC_FIELDS[:5] if isinstance(p[k], Texts)):
         return None  # (a NULL name or state: the rows say what they are)
     return HostBlocks(t, n, h["iowait_pct"], p)
 
