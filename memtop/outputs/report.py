@@ -62,12 +62,12 @@ def _phase_stacks(
     site are found once per pid (``cache``): an 8-hour report meets 57,600 samples and a few hundred
     stacks."""
     at, keys = [], []
-    for i, (pid, ts, k) in enumerate(zip(stacks.pid.tolist(), stacks.t.tolist(), stacks.kind.tolist())):
+    for j, (pid, ts, k) in enumerate(zip(stacks.pid.tolist(), stacks.t.tolist(), stacks.kind.tolist())):
         if pid not in pids:
             continue
         key = cache.get((pid, k), ())
         if key == ():
-            m = stacks.sample(i).main
+            m = stacks.sample(j).main
             key = cache[pid, k] = (m.klass, *site(m.frames)) if m is not None and m.frames else None
         if key is not None:
             at.append(ts)
