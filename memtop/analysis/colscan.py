@@ -984,18 +984,13 @@ def _aggregate(
     # perf and caps: few rows; as the Frames from i_lo on hold them
     ft = stacks.ft
     perf = parts.perf_rows(rec, plo, hi, seed)
-    cur: dict = {}
-    changed: set[int] = set()  # the processes with a new sample since the last change
     done = 0
     for _, n in _changes([q[0] for q in perf], ft, i_lo):
-        for q in perf[done:n]:
-            cur[q[1]] = q
-            changed.add(q[1])
+        newest = {q[1]: q for q in perf[done:n]}  # each process with a new sample since: its newest
         done = n
-        for pid in sorted(changed):  # (the others' samples are those taken already: add_perf skips them)
-            q = cur[pid]
+        for pid in sorted(newest):  # (the others' samples are those taken already: add_perf skips them)
+            q = newest[pid]
             agg.add_perf(pid, (q[0], dict(q[2])))
-        changed.clear()
     caps = parts.caps_rows(rec, plo, hi, seed)
     for _, n in _changes([r[0] for r in caps], ft, i_lo):
         for c in caps[n - 1][1] if n else ():
