@@ -986,10 +986,10 @@ def _aggregate(
     perf = parts.perf_rows(rec, plo, hi, seed)
     done = 0
     for _, n in _changes([q[0] for q in perf], ft, i_lo):
-        newest = {q[1]: q for q in perf[done:n]}  # each process with a new sample since: its newest
+        reads = {q[1]: q for q in perf[done:n]}  # each process with a new sample since: its newest
         done = n
-        for pid in sorted(newest):  # (the others' samples are those taken already: add_perf skips them)
-            q = newest[pid]
+        for pid in sorted(reads):  # (the others' samples are those taken already: add_perf skips them)
+            q = reads[pid]
             agg.add_perf(pid, (q[0], dict(q[2])))
     caps = parts.caps_rows(rec, plo, hi, seed)
     for _, n in _changes([r[0] for r in caps], ft, i_lo):
