@@ -1061,3 +1061,22 @@ def test_every_process_figure_reads_back_from_the_blocks_as_recorded(many):
             and getattr(got, k).dtype == getattr(want, k).dtype
         ), k
     assert np.array_equal(got.rows, want.rows) and np.array_equal(got.iowait, want.iowait)
+
+
+def test_coded_text_columns_are_the_texts_one_code_each():
+    """``Blocks.read(coded=True)`` (what the report reads): a text column as a code per row into its
+    distinct strings, -1 for NULL, equal texts one code; its values are the lists ``read`` gives, for a
+    range cut inside blocks, with rows NULL and not."""
+    rec = Recording(DATA / "blocks_s11.memtop")
+    lo, hi = rec.t0 + 20.0, rec.t1 - 20.0
+    for stream in ("stack", "host_proc"):
+        blocks = rec.blocks(stream)
+        plain, coded = blocks.read(lo, hi, ordered=False), blocks.read(lo, hi, ordered=False, coded=True)
+        texts = [c for c, kind in blocks.columns if kind == "s"]
+        for c in texts:
+            got = coded[c]
+            assert isinstance(got, colblock.Texts) and len(got) == len(plain[c]) > 0
+            assert got.values() == plain[c]
+            assert len(set(got.strings)) == len(got.strings)  # (one code per distinct text)
+            assert [got.value(i) for i in range(len(got))] == plain[c]
+        assert any(None in plain[c] for c in texts) and any(set(plain[c]) - {None} for c in texts)

@@ -140,7 +140,7 @@ def test_damaged_recordings_report_as_live_mode_labels_them(case, tmp_path):
 def _result(r) -> tuple:
     labels, gaps, agg = r
     state = agg.__getstate__()
-    state["stacks"] = [agg.stacks.sample(key) for key in agg.stacks.at]  # (pickled as columns)
+    state["stacks"] = [agg.stacks.sample(i) for i in range(len(agg.stacks.pid))]
     state["last"] = (agg.last.t, agg.last.host, [(g.index, g.processes) for g in agg.last.gpus])
     return (
         {g: [(x.t, x.raw, x.label, x.rule, x.sub, x.features) for x in ls] for g, ls in labels.items()},
@@ -408,3 +408,20 @@ def test_phase_runs_follow_the_reports_labels(name):
         assert all(a != b for a, b in zip(names, names[1:], strict=False))  # a run is a change
         shown = [lab.label for lab in labels[g]]
         assert [n for k, n in enumerate(shown) if k == 0 or n != shown[k - 1]][: len(names)] == names
+
+
+def test_report_stacks_merge_keeps_each_samples_first_place_and_its_later_dump():
+    """``scan.Stacks`` (a chunk's stack samples, merged in time order): a (pid, t) met again in a later
+    chunk keeps the place it was first met at and takes the later chunk's dump."""
+    import numpy as np
+
+    from memtop.analysis.scan import Stacks
+
+    first = Stacks.of(
+        np.array([7, 8, 7]), np.array([1.0, 1.0, 1.0]), np.array([0, 1, 1]), [((), "a"), ((), "b")]
+    )
+    assert first.pid.tolist() == [7, 8] and first.kind.tolist() == [1, 1]  # (7 met again within it)
+    first.update(Stacks.of(np.array([8, 9]), np.array([1.0, 2.0]), np.array([0, 0]), [((), "c")]))
+    assert list(zip(first.pid.tolist(), first.t.tolist(), strict=True)) == [(7, 1.0), (8, 1.0), (9, 2.0)]
+    assert [first.sample(i).error for i in range(3)] == ["b", "c", "c"]
+    assert (first.sample(1).pid, first.sample(1).t) == (8, 1.0)

@@ -66,7 +66,7 @@ from memtop.core.model import (
 from memtop.core.records import Gap
 from memtop.progress import Progress
 from memtop.storage import parts, reader
-from memtop.storage.colblock import NULL
+from memtop.storage.colblock import NULL, Texts
 from memtop.storage.decode import (
     DECODE_ERRORS,
     HOST_PROC_FIELDS,
@@ -409,14 +409,16 @@ def scan_part(
     ks = np.array([k for k, _, _ in gap_at] + [max(i_lo - 1, 0), len(frames) - 1], dtype=np.int64)
     at, inv = np.unique(ks, return_inverse=True)  # (window_bounds takes Frames in time order)
     front, count = (x[inv].tolist() for x in window_bounds(entries, ft, at))
-    times = entries.t.tolist()
     gaps: list[tuple[Gap, list | None]] = []
     for (_, gi, span), a, b in zip(gap_at, front, count, strict=False):
         if span[0] == _OPEN:  # the join finds its stack, once it knows the start
             gaps.append((Gap(gi, span[0], span[1], None), stacks.within(a, b)))
-        else:  # (of the window, gap_event takes a sample in the gap: only those are made)
-            inside = [j for j in range(a, b) if span[0] <= times[j] <= span[1] + 0.5]
-            gaps.append((gap_event(gi, span, [x for j in inside for x in stacks.within(j, j + 1)]), None))
+        else:  # gap_event takes the middle one of the window's samples in the gap that have a
+            # stack (info): only that one is made (a long gap's window holds thousands)
+            t = entries.t[a:b]
+            inside = a + np.flatnonzero((span[0] <= t) & (t <= span[1] + 0.5) & (entries.info[a:b] >= 0))
+            mid = int(inside[len(inside) // 2]) if len(inside) else a
+            gaps.append((gap_event(gi, span, stacks.within(mid, mid + len(inside[:1]))), None))
     keys = (
         tuple((s.pid, s.t) for s, _ in stacks.within(front[-2], count[-2])) if i_lo else (),
         tuple((s.pid, s.t) for s, _ in stacks.within(front[-1], count[-1])),
@@ -785,6 +787,7 @@ def proc_arrays(cols: dict[str, Any]) -> dict[str, Any]:
     as -1; and what the features read of a name and state: has_parent (worker_of is not None),
     data_worker (named as a DataLoader worker), asleep (phases.is_asleep), stopped (state t or T)."""
     out: dict[str, Any] = {}
+    texts: dict[str, tuple[np.ndarray, list]] = {}
     for k, kind in PROC_KINDS.items():
         c, default = cols[k], cast(Any, PROC_DEFAULTS.get(k))
         if kind == "f":
@@ -797,29 +800,34 @@ def proc_arrays(cols: dict[str, Any]) -> dict[str, Any]:
                 else np.array([NULL if v is None else v for v in c], dtype=np.int64)
             )
             out[k] = np.where(a == NULL, -1 if default is None else default, a)
-        else:  # (a None is rare: older blocks)
-            out[k] = np.array(c if None not in c else [default if v is None else v for v in c], dtype=object)
+        else:  # a text: each distinct value once (a None is rare: older blocks)
+            texts[k] = _distinct(c, default)
+            out[k] = np.array(texts[k][1], dtype=object)[texts[k][0]]
     wof = cols["worker_of"]
     out["has_parent"] = (
         np.asarray(wof != NULL)
         if isinstance(wof, np.ndarray)
         else np.array([w is not None for w in wof], dtype=bool)
     )
-    out["data_worker"], out["asleep"], out["stopped"] = _name_flags(out["name"], out["state"])
+    out["data_worker"] = _each(is_data_worker, texts["name"])
+    out["asleep"], out["stopped"] = _each(is_asleep, texts["state"]), _each(is_stopped, texts["state"])
     return out
 
 
-def _name_flags(name: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """HostFigures' data_worker, asleep and stopped of the processes' names and states."""
-    return _each(is_data_worker, name), _each(is_asleep, state), _each(is_stopped, state)
+def _distinct(c: Texts | Sequence, default: object) -> tuple[np.ndarray, list]:
+    """A text column as (a code per row, each distinct value once), a None as ``default``: hours of
+    a host's processes repeat a few names and states."""
+    if isinstance(c, Texts):  # (-1, a NULL, reads the default put last, where there is one)
+        return c.codes, c.strings + ([default] if (c.codes < 0).any() else [])
+    vs = [default if v is None else v for v in c] if None in c else c
+    first = {v: j for j, v in enumerate(dict.fromkeys(vs))}
+    return np.fromiter(map(first.__getitem__, vs), dtype=np.int64, count=len(vs)), list(first)
 
 
-def _each(test: Callable[[str], bool], values: np.ndarray) -> np.ndarray:
-    """``test`` of each value (an object array), called once per distinct one: hours of a host's
-    processes repeat a few names and states."""
-    vs = values.tolist()
-    known = {v: test(v) for v in dict.fromkeys(vs)}
-    return np.fromiter(map(known.__getitem__, vs), dtype=bool, count=len(vs))
+def _each(test: Callable[[str], bool], coded: tuple[np.ndarray, list]) -> np.ndarray:
+    """``test`` of each row of a text column (``_distinct``), called once per distinct value."""
+    codes, values = coded
+    return np.array([test(v) for v in values], dtype=bool)[codes] if values else np.zeros(len(codes), bool)
 
 
 class _Stacks:
@@ -887,9 +895,7 @@ class _Stacks:
         """The samples with threads the Frames from i_lo on hold, in the order the Frames meet them
         (by Frame, then pid), as the report keeps them (main thread only)."""
         order, kind = self._order(i_lo)
-        times = self.times
-        keys = zip(self.pids[order].tolist(), [times[i] for i in order.tolist()], strict=True)
-        return Stacks(dict(zip(keys, kind.tolist(), strict=True)), [d[2] for d in self.dumps])
+        return Stacks.of(self.pids[order], self.ts[order], kind, [d[2] for d in self.dumps])
 
     def held(self, i_lo: int) -> Iterator[tuple[int, int]]:
         """``seen``'s samples as (sample, its dump) indices (``times``, ``dumps``)."""
@@ -978,18 +984,13 @@ def _aggregate(
     # perf and caps: few rows; as the Frames from i_lo on hold them
     ft = stacks.ft
     perf = parts.perf_rows(rec, plo, hi, seed)
-    cur: dict = {}
-    changed: set[int] = set()  # the processes with a new sample since the last change
     done = 0
     for _, n in _changes([q[0] for q in perf], ft, i_lo):
-        for q in perf[done:n]:
-            cur[q[1]] = q
-            changed.add(q[1])
+        reads = {q[1]: q for q in perf[done:n]}  # each process with a new sample since: its newest
         done = n
-        for pid in sorted(changed):  # (the others' samples are those taken already: add_perf skips them)
-            q = cur[pid]
+        for pid in sorted(reads):  # (the others' samples are those taken already: add_perf skips them)
+            q = reads[pid]
             agg.add_perf(pid, (q[0], dict(q[2])))
-        changed.clear()
     caps = parts.caps_rows(rec, plo, hi, seed)
     for _, n in _changes([r[0] for r in caps], ft, i_lo):
         for c in caps[n - 1][1] if n else ():

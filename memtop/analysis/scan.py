@@ -8,6 +8,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from memtop.analysis.phases import METRICS_READ
 from memtop.core.model import Frame, StackSample, ThreadStack
 
@@ -34,20 +36,40 @@ def main_only(s: StackSample) -> StackSample:
 class Stacks:
     """The stack samples the Frames held, main thread only, as the report keeps them: each (pid, t) once,
     at the place it was first met, with the newest of its dumps, as an index into ``dumps`` ((threads,
-    error) of each distinct dump: an 8-hour run holds tens of thousands of samples of a few dozen)."""
+    error) of each distinct dump: an 8-hour run holds tens of thousands of samples of a few dozen);
+    as arrays in that order (made, merged and pickled without an object per sample)."""
 
-    at: dict[tuple[int, float], int] = field(default_factory=dict)
+    pid: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    t: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    kind: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     dumps: list[tuple[tuple[ThreadStack, ...], str | None]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, pid: np.ndarray, t: np.ndarray, kind: np.ndarray, dumps: list) -> Stacks:
+        """Samples in the order met: a (pid, t) met again keeps its first place and takes its later dump."""
+        order = np.lexsort((t, pid))  # (stable: a key's samples in the order met)
+        p, ts = pid[order], t[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (p[1:] != p[:-1]) | (ts[1:] != ts[:-1])
+        start = np.flatnonzero(new)
+        first, last = order[start], order[np.append(start[1:], len(order))[: len(start)] - 1]
+        place = np.argsort(first, kind="stable")
+        return cls(pid[first[place]], t[first[place]], kind[last[place]], dumps)
 
     def update(self, later: Stacks) -> None:
         """``later``'s samples after these (a sample met again takes its dump)."""
         off = len(self.dumps)
-        self.dumps += later.dumps
-        self.at.update((key, off + k) for key, k in later.at.items())
+        got = Stacks.of(
+            np.concatenate([self.pid, later.pid]),
+            np.concatenate([self.t, later.t]),
+            np.concatenate([self.kind, later.kind + off]),
+            self.dumps + later.dumps,
+        )
+        self.pid, self.t, self.kind, self.dumps = got.pid, got.t, got.kind, got.dumps
 
-    def sample(self, key: tuple[int, float]) -> StackSample:
-        threads, error = self.dumps[self.at[key]]
-        return StackSample(key[1], key[0], threads, error)
+    def sample(self, i: int) -> StackSample:
+        threads, error = self.dumps[self.kind[i]]
+        return StackSample(float(self.t[i]), int(self.pid[i]), threads, error)
 
 
 @dataclass
@@ -104,17 +126,12 @@ class Aggregates:
             {k: dict(v) for k, v in self.peaks.items()},
             dict(self.perf),
         )
-        # the stacks as columns: pickle takes a tuple key at a time
-        st = self.stacks
-        d["stacks"] = ([p for p, _ in st.at], [t for _, t in st.at], list(st.at.values()), st.dumps)
         return d
 
     def __setstate__(self, d: dict) -> None:
         self.__init__()  # type: ignore[misc]
         throttle, peaks, perf = d.pop("throttle"), d.pop("peaks"), d.pop("perf")
-        pids, times, which, dumps = d.pop("stacks")
         self.__dict__.update(d)
-        self.stacks = Stacks(dict(zip(zip(pids, times, strict=True), which, strict=True)), dumps)
         self.throttle.update(throttle)
         self.peaks.update(peaks)
         self.perf.update(perf)

@@ -62,12 +62,12 @@ def _phase_stacks(
     site are found once per pid (``cache``): an 8-hour report meets 57,600 samples and a few hundred
     stacks."""
     at, keys = [], []
-    for (pid, ts), k in stacks.at.items():
+    for j, (pid, ts, k) in enumerate(zip(stacks.pid.tolist(), stacks.t.tolist(), stacks.kind.tolist())):
         if pid not in pids:
             continue
         key = cache.get((pid, k), ())
         if key == ():
-            m = stacks.sample((pid, ts)).main
+            m = stacks.sample(j).main
             key = cache[pid, k] = (m.klass, *site(m.frames)) if m is not None and m.frames else None
         if key is not None:
             at.append(ts)
@@ -295,7 +295,7 @@ def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: f
             k: round(sum(r.get(k, 0.0) for _, r in ps) / len(ps), 3) for k in sorted(keys)
         }
     read = {
-        f"pid {pid}" for pid in {pid for pid, _ in stacks.at}
+        f"pid {pid}" for pid in set(stacks.pid.tolist())
     }  # the capabilities' names of stacks that were read
     started = rec.meta.get("started_wall")
     rep = {

@@ -312,10 +312,12 @@ class Blocks:
         seed: float | None = None,
         ordered: bool = True,
         max_rows: int | None = None,
+        coded: bool = False,
     ) -> dict | None:
         """The columns of the rows with lo <= t <= hi the blocks hold (those before ``end``), as one
-        array each (a text column: a list); with ``seed`` (at most lo), the newest row at or before
-        it first. None where a block is damaged, or (``ordered``) its rows are not in time order."""
+        array each (a text column: a list, or ``coded`` its ``Texts``); with ``seed`` (at most lo),
+        the newest row at or before it first. None where a block is damaged, or (``ordered``) its
+        rows are not in time order."""
         import numpy as np
 
         index = self._index
@@ -334,7 +336,9 @@ class Blocks:
             return None  # (before any blob is inflated)
         if not want:
             return {
-                c: [] if k == "s" else np.zeros(0, dtype="<f8" if k == "f" else "<i8")
+                c: (Texts(np.zeros(0, dtype=np.int64), []) if coded else [])
+                if k == "s"
+                else np.zeros(0, dtype="<f8" if k == "f" else "<i8")
                 for c, k in self.columns
             }
         first, last = want[0], want[-1]
@@ -358,10 +362,8 @@ class Blocks:
             parts.append(got)
         out: dict = {}
         for c, kind in self.columns:  # (each block's column let go once joined: memory of hours)
-            if kind == "s":  # the texts, each block's indices into its own strings (-1: the None after them)
-                out[c] = np.concatenate(
-                    [np.array([*s, None], dtype=object)[cols.pop(c)] for _, cols, s in parts]
-                ).tolist()
+            if kind == "s":  # the texts, each block's indices into its own strings (-1: NULL)
+                out[c] = Texts.of([(cols.pop(c), s) for _, cols, s in parts])
             else:
                 out[c] = np.concatenate([cols.pop(c) for _, cols, _ in parts])
         t = out[self.columns[0][0]]
@@ -374,7 +376,43 @@ class Blocks:
                 mask[at] = True
         keep = np.flatnonzero(mask)
         if len(keep) != len(t):
-            out = {
-                c: [v[i] for i in keep.tolist()] if isinstance(v, list) else v[keep] for c, v in out.items()
-            }
-        return out
+            out = {c: v.take(keep) if isinstance(v, Texts) else v[keep] for c, v in out.items()}
+        return out if coded else {c: v.values() if isinstance(v, Texts) else v for c, v in out.items()}
+
+
+class Texts:
+    """A text column as a code per row into its distinct strings (-1: NULL): equal texts, one code,
+    so the readers compare and test each distinct text once and make no object per row."""
+
+    __slots__ = ("codes", "strings")
+
+    def __init__(self, codes: np.ndarray, strings: list[str]) -> None:
+        self.codes = codes  # int64
+        self.strings = strings
+
+    @staticmethod
+    def of(blocks: list[tuple[np.ndarray, list[str]]]) -> Texts:
+        """The blocks' columns (each its indices into its own strings) as one."""
+        import numpy as np
+
+        index: dict[str, int] = {}
+        codes = [
+            np.array([index.setdefault(x, len(index)) for x in s] + [-1], dtype=np.int64)[c]
+            for c, s in blocks
+        ]
+        return Texts(np.concatenate(codes), list(index))
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def take(self, rows: np.ndarray) -> Texts:
+        return Texts(self.codes[rows], self.strings)
+
+    def value(self, i: int) -> str | None:
+        c = int(self.codes[i])
+        return None if c < 0 else self.strings[c]
+
+    def values(self) -> list[str | None]:
+        import numpy as np
+
+        return np.array([*self.strings, None], dtype=object)[self.codes].tolist()

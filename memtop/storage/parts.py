@@ -22,7 +22,7 @@ import numpy as np
 
 from memtop.core.errors import UserError
 from memtop.core.model import Capability, PerfSample, StackSample
-from memtop.storage.colblock import NULL
+from memtop.storage.colblock import NULL, Texts
 from memtop.storage.decode import (
     BLOCK_STREAMS,
     DECODE_ERRORS,
@@ -256,8 +256,8 @@ def stack_dumps(
     cut = _sample_starts(t, cols[0])
     if main_only and len(t):
         t, cols, cut = _main_rows(t, cols, cut)
-        if (by_row := _row_dumps(rec, t, cols)) is not None:
-            return by_row
+    if len(t) and (by_sample := _sample_dumps(rec, t, cols, cut)) is not None:
+        return by_sample
     row = _row_codes(cols).tolist()
     kinds: dict[tuple, int] = {}
     dumps: list[StackSample] = []
@@ -279,21 +279,26 @@ def stack_dumps(
     return Dumps(times, np.array(kind, dtype=np.int64), dumps)
 
 
-def _row_dumps(rec: Recording, t: list, cols: list) -> Dumps | None:
-    """``stack_dumps``' loop where each row is a sample (``main_only``), over arrays: the same dumps,
-    decoded in the same order (a distinct row's first sample; one that does not decode skipped with
-    its samples); None where a time is not a plain float (then each is checked as the loop does)."""
-    if not types_in(tuple(t), float):
+def _sample_dumps(rec: Recording, t: list, cols: list, cut: list[int]) -> Dumps | None:
+    """``stack_dumps``' loop over arrays: the same dumps, decoded in the same order (a distinct
+    sample's first; one that does not decode skipped with its samples); None where a sample's time
+    is not a plain float (then each is checked as the loop does). An 8-hour run's ~200,000 samples
+    took a Python step each."""
+    first_rows = cut[:-1]
+    times = [t[a] for a in first_rows]
+    if not types_in(tuple(times), float):
         return None
-    ta = np.array(t, dtype=np.float64)
+    ta = np.array(times, dtype=np.float64)
     if not (np.abs(ta) <= 1e18).all():  # (NaN fails)
         return None
-    _, first, which = np.unique(_row_codes(cols), return_index=True, return_inverse=True)
-    index = np.full(len(first), -1, dtype=np.int64)  # each distinct row's dump
+    codes = _sample_codes(_row_codes(cols), np.array(first_rows, dtype=np.int64), np.diff(cut))
+    _, first, which = np.unique(codes, return_index=True, return_inverse=True)
+    index = np.full(len(first), -1, dtype=np.int64)  # each distinct sample's dump
     dumps: list[StackSample] = []
     for u in np.argsort(first, kind="stable").tolist():
+        k = int(first[u])
         try:
-            dumps.append(rec.stack_sample([_stack_row(t, cols, int(first[u]))]))
+            dumps.append(rec.stack_sample([_stack_row(t, cols, i) for i in range(cut[k], cut[k + 1])]))
         except DECODE_ERRORS:
             damaged(rec, "stack")
             continue
@@ -301,6 +306,25 @@ def _row_dumps(rec: Recording, t: list, cols: list) -> Dumps | None:
     kind = index[which.reshape(-1)]
     keep = np.flatnonzero(kind >= 0)
     return Dumps(ta[keep].tolist(), kind[keep], dumps)
+
+
+def _sample_codes(row: np.ndarray, starts: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """A code per sample (``n[i]`` rows from ``starts[i]``), the same for samples whose rows' codes
+    (``row``) are the same in the same order: the samples of each length numbered by their rows'
+    codes as the digits of one integer (renumbered before it could pass 2**62)."""
+    radix = int(row.max()) + 1 if len(row) else 1
+    code = np.empty(len(n), dtype=np.int64)
+    base = 0
+    for size in np.unique(n).tolist():
+        s = np.flatnonzero(n == size)
+        at, c, top = starts[s], np.zeros(len(s), dtype=np.int64), 1  # (c < top)
+        for j in range(size):
+            if top * radix >= 1 << 62:
+                c, top = np.unique(c, return_inverse=True)[1].reshape(-1), len(s)
+            c, top = c * radix + row[at + j], top * radix
+        code[s] = base + np.unique(c, return_inverse=True)[1].reshape(-1)
+        base += len(s)
+    return code
 
 
 def _main_rows(t: list, cols: list, cut: list[int]) -> tuple[list, list, list[int]]:
@@ -317,10 +341,16 @@ def _main_rows(t: list, cols: list, cut: list[int]) -> tuple[list, list, list[in
     first[(np.searchsorted(cut, mains, "right") - 1)[::-1]] = mains[::-1]  # (the first wins)
     rows = np.where(first >= 0, first, starts)
     pick = rows.tolist()
-    picked = [c[rows] if isinstance(c, np.ndarray) else [c[i] for i in pick] for c in cols]
-    error = cols[-1]
-    picked[-1] = error[starts] if isinstance(error, np.ndarray) else [error[i] for i in cut[:-1]]
+    picked = [_take(c, rows) for c in cols]
+    picked[-1] = _take(cols[-1], starts)
     return [t[i] for i in pick], picked, list(range(len(pick) + 1))
+
+
+def _take(column: list | np.ndarray | Texts, rows: np.ndarray) -> list | np.ndarray | Texts:
+    """A stack column's values at ``rows``."""
+    if isinstance(column, list):
+        return [column[i] for i in rows.tolist()]
+    return column.take(rows) if isinstance(column, Texts) else column[rows]
 
 
 def stack_samples(dumps: Dumps) -> list[tuple[float, StackSample]]:
@@ -340,7 +370,16 @@ def _stack_rows(rec: Recording, plo: float, hi: float, seed: float | None) -> li
 
 def _stack_row(t: list, cols: list, i: int) -> tuple:
     """Row i as STACK_SQL gives it (a column block's NULL as None)."""
-    v = [c[i] if isinstance(c, list) else (None if c[i] == NULL else int(c[i])) for c in cols]
+    v = [
+        c[i]
+        if isinstance(c, list)
+        else c.value(i)
+        if isinstance(c, Texts)
+        else None
+        if c[i] == NULL
+        else int(c[i])
+        for c in cols
+    ]
     return (t[i], *v[:5], None, *v[5:])
 
 
@@ -349,7 +388,9 @@ def _row_codes(cols: list) -> np.ndarray:
     an integer column as it is, another's values numbered."""
     keys = []
     for c in cols:
-        if isinstance(c, list):
+        if isinstance(c, Texts):  # (equal texts: one code)
+            c = c.codes
+        elif isinstance(c, list):
             first = {v: j for j, v in enumerate(dict.fromkeys(c))}
             c = np.fromiter(map(first.__getitem__, c), np.int64, len(c))
         keys.append(c)
@@ -386,12 +427,12 @@ def _stack_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> 
     if blocks.end <= hi:
         return None
     lo = seed - SEED_S if seed is not None else plo
-    got = blocks.read(float(np.nextafter(lo, np.inf)), hi, ordered=False)
+    got = blocks.read(float(np.nextafter(lo, np.inf)), hi, ordered=False, coded=True)
     if got is None:
         return None
     order = np.lexsort((got["pid"], got["t"]))  # (t, pid), then as written: the rows' order
     if not (np.diff(order) == 1).all():  # (as written but where damaged)
-        got = {c: [v[i] for i in order.tolist()] if isinstance(v, list) else v[order] for c, v in got.items()}
+        got = {c: v.take(order) if isinstance(v, Texts) else v[order] for c, v in got.items()}
     return got["t"].tolist(), [got[c] for c, _ in BLOCK_STREAMS["stack"][1:]]
 
 
@@ -448,7 +489,11 @@ def host_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> Ho
     t, n = h["t"], h["procs"]
     # no table counts the host_proc rows: at most as many as the file could hold (its blocks of rows
     # that repeat deflate a thousandfold; memory must not grow with that)
-    p = procs.read(t[0], t[-1], max_rows=rec.size // 4) if len(t) else procs.read(1.0, 0.0)
+    p = (
+        procs.read(t[0], t[-1], max_rows=rec.size // 4, coded=True)
+        if len(t)
+        else procs.read(1.0, 0.0, coded=True)
+    )
     if p is None:
         return None
     counts = n[n >= 0]
@@ -460,7 +505,7 @@ def host_blocks(rec: Recording, plo: float, hi: float, seed: float | None) -> Ho
         or not (np.abs(p["cpu_pct"]) < 1e18).all()
     ):
         return None
-    if any(None in p[k] for k in HOST_PROC_FIELDS[:5] if isinstance(p[k], list)):
+    if any((p[k].codes < 0).any() for k in HOST_PROC_FIELDS[:5] if isinstance(p[k], Texts)):
         return None  # (a NULL name or state: the rows say what they are)
     return HostBlocks(t, n, h["iowait_pct"], p)
 
