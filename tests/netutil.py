@@ -4,6 +4,7 @@ processes that are always killed."""
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
 import subprocess
@@ -11,7 +12,17 @@ import sys
 import time
 import urllib.request
 
-PORTS = range(41000, 42000)
+
+def _worker_ports() -> range:
+    """1 500 ports of this xdist worker's own, below Linux's ephemeral range (32768-60999): a port
+    picked there could be taken by any test's client socket between the check and the server's bind
+    (test_serve once met "Address already in use" so), and two workers never race for one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    start = 20000 + 1500 * (int(worker) % 8 if worker.isdigit() else 0)
+    return range(start, start + 1500)
+
+
+PORTS = _worker_ports()
 
 
 def free_ports(n: int, ports: range = PORTS) -> list[int]:
