@@ -38,8 +38,13 @@ def test_a_failed_read_shows_the_last_good_stack_dated_then_the_error():
     assert not failed.threads and failed.error
     held = v.stacks[pid]
     assert held.threads and held.t < v.frame.t  # the good read stands in
-    text = fmt.stacks_text(held, v.frame.caps, pid, now=v.frame.t).plain
+    text = fmt.stacks_text(held, v.frame.caps, pid, now=v.frame.t, failed=True).plain
     assert "Error" not in text and held.threads[0].name in text
+    if v.frame.t - held.t >= 1.0:
+        assert "the newest read failed" in text
+    # a good stack as old, of a process dumped less often (a saturated GPU's): no read failed
+    later = fmt.stacks_text(held, v.frame.caps, pid, now=held.t + 1.5).plain
+    assert "stack from 1.5 s ago" in later and "failed" not in later
     # the same failure STACK_HOLD_S later: the error shows
     late = replace(v.frame, t=held.t + STACK_HOLD_S + 0.5)
     p.on_frame(late, tick=False)

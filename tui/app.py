@@ -838,6 +838,7 @@ class MemtopApp(App[int]):
                 f.t if f else None,
                 self.stack_depth,
                 live=v.status.mode == "live",
+                failed=f is not None and any(x.pid == self.selected_pid and not x.threads for x in f.stacks),
             ),
         )
 

@@ -631,9 +631,11 @@ def stacks_text(
     now: float | None = None,
     depth: int = 4,
     live: bool = True,
+    failed: bool = False,
 ) -> Text:
-    """The selected process's threads; `now` (the frame's time) dates a held stack (the pipeline shows
-    the last good one for a moment when a read fails); ``live``: not a recording (whose processes no
+    """The selected process's threads; `now` (the frame's time) dates an older stack: one the pipeline
+    holds for a moment when the frame's read failed (``failed``), or one of a process dumped less often
+    (a saturated GPU's, a settled sync's); ``live``: not a recording (whose processes no
     flag can pick)."""
     if pid is None or not any_procs:  # (a process selected before it exited is not one to show)
         if not any_procs:
@@ -655,8 +657,10 @@ def stacks_text(
             )
         return Text(f"no stack sample for {pid} yet", style="dim")
     t = window_text(window, lk)
-    if now is not None and now - s.t >= 1.0:
-        t.append(f"stack from {now - s.t:.1f} s ago: the newest reads failed\n", style="dim")
+    if now is not None and now - s.t >= 1.0:  # a stack dumped every 2 s (saturated GPU) is this old too
+        t.append(
+            f"stack from {now - s.t:.1f} s ago{': the newest read failed' if failed else ''}\n", style="dim"
+        )
     if s.native:
         t.append("native dump (on request)\n", style="bold")
     _threads(t, s, lk, depth)
