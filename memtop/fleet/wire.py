@@ -165,13 +165,13 @@ def _texts(v: object, limit: int, count: int) -> list[str]:
 def _verdict(v: object) -> dict | None:
     if not isinstance(v, dict):
         return None
-    label, share, window = v.get("label"), v.get("share"), v.get("window_s")
-    title, headline, evidence, command = v.get("title"), v.get("headline"), v.get("evidence"), v.get("command")
+    label, title, headline = v.get("label"), v.get("title"), v.get("headline")
+    evidence, command = v.get("evidence"), v.get("command")
     out: dict[str, object] = {
         "label": label if isinstance(label, str) and _LABEL.fullmatch(label) else "other",
         "title": _text(title, 64) if isinstance(title, str) else "",
-        "share": (share or 0.0) if type(share) is float and 0.0 <= share <= 1.0 else _num(share, 0.0, 1.0) or 0.0,
-        "window_s": (window or 0.0) if type(window) is float and 0.0 <= window <= 1e9 else _num(window, 0.0, 1e9) or 0.0,
+        "share": _num(v.get("share"), 0.0, 1.0) or 0.0,
+        "window_s": _num(v.get("window_s"), 0.0, 1e9) or 0.0,
         "headline": _text(headline, 300) if isinstance(headline, str) else "",
         "evidence": _text(evidence, 600) if isinstance(evidence, str) else "",
         "advice": _texts(v.get("advice"), 300, 5),
@@ -236,13 +236,13 @@ def snapshot(raw: object) -> dict:
     gpus = [_gpu(i, g) for i, g in enumerate(raw["gpus"])]
     if len({g["index"] for g in gpus}) != len(gpus):
         raise Refused("bad snapshot: a GPU index appears twice")
-    version, host, t = raw.get("memtop_version"), raw.get("hostname"), raw.get("time")
+    version, host = raw.get("memtop_version"), raw.get("hostname")
     position, procs = raw.get("position_s"), raw.get("processes")
     return {
         "schema_version": SCHEMA_VERSION,
         "memtop_version": _text(version, 32) if isinstance(version, str) else "",
         "hostname": _text(host, 253) if isinstance(host, str) else "",
-        "time": (t or 0.0) if type(t) is float and 0.0 <= t <= 1e11 else _num(t, 0.0, 1e11) or 0.0,
+        "time": _num(raw.get("time"), 0.0, 1e11) or 0.0,
         "mode": raw["mode"] if raw.get("mode") in MODES else "live",
         "position_s": None if position is None else _num(position, 0.0, 1e9),
         "band_step_s": _num(raw.get("band_step_s"), 0.01, 3600.0) or 0.5,
