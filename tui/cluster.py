@@ -472,8 +472,9 @@ class ClusterApp(App):
     def _made(self, rs: list[Row]) -> tuple[list[list], Sequence[int] | None]:
         """Each row's [row, cells, their widths, band width, cells shown], and the positions made
         again (None: all). A row is made again only when it changed: a node's rows are the same
-        objects until a poll of it ends (at 1 024 nodes and 5 s, a fifth of the rows are new each
-        paint), and which positions hold another object than the last paint's is found in C."""
+        objects until a poll of it ends (a round polls every node at once: the paint after it
+        makes most rows again, the others none), and which positions hold another object than the
+        last paint's is found in C."""
         last_rs, last_made = self._last[:2]
         todo: Sequence[int] | None = None
         if len(last_rs) == len(rs):
