@@ -72,7 +72,7 @@ class BandTable(RowTable):
 
     def __init__(self, columns: Sequence[tuple[str, int]], **kw) -> None:
         super().__init__(columns, **kw)
-        self._plan = self._tiles_for(self.columns)
+        self.set_plan(self._tiles_for(self.columns))
         self._strips: dict[str, tuple[tuple, Style, tuple, Strip]] = {}
 
     @staticmethod
@@ -94,15 +94,7 @@ class BandTable(RowTable):
         the rows are drawn once."""
         if widths and tuple(widths) != self.columns:
             self.columns = tuple(widths)
-            plan = self._tiles_for(self.columns)
-            if plan != self._plan:
-                self._plan = plan
-                if len(self._tiles) == len(plan):
-                    for tile, w in zip(self._tiles, plan):
-                        tile.styles.width = w
-                else:  # not split into its tiles yet: one tile as wide as the table
-                    self._tiles[0].styles.width = sum(plan)
-                self.forget_geometry()
+            self.set_plan(self._tiles_for(self.columns))
         key = self.cursor_key
         self._rows = rows
         if not (self.cursor < len(rows) and rows[self.cursor][0] == key):
