@@ -121,8 +121,33 @@ def poller(hosts: str, interval: float, seconds: float) -> None:
 
 
 def _cpu_ticks(pid: int) -> int:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _task_ticks(Path(f"/proc/{pid}"))
+
+
+def _thread_ticks(pid: int) -> dict[int, int]:
+    """Each thread's utime + stime (a thread that ended meanwhile is left out)."""
+    out = {}
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(t.name)] = _task_ticks(t)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _task_ticks(task: Path) -> int:
+    """utime + stime of a process (/proc/PID) or of one of its threads (/proc/PID/task/TID)."""
+    f = (task / "stat").read_text().rsplit(")", 1)[1].split()
     return int(f[11]) + int(f[12])
+
+
+def _per_thread(pid: int, a: dict[int, int], b: dict[int, int], seconds: float) -> dict[str, float]:
+    """% of a core: the main thread (Textual and the paint), the busiest other (the poll loop), the rest."""
+    d = {tid: b[tid] - a.get(tid, 0) for tid in b}
+    main = d.pop(pid, 0)
+    busiest = max(d.values(), default=0)
+    ticks = {"main": main, "poll_loop": busiest, "rest": sum(d.values()) - busiest}
+    return {k: round(100 * v / TICK / seconds, 2) for k, v in ticks.items()}
 
 
 def tui(hosts: str, interval: float, seconds: float) -> dict:
@@ -136,14 +161,15 @@ def tui(hosts: str, interval: float, seconds: float) -> dict:
         pid = int(subprocess.run(["tmux", "-L", sock, "list-panes", "-F", "#{pane_pid}"],
                                  capture_output=True, text=True, check=True).stdout.split()[0])  # fmt: skip
         time.sleep(2 * interval)  # start-up and the first rounds are not the steady state
-        a, t0 = _cpu_ticks(pid), time.monotonic()
+        a, ta, t0 = _cpu_ticks(pid), _thread_ticks(pid), time.monotonic()
         time.sleep(seconds)
-        b, t1 = _cpu_ticks(pid), time.monotonic()
+        b, tb, t1 = _cpu_ticks(pid), _thread_ticks(pid), time.monotonic()
         screen = subprocess.run(
             ["tmux", "-L", sock, "capture-pane", "-p"], capture_output=True, text=True
         ).stdout
         return {
             "tui_cpu_pct": round(100 * (b - a) / TICK / (t1 - t0), 2),
+            "threads": _per_thread(pid, ta, tb, t1 - t0),
             "stale_on_screen": "stale" in screen,
         }
     finally:

@@ -19,7 +19,6 @@ PACKAGES = {"memtop": "memtop", "tui": "memtop.tui", "collectors": "memtop.colle
 KNOWN_PRIVATE = {
     ("memtop/commands/snapshot.py", "_lock"),
     ("tui/cluster.py", "_visible"),
-    ("tui/table.py", "_tiles"),
     ("tui/timeline.py", "_tiles"),
 }
 # cycles found and not yet removed, each as (a, b): a imports b and b imports a (none left: the last,

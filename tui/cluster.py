@@ -56,6 +56,7 @@ _TARGET, _STALE, _STRAGGLER, _GPU = (
     attrgetter("gpu"),
 )
 _LENS = itemgetter(2)  # of what ClusterApp._made gives a row: its cells' widths
+_TEXT = itemgetter(1)  # of a (style, text) pair
 FLAG = Style.parse("bold red")
 
 
@@ -71,21 +72,29 @@ class BandTable(RowTable):
 
     def __init__(self, columns: Sequence[tuple[str, int]], **kw) -> None:
         super().__init__(columns, **kw)
+        self.set_plan(self._tiles_for(self.columns))
         self._strips: dict[str, tuple[tuple, Style, tuple, Strip]] = {}
+
+    @staticmethod
+    def _tiles_for(columns: Sequence[tuple[str, int]]) -> list[int]:
+        """The tiles' widths: one per column but for the band and the verdict, whose split moves
+        with the rows (a straggler's evidence takes the band's cells, and gives them back when no
+        row is flagged): two tiles of fixed widths over both, so that a new split redraws lines
+        and lays nothing out (a layout of the screen cost as much as styling every row shown)."""
+        cells = [w + GAP if w else 0 for _, w in columns]
+        rest = sum(cells[BAND:])
+        return [*cells[:BAND], rest // 2, rest - rest // 2]
 
     def set_rows(
         self, rows: list[tuple[str, tuple[Cell, ...]]], widths: Sequence[tuple[str, int]] = ()
     ) -> None:
         """As RowTable's, but nothing is compared off screen: a cluster has a thousand rows, and
         _redraw keeps the strips of the rows on screen whose cells did not change. `widths`: every
-        column's, set first (set_width draws the rows at each column whose width changed: at 1 024
-        rows the paint profile's largest part); the rows are drawn once."""
-        self._widening = True
-        try:
-            for i, (_, w) in enumerate(widths):
-                self.set_width(i, w)
-        finally:
-            self._widening = False
+        column's, set first; the tiles are laid out again only when theirs changed (_tiles_for);
+        the rows are drawn once."""
+        if widths and tuple(widths) != self.columns:
+            self.columns = tuple(widths)
+            self.set_plan(self._tiles_for(self.columns))
         key = self.cursor_key
         self._rows = rows
         if not (self.cursor < len(rows) and rows[self.cursor][0] == key):
@@ -95,10 +104,8 @@ class BandTable(RowTable):
         if rows and key != self.cursor_key:
             self.post_message(self.Highlighted(self, rows[self.cursor][0]))
 
-    _widening = False  # set_rows is setting the widths: the rows are drawn once, after them
-
     def _redraw(self, changed: list[tuple[int, int]] | None = None) -> None:  # (RowTable's signature)
-        if not self.is_mounted or self._widening:
+        if not self.is_mounted:
             return
         top = max(min(self._top, self.cursor), self.cursor - self._visible() + 1, 0)
         self._top = top
@@ -208,9 +215,10 @@ def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -
 
 def cell_lens(cells: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
     """The width of each of a row's cells (``row_cells``)."""
-    return tuple(
-        len(text) if text.isascii() else cell_len(text) for _, text in cells
-    )  # (cleaned: no controls)
+    texts = tuple(map(_TEXT, cells))
+    if "".join(texts).isascii():  # (most rows: the lengths in C)
+        return tuple(map(len, texts))
+    return tuple(len(t) if t.isascii() else cell_len(t) for t in texts)  # (cleaned: no controls)
 
 
 def column_widths(lens: list[tuple[int, ...]], width: int) -> list[tuple[str, int]]:
@@ -456,8 +464,9 @@ class ClusterApp(App):
     def _made(self, rs: list[Row]) -> tuple[list[list], Sequence[int] | None]:
         """Each row's [row, cells, their widths, band width, cells shown], and the positions made
         again (None: all). A row is made again only when it changed: a node's rows are the same
-        objects until a poll of it ends (at 1 024 nodes and 5 s, a fifth of the rows are new each
-        paint), and which positions hold another object than the last paint's is found in C."""
+        objects until a poll of it ends (a round polls every node at once: the paint after it
+        makes most rows again, the others none), and which positions hold another object than the
+        last paint's is found in C."""
         last_rs, last_made = self._last[:2]
         todo: Sequence[int] | None = None
         if len(last_rs) == len(rs):

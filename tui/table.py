@@ -68,13 +68,7 @@ class RowTable(TiledLines, can_focus=True):
         if w == width:
             return
         self.columns = (*self.columns[:column], (name, width), *self.columns[column + 1 :])
-        widths = _cells(self.columns)
-        self._plan = list(widths)
-        if len(self._tiles) == len(self._plan):
-            self._tiles[column].styles.width = widths[column]
-        else:  # not split into column tiles yet: one tile as wide as the table
-            self._tiles[0].styles.width = sum(widths)
-        self.forget_geometry()
+        self.set_plan(_cells(self.columns))  # a tile per column
         self._redraw()
 
     def set_titles(self, titles: list[str]) -> None:

@@ -127,6 +127,18 @@ class TiledLines(KeepsRender):
         first.remove()
         self.forget_geometry()
 
+    def set_plan(self, widths: Sequence[int]) -> None:
+        """Other fixed widths for the tiles (as many as before): only a change lays them out again."""
+        if list(widths) == self._plan:
+            return
+        self._plan = list(widths)
+        if len(self._tiles) == len(self._plan):
+            for tile, w in zip(self._tiles, widths):
+                tile.styles.width = w
+        else:  # not split into its tiles yet: one tile as wide as the panel
+            self._tiles[0].styles.width = sum(widths)
+        self.forget_geometry()
+
     def forget_geometry(self) -> None:
         """After a resize every cut and kept render is stale: cut again and redraw every tile (only on
         a resize, so it costs nothing in steady state); again after the layout has settled."""

@@ -104,6 +104,8 @@ class _Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self.buf = sock, bytearray()
         self.used = False  # an answer was read whole on it: a close before the next is the server's right
+        self.flight: _Flight | None = None  # the Loop's request on it, while one is in flight
+        self.watched = False  # registered with the Loop's selector (it stays so between requests)
 
     def fill(self, deadline: float) -> bool:
         """More bytes into buf, blocking for at most what is left of the deadline; False at the
@@ -389,10 +391,13 @@ class Loop:
     is sent, then the answers are read as their sockets become readable, by the readers get() uses.
     A thousand nodes polled by a pool of blocking threads cost a GIL hand-off, a timeout set and a
     poll() per socket call; here a GET is a send and a recv, and one wait serves every answer ready
-    (bench/RESULTS.md). The wait ends at the earliest deadline of the requests in flight, whose
-    scan then ends those past theirs: a trickling node ends at its deadline, and a round of a thousand
-    requests answered in time is scanned at most once (a scan every 0.1 s over every socket in
-    flight was a tenth of the loop's CPU at 1 024 nodes)."""
+    (bench/RESULTS.md). A connection stays registered with the selector from its first request on
+    (registering and unregistering it around each request were two system calls and two Python
+    SelectorKeys per GET); one that turns readable with no request in flight (the node closed it,
+    or a worker reads it: a redirect, the full snapshot) is unregistered, and registered again by
+    its next request. The wait ends at the earliest deadline of the requests in flight, whose scan
+    then ends those past theirs: a trickling node ends at its deadline, and a round of a thousand
+    requests answered in time is scanned at most once."""
 
     def __init__(self) -> None:
         self._sel = selectors.DefaultSelector()
@@ -402,6 +407,7 @@ class Loop:
         self._sel.register(self._wake_r, selectors.EVENT_READ)
         self._new: queue.SimpleQueue[tuple[Fetcher, str, float, Done]] = queue.SimpleQueue()
         self._closed = False
+        self._flying: set[_Conn] = set()  # the connections with a request in flight
         self._due = math.inf  # no request in flight ends before this (monotonic)
 
     def submit(self, fetcher: Fetcher, path: str, deadline: float, done: Done) -> bool:
@@ -425,21 +431,21 @@ class Loop:
     def run(self) -> None:
         try:
             while not self._closed:
-                busy = len(self._sel.get_map()) > 1  # (the wake-up socket is always there)
+                busy = bool(self._flying)
                 if not busy:
                     self._due = math.inf
                 timeout = None if not busy else max(0.0, self._due - time.monotonic())
                 for key, _ in self._sel.select(timeout):
-                    if key.data is None:
+                    conn = key.data
+                    if conn is None:
                         self._start_new()
-                    else:
-                        self._read(key.data)
+                    elif conn.flight is not None:
+                        self._read(conn.flight)
+                    else:  # no request of the loop's on it: the node closed it, or a worker reads it
+                        self._unwatch(conn)
                 if busy and (now := time.monotonic()) >= self._due:
                     self._expire(now)
         finally:
-            for key in list(self._sel.get_map().values()):
-                if key.data is not None:
-                    self._sel.unregister(key.fileobj)
             self._sel.close()
             self._wake_r.close()
             self._wake_w.close()
@@ -447,8 +453,8 @@ class Loop:
     def _expire(self, now: float) -> None:
         """End the requests past their deadline; the next wait ends at the earliest of the others'."""
         due = math.inf
-        for key in list(self._sel.get_map().values()):
-            f = key.data
+        for conn in list(self._flying):
+            f = conn.flight
             if f is None:
                 continue
             if f.deadline <= now:
@@ -471,17 +477,34 @@ class Loop:
             return done(Again())
         try:
             request = fetcher._request_bytes(path)
-            if conn.sock.gettimeout() != 0.0:  # (a system call: once, not per request)
+            if conn.sock.gettimeout() != 0.0:  # (a system call: only after a worker used it)
                 conn.sock.settimeout(0.0)
             if conn.sock.send(request) != len(request):  # (a request of a few hundred bytes on an
                 raise ConnectionResetError(errno.ECONNRESET, "send")  # idle connection: never seen)
+            if not conn.watched:
+                self._watch(conn)
         except Exception as e:
+            self._unwatch(conn)
             fetcher._drop()
             return done(Again() if isinstance(e, ConnectionError) else e)
-        f = _Flight(fetcher, conn, fetcher._answer(conn), deadline, done)
+        f = conn.flight = _Flight(fetcher, conn, fetcher._answer(conn), deadline, done)
         next(f.steps)  # (no answer can be there yet: the connection's buffer was empty)
-        self._sel.register(conn.sock, selectors.EVENT_READ, f)
+        self._flying.add(conn)
         self._due = min(self._due, deadline)
+
+    def _watch(self, conn: _Conn) -> None:
+        try:
+            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+        except KeyError:  # its number was a watched socket's that a worker closed (the kernel
+            self._sel.unregister(conn.sock.fileno())  # dropped that one from the epoll set then)
+            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+        conn.watched = True
+
+    def _unwatch(self, conn: _Conn) -> None:
+        if conn.watched:
+            conn.watched = False
+            with contextlib.suppress(KeyError, ValueError, OSError):  # (the answer may have closed it)
+                self._sel.unregister(conn.sock)
 
     def _read(self, f: _Flight) -> None:
         try:
@@ -499,10 +522,14 @@ class Loop:
             self._end(f, e)
 
     def _end(self, f: _Flight, got: Answer | BaseException) -> None:
-        with contextlib.suppress(KeyError, ValueError, OSError):  # (the answer may have closed it)
-            self._sel.unregister(f.conn.sock)
+        conn = f.conn
+        conn.flight = None
+        self._flying.discard(conn)
         if isinstance(got, Answer):
+            if f.fetcher._conn is not conn:  # the answer ended the connection (a close, or more
+                self._unwatch(conn)  # bytes than it said)
             return f.done(Again() if got.status in _REDIRECTS and got.location else (got.status, got.body))
+        self._unwatch(conn)
         f.steps.close()
         f.fetcher._drop()
         f.done(Again() if isinstance(got, (ConnectionResetError, BrokenPipeError)) else got)

@@ -154,18 +154,28 @@ _BAND = re.compile("[" + re.escape("".join(sorted(_BAND_CHARS))) + "]*")
 _LABEL = re.compile(r"[a-z][a-z_-]{0,15}")  # a phase's name (the row shows it as one)
 
 
+def _texts(v: object, limit: int, count: int) -> list[str]:
+    """A list of at most `count` strings, each _text(…, limit); other items left out."""
+    return [_text(x, limit) for x in v[:count] if isinstance(x, str)] if v and isinstance(v, list) else []
+
+
+# A thousand nodes' answers every few seconds go through _verdict and _gpu: the common case (a field
+# of the right type, or absent, as in the compact form) is tested inline, without a call per field;
+# what is not that case goes through the same helpers as everything else.
 def _verdict(v: object) -> dict | None:
     if not isinstance(v, dict):
         return None
+    label, title, headline = v.get("label"), v.get("title"), v.get("headline")
+    evidence, command = v.get("evidence"), v.get("command")
     out: dict[str, object] = {
-        "label": label if isinstance(label := v.get("label"), str) and _LABEL.fullmatch(label) else "other",
-        "title": _str(v.get("title"), 64),
+        "label": label if isinstance(label, str) and _LABEL.fullmatch(label) else "other",
+        "title": _text(title, 64) if isinstance(title, str) else "",
         "share": _num(v.get("share"), 0.0, 1.0) or 0.0,
         "window_s": _num(v.get("window_s"), 0.0, 1e9) or 0.0,
-        "headline": _str(v.get("headline"), 300),
-        "evidence": _str(v.get("evidence"), 600),
-        "advice": [_text(a, 300) for a in _list(v.get("advice"), 5) if isinstance(a, str)],
-        "command": _str(v.get("command"), 1000),
+        "headline": _text(headline, 300) if isinstance(headline, str) else "",
+        "evidence": _text(evidence, 600) if isinstance(evidence, str) else "",
+        "advice": _texts(v.get("advice"), 300, 5),
+        "command": _text(command, 1000) if isinstance(command, str) else "",
     }
     if isinstance(v.get("straggler"), bool):
         out["straggler"] = v["straggler"]
@@ -180,7 +190,7 @@ def _gpu(i: int, g: object) -> dict:
     index = _small_int(g.get("index"), MAX_INDEX)
     if index is None:
         raise Refused(f"bad snapshot: gpus[{i}].index is not 0-{MAX_INDEX}")
-    phase = g.get("phase")
+    phase, uuid, name = g.get("phase"), g.get("uuid"), g.get("name")
     gauges = {}
     for k, x in _obj(g.get("gauges")).items():  # in the recording's ranges (finite: no NaN passes)
         if (r := _RANGES.get(k)) is not None:
@@ -188,18 +198,19 @@ def _gpu(i: int, g: object) -> dict:
                 gauges[k] = x
             elif (f := _num(x, *r)) is not None:
                 gauges[k] = f
+    job_ = g.get("job")
     return {
         "index": index,
-        "uuid": _str(g.get("uuid"), 64),
-        "name": _str(g.get("name"), 96),
+        "uuid": _text(uuid, 64) if isinstance(uuid, str) else "",
+        "name": _text(name, 96) if isinstance(name, str) else "",
         "mode": g["mode"] if g.get("mode") in GPU_MODES else "nvml",
         "gauges": gauges,
-        "throttle": [_text(t, 32) for t in _list(g.get("throttle"), 16) if isinstance(t, str)],
+        "throttle": _texts(g.get("throttle"), 32, 16),
         "phase": phase if isinstance(phase, str) and phase in PHASES else "other",
         "shares": shares(g.get("shares")),
         "band": band(g.get("band")),
         "verdict": _verdict(g.get("verdict")),
-        "job": job(g.get("job")),
+        "job": job(job_) if job_ else {},
     }
 
 
@@ -225,17 +236,21 @@ def snapshot(raw: object) -> dict:
     gpus = [_gpu(i, g) for i, g in enumerate(raw["gpus"])]
     if len({g["index"] for g in gpus}) != len(gpus):
         raise Refused("bad snapshot: a GPU index appears twice")
+    version, host = raw.get("memtop_version"), raw.get("hostname")
+    position, procs = raw.get("position_s"), raw.get("processes")
     return {
         "schema_version": SCHEMA_VERSION,
-        "memtop_version": _str(raw.get("memtop_version"), 32),
-        "hostname": _str(raw.get("hostname"), 253),
+        "memtop_version": _text(version, 32) if isinstance(version, str) else "",
+        "hostname": _text(host, 253) if isinstance(host, str) else "",
         "time": _num(raw.get("time"), 0.0, 1e11) or 0.0,
         "mode": raw["mode"] if raw.get("mode") in MODES else "live",
-        "position_s": _num(raw.get("position_s"), 0.0, 1e9),
+        "position_s": None if position is None else _num(position, 0.0, 1e9),
         "band_step_s": _num(raw.get("band_step_s"), 0.01, 3600.0) or 0.5,
-        "notes": [_text(n, 300) for n in _list(raw.get("notes"), 16) if isinstance(n, str)],
+        "notes": _texts(raw.get("notes"), 300, 16),
         "gpus": gpus,
-        "processes": [p for p in map(_process, _list(raw.get("processes"), MAX_PROCS)) if p is not None],
+        "processes": [p for p in map(_process, procs[:MAX_PROCS]) if p is not None]
+        if procs and isinstance(procs, list)
+        else [],
     }
 
 
