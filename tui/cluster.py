@@ -45,7 +45,7 @@ PHASE_COLORS = phase_colors(None)  # the cluster view's dark palette
 BAND_W = COMPACT_BAND  # the band's widest (two minutes at the snapshot's 2 s steps)
 MIN_BAND, MIN_NOTE = 10, 24  # under these the column says too little to keep
 # (title, the narrowest, the widest): columns take the width of their content inside these bounds
-COLUMNS = (("node", 4, 32), ("GPU", 3, 4), ("!", 1, 1), ("job", 3, 16), ("phase", 5, 9), ("SM", 4, 4))
+COLUMNS = (("node", 4, 32), ("GPU", 3, 4), ("!", 1, 1), ("job", 3, 16), ("recent", 5, 9), ("SM", 4, 4))
 NOTE, BAND = len(COLUMNS) + 1, len(COLUMNS)  # then the phase band, then the verdict or the reason
 DIM = Style.parse("dim")
 _OK_AT, _VERSION, _KEY = attrgetter("ok_at"), attrgetter("version"), attrgetter("key")
@@ -512,8 +512,9 @@ class ClusterApp(App):
             v = g.get("verdict") or {}
             t.append(f"{clean(r.target, 40)} GPU {clean(g.get('index', '-'), 4)}", "bold")
             if g:
-                # the newest label, as the verdict below reads "now" (the row's phase column is the
-                # last band steps' most common, smoothed for comparing nodes)
+                # the newest label, as the verdict below reads "now" (the row's "recent" column is the
+                # last band steps' most common, smoothed for comparing nodes: headed so, not "phase",
+                # since the two can differ on one screen)
                 t.append(f"  now: {clean(g.get('phase', 'gathering'), 12)}")
             t.append("\n")
             if r.straggler:
