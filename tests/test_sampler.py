@@ -69,6 +69,21 @@ def test_jittered_collector_samples_at_random_intervals_around_its_rate():
     assert max(gaps) - min(gaps) > 0.01  # but not a fixed period
 
 
+def _stacks_sampler(pid: int, lean: bool = False) -> Sampler:
+    """A sampler of ``pid``'s stacks at 0.5 s over the recorded H100's NVML; the test feeds its frames."""
+    return Sampler(
+        SamplerConfig(
+            nvml=ReplayNvml.load(DATA / "nvml_h100.json"),
+            stacks=True,
+            perf=False,
+            stack_interval=0.5,
+            pids=(pid,),
+            lean=lean,
+        ),
+        on_frame=lambda f: None,
+    )
+
+
 def test_stacks_speed_up_exactly_where_sync_and_cpu_bound_look_alike():
     """On the frames of a real H100 run: fast stack dumps in sync-stall phases (GPU partly busy,
     its process burning a core), normal ones in compute and idle phases."""
@@ -79,16 +94,7 @@ def test_stacks_speed_up_exactly_where_sync_and_cpu_bound_look_alike():
     rec = Recording(REC[6])
     marks = rec.markers()
     pid = next(p.pid for g in rec.seek(marks[0].t0 + 1).gpus for p in g.processes)
-    s = Sampler(
-        SamplerConfig(
-            nvml=ReplayNvml.load(DATA / "nvml_h100.json"),
-            stacks=True,
-            perf=False,
-            stack_interval=0.5,
-            pids=(pid,),
-        ),
-        on_frame=lambda f: None,
-    )
+    s = _stacks_sampler(pid)
     fast: dict[str, list[bool]] = {}
     for f in rec.frames():
         m = next((m for m in marks if m.t0 + 1.5 <= f.t <= m.t1), None)
@@ -116,17 +122,7 @@ def test_a_live_view_ends_the_fast_pace_once_its_stacks_read_a_steady_sync():
     pid = next(p.pid for g in rec.seek(marks[0].t0 + 1).gpus for p in g.processes)
     fast: dict[bool, dict[tuple[str, float], list[bool]]] = {}
     for lean in (True, False):
-        s = Sampler(
-            SamplerConfig(
-                nvml=ReplayNvml.load(DATA / "nvml_h100.json"),
-                stacks=True,
-                perf=False,
-                stack_interval=0.5,
-                pids=(pid,),
-                lean=lean,
-            ),
-            on_frame=lambda f: None,
-        )
+        s = _stacks_sampler(pid, lean)
         assert (s.sync is not None) == lean
         seen: set[float] = set()
         for f in rec.frames():
