@@ -6,7 +6,6 @@ are rendered from it, so all three say the same thing.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
@@ -60,31 +59,43 @@ def _phase_stacks(
     """The main-thread stacks of the GPU's processes counted under the label of the bin each sample
     falls in (``t``, ``labels``: the bins' starts and labels). Each distinct dump's main thread and
     site are found once per pid (``cache``): an 8-hour report meets 57,600 samples and a few hundred
-    stacks."""
-    at, keys = [], []
-    for j, (pid, ts, k) in enumerate(zip(stacks.pid.tolist(), stacks.t.tolist(), stacks.kind.tolist())):
-        if pid not in pids:
-            continue
+    stacks, counted over arrays (a step per sample cost an 8-hour report a tenth of a second)."""
+    by_label: dict[str, Counter] = defaultdict(Counter)
+    mine = np.flatnonzero(np.isin(stacks.pid, np.fromiter(pids, dtype=np.int64, count=len(pids))))
+    if not len(mine) or not len(t):
+        return by_label
+    # each (pid, dump) pair once, as integers (np.unique of rows sorts them as structured values)
+    pid_at = np.unique(stacks.pid[mine], return_inverse=True)[1].reshape(-1)
+    pair = pid_at * len(stacks.dumps) + stacks.kind[mine]
+    _, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+    f = mine[first]  # each pair's first sample
+    key_id: dict[tuple, int] = {}  # each distinct key (a site) once: pairs may share one
+    ids = []
+    for pid, k, j in zip(stacks.pid[f].tolist(), stacks.kind[f].tolist(), f.tolist(), strict=True):
         key = cache.get((pid, k), ())
         if key == ():
             m = stacks.sample(j).main
             key = cache[pid, k] = (m.klass, *site(m.frames)) if m is not None and m.frames else None
-        if key is not None:
-            at.append(ts)
-            keys.append(key)
-    by_label: dict[str, Counter] = defaultdict(Counter)
-    if not keys or not len(t):
+        ids.append(-1 if key is None else key_id.setdefault(key, len(key_id)))
+    kid = np.array(ids, dtype=np.int64)[inv.reshape(-1)]
+    keep = kid >= 0
+    if not keep.any():
         return by_label
+    kid = kid[keep]
     # a sample's bin, and the label of that bin if there is one: round() of the bin starts in bins
-    n = np.rint(bin_start(np.array(at, dtype=np.float64), bin_s) / bin_s)
+    n = np.rint(bin_start(stacks.t[mine[keep]].astype(np.float64), bin_s) / bin_s)
     bins = np.rint(t / bin_s)
     i = np.minimum(np.searchsorted(bins, n), len(bins) - 1)
     hit = bins[i] == n
-    # counted in one C pass; each label's keys in the order met, as one increment a sample gives them
-    for (lab, key), count in Counter(
-        zip(labels[i[hit]].tolist(), itertools.compress(keys, hit.tolist()))
-    ).items():
-        by_label[lab][key] = count
+    # each (label, key) counted; labels and their keys in the order met (as a Counter of the samples)
+    label_id: dict[str, int] = {}  # (a few labels: numpy sorts strings slowly)
+    lab = np.array([label_id.setdefault(x, len(label_id)) for x in labels.tolist()], dtype=np.int64)
+    names = list(label_id)
+    code = lab[i[hit]] * len(key_id) + kid[hit]
+    got, at, count = np.unique(code, return_index=True, return_counts=True)
+    keys, order = list(key_id), np.argsort(at)
+    for c, m in zip(got[order].tolist(), count[order].tolist(), strict=True):
+        by_label[names[c // len(keys)]][keys[c % len(keys)]] = m
     return by_label
 
 
