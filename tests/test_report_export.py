@@ -331,3 +331,41 @@ def test_from_and_to_take_times_as_replay_shows_them(capsys, tmp_path):
             rc = e.code
         err = capsys.readouterr().err
         assert rc == 2 and said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_phase_stacks_counts_each_gpu_process_sample_under_its_bin_label():
+    """The report's stacks per phase: a GPU process's samples with a main thread, under the label of
+    the bin each falls in; two dumps of one site are one entry; labels and sites in the order met."""
+    import numpy as np
+
+    from memtop.analysis.scan import Stacks
+    from memtop.core.model import StackFrame, ThreadStack
+    from memtop.outputs.report import _phase_stacks
+
+    def dump(line: int, klass: str) -> tuple:
+        frame = StackFrame(name="step", file="/w/train.py", line=line, code=f"x{line}()")
+        return ((ThreadStack(7, "main", True, True, (frame,), klass),), None)
+
+    dumps = [dump(10, "sync"), dump(10, "sync"), dump(20, "copy"), ((), "no threads")]
+    # samples (pid, t, dump): pid 9 is no GPU process; t 9.5 lies in no labelled bin
+    rows = [
+        (7, 2.2, 2),
+        (7, 0.5, 0),
+        (8, 0.7, 1),
+        (9, 0.6, 0),
+        (7, 1.1, 3),
+        (8, 2.9, 2),
+        (7, 9.5, 0),
+        (7, 1.4, 1),
+    ]
+    pid, t, kind = (np.array(c) for c in zip(*rows, strict=True))
+    stacks = Stacks(pid.astype(np.int64), t.astype(np.float64), kind.astype(np.int64), dumps)
+    got = _phase_stacks(
+        stacks, {7, 8}, np.array([0.0, 1.0, 2.0]), np.array(["data", "sync", "data"]), 1.0, {}
+    )
+    sync, copy = ("sync", "train.py:10", "x10()"), ("copy", "train.py:20", "x20()")
+    assert [(lab, list(c.items())) for lab, c in got.items()] == [
+        ("data", [(copy, 2), (sync, 2)]),
+        ("sync", [(sync, 1)]),
+    ]
+    assert _phase_stacks(stacks, {9}, np.zeros(0), np.zeros(0, dtype=str), 1.0, {}) == {}
