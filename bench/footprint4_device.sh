@@ -24,19 +24,9 @@ for i in $(seq "$K"); do
     python3 bench/pty_bench.py 0.5 200x50 2 --until '[0-9]W' -- $c >> "$R/first.jsonl"
   done
 done
-smaps() {  # LABEL PATTERN: where the newest matching process's memory is, 2 s before its window ends
-  if [ "$k" = 1 ]; then
-    (sleep $((S + W - 2)); python3 bench/smaps_top.py "$(pgrep -n -f "$2")" "$1" >> "$R/smaps.jsonl") &
-  fi
-}
 B="python3 bench/pty_bench.py $S 200x50 $W"
 for k in $(seq "$N"); do
-  $B --threads -- memtop --no-mouse >> "$R/tui.jsonl"
-  $B -- $OLDM --no-mouse >> "$R/tui.jsonl"
-  smaps nvitop "nvitop -m full --interval 1"
-  $B -- nvitop -m full --interval 1 >> "$R/tui.jsonl"
-  smaps "this tree 1 Hz" "bin/memtop --no-mouse --no-stacks"
-  $B --threads -- memtop --no-mouse --no-stacks --interval 1 >> "$R/tui.jsonl"
+  side_round
   smaps "main 1 Hz" "python3 -P -m memtop --no-mouse --no-stacks"
   $B -- $OLDM --no-mouse --no-stacks --interval 1 >> "$R/tui.jsonl"
 done

@@ -41,11 +41,6 @@ nv = RealNvml(); nv.init(); nv.gpm_metrics(0, GPM_IDS); time.sleep(1)
 v = gpm_values(nv.gpm_metrics(0, GPM_IDS) or {})
 print('graphics %.0f %%, SM %.0f %%' % (v.get('graphics', -1), v.get('sm', -1)))" 2>&1 | tail -1
 }
-smaps() {  # LABEL PATTERN
-  if [ "$k" = 1 ]; then
-    (sleep $((S + W - 2)); python3 bench/smaps_top.py "$(pgrep -n -f "$2")" "$1" >> "$R/smaps.jsonl") &
-  fi
-}
 if [ "${SATURATED:-1}" = 1 ]; then
 load saturated
 for i in $(seq "$K"); do
@@ -54,12 +49,7 @@ for i in $(seq "$K"); do
   done
 done
 for k in $(seq "$N"); do
-  $B --threads -- memtop --no-mouse >> "$R/tui.jsonl"
-  $B -- $OLDM --no-mouse >> "$R/tui.jsonl"
-  smaps nvitop "nvitop -m full --interval 1"
-  $B -- nvitop -m full --interval 1 >> "$R/tui.jsonl"
-  smaps "this tree 1 Hz" "bin/memtop --no-mouse --no-stacks"
-  $B --threads -- memtop --no-mouse --no-stacks --interval 1 >> "$R/tui.jsonl"
+  side_round
 done
 kill $LOAD; wait $LOAD 2>/dev/null
 fi
