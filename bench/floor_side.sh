@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine (issue #39): what any Textual monitor pays before its own work, beside nvitop and
 # memtop, in one call under one load (footprint_load.py saturated; 200x50 ptys; one interpreter):
-# ROUNDS rounds alternated of nvitop at 1 s, bench/textual_floor.py still and tick (1 s), memtop
+# ROUNDS rounds alternated of nvitop at 1 s, bench/textual_floor.py still and tick (1 s), each also
+# --lean (memtop's process-wide trims), memtop
 # --no-stacks --interval 1 and memtop's defaults; smaps of each in round 1.
 # usage (from this tree's root on the device): bash bench/floor_side.sh OUTDIR [S] [WARM] [ROUNDS] [OLDTREE (default .)]
 set -u
@@ -21,8 +22,10 @@ run() {  # LABEL PATTERN COMMAND...
 }
 for k in $(seq "$N"); do
   run nvitop "nvitop -m full --interval 1" nvitop -m full --interval 1
-  run "floor still" "textual_floor.py still" python3 "$HERE/textual_floor.py" still
-  run "floor tick" "textual_floor.py tick" python3 "$HERE/textual_floor.py" tick 1
+  run "floor still" "textual_floor.py still$" python3 "$HERE/textual_floor.py" still
+  run "floor tick" "textual_floor.py tick 1$" python3 "$HERE/textual_floor.py" tick 1
+  run "floor lean" "textual_floor.py still --lean" python3 "$HERE/textual_floor.py" still --lean
+  run "floor tick lean" "textual_floor.py tick 1 --lean" python3 "$HERE/textual_floor.py" tick 1 --lean
   run "memtop 1 Hz" "bin/memtop --no-mouse --no-stacks" memtop --no-mouse --no-stacks --interval 1
   run "memtop defaults" "bin/memtop --no-mouse$" memtop --no-mouse
 done
