@@ -375,7 +375,7 @@ def test_phase_stacks_counts_each_gpu_process_sample_under_its_bin_label():
     "value",
     [
         {"a": 1, "b": [1.5, -0.0, 1e16, 1e-7, 5e-324, 2**70, -3], "c": {}, "d": [], "e": [[], {}, [{}]]},
-        {"ü€😀\x00\n\"\\": "ü€😀\x00\t\"\\", 7: True, 2.5: False, None: None, False: (1, (2, 3))},
+        {'ü€😀\x00\n"\\': 'ü€😀\x00\t"\\', 7: True, 2.5: False, None: None, False: (1, (2, 3))},
         [{"gaps": [{"at_s": 1.0, "stack": None}, {"at_s": 2.0, "stack": {"frames": ["x", "y"]}}]}],
     ],
 )
