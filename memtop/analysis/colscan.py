@@ -34,7 +34,16 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from memtop.analysis import labelcols
-from memtop.analysis.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_peers
+from memtop.analysis.binscan import (
+    GpuBins,
+    LabelSeq,
+    Rules,
+    Settled,
+    gpu_bins,
+    settle_all,
+    settle_more,
+    with_peers,
+)
 from memtop.analysis.jobs import job_groups
 from memtop.analysis.phases import (
     GAP_MIN_S,
@@ -190,6 +199,9 @@ class _Part(NamedTuple):
     warm: dict[int, tuple[float, float]]  # each GPU's last warm-up bin: (start, graphics)
     window: tuple[tuple, tuple]  # the stack window's samples after the warm-up and at the end
     agg: Aggregates
+    # the first chunk's hysteresis, run while the other chunks are still scanned (``settle_first``):
+    # each GPU's (rule ids, stable labels, state after them), which the join goes on from
+    settled: dict[int, tuple[np.ndarray, list[str], Settled]] | None = None
 
 
 _DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
@@ -255,6 +267,8 @@ def _parallel(
             first = None
         if meanwhile is not None:
             meanwhile()
+        if first is not None:
+            first = settle_first(first)
         while wait(futures, timeout=0.25).not_done:
             if tick:
                 tick(sum(done))
@@ -319,16 +333,34 @@ def join_parts(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
             if len(bins):
                 last[g] = (float(bins.t[-1]), float(bins.graphics[-1]))
     labels: dict[int, LabelSeq] = {}
+    head = parts[0].settled or {}
     for g in sorted({g for p in parts for g in p.bins}):
         got = [p.bins[g] for p in parts if g in p.bins]
         bins = GpuBins.concat([x[0] for x in got])
         rules = Rules.concat([x[1] for x in got])
-        rid, stable = settle_all(rules, clf.warmup_bins, clf.confirm, clf.bin_s)
+        if g in head:  # the first chunk's settled already: the hysteresis goes on from its state
+            rest = Rules.concat([x[1] for x in got[1:]]) if len(got) > 1 else None
+            rid, stable, at = head[g]
+            if rest is not None:
+                more = settle_more(rest, clf.warmup_bins, clf.confirm, clf.bin_s, at)
+                rid, stable = np.concatenate([rid, more[0]]), stable + more[1]
+        else:
+            rid, stable = settle_all(rules, clf.warmup_bins, clf.confirm, clf.bin_s)
         labels[g] = LabelSeq(bins, rules, rid, stable, parts[0].first.get(g, 0) if g in parts[0].bins else 0)
     agg = parts[0].agg
     for p in parts[1:]:
         agg.merge(p.agg)
     return labels, gaps, agg
+
+
+def settle_first(part: _Part) -> _Part:
+    """The first chunk with its GPUs' hysteresis run (``_Part.settled``): what this process can do
+    of the join while the other chunks are still scanned."""
+    clf = Classifier()
+    settled = {
+        g: settle_more(rules, clf.warmup_bins, clf.confirm, clf.bin_s) for g, (_, rules) in part.bins.items()
+    }
+    return part._replace(settled=settled)
 
 
 def scan_part(
