@@ -417,9 +417,11 @@ def _timeline(t: np.ndarray, labels: np.ndarray, lo: float, hi: float, bin_s: fl
     step = max(bin_s, (hi - lo) / width)
     n = min(width, math.ceil((hi - lo) / step - 1e-9))
     cell = np.floor((t - lo) / step)
+    # (the bins in time order: each cell's are a slice, found by a search, not a mask per cell)
+    edges = np.searchsorted(cell, np.arange(n + 1), "left").tolist()
     out = []
     for k in range(n):
-        c = label_counts(labels[cell == k])
+        c = label_counts(labels[edges[k] : edges[k + 1]])
         out.append(CHARS.get(c.most_common(1)[0][0], "?") if c else " ")
     return "".join(out)
 
