@@ -303,9 +303,9 @@ def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: f
     ]
     perf_summary = {}
     for pid, ps in perf.items():
-        keys = {k for _, rates in ps for k in rates}
-        perf_summary[str(pid)] = {
-            k: round(sum(r.get(k, 0.0) for _, r in ps) / len(ps), 3) for k in sorted(keys)
+        rates = [r for _, r in ps]
+        perf_summary[str(pid)] = {  # (sum of a list: the same floats added in the same order)
+            k: round(sum([r.get(k, 0.0) for r in rates]) / len(ps), 3) for k in sorted(set().union(*rates))
         }
     read = {
         f"pid {pid}" for pid in set(stacks.pid.tolist())
