@@ -455,3 +455,21 @@ def test_stack_row_codes_number_equal_rows_alike():
     assert parts._one_key(wide) is None  # (2**61 values and more: the rows are sorted by each column)
     for keys in (wide, [np.array([NULL, 3, 7, 3, NULL]), np.array([1, 1, 1, 1, 2])]):
         assert _same_partition(parts._row_codes(keys), list(zip(*(k.tolist() for k in keys), strict=True)))
+
+
+def test_chunks_in_forked_workers_come_back_through_memory_files(monkeypatch):
+    """A forked worker writes its chunk's result to a memory file it shares with the report's
+    process (os.memfd_create) and returns its length; a spawned one returns it through the pipe."""
+    import threading
+
+    taken = []
+    take = colscan._result
+    monkeypatch.setattr(
+        colscan, "_result", lambda got, out: (taken.append((type(got), out)), take(got, out))[1]
+    )
+    rec = Recording(REC[2])
+    serial = _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1))
+    forked = threading.active_count() == 1
+    assert _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=3, chunk_s=30.0)) == serial
+    assert len(taken) == 2
+    assert all((kind is int and out is not None) if forked else kind is colscan._Part for kind, out in taken)
