@@ -425,3 +425,51 @@ def test_report_stacks_merge_keeps_each_samples_first_place_and_its_later_dump()
     assert list(zip(first.pid.tolist(), first.t.tolist(), strict=True)) == [(7, 1.0), (8, 1.0), (9, 2.0)]
     assert [first.sample(i).error for i in range(3)] == ["b", "c", "c"]
     assert (first.sample(1).pid, first.sample(1).t) == (8, 1.0)
+
+
+def _same_partition(codes, rows) -> bool:
+    """Equal rows (as tuples) have one code, and rows that differ have different codes."""
+    by_row: dict = {}
+    for c, r in zip(codes.tolist(), rows, strict=True):
+        by_row.setdefault(r, set()).add(c)
+    return all(len(c) == 1 for c in by_row.values()) and len(set(codes.tolist())) == len(by_row)
+
+
+def test_stack_row_codes_number_equal_rows_alike():
+    """A stack row's code (the samples' dedup) is one per distinct row: by one integer key where the
+    columns fit in one, else by sorting on every column; NULL apart from every value."""
+    import numpy as np
+
+    from memtop.storage import parts
+    from memtop.storage.colblock import NULL
+
+    rows = parts._stack_rows(Recording(REC[2]), -float("inf"), float("inf"), None)
+    cols = [[r[1:][j] for r in rows] for j in parts._STACK_REST]
+    assert len(rows) > 400 and parts._one_key([parts._row_codes([c]) for c in cols]) is not None
+    assert _same_partition(parts._row_codes(cols), [tuple(c[i] for c in cols) for i in range(len(rows))])
+    wide = [
+        np.array([NULL, -(2**60), 2**60, 5, NULL, 5]),
+        np.array([1, 2, 3, 4, 1, 4]),
+        np.array([0, 1, 0, 1, 0, 1]),
+    ]
+    assert parts._one_key(wide) is None  # (2**61 values and more: the rows are sorted by each column)
+    for keys in (wide, [np.array([NULL, 3, 7, 3, NULL]), np.array([1, 1, 1, 1, 2])]):
+        assert _same_partition(parts._row_codes(keys), list(zip(*(k.tolist() for k in keys), strict=True)))
+
+
+def test_chunks_in_forked_workers_come_back_through_memory_files(monkeypatch):
+    """A forked worker writes its chunk's result to a memory file it shares with the report's
+    process (os.memfd_create) and returns its length; a spawned one returns it through the pipe."""
+    import threading
+
+    taken = []
+    take = colscan._result
+    monkeypatch.setattr(
+        colscan, "_result", lambda got, out: (taken.append((type(got), out)), take(got, out))[1]
+    )
+    rec = Recording(REC[2])
+    serial = _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1))
+    forked = threading.active_count() == 1
+    assert _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=3, chunk_s=30.0)) == serial
+    assert len(taken) == 2
+    assert all((kind is int and out is not None) if forked else kind is colscan._Part for kind, out in taken)

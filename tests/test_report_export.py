@@ -369,3 +369,23 @@ def test_phase_stacks_counts_each_gpu_process_sample_under_its_bin_label():
         ("sync", [(sync, 1)]),
     ]
     assert _phase_stacks(stacks, {9}, np.zeros(0), np.zeros(0, dtype=str), 1.0, {}) == {}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": 1, "b": [1.5, -0.0, 1e16, 1e-7, 5e-324, 2**70, -3], "c": {}, "d": [], "e": [[], {}, [{}]]},
+        {'ü€😀\x00\n"\\': 'ü€😀\x00\t"\\', 7: True, 2.5: False, None: None, False: (1, (2, 3))},
+        [{"gaps": [{"at_s": 1.0, "stack": None}, {"at_s": 2.0, "stack": {"frames": ["x", "y"]}}]}],
+    ],
+)
+def test_json_report_text_is_the_json_module_s(value):
+    """The report's JSON is json.dumps(indent=2) of it, byte for byte, written faster."""
+    assert render(value, "json") == json.dumps(value, indent=2, allow_nan=False)
+
+
+def test_json_report_leaves_what_is_not_plain_json_to_the_json_module():
+    # NaN and a lone surrogate made strict; a Counter (a dict subclass) as json writes it
+    assert json.loads(render({"x": float("nan"), "s": "a\ud800"}, "json")) == {"x": None, "s": "a\ufffd"}
+    value = {"c": Counter(a=2), "f": [float("inf")]}
+    assert render(value, "json") == json.dumps({"c": {"a": 2}, "f": [None]}, indent=2)

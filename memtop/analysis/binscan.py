@@ -378,7 +378,7 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
     """Each bin's figures of the host's processes at its last Frame: the GPU's processes' CPU
     (the busiest), its DataLoader workers' count, mean CPU and share asleep, whether one is stopped,
     and the host's iowait, as ``Classifier._features`` takes them from the processes in order."""
-    h_of = np.array(hosts.at, dtype=np.int64)[k]
+    h_of = hosts.at[k]
     hs = np.unique(h_of[h_of >= 0])
     fig = hosts.figures(hs.tolist())
     hb = np.searchsorted(hs, h_of)  # the bin's sample among hs; a bin without one: none of its rows

@@ -22,6 +22,7 @@ import math
 import multiprocessing
 import operator
 import os
+import pickle
 import re
 import sqlite3
 import threading
@@ -34,7 +35,16 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from memtop.analysis import labelcols
-from memtop.analysis.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_peers
+from memtop.analysis.binscan import (
+    GpuBins,
+    LabelSeq,
+    Rules,
+    Settled,
+    gpu_bins,
+    settle_all,
+    settle_more,
+    with_peers,
+)
 from memtop.analysis.jobs import job_groups
 from memtop.analysis.phases import (
     GAP_MIN_S,
@@ -190,6 +200,9 @@ class _Part(NamedTuple):
     warm: dict[int, tuple[float, float]]  # each GPU's last warm-up bin: (start, graphics)
     window: tuple[tuple, tuple]  # the stack window's samples after the warm-up and at the end
     agg: Aggregates
+    # the first chunk's hysteresis, run while the other chunks are still scanned (``settle_first``):
+    # each GPU's (rule ids, stable labels, state after them), which the join goes on from
+    settled: dict[int, tuple[np.ndarray, list[str], Settled]] | None = None
 
 
 _DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
@@ -200,7 +213,11 @@ def _share(done) -> None:
     _DONE = done
 
 
-def _chunk(path: Path, read_from: float | None, lo: float, hi: float, slot: int) -> _Part | None:
+def _chunk(
+    path: Path, read_from: float | None, lo: float, hi: float, slot: int, out: int | None = None
+) -> _Part | int | None:
+    """A chunk's scan in a worker process; with ``out`` (a memory file shared with the parent,
+    ``_result_files``) written there, its length returned."""
     done = _DONE
 
     def tick(s: float) -> None:
@@ -210,11 +227,37 @@ def _chunk(path: Path, read_from: float | None, lo: float, hi: float, slot: int)
     rec = Recording(path)
     try:
         with no_gc():  # (a spawned worker does not inherit it)
-            return scan_part(rec, read_from, lo, hi, tick, edge=True)
+            part = scan_part(rec, read_from, lo, hi, tick, edge=True)
     except (Unusual, *DECODE_ERRORS, sqlite3.DatabaseError):
         return None
     finally:
         rec.close()
+    if out is None:
+        return part
+    data = pickle.dumps(part, pickle.HIGHEST_PROTOCOL)
+    with open(out, "wb", closefd=False) as f:
+        f.write(data)
+    return len(data)
+
+
+def _result_files(forked: bool, n: int) -> list[int | None]:
+    """A memory file for each of ``n`` forked workers' results (os.memfd_create; inherited at the
+    fork): a result of tens of MB written and read at once, not through the executor's pipe 64 KB
+    at a time (each a switch between the two processes: on a loaded machine half a second of the
+    report's wall, its end waiting on it). None (the pipe) where spawned or not on Linux."""
+    try:
+        return [os.memfd_create("memtop-chunk") for _ in range(n)] if forked else [None] * n
+    except (AttributeError, OSError):
+        return [None] * n
+
+
+def _result(got: _Part | int | None, out: int | None) -> _Part | None:
+    """A worker's result: the part, or its length in ``out``."""
+    if not isinstance(got, int) or out is None:
+        return cast(_Part | None, got)
+    with open(out, "rb", closefd=False) as f:
+        f.seek(0)  # (the offset is the worker's too: after what it wrote)
+        return cast(_Part, pickle.loads(f.read(got)))
 
 
 def _parallel(
@@ -233,13 +276,33 @@ def _parallel(
     chunks = chunk_spans(rec, read_from, lo, hi, n, FIRST_SHARE if meanwhile else 1.0)
     if chunks is None:
         return None
-    jobs = [(rec.path, *c, k) for k, c in enumerate(chunks)]
     # np.unique imports numpy.ma at its first call (a tenth of a second): once, before the fork
     import numpy.ma  # noqa: F401
 
     # fork is cheap but unsafe in a process with threads (a test runner, a TUI): spawn there
-    ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "spawn")
+    forked = threading.active_count() == 1
+    ctx = multiprocessing.get_context("fork" if forked else "spawn")
     done = ctx.Array("d", n, lock=False)
+    outs = [None, *_result_files(forked, n - 1)]
+    jobs = [(rec.path, *c, k, outs[k]) for k, c in enumerate(chunks)]
+    try:
+        return _scan_chunks(rec, jobs, ctx, done, tick, meanwhile)
+    finally:
+        for fd in outs:
+            if fd is not None:
+                os.close(fd)
+
+
+def _scan_chunks(
+    rec: Recording,
+    jobs: list[tuple],
+    ctx: Any,
+    done: Any,
+    tick: Callable[[float], None] | None,
+    meanwhile: Callable[[], None] | None,
+) -> tuple[dict, list, Aggregates] | None:
+    """``_parallel``'s chunks (``_chunk``'s arguments): the first scanned here, the others by workers."""
+    n = len(jobs)
 
     def tick0(s: float) -> None:
         done[0] = s
@@ -250,15 +313,18 @@ def _parallel(
     with ProcessPoolExecutor(n - 1, mp_context=ctx, initializer=_share, initargs=(done,)) as ex:
         futures = [ex.submit(_chunk, *job) for job in jobs[1:]]
         try:
-            first: _Part | None = scan_part(rec, *jobs[0][1:4], tick0)
+            _, read_from, lo, hi = jobs[0][:4]
+            first: _Part | None = scan_part(rec, read_from, lo, hi, tick0)
         except (Unusual, *DECODE_ERRORS, sqlite3.DatabaseError):
             first = None
         if meanwhile is not None:
             meanwhile()
+        if first is not None:
+            first = settle_first(first)
         while wait(futures, timeout=0.25).not_done:
             if tick:
                 tick(sum(done))
-        parts = [first] + [f.result() for f in futures]
+        parts = [first] + [_result(f.result(), job[-1]) for f, job in zip(futures, jobs[1:], strict=True)]
     if any(p is None for p in parts):
         return None
     try:
@@ -319,16 +385,34 @@ def join_parts(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
             if len(bins):
                 last[g] = (float(bins.t[-1]), float(bins.graphics[-1]))
     labels: dict[int, LabelSeq] = {}
+    head = parts[0].settled or {}
     for g in sorted({g for p in parts for g in p.bins}):
         got = [p.bins[g] for p in parts if g in p.bins]
         bins = GpuBins.concat([x[0] for x in got])
         rules = Rules.concat([x[1] for x in got])
-        rid, stable = settle_all(rules, clf.warmup_bins, clf.confirm, clf.bin_s)
+        if g in head:  # the first chunk's settled already: the hysteresis goes on from its state
+            rest = Rules.concat([x[1] for x in got[1:]]) if len(got) > 1 else None
+            rid, stable, at = head[g]
+            if rest is not None:
+                more = settle_more(rest, clf.warmup_bins, clf.confirm, clf.bin_s, at)
+                rid, stable = np.concatenate([rid, more[0]]), stable + more[1]
+        else:
+            rid, stable = settle_all(rules, clf.warmup_bins, clf.confirm, clf.bin_s)
         labels[g] = LabelSeq(bins, rules, rid, stable, parts[0].first.get(g, 0) if g in parts[0].bins else 0)
     agg = parts[0].agg
     for p in parts[1:]:
         agg.merge(p.agg)
     return labels, gaps, agg
+
+
+def settle_first(part: _Part) -> _Part:
+    """The first chunk with its GPUs' hysteresis run (``_Part.settled``): what this process can do
+    of the join while the other chunks are still scanned."""
+    clf = Classifier()
+    settled = {
+        g: settle_more(rules, clf.warmup_bins, clf.confirm, clf.bin_s) for g, (_, rules) in part.bins.items()
+    }
+    return part._replace(settled=settled)
 
 
 def scan_part(
@@ -642,7 +726,7 @@ class _Hosts:
         t = np.array(self.t, dtype=np.float64)
         if len(t) > 1 and not (np.diff(t) >= 0).all():
             raise Unusual("host rows out of order")
-        self.at = (np.searchsorted(t, ft, "right") - 1).tolist()  # each Frame's host sample (-1: none)
+        self.at = np.searchsorted(t, ft, "right") - 1  # each Frame's host sample (-1: none)
 
     def figures(self, hs: list[int]) -> HostFigures:
         """The processes' figures of host samples ``hs`` (ascending) as arrays: each sample's iowait,
@@ -684,7 +768,7 @@ class _Hosts:
     def latest(self, i_lo: int) -> dict[int, int]:
         """Each process of the samples the Frames from i_lo on hold, in the order it first appears
         there, and the newest of those samples it is in."""
-        hs = np.unique(np.array(self.at[i_lo:], dtype=np.int64))
+        hs = np.unique(self.at[i_lo:])
         hs = hs[hs >= 0]
         tab = self._table
         if tab is not None:
@@ -753,7 +837,7 @@ class _Hosts:
         return self._procs[h]
 
     def sample(self, k: int) -> HostSample | None:
-        h = self.at[k]
+        h = int(self.at[k])
         return None if h < 0 else host_from_blob(self.raw[h])
 
 

@@ -2,11 +2,13 @@
 
 The column scan (memtop.analysis.colscan) knows the stack window's entries in the order the classifier's deque
 takes them and each bin's last Frame and GPU processes; from those this module gives, per bin, the
-7-tuple ``_stack_shares`` returns, equal float for float: the same weights (``math.exp`` of the same
-IEEE arguments) summed one at a time in window order, the leaves ranked as ``sorted(..., reverse=True)``
-ranks them (weight, then first appearance). An 8-hour report has 57,529 bins of ~11 samples each,
-which the per-bin Python walks one sample at a time (1.4 CPU-s); here the (bin, sample) pairs are
-arrays (0.15 CPU-s, half of it the exps; bench/RESULTS.md).
+7-tuple ``_stack_shares`` returns: the same weights (``exp`` of the same IEEE arguments, numpy's over
+the array where live mode takes ``math.exp`` of each) summed one at a time in window order, the leaves
+ranked as ``sorted(..., reverse=True)`` ranks them (weight, then first appearance). numpy's exp is the
+C library's (math.exp's) on a CPU without AVX-512, so the floats are live mode's; where numpy has its
+own AVX-512 exp a weight may differ from math.exp's in its last bit. An 8-hour report has 57,529 bins
+of ~11 samples each, which the per-bin Python walks one sample at a time (1.4 CPU-s); here the (bin,
+sample) pairs are arrays (0.15 CPU-s, half of it the exps a call each until 2026-11-28; bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -271,7 +273,7 @@ def _weigh(
     d_of = vv - np.repeat(a, n)  # its place in the window
     t_p = v_t[vv]
     age = np.repeat(now, n) - t_p
-    w = np.fromiter(map(math.exp, memoryview(-age / STACK_TAU_S)), np.float64, npairs)
+    w = np.exp(-age / STACK_TAU_S)
     cls = v_cls[vv]
     key_c = bin_of * nc + cls
     total = np.bincount(bin_of, w, bins)

@@ -376,7 +376,9 @@ class Blocks:
                 mask[at] = True
         keep = np.flatnonzero(mask)
         if len(keep) != len(t):
-            out = {c: v.take(keep) if isinstance(v, Texts) else v[keep] for c, v in out.items()}
+            # (rows in time order keep a run of them: each column's a view of it, not a copy)
+            rows = slice(keep[0], keep[-1] + 1) if len(keep) and keep[-1] - keep[0] + 1 == len(keep) else keep
+            out = {c: v.take(keep) if isinstance(v, Texts) else v[rows] for c, v in out.items()}
         return out if coded else {c: v.values() if isinstance(v, Texts) else v for c, v in out.items()}
 
 

@@ -394,6 +394,9 @@ def _row_codes(cols: list) -> np.ndarray:
             first = {v: j for j, v in enumerate(dict.fromkeys(c))}
             c = np.fromiter(map(first.__getitem__, c), np.int64, len(c))
         keys.append(c)
+    one = _one_key(keys)
+    if one is not None:  # (one sort of one integer, not a sort by seven keys: a tenth of a second)
+        return np.unique(one, return_inverse=True)[1].reshape(-1)
     order = np.lexsort(keys[::-1])
     new = np.zeros(len(order), dtype=bool)
     for k in keys:
@@ -402,6 +405,22 @@ def _row_codes(cols: list) -> np.ndarray:
     code = np.empty(len(order), dtype=np.int64)
     code[order] = np.cumsum(new)
     return code
+
+
+def _one_key(keys: list[np.ndarray]) -> np.ndarray | None:
+    """The rows' columns as the digits of one integer, equal where every column is (each column's
+    values less its least, NULL one more than its greatest); None where it would pass 2**62."""
+    one, top = np.zeros(len(keys[0]), dtype=np.int64), 1
+    for k in keys:
+        null = k == NULL
+        values = k[~null]
+        lo, hi = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+        radix = hi - lo + 2
+        if top * radix >= 1 << 62:
+            return None
+        one = one * radix + (np.where(null, hi + 1, k) - lo)
+        top *= radix
+    return one
 
 
 def _sample_starts(t: list, pid: list | np.ndarray) -> list[int]:
