@@ -434,8 +434,10 @@ def _jobs(
     gpus: list[_Gpu], hosts: _Hosts, ks: np.ndarray, tick: Callable[[float], None] | None = None
 ) -> dict[int, np.ndarray]:
     """Each GPU's job at Frames ``ks`` (ascending) as ``jobs.job_groups`` finds it, as ids (-1:
-    none). A GPU's job follows from its processes (its state) and the host sample's: it is found once
-    per (state, host sample alike for the GPUs' processes, ``_Hosts.job_hosts``) by ``jobs.groups``."""
+    none). A GPU's job follows from its processes' pids (its state's) and the host sample's: it is
+    found by ``jobs.groups`` once per (pids, host sample alike for the GPUs' processes,
+    ``_Hosts.job_hosts``); a state is written again at each change of the GPU's processes, the pids
+    repeat (an 8-hour tiled run: thousands of states, a few lists of pids)."""
     pids = {p.pid for g in gpus for st in g.states for p in st[4]}
     # a GPU without processes has no job: the host sample matters where two GPUs have some
     busy = sum(
@@ -452,15 +454,16 @@ def _jobs(
     keys: dict[str, int] = {}
     out = {}
     for g in gpus:
-        m = len(g.states) + 1
-        pair = np.where((g.r[ks] >= 0) & (u >= 0), u * m + g.s[ks] + 1, -1)
-        uniq, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+        lists: dict[tuple[int, ...], int] = {}  # each state's pids as a code (-1, no state: none)
+        code = [lists.setdefault(tuple(q.pid for q in st[4]), len(lists)) for st in (*g.states, _NO_STATE)]
+        m = len(lists)
+        pair = np.where((g.r[ks] >= 0) & (u >= 0), u * m + np.array(code, dtype=np.int64)[g.s[ks]], -1)
+        uniq, inv = np.unique(pair, return_inverse=True)
         job = np.full(len(uniq), -1, dtype=np.int64)
-        for j, (p, k) in enumerate(zip(uniq.tolist(), ks[first].tolist(), strict=True)):
-            smp = g.sample(k)
-            if p >= 0 and smp is not None:
-                got = groups({g.index: [q.pid for q in smp.processes]}, samples[p // m])
-                job[j] = keys.setdefault(got[g.index], len(keys)) if got else -1
+        pid_lists = list(lists)
+        for j, p in enumerate(uniq.tolist()):
+            if p >= 0 and (got := groups({g.index: pid_lists[p % m]}, samples[p // m])):
+                job[j] = keys.setdefault(got[g.index], len(keys))
         out[g.index] = job[inv.reshape(-1)]
     return out
 
@@ -776,13 +779,13 @@ class _Hosts:
         keep = np.isin(pid, np.fromiter(pids, dtype=np.int64, count=len(pids)))
         rows, sample = rows[keep], np.repeat(np.arange(len(hs)), n)[keep]
         cols = np.stack([pid[keep], ppid[rows], name.codes[rows], cmd.codes[rows]], axis=1)
-        procs, code = np.unique(cols, axis=0, return_inverse=True)
+        first, code = _distinct_rows(cols)
         place = np.arange(len(rows)) - np.searchsorted(sample, sample)  # a row's place in its sample
         sig = np.full((len(hs), int(place.max(initial=0)) + 1), -1, dtype=np.int64)
-        sig[sample, place] = code.reshape(-1)
-        sigs, ids = np.unique(sig, axis=0, return_inverse=True)
-        each = [(p, _Job(q, name.strings[a], cmd.strings[c])) for p, q, a, c in procs.tolist()]
-        return ids.reshape(-1), [dict(each[c] for c in row if c >= 0) for row in sigs.tolist()]
+        sig[sample, place] = code
+        first_sig, ids = _distinct_rows(sig)
+        each = [(p, _Job(q, name.strings[a], cmd.strings[c])) for p, q, a, c in cols[first].tolist()]
+        return ids, [dict(each[c] for c in row if c >= 0) for row in sig[first_sig].tolist()]
 
     def procs(self, h: int) -> list:
         if h not in self._procs:
@@ -792,6 +795,18 @@ class _Hosts:
     def sample(self, k: int) -> HostSample | None:
         h = self.at[k]
         return None if h < 0 else host_from_blob(self.raw[h])
+
+
+def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where an integer matrix's distinct rows first are and each row's index among them, a column
+    at a time (np.unique(m, axis=0) sorts the rows as opaque values: ten times slower)."""
+    inv = np.zeros(len(m), dtype=np.int64)
+    first = np.zeros(min(len(m), 1), dtype=np.int64)
+    for col in m.T:
+        _, c = np.unique(col, return_inverse=True)
+        _, first, inv = np.unique(inv * (len(m) + 1) + c.reshape(-1), return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+    return first, inv
 
 
 class _Job(NamedTuple):
