@@ -502,3 +502,29 @@ def test_the_jobs_of_a_multi_gpu_run_read_from_the_blocks_are_those_of_its_json(
     assert colscan._Hosts(rec, ft, -math.inf, rec.t1, None)._job is not None
     rec = Recording(old)
     assert colscan._Hosts(rec, ft, -math.inf, rec.t1, None)._job is None
+
+
+@pytest.mark.parametrize(
+    "shape, kind",
+    [((500, 3), "bool"), ((400, 130), "bool"), ((600, 4), "int"), ((300, 2), "big"), ((0, 3), "int")],
+)
+def test_distinct_rows_are_the_rows_np_unique_finds(shape, kind):
+    """binscan.distinct_rows (the peers' rows of bools, the jobs' rows of codes): each row's index is
+    that of its first equal row, equal rows share one (130 bool columns pass 62 bits: made small)."""
+    import numpy as np
+
+    from memtop.analysis.binscan import distinct_rows
+
+    rnd = np.random.default_rng(7)
+    if kind == "bool":
+        m = rnd.random((shape[0] // 10, shape[1])) < 0.3
+    else:
+        hi = 1 << 62 if kind == "big" else 4
+        m = rnd.integers(-hi, hi, size=(shape[0] // 10, shape[1]), dtype=np.int64)
+    m = m[rnd.integers(0, max(len(m), 1), size=shape[0])] if len(m) else m  # (rows repeat)
+    first, inv = distinct_rows(m)
+    _, want = np.unique(m, axis=0, return_inverse=True)
+    want = want.reshape(-1)
+    assert len(first) == len(set(map(tuple, m.tolist())))
+    assert (m[first][inv] == m).all()
+    assert (want[:, None] == want[None, :]).tolist() == (inv[:, None] == inv[None, :]).tolist()

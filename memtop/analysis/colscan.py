@@ -33,7 +33,15 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from memtop.analysis import labelcols
-from memtop.analysis.binscan import GpuBins, LabelSeq, Rules, gpu_bins, settle_all, with_peers
+from memtop.analysis.binscan import (
+    GpuBins,
+    LabelSeq,
+    Rules,
+    distinct_rows,
+    gpu_bins,
+    settle_all,
+    with_peers,
+)
 from memtop.analysis.jobs import JobProc, groups
 from memtop.analysis.phases import (
     GAP_MIN_S,
@@ -779,11 +787,11 @@ class _Hosts:
         keep = np.isin(pid, np.fromiter(pids, dtype=np.int64, count=len(pids)))
         rows, sample = rows[keep], np.repeat(np.arange(len(hs)), n)[keep]
         cols = np.stack([pid[keep], ppid[rows], name.codes[rows], cmd.codes[rows]], axis=1)
-        first, code = _distinct_rows(cols)
+        first, code = distinct_rows(cols)
         place = np.arange(len(rows)) - np.searchsorted(sample, sample)  # a row's place in its sample
         sig = np.full((len(hs), int(place.max(initial=0)) + 1), -1, dtype=np.int64)
         sig[sample, place] = code
-        first_sig, ids = _distinct_rows(sig)
+        first_sig, ids = distinct_rows(sig)
         each = [(p, _Job(q, name.strings[a], cmd.strings[c])) for p, q, a, c in cols[first].tolist()]
         return ids, [dict(each[c] for c in row if c >= 0) for row in sig[first_sig].tolist()]
 
@@ -795,18 +803,6 @@ class _Hosts:
     def sample(self, k: int) -> HostSample | None:
         h = self.at[k]
         return None if h < 0 else host_from_blob(self.raw[h])
-
-
-def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where an integer matrix's distinct rows first are and each row's index among them, a column
-    at a time (np.unique(m, axis=0) sorts the rows as opaque values: ten times slower)."""
-    inv = np.zeros(len(m), dtype=np.int64)
-    first = np.zeros(min(len(m), 1), dtype=np.int64)
-    for col in m.T:
-        _, c = np.unique(col, return_inverse=True)
-        _, first, inv = np.unique(inv * (len(m) + 1) + c.reshape(-1), return_index=True, return_inverse=True)
-        inv = inv.reshape(-1)
-    return first, inv
 
 
 class _Job(NamedTuple):
