@@ -1044,9 +1044,10 @@ def test_every_process_figure_reads_back_from_the_blocks_as_recorded(many):
     host samples' JSON, DataLoader workers and their parents included."""
     import numpy as np
 
-    from memtop.core.model import PROC_FIGURES
+    from memtop.core.model import PROC_FIGURES, PROC_KINDS
+    from memtop.storage.decode import HOST_PROC_JOB
 
-    assert tuple(name for name, _ in BLOCK_STREAMS["host_proc"][1:]) == PROC_FIGURES
+    assert BLOCK_STREAMS["host_proc"][1:] == (*PROC_KINDS.items(), *HOST_PROC_JOB)
     rec = Recording(many["heldout_torch_s3"])
     ft = np.array(colscan.frame_times(rec, rec.t0, rec.t1))
     by_blocks = colscan._Hosts(rec, ft, -math.inf, rec.t1, None)

@@ -6,6 +6,7 @@ of tests/test_report_export.py), not against the Frame path's bytes."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sqlite3
 import sys
@@ -473,3 +474,105 @@ def test_chunks_in_forked_workers_come_back_through_memory_files(monkeypatch):
     assert _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=3, chunk_s=30.0)) == serial
     assert len(taken) == 2
     assert all((kind is int and out is not None) if forked else kind is colscan._Part for kind, out in taken)
+
+
+def _ddp_with_jobs_that_change(path: Path) -> None:
+    """The real 2-GPU DDP run written through the Writer with blocks of 10 s, rank 1 made another job
+    for a while: another command line (from 35 s), then another parent (from 50 s), then its own."""
+    from dataclasses import replace
+
+    rec = Recording(DATA / "multi/heldout_ddp_s11.memtop")
+    rank1 = {g.processes[0].pid for f in rec.frames() for g in f.gpus if g.index == 1 and g.processes}
+    w = Writer(path, rec.meta, force=True)
+    for f in rec.frames():
+        at = f.t - rec.t0
+        if f.host is not None and 35 <= at < 65:
+            other = {"cmdline": "python3 other.py"} if at < 50 else {"ppid": 1}
+            procs = tuple(replace(p, **other) if p.pid in rank1 else p for p in f.host.procs)
+            f = replace(f, host=replace(f.host, procs=procs))
+        w.add(f)
+    w.add_markers(rec.markers())
+    w.close()
+
+
+def _without_job_columns(src: Path, path: Path) -> None:
+    """A copy of ``src`` whose host_proc blocks are as the Writer wrote them before 2026-11-28,
+    without decode.HOST_PROC_JOB (ppid, cmdline): the report finds the jobs in the host JSON."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from long_runs import host_figure_rows
+
+    from memtop.storage.decode import BLOCK_STREAMS, HOST_PROC_JOB
+
+    before = BLOCK_STREAMS["host_proc"][: -len(HOST_PROC_JOB)]
+    shutil.copyfile(src, path)
+    db = sqlite3.connect(path)
+    _, rows = host_figure_rows(db)
+    for seq, t0, t1 in db.execute("SELECT seq, t0, t1 FROM block WHERE stream='host_proc'").fetchall():
+        mine = [r[: len(before)] for r in rows if t0 <= r[0] < t1]
+        db.execute(
+            "UPDATE block SET data=? WHERE stream='host_proc' AND seq=?", (colblock.encode(before, mine), seq)
+        )
+    db.commit()
+    db.close()
+
+
+def test_the_jobs_of_a_multi_gpu_run_read_from_the_blocks_are_those_of_its_json(tmp_path, monkeypatch):
+    """The host_proc blocks hold each process's parent and command line (from 2026-11-28): the report
+    groups the GPUs into jobs from them without inflating a host sample, and finds what it finds in
+    the host JSON, where a recording of before (no such columns) still finds them: while rank 1 has
+    another command line or parent the GPUs are not each other's peers."""
+    import numpy as np
+
+    monkeypatch.setattr(colblock, "BLOCK_S", 10.0)  # (blocks for a 78 s run)
+    monkeypatch.setattr(colblock, "GRACE_S", 2.0)
+    new, old = tmp_path / "new.memtop", tmp_path / "old.memtop"
+    _ddp_with_jobs_that_change(new)
+    _without_job_columns(new, old)
+    reports = {p: _report(p, "json", {}) for p in (new, old)}
+    assert reports[new] == reports[old].replace(str(old), str(new))
+
+    def peers(path: Path) -> dict[float, tuple]:
+        rec = Recording(path)
+        labels, _, _ = colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1)
+        return {round(x.t - rec.t0): x.features.peers for x in labels[0]}
+
+    inflated = []
+    real = colscan.parts.Blobs.each
+    monkeypatch.setattr(colscan.parts.Blobs, "each", lambda self, hs: inflated.append(hs) or real(self, hs))
+    by_blocks = peers(new)
+    assert not inflated  # (the blocks held every job's columns)
+    assert by_blocks == peers(old) and inflated  # (the JSON's, read where the blocks lack them)
+    apart = {t for t, p in by_blocks.items() if 37 <= t < 63}
+    together = {t for t, p in by_blocks.items() if p == (1,)}
+    assert apart and not apart & together and {t for t in together if t >= 67}
+    rec = Recording(new)
+    ft = np.array(colscan.frame_times(rec, rec.t0, rec.t1))
+    assert colscan._Hosts(rec, ft, -math.inf, rec.t1, None)._job is not None
+    rec = Recording(old)
+    assert colscan._Hosts(rec, ft, -math.inf, rec.t1, None)._job is None
+
+
+@pytest.mark.parametrize(
+    "shape, kind",
+    [((500, 3), "bool"), ((400, 130), "bool"), ((600, 4), "int"), ((300, 2), "big"), ((0, 3), "int")],
+)
+def test_distinct_rows_are_the_rows_np_unique_finds(shape, kind):
+    """binscan.distinct_rows (the peers' rows of bools, the jobs' rows of codes): each row's index is
+    that of its first equal row, equal rows share one (130 bool columns pass 62 bits: made small)."""
+    import numpy as np
+
+    from memtop.analysis.binscan import distinct_rows
+
+    rnd = np.random.default_rng(7)
+    if kind == "bool":
+        m = rnd.random((shape[0] // 10, shape[1])) < 0.3
+    else:
+        hi = 1 << 62 if kind == "big" else 4
+        m = rnd.integers(-hi, hi, size=(shape[0] // 10, shape[1]), dtype=np.int64)
+    m = m[rnd.integers(0, max(len(m), 1), size=shape[0])] if len(m) else m  # (rows repeat)
+    first, inv = distinct_rows(m)
+    _, want = np.unique(m, axis=0, return_inverse=True)
+    want = want.reshape(-1)
+    assert len(first) == len(set(map(tuple, m.tolist())))
+    assert (m[first][inv] == m).all()
+    assert (want[:, None] == want[None, :]).tolist() == (inv[:, None] == inv[None, :]).tolist()

@@ -474,7 +474,7 @@ def with_peers(
     pairs = [
         (job[:, j] == job[:, k]) & (job[:, j] >= 0) for j in range(len(gs)) for k in range(j + 1, len(gs))
     ]
-    first, inv = _distinct_rows(np.stack([*pairs, *coll.T], axis=1))
+    first, inv = distinct_rows(np.stack([*pairs, *coll.T], axis=1))
     found = [
         peers(gs, [x if x >= 0 else None for x in job[r].tolist()], (~coll[r]).tolist())
         for r in first.tolist()
@@ -487,15 +487,23 @@ def with_peers(
                 b.peers[i], b.away[i] = found[u][j]
 
 
-def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Where a bool matrix's distinct rows first are and each row's index among them, as np.unique(m,
-    axis=0, return_index=True, return_inverse=True) but in another order: the rows as integers, 31
-    columns' bits at a time (np.unique sorts rows as structured values: a tenth of a long multi-GPU
-    scan)."""
+def distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where a matrix's distinct rows first are and each row's index among them, as np.unique(m,
+    axis=0, return_index=True, return_inverse=True) but in another order: each row as one integer,
+    its columns' codes (a bool as itself, another value by its rank) as the digits, made small again
+    by a np.unique before they would pass 62 bits (np.unique sorts rows as opaque values: a tenth of
+    a long multi-GPU scan)."""
     inv = np.zeros(len(m), dtype=np.int64)
-    first = inv[:0]
-    for c in range(0, m.shape[1], 31):
-        part = m[:, c : c + 31]
-        bits = part @ (1 << np.arange(part.shape[1], dtype=np.int64))
-        _, first, inv = np.unique(inv << 31 | bits, return_index=True, return_inverse=True)
+    size = 1  # the values inv may take
+    for col in m.T:
+        if col.dtype == bool:
+            code, base = col.astype(np.int64), 2
+        else:
+            _, code = np.unique(col, return_inverse=True)
+            code, base = code.reshape(-1), len(m) + 1
+        if size * base >= 1 << 62:
+            _, inv = np.unique(inv, return_inverse=True)
+            inv, size = inv.reshape(-1), len(m) + 1
+        inv, size = inv * base + code, size * base
+    _, first, inv = np.unique(inv, return_index=True, return_inverse=True)
     return first, inv.reshape(-1)

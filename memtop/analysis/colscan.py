@@ -28,7 +28,6 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, wait
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -40,12 +39,13 @@ from memtop.analysis.binscan import (
     LabelSeq,
     Rules,
     Settled,
+    distinct_rows,
     gpu_bins,
     settle_all,
     settle_more,
     with_peers,
 )
-from memtop.analysis.jobs import job_groups
+from memtop.analysis.jobs import JobProc, groups
 from memtop.analysis.phases import (
     GAP_MIN_S,
     Classifier,
@@ -519,8 +519,10 @@ def _jobs(
     gpus: list[_Gpu], hosts: _Hosts, ks: np.ndarray, tick: Callable[[float], None] | None = None
 ) -> dict[int, np.ndarray]:
     """Each GPU's job at Frames ``ks`` (ascending) as ``jobs.job_groups`` finds it, as ids (-1:
-    none). A GPU's job follows from its processes (its state) and the host sample's: it is found once
-    per (state, host sample alike for the GPUs' processes, ``_Hosts.job_hosts``)."""
+    none). A GPU's job follows from its processes' pids (its state's) and the host sample's: it is
+    found by ``jobs.groups`` once per (pids, host sample alike for the GPUs' processes,
+    ``_Hosts.job_hosts``); a state is written again at each change of the GPU's processes, the pids
+    repeat (an 8-hour tiled run: thousands of states, a few lists of pids)."""
     pids = {p.pid for g in gpus for st in g.states for p in st[4]}
     # a GPU without processes has no job: the host sample matters where two GPUs have some
     busy = sum(
@@ -529,7 +531,7 @@ def _jobs(
     )
     h = np.where(busy > 1, np.array(hosts.at, dtype=np.int64)[ks], -1)
     u = np.full(len(ks), -1, dtype=np.int64)  # each Frame's host sample's id (-1: none needed)
-    samples: list[HostSample] = []
+    samples: list[dict[int, JobProc]] = []
     if pids and (h >= 0).any():
         hs, inv = np.unique(h[h >= 0], return_inverse=True)
         ids, samples = hosts.job_hosts(hs.tolist(), pids, tick)
@@ -537,15 +539,16 @@ def _jobs(
     keys: dict[str, int] = {}
     out = {}
     for g in gpus:
-        m = len(g.states) + 1
-        pair = np.where((g.r[ks] >= 0) & (u >= 0), u * m + g.s[ks] + 1, -1)
-        uniq, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+        lists: dict[tuple[int, ...], int] = {}  # each state's pids as a code (-1, no state: none)
+        code = [lists.setdefault(tuple(q.pid for q in st[4]), len(lists)) for st in (*g.states, _NO_STATE)]
+        m = len(lists)
+        pair = np.where((g.r[ks] >= 0) & (u >= 0), u * m + np.array(code, dtype=np.int64)[g.s[ks]], -1)
+        uniq, inv = np.unique(pair, return_inverse=True)
         job = np.full(len(uniq), -1, dtype=np.int64)
-        for j, (p, k) in enumerate(zip(uniq.tolist(), ks[first].tolist(), strict=True)):
-            smp = g.sample(k)
-            if p >= 0 and smp is not None:
-                got = job_groups(Frame(0.0, gpus=(smp,), host=samples[p // m]))
-                job[j] = keys.setdefault(got[g.index], len(keys)) if got else -1
+        pid_lists = list(lists)
+        for j, p in enumerate(uniq.tolist()):
+            if p >= 0 and (got := groups({g.index: pid_lists[p % m]}, samples[p // m])):
+                job[j] = keys.setdefault(got[g.index], len(keys))
         out[g.index] = job[inv.reshape(-1)]
     return out
 
@@ -705,6 +708,7 @@ class _Hosts:
         self._shapes: set[bytes] = set()  # the host JSON shapes checked (decode.plain_host)
         self._procs: dict[int, list] = {}  # sample -> [(pid, the JSON object or ProcSample)]
         self._table: tuple | None = None  # the host_proc blocks as arrays (parts.host_blocks)
+        self._job: tuple[np.ndarray, Texts, Texts] | None = None  # and their ppid, name, cmdline
         got = parts.host_blocks(rec, plo, hi, seed) if blocks else None
         if got is not None:
             figured = np.flatnonzero(got.procs >= 0)
@@ -716,6 +720,9 @@ class _Hosts:
                 counts,
                 proc_arrays(got.rows),
             )
+            ppid, name, cmd = got.rows["ppid"], got.rows["name"], got.rows["cmdline"]
+            if (ppid != NULL).all() and (cmd.codes >= 0).all():  # (blocks of before 2026-11-28: NULL)
+                self._job = (ppid, name, cmd)
             self.t = got.t.tolist()
             self.raw: Sequence[bytes] = parts.Blobs(rec, self.t)
         else:  # every sample decoded (one that does not is skipped, as the Frames skip it)
@@ -728,15 +735,30 @@ class _Hosts:
             raise Unusual("host rows out of order")
         self.at = np.searchsorted(t, ft, "right") - 1  # each Frame's host sample (-1: none)
 
+    def _held(self, hs: Sequence[int] | np.ndarray) -> np.ndarray | None:
+        """Where host samples ``hs`` (ascending) are among those the blocks hold the figures of; None
+        where one is not (or there are no blocks)."""
+        if self._table is None:
+            return None
+        h = self._table[0]
+        i = np.searchsorted(h, hs)
+        return i if (i < len(h)).all() and (h[np.minimum(i, len(h) - 1)] == hs).all() else None
+
+    def _rows(self, i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The process rows of the samples the blocks hold at ``i`` (``_held``), and their counts."""
+        _, _, start, count, _ = cast(tuple, self._table)
+        n = count[i]
+        return np.repeat(start[i] - (np.cumsum(n) - n), n) + np.arange(n.sum()), n
+
+    def _pids(self, rows: np.ndarray) -> np.ndarray:
+        return cast(tuple, self._table)[4]["pid"][rows]
+
     def figures(self, hs: list[int]) -> HostFigures:
         """The processes' figures of host samples ``hs`` (ascending) as arrays: each sample's iowait,
         first row and count of rows, and per row (a process) what the features read."""
-        tab = self._table
-        if tab is not None:
-            h, iowait, start, count, procs = tab
-            i = np.searchsorted(h, hs)
-            if len(hs) and (i < len(h)).all() and (h[np.minimum(i, len(h) - 1)] == hs).all():
-                return HostFigures(iowait[i], start[i], count[i], procs)
+        if len(hs) and (i := self._held(hs)) is not None:
+            _, iowait, start, count, procs = cast(tuple, self._table)
+            return HostFigures(iowait[i], start[i], count[i], procs)
         for x in hs:
             if x not in self._load:
                 self._decode(x)
@@ -770,18 +792,13 @@ class _Hosts:
         there, and the newest of those samples it is in."""
         hs = np.unique(self.at[i_lo:])
         hs = hs[hs >= 0]
-        tab = self._table
-        if tab is not None:
-            h, _, start, count, procs = tab
-            i = np.searchsorted(h, hs)
-            if (i < len(h)).all() and (h[np.minimum(i, len(h) - 1)] == hs).all():
-                n = count[i]
-                rows = np.repeat(start[i] - (np.cumsum(n) - n), n) + np.arange(n.sum())
-                pid, sample = procs["pid"][rows], np.repeat(hs, n)
-                pids, first = np.unique(pid, return_index=True)
-                last = len(pid) - 1 - np.unique(pid[::-1], return_index=True)[1]
-                order = np.argsort(first)
-                return dict(zip(pids[order].tolist(), sample[last[order]].tolist(), strict=True))
+        if (i := self._held(hs)) is not None:
+            rows, n = self._rows(i)
+            pid, sample = self._pids(rows), np.repeat(hs, n)
+            pids, first = np.unique(pid, return_index=True)
+            last = len(pid) - 1 - np.unique(pid[::-1], return_index=True)[1]
+            order = np.argsort(first)
+            return dict(zip(pids[order].tolist(), sample[last[order]].tolist(), strict=True))
         latest: dict[int, int] = {}
         for x in hs.tolist():
             if x not in self._load:
@@ -792,14 +809,18 @@ class _Hosts:
 
     def job_hosts(
         self, hs: list[int], pids: set[int], tick: Callable[[float], None] | None = None
-    ) -> tuple[np.ndarray, list[HostSample]]:
+    ) -> tuple[np.ndarray, list[dict[int, JobProc]]]:
         """Host samples ``hs`` (ascending) as job_groups reads them for the GPU processes ``pids``: an
-        id per sample, and per id a sample with the same (pid, ppid, name, cmdline) of those processes
-        (only those). Decoding every sample took most of a long multi-GPU report: in the Writer's
+        id per sample, and per id those processes by pid (the sample's last of a pid, as job_groups
+        takes it), samples with the same (pid, ppid, name, cmdline) of them in order sharing an id.
+        Where the blocks hold those columns (decode.HOST_PROC_JOB), from them (``_job_rows``); else
+        from each sample's JSON. Decoding every sample took most of a long multi-GPU report: in the Writer's
         compact JSON a process's object starts with those four (store.json_bytes of a ProcSample), so
         samples whose starts for ``pids`` are the same text share an id, found by decoding the first
         of them whole (and checking that its text says the same); a sample in another layout is
         decoded whole."""
+        if (got := self._job_rows(hs, pids)) is not None:
+            return got
         alts = b"|".join(re.escape(str(p).encode()) for p in sorted(pids))
         lead = re.compile(
             rb'\{"pid":(?:' + alts + rb'),"ppid":-?\d+,"name":' + _JSTR + rb',"cmdline":' + _JSTR
@@ -807,7 +828,7 @@ class _Hosts:
         mark = re.compile(rb'\{"pid":\s*(?:' + alts + rb")\b")  # such an object, however it goes on
         ids: dict[tuple[bytes, ...], int] = {}  # text -> id
         sigs: dict[tuple, int] = {}  # the four values -> id
-        samples: list[HostSample] = []
+        samples: list[dict[int, JobProc]] = []
         out: list[int] = []
         raws = self.raw.each(hs) if isinstance(self.raw, Blobs) else (self.raw[h] for h in hs)
         for j, raw in enumerate(raws):
@@ -825,11 +846,31 @@ class _Hosts:
                 sig = tuple((p.pid, p.ppid, p.name, p.cmdline) for p in procs)
                 u = sigs.setdefault(sig, len(samples))
                 if u == len(samples):
-                    samples.append(replace(s, procs=procs))
+                    samples.append({p.pid: p for p in procs})
                 if plain and _leads(text) == list(sig):
                     ids[text] = u
             out.append(u)
         return np.array(out, dtype=np.int64), samples
+
+    def _job_rows(self, hs: list[int], pids: set[int]) -> tuple[np.ndarray, list[dict[int, JobProc]]] | None:
+        """``job_hosts`` from the host_proc blocks: each sample's rows of ``pids`` as codes of their
+        distinct (pid, ppid, name, cmdline), a sample's codes in order as the row of a matrix, one id
+        per distinct row; None where the blocks do not hold the job's columns or one of the samples."""
+        if self._job is None or (i := self._held(hs)) is None:
+            return None
+        ppid, name, cmd = self._job
+        rows, n = self._rows(i)
+        pid = self._pids(rows)
+        keep = np.isin(pid, np.fromiter(pids, dtype=np.int64, count=len(pids)))
+        rows, sample = rows[keep], np.repeat(np.arange(len(hs)), n)[keep]
+        cols = np.stack([pid[keep], ppid[rows], name.codes[rows], cmd.codes[rows]], axis=1)
+        first, code = distinct_rows(cols)
+        place = np.arange(len(rows)) - np.searchsorted(sample, sample)  # a row's place in its sample
+        sig = np.full((len(hs), int(place.max(initial=0)) + 1), -1, dtype=np.int64)
+        sig[sample, place] = code
+        first_sig, ids = distinct_rows(sig)
+        each = [(p, _Job(q, name.strings[a], cmd.strings[c])) for p, q, a, c in cols[first].tolist()]
+        return ids, [dict(each[c] for c in row if c >= 0) for row in sig[first_sig].tolist()]
 
     def procs(self, h: int) -> list:
         if h not in self._procs:
@@ -839,6 +880,14 @@ class _Hosts:
     def sample(self, k: int) -> HostSample | None:
         h = int(self.at[k])
         return None if h < 0 else host_from_blob(self.raw[h])
+
+
+class _Job(NamedTuple):
+    """What job grouping reads of a process (jobs.JobProc), from the host_proc blocks."""
+
+    ppid: int
+    name: str
+    cmdline: str
 
 
 _JSTR = rb'"[^"\\]*(?:\\.[^"\\]*)*"'  # a JSON string's text (unrolled: a step per run of plain bytes)

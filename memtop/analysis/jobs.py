@@ -9,8 +9,20 @@ copies of one command started from one shell look like one job.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from memtop.core.model import Frame, ProcSample
+
+
+class JobProc(Protocol):
+    """What a process's job is known by (a ProcSample; the report reads these from column blocks)."""
+
+    @property
+    def ppid(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def cmdline(self) -> str: ...
 
 
 def job_groups(frame: Frame) -> dict[int, str]:
@@ -18,7 +30,7 @@ def job_groups(frame: Frame) -> dict[int, str]:
     if frame.host is None:
         return {}
     procs = {p.pid: p for p in frame.host.procs}
-    return _groups({g.index: [p.pid for p in g.processes] for g in frame.gpus}, procs)
+    return groups({g.index: [p.pid for p in g.processes] for g in frame.gpus}, procs)
 
 
 def peers(
@@ -41,10 +53,10 @@ def jobs_of(procs: Mapping[int, ProcSample]) -> dict[int, str]:
     for p in procs.values():
         for g in p.gpus:
             by_gpu.setdefault(g, []).append(p.pid)
-    return _groups(by_gpu, procs)
+    return groups(by_gpu, procs)
 
 
-def proc_key(p: ProcSample) -> str:
+def proc_key(p: JobProc) -> str:
     """The job a process belongs to by its tree: its parent and command line (memtop.analysis.jobshare too)."""
     return f"{p.ppid} {p.cmdline or p.name}"
 
@@ -58,7 +70,8 @@ def jobs_on_gpus(procs: Mapping[int, ProcSample]) -> dict[int, dict[str, list[in
     return out
 
 
-def _groups(pids_by_gpu: Mapping[int, Sequence[int]], procs: Mapping[int, ProcSample]) -> dict[int, str]:
+def groups(pids_by_gpu: Mapping[int, Sequence[int]], procs: Mapping[int, JobProc]) -> dict[int, str]:
+    """GPU index -> job key, from each GPU's pids and the processes by pid (those not there: no job)."""
     out = {}
     for gpu, pids in pids_by_gpu.items():
         keys = sorted((p.ppid, p.cmdline or p.name, pid) for pid in pids if (p := procs.get(pid)))

@@ -51,9 +51,12 @@ STACK_SQL = "SELECT t, pid, tid, name, active, gil, NULL, stack, error FROM stac
 # what the classifier reads of a process (model.PROC_FIGURES): the host_proc blocks' columns, each of
 # the kind its ProcSample field is (model.PROC_KINDS; a None: NULL)
 HOST_PROC_FIELDS = PROC_FIGURES
-# the figures after the first five (those of 2026-11-24) a recording holds from when they were added
-# (schema additive): older blocks and JSON lack them
-HOST_PROC_ADDED = frozenset(PROC_FIGURES[5:])
+# what job grouping (memtop.analysis.jobs) reads of a process besides its pid and name: in the host_proc
+# blocks from 2026-11-28, so a multi-GPU report groups its GPUs without inflating a host sample's JSON
+HOST_PROC_JOB: colblock.Columns = (("ppid", "i"), ("cmdline", "s"))
+# the figures after the first five (those of 2026-11-24) and the job's columns a recording holds from
+# when they were added (schema additive): older blocks and JSON lack them
+HOST_PROC_ADDED = frozenset(PROC_FIGURES[5:]) | {c for c, _ in HOST_PROC_JOB}
 
 # the streams stored again as column blocks (memtop.storage.colblock), read by the report (memtop.analysis.colscan):
 # Frame times, GPU rows (the mode as its index into GPU_MODES), what store.host_figures stores (a host
@@ -62,7 +65,7 @@ BLOCK_STREAMS: dict[str, colblock.Columns] = {
     "frame": (("t", "f"),),
     "gpu": (("t", "f"), ("gpu", "i"), ("mode", "i"), *((c, "i") for c, _ in GPU_COLS)),
     "host": (("t", "f"), ("iowait_pct", "f"), ("procs", "i")),
-    "host_proc": (("t", "f"), *PROC_KINDS.items()),
+    "host_proc": (("t", "f"), *PROC_KINDS.items(), *HOST_PROC_JOB),
     "stack": (
         ("t", "f"),
         ("pid", "i"),

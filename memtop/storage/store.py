@@ -32,7 +32,6 @@ from memtop.core.metrics import BY_NAME, METRICS, Metric
 from memtop.core.model import (
     GPU_MODES,
     JOB_KEYS,
-    PROC_KINDS,
     Capability,
     Frame,
     GpuHealth,
@@ -60,7 +59,6 @@ from memtop.storage.decode import (
     GPU_COLS,
     HOST_KEY_EVERY,
     HOST_PROC_ADDED,
-    HOST_PROC_FIELDS,
     META_MAX,
     NAME_MAX,
     SANE_T,
@@ -227,8 +225,9 @@ def _host_blob(h: HostSample, prev: bytes | None) -> tuple[bytes, bytes]:
     return z.compress(raw) + z.flush(), raw
 
 
-_FIGURES = operator.attrgetter(*HOST_PROC_FIELDS)
-_TEXTS = [j for j, k in enumerate(PROC_KINDS.values(), 1) if k == "s"]  # a host_figures row's texts
+# a host_proc row as the blocks hold it (BLOCK_STREAMS: the figures, then the job's columns), from a ProcSample
+_FIGURES = operator.attrgetter(*(c for c, _ in BLOCK_STREAMS["host_proc"][1:]))
+_TEXTS = [j for j, (_, k) in enumerate(BLOCK_STREAMS["host_proc"]) if k == "s"]  # a host_figures row's texts
 
 
 def _utf8(s: str) -> bool:
@@ -241,7 +240,8 @@ def _utf8(s: str) -> bool:
 
 def host_figures(t: float, raw: bytes, cpu: bool = False) -> tuple[tuple, list[tuple]]:
     """A host sample's rows of the ``host`` and ``host_proc`` block streams: iowait and its count of
-    processes; each process's pid, CPU, parent GPU process, name and state. The values are its JSON's
+    processes; each process's figures (model.PROC_FIGURES) and what its job is known by (its parent
+    and command line: decode.HOST_PROC_JOB). The values are its JSON's
     as a reader decodes it (``host_from_blob``), so the two copies cannot disagree; a sample a reader
     would refuse, or one with a name that has no TEXT form (bad UTF-8 kept as surrogates), has none
     (procs -1: a report decodes its JSON). ``cpu``: the host row as WRITTEN_STREAMS holds it, the mean
