@@ -507,7 +507,8 @@ class ClusterApp(App):
     def _shown(made: list, band_w: int) -> tuple[Cell, ...]:
         """The row's cells with the band cut to `band_w` (kept: the table compares rows on screen)."""
         c = made[1]
-        made[3], made[4] = band_w, (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])
+        fits = len(c[BAND][1]) <= band_w  # (most rows, most paints: the band is all shown, as made)
+        made[3], made[4] = band_w, c if fits else (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])
         return made[4]
 
     def _detail(self, key: str | None) -> None:
