@@ -8,7 +8,9 @@ A and B: directories put first on PYTHONPATH (each holding a `memtop` package, e
 symlinks into a `git archive` of a commit). Prints one JSON line per run (with the 1-minute load
 average before and after it), then per tree and node count the median and the range.
 --snaps FILE: the endpoint's snapshots, made once (`memtop snapshot --replay` of six recordings
-takes a minute) and read again by later runs.
+takes a minute) and read again by later runs. Each node sends its recording's snapshots in turn, one
+per request (the same sequence for every run and tree); --frames 3,8 sends only those, alternately
+(frame 3 flags 342 of 1 024 rows as straggler candidates, the others none).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=40.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--snaps", type=Path, default=Path(f"/tmp/cluster-ab-snaps-{os.getpid()}.json"))
+    ap.add_argument("--frames", help="the snapshots each node sends in turn, e.g. 3,8 (default: all)")
     ap.add_argument("trees", nargs=2)
     a = ap.parse_args()
     if not a.snaps.exists():
@@ -41,8 +44,9 @@ def main() -> None:
         ports = cb.free_ports(n)
         # the endpoint serves the compact form: it imports the fleet's wire code of the last tree
         # given (an interpreter's own older install would lack it, and each poll fall back to the full one)
+        frames = [a.frames] if a.frames else []
         ep = subprocess.Popen(
-            [sys.executable, cb.__file__, "--_endpoint", ",".join(map(str, ports)), str(a.snaps)],
+            [sys.executable, cb.__file__, "--_endpoint", ",".join(map(str, ports)), str(a.snaps), *frames],
             env={**os.environ, "PYTHONPATH": a.trees[-1]},
         )
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -49,9 +50,15 @@ def real_snapshots(n_per: int = 10) -> list[list[bytes]]:
     return out
 
 
-def endpoint(ports: list[int], snaps_file: str) -> None:
+def endpoint(ports: list[int], snaps_file: str, frames: list[int] | None = None) -> None:
     """One asyncio process answering GET /snapshot.json, and GET /compact.json with its compact form
-    (`memtop serve`'s, made by the memtop this process imports), on every port (HTTP/1.1 keep-alive)."""
+    (`memtop serve`'s, made by the memtop this process imports), on every port (HTTP/1.1 keep-alive).
+
+    Which of a recording's snapshots a node sends follows the requests on its connection, not the
+    clock: the k-th answer is frame k (cycled), or `frames[k % len(frames)]` where given. (Chosen by
+    the second, the frames a run saw hung on the phase of its rounds against the clock: at a 5 s
+    interval one phase in five alternated frames 3 and 8, 342 straggler candidates on, then off,
+    every round, which doubled the main thread's CPU for whole sittings.)"""
     from memtop.fleet.wire import COMPACT_PATH, compact
 
     snaps = [[s.encode() for s in group] for group in json.loads(Path(snaps_file).read_text())]
@@ -59,12 +66,12 @@ def endpoint(ports: list[int], snaps_file: str) -> None:
 
     async def handle(reader, writer, i: int) -> None:
         try:
-            while True:
+            for k in itertools.count():
                 head = await reader.readuntil(b"\r\n\r\n")
                 if not head:
                     break
                 group = snaps[i % len(snaps)]
-                doc = json.loads(group[int(time.time()) % len(group)])
+                doc = json.loads(group[(frames[k % len(frames)] if frames else k) % len(group)])
                 doc["time"] = round(time.time(), 3)
                 if head.startswith(compact_get):
                     doc = compact(doc)
@@ -267,11 +274,12 @@ def main() -> None:
         "--serve-cost", action="store_true", help="on a GPU machine: serve vs record, scrape latency"
     )
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--_endpoint", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--_endpoint", nargs="+", help=argparse.SUPPRESS)  # PORTS SNAPS [FRAMES]
     ap.add_argument("--_poller", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a._endpoint:
-        return endpoint([int(p) for p in a._endpoint[0].split(",")], a._endpoint[1])
+        frames = [int(f) for f in a._endpoint[2].split(",")] if len(a._endpoint) > 2 else None
+        return endpoint([int(p) for p in a._endpoint[0].split(",")], a._endpoint[1], frames)
     if a._poller:
         return poller(a._poller[0], float(a._poller[1]), float(a._poller[2]))
     if a.serve_cost:

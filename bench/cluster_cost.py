@@ -4,11 +4,13 @@
 - `loop`: the poll loop's thread per GET (`time.pthread_getcpuclockid`), HttpPoller asking each node
   of bench/cluster_bench.py's endpoint (one process for every run) for its compact form, a round
   every 0.2 s or more as the TUI starts one (every node at once, poll_all(wait=False)), the trees
-  given alternated, each run a fresh client;
+  given alternated, each run a fresh client (the collector set as the tree's `memtop cluster` sets it);
 - `paint`: the main thread per round, ClusterApp headless at 200x50 over 1 024 nodes answering anew
-  (decoding, rows, cells, the table, Textual's layout and compositor), with how many screen layouts
-  each round caused; `--flip` alternates the frame of the snapshots that flags 342 rows as straggler
-  candidates with one that flags none (the verdict column takes the band's cells, then gives them back).
+  (rows, cells, the table, Textual's layout and compositor; the round's decoding apart, as the poll
+  thread's), with how many screen layouts and collector passes each round caused (the collector set
+  as the tree's `memtop cluster` sets it); `--flip` alternates the frame of the snapshots that flags
+  342 rows as straggler candidates with one that flags none (the verdict column takes the band's
+  cells, then gives them back).
 
 usage: python bench/cluster_cost.py loop A B [--nodes 1024] [--rounds 10] [--runs 3] --snaps FILE
        PYTHONPATH=TREE python bench/cluster_cost.py paint [--rounds 10] [--flip] --snaps FILE
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -31,6 +34,7 @@ import cluster_bench as cb
 from memtop.tui.cluster import ClusterApp
 from textual.screen import Screen
 
+from memtop.commands import cluster as cluster_cmd
 from memtop.fleet import wire
 from memtop.fleet.view import NodeState
 
@@ -67,6 +71,7 @@ def _loop(hosts: str, rounds: int) -> dict:
     p = HttpPoller(nodes, 0, timeout=60.0, compact=True)
     p.poll_all()  # the first polls open the connections (the workers); the loop carries the rest
     p.poll_all()
+    _collector_as_the_view()
     clock = time.pthread_getcpuclockid(p._loop_thread.ident or 0)
     c0 = time.clock_gettime(clock)
     for _ in range(rounds):
@@ -77,6 +82,12 @@ def _loop(hosts: str, rounds: int) -> dict:
     us = 1e6 * (time.clock_gettime(clock) - c0) / (rounds * len(nodes))
     p.close(wait=True)
     return {"loop_us_per_get": round(us, 1), "failures": sum(x.failures for x in nodes)}
+
+
+def _collector_as_the_view() -> None:
+    """The collector as the tree's `memtop cluster` sets it once started (its own threshold)."""
+    gc.freeze()
+    gc.set_threshold(getattr(cluster_cmd, "GC_YOUNG", 700), *gc.get_threshold()[1:])
 
 
 class _Nodes:
@@ -109,20 +120,31 @@ def paint(rounds: int, flip: bool, snaps: Path) -> dict:
             g = groups[i % len(groups)]
             n.receive(g[frame % len(g)], compact=True)
 
+    passes = [0]
+    gc.callbacks.append(lambda phase, info: passes.__setitem__(0, passes[0] + (phase == "stop")))
+
     async def run() -> dict:
         app = ClusterApp(_Nodes(nodes), interval=5.0)
         async with app.run_test(size=(200, 50)) as pilot:
             answer(4)
             app.paint()
             await pilot.pause(0.2)
-            l0, c0 = layouts[0], time.thread_time()
+            _collector_as_the_view()
+            l0, g0, decode, main = layouts[0], passes[0], 0.0, 0.0
             for k in range(rounds):
-                # frame 3 flags 342 rows, 4 none; without --flip, frames 5 s apart as the endpoint's
-                answer((3 if k % 2 else 4) if flip else 5 * k + 1)
+                # frame 3 flags 342 rows, 4 none; without --flip, consecutive frames, as the endpoint's
+                c0 = time.thread_time()
+                answer((3 if k % 2 else 4) if flip else k + 1)
+                c1 = time.thread_time()
                 app.paint()
                 await pilot.pause(0.1)
-            ms = 1000 * (time.thread_time() - c0) / rounds
-            return {"main_ms_per_round": round(ms, 1), "layouts_per_round": (layouts[0] - l0) / rounds}
+                decode, main = decode + c1 - c0, main + time.thread_time() - c1
+            return {
+                "main_ms_per_round": round(1000 * main / rounds, 1),
+                "decode_ms_per_round": round(1000 * decode / rounds, 1),
+                "layouts_per_round": (layouts[0] - l0) / rounds,
+                "gc_passes_per_round": (passes[0] - g0) / rounds,
+            }
 
     return asyncio.run(run())
 

@@ -442,6 +442,34 @@ async def test_rows_off_screen_show_their_newest_poll_when_scrolled_to(capsys):
         assert table.cursor_key == "n00/0"
 
 
+async def test_a_column_keeps_its_width_until_the_screen_changes(capsys):
+    """A column narrows only with the screen: a job id that goes away leaves the job column (and the
+    table's tiles) as they were, so a paint lays nothing out; a resize fits the columns again."""
+    from memtop.tui.cluster import BandTable, ClusterApp
+
+    base = _real_snapshot(RECS[0], capsys)
+    with_job = json.loads(json.dumps(base))
+    with_job["gpus"][0]["job"] = {"slurm_job_id": "4242424242"}
+    nodes = [_state(f"n{i}", with_job) for i in range(3)]
+    app = ClusterApp(_Nodes(nodes), interval=2.0)
+    async with app.run_test(size=(120, 24)) as pilot:
+        table = app.query_one(BandTable)
+        await _after_a_poll(pilot, table)
+        wide, plan = dict(table.columns)["job"], list(table._plan)
+        assert wide == 10, table.columns
+        for n in nodes:
+            n.good(json.loads(json.dumps(base)), 1)  # no job id: the job column's content is empty
+        app.paint()
+        await pilot.pause()
+        assert dict(table.columns)["job"] == wide and table._plan == plan
+        assert not any("4242" in strip.text for strip in table._lines)
+        await pilot.resize_terminal(110, 24)
+        await pilot.pause()
+        app.paint()  # (the paint timer's next tick would)
+        await pilot.pause()
+        assert dict(table.columns)["job"] == len("job")
+
+
 def test_malformed_snapshots_do_not_break_the_view(capsys):
     """A node may answer anything: wrong types stay out of the rows; a GPU that is not an object or
     whose index is not a small integer refuses the node, with the reason."""

@@ -11,6 +11,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Sequence
+from functools import lru_cache
 from itertools import compress, count
 from operator import attrgetter, is_not, itemgetter
 
@@ -182,12 +183,13 @@ def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -
     BandTable turns only the rows on screen into styled cells ("band" marks the phase band). The
     band is cut to its newest `band_w` steps; the last cell names the moment it speaks for."""
     g = r.gpu
-    node = clean(r.target, 32)  # what is unique (replays and demo nodes on one machine share a hostname)
+    node = _node_name(r.target)  # what is unique (replays and demo nodes on one machine share a hostname)
     if not g:
         return (("dim", node), ("", "-"), ("", ""), ("", ""), ("", ""), ("", ""), ("", ""),
                 ("dim", f"no data: {clean(r.stale or '?', 80)}"))  # fmt: skip
     job = g.get("job") or {}
-    jid = clean(job.get("slurm_job_id") or job.get("pod") or job.get("container") or "", 10)
+    jid = job.get("slurm_job_id") or job.get("pod") or job.get("container") or ""
+    jid = clean(jid, 10) if jid else ""  # (most rows: no job id, and no call)
     if job.get("rank"):
         jid += f" r{clean(job['rank'], 4)}"
     phase = r.phase[:9]  # (phase, band and label: of fixed alphabets, which wire checked; no clean)
@@ -213,6 +215,12 @@ def row_cells(r: Row, interval: float, ascii_only: bool, band_w: int = BAND_W) -
     )  # fmt: skip
 
 
+@lru_cache(maxsize=1 << 14)
+def _node_name(target: str) -> str:
+    """A node's name in its row: a thousand rows are made again after each round, their targets never."""
+    return clean(target, 32)
+
+
 def cell_lens(cells: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
     """The width of each of a row's cells (``row_cells``)."""
     texts = tuple(map(_TEXT, cells))
@@ -221,14 +229,17 @@ def cell_lens(cells: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
     return tuple(len(t) if t.isascii() else cell_len(t) for t in texts)  # (cleaned: no controls)
 
 
-def column_widths(lens: list[tuple[int, ...]], width: int) -> list[tuple[str, int]]:
+def column_widths(lens: list[tuple[int, ...]], width: int, keep: Sequence[int] = ()) -> list[tuple[str, int]]:
     """Each column as wide as its content (``cell_lens`` of each row, within its bounds); the verdict
     column gets what its content needs before the band grows past MIN_BAND, then the band up to
-    BAND_W, then the verdict."""
+    BAND_W, then the verdict. `keep`: the columns before the band at least as wide as these (the
+    last paint's at this screen width: a column that narrowed when the longest phase name shown
+    changed moved the tiles right of it, and Textual laid the screen out again)."""
     cols = list(zip(*lens)) or [()] * (NOTE + 1)  # (a thousand rows: one pass in C per column)
     out = []
     for i, (name, lo, hi) in enumerate(COLUMNS):
-        out.append((name, max(lo, len(name), min(hi, max(cols[i], default=0)))))
+        w = max(lo, len(name), min(hi, max(cols[i], default=0)))
+        out.append((name, max(w, keep[i]) if i < len(keep) else w))
     note_need = max(cols[NOTE], default=0)
     left = width - sum(w for _, w in out) - GAP * (len(out) + 2) - 1  # the last cell: no wrap
     band = max(MIN_BAND, min(BAND_W, left - max(MIN_NOTE, note_need)))
@@ -368,6 +379,7 @@ class ClusterApp(App):
         # redoes only the positions whose Row is another object (the nodes polled since)
         self._last: tuple[list[Row], list[list], list[tuple[str, tuple]], int] = ([], [], [], -1)
         self._detail_of: tuple[Row | None, int] | None = None  # what the detail pane shows
+        self._keep: tuple[int, list[int]] = (0, [])  # (screen width, the widths column_widths keeps)
 
     @property
     def letters(self) -> bool:
@@ -432,7 +444,9 @@ class ClusterApp(App):
         header.update(self._head(nodes, rs, error))
         table = self.query_one(BandTable)
         table.ascii_only = self.letters
-        widths = column_widths(list(map(_LENS, made)), self.size.width)
+        keep = self._keep[1] if self._keep[0] == self.size.width else ()
+        widths = column_widths(list(map(_LENS, made)), self.size.width, keep)
+        self._keep = (self.size.width, [w for _, w in widths[:BAND]])
         band_w = widths[BAND][1]
         # BandTable holds (style, text) pairs in place of cells: its _redraw styles them through _cell
         shown = self._last[2]
@@ -493,7 +507,8 @@ class ClusterApp(App):
     def _shown(made: list, band_w: int) -> tuple[Cell, ...]:
         """The row's cells with the band cut to `band_w` (kept: the table compares rows on screen)."""
         c = made[1]
-        made[3], made[4] = band_w, (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])
+        fits = len(c[BAND][1]) <= band_w  # (most rows, most paints: the band is all shown, as made)
+        made[3], made[4] = band_w, c if fits else (*c[:BAND], ("band", c[BAND][1][-band_w:]), *c[BAND + 1 :])
         return made[4]
 
     def _detail(self, key: str | None) -> None:

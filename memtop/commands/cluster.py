@@ -81,7 +81,12 @@ def _once(src: Source, interval: float, args: argparse.Namespace) -> int:
     return 0 if all(n["ok"] for n in out["nodes"]) else 1
 
 
-GC_YOUNG = 25_000  # container allocations between two passes of the collector over the young ones
+# Container allocations between two passes of the collector over the young ones. A round's new
+# snapshots count as they are decoded (~25 containers a node); those they replace count back off only
+# when the next paint lets go of them: at 25 000, a thousand nodes' round crossed the threshold and a
+# pass walked every snapshot just decoded (15-30 ms, once a round); above a round's peak, the paint's
+# frees bring the count back and a pass comes only as cycles (Textual's strips) pile up.
+GC_YOUNG = 100_000
 
 
 def _tui(src: Source, interval: float, args: argparse.Namespace) -> int:
@@ -104,10 +109,9 @@ def _tui(src: Source, interval: float, args: argparse.Namespace) -> int:
             raise
         print(f"memtop: ignoring the theme in {config.path()}: {clean(str(e), 300)}", file=sys.stderr)
         app = make(None)
-    # A thousand nodes' snapshots decoded every 5 s are ~30 000 new dicts and lists a second, and
+    # A thousand nodes' snapshots decoded every 5 s are ~30 000 new dicts and lists a round, and
     # JSON holds no cycles: at the default threshold (700) the collector passed over them some 50
-    # times a second, and its full passes over every snapshot held (a third of its time at 25 000
-    # in the paint's harness, bench/RESULTS.md). What start-up made stays out of its passes.
+    # times a second (bench/RESULTS.md). What start-up made stays out of its passes.
     gc.freeze()
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     app.run(mouse=opts.mouse)
