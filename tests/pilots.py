@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -14,4 +15,16 @@ async def until(pilot, cond: Callable[[], object], timeout: float = 60.0) -> boo
         if time.monotonic() > end:
             return False
         await pilot.pause(0.05)
+    return True
+
+
+async def refreshed(pilot, timeout: float = 60.0) -> bool:
+    """True once the screen has laid out and painted what was asked of it before this call (Textual
+    runs ``call_after_refresh`` callbacks only when nothing is left to refresh); False after
+    ``timeout`` s. For a screen read as a reference, where there is no condition to wait on: a
+    ``pilot.pause(0.2)`` there is a guess that a loaded machine makes wrong."""
+    try:
+        await asyncio.wait_for(pilot.app.screen.wait_for_refresh(), timeout)
+    except TimeoutError:
+        return False
     return True
