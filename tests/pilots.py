@@ -28,3 +28,18 @@ async def refreshed(pilot, timeout: float = 60.0) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def steady(pilot, look: Callable[[], object], timeout: float = 60.0) -> bool:
+    """True once ``look()`` reads the same on each side of a refresh (what a paint, a layout or a mount
+    it started would change has come); False after ``timeout`` s. For a screen kept as a reference."""
+    end = time.monotonic() + timeout
+    before = look()
+    while time.monotonic() < end:
+        if not await refreshed(pilot, max(0.0, end - time.monotonic())):
+            return False
+        now = look()
+        if now == before:
+            return True
+        before = now
+    return False
