@@ -256,8 +256,8 @@ def _pty_run(argv: list[str], keys: bytes = b"", sig: int | None = None, env=Non
             os.write(m, keys)
         if sig is not None:
             p.send_signal(sig)
-        drain(time.monotonic() + 10)
-        return p.wait(10), out
+        drain(time.monotonic() + 60)  # until it closes the terminal (bounds for a loaded machine)
+        return p.wait(60), out
     finally:
         if p.poll() is None:
             p.kill()
