@@ -468,17 +468,20 @@ async def test_strip_and_band_draw_a_phase_alike_and_the_axis_counts_from_the_st
     app = MemtopApp(pipe, src, hangup_guard=False, ascii_only=ascii_only, no_color=no_color)
     async with app.run_test(size=(120, 40)) as pilot:
         assert await until(pilot, lambda: src.scanned)
-        await pilot.press("space", "t", *"1:30", "enter")
+        await pilot.press("space")
+        assert await until(pilot, lambda: src.paused)
+        await pilot.press("t")  # (the time typed once the dialog is up: typed before, it went to the app)
+        assert await until(pilot, lambda: isinstance(app.screen, JumpScreen))
+        await pilot.press(*"1:30", "enter")
         assert await until(pilot, lambda: abs(pipe.status.position - 90) < 0.2)
-        await pilot.pause(0.5)
+        timeline = app.query_one(Timeline)
+        assert await until(pilot, lambda: any("|0:01:" in ln[0] for ln in timeline._rows)), "no h:mm:ss axis"
         strip = app.query_one(Overview)
         text = strip.render_line(0).text
         w = strip.size.width
         want = [CHARS[lab] if lab else "." for lab in cells(src.phase_runs[0], src.duration, w)]
         cur = strip._cursor(w)
         assert text[:cur] + text[cur + 1 :] == "".join(want[:cur] + want[cur + 1 :])
-        axis = [ln for ln in app.query_one(Timeline)._rows if "|0:01:" in ln[0]]
-        assert axis, "no h:mm:ss axis"
         await pilot.press("q")
 
 
