@@ -43,3 +43,14 @@ async def steady(pilot, look: Callable[[], object], timeout: float = 60.0) -> bo
             return True
         before = now
     return False
+
+
+async def opened(pilot, kind: type, timeout: float = 60.0) -> bool:
+    """True once a screen of ``kind`` is on top, composed and focused as it focuses itself (a key typed
+    before then goes to the screen under it, or to no input); False after ``timeout`` s."""
+
+    def ready() -> bool:
+        s = pilot.app.screen
+        return isinstance(s, kind) and bool(s.children) and (s.focused is not None or not s.focus_chain)
+
+    return await until(pilot, ready, timeout)

@@ -20,7 +20,7 @@ import pytest
 from conftest import notified
 from memtop.tui.app import FilterScreen, MemtopApp, SignalScreen
 from memtop.tui.format import PROC_ORDERS, fit_command, share_cells, shown_procs
-from pilots import refreshed, steady, until
+from pilots import opened, refreshed, steady, until
 
 from memtop.analysis.phases import TITLES
 from memtop.commands.local import LiveController, demo_path
@@ -260,12 +260,12 @@ async def test_sort_and_filter_keys_reorder_the_table_and_say_so():
         await pilot.press("O")
         assert await until(pilot, lambda: table.keys == sorted(found, key=int, reverse=True))
         await pilot.press("slash")  # (what is typed goes to the dialog once it is up)
-        assert await until(pilot, lambda: isinstance(app.screen, FilterScreen))
+        assert await opened(pilot, FilterScreen)
         await pilot.press(*found[0], "enter")
         assert await until(pilot, lambda: table.keys == [found[0]])
         assert await until(pilot, lambda: f"only '{found[0]}'" in "\n".join(_screen(app)))
         await pilot.press("slash")
-        assert await until(pilot, lambda: isinstance(app.screen, FilterScreen))
+        assert await opened(pilot, FilterScreen)
         await pilot.press("ctrl+u", "enter")  # empty: every process again
         assert await until(pilot, lambda: sorted(table.keys) == sorted(found))
 
@@ -302,13 +302,13 @@ async def test_a_signal_goes_to_the_selected_process_only_after_a_confirmation()
         async with app.run_test(size=(120, 40)) as pilot:
             assert await until(pilot, lambda: app.selected_pid == child.pid)
             await pilot.press("k")
-            assert await until(pilot, lambda: isinstance(app.screen, SignalScreen))
+            assert await opened(pilot, SignalScreen)
             assert child.poll() is None
             await pilot.press("escape")  # nothing sent
             assert await until(pilot, lambda: not isinstance(app.screen, SignalScreen))
             assert child.poll() is None
             await pilot.press("k")
-            assert await until(pilot, lambda: isinstance(app.screen, SignalScreen))
+            assert await opened(pilot, SignalScreen)
             await pilot.press("t")
             # (polled while the app runs: a blocking wait held the loop that sends it)
             assert await until(pilot, lambda: child.poll() is not None)

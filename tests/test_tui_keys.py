@@ -11,7 +11,7 @@ from conftest import REC, notified
 from memtop.tui.app import KEYS, HelpScreen, JumpScreen, MemtopApp
 from memtop.tui.overview import Overview, cells
 from memtop.tui.tiles import TextPanel
-from pilots import refreshed, until
+from pilots import opened, refreshed, until
 
 from memtop.live.pipeline import Pipeline, ReplaySource, Status
 from memtop.storage.store import Recording
@@ -131,7 +131,7 @@ async def test_help_fits_80x24_scrolls_lists_only_this_modes_keys_and_esc_closes
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await pilot.press("question_mark")
-        assert await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert await opened(pilot, HelpScreen)
         text = app.screen.text
         assert ("next phase change" in text) == (mode == "replay")
         assert ("freeze the view" in text) == (mode == "live")
@@ -174,13 +174,13 @@ async def test_replay_navigation_pages_ends_jump_and_phase_changes():
 
         # (each key typed once the dialog is up: one typed before it went to the app)
         await pilot.press("t")
-        assert await until(pilot, lambda: isinstance(app.screen, JumpScreen))
+        assert await opened(pilot, JumpScreen)
         await pilot.press(*"9:00:00", "enter")  # past the end: says so, stays
         assert await until(pilot, lambda: "past the end" in why()), why()
         await pilot.press("escape")
         assert await until(pilot, lambda: not isinstance(app.screen, JumpScreen))
         await pilot.press("t")
-        assert await until(pilot, lambda: isinstance(app.screen, JumpScreen))
+        assert await opened(pilot, JumpScreen)
         await pilot.press("x", "enter")  # not a time: says why, stays
         assert await until(pilot, lambda: "not a time" in why()), why()
         await pilot.press("backspace", *"1:05", "enter")
@@ -471,7 +471,7 @@ async def test_strip_and_band_draw_a_phase_alike_and_the_axis_counts_from_the_st
         await pilot.press("space")
         assert await until(pilot, lambda: src.paused)
         await pilot.press("t")  # (the time typed once the dialog is up: typed before, it went to the app)
-        assert await until(pilot, lambda: isinstance(app.screen, JumpScreen))
+        assert await opened(pilot, JumpScreen)
         await pilot.press(*"1:30", "enter")
         assert await until(pilot, lambda: abs(pipe.status.position - 90) < 0.2)
         timeline = app.query_one(Timeline)
