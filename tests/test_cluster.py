@@ -17,6 +17,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from netutil import free_ports, memtop, stop, wait_ready
+from pilots import until
 
 from memtop.cli import main
 from memtop.core.sanitize import is_clean
@@ -241,7 +242,10 @@ def test_ssh_transport_against_a_real_sshd(tmp_path):
         Path("/run/sshd").mkdir(exist_ok=True)
     sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.PIPE)
     try:
-        time.sleep(0.5)
+        # listening once it has written its pid file (after it binds); a bound for a loaded machine
+        end = time.monotonic() + 60
+        while not (d / "sshd.pid").exists() and sshd.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
         if sshd.poll() is not None:
             pytest.skip(f"sshd could not start here: {sshd.stderr.read().decode()[-300:]}")
         rc, out = _cluster(
@@ -310,11 +314,11 @@ class _Nodes:
 
 
 async def _after_a_poll(pilot, table) -> None:
-    """Returns once a paint shows the answering nodes fresh (polled: a bound, not a pace)."""
-    end = time.monotonic() + 60
-    await pilot.pause()
-    while any("no fresh snapshot" in strip.text for strip in table._lines) and time.monotonic() < end:
-        await pilot.pause(0.1)
+    """Returns once a paint shows the nodes' rows, the answering ones fresh (polled: a bound, not a
+    pace; passed, it fails)."""
+    assert await until(
+        pilot, lambda: len(table._lines) > 1 and not any("no fresh snapshot" in s.text for s in table._lines)
+    ), [strip.text for strip in table._lines]
 
 
 async def test_tui_rows_straggler_stale_and_enter(capsys):
@@ -353,8 +357,7 @@ async def test_tui_rows_straggler_stale_and_enter(capsys):
         table.focus()
         table.move_cursor(4)
         await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, NodeScreen)
+        assert await until(pilot, lambda: isinstance(app.screen, NodeScreen))
         shown = app.screen.query_one(TextPanel).text.plain
         assert "odd" in shown and "\x1b" not in shown
 
@@ -401,8 +404,9 @@ async def test_a_stale_reason_cut_in_its_row_is_whole_in_the_detail_pane():
     bad.bad(why)
     app = ClusterApp(_Nodes([bad]), interval=2.0)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        (row,) = [strip.text.rstrip() for strip in app.query_one(BandTable)._lines][1:]
+        table = app.query_one(BandTable)
+        assert await until(pilot, lambda: len(table._lines) == 2)  # the first paint: header, one row
+        (row,) = [strip.text.rstrip() for strip in table._lines][1:]
         assert why not in row and "no data: bad snapshot: gpus" in row, row  # cut at 80 columns
         assert why in app.query_one("#detail", TextPanel).text.plain
 
@@ -424,22 +428,23 @@ async def test_rows_off_screen_show_their_newest_poll_when_scrolled_to(capsys):
             snap["gpus"][0]["job"] = {"slurm_job_id": job}
             next(n for n in nodes if n.target == target).good(snap, 1)
         app.paint()
-        await pilot.pause()
         table.focus()
+        assert await until(pilot, lambda: table.has_focus)
         for key in ("pagedown", "pagedown", "pagedown", "down"):
             await pilot.press(key)
-        await pilot.pause()
-        assert table.cursor_key == "n31/0"
-        lines = [strip.text for strip in table._lines]
-        assert any(line.startswith("n30 ") and "3131" in line for line in lines), lines
+        assert await until(pilot, lambda: table.cursor_key == "n31/0"), table.cursor_key
+
+        def shown(row: str, job: str) -> bool:
+            return any(s.text.startswith(row) and job in s.text for s in table._lines)
+
+        assert await until(pilot, lambda: shown("n30 ", "3131")), [s.text for s in table._lines]
         await pilot.press("end")
-        await pilot.pause()
-        assert table.cursor_key == "n59/0"
-        last = [strip.text for strip in table._lines][-1]
-        assert last.startswith("n59 ") and "4242" in last, last
+        assert await until(pilot, lambda: table.cursor_key == "n59/0"), table.cursor_key
+        assert await until(pilot, lambda: table._lines[-1].text.startswith("n59 "))
+        last = table._lines[-1].text
+        assert "4242" in last, last
         await pilot.press("home")
-        await pilot.pause()
-        assert table.cursor_key == "n00/0"
+        assert await until(pilot, lambda: table.cursor_key == "n00/0"), table.cursor_key
 
 
 async def test_a_column_keeps_its_width_until_the_screen_changes(capsys):
@@ -629,7 +634,8 @@ def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
             env, extra = VARIANTS[variant]
             tmux.start(name, ["cluster", "--hosts", hosts, *extra], size, {**env, "HOME": str(home)})
         for name, (_, variant) in runs.items():
-            pane = tmux.wait(name, "last 60 s:", timeout=40)
+            # every node answered or refused (one at a time on a loaded machine: the first row is not all)
+            pane = _until(tmux, name, lambda p: _all_rows(p) or "EXIT=" in p or "Traceback" in p)
             lines = pane.splitlines()
             assert "Traceback" not in pane and "EXIT=" not in pane, pane
             assert "no data: refused" in pane, pane  # the stale reason whole
@@ -646,9 +652,9 @@ def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
             assert not split, pane
         # Escape and q read as one key (Alt+q, as a busy app reads them) close the node's screen
         tmux.keys("s80", "Enter")
-        tmux.wait("s80", "(demo), memtop ", timeout=20)  # the node screen: "HOST (demo), memtop VERSION"
+        tmux.wait("s80", "(demo), memtop ", timeout=60)  # the node screen: "HOST (demo), memtop VERSION"
         tmux("send-keys", "-t", "s80", "-l", "\x1bq")
-        pane = _until(tmux, "s80", lambda p: "(demo), memtop " not in p, 20)
+        pane = _until(tmux, "s80", lambda p: "(demo), memtop " not in p, 60)
         assert "(demo), memtop " not in pane and "phase band" in pane, pane
         for name in runs:
             _quit(tmux, name)
@@ -665,12 +671,17 @@ def test_the_real_cli_paints_and_quits_at_every_size(demo_nodes, tmp_path):
         conf.start(
             "cfg", ["cluster", "--hosts", hosts], (120, 40), {"TERM": "xterm-256color", "HOME": str(home)}
         )
-        pane = conf.wait("cfg", "last 60 s:", timeout=40)
+        pane = conf.wait("cfg", "last 60 s:", timeout=60)
         assert pane.isascii() and "Traceback" not in pane, pane
         _quit(conf, "cfg")
         assert "memtop: ignoring the theme in" in conf.pane("cfg")  # said before the view, seen after
     finally:
         conf("kill-server")
+
+
+def _all_rows(pane: str) -> bool:
+    """The cluster view's three demo nodes named with their verdict, and the dead one's reason."""
+    return "no data: refused" in pane and sum("last 60 s: " in ln for ln in pane.splitlines()) >= 3
 
 
 class _OldNode:
@@ -806,8 +817,7 @@ async def test_the_node_screen_shows_the_full_snapshot_of_a_compact_node(demo_no
             table.focus()
             table.move_cursor(2)
             await pilot.press("enter")
-            await pilot.pause()
-            assert isinstance(app.screen, NodeScreen)
+            assert await until(pilot, lambda: isinstance(app.screen, NodeScreen))
             panel = app.screen.query_one(TextPanel)
             while FETCHING.strip() in panel.text.plain or "processes" not in panel.text.plain:
                 assert time.monotonic() < end, panel.text.plain

@@ -15,6 +15,7 @@ import pytest
 from conftest import REC, notified
 from memtop.tui.app import MemtopApp
 from memtop.tui.timeline import Timeline
+from pilots import refreshed, until
 
 from memtop import config
 from memtop.cli import build_parser
@@ -99,10 +100,11 @@ async def test_letters_and_zoom_are_saved_as_chosen_and_come_back(tmp_path, monk
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert not config.path().exists()  # starting is not choosing
+        tl = app.query_one("#timeline", Timeline)
         await pilot.press("l")
         await pilot.press("z")
-        await pilot.pause()
-        span = app.query_one("#timeline", Timeline).span_s
+        assert await until(pilot, lambda: tl.letters and tl.span_s == 60.0)
+        span = tl.span_s
     saved = config.load()
     assert saved.letters is True and saved.timeline_s == span == 60.0
     assert stat.S_IMODE(os.stat(config.path()).st_mode) == 0o600
@@ -111,8 +113,10 @@ async def test_letters_and_zoom_are_saved_as_chosen_and_come_back(tmp_path, monk
         await pilot.pause()
         tl = again.query_one("#timeline", Timeline)
         assert tl.letters and tl.span_s == 60.0
-        await pilot.press("Z", "Z", "Z", "Z", "Z")  # out to the 600 s limit, and one press past it
-        await pilot.pause()
+        await pilot.press("Z", "Z", "Z", "Z")  # out to the 600 s limit
+        assert await until(pilot, lambda: tl.span_s == 600.0)
+        await pilot.press("Z")  # and one press past it
+        assert await refreshed(pilot)
         assert tl.span_s == 600.0
     assert config.load().timeline_s == 600.0 and config.load().letters is True
 
@@ -126,9 +130,9 @@ async def test_a_choice_that_cannot_be_saved_is_said_and_the_app_goes_on(tmp_pat
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         await pilot.press("l")
-        await pilot.pause()
-        assert app.is_running and app.query_one("#timeline", Timeline).letters
-        assert any("letters not saved" in m for m in said), said
+        assert await until(pilot, lambda: app.query_one("#timeline", Timeline).letters)
+        assert await until(pilot, lambda: any("letters not saved" in m for m in said)), said
+        assert app.is_running
 
 
 async def test_the_config_is_never_written_through_a_link(tmp_path, monkeypatch):
@@ -141,7 +145,7 @@ async def test_the_config_is_never_written_through_a_link(tmp_path, monkeypatch)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         await pilot.press("z")
-        await pilot.pause()
+        assert await until(pilot, lambda: not config.path().is_symlink())  # saved, the link replaced
     assert target.read_text() == "keep" and not config.path().is_symlink()
     assert config.load().timeline_s == 60.0
 
@@ -171,20 +175,21 @@ def test_an_unknown_theme_in_the_config_is_named_and_the_monitor_starts(tmp_path
     cmd = f"XDG_CONFIG_HOME={tmp_path} {sys.executable} -m memtop --demo; echo EXIT=$?; sleep 30"
     tm = ["tmux", "-L", sock, "-f", "/dev/null"]
     subprocess.run([*tm, "new-session", "-d", "-x", "120", "-y", "40", cmd], check=True)
-    try:
-        pane = ""
-        for _ in range(200):
+
+    def pane_once(cond) -> str:
+        """The pane once ``cond(pane)`` holds, or after 60 s (a bound for a loaded machine)."""
+        end = time.monotonic() + 60
+        while True:
             pane = subprocess.run([*tm, "capture-pane", "-p"], capture_output=True, text=True).stdout
-            if "now:" in pane or "EXIT=" in pane:
-                break
+            if cond(pane) or time.monotonic() > end:
+                return pane
             time.sleep(0.15)
+
+    try:
+        pane = pane_once(lambda p: "now:" in p or "EXIT=" in p)
         assert "now:" in pane and "EXIT=" not in pane, pane
         subprocess.run([*tm, "send-keys", "q"])
-        for _ in range(100):
-            pane = subprocess.run([*tm, "capture-pane", "-p"], capture_output=True, text=True).stdout
-            if "EXIT=" in pane:
-                break
-            time.sleep(0.15)
+        pane = pane_once(lambda p: "EXIT=" in p)
         assert "EXIT=0" in pane and "Traceback" not in pane, pane
         assert "ignoring the theme" in pane and "bogus" in pane, pane
     finally:

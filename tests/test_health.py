@@ -271,9 +271,9 @@ def test_serve_and_snapshot_export_health_and_energy_by_phase(tmp_path):
     p = memtop("serve", "--replay", str(rec.path), "--port", str(port), stderr=subprocess.PIPE)
     try:
         wait_ready(port, proc=p)
-        end = time.monotonic() + 40
+        end = time.monotonic() + 60
         while True:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
                 fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
             xids = [s for s in fams["memtop_gpu_health_events"].samples if s.labels["xid"] == "94"]
             joules = [s for s in fams["memtop_gpu_energy_joules"].samples if s.name.endswith("_total")]
@@ -285,7 +285,7 @@ def test_serve_and_snapshot_export_health_and_energy_by_phase(tmp_path):
         assert {s.labels["phase"] for s in joules} <= {*LABELS_ALL}
         (pending,) = fams["memtop_gpu_row_remap_pending"].samples
         assert pending.value in (0, 1) and fams["memtop_gpu_ecc_dbe_volatile"].type == "counter"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/snapshot.json", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/snapshot.json", timeout=30) as r:
             snap = json.loads(r.read())
         schema = json.loads((DATA.parent.parent / "docs" / "snapshot.schema.json").read_text())
         jsonschema.validate(snap, schema)

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow
 def _get(url: str, **kw) -> tuple[int, bytes]:
     req = urllib.request.Request(url, headers=kw.pop("headers", {}))
     try:
-        with urllib.request.urlopen(req, timeout=5, **kw) as r:
+        with urllib.request.urlopen(req, timeout=30, **kw) as r:  # (a serve process on a loaded machine)
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()

@@ -35,7 +35,7 @@ _PROBE = textwrap.dedent(
         seen["started"] = controller._thread.ident is not None
         seen["textual"] = any(m == "textual" or m.startswith("textual.") for m in sys.modules)
         seen["ssl"] = sys.modules.get("ssl", "absent")
-        controller._thread.join(10)
+        controller._thread.join(60)  # (a bound for a loaded machine)
         seen["sampler"] = controller.sampler is not None
         seen["controller"] = controller
         return 0
@@ -43,7 +43,7 @@ _PROBE = textwrap.dedent(
     local._run_app = run_app
     rc = local.live(build_parser().parse_args(["--no-stacks", "--no-perf"]))
     s, trim = seen["controller"].sampler, seen["controller"]._trim
-    trim.join(2)  # stop() cancelled the start-up trim (it was due 3 s after the start): no thread left
+    trim.join(60)  # stop() cancelled the start-up trim (it was due 3 s after the start): no thread left
     print(rc, seen["started"], seen["textual"], seen["ssl"], seen["sampler"], s._stop.is_set(), trim.is_alive())
     """
 )
@@ -138,7 +138,7 @@ _EARLY = textwrap.dedent(
     local._need_tty = lambda: None
 
     def run_app(pipeline, controller, args):
-        controller._thread.join(10)
+        controller._thread.join(60)
         seen["caps"] = [c.detail for c in controller.sampler.capabilities() if c.source == "nvml"]
         return 0
 

@@ -93,7 +93,7 @@ class Tmux:
     def keys(self, name: str, *keys: str) -> None:
         self("send-keys", "-t", name, *keys)
 
-    def wait(self, name: str, text: str, timeout: float = 25.0) -> str:
+    def wait(self, name: str, text: str, timeout: float = 60.0) -> str:
         end = time.monotonic() + timeout
         pane = ""
         while time.monotonic() < end:

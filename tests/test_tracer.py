@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from memtop.tui.app import KEYS, MemtopApp
+from pilots import until
 
 from memtop.agent.tracer import TraceOptions, Tracer
 from memtop.analysis.verdict import Verdict
@@ -189,11 +190,7 @@ async def test_x_captures_the_selected_process_and_says_where_the_file_went(tmp_
     args = argparse.Namespace(trace_seconds=0.5, trace_dir=str(tmp_path))
     app = MemtopApp(p, LiveController(args, p, _NoSampler()), hangup_guard=False)
     async with app.run_test(size=(160, 45)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if app.query_one("#procs")._rows:
-                break
-        assert app.selected_pid == job
+        assert await until(pilot, lambda: app.selected_pid == job)  # the first paint selects it
         assert "trace" in {k.action for k in app.enabled_keys()}
         await pilot.press("x")
         deadline, seen = time.monotonic() + 90, []

@@ -10,7 +10,7 @@ from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp
 from memtop.tui.tiles import TextPanel
 from memtop.tui.timeline import Timeline
 from multigpu import multi_gpu_of
-from pilots import until
+from pilots import refreshed, until
 from rich.text import Text
 from textual import events
 from textual.app import App
@@ -93,22 +93,23 @@ async def test_keys_still_queued_when_the_app_ends_are_dropped():
 async def test_gpu_detail_screen():
     app = _app(8)
     async with app.run_test(size=(200, 50)) as pilot:
-        app.query_one("#gpus").focus()
-        await pilot.press("down", "enter")
-        await pilot.pause()
-        assert isinstance(app.screen, GpuDetail) and app.screen.gpu == 1
+        table = app.query_one("#gpus")
+        assert await until(pilot, lambda: len(table.keys) == 8)  # the first paint: rows to move over
+        table.focus()
+        await pilot.press("down")
+        assert await until(pilot, lambda: table.cursor_key == "1")
+        await pilot.press("enter")
+        assert await until(pilot, lambda: isinstance(app.screen, GpuDetail))
+        assert app.screen.gpu == 1
         await pilot.press("escape")
-        assert not isinstance(app.screen, GpuDetail)
+        assert await until(pilot, lambda: not isinstance(app.screen, GpuDetail))
 
 
 async def test_process_selection_drives_the_stacks_panel():
     app = _app(1)
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause()
-        pid = app.selected_pid
-        assert pid is not None
-        stacks = app.query_one("#stacks", TextPanel).text.plain
-        assert "MainThread" in stacks
+        stacks = app.query_one("#stacks", TextPanel)
+        assert await until(pilot, lambda: app.selected_pid is not None and "MainThread" in stacks.text.plain)
 
 
 async def test_resize_degrades_without_crashing():
@@ -138,18 +139,18 @@ async def test_replay_controls_pause_seek_speed_next_phase():
         assert p0 <= src.position <= p0 + step + 1e-6
         p0 = src.position
         await pilot.press("right")  # seek while paused (it steps from where the replay is)
-        assert src.position >= p0 + 9
+        assert await until(pilot, lambda: src.position >= p0 + 9)
         before = src.position
         await pilot.press("n")
         assert await until(pilot, lambda: src.position > before)
         await pilot.press("home")
         assert await until(pilot, lambda: src.position < before)
         await pilot.press("plus")
-        assert src.speed == 32
+        assert await until(pilot, lambda: src.speed == 32)
         await pilot.press("minus", "minus")
-        assert src.speed == 8
+        assert await until(pilot, lambda: src.speed == 8)
         await pilot.press("space")
-        assert not pipe.status.paused
+        assert await until(pilot, lambda: not pipe.status.paused)
         await pilot.press("q")
 
 
@@ -221,11 +222,16 @@ async def test_no_gpu_live_view_says_so():
     p.on_frame(Frame(t=1.0, host=host, caps=(cap,)), tick=False)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        text = (
-            app.query_one("#verdict", TextPanel).text.plain + app.query_one("#header", TextPanel).text.plain
-        )
-        assert "no GPU found" in text and "--demo" in text
+
+        def shown() -> str:
+            return (
+                app.query_one("#verdict", TextPanel).text.plain
+                + app.query_one("#header", TextPanel).text.plain
+            )
+
+        assert await until(pilot, lambda: "no GPU found" in shown()), shown()  # the first paint
+        text = shown()
+        assert "--demo" in text
         assert "--pid" not in text  # the recording's host has its processes: they are shown
 
 
@@ -242,11 +248,12 @@ async def test_no_gpu_and_no_process_says_how_to_pick_one():
     p.on_frame(Frame(t=1.0, host=host, caps=(cap,)), tick=False)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(50):  # the first paint (a loaded machine is slow)
-            await pilot.pause(0.1)
-            rows = ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
-            if any("--pid" in r for r in rows):
-                break
+
+        def screen() -> list[str]:
+            return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]
+
+        assert await until(pilot, lambda: any("--pid" in r for r in screen()))  # the first paint
+        rows = screen()
         assert any(r.strip().startswith("`memtop --pid PID` watches a process you pick") for r in rows)
         assert "memtop --pid PID" in app.query_one("#stacks", TextPanel).text.plain
 
@@ -259,11 +266,8 @@ async def test_faults_during_a_run_show_and_the_app_goes_on():
     p.on_frame(replace(f, notes=("host collector failed: OSError: boom",)), tick=False)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(160, 45)) as pilot:
-        for _ in range(100):  # until the first paint (a loaded machine is slow to it)
-            await pilot.pause(0.05)
-            if "boom" in app.query_one("#caps", TextPanel).text.plain:
-                break
-        assert "boom" in app.query_one("#caps", TextPanel).text.plain
+        caps = app.query_one("#caps", TextPanel)
+        assert await until(pilot, lambda: "boom" in caps.text.plain), caps.text.plain  # the first paint
         assert app.is_running
 
 
@@ -275,11 +279,9 @@ async def test_sampling_that_cannot_start_shows_in_the_header():
     p = Pipeline(Status("live"), meta={"host": "test"})
     app = MemtopApp(p, LiveController(argparse.Namespace(), p), hangup_guard=False)  # no options: it fails
     async with app.run_test(size=(160, 45)) as pilot:
-        for _ in range(40):
-            await pilot.pause(0.05)
-            if "sampling could not start" in app.query_one("#header", TextPanel).text.plain:
-                break
-        assert "sampling could not start: AttributeError" in app.query_one("#header", TextPanel).text.plain
+        header = app.query_one("#header", TextPanel)
+        assert await until(pilot, lambda: "sampling could not start" in header.text.plain), header.text.plain
+        assert "sampling could not start: AttributeError" in header.text.plain
         assert app.is_running
 
 
@@ -307,18 +309,16 @@ async def test_kept_renders_follow_updates_and_theme_changes():
     async with app.run_test(size=(60, 6)) as pilot:
         panel = app.query_one(TextPanel)
         panel.update(Text("alpha " * 8))
-        await pilot.pause(0.2)
-        assert "alpha" in app.export_screenshot()
+        assert await until(pilot, lambda: "alpha" in app.export_screenshot())
         panel.update(Text("beta " * 8))
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: "alpha" not in app.export_screenshot())
         shot = app.export_screenshot()
-        assert "beta" in shot and "alpha" not in shot
+        assert "beta" in shot
         app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
-        await pilot.pause(0.2)
-        fresh = App.export_screenshot(app)
-        assert fresh != shot  # the theme's colours reached every tile
-        styled = panel._tiles[-1]._drawn
-        assert styled is not None  # and the tiles went back to keeping their render
+        # the theme's colours reached every tile
+        assert await until(pilot, lambda: App.export_screenshot(app) != shot)
+        # and the tiles went back to keeping their render
+        assert await until(pilot, lambda: panel._tiles[-1]._drawn is not None)
 
 
 async def test_a_panel_keeps_its_height_until_its_width_changes():
@@ -327,16 +327,17 @@ async def test_a_panel_keeps_its_height_until_its_width_changes():
     async with app.run_test(size=(60, 10)) as pilot:
         panel = app.query_one(TextPanel)
         panel.update(Text("one\ntwo\nthree"))
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: panel.size.height == 3)
         panel.update(Text("four"))
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: "four" in app.export_screenshot())
+        assert await refreshed(pilot)  # (a shrink would be laid out by now)
         assert panel.line_count == 3 and panel.size.height == 3
-        assert "four" in app.export_screenshot() and "three" not in app.export_screenshot()
+        assert "three" not in app.export_screenshot()
+        width = panel.size.width
         await pilot.resize_terminal(50, 10)
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: panel.size.width != width)
         panel.update(Text("five"))
-        await pilot.pause(0.2)
-        assert panel.line_count == 1 and panel.size.height == 1
+        assert await until(pilot, lambda: panel.line_count == 1 and panel.size.height == 1)
 
 
 async def test_timeline_updated_second_by_second_matches_a_fresh_one():
@@ -360,7 +361,7 @@ async def test_timeline_updated_second_by_second_matches_a_fresh_one():
             feed(upto)
             timeline.show(pipe.view(), 0)
             await pilot.pause(0.01)
-        await pilot.pause(0.2)
+        assert await refreshed(pilot)
         shot = grown.export_screenshot()
         end = timeline._end
     fresh = _app_of(Timeline)
@@ -368,8 +369,7 @@ async def test_timeline_updated_second_by_second_matches_a_fresh_one():
         once = fresh.query_one(Timeline)
         once._end = end  # the same window (it moves in jumps)
         once.show(pipe.view(), 0)
-        await pilot.pause(0.2)
-        assert fresh.export_screenshot() == shot
+        assert await until(pilot, lambda: fresh.export_screenshot() == shot)
 
 
 async def test_a_table_grows_when_a_row_comes_before_the_cursor():
@@ -384,11 +384,11 @@ async def test_a_table_grows_when_a_row_comes_before_the_cursor():
     async with app.run_test(size=(40, 12)) as pilot:
         t = app.query_one(RowTable)
         t.set_rows([("736", ("736", "1"))])
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: t.size.height == 2)
         t.set_rows([("735", ("735", "0")), ("736", ("736", "1"))])
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: t.size.height == 3)
         shot = app.export_screenshot()
-        assert t.cursor_key == "736" and t.size.height == 3
+        assert t.cursor_key == "736"
         assert "735" in shot and "736" in shot
 
 
@@ -408,14 +408,13 @@ async def test_another_gpu_brings_its_own_process_into_the_stacks_panel():
     assert set(ranks) == {0, 1} and ranks[0] != ranks[1]
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause()
-        app.query_one("#procs").move_cursor(app.query_one("#procs").keys.index(str(ranks[0])))
-        await pilot.pause()
-        assert app.selected_pid == ranks[0]
+        procs = app.query_one("#procs")
+        assert await until(pilot, lambda: str(ranks[0]) in procs.keys)  # the first paint
+        procs.move_cursor(procs.keys.index(str(ranks[0])))
+        assert await until(pilot, lambda: app.selected_pid == ranks[0])
         await pilot.press("g")
-        await pilot.pause()
-        assert app.gpu == 1 and app.selected_pid == ranks[1]
-        assert f"({ranks[1]})" in app.query_one("#stacks", TextPanel).text.plain
+        assert await until(pilot, lambda: app.gpu == 1 and app.selected_pid == ranks[1])
+        stacks = app.query_one("#stacks", TextPanel)
+        assert await until(pilot, lambda: f"({ranks[1]})" in stacks.text.plain), stacks.text.plain
         await pilot.press("G")
-        await pilot.pause()
-        assert app.gpu == 0 and app.selected_pid == ranks[0]
+        assert await until(pilot, lambda: app.gpu == 0 and app.selected_pid == ranks[0])

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 from conftest import notified
-from memtop.tui.app import MemtopApp, SignalScreen
+from memtop.tui.app import FilterScreen, MemtopApp, SignalScreen
 from memtop.tui.format import PROC_ORDERS, fit_command, share_cells, shown_procs
+from pilots import opened, refreshed, steady, until
 
 from memtop.analysis.phases import TITLES
 from memtop.commands.local import LiveController, demo_path
@@ -103,13 +104,11 @@ async def test_every_line_under_a_verdict_explains_that_verdict(size):
     frames = list(rec.frames())
     p = Pipeline(Status("demo", duration=rec.duration, paused=True), meta=rec.meta)
     app = MemtopApp(p, hangup_guard=False)
+    said = notified(app)
     labels: set[str] = set()
     copied = 0
     async with app.run_test(size=size) as pilot:
-        for _ in range(50):  # the first paint (a loaded machine is slow)
-            await pilot.pause(0.1)
-            if "memtop" in _screen(app)[0]:
-                break
+        assert await until(pilot, lambda: "memtop" in _screen(app)[0])  # the first paint
         k = 0
         stop = rec.t0 + STEP_S
         while k < len(frames):
@@ -119,12 +118,14 @@ async def test_every_line_under_a_verdict_explains_that_verdict(size):
             p.set_status(position=stop - rec.t0)
             app._paint()
             app._relayout()
-            await pilot.pause(0.05)
+            assert await steady(pilot, lambda: _screen(app))  # (the layout it asked for is on screen)
             where = f"{size[0]}x{size[1]} at {stop - rec.t0:.0f} s"
             label, cmd = check_screen(_screen(app), where)
             labels.add(label)
             if cmd and copied < 4:  # `c` copies the command of the verdict on screen, whole
+                n = len(said)
                 await pilot.press("c")
+                assert await until(pilot, lambda n=n: len(said) > n)  # the copy's notice: the key was taken
                 assert app.clipboard.startswith(cmd[2:].split(" ")[0]) and f"memtop-{label}" in app.clipboard
                 copied += 1
             stop += STEP_S
@@ -164,21 +165,18 @@ async def test_the_straggler_is_marked_in_the_gpu_table():
         p.on_frame(f, tick=False)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if app.view is not None and app.query_one("#gpus")._rows:
-                break
+        assert await until(pilot, lambda: app.view is not None and app.query_one("#gpus")._rows)
         late = [g for g, vd in app.view.verdicts.items() if vd.straggler]
         assert late == [1]
         rows = {key: cells for key, cells in app.query_one("#gpus")._rows}
         assert rows["1"][1].plain == "straggler" and rows["0"][1].plain != "straggler"
-        await pilot.pause(0.3)
-        screen = _screen(app)
-        assert any(r.startswith("1   straggler") for r in screen), "\n".join(screen)
+        assert await until(pilot, lambda: any(r.startswith("1   straggler") for r in _screen(app))), (
+            "\n".join(_screen(app))
+        )
         await pilot.press("g")
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: _screen(app)[1].strip().startswith("GPU 1 STRAGGLER now:"))
+        assert await steady(pilot, lambda: _screen(app))
         screen = _screen(app)
-        assert screen[1].strip().startswith("GPU 1 STRAGGLER now:")
         assert check_screen(screen, "GPU 1")[0] == "straggler"
 
 
@@ -212,10 +210,9 @@ async def test_nvml_only_titles_the_sm_and_dram_columns_as_nvml_rates():
         p.on_frame(f, tick=False)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if app.view is not None and any(r.startswith("util ") for r in _screen(app)):
-                break
+        assert await until(
+            pilot, lambda: app.view is not None and any(r.startswith("util ") for r in _screen(app))
+        )
         rows = _screen(app)
     head = next(r for r in rows if r.startswith("GPU phase"))
     assert " util " in head and " memU " in head and "SM%" not in head
@@ -254,29 +251,23 @@ async def test_sort_and_filter_keys_reorder_the_table_and_say_so():
     p = _demo_view_at(32)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if app.query_one("#procs")._rows:
-                break
         table = app.query_one("#procs")
+        assert await until(pilot, lambda: table._rows)
         found = table.keys
         await pilot.press("o", "o", "o", "o")  # GPU memory, CPU, phase, PID
-        await pilot.pause(0.2)
-        assert app.proc_order == "PID" and table.keys == sorted(found, key=int)
-        assert "sorted by PID" in "\n".join(_screen(app))
+        assert await until(pilot, lambda: app.proc_order == "PID" and table.keys == sorted(found, key=int))
+        assert await until(pilot, lambda: "sorted by PID" in "\n".join(_screen(app)))
         await pilot.press("O")
-        await pilot.pause(0.2)
-        assert table.keys == sorted(found, key=int, reverse=True)
-        await pilot.press("slash")
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: table.keys == sorted(found, key=int, reverse=True))
+        await pilot.press("slash")  # (what is typed goes to the dialog once it is up)
+        assert await opened(pilot, FilterScreen)
         await pilot.press(*found[0], "enter")
-        await pilot.pause(0.3)
-        assert table.keys == [found[0]] and f"only '{found[0]}'" in "\n".join(_screen(app))
+        assert await until(pilot, lambda: table.keys == [found[0]])
+        assert await until(pilot, lambda: f"only '{found[0]}'" in "\n".join(_screen(app)))
         await pilot.press("slash")
-        await pilot.pause(0.2)
+        assert await opened(pilot, FilterScreen)
         await pilot.press("ctrl+u", "enter")  # empty: every process again
-        await pilot.pause(0.3)
-        assert sorted(table.keys) == sorted(found)
+        assert await until(pilot, lambda: sorted(table.keys) == sorted(found))
 
 
 class _NoSampler:
@@ -309,23 +300,20 @@ async def test_a_signal_goes_to_the_selected_process_only_after_a_confirmation()
         app = MemtopApp(p, ctl, hangup_guard=False)
         said = notified(app)
         async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(50):
-                await pilot.pause(0.1)
-                if app.query_one("#procs")._rows:
-                    break
-            assert app.selected_pid == child.pid
+            assert await until(pilot, lambda: app.selected_pid == child.pid)
             await pilot.press("k")
-            await pilot.pause(0.3)
-            assert isinstance(app.screen, SignalScreen) and child.poll() is None
+            assert await opened(pilot, SignalScreen)
+            assert child.poll() is None
             await pilot.press("escape")  # nothing sent
-            await pilot.pause(0.3)
+            assert await until(pilot, lambda: not isinstance(app.screen, SignalScreen))
             assert child.poll() is None
             await pilot.press("k")
-            await pilot.pause(0.3)
+            assert await opened(pilot, SignalScreen)
             await pilot.press("t")
-            assert child.wait(timeout=10) == -signal.SIGTERM
-            await pilot.pause(0.3)
-            assert f"sent SIGTERM to {child.pid}" in said, said
+            # (polled while the app runs: a blocking wait held the loop that sends it)
+            assert await until(pilot, lambda: child.poll() is not None)
+            assert child.returncode == -signal.SIGTERM
+            assert await until(pilot, lambda: f"sent SIGTERM to {child.pid}" in said), said
         assert ctl.send_signal(child.pid, signal.SIGTERM).endswith("has exited")
     finally:
         child.kill()
@@ -353,12 +341,9 @@ async def test_80x24_shows_every_process_of_a_two_gpu_replay():
     assert len(pids) == 4
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if app.query_one("#procs")._rows:
-                break
+        assert await until(pilot, lambda: app.query_one("#procs")._rows)
         app._relayout()
-        await pilot.pause(0.5)
+        assert await steady(pilot, lambda: _screen(app))
         rows = _screen(app)
     shown = {r.split()[0] for r in rows if r.split() and r.split()[0] in pids}
     assert shown == set(pids), "\n".join(rows)
@@ -393,17 +378,14 @@ async def test_the_stacks_beside_a_verdict_are_its_gpus_process_from_the_start()
     assert p.frame.host.procs[0].pid == on[1]
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if app.query_one("#procs")._rows and app.selected_pid == on[0]:
-                break
-        assert app.gpu == 0 and app.selected_pid == on[0]
+        assert await until(pilot, lambda: app.query_one("#procs")._rows and app.selected_pid == on[0])
+        assert app.gpu == 0
         app.query_one("#procs").focus()
         await pilot.press("up")  # the user picks rank 1's process (listed first)
-        await pilot.pause(0.2)
+        assert await until(pilot, lambda: app.selected_pid == on[1])
         app.view = None
         app._paint()
-        await pilot.pause(0.2)
+        assert await refreshed(pilot)
         assert app.selected_pid == on[1]
 
 

@@ -7,11 +7,11 @@ import os
 import stat
 
 import pytest
-from conftest import REC
+from conftest import REC, notified
 from memtop.tui.app import KEYS, HelpScreen, JumpScreen, MemtopApp
 from memtop.tui.overview import Overview, cells
 from memtop.tui.tiles import TextPanel
-from pilots import until
+from pilots import opened, refreshed, until
 
 from memtop.live.pipeline import Pipeline, ReplaySource, Status
 from memtop.storage.store import Recording
@@ -51,12 +51,13 @@ def _app_keys(app: MemtopApp) -> set[str]:
 async def test_every_key_in_live_mode_leaves_the_app_alive():
     app = MemtopApp(_live(), hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        base = app.screen_stack[0]
         for key in ALL_KEYS:
             await pilot.press(key)
-            await pilot.pause(0.02)
-            if app.screen is not app.screen_stack[0]:  # help: close it the way it says
+            assert await refreshed(pilot), key  # what the key opened is on screen (a loaded machine: later)
+            if app.screen is not base:  # help: close it the way it says
                 await pilot.press("escape")
+                assert await until(pilot, lambda: app.screen is base), key
             assert app.is_running, key
         assert app._exception is None
         await pilot.press("q")
@@ -66,19 +67,18 @@ async def test_every_key_in_live_mode_leaves_the_app_alive():
 async def test_replay_keys_are_hidden_in_live_and_shown_in_replay():
     app = MemtopApp(_live(), hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        assert await until(pilot, lambda: app.view is not None)  # the first paint: the keys it enables
+        assert await until(pilot, lambda: {"space", "left", "q", "question_mark"} <= _app_keys(app))
         live = _app_keys(app)
         assert {"n", "N", "pageup", "pagedown", "home", "end", "t", "plus", "minus"}.isdisjoint(live)
-        assert {"space", "left", "q", "question_mark"} <= live
         assert not app.query(Overview)  # the whole-run strip is replay's
         assert "g" not in live  # one GPU: nothing to switch to
     pipe, src = _replay()
     app = MemtopApp(pipe, src, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        rep = _app_keys(app)
-        assert {"n", "N", "pageup", "pagedown", "home", "end", "t", "space", "left", "right"} <= rep
-        assert "s" not in rep  # native stacks are live's
+        want = {"n", "N", "pageup", "pagedown", "home", "end", "t", "space", "left", "right"}
+        assert await until(pilot, lambda: app.view is not None and want <= _app_keys(app))
+        assert "s" not in _app_keys(app)  # native stacks are live's
         assert app.query_one(Overview)
 
 
@@ -86,11 +86,12 @@ async def test_live_pause_freezes_the_view_while_frames_go_on_and_scrolls_back()
     pipe = _live(600)
     app = MemtopApp(pipe, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        header = app.query_one("#header", TextPanel)
+        assert await until(pilot, lambda: app.view is not None)
         await pilot.press("space")
-        assert pipe.frozen and pipe.status.frozen_at == 0
-        await pilot.pause(0.1)
-        assert "paused" in app.query_one("#header", TextPanel).text.plain
+        assert await until(pilot, lambda: pipe.frozen)
+        assert pipe.status.frozen_at == 0
+        assert await until(pilot, lambda: "paused" in header.text.plain), header.text.plain
         shown = app.view.frame.t
         for f in _frames()[600:700]:  # sampling goes on
             pipe.on_frame(f)
@@ -98,15 +99,15 @@ async def test_live_pause_freezes_the_view_while_frames_go_on_and_scrolls_back()
         app._paint()
         assert app.view.frame.t == shown and pipe.frame.t > shown + 5
         await pilot.press("left")
-        await pilot.pause(0.1)
-        assert shown - 11.01 <= app.view.frame.t <= shown - 10  # ten seconds back, to the second kept
+        # ten seconds back, to the second kept
+        assert await until(pilot, lambda: shown - 11.01 <= app.view.frame.t <= shown - 10), app.view.frame.t
         assert all(p.t <= app.view.frame.t + 1.0 for p in app.view.history[0])
         assert pipe.status.frozen_at == pytest.approx(pipe.frame.t - (shown - 10), abs=0.01)
         await pilot.press("right", "right", "right")  # never past now
-        await pilot.pause(0.1)
-        assert pipe.frozen and pipe.status.frozen_at == 0
+        assert await until(pilot, lambda: pipe.status.frozen_at == 0)
+        assert pipe.frozen
         await pilot.press("space")  # back to now
-        await pilot.pause(0.1)
+        assert await until(pilot, lambda: not pipe.frozen)
         app._paint()
         assert not pipe.frozen and pipe.status.frozen_at is None
         assert app.view.frame.t == pipe.frame.t
@@ -130,19 +131,17 @@ async def test_help_fits_80x24_scrolls_lists_only_this_modes_keys_and_esc_closes
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         await pilot.press("question_mark")
-        await pilot.pause()
-        assert isinstance(app.screen, HelpScreen)
+        assert await opened(pilot, HelpScreen)
         text = app.screen.text
         assert ("next phase change" in text) == (mode == "replay")
         assert ("freeze the view" in text) == (mode == "live")
         box = app.screen.query_one("VerticalScroll")
+        assert await until(pilot, lambda: box.max_scroll_y > 0)  # more than fits: it must scroll (laid out)
         assert box.outer_size.width <= 80 and box.outer_size.height <= 24
-        assert box.max_scroll_y > 0  # more than fits: it must scroll
         await pilot.press("pagedown")
-        await pilot.pause()
-        assert box.scroll_y > 0
+        assert await until(pilot, lambda: box.scroll_y > 0)
         await pilot.press("escape")
-        assert not isinstance(app.screen, HelpScreen)
+        assert await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
 
 
 async def test_replay_navigation_pages_ends_jump_and_phase_changes():
@@ -169,19 +168,23 @@ async def test_replay_navigation_pages_ends_jump_and_phase_changes():
         assert await until(pilot, lambda: pipe.frame is not None and pipe.frame.t - src.rec.t0 < 0.2)
         await pilot.pause(0.5)
         assert src.paused and pipe.status.position < 0.2  # and stays paused there
-        await pilot.press("t", *"9:00:00", "enter")  # past the end: says so, stays
-        assert isinstance(app.screen, JumpScreen) and "past the end" in str(
-            app.screen.query_one("#why").render()
-        )
-        await pilot.press("escape")
+
+        def why() -> str:
+            return str(app.screen.query_one("#why").render()) if isinstance(app.screen, JumpScreen) else ""
+
+        # (each key typed once the dialog is up: one typed before it went to the app)
         await pilot.press("t")
-        assert isinstance(app.screen, JumpScreen)
+        assert await opened(pilot, JumpScreen)
+        await pilot.press(*"9:00:00", "enter")  # past the end: says so, stays
+        assert await until(pilot, lambda: "past the end" in why()), why()
+        await pilot.press("escape")
+        assert await until(pilot, lambda: not isinstance(app.screen, JumpScreen))
+        await pilot.press("t")
+        assert await opened(pilot, JumpScreen)
         await pilot.press("x", "enter")  # not a time: says why, stays
-        assert isinstance(app.screen, JumpScreen) and "not a time" in str(
-            app.screen.query_one("#why").render()
-        )
+        assert await until(pilot, lambda: "not a time" in why()), why()
         await pilot.press("backspace", *"1:05", "enter")
-        assert not isinstance(app.screen, JumpScreen)
+        assert await until(pilot, lambda: not isinstance(app.screen, JumpScreen))
         assert await until(pilot, lambda: abs(pipe.status.position - 65) < 0.2)
         # n lands where the label flips: the row there shows the new label
         runs = src.phase_runs[0]
@@ -328,7 +331,7 @@ async def test_a_theme_chosen_in_the_app_is_saved(tmp_path, monkeypatch):
         await pilot.pause()
         assert not config.path().exists()  # starting is not choosing
         app.theme = "nord"
-        await pilot.pause()
+        assert await until(pilot, config.path().exists)
     assert config.load().theme == "nord"
 
 
@@ -352,7 +355,8 @@ async def test_no_gpu_live_offers_no_gpu_or_process_selection():
     p.on_frame(Frame(t=1.0, host=_frames()[100].host), tick=False)
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause(0.7)
+        assert await until(pilot, lambda: app.view is not None)  # the first paint: what it offers
+        assert await refreshed(pilot)
         keys = _app_keys(app)
         assert "g" not in keys and "G" not in keys and "s" not in keys
         assert not app.query_one("#gpus").can_focus
@@ -464,17 +468,20 @@ async def test_strip_and_band_draw_a_phase_alike_and_the_axis_counts_from_the_st
     app = MemtopApp(pipe, src, hangup_guard=False, ascii_only=ascii_only, no_color=no_color)
     async with app.run_test(size=(120, 40)) as pilot:
         assert await until(pilot, lambda: src.scanned)
-        await pilot.press("space", "t", *"1:30", "enter")
+        await pilot.press("space")
+        assert await until(pilot, lambda: src.paused)
+        await pilot.press("t")  # (the time typed once the dialog is up: typed before, it went to the app)
+        assert await opened(pilot, JumpScreen)
+        await pilot.press(*"1:30", "enter")
         assert await until(pilot, lambda: abs(pipe.status.position - 90) < 0.2)
-        await pilot.pause(0.5)
+        timeline = app.query_one(Timeline)
+        assert await until(pilot, lambda: any("|0:01:" in ln[0] for ln in timeline._rows)), "no h:mm:ss axis"
         strip = app.query_one(Overview)
         text = strip.render_line(0).text
         w = strip.size.width
         want = [CHARS[lab] if lab else "." for lab in cells(src.phase_runs[0], src.duration, w)]
         cur = strip._cursor(w)
         assert text[:cur] + text[cur + 1 :] == "".join(want[:cur] + want[cur + 1 :])
-        axis = [ln for ln in app.query_one(Timeline)._rows if "|0:01:" in ln[0]]
-        assert axis, "no h:mm:ss axis"
         await pilot.press("q")
 
 
@@ -526,17 +533,17 @@ async def test_a_native_dump_asked_for_shows_whole_on_its_own_screen_when_it_com
     pipe = _live(600)
     ctl = _Asks()
     app = MemtopApp(pipe, ctl, hangup_guard=False)  # type: ignore[arg-type]
+    said = notified(app)
     real = next(s for f in frames[600:] for s in f.stacks if s.threads and len(s.threads[0].frames) > 5)
     deep = real.threads[0].frames * 12  # deeper than the panel's 4 or 8 frames, as native ones are
     dump = replace(real, threads=(replace(real.threads[0], frames=deep), *real.threads[1:]), native=True)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
+        assert await until(pilot, lambda: app.selected_pid is not None)
         pid = app.selected_pid
-        assert pid is not None
         old = replace(dump, pid=pid, t=frames[590].t)
         pipe.on_frame(replace(frames[600], stacks=(old,)))  # an earlier dump (the sampler's own)
         await pilot.press("s")
-        assert ctl.asked == [pid]
+        assert await until(pilot, lambda: ctl.asked == [pid])
         await pilot.pause(1.2)
         assert not isinstance(app.screen, HelpScreen)
         f = frames[601]
@@ -549,20 +556,20 @@ async def test_a_native_dump_asked_for_shows_whole_on_its_own_screen_when_it_com
         first = real.threads[0].frames[0].name
         assert text.count(first) >= 12  # every frame, not the panel's few
         await pilot.press("escape")
-        assert not isinstance(app.screen, HelpScreen)
+        assert await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
         failed = replace(dump, pid=pid, t=frames[603].t, threads=(), error="py-spy: permission denied")
         await pilot.press("s")
+        assert await until(pilot, lambda: len(ctl.asked) == 2)  # asked before the reply comes
         pipe.on_frame(replace(frames[603], stacks=(failed,)))
         # waited for, not paused for: a loaded machine paints the failure's notice later than 1.2 s
-        assert await until(
-            pilot, lambda: any("permission denied" in str(n.message) for n in app._notifications)
-        )
+        assert await until(pilot, lambda: any("permission denied" in m for m in said)), said
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("s")  # and a dump that never comes is given up on, said once
+        assert await until(pilot, lambda: len(ctl.asked) == 3)
         for f in frames[604:760]:
             pipe.on_frame(replace(f, stacks=(plain,)))
         assert await until(pilot, lambda: app._native_asked is None)
-        assert any("no native dump" in str(n.message) for n in app._notifications)
+        assert any("no native dump" in m for m in said), said
 
 
 async def test_a_resize_under_the_help_screen_leaves_the_app_alive_and_laid_out_after():

@@ -17,6 +17,7 @@ from memtop.tui.app import GpuDetail, HelpScreen, MemtopApp, detail_text
 from memtop.tui.palette import PHASES, look, phase_colors, to_ascii
 from memtop.tui.timeline import Timeline
 from multigpu import multi_gpu_of
+from pilots import refreshed, steady, until
 from rich.color import ColorSystem
 from textual.app import App
 
@@ -49,14 +50,12 @@ def _pipeline(n_gpus: int = 1, upto: int = 900, frames=None, meta=None) -> Pipel
 
 
 async def _settle(pilot, app: MemtopApp) -> None:
-    """Until the first paint and the layout after it are on screen (a loaded CI machine is slow)."""
-    for _ in range(50):
-        await pilot.pause(0.1)
-        if app.view is not None and app.query_one(Timeline).line_count > 3:
-            break
-    await pilot.pause(0.2)
+    """Until the first paint and the layout after it are on screen (waited on: a loaded machine is
+    slow to them, and a bound passed is a failure)."""
+    assert await until(pilot, lambda: app.view is not None and app.query_one(Timeline).line_count > 3)
+    assert await refreshed(pilot)
     app._relayout()  # what the layout pass after the first paint does, whenever it comes
-    await pilot.pause(0.3)
+    assert await steady(pilot, lambda: _screen(app))
 
 
 def _screen(app: App) -> list[str]:
@@ -107,20 +106,22 @@ def _strip_segments(app: App):
 
 async def test_ascii_emits_only_printable_ascii_on_every_screen():
     app = MemtopApp(_pipeline(8), hangup_guard=False, ascii_only=True)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:  # (run_test hides them)
         await _settle(pilot, app)
         screens = [_screen(app)]
         await pilot.press("c")  # a notification with the command
-        await pilot.pause(0.3)
+        assert await until(pilot, lambda: any("copied" in row for row in _screen(app)))
         screens.append(_screen(app))
         await pilot.press("question_mark")
-        await pilot.pause(0.3)
+        assert await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert await steady(pilot, lambda: _screen(app))
         screens.append(_screen(app))
         await pilot.press("escape")
+        assert await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
         app.query_one("#gpus").focus()
         await pilot.press("enter")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, GpuDetail)
+        assert await until(pilot, lambda: isinstance(app.screen, GpuDetail))
+        assert await steady(pilot, lambda: _screen(app))
         screens.append(_screen(app))
     for rows in screens:
         bad = {ch for row in rows for ch in row if not (" " <= ch <= "~")}
@@ -162,7 +163,7 @@ async def test_any_resize_sequence_equals_a_fresh_start(gpus):
                 await pilot.pause(0.01)
         app.view = None  # the slow panels (every second paint) catch up, as at a fresh start
         app._paint()
-        await pilot.pause(0.3)
+        assert await steady(pilot, lambda: _screen(app))
         resized = _screen(app)
         view = app.view
         end = app.query_one(Timeline)._end
@@ -172,9 +173,8 @@ async def test_any_resize_sequence_equals_a_fresh_start(gpus):
         fresh.query_one(Timeline)._end = end  # the window moves in jumps
         fresh.view = None
         fresh._paint()
-        await pilot.pause(0.3)
         assert fresh.view.version == view.version
-        assert _screen(fresh) == resized
+        assert await until(pilot, lambda: _screen(fresh) == resized), "\n".join(_screen(fresh))
 
 
 async def test_timeline_columns_kept_between_paints_equal_a_fresh_draw():
@@ -250,10 +250,9 @@ async def test_copy_command_puts_the_whole_command_on_the_clipboard():
     async with app.run_test(size=(80, 24)) as pilot:
         await _settle(pilot, app)
         await pilot.press("c")
-        await pilot.pause(0.1)
         cmd = app.view.verdicts[0].command
-        assert app.clipboard == cmd and len(cmd) > 80
-        assert cmd in said
+        assert await until(pilot, lambda: app.clipboard == cmd)
+        assert len(cmd) > 80 and cmd in said
 
 
 # -- one clock ------------------------------------------------------------------------------------
@@ -316,9 +315,12 @@ async def test_letters_on_request_in_any_mode():
         band = next(row for row in _screen(app) if row.startswith("phase"))
         assert "█" in band and not set("CMTSIP") & set(band[9:])
         await pilot.press("l")
-        await pilot.pause(0.3)
-        band = next(row for row in _screen(app) if row.startswith("phase"))
-        assert set("CMTSIP") & set(band[9:]) and "█" not in band
+
+        def band() -> str:
+            return next(row for row in _screen(app) if row.startswith("phase"))
+
+        assert await until(pilot, lambda: "█" not in band()), band()
+        assert set("CMTSIP") & set(band()[9:])
 
 
 # -- detail screen, tables ------------------------------------------------------------------------
@@ -441,22 +443,25 @@ async def test_hostile_strings_reach_no_screen_raw(size):
     meta = {**Recording(REC[0]).meta, "host": HOSTILE[0], "driver": HOSTILE[10]}
     p = _pipeline(1, frames=hostile_frames(_frames()), meta=meta)
     app = MemtopApp(p, hangup_guard=False)
-    async with app.run_test(size=size) as pilot:
+    async with app.run_test(size=size, notifications=True) as pilot:  # (run_test hides them)
         await _settle(pilot, app)
         outputs = [_ansi(app)]
         app.query_one("#gpus").focus()
         await pilot.press("enter")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, GpuDetail)
-        outputs.append(_ansi(app))
-        await pilot.press("escape", "question_mark")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, HelpScreen)
+        assert await until(pilot, lambda: isinstance(app.screen, GpuDetail))
+        assert await steady(pilot, lambda: _ansi(app))
         outputs.append(_ansi(app))
         await pilot.press("escape")
+        assert await until(pilot, lambda: not isinstance(app.screen, GpuDetail))
+        await pilot.press("question_mark")
+        assert await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert await steady(pilot, lambda: _ansi(app))
+        outputs.append(_ansi(app))
+        await pilot.press("escape")
+        assert await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
         app.query_one("#procs").focus()
         await pilot.press("c")
-        await pilot.pause(0.3)
+        assert await until(pilot, lambda: "copied" in _ansi(app) or "no profiler command" in _ansi(app))
         outputs.append(_ansi(app))
         assert app.is_running
     for out in outputs:
@@ -509,7 +514,7 @@ def _tmux(sock: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
 
 
-def _wait(sock: str, text: str, timeout: float = 30.0, gone: bool = False) -> str:
+def _wait(sock: str, text: str, timeout: float = 60.0, gone: bool = False) -> str:
     """The screen once ``text`` is on it (with ``gone``: once it has left it)."""
     import time
 
@@ -675,12 +680,11 @@ async def test_gpu_detail_scrolls_to_its_end_at_80x24():
         await _settle(pilot, app)
         app.query_one("#gpus").focus()
         await pilot.press("enter")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, GpuDetail)
+        assert await until(pilot, lambda: isinstance(app.screen, GpuDetail))
+        assert await steady(pilot, lambda: _screen(app))
         assert not any(row.startswith("│events") for row in _screen(app))  # the timeline's last rows
         await pilot.press("pagedown", "pagedown", "pagedown")
-        await pilot.pause(0.3)
-        assert any(row.startswith("│events") for row in _screen(app))
+        assert await until(pilot, lambda: any(row.startswith("│events") for row in _screen(app)))
 
 
 async def test_top_frame_is_never_cut_at_the_left_column_edge():

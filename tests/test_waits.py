@@ -49,8 +49,10 @@ def _started(code: str):
 
 
 def _blocked(pid: int) -> tuple[str, float, str, str]:
-    """The main thread's wait once it has blocked (it may still be on its way there)."""
-    for _ in range(200):
+    """The main thread's wait once it has blocked (it may still be on its way there: a bound for a
+    loaded machine, not a pace)."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
         got = procfs.thread_wait(Path("/"), pid, pid)
         assert got is not None
         if got[0] != "R":
@@ -106,10 +108,15 @@ def test_a_pool_fed_main_thread_names_its_busy_worker_as_feeder():
         h.start()
         h.set_gpu_processes({p.pid: (0,)}, ())
         h.sample(time.monotonic())
-        time.sleep(0.5)
-        (s,) = h.sample(time.monotonic())
+        end = time.monotonic() + 60
+        while True:  # sampled until the worker has run (a loaded machine may not run it for a while)
+            time.sleep(0.5)
+            (s,) = h.sample(time.monotonic())
+            busy = [x for x in s.procs if x.worker_of == p.pid and x.cpu_pct > 0]
+            if busy or time.monotonic() > end:
+                break
         main = next(x for x in s.procs if x.pid == p.pid)
-        worker = next(x for x in s.procs if x.worker_of == p.pid and x.cpu_pct > 0)
+        (worker,) = busy
         assert main.wait == "lock" and 0 <= main.main_cpu < worker.cpu_pct
         assert main.feeder.split()[0] == str(worker.pid) and main.feeder_cpu == round(worker.cpu_pct, 1)
         assert all(x.main_cpu == -1.0 and not x.feeder for x in s.procs if x.worker_of == p.pid)
