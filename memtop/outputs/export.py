@@ -1090,6 +1090,7 @@ def _cpu_mean(raw: bytes) -> float:
 
 
 def _meta(rec: Recording, lo: float, hi: float, gpu: int | None, extra: dict | None) -> dict:
+    """The trace's metadata; ``damage``: the parts skipped as damaged (the report's notes), if any."""
     return {
         "clock": "CLOCK_MONOTONIC",
         "wall_offset_s": rec.meta.get("wall_offset"),
@@ -1097,6 +1098,7 @@ def _meta(rec: Recording, lo: float, hi: float, gpu: int | None, extra: dict | N
         "memtop_version": rec.meta.get("memtop_version"),
         "range_s": [round(lo - rec.t0, 3), round(hi - rec.t0, 3)],
         "gpu": gpu,
+        **({"damage": list(rec.damage)} if rec.damage else {}),
         **(extra or {}),
     }
 
