@@ -40,6 +40,7 @@ from memtop.storage.decode import (
     BLOCK_TABLES,
     DECODE_ERRORS,
     HOST_PROC_ADDED,
+    SANE_T,
     finite_tree,
     host_from_blob,
 )
@@ -613,7 +614,7 @@ def _columns_walk(
 
     blocks = _Reads(rec)
     fresh = state.cut > -math.inf
-    n = 1 if whole else max(1, int((hi - lo) // WINDOW_S))
+    n = 1 if whole else _windows(rec, lo, hi)
     # (a window without a Frame, where a recording stopped for longer: one window)
     windows = colscan.chunk_spans(rec, lo if fresh else None, lo, hi, n) or colscan.chunk_spans(
         rec, lo if fresh else None, lo, hi, 1
@@ -639,6 +640,16 @@ def _columns_walk(
             if mine is None or args[0] == mine:
                 out.span(*args)
     return stacks
+
+
+def _windows(rec: Recording, lo: float, hi: float) -> int:
+    """How many windows [lo, hi] is read in: one per WINDOW_S, at most one per _WINDOW_FRAMES Frames
+    (a damaged time far ahead must not make a billion windows of nothing)."""
+    frames = rec.query(f"SELECT count(*) FROM frame WHERE t>=? AND t<=? AND {SANE_T}", (lo, hi)).fetchone()[0]
+    return max(1, min(int((hi - lo) // WINDOW_S), frames // _WINDOW_FRAMES))
+
+
+_WINDOW_FRAMES = 100
 
 
 PHASE_WORKER = True  # the phase slices of a recording of several windows found in a process of their own
