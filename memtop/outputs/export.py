@@ -995,8 +995,8 @@ def _host_window(
     if not t:
         return
     st.host_t = t[-1]
-    ok = [k for k, c in enumerate(cpu) if math.isfinite(c)]
-    out.counters("CPU %", HOST_PID, [t[k] for k in ok], [cpu[k] for k in ok], tenths)
+    finite = [k for k, c in enumerate(cpu) if math.isfinite(c)]
+    out.counters("CPU %", HOST_PID, [t[k] for k in finite], [cpu[k] for k in finite], tenths)
     keys, code = _processes(pids, names)
     order = np.argsort(code, kind="stable")  # each process's rows, in time order
     bounds = np.searchsorted(code[order], np.arange(len(keys) + 1))
