@@ -380,26 +380,9 @@ def test_unusual_gpu_values_are_read_row_by_row(sql, tmp_path):
 
 
 # -- a replay's phase runs (the overview strip, n / N) ---------------------------------------------
-def _runs_by_frames(path: Path) -> dict:
-    from memtop.live.pipeline import Pipeline, ReplaySource, Status
-
-    rec = Recording(path)
-    src = ReplaySource(rec, Pipeline(Status("replay"), rec.meta))
-    src._runs_by_frames(Recording(path))
-    return src.phase_runs
-
-
-def test_a_replay_of_a_damaged_recording_finds_its_runs_by_columns(tmp_path):
-    path = _damage(tmp_path, "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)")
-    runs = colscan.phase_runs(Recording(path))
-    assert runs is not None and runs[0] and runs == _runs_by_frames(path)
-
-
-@pytest.mark.parametrize("name", ["labelled_s2", "multi/heldout_ddp_s11", "blocks_killed_s11"])
-def test_phase_runs_follow_the_reports_labels(name):
+def _runs_follow_the_reports_labels(rec: Recording) -> None:
     """Each run starts where a GPU's label changes, at the Frame that closes the run's first bin
     (where a replay first shows it), in time order within the recording."""
-    rec = Recording(DATA / f"{name}.memtop")
     got = colscan.phase_runs(rec)
     labels, _, _ = colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1)
     assert got and sorted(got) == sorted(labels)
@@ -409,6 +392,18 @@ def test_phase_runs_follow_the_reports_labels(name):
         assert all(a != b for a, b in zip(names, names[1:], strict=False))  # a run is a change
         shown = [lab.label for lab in labels[g]]
         assert [n for k, n in enumerate(shown) if k == 0 or n != shown[k - 1]][: len(names)] == names
+
+
+def test_a_replay_of_a_damaged_recording_finds_its_runs_by_columns(tmp_path):
+    path = _damage(tmp_path, "UPDATE host SET data = X'00' WHERE t IN (SELECT t FROM host LIMIT 5)")
+    rec = Recording(path)
+    _runs_follow_the_reports_labels(rec)
+    assert rec.damage == ["damaged host data skipped"]
+
+
+@pytest.mark.parametrize("name", ["labelled_s2", "multi/heldout_ddp_s11", "blocks_killed_s11"])
+def test_phase_runs_follow_the_reports_labels(name):
+    _runs_follow_the_reports_labels(Recording(DATA / f"{name}.memtop"))
 
 
 def test_report_stacks_merge_keeps_each_samples_first_place_and_its_later_dump():

@@ -279,14 +279,14 @@ def test_counters_at_once_are_the_packets_of_one_at_a_time():
     assert got[0][1:] == (len(t) - 3, 3)
 
 
-def _events(rec: Path, columns: bool, **kw) -> tuple[int, dict]:
+def _events(rec: Path, **kw) -> tuple[int, dict]:
     import io
 
     from memtop.outputs.export import write_trace
     from memtop.storage.store import Recording
 
     buf = io.StringIO()
-    n = write_trace(Recording(rec), buf, columns=columns, progress=False, **kw)
+    n = write_trace(Recording(rec), buf, progress=False, **kw)
     doc = json.loads(buf.getvalue())
     doc["traceEvents"] = Counter(json.dumps(e, sort_keys=True) for e in doc["traceEvents"])
     doc["samples"] = Counter(json.dumps(e, sort_keys=True) for e in doc["samples"])
@@ -296,40 +296,141 @@ def _events(rec: Path, columns: bool, **kw) -> tuple[int, dict]:
 @pytest.mark.parametrize(
     ("name", "span", "window"),
     [
-        ("blocks_s11.memtop", {}, None),
+        ("blocks_s11.memtop", {}, 60.0),
         ("schema3_torch_s13.memtop", {}, 45.0),
         ("blocks_s11.memtop", {"t_from": 100.0, "t_to": 250.0}, 30.0),
+        ("labelled_s2.memtop", {}, 40.0),
+        ("multi/heldout_ddp_s11.memtop", {"t_from": 10.0}, 20.0),
     ],
 )
-def test_the_column_walk_writes_the_frame_walks_events(name, span, window, monkeypatch):
-    """Read by columns (the column blocks, the column scan's labels), a trace holds every event the
-    Frame-by-Frame walk writes, the same (in another order), its stacks and samples too; also read
-    in windows shorter than the recording (each phase run's last bin read again in its window)."""
+def test_windows_write_the_events_of_one_window(name, span, window, monkeypatch):
+    """Read a window at a time (each phase run's last bin read again in its window, the hysteresis
+    carried), a trace holds every event one window over the whole range writes (in another order),
+    its stacks and samples too; from column blocks and from rows alike."""
     from memtop.outputs import export
 
-    if window is not None:
-        monkeypatch.setattr(export, "WINDOW_S", window)
-    by_frames, by_columns = _events(DATA / name, False, **span), _events(DATA / name, True, **span)
-    assert by_columns == by_frames
-    n, doc = by_columns
+    whole = _events(DATA / name, whole=True, **span)
+    monkeypatch.setattr(export, "WINDOW_S", window)
+    windows = _events(DATA / name, **span)
+    assert windows == whole
+    n, doc = windows
     kinds = Counter(json.loads(e)["ph"] for e in doc["traceEvents"].elements())
     assert n == sum(kinds.values()) and kinds["C"] > 1000 and kinds["B"] and kinds["X"] and kinds["i"]
 
 
-def test_without_blocks_for_the_range_the_export_walks_frames(tmp_path):
-    """A recording killed before its blocks reached its end (the rest are rows): the column walk
-    declines, and the export is the Frame walk's."""
-    from memtop.outputs.export import _NoColumns
+def _without_blocks(src: Path, dst: Path) -> Path:
+    """``src`` with its column blocks deleted: its rows alone, as a recording from before them."""
+    import shutil
+    import sqlite3
 
-    rec = DATA / "blocks_killed_s11.memtop"
-    with pytest.raises(_NoColumns):
-        _events(rec, True)
-    out = _export(rec, tmp_path / "t.json")
-    doc = json.loads(out.read_text())
-    assert (
-        Counter(json.dumps(e, sort_keys=True) for e in doc["traceEvents"])
-        == _events(rec, False)[1]["traceEvents"]
-    )
+    shutil.copy(src, dst)
+    db = sqlite3.connect(dst)
+    assert db.execute("DELETE FROM block").rowcount > 0
+    db.commit()
+    db.close()
+    return dst
+
+
+@pytest.mark.parametrize("name", ["blocks_s11.memtop", "blocks_killed_s11.memtop"])
+def test_blocks_or_rows_the_export_is_the_same(name, tmp_path):
+    """Column blocks covering the recording, covering its start only (a recorder killed before its
+    blocks reached its end), or none: the one reader gives the same rows, the trace the same events."""
+    n, doc = _events(DATA / name)
+    assert _events(_without_blocks(DATA / name, tmp_path / "rows.memtop")) == (n, doc)
+    assert n > 30000 and doc["samples"]
+
+
+def test_a_gpu_is_a_filter_of_the_whole_export():
+    """--gpu N writes the whole export's events of GPU N (counters, phases, markers), the host's
+    counters, and the stacks of the processes on GPU N (in its state, or host processes with a
+    context on it); nothing of another GPU."""
+    from memtop.outputs.export import GPU_PID_BASE, HOST_PID
+    from memtop.storage.store import Recording
+
+    rec = DATA / "multi/heldout_ddp_s11.memtop"
+    _, full = _events(rec)
+    procs: dict[int, set[int]] = {0: set(), 1: set()}  # (its state's processes, or the host's on it)
+    for f in Recording(rec).frames():
+        for g in f.gpus:
+            procs[g.index] |= {p.pid for p in g.processes}
+        for p in f.host.procs if f.host else ():
+            for g in p.gpus:
+                procs[g].add(p.pid)
+    assert all(procs.values()) and not procs[0] & procs[1]
+
+    def unnumbered(events: Counter, keep: set[int]) -> Counter:  # (stack frames are numbered per trace)
+        return Counter(
+            json.dumps({k: v for k, v in e.items() if k != "sf"}, sort_keys=True)
+            for e in map(json.loads, events.elements())
+            if e["pid"] in keep
+        )
+
+    for gpu, pids in procs.items():
+        _, one = _events(rec, gpu=gpu)
+        keep = {GPU_PID_BASE + gpu, HOST_PID, *pids}
+        assert unnumbered(one["traceEvents"], keep) == unnumbered(full["traceEvents"], keep)
+        assert {json.loads(e)["pid"] for e in one["traceEvents"]} == keep
+        assert one["samples"] and all(json.loads(s)["tid"] in pids for s in one["samples"])
+
+
+def test_the_phases_are_the_reports(tmp_path):
+    """The phase slices are the runs of the report's labels (the column scan), whatever the reader
+    of the rows (here: rows alone), on a two-GPU job whose labels read its peers."""
+    from memtop.analysis import colscan
+    from memtop.analysis.phases import TITLES
+    from memtop.outputs.export import GPU_PID_BASE
+    from memtop.storage.store import Recording
+
+    rec = DATA / "multi/heldout_ddp_s11.memtop"
+    _, doc = _events(rec)
+    r = Recording(rec)
+    labels, _, _ = colscan.scan_columns(r, None, r.t0, r.t1, workers=1)
+    for gpu, labs in labels.items():
+        runs = [lab.label for k, lab in enumerate(labs) if k == 0 or lab.label != labs[k - 1].label]
+        slices = sorted(
+            (e["ts"], e["name"])
+            for e in map(json.loads, doc["traceEvents"].elements())
+            if e["ph"] == "X" and e["tid"] == 1 and e["pid"] == GPU_PID_BASE + gpu
+        )
+        assert [n for _, n in slices] == [TITLES.get(x, x) for x in runs if x != "warmup"]
+        assert len(slices) > 3
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_a_damaged_part_is_skipped_and_said(blocks, tmp_path):
+    """A host sample that does not inflate: its counters are left out, with those of the samples
+    deflated against it (the host samples the Frames no longer hold), the rest exported; the trace's
+    metadata names what was skipped, as the report does; from the blocks or the rows."""
+    import shutil
+    import sqlite3
+
+    from memtop.outputs.export import HOST_PID
+    from memtop.storage.store import Recording
+
+    path = tmp_path / "d.memtop"
+    if blocks:
+        shutil.copy(DATA / "blocks_s11.memtop", path)
+    else:
+        _without_blocks(DATA / "blocks_s11.memtop", path)
+    db = sqlite3.connect(path)
+    t = db.execute("SELECT t FROM host ORDER BY t LIMIT 1 OFFSET 40").fetchone()[0]
+    db.execute("UPDATE host SET data = X'00' WHERE t = ?", (t,))
+    db.commit()
+    db.close()
+    _, good = _events(DATA / "blocks_s11.memtop")
+    _, doc = _events(path)
+    assert doc["metadata"]["damage"] == ["damaged host data skipped"]
+    assert "damage" not in good["metadata"]
+
+    def counters(events: Counter) -> Counter:  # (the phases' evidence reads the host's figures too)
+        return Counter({e: n for e, n in events.items() if json.loads(e)["ph"] != "X"})
+
+    lost = [json.loads(e) for e in (counters(good["traceEvents"]) - counters(doc["traceEvents"])).elements()]
+    assert not counters(doc["traceEvents"]) - counters(good["traceEvents"])
+    held = [{f.host.t for f in Recording(p).frames() if f.host} for p in (DATA / "blocks_s11.memtop", path)]
+    gone = {round(x * 1e6, 1) for x in held[0] - held[1]}
+    assert round(t * 1e6, 1) in gone and {e["ts"] for e in lost} == gone
+    assert all(e["pid"] == HOST_PID and e["ph"] == "C" for e in lost)
 
 
 @pytest.mark.parametrize("name", ["blocks_s11.memtop", "schema3_torch_s13.memtop"])
@@ -378,10 +479,10 @@ def test_the_host_cpu_mean_in_the_blocks_exports_as_the_host_json_does(tmp_path,
         rec = Recording(path)
         if proto:
             buf = io.BytesIO()
-            export.write_proto(rec, buf, progress=False, columns=True)
+            export.write_proto(rec, buf, progress=False)
             return buf.getvalue()
         text = io.StringIO()
-        export.write_trace(rec, text, progress=False, columns=True)
+        export.write_trace(rec, text, progress=False)
         return text.getvalue()
 
     original, decoded = export._cpu_mean, []

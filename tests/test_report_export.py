@@ -239,7 +239,7 @@ def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(export, "_events", boom)
+    monkeypatch.setattr(export, "_window", boom)
     out = tmp_path / "t.json"
     assert main(["export", str(REC[0]), "--perfetto", str(out)]) == 2
     assert list(tmp_path.iterdir()) == []

@@ -124,9 +124,11 @@ async def test_resize_degrades_without_crashing():
 
 async def test_replay_controls_pause_seek_speed_next_phase():
     """The keys reach the replay; its pace at a speed is test_replay_paces_... (a virtual clock)."""
+    from memtop.analysis.colscan import phase_runs
+
     rec = Recording(REC[0])
     pipe = Pipeline(Status("replay", duration=rec.duration), meta=rec.meta)
-    src = ReplaySource(rec, pipe, speed=16.0)
+    src = ReplaySource(rec, pipe, speed=16.0, fast_runs=phase_runs)  # (as the CLI makes it)
     step = max(b.t - a.t for a, b in zip(_frames(), _frames()[1:50]))  # the recording's frame interval
     app = MemtopApp(pipe, src, hangup_guard=False, paint_rate=4)
     async with app.run_test(size=(160, 45)) as pilot:

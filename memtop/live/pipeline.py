@@ -390,56 +390,19 @@ class ReplaySource:
 
     def _find_changes(self) -> None:
         """Classify the whole recording once, in the background, for the overview strip and for
-        "next/previous phase change": by ``fast_runs`` (the CLI gives colscan.phase_runs: 8 hours in
-        about a second; None where it cannot be sure of the recording), else by Frames."""
-        try:
-            rec = type(self.rec)(self.rec.path)  # its own connection: SQLite objects stay in one thread
+        "next/previous phase change": by ``fast_runs`` (the CLI gives colscan.phase_runs, the report's
+        column scan: 8 hours in about a second); none where it cannot read the recording ("next phase"
+        then uses what was played) or none is given."""
+        if self._fast_runs is not None:
             try:
-                runs = self._runs_fast(rec)
-                if runs is not None:
-                    self.phase_runs = runs
-                else:
-                    self._runs_by_frames(rec)
-            finally:
-                rec.close()
-        except Exception:  # noqa: BLE001 (a damaged tail: what was read stays; "next phase" uses what was played)
-            pass
+                rec = type(self.rec)(self.rec.path)  # its own connection: SQLite objects stay in one thread
+                try:
+                    self.phase_runs = self._fast_runs(rec) or {}
+                finally:
+                    rec.close()
+            except Exception:  # noqa: BLE001 (a file it refuses: the report says why, in one line)
+                pass
         self.scanned = True
-
-    def _runs_fast(self, rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | None:
-        if self._fast_runs is None:
-            return None
-        try:
-            return self._fast_runs(rec)
-        except Exception:  # noqa: BLE001 (a file it refuses: the Frames say what they can)
-            return None
-
-    def _runs_by_frames(self, rec: Recording) -> None:
-        """The labels of a classifier fed every Frame, folded into runs as they come (it keeps only a
-        few bins, so an 8-hour recording costs a list of runs, not 57,600 labels a GPU); published
-        every 256 Frames."""
-        runs: dict[int, list[tuple[float, str]]] = {}
-        clf = Classifier(max_bins=64)
-        newest: dict[int, float] = {}
-        try:
-            for i, f in enumerate(rec.frames(skip=frozenset({"series"}))):
-                if self._stop.is_set():  # quitting must not wait for this
-                    return
-                clf.feed(f)
-                for g, ls in clf.labels.items():
-                    if not ls or ls[-1].t <= newest.get(g, float("-inf")):
-                        continue
-                    new = [x for x in ls if x.t > newest.get(g, float("-inf"))]
-                    newest[g] = ls[-1].t
-                    r = runs.setdefault(g, [])
-                    for lab in new:
-                        if not r or r[-1][1] != lab.label:
-                            # this frame closed the bin: from here on a replay's row shows the label
-                            r.append((f.t - self.rec.t0 + 1e-6, lab.label))
-                if i % 256 == 255:
-                    self.phase_runs = {g: tuple(r) for g, r in runs.items()}
-        finally:  # (a damaged tail: what was read stays)
-            self.phase_runs = {g: tuple(r) for g, r in runs.items()}
 
     def _changes(self, gpu: int | None) -> list[float]:
         runs = self.phase_runs

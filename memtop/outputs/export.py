@@ -17,7 +17,6 @@ import copy
 import io
 import json
 import math
-import operator
 import os
 import queue
 import re
@@ -31,20 +30,21 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from memtop.analysis.phases import TITLES, Classifier, Label
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS, Metric
-from memtop.core.model import GpuSample, ThreadStack
+from memtop.core.model import ThreadStack
 from memtop.core.stackclass import site
 from memtop.outputs import perfetto_pb as pb
 from memtop.progress import Progress
-from memtop.storage.colblock import NULL, Blocks
+from memtop.storage.colblock import Blocks
 from memtop.storage.decode import (
     BLOCK_STREAMS,
     BLOCK_TABLES,
     DECODE_ERRORS,
     HOST_PROC_ADDED,
+    SANE_T,
     finite_tree,
     host_from_blob,
 )
-from memtop.storage.store import BY_NAME, WRITTEN_STREAMS, Recording, create_private
+from memtop.storage.store import WRITTEN_STREAMS, Recording, create_private
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -560,11 +560,11 @@ def _walk(
     t_from: float | None,
     t_to: float | None,
     progress: bool | None,
-    columns: bool = False,
+    whole: bool = False,
 ) -> tuple[float, float, _Stacks]:
     """Every event of the recording (a --gpu/--from/--to choice of it) into ``out``: the tracks'
-    names, counters, stacks, phases and markers; returns (lo, hi, the stacks seen). ``columns``: read
-    by columns where it can (not with --gpu; raises _NoColumns where it cannot)."""
+    names, counters, stacks, phases and markers; returns (lo, hi, the stacks seen). ``whole``: read
+    as one window (``_columns_walk``)."""
     lo, hi, gpus_meta = _check(rec, gpu, t_from, t_to)
     out.process(HOST_PID, "host")
     for g in gpus_meta:
@@ -574,12 +574,7 @@ def _walk(
         out.process(pid, f"GPU {g['index']} {g.get('name')}")
         out.track(pid, 1, "phases")
         out.track(pid, 2, "markers")
-    if columns and gpu is None:
-        stacks = _columns_walk(rec, out, lo, hi, bool(t_from), progress)
-    else:
-        stacks = _Stacks(out)
-        with Progress("exporting", hi - lo, enabled=progress) as bar:
-            _events(rec, lo, hi, gpu, out, stacks, bar, fresh=bool(t_from))
+    stacks = _columns_walk(rec, out, lo, hi, _Carry(lo if t_from else -math.inf, gpu), progress, whole)
     stacks.finish(hi)
     for m in rec.markers():
         if m.t1 < lo or m.t0 > hi:
@@ -603,33 +598,30 @@ _CPU_LIST = re.compile(rb'"cpu_pct":\[([^\]]*)\]')  # the host's (a process's cp
 
 
 class _NoColumns(Exception):
-    """The recording cannot be exported by columns (no blocks, or damaged ones): walk its Frames."""
+    """The phase slices cannot be had window by window (the column scan's windows did not join, or
+    it could not read the recording): the export is made again as one window, else refused."""
 
 
 def _columns_walk(
-    rec: Recording,
-    out: Sink,
-    lo: float,
-    hi: float,
-    fresh: bool,
-    progress: bool | None,
+    rec: Recording, out: Sink, lo: float, hi: float, state: _Carry, progress: bool | None, whole: bool
 ) -> _Stacks:
-    """``_events`` by columns, for a whole recording or a --from/--to range (not --gpu): the same
-    events, read a window at a time from the column blocks (memtop.storage.colblock) rather than Frame by
-    Frame. The phases are the column scan's labels (memtop.analysis.colscan, serial, a window at a time: the
-    report's by other means); raises _NoColumns where the blocks do not cover the range or a read fails."""
+    """The events of [lo, hi] (with --gpu those of its GPU, its processes' stacks and the host's
+    counters), read a window of ``WINDOW_S`` at a time (``whole``: one) through the one reader of a
+    recording (memtop.storage.reader, memtop.storage.parts: column blocks where they cover a window,
+    else rows; a damaged part skipped and noted), never Frame by Frame. The phases are the column
+    scan's labels (memtop.analysis.colscan, a window at a time: the report's)."""
     from memtop.analysis import colscan
 
     blocks = _Reads(rec)
-    for stream in (blocks.gpu, blocks.host, blocks.host_proc):
-        if stream.end <= hi:
-            raise _NoColumns(stream.stream)
-    n = max(1, int((hi - lo) // WINDOW_S))
-    windows = colscan.chunk_spans(rec, lo if fresh else None, lo, hi, n)
-    if windows is None:
-        raise _NoColumns("frames")
+    fresh = state.cut > -math.inf
+    n = 1 if whole else _windows(rec, lo, hi)
+    # (a window without a Frame, where a recording stopped for longer: one window)
+    windows = colscan.chunk_spans(rec, lo if fresh else None, lo, hi, n) or colscan.chunk_spans(
+        rec, lo if fresh else None, lo, hi, 1
+    )
+    assert windows is not None  # (one window always has one)
     stacks = _Stacks(out)
-    state = _Carry(cut=lo if fresh else -math.inf)
+    mine = None if state.only is None else GPU_PID_BASE + state.only  # --gpu: its phases alone
     with _phase_pass(rec, windows, lo) as phases, Progress("exporting", hi - lo, enabled=progress) as bar:
         try:
             # each window's rows from the last Frame of the one before (those older were held there)
@@ -637,15 +629,27 @@ def _columns_walk(
             for a, b in ((a, b) for _, a, b in windows):
                 _window(rec, blocks, out, stacks, state, after, a, b)
                 for args in phases.ready():  # (written as they come: none are held to the end)
-                    out.span(*args)
+                    if mine is None or args[0] == mine:
+                        out.span(*args)
                 out.flush()
                 after = b
                 bar.update(b - lo)
-        except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:
-            raise _NoColumns(str(e)) from None
+        except sqlite3.DatabaseError as e:
+            raise UserError(f"{rec.path} is damaged or truncated ({e})") from None
         for args in phases.rest():
-            out.span(*args)
+            if mine is None or args[0] == mine:
+                out.span(*args)
     return stacks
+
+
+def _windows(rec: Recording, lo: float, hi: float) -> int:
+    """How many windows [lo, hi] is read in: one per WINDOW_S, at most one per _WINDOW_FRAMES Frames
+    (a damaged time far ahead must not make a billion windows of nothing)."""
+    frames = rec.query(f"SELECT count(*) FROM frame WHERE t>=? AND t<=? AND {SANE_T}", (lo, hi)).fetchone()[0]
+    return max(1, min(int((hi - lo) // WINDOW_S), frames // _WINDOW_FRAMES))
+
+
+_WINDOW_FRAMES = 100
 
 
 PHASE_WORKER = True  # the phase slices of a recording of several windows found in a process of their own
@@ -654,8 +658,8 @@ PHASE_WORKER = True  # the phase slices of a recording of several windows found 
 class _Slices:
     """The phase slices (``Sink.span``'s arguments) of the windows, in time order: ``ready`` those
     found so far (without waiting), ``rest`` the others as they come; it raises _NoColumns where they
-    cannot be had by columns (then the slices handed out so far are not the column scan's: the export
-    starts again by Frames)."""
+    cannot be had window by window (then the slices handed out so far may not be the column scan's:
+    the export starts again as one window)."""
 
     def __init__(self, rec: Recording, windows: list, lo: float, conn: Connection | None = None) -> None:
         self._args = (rec, windows, lo)
@@ -691,7 +695,7 @@ class _Slices:
     def _recv(self) -> list[tuple] | str | None:
         try:
             return self._conn.recv()  # type: ignore[union-attr]
-        except EOFError:  # (it died: the export is made again Frame by Frame)
+        except EOFError:  # (it died: the export is made again as one window)
             return "the phase worker ended without its slices"
 
 
@@ -736,15 +740,21 @@ def _phase_worker(path: Path, windows: list, lo: float, put: Connection) -> None
 
 def _phase_slices(rec: Recording, windows: list, lo: float, emit: Callable[[list[tuple]], Any]) -> str | None:
     """The phase slices (``Sink.span``'s arguments) of the column scan's labels over ``windows``
-    (``colscan.chunk_spans``), handed to ``emit`` a window's at a time; or why they cannot be had by
-    columns (some may have been handed out by then)."""
+    (``colscan.chunk_spans``), handed to ``emit`` a window's at a time; or why they cannot be had so
+    (some may have been handed out by then). A range without a Frame has none."""
     from memtop.analysis import colscan
 
     phases = _Phases(lo)
     try:
         for k, (read_from, a, b) in enumerate(windows):
             with colscan.no_gc():
-                part = colscan.scan_part(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
+                try:
+                    part = colscan.scan_part(rec, read_from, a, b, None, edge=k > 0, aggregates=False)
+                except DECODE_ERRORS:  # a host sample the blocks hold whose JSON is damaged: the rows,
+                    # each checked as it is read (as scan_columns does)
+                    part = colscan.scan_part(
+                        rec, read_from, a, b, None, edge=k > 0, aggregates=False, host_blocks=False
+                    )
             phases.add(part, first=k == 0)
             del part
             if phases.slices:
@@ -752,16 +762,18 @@ def _phase_slices(rec: Recording, windows: list, lo: float, emit: Callable[[list
                 phases.slices = []
         emit(phases.finish(colscan.join_parts(phases.parts)[0]))
         return None
+    except colscan.NoFrames:
+        return None if len(windows) == 1 else "a window without a Frame"
     except (colscan.Unusual, _NoColumns, *DECODE_ERRORS, sqlite3.DatabaseError) as e:
         return str(e) or type(e).__name__
 
 
 class _Reads:
-    """The column blocks a window's events are read from (their index is read once: ``Blocks`` counts
-    the rows of the stream's table)."""
+    """The host and host_proc blocks a window's host counters are read from where they cover it
+    (their index is read once: ``Blocks`` counts the rows of the stream's table), with the CPU mean
+    ``parts.host_blocks`` does not read."""
 
     def __init__(self, rec: Recording) -> None:
-        self.gpu = Blocks(rec.db, "gpu", _GPU_READ, BLOCK_TABLES["gpu"])
         self.host = Blocks(rec.db, "host", WRITTEN_STREAMS["host"], BLOCK_TABLES["host"])
         self.host_proc = Blocks(rec.db, "host_proc", _HOST_PROC_READ, None, HOST_PROC_ADDED)
         self.mean = True  # the host blocks hold the CPU mean (WRITTEN_STREAMS; a block of before does not)
@@ -854,14 +866,23 @@ def _slim(bins: GpuBins, rules: Rules) -> tuple[GpuBins, Rules]:
 
 class _Carry:
     """What a window's events depend on from the windows before: the samples already out, the stack
-    processes named."""
+    processes named; with --gpu (``only``) its state's processes and when each was first shown on it."""
 
-    def __init__(self, cut: float) -> None:
+    def __init__(self, cut: float, only: int | None) -> None:
         self.cut = cut  # with --from, parts sampled before it are left out
+        self.only = only
         self.gpu_t: dict[int, float] = {}
         self.host_t = -math.inf
         self.stack_t: dict[int, float] = {}
         self.named: set[int] = set()
+        self.state: tuple[int, ...] | None = None  # --gpu: its newest state's processes
+        self.seen: dict[int, float] = {}  # --gpu: each of its processes, the first Frame that shows it
+
+    def show(self, pids: Iterable[int], t: float) -> None:
+        """``pids`` shown on --gpu's GPU at the Frame at ``t``."""
+        for p in pids:
+            if self.seen.get(p, math.inf) > t:
+                self.seen[p] = t
 
 
 def _held(times: np.ndarray, ft: np.ndarray, last: float, cut: float) -> np.ndarray:
@@ -885,107 +906,172 @@ def _window(
 
     ft_list = colscan.frame_times(rec, a, b)
     ft = np.array(ft_list, dtype=np.float64)
-    _gpu_window(blocks, out, st, ft, after, b)
+    _gpu_window(rec, out, st, ft, after, b)
     _host_window(rec, blocks, out, st, ft, after, b)
     got = colscan._Stacks(rec, ft_list, after, b, None, main_threads=True)
     mains = [(d.pid, d.main) for d, _, _ in got.dumps]
+    held = got.held(0)
+    if st.only is not None:  # its processes' stacks, from the first Frame that shows each on it
+        _gpu_processes(rec, st, ft, after, b)
+        first = got.first.tolist()
+        held = (x for x in list(held) if st.seen.get(mains[x[1]][0], math.inf) <= ft_list[first[x[0]]])
     times = got.times
-    stacks.feed([(times[i], *mains[k]) for i, k in got.held(0)], st.stack_t, st.named, st.cut)
+    stacks.feed([(times[i], *mains[k]) for i, k in held], st.stack_t, st.named, st.cut)
 
 
-_GPU_READ = (
-    ("t", "f"),
-    ("gpu", "i"),
-    *dict.fromkeys((attr, "i") for _, attr, _ in COUNTERS),
-    ("pcie_rx", "i"),
-    ("pcie_tx", "i"),
-)
-
-
-def _gpu_window(blocks: _Reads, out: Sink, st: _Carry, ft: np.ndarray, after: float, b: float) -> None:
+def _gpu_processes(rec: Recording, st: _Carry, ft: np.ndarray, after: float, b: float) -> None:
+    """--gpu: the processes its states of (after, b] show (a state's from the first Frame that holds it)."""
     import numpy as np
 
-    got = blocks.gpu.read(float(np.nextafter(after, np.inf)), b)
-    if got is None:
-        raise _NoColumns("a GPU block")
-    ta, gi = got["t"], got["gpu"]
+    sql = "SELECT t, gpu, uuid, name, mig, link, processes FROM gpu_state WHERE gpu=? AND t>? AND t<=? ORDER BY t"
+    rows = rec.query(sql, (st.only, after, b)).fetchall()
+    if st.state is None and after > -math.inf:  # (--from: the state as it stood there)
+        rows[:0] = rec.query(
+            sql.replace("t>? AND ", "").replace("BY t", "BY t DESC LIMIT 1"), (st.only, after)
+        )
+    if not len(ft):
+        return
+    ts = np.array([r[0] for r in rows], dtype=np.float64)
+    k = np.searchsorted(ft, ts, "left")  # each state's first Frame, held until the next state
+    ends = np.append(ts[1:], np.inf)
+    if st.state is not None and (not len(ts) or ft[0] < ts[0]):
+        st.show(st.state, float(ft[0]))
+    for r, at, end in zip(rows, k.tolist(), ends.tolist(), strict=True):
+        st.state = tuple(p.pid for p in rec.gpu_state(r)[4])
+        if at < len(ft) and ft[at] < end:
+            st.show(st.state, float(ft[at]))
+
+
+_GPU_COLS = (*dict.fromkeys(attr for _, attr, _ in COUNTERS), "pcie_rx", "pcie_tx")
+
+
+def _gpu_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: float, b: float) -> None:
+    """The GPU counters of the rows (``reader.columns``: decoded, a damaged row skipped) the Frames hold."""
+    import numpy as np
+
+    from memtop.storage.reader import columns
+
+    got = columns(rec, after, b, _GPU_COLS)
+    ta, gi, cols = got.t, got.gpu, got.cols
     for g in np.unique(gi).tolist():
+        if st.only is not None and g != st.only:
+            continue
         at = np.flatnonzero(gi == g)
-        if len(at) > 1 and not (np.diff(ta[at]) > 0).all():
-            raise _NoColumns("GPU rows out of order or repeated")
         rows = at[_held(ta[at], ft, st.gpu_t.get(g, -math.inf), st.cut)]
         if not len(rows):
             continue
         st.gpu_t[g] = float(ta[rows[-1]])
         pid, t = GPU_PID_BASE + g, ta[rows]
-
         for name, attr, scale in COUNTERS:
-            v = _decoded(got, attr, rows) * scale
+            v = cols[attr][rows] * scale
             ok = np.isfinite(v)
             out.counters(name, pid, t[ok], v[ok])
-        rx, tx = _decoded(got, "pcie_rx", rows), _decoded(got, "pcie_tx", rows)
+        rx, tx = cols["pcie_rx"][rows], cols["pcie_tx"][rows]
         some = ~(np.isnan(rx) & np.isnan(tx))  # (a NULL, or a value out of range, reads as None)
         out.pcies(pid, t[some], np.nan_to_num(rx[some]), np.nan_to_num(tx[some]))
 
 
-def _decoded(got: dict, name: str, rows: np.ndarray) -> np.ndarray:
-    """A gpu column's values at ``rows`` as the recording decodes them (NaN for None)."""
-    import numpy as np
-
-    from memtop.storage.reader import scaled
-
-    raw = got[name][rows]
-    return scaled(BY_NAME[name], np.where(raw == NULL, np.nan, raw))
-
-
 _HOST_PROC_READ = (("t", "f"), ("pid", "i"), ("cpu_pct", "f"), ("name", "s"))
+# the host samples the Frames hold: their times and CPU means, and their processes' rows (time, pid,
+# name, CPU %)
+HostRows = tuple[list[float], list[float], "np.ndarray", "np.ndarray", list[str], "np.ndarray"]
 
 
 def _host_window(
     rec: Recording, blocks: _Reads, out: Sink, st: _Carry, ft: np.ndarray, after: float, b: float
 ) -> None:
-    """The host's CPU % (the blocks' mean, or each sample's JSON where they lack it) and its processes'."""
+    """The host's CPU % and its processes' of the samples the Frames hold: from the column blocks where
+    they hold every figure drawn (not with --gpu: which processes are on a GPU is in the JSON), else
+    each sample decoded (``parts.hosts``)."""
     import numpy as np
 
-    from memtop.analysis.colscan import Blobs
-
-    h = blocks.host_rows(rec, float(np.nextafter(after, np.inf)), b)
-    if h is None:
-        raise _NoColumns("a host block")
-    ht, count = h["t"], h["procs"]
-    if len(ht) > 1 and not (np.diff(ht) > 0).all():
-        raise _NoColumns("host rows out of order")
-    hs = _held(ht, ft, st.host_t, st.cut)
-    if not len(hs):
+    got = None
+    if st.only is None and blocks.host.end > b and blocks.host_proc.end > b:
+        with contextlib.suppress(*DECODE_ERRORS):  # (a sample's JSON that does not inflate)
+            got = _host_blocks(rec, blocks, st, ft, after, b)
+    if got is None:
+        got = _host_samples(rec, st, ft, after, b)
+    t, cpu, tp, pids, names, cpus = got
+    if not t:
         return
-    st.host_t = float(ht[hs[-1]])
-    if (count < 0).any():
-        raise _NoColumns("a host sample without its processes' figures")
-    t = ht[hs].tolist()
-    if "cpu_mean" in h:
-        cpu = h["cpu_mean"][hs].tolist()
-    else:
-        cpu = [_cpu_mean(raw) for raw in Blobs(rec, ht.tolist()).each(hs.tolist())]
-    ok = [k for k, c in enumerate(cpu) if math.isfinite(c)]
-    out.counters("CPU %", HOST_PID, [t[k] for k in ok], [cpu[k] for k in ok], tenths)
-    p = blocks.host_proc.read(ht[0], ht[-1])
-    if p is None or len(p["t"]) != count[count > 0].sum():
-        raise _NoColumns("a host_proc block")
-    start = np.cumsum(count) - count
-    n = count[hs]
-    rows = np.repeat(start[hs] - (np.cumsum(n) - n), n) + np.arange(n.sum())  # the held samples' rows
-    tp = p["t"][rows]
-    if not np.array_equal(tp, np.repeat(ht[hs], n)):
-        raise _NoColumns("host_proc rows that are not their samples'")
-    keys, code = _processes(p["pid"][rows], list(map(p["name"].__getitem__, rows.tolist())))
+    st.host_t = t[-1]
+    finite = [k for k, c in enumerate(cpu) if math.isfinite(c)]
+    out.counters("CPU %", HOST_PID, [t[k] for k in finite], [cpu[k] for k in finite], tenths)
+    keys, code = _processes(pids, names)
     order = np.argsort(code, kind="stable")  # each process's rows, in time order
     bounds = np.searchsorted(code[order], np.arange(len(keys) + 1))
-    cpus = p["cpu_pct"][rows]
     for k, (pid, name) in enumerate(keys):
         at = order[bounds[k] : bounds[k + 1]]
         v = cpus[at]
         ok = np.isfinite(v)
         out.counters(f"CPU % {pid} {name}", HOST_PID, tp[at][ok], v[ok], tenths)
+
+
+def _host_samples(rec: Recording, st: _Carry, ft: np.ndarray, after: float, b: float) -> HostRows:
+    """``HostRows`` of the host rows of (after, b], each decoded (one that does not is skipped and
+    noted, as the Frames skip it); with --gpu, the processes on its GPU shown from their sample's Frame."""
+    import numpy as np
+
+    from memtop.storage import parts
+
+    seed = after if after > -math.inf else None  # (the chain the first row is deflated against)
+    read = [
+        r for r in parts.hosts(rec, parts.host_rows(rec, after, b, seed), host_from_blob)[0] if r[0] > after
+    ]
+    ht = np.array([r[0] for r in read], dtype=np.float64)
+    hs = _held(ht, ft, st.host_t, st.cut).tolist()
+    samples = [read[h][2] for h in hs]
+    if st.only is not None:
+        shown = ft[np.searchsorted(ft, ht[hs], "left")].tolist()  # each sample's first Frame
+        for s, f in zip(samples, shown, strict=True):
+            st.show((p.pid for p in s.procs if st.only in p.gpus), f)
+    procs = [(s.t, p) for s in samples for p in s.procs]
+    return (
+        [s.t for s in samples],
+        [sum(s.cpu_pct) / max(1, len(s.cpu_pct)) for s in samples],
+        np.array([t for t, _ in procs], dtype=np.float64),
+        np.array([p.pid for _, p in procs], dtype=np.int64),
+        [p.name for _, p in procs],
+        np.array([p.cpu_pct for _, p in procs], dtype=np.float64),
+    )
+
+
+def _host_blocks(
+    rec: Recording, blocks: _Reads, st: _Carry, ft: np.ndarray, after: float, b: float
+) -> HostRows | None:
+    """``HostRows`` from the host and host_proc blocks (each sample's CPU mean: the blocks', or its
+    JSON's list where they lack it); None where they cannot give them all."""
+    import numpy as np
+
+    from memtop.storage.parts import Blobs
+
+    h = blocks.host_rows(rec, float(np.nextafter(after, np.inf)), b)
+    if h is None:
+        return None
+    ht, count = h["t"], h["procs"]
+    if len(ht) > 1 and not (np.diff(ht) > 0).all():
+        return None
+    if (count < 0).any():  # (a sample whose processes' figures are in its JSON alone)
+        return None
+    hs = _held(ht, ft, st.host_t, st.cut)
+    if not len(hs):
+        none = np.zeros(0)
+        return [], [], none, none.astype(np.int64), [], none
+    p = blocks.host_proc.read(ht[0], ht[-1])
+    if p is None or len(p["t"]) != count[count > 0].sum():
+        return None
+    start = np.cumsum(count) - count
+    n = count[hs]
+    rows = np.repeat(start[hs] - (np.cumsum(n) - n), n) + np.arange(n.sum())  # the held samples' rows
+    tp = p["t"][rows]
+    if not np.array_equal(tp, np.repeat(ht[hs], n)):
+        return None
+    if "cpu_mean" in h:
+        cpu = h["cpu_mean"][hs].tolist()
+    else:
+        cpu = [_cpu_mean(raw) for raw in Blobs(rec, ht.tolist()).each(hs.tolist())]
+    names = list(map(p["name"].__getitem__, rows.tolist()))
+    return ht[hs].tolist(), cpu, tp, p["pid"][rows], names, p["cpu_pct"][rows]
 
 
 def _processes(pids: np.ndarray, names: list[str]) -> tuple[list[tuple[int, str]], np.ndarray]:
@@ -1015,6 +1101,7 @@ def _cpu_mean(raw: bytes) -> float:
 
 
 def _meta(rec: Recording, lo: float, hi: float, gpu: int | None, extra: dict | None) -> dict:
+    """The trace's metadata; ``damage``: the parts skipped as damaged (the report's notes), if any."""
     return {
         "clock": "CLOCK_MONOTONIC",
         "wall_offset_s": rec.meta.get("wall_offset"),
@@ -1022,6 +1109,7 @@ def _meta(rec: Recording, lo: float, hi: float, gpu: int | None, extra: dict | N
         "memtop_version": rec.meta.get("memtop_version"),
         "range_s": [round(lo - rec.t0, 3), round(hi - rec.t0, 3)],
         "gpu": gpu,
+        **({"damage": list(rec.damage)} if rec.damage else {}),
         **(extra or {}),
     }
 
@@ -1035,7 +1123,7 @@ def write_trace(
     progress: bool | None = None,
     extra: Iterable[tuple[str, int]] = (),
     extra_meta: dict | None = None,
-    columns: bool = False,
+    whole: bool = False,
 ) -> int:
     """Write the whole trace document (JSON) to ``fh``; returns the number of trace events. ``extra``
     events (a framework's trace on this clock, encoded: runs of JSON objects joined by commas and
@@ -1046,7 +1134,7 @@ def write_trace(
     fh.write('{"traceEvents":[')
     with tempfile.TemporaryFile("w+", encoding="utf-8") as spill:
         emit = _Json(fh, spill)
-        lo, hi, stacks = _walk(rec, emit, gpu, t_from, t_to, progress, columns)
+        lo, hi, stacks = _walk(rec, emit, gpu, t_from, t_to, progress, whole)
         emit.flush()
         for text, n in extra:
             emit.encoded(text, n)
@@ -1067,13 +1155,13 @@ def write_proto(
     t_from: float | None = None,
     t_to: float | None = None,
     progress: bool | None = None,
-    columns: bool = False,
+    whole: bool = False,
 ) -> int:
     """The same trace as Perfetto's protobuf (``write_trace``'s metadata as the arguments of an
     instant "memtop trace" at its start, on the host's track); returns the number of events, counted
     as ``write_trace`` counts the JSON's (``_Proto.n``): the same for the same recording."""
     out = _Proto(fh)
-    lo, hi, _ = _walk(rec, out, gpu, t_from, t_to, progress, columns)
+    lo, hi, _ = _walk(rec, out, gpu, t_from, t_to, progress, whole)
     out.w.event(
         out._proc(HOST_PID),
         out.stamp(lo),
@@ -1083,104 +1171,6 @@ def write_proto(
     )
     out.flush()
     return out.n - 1  # (the JSON holds the metadata beside its events)
-
-
-def _events(
-    rec: Recording,
-    lo: float,
-    hi: float,
-    only: int | None,
-    emit: Sink,
-    stacks: _Stacks,
-    bar: Progress,
-    fresh: bool,
-) -> None:
-    clf = Classifier()
-    runs: dict[int, list] = {}  # gpu -> [first label, last label] of the open phase run
-    seen_host = None
-    seen_stack: dict[int, float] = {}
-    named: set[int] = set()
-    last_gpu_t: dict[int, float] = {}
-    gpu_pids: set[int] = set()
-    cut = lo if fresh else -math.inf  # with --from, parts sampled before it are left out
-    for k, f in enumerate(rec.frames(lo if fresh else None, hi, skip=_SKIP)):
-        if k % 2000 == 0:
-            bar.update(f.t - lo)
-        clf.feed(f)
-        if f.t < lo:
-            continue
-        for g in f.gpus:
-            if only is not None and g.index != only:
-                continue
-            if only is not None:
-                gpu_pids.update(p.pid for p in g.processes)
-            if last_gpu_t.get(g.index) == g.t or g.t < cut:  # parts sampled before --from: not exported
-                continue
-            last_gpu_t[g.index] = g.t
-            _gpu_counters(emit, g)
-        h = f.host
-        if h is not None and h.t != seen_host and h.t >= cut:
-            seen_host = h.t
-            ts = emit.stamp(h.t)
-            cpu = sum(h.cpu_pct) / max(1, len(h.cpu_pct))
-            if math.isfinite(cpu):
-                emit.counter("CPU %", HOST_PID, ts, round(cpu, 1))
-            for p in h.procs:
-                if only is not None and only in p.gpus:
-                    gpu_pids.add(p.pid)
-                if math.isfinite(p.cpu_pct):
-                    emit.counter(f"CPU % {p.pid} {p.name}", HOST_PID, ts, round(p.cpu_pct, 1))
-        got = [(s.t, s.pid, s.main) for s in f.stacks if only is None or s.pid in gpu_pids]
-        stacks.feed(got, seen_stack, named, cut)
-        emit.flush(2000)
-        _phases(clf, runs, only, lo, emit)
-    clf.flush()
-    _phases(clf, runs, only, lo, emit, final=True)
-
-
-_VALUES = operator.attrgetter(*(attr for _, attr, _ in COUNTERS))
-
-
-def _gpu_counters(emit: Sink, g: GpuSample) -> None:
-    """The counters of one GPU sample: COUNTERS and PCIe."""
-    pid, ts = GPU_PID_BASE + g.index, emit.stamp(g.t)
-    for (name, _, scale), v in zip(COUNTERS, _VALUES(g), strict=True):
-        if v is not None and math.isfinite(v):
-            emit.counter(name, pid, ts, v * scale)
-    if g.pcie_rx is not None or g.pcie_tx is not None:
-        rx, tx = (round((v or 0) / 1e9, 3) for v in (g.pcie_rx, g.pcie_tx))
-        if math.isfinite(rx) and math.isfinite(tx):
-            emit.pcie(pid, ts, rx, tx)
-
-
-def _phases(
-    clf: Classifier, runs: dict, only: int | None, lo: float, emit: Sink, final: bool = False
-) -> None:
-    """Turn the labels the classifier made since the last call into phase slices, and let go of them."""
-    for gpu, labels in clf.labels.items():
-        if only is not None and gpu != only:
-            labels.clear()
-            continue
-        run = runs.get(gpu)
-        for lab in labels:
-            if lab.t + clf.bin_s <= lo:
-                continue
-            if run and lab.label != run[0].label:
-                _slice(clf, gpu, run, emit)
-                run = None
-            if lab.label != "warmup":
-                run = [lab, lab] if run is None else [run[0], lab]
-        labels.clear()
-        runs[gpu] = run
-        if final and run:
-            _slice(clf, gpu, run, emit)
-    for feats in clf.features.values():
-        feats.clear()
-    clf.gaps.clear()
-
-
-def _slice(clf: Classifier, gpu: int, run: list, emit: Sink) -> None:
-    emit.span(*_slice_args(gpu, run[0].label, run[0].t, run[1], clf.bin_s))
 
 
 def _slice_args(gpu: int, label: str, t0: float, b: Label, bin_s: float) -> tuple:
@@ -1302,15 +1292,17 @@ def export_perfetto(
     t_to: float | None = None,
     fmt: str | None = None,
 ) -> int:
-    """``out`` in ``fmt`` ("json" or "proto"; None: as its name asks, ``trace_format``): read by columns
-    where the recording has them whole, else (or where a block fails to read: the file is started
-    again) Frame by Frame."""
+    """``out`` in ``fmt`` ("json" or "proto"; None: as its name asks, ``trace_format``), a window at a
+    time; where the column scan's windows do not join, or it cannot read a window, the file is started
+    again as one window (as the report scans serially where its chunks do not join), else refused."""
     _check(rec, gpu, t_from, t_to)  # a bad choice fails before any file is made
     kw: dict[str, Any] = {"gpu": gpu, "t_from": t_from, "t_to": t_to, "progress": progress}
-    if gpu is None:
-        with contextlib.suppress(_NoColumns):
-            return _export(rec, out, force, fmt, columns=True, **kw)
-    return _export(rec, out, force, fmt, **kw)
+    with contextlib.suppress(_NoColumns):
+        return _export(rec, out, force, fmt, **kw)
+    try:
+        return _export(rec, out, force, fmt, whole=True, **kw)
+    except _NoColumns as e:
+        raise UserError(f"{rec.path} is damaged or truncated ({e})") from None
 
 
 def _export(rec: Recording, out: Path, force: bool, fmt: str | None, **kw: Any) -> int:
