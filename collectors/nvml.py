@@ -47,6 +47,12 @@ GEN_MTS = {1: 2500, 2: 5000, 3: 8000, 4: 16000, 5: 32000, 6: 64000}
 # counters"); Xid events (6 us) are polled each second and a Xid brings the counters' read forward, so its
 # event comes with the counters it moved.
 HEALTH_EVERY_S = 5.0
+# Per-process utilisation costs 1.9 ms of CPU a read on the H200 (the energy counter 5.6 ms, GPM's 1.4-1.7;
+# bench/RESULTS.md, "live footprint, seventh pass"). Where a GPU holds more than one process, jobs may share
+# it and their split is judged each second (memtop.analysis.jobshare): read each second. Where one process
+# (or none) holds it, only the process table shows its figure, and that table follows every second paint:
+# a live view (``alone_util_s``) reads it every ALONE_UTIL_S there; a recording keeps each second.
+ALONE_UTIL_S = 2.0
 ERROR_NO_PERMISSION = 4
 
 
@@ -159,8 +165,12 @@ class GpuReader:
         offset: float,
         series: bool = True,
         pid_map: Callable[[int], int] | None = None,
+        energy_s: float = HEALTH_EVERY_S,
+        alone_util_s: float = 1.0,
     ):
         self.nv = nv
+        self.energy_s = energy_s  # the energy counter's cadence (read with the health counters at most)
+        self.alone_util_s = alone_util_s  # per-process utilisation of a GPU with one process (ALONE_UTIL_S)
         self.index = index
         self.pid_map = pid_map or (lambda pid: pid)  # NVML's (the host's) PIDs to this namespace's
         self.info = info
@@ -186,6 +196,8 @@ class GpuReader:
             None  # J, as last read (memtop.analysis.energy shares each rise by power)
         )
         self._health_t = -1e9
+        self._energy_t = -1e9
+        self._putil_t = -1e9
         self.unsupported: dict[str, str] = {}  # optional readings this GPU or driver refused, not asked again
         self._putil = ProcUtilDrain()
         self._putil_ok = True  # until the driver says it has no per-process utilisation
@@ -254,14 +266,22 @@ class GpuReader:
             if err is not None and self._last_code in (ERROR_NOT_SUPPORTED, ERROR_NO_PERMISSION):
                 self.unsupported[metric] = self.errors.pop(metric)
 
+    def _due(self, now: float, last: float, every: float) -> bool:
+        """A reading every ``every`` s is due. Within half an interval: the ticks come a few ms late or
+        early as threads wake, and at --interval 1 a plain ``>= 1.0`` skipped every other second's
+        temperature, clocks, memory and processes whenever a tick came less late than the one before."""
+        return now - last >= every - self.interval / 2
+
     def _read_health(self, now: float) -> None:
         """Xids each call (each second); the counters every HEALTH_EVERY_S, or now when a Xid came."""
         xids = self._optional("xid events", self.nv.xids, self.index) or []
-        if not xids and now - self._health_t < HEALTH_EVERY_S:
+        if not xids and not self._due(now, self._health_t, HEALTH_EVERY_S):
             return
         self._health_t = now
-        e = self._optional("energy", self.nv.energy_mj, self.index)  # ~4 ms of CPU a read on the H100
-        self._energy = None if e is None else e / 1000.0
+        if self._due(now, self._energy_t, self.energy_s):
+            self._energy_t = now
+            e = self._optional("energy", self.nv.energy_mj, self.index)  # 4-5.6 ms of CPU a read
+            self._energy = None if e is None else e / 1000.0
         info = self._optional("health", self.nv.health, self.index)
         if info is not None or xids:
             self._health = GpuHealth(now, **(info or {}), xids=tuple(xids))
@@ -292,7 +312,7 @@ class GpuReader:
                     f["pcie_" + d] = kbs * 1024.0
         p = self._try("power", nv.power_mw, i)
         f["power_w"] = None if p is None else p / 1000.0
-        if now - self._slow_t >= 1.0:  # temperature, clocks, throttle, memory: 1 Hz is plenty
+        if self._due(now, self._slow_t, 1.0):  # temperature, clocks, throttle, memory: 1 Hz is plenty
             self._slow_t = now
             tc = self._try("temperature", nv.temperature, i)
             clk = self._try("clocks", nv.clocks, i)
@@ -308,17 +328,19 @@ class GpuReader:
             self._read_health(now)
         f.update(self._slow)
         f["energy_j"] = self._energy
-        if now - self._link_t >= 10.0:
+        if self._due(now, self._link_t, 10.0):
             self._link_t = now
             lk = self._try("pcie link", nv.link, i)
             if lk:
                 self._link = pcie_link(lk)
-        if now - self._procs_t >= 1.0:
+        if self._due(now, self._procs_t, 1.0):
             self._procs_t = now
             procs = self._try("processes", nv.processes, i)
             if procs is not None:
                 self._procs = tuple(GpuProcess(self.pid_map(pid), mem) for pid, mem in procs)
-            self._proc_util = self._process_util(now)
+            if len(self._procs) > 1 or self._due(now, self._putil_t, self.alone_util_s):
+                self._putil_t = now
+                self._proc_util = self._process_util(now)
         if self.lost:
             return [GpuSample(now, i, info["uuid"], info["name"], "lost", mig=info["mig"])]
         g = GpuSample(
@@ -335,7 +357,7 @@ class GpuReader:
             proc_util=self._proc_util,
         )
         out: list[object] = [g.with_values(f)]
-        if self.series and now - self._drain_t >= 1.0:
+        if self.series and self._due(now, self._drain_t, 1.0):
             self._drain_t = now
             out.extend(self.drain())
         return out
@@ -387,9 +409,13 @@ class NvmlCollector:
         offset: float | None = None,
         series: bool = True,
         pid_map: Callable[[int], int] | None = None,
+        energy_s: float = HEALTH_EVERY_S,
+        alone_util_s: float = 1.0,
     ):
         self.nv: Nvml = nv if nv is not None else RealNvml()
         self.pid_map = pid_map
+        self.energy_s = energy_s
+        self.alone_util_s = alone_util_s
         self.interval = interval
         self.use_gpm = use_gpm
         # nvmlDeviceGetSamples copies the driver's whole buffer: a quarter of a 1 Hz live view's
@@ -433,7 +459,19 @@ class NvmlCollector:
             gpm, reason = self._gpm(i, info)
             interval = self.interval if gpm else max(self.interval, 0.2)
             self.readers.append(
-                GpuReader(self.nv, i, info, gpm, reason, interval, self.offset, self.series, self.pid_map)
+                GpuReader(
+                    self.nv,
+                    i,
+                    info,
+                    gpm,
+                    reason,
+                    interval,
+                    self.offset,
+                    self.series,
+                    self.pid_map,
+                    self.energy_s,
+                    self.alone_util_s,
+                )
             )
         if not self.readers and self.system["count"] == 0:
             self.caps.append(Capability("nvml", "GPUs", CapState.UNSUPPORTED, "the driver reports no GPUs"))

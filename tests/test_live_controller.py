@@ -42,7 +42,7 @@ def _controller(monkeypatch) -> LiveController:
     SlowSampler.gate = threading.Event()
     monkeypatch.setattr(memtop.live.sampler, "Sampler", SlowSampler)
     monkeypatch.setattr(
-        memtop.live.sampler.SamplerConfig, "from_args", classmethod(lambda cls, a, recording: None)
+        memtop.live.sampler.SamplerConfig, "from_args", classmethod(lambda cls, a, recording: cls())
     )
     p = Pipeline(Status("live"), meta={"host": "test"})
     return LiveController(argparse.Namespace(), p)

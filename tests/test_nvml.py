@@ -197,3 +197,70 @@ def test_gpm_replies_map_to_fields_by_the_metric_table():
         assert g.sm == pytest.approx(reply["2"]) and g.tensor == pytest.approx(reply["5"])
         assert g.pcie_rx == pytest.approx(reply["21"] * (1 << 20))
         assert g.dram == (None if "10" not in reply else pytest.approx(reply["10"]))
+
+
+class _Reads(ReplayNvml):
+    """The recorded H100 with ``procs`` processes on it, counting the per-process utilisation and energy
+    reads (1.9 and 5.6 ms of CPU each on the H200)."""
+
+    def __init__(self, procs: int) -> None:
+        super().__init__(json.loads(FIXTURE.read_text())["calls"])
+        self.procs, self.putil, self.energy = procs, 0, 0
+
+    def processes(self, i):
+        return [(100 + k, 1 << 30) for k in range(self.procs)]
+
+    def process_utilization(self, i, since_us):
+        self.putil += 1
+        return []
+
+    def energy_mj(self, i):
+        self.energy += 1
+        return 7_000_000
+
+
+def _one_hz(nv: ReplayNvml, seconds: int, **kw) -> list[GpuSample]:
+    """``seconds`` samples of a reader at --interval 1, each tick a few ms early or late, as threads wake."""
+    col = NvmlCollector(nv, 1.0, offset=0.0, **kw)
+    col.start()
+    (r,) = col.readers
+    return [
+        p
+        for k in range(seconds)
+        for p in r.sample(1000.0 + k + 0.004 * (-1) ** k)
+        if isinstance(p, GpuSample)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("procs", "alone_s", "reads"), [(1, 2.0, 5), (0, 2.0, 5), (2, 2.0, 10), (1, 1.0, 10)]
+)
+def test_per_process_utilisation_each_second_only_where_jobs_may_share_the_gpu(procs, alone_s, reads):
+    """A live view reads a GPU that one process holds every ALONE_UTIL_S (only the process table, which
+    follows every second paint, shows it); two processes (jobs split by it each second) and a
+    recording's reader (alone_util_s 1) each second."""
+    nv = _Reads(procs)
+    got = _one_hz(nv, 10, alone_util_s=alone_s)
+    assert nv.putil == reads
+    assert all(len(g.processes) == procs for g in got)
+
+
+@pytest.mark.parametrize(("energy_s", "reads"), [(5.0, 6), (30.0, 1)])
+def test_the_energy_counter_is_read_at_its_cadence_and_carried_between(energy_s, reads):
+    """With the health counters (every HEALTH_EVERY_S) for a recording and serve; the TUI's live view
+    every VIEW_ENERGY_S. Every sample carries the last reading."""
+    nv = _Reads(1)
+    got = _one_hz(nv, 30, energy_s=energy_s)
+    assert nv.energy == reads
+    assert all(g.energy_j == 7000.0 for g in got)
+
+
+def test_a_live_view_reads_less_often_than_a_recording():
+    from memtop.collectors.nvml import ALONE_UTIL_S, HEALTH_EVERY_S
+
+    from memtop.live.sampler import VIEW_ENERGY_S, Sampler, SamplerConfig
+
+    view = Sampler(SamplerConfig(nvml=_Reads(1), lean=True, energy_s=VIEW_ENERGY_S), lambda f: None)
+    rec = Sampler(SamplerConfig(nvml=_Reads(1)), lambda f: None)
+    assert (view.nvml.energy_s, view.nvml.alone_util_s) == (VIEW_ENERGY_S, ALONE_UTIL_S)
+    assert (rec.nvml.energy_s, rec.nvml.alone_util_s) == (HEALTH_EVERY_S, 1.0)

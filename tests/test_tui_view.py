@@ -178,7 +178,7 @@ async def test_any_resize_sequence_equals_a_fresh_start(gpus):
 
 
 async def test_timeline_columns_kept_between_paints_equal_a_fresh_draw():
-    """The series rows add only the points since the last paint: after paints with new frames, a
+    """The series rows add only the points since the last paint (their columns and cells): after paints with new frames, a
     pause back in time and a resume, every row equals a draw from the whole window."""
     frames = _frames()
     p = _pipeline(1, upto=400)
@@ -187,6 +187,7 @@ async def test_timeline_columns_kept_between_paints_equal_a_fresh_draw():
     def rows(tl: Timeline, fresh: bool) -> list[str]:
         if fresh:
             tl._columns.clear()
+            tl._cells.clear()
         tl._sigs = None
         tl._redraw()
         return [sig for sig, _ in tl._rows]

@@ -163,10 +163,10 @@ class LiveController:
                 return
             from dataclasses import replace
 
-            from memtop.live.sampler import Sampler, SamplerConfig
+            from memtop.live.sampler import VIEW_ENERGY_S, Sampler, SamplerConfig
 
             if self.sampler is None:
-                cfg = SamplerConfig.from_args(self.args, recording=False)
+                cfg = replace(SamplerConfig.from_args(self.args, recording=False), energy_s=VIEW_ENERGY_S)
                 self.sampler = Sampler(cfg if nv is None else replace(cfg, nvml=nv), self.pipeline.on_frame)
             self.sampler.start()
         except Exception as e:  # the app stays up to say so (and to be quit) rather than going blank

@@ -56,6 +56,12 @@ RECORD_GPU_S = 0.1
 SETTLED_N = 8
 SETTLED_RATIO = 3.0
 
+# The energy counter costs 5.6 ms of CPU a read on the H200 (bench/RESULTS.md, "live footprint, seventh
+# pass"). A recording and `serve` (whose snapshot splits it by phase) read it with the health counters
+# (collectors.nvml.HEALTH_EVERY_S); the TUI's live view, where only the GPU detail screen shows it (a
+# counter since the driver loaded), every VIEW_ENERGY_S.
+VIEW_ENERGY_S = 30.0
+
 
 class SyncWindow:
     """Whether each watched process's last plain dumps found its main thread in a sync wait, to tell
@@ -102,8 +108,10 @@ class SamplerConfig:
     nvml: Nvml | None = None  # a backend (ReplayNvml in tests); None = the real driver
     root: Path = field(default_factory=lambda: Path("/"))
     # a live view (no recording): a process on saturated GPUs is dumped every collectors.stacks.SPARSE_S,
-    # and the fast pace ends once the stacks are settled (SETTLED_N); a recording keeps every dump
+    # and the fast pace ends once the stacks are settled (SETTLED_N); a GPU that one process holds has its
+    # per-process utilisation read every collectors.nvml.ALONE_UTIL_S; a recording keeps every reading
     lean: bool = False
+    energy_s: float | None = None  # the energy counter's cadence; None: with the health counters
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, recording: bool) -> SamplerConfig:
@@ -147,7 +155,7 @@ def is_python(pid: int) -> bool:
 class Sampler:
     def __init__(self, cfg: SamplerConfig, on_frame: Callable[[Frame], None]):
         from memtop.collectors.host import HostCollector
-        from memtop.collectors.nvml import NvmlCollector
+        from memtop.collectors.nvml import ALONE_UTIL_S, HEALTH_EVERY_S, NvmlCollector
         from memtop.collectors.perf import PerfCollector
         from memtop.collectors.pidns import PidMap
         from memtop.collectors.stacks import StacksCollector
@@ -157,7 +165,14 @@ class Sampler:
         self.offset = wall_offset()
         pids = PidMap(cfg.root)
         self.nvml = NvmlCollector(
-            cfg.nvml, cfg.gpu_interval, cfg.use_gpm, self.offset, cfg.series, pids.local
+            cfg.nvml,
+            cfg.gpu_interval,
+            cfg.use_gpm,
+            self.offset,
+            cfg.series,
+            pids.local,
+            cfg.energy_s or HEALTH_EVERY_S,
+            ALONE_UTIL_S if cfg.lean else 1.0,
         )
         self.host = HostCollector(cfg.host_interval, cfg.root, cfg.pids, pids)
         self.stacks = StacksCollector(cfg.stack_interval, pids=cfg.pids) if cfg.stacks else None
