@@ -356,6 +356,8 @@ async def test_no_gpu_live_offers_no_gpu_or_process_selection():
     app = MemtopApp(p, hangup_guard=False)
     async with app.run_test(size=(120, 40)) as pilot:
         assert await until(pilot, lambda: app.view is not None)  # the first paint: what it offers
+        # the keys offered follow the GPUs found on the app's 0.5 s timer, not at the first paint
+        assert await until(pilot, lambda: app._bindings_key is not None)
         assert await refreshed(pilot)
         keys = _app_keys(app)
         assert "g" not in keys and "G" not in keys and "s" not in keys
