@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import os
 import platform
@@ -20,6 +19,8 @@ from memtop.core.sanitize import clean
 from memtop.core.timefmt import clock
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from memtop.agent.tracer import Notify, Tracer
     from memtop.collectors.nvml_calls import RealNvml
     from memtop.core.model import ProcSample
@@ -66,10 +67,19 @@ def _one_malloc_arena() -> None:
     free pages in a dozen arenas. One arena is 0.3-0.4 MiB less RSS (bench/RESULTS.md); these
     threads allocate little and mostly under the GIL, so they hardly contend for it. A no-op
     without glibc."""
+    if (mallopt := _glibc("mallopt")) is not None:
+        mallopt(M_ARENA_MAX, 1)
+
+
+def _glibc(name: str) -> Callable | None:
+    """glibc's function ``name``; None under another C library (musl, macOS), where the memory
+    tunings that use it have nothing to do."""
     import ctypes  # loaded anyway by pynvml
 
-    with contextlib.suppress(OSError, AttributeError):  # musl, macOS
-        ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
+    try:
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
 
 
 def release_free_memory() -> None:
@@ -77,13 +87,8 @@ def release_free_memory() -> None:
     OS. NVML's start and Textual's (imports, CSS, first layout) free more than they keep, and RSS
     counts those pages until malloc_trim returns them (bench/RESULTS.md). A no-op without glibc."""
     gc.collect()
-    import ctypes  # loaded already by pynvml
-
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # musl, macOS
-        return
-    trim(0)
+    if (trim := _glibc("malloc_trim")) is not None:
+        trim(0)
 
 
 def _start_nvml() -> RealNvml | None:
@@ -483,11 +488,7 @@ def _reuse_freed_memory() -> None:
     heap's freed top given back, so each of a report's thousands of temporaries is zeroed page by
     page by the kernel again (an 8-hour report: 110,000-184,000 page faults, a fifth of its CPU as
     system time; kept: 35-45 % fewer, peak RSS the same or 11 % more). Another C library: nothing to do."""
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    if (mallopt := _glibc("mallopt")) is None:
         return
     mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: glibc's largest (an array of more is still mapped)
     mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: the heap's free top is kept (the process is short-lived)
