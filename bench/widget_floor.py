@@ -5,10 +5,11 @@ live memtop showed (bench/data/live_screen_200x50.json, written by bench/live_pa
 logic behind it: no collectors, pipeline, classifier or history. The timeline is a plain TiledLines
 with the Timeline's tiles (Timeline itself needs the pipeline).
 
-usage: python bench/widget_floor.py {still,tick} [INTERVAL] [--lean] [--fake-nvml] [--one-tile] [SCREEN.json]
+usage: python bench/widget_floor.py {still,tick} [INTERVAL] [--lean] [--fake-nvml] [--one-tile[=ID,...]] [SCREEN.json]
   still: drawn once; tick: every INTERVAL s (default 1) every panel's Strips made afresh and redrawn
   --one-tile: each panel one tile (memtop tiles its panels so a changed cell redraws one tile: the
-              CPU's trade; this says what the tiles' widgets cost in memory)
+              CPU's trade; this says what the tiles' widgets cost in memory); =ID,...: those panels only
+              (e.g. =gpus,procs: the tables' tile per column)
   --lean, --fake-nvml: as bench/textual_floor.py (memtop's process-wide trims; NVML faked on the VM)
 Run it under bench/pty_bench.py beside bench/textual_floor.py and memtop (200x50, as the screen was
 recorded). `q` quits.
@@ -30,7 +31,7 @@ SCREEN = HERE / "data" / "live_screen_200x50.json"
 CSS = HERE.parent / "tui" / "memtop.tcss"
 
 
-def run(screen: dict, tick: float | None, lean: bool, one_tile: bool) -> None:
+def run(screen: dict, tick: float | None, lean: bool, one_tile: set[str]) -> None:
     # Textual's modules memtop's app imports (its modal screens, filters, notifications) are loaded too
     import textual.filter  # noqa: F401
     import textual.notifications  # noqa: F401
@@ -55,7 +56,7 @@ def run(screen: dict, tick: float | None, lean: bool, one_tile: bool) -> None:
 
     def panel(name: str) -> TiledLines:
         p = panels[name]
-        if one_tile:
+        if name in one_tile:
             return TiledLines(tiles=1, id=name)
         if p["class"] == "RowTable":
             return RowTable([(str(i), w) for i, w in enumerate(p["plan"])], id=name)
@@ -99,8 +100,14 @@ def run(screen: dict, tick: float | None, lean: bool, one_tile: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    lean, one_tile = "--lean" in argv, "--one-tile" in argv
-    argv = [a for a in argv if a != "--one-tile"]
+    lean = "--lean" in argv
+    tiles = [
+        a.partition("=")[2] or "header,verdict,gpus,timeline,host,procs,stacks,caps"
+        for a in argv
+        if a.startswith("--one-tile")
+    ]
+    one_tile = set(",".join(tiles).split(",")) - {""}
+    argv = [a for a in argv if not a.startswith("--one-tile")]
     if not argv or argv[0] not in ("still", "tick"):
         print(__doc__, file=sys.stderr)
         return 2
