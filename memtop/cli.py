@@ -341,7 +341,7 @@ def _add_source(p: argparse.ArgumentParser) -> None:
 
 def _add_cluster_commands(sub) -> None:
     """snapshot / serve / cluster: one node's pipeline for scripts and Prometheus, and many nodes."""
-    from memtop.commands.serve import DEFAULT_PORT
+    from memtop.commands import DEFAULT_PORT  # (not from serve: the live view never loads the server)
 
     sn = sub.add_parser("snapshot", help="what memtop knows now, once or as a stream (JSON lines)")
     sn.add_argument("--json", action="store_true", help="JSON (docs/snapshot.schema.json) instead of text")

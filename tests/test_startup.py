@@ -45,6 +45,9 @@ _PROBE = textwrap.dedent(
     s, trim = seen["controller"].sampler, seen["controller"]._trim
     trim.join(60)  # stop() cancelled the start-up trim (it was due 3 s after the start): no thread left
     print(rc, seen["started"], seen["textual"], seen["ssl"], seen["sampler"], s._stop.is_set(), trim.is_alive())
+    # (resident memory, #39) what the live view never uses is never imported: the server, whose port
+    # the argument parser shows, and py-spy's collector under --no-stacks
+    print(*(m in sys.modules for m in ("memtop.commands.serve", "memtop.collectors.stacks")))
     """
 )
 
@@ -53,8 +56,10 @@ def test_live_starts_sampling_before_textual_is_imported_and_stops_it_after():
     r = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     # exit 0; sampling started; Textual not yet loaded; ssl kept out; the sampler built, then stopped;
-    # the start-up trim's timer gone with it
-    assert r.stdout.split() == ["0", "True", "False", "None", "True", "True", "False"], r.stdout + r.stderr
+    # the start-up trim's timer gone with it; neither the server nor the stacks collector loaded
+    assert r.stdout.split() == ["0", "True", "False", "None", "True", "True", "False", "False", "False"], (
+        r.stdout + r.stderr
+    )
 
 
 def test_release_free_memory_keeps_what_is_in_use():

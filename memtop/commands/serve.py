@@ -1,7 +1,7 @@
 """`memtop serve`: this node's pipeline as Prometheus metrics (/metrics), as the snapshot schema
 (/snapshot.json; /compact.json, what `memtop cluster`'s table polls), or as a textfile for
 node_exporter. A custom collector reads the newest View on each scrape: serving adds no sampling of
-its own. Imports stay light here: `memtop --help` reads DEFAULT_PORT.
+its own.
 """
 
 from __future__ import annotations
@@ -23,9 +23,6 @@ from memtop.core.sanitize import clean
 if TYPE_CHECKING:
     import socket
 
-# 9100-9999 is the exporter range; Prometheus (9090), node_exporter (9100), dcgm-exporter (9400) and
-# Princeton jobstats' cgroup_exporter (9306) / nvidia_gpu_prometheus_exporter (9445) sit elsewhere.
-DEFAULT_PORT = 9866
 TEXTFILE_EVERY_S = 5.0
 PREFIX = "memtop_"
 

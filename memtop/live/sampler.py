@@ -37,6 +37,7 @@ from memtop.core.model import (
 if TYPE_CHECKING:  # the collectors (psutil, ctypes) load with the first Sampler, not with its config
     from memtop.collectors.base import Collector
     from memtop.collectors.nvml_calls import Nvml
+    from memtop.collectors.stacks import StacksCollector
 
 
 # The live view reads the GPU at 5 Hz (NVML-only mode already did): GPM's call (1.5 ms of CPU whatever
@@ -158,7 +159,6 @@ class Sampler:
         from memtop.collectors.nvml import ALONE_UTIL_S, HEALTH_EVERY_S, NvmlCollector
         from memtop.collectors.perf import PerfCollector
         from memtop.collectors.pidns import PidMap
-        from memtop.collectors.stacks import StacksCollector
 
         self.cfg = cfg
         self.on_frame = on_frame
@@ -175,7 +175,11 @@ class Sampler:
             ALONE_UTIL_S if cfg.lean else 1.0,
         )
         self.host = HostCollector(cfg.host_interval, cfg.root, cfg.pids, pids)
-        self.stacks = StacksCollector(cfg.stack_interval, pids=cfg.pids) if cfg.stacks else None
+        self.stacks: StacksCollector | None = None
+        if cfg.stacks:  # imported only here: --no-stacks never loads py-spy's collector
+            from memtop.collectors.stacks import StacksCollector
+
+            self.stacks = StacksCollector(cfg.stack_interval, pids=cfg.pids)
         self.perf = PerfCollector(cfg.perf_interval, cfg.pids) if cfg.perf else None
         self.sync = self._sync_window() if cfg.lean and cfg.stacks else None
         self.missed = 0
