@@ -48,7 +48,7 @@ from .hardware import hardware_text
 from .overview import Overview
 from .palette import AsciiFilter, Look, look
 from .table import RowTable
-from .tiles import KeepsRender, TextPanel, TiledLines
+from .tiles import TextPanel, TiledLines
 from .timeline import ROWS, Timeline
 
 if TYPE_CHECKING:
@@ -241,23 +241,7 @@ class TraceNote(Message):
         self.line = line
 
 
-class KeptScreen(KeepsRender, Screen):
-    """The main screen: its background lies under every frame's dirty box (tiles.KeepsRender)."""
-
-
-class KeptFooter(KeepsRender, Footer):
-    pass
-
-
-class KeptHorizontal(KeepsRender, Horizontal):
-    pass
-
-
-class KeptScroll(KeepsRender, VerticalScroll):
-    pass
-
-
-class LeftColumn(KeepsRender, Vertical):
+class LeftColumn(Vertical):
     """The host and process panels. The process table's top-frame column takes this column's width,
     known only once the screen is laid out: the app's own Resize comes before that."""
 
@@ -536,9 +520,6 @@ class MemtopApp(App[int]):
             return cls
         return QuietLinuxDriver
 
-    def get_default_screen(self) -> Screen:
-        return KeptScreen(id="_default")
-
     def compose(self) -> ComposeResult:
         # tiles where values change every second; a panel that rarely changes needs one
         ellipsis = "..." if self.ascii_only else "…"
@@ -546,15 +527,15 @@ class MemtopApp(App[int]):
         yield TextPanel(tiles=6, id="verdict", ellipsis=ellipsis)  # one line each: now to command
         yield RowTable(fmt.GPU_COLUMNS, id="gpus")
         yield self._timeline(Timeline(self.ascii_only, id="timeline"))
-        with KeptHorizontal(id="bottom"):
+        with Horizontal(id="bottom"):
             with LeftColumn(id="left"):
                 yield TextPanel(tiles=4, id="host", ellipsis=ellipsis)  # the CPU line fitted, the others cut
                 yield Static(id="procs-note")  # the processes' order and filter, when not the default
                 yield RowTable((*fmt.PROC_COLUMNS, fmt.TOP_FRAME, *fmt.PROC_TAIL), id="procs")
-            with KeptScroll(id="right"):
+            with VerticalScroll(id="right"):
                 yield TextPanel(tiles=3, id="stacks")
                 yield TextPanel(tiles=1, id="caps")
-        yield KeptFooter()
+        yield Footer()
 
     def _timeline(self, tl: Timeline) -> Timeline:
         """A timeline with the letters and span chosen (in this run or a saved one)."""

@@ -10,6 +10,7 @@ the tiles whose slice changed are refreshed, which is close to the cell diff cur
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.segment import Segment
@@ -19,6 +20,9 @@ from textual.containers import ScrollableContainer
 from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 TILE_CELLS = 32  # default tile width: smaller sends fewer bytes, larger costs less CPU (fewer widgets)
 NULL = Style()  # every segment gets a style: NO_COLOR's monochrome filter cannot take None
@@ -37,17 +41,14 @@ class KeepsRender(Widget):
     Textual renders every widget under the bounding box of all of a frame's dirty regions: with
     the verdict and the timeline both changing, that is the whole screen, and styling the lines
     of widgets that did not change (Textual's line cache sits under that pass) was a third of
-    the UI's CPU. The screen, the footer and the containers keep theirs too: they lie under every
-    frame's dirty box and only draw their background.
+    the UI's CPU.
     """
 
     _drawn: tuple[tuple[Region, Size], list[Strip]] | None = None
 
-    def _set_dirty(self, *regions: Region) -> None:
-        # Textual's one way to mark a widget for repainting (a refresh, a restyle, a theme, a scroll):
-        # the kept render goes with it
+    def refresh(self, *regions: Region, **kw) -> Self:
         self._drawn = None
-        super()._set_dirty(*regions)
+        return super().refresh(*regions, **kw)
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # outer_size: `size` is a compositor lookup that walks the DOM, per tile per frame
