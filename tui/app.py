@@ -555,8 +555,7 @@ class MemtopApp(App[int]):
         if self.controller is not None:  # after the first paint: the first frame shows at once
             self.call_after_refresh(self.controller.start)
         self.call_after_refresh(gc.enable)  # the CLI starts the app without it (commands/local.py)
-        self.set_interval(1.0 / self.paint_rate, self._paint_if_idle)
-        self.set_interval(0.5, self._refresh_keys)
+        self.set_interval(1.0 / self.paint_rate, self._paint_if_idle)  # (the footer's keys follow it too)
         if self.hangup_guard:
             self.set_interval(2.0, self._check_terminal)
             try:
@@ -709,7 +708,9 @@ class MemtopApp(App[int]):
         """The timer's paint, for when no frames come (a stalled sampler, a status change): while
         they come, the pipeline's Refresh paints at the paint rate, and the timer, out of phase with
         it, found a new version too and built a second View each interval (1.8 paints a second at
-        the default 10 Hz sampling instead of 1)."""
+        the default 10 Hz sampling instead of 1). The footer's keys follow on this timer: one of
+        their own at 0.5 s woke the UI twice more a second."""
+        self._refresh_keys()
         if time.monotonic() - self._painted_at >= 1.5 / self.paint_rate:
             self._paint()
 
