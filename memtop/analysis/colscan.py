@@ -58,6 +58,7 @@ from memtop.analysis.phases import (
     stack_info,
     track_gaps,
 )
+from memtop.analysis.roofline import READS as ROOFLINE_READS
 from memtop.analysis.scan import REPORT_READS, Aggregates, Stacks, extends, main_only
 from memtop.analysis.stackwin import Entries, window_bounds
 from memtop.core.errors import UserError
@@ -87,7 +88,7 @@ from memtop.storage.decode import (
     record_of,
 )
 from memtop.storage.parts import Blobs
-from memtop.storage.store import GPU_MODES, Recording
+from memtop.storage.store import GPU_MODES, Recording, RowsRead, before
 
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
@@ -441,7 +442,12 @@ def scan_part(
         raise NoFrames("no frames in the range")
     ft = np.array(frames, dtype=np.float64)
     i_lo = bisect.bisect_left(frames, lo)  # the first Frame the aggregates (and the result) take
-    gpus = _gpus(rec, ft, plo, hi, seed)
+    # the report's other reads of the GPU rows (Recording.rows_read) from this chunk's: those after
+    # the chunk before's last Frame (the first chunk: from lo), joined in order by the report
+    after = (frames[i_lo - 1] if i_lo else None) if edge else before(lo)
+    if not aggregates:
+        after = None
+    gpus, rows = _gpus(rec, ft, plo, hi, seed, after)
     done(0.15)
     hosts = _Hosts(rec, ft, plo, hi, seed, host_blocks)
     done(0.25)
@@ -511,6 +517,7 @@ def scan_part(
     # (``aggregates`` False: the labels alone, for the export)
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed) if aggregates else Aggregates()
     agg.damage = list(rec.damage)  # (what a chunk's process skipped: its own Recording's notes)
+    agg.rows = [] if rows is None or after is None else [(after, hi, rows)]
     done(1.0)
     return _Part(kept, first, gaps, open_gaps, gap_lo, warm, keys, agg)
 
@@ -661,14 +668,28 @@ class _Gpu:
         return ra[new], sa[new]
 
 
-def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
+def _gpus(
+    rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None, after: float | None
+) -> tuple[list[_Gpu], RowsRead | None]:
+    """Each GPU's rows and states; with ``after``, the report's other reads of the rows after it
+    (``Recording.rows_read``), from the same read."""
     states: dict[int, list] = {}
     if seed is not None:  # Recording._seed: each GPU's state as it stood at the start
         for g in [r[0] for r in rec.query("SELECT DISTINCT gpu FROM gpu_state")]:
             sql = f"{_STATE_SQL} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1"
             _states(rec, rec.query(sql, (g, seed)).fetchall(), states)
     _states(rec, rec.query(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall(), states)
-    got = reader.columns(rec, plo, hi, _COLS, seed)
+    more = () if after is None else rec.reads_columns(ROOFLINE_READS)
+    got = reader.columns(rec, plo, hi, tuple(dict.fromkeys(_COLS + more)), seed)
+    rows = None
+    if after is not None:
+        mine = got.t > after
+        rows = rec.rows_read(
+            reader.GpuCols(got.t[mine], got.gpu[mine], got.mode[mine], {c: got.cols[c][mine] for c in more}),
+            ROOFLINE_READS,
+        )
+        for c in set(more) - set(_COLS):
+            del got.cols[c]
     index = np.unique(got.gpu).tolist()
     at = [np.flatnonzero(got.gpu == g) for g in index]
     cols: list[dict] = [{} for _ in index]
@@ -676,10 +697,11 @@ def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | N
         v = got.cols.pop(c)
         for d, a in zip(cols, at, strict=True):
             d[c] = v[a]
-    return [
+    gpus = [
         _Gpu(g, got.t[a], got.mode[a], d, states.get(g, []), ft)
         for g, a, d in zip(index, at, cols, strict=True)
     ]
+    return gpus, rows
 
 
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:

@@ -114,37 +114,37 @@ def build_report(
 
 
 class _Reads:
-    """The report's reads that need no scan (health samples, energy, the roofline's means), made once:
-    by the column scan while this process waits for its other chunks, else when first asked for. What
-    they note as damaged is noted after the scan's notes, as when they ran after it."""
+    """The report's reads besides its scan (health samples, energy, the roofline's means): the GPU
+    rows' from the scan's own read of them where its chunks' spans join up to [lo, hi] (each chunk's
+    ``Aggregates.rows``), else read again; the health rows read while this process waits for the
+    scan's other chunks. What they note as damaged is noted after the scan's notes."""
 
     def __init__(self, rec: Recording, lo: float, hi: float) -> None:
         self._rec, self._lo, self._hi = rec, lo, hi
-        self._got: tuple | BaseException | None = None
+        self._rows: list | BaseException | None = None
         self._notes: list[str] = []
 
     def __call__(self) -> None:
-        if self._got is not None:
+        if self._rows is not None:
             return
-        rec, lo, hi = self._rec, self._lo, self._hi
-        had = len(rec.damage)
+        had = len(self._rec.damage)
         try:
-            got = rec.gpu_reads(lo, hi, roofline.READS)
-            self._got = (rec.health_samples(lo, hi, got.lost), got.energy, got.busy)
+            self._rows = self._rec.health_rows(self._hi)
         except Exception as e:  # raised where the report asks for them, after the scan, as before
-            self._got = e
-        self._notes = rec.damage[had:]
-        del rec.damage[had:]
+            self._rows = e
+        self._notes = self._rec.damage[had:]
+        del self._rec.damage[had:]
 
-    def result(self) -> tuple:
+    def result(self, spans: list) -> tuple:
+        """(health samples, energy, busy means) of the scan's ``Aggregates.rows`` ``spans``."""
         self()
+        rec, lo, hi = self._rec, self._lo, self._hi
         for n in self._notes:
-            self._rec.note(n)
-        self._notes = []
-        if isinstance(self._got, BaseException):
-            raise self._got
-        assert self._got is not None
-        return self._got
+            rec.note(n)
+        if isinstance(self._rows, BaseException):
+            raise self._rows
+        got = rec.spans_read(spans, lo, hi, roofline.READS)
+        return rec.health_samples(lo, hi, got.lost, self._rows), got.energy, got.busy
 
 
 def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None) -> dict:
@@ -180,7 +180,7 @@ def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: f
 
     out_gpus = []
     sites: dict[tuple[int, int], tuple] = {}
-    health_by_gpu, energy_by_gpu, busy = reads.result()
+    health_by_gpu, energy_by_gpu, busy = reads.result(agg.rows)
     energies: dict[int, dict] = {}
     gpu_bins: dict[int, tuple] = {}  # each GPU's labelled bins (starts, labels), for energy per job
     shares = proc_shares(rec, lo, hi, {p.pid: p.name for p in procs.values()})
