@@ -19,6 +19,7 @@ import contextlib
 import gc
 import json
 import math
+import mmap
 import multiprocessing
 import operator
 import os
@@ -95,7 +96,7 @@ CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
 # the first chunk's length against each other's where this process has the report's other reads to
 # make meanwhile and the others' results to unpickle (memtop.outputs.report._Reads and the results: a
 # tenth to a quarter of a chunk's scan on the 8-hour runs, 2026-11-28)
-FIRST_SHARE = 0.8
+FIRST_SHARE = 0.95
 # the GPU columns read (scan.REPORT_READS), in the metrics table's order
 _COLS = tuple(m.name for m in METRICS if m.name in REPORT_READS)
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
@@ -256,9 +257,9 @@ def _result(got: _Part | int | None, out: int | None) -> _Part | None:
     """A worker's result: the part, or its length in ``out``."""
     if not isinstance(got, int) or out is None:
         return cast(_Part | None, got)
-    with open(out, "rb", closefd=False) as f:
-        f.seek(0)  # (the offset is the worker's too: after what it wrote)
-        return cast(_Part, pickle.loads(f.read(got)))
+    # unpickled from the file's own pages (tens of MB: a copy of them read first took as long again)
+    with mmap.mmap(out, got, prot=mmap.PROT_READ) as pages:
+        return cast(_Part, pickle.loads(pages))
 
 
 def _parallel(
