@@ -62,6 +62,7 @@ from memtop.analysis.phases import (
 from memtop.analysis.roofline import READS as ROOFLINE_READS
 from memtop.analysis.scan import REPORT_READS, Aggregates, Stacks, extends, main_only
 from memtop.analysis.stackwin import Entries, window_bounds
+from memtop.core.arrays import distinct
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS
 from memtop.core.model import (
@@ -691,7 +692,7 @@ def _gpus(
         )
         for c in set(more) - set(_COLS):
             del got.cols[c]
-    index = np.unique(got.gpu).tolist()
+    index = distinct(got.gpu).tolist()
     at = [np.flatnonzero(got.gpu == g) for g in index]
     cols: list[dict] = [{} for _ in index]
     for c in _COLS:  # each GPU's part of a column, the whole one let go before the next is split
@@ -813,7 +814,7 @@ class _Hosts:
     def latest(self, i_lo: int) -> dict[int, int]:
         """Each process of the samples the Frames from i_lo on hold, in the order it first appears
         there, and the newest of those samples it is in."""
-        hs = np.unique(self.at[i_lo:])
+        hs = distinct(self.at[i_lo:])
         hs = hs[hs >= 0]
         if (i := self._held(hs)) is not None:
             rows, n = self._rows(i)
@@ -1069,7 +1070,7 @@ def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, i
     """(Frame, number of rows applied by then) at Frame i_lo and each later Frame that new rows reach
     (``times``: the rows' times in order, ``ft``: the Frames')."""
     ta = np.array(times, dtype=np.float64)
-    ks = np.unique(np.append(np.searchsorted(ft, ta, "left"), i_lo))
+    ks = distinct(np.append(np.searchsorted(ft, ta, "left"), i_lo))
     ks = ks[(ks >= i_lo) & (ks < len(ft))]
     if not len(ks):
         return []

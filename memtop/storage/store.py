@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from memtop import __version__
 from memtop.core import stackclass
+from memtop.core.arrays import distinct
 from memtop.core.errors import UserError
 from memtop.core.metrics import BY_NAME, METRICS, Metric
 from memtop.core.model import (
@@ -1131,11 +1132,19 @@ class Recording:
         lost: dict[int, float] = {}
         for g, t in zip(got.gpu[at].tolist(), got.t[at].tolist(), strict=True):
             lost.setdefault(g, t)
-        energy = {}
-        for g in sorted(set(got.gpu.tolist())) if "energy_j" in self._gpu_columns else ():
-            at = got.gpu == g
-            energy[g] = (got.t[at], got.cols["energy_j"][at], got.cols["power_w"][at])
-        busy = _busy(got, names) if "graphics" in self._gpu_columns else {}
+        busy_rows = (
+            (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
+            if "graphics" in self._gpu_columns
+            else None
+        )
+        energy, busy = {}, {}
+        for g in distinct(got.gpu).tolist():  # (in order)
+            mine = got.gpu == g
+            if "energy_j" in self._gpu_columns:
+                energy[g] = (got.t[mine], got.cols["energy_j"][mine], got.cols["power_w"][mine])
+            if busy_rows is not None and (n := int(np.count_nonzero(at := busy_rows & mine))):
+                values = [got.cols[name][at] for name in names]
+                busy[g] = (n, [v[v == v] for v in values])  # (NaN: missing, as avg() leaves NULL out)
         return RowsRead(busy, energy, lost)
 
     def spans_read(
@@ -1357,17 +1366,6 @@ def _batches(cursor: sqlite3.Cursor) -> Iterator[list]:
 def before(t: float) -> float:
     """The float just before ``t`` (a read of (before(t), hi] takes the rows at t)."""
     return math.nextafter(t, -math.inf)
-
-
-def _busy(got: reader.GpuCols, names: tuple[str, ...]) -> dict[int, tuple[int, list]]:
-    """Per GPU, its busy GPM samples' count and each name's values of them, in order (``RowsRead``)."""
-    busy = (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
-    out = {}
-    for g in set(got.gpu[busy].tolist()):
-        at = busy & (got.gpu == g)
-        values = [got.cols[n][at] for n in names]
-        out[g] = (int(at.sum()), [v[v == v] for v in values])  # (NaN: missing, as avg() leaves NULL out)
-    return out
 
 
 class _Ahead:
