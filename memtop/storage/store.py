@@ -1166,8 +1166,8 @@ class Recording:
         series: dict[int, list] = {}  # GPU -> its reads' (t, energy, power)
         lost: dict[int, float] = {}
         for r in reads:
-            for g, t in r.lost.items():
-                lost.setdefault(g, t)
+            for g, first in r.lost.items():
+                lost.setdefault(g, first)
             for g, (n, values) in r.busy.items():
                 acc = sums.setdefault(g, [0, *([None, 0] for _ in names)])
                 acc[0] += n
@@ -1175,8 +1175,8 @@ class Recording:
                     if len(v):  # added in order, as SQLite's avg() did
                         s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
                         s[1] += len(v)
-            for g, e in r.energy.items():
-                series.setdefault(g, []).append(e)
+            for g, arrays in r.energy.items():
+                series.setdefault(g, []).append(arrays)
         busy = {
             g: {
                 "samples": acc[0],
