@@ -237,10 +237,9 @@ def _chunk(
         rec.close()
     if out is None:
         return part
-    data = pickle.dumps(part, pickle.HIGHEST_PROTOCOL)
-    with open(out, "wb", closefd=False) as f:
-        f.write(data)
-    return len(data)
+    with open(out, "wb", closefd=False) as f:  # (pickled into the file: no copy of tens of MB made first)
+        pickle.dump(part, f, pickle.HIGHEST_PROTOCOL)
+        return f.tell()
 
 
 def _result_files(forked: bool, n: int) -> list[int | None]:
