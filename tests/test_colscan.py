@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, REC
 
-from memtop.analysis import colscan
+from memtop.analysis import colscan, roofline
 from memtop.analysis.phases import Classifier
 from memtop.core.errors import UserError
 from memtop.outputs.report import build_report, render
@@ -138,9 +138,14 @@ def test_damaged_recordings_report_as_live_mode_labels_them(case, tmp_path):
         _as_live(path)
 
 
-def _result(r) -> tuple:
+def _result(r, rec: Recording, lo: float, hi: float) -> tuple:
+    """A scan's result to compare; the GPU rows' reads (``Aggregates.rows``) as the report takes them,
+    which are what ``Recording.gpu_reads`` reads."""
     labels, gaps, agg = r
     state = agg.__getstate__()
+    reads = rec.spans_read(state.pop("rows"), lo, hi, roofline.READS)
+    assert _reads(reads) == _reads(rec.gpu_reads(lo, hi, roofline.READS))
+    state["reads"] = _reads(reads)
     state["stacks"] = [agg.stacks.sample(i) for i in range(len(agg.stacks.pid))]
     state["last"] = (agg.last.t, agg.last.host, [(g.index, g.processes) for g in agg.last.gpus])
     return (
@@ -148,6 +153,28 @@ def _result(r) -> tuple:
         gaps,
         state,
     )
+
+
+def _reads(r) -> tuple:
+    energy = {g: tuple(a.tobytes() for a in arrays) for g, arrays in r.energy.items()}
+    return r.busy, energy, r.lost
+
+
+def test_the_chunks_read_the_reports_gpu_rows_once_and_join_up(monkeypatch):
+    """Each chunk reads the report's other figures of the GPU rows (busy means, energy, first lost
+    sample) from its own read of them: the chunks' spans of rows join up to the range, and joined
+    they are what reading the rows again gives (the report then reads them no more)."""
+    monkeypatch.setattr(colscan.Recording, "gpu_reads", None)  # (a second read would raise)
+    rec = Recording(REC[2])
+    for read_from, lo, hi in [(None, rec.t0, rec.t1), (rec.t0 + 20, rec.t0 + 20, rec.t0 + 90)]:
+        spans = colscan.scan_columns(rec, read_from, lo, hi, workers=3, chunk_s=10.0)[2].rows
+        assert len(spans) == 3 and spans[0][0] < lo and spans[-1][1] == hi
+        assert [a for a, _, _ in spans[1:]] == [b for _, b, _ in spans[:-1]]
+        joined = _reads(rec.spans_read(spans, lo, hi, roofline.READS))
+        monkeypatch.undo()
+        assert joined == _reads(rec.gpu_reads(lo, hi, roofline.READS))
+        assert joined[0]  # (busy GPM samples read; no recording of tests/data has an energy counter)
+        monkeypatch.setattr(colscan.Recording, "gpu_reads", None)
 
 
 def test_a_gap_open_across_chunks_starts_where_the_chunk_before_says(monkeypatch):
@@ -164,8 +191,9 @@ def test_a_gap_open_across_chunks_starts_where_the_chunk_before_says(monkeypatch
 
     monkeypatch.setattr(colscan, "join_parts", counting)
     rec = Recording(DATA / "labelled_s2.memtop")
-    serial = _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1))
-    assert _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=30, chunk_s=4.0)) == serial
+    whole = rec, rec.t0, rec.t1
+    serial = _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1), *whole)
+    assert _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=30, chunk_s=4.0), *whole) == serial
     assert sum(marked) >= 5
 
 
@@ -212,10 +240,12 @@ def test_chunks_give_one_serial_pass(warm_s, two_gpus, holed, monkeypatch):
         joined.clear()
         for args in [(None, rec.t0, rec.t1), (rec.t0 + 20, rec.t0 + 20, rec.t0 + 90)]:
             if (path, *args) not in _SERIAL:
-                _SERIAL[(path, *args)] = _result(colscan.scan_columns(rec, *args, workers=1))
+                got = colscan.scan_columns(rec, *args, workers=1)
+                _SERIAL[(path, *args)] = _result(got, rec, *args[1:])
             serial = _SERIAL[(path, *args)]
             for workers, chunk_s in [(8, 3.0), (3, 10.0)]:
-                assert _result(colscan.scan_columns(rec, *args, workers=workers, chunk_s=chunk_s)) == serial
+                got = colscan.scan_columns(rec, *args, workers=workers, chunk_s=chunk_s)
+                assert _result(got, rec, *args[1:]) == serial
         if path == holed:  # 45 s without Frames: a warm-up there finds none
             continue
         if warm_s >= 10:  # every chunked scan joined its chunks, none fell back
@@ -464,9 +494,10 @@ def test_chunks_in_forked_workers_come_back_through_memory_files(monkeypatch):
         colscan, "_result", lambda got, out: (taken.append((type(got), out)), take(got, out))[1]
     )
     rec = Recording(REC[2])
-    serial = _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1))
+    whole = rec, rec.t0, rec.t1
+    serial = _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=1), *whole)
     forked = threading.active_count() == 1
-    assert _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=3, chunk_s=30.0)) == serial
+    assert _result(colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=3, chunk_s=30.0), *whole) == serial
     assert len(taken) == 2
     assert all((kind is int and out is not None) if forked else kind is colscan._Part for kind, out in taken)
 

@@ -686,3 +686,24 @@ def test_snapshot_gives_energy_per_job_as_the_report_splits_it(tmp_path):
     # each job's energy by its own phases: the GPU reads compute-bound, the job of 468 waits on syncs
     top = {pid: max(j["by_phase"], key=lambda k: j["by_phase"][k]["joules"]) for (pid,), j in jobs.items()}
     assert top == {467: "compute", 468: "sync"}
+
+
+def test_a_chunked_scan_reads_energy_and_the_lost_time_as_one_read_of_the_rows(tmp_path):
+    """The report's energy series, busy means and first lost sample come from its scan's chunks'
+    reads of the GPU rows, joined in order: what one read of every row gives (a 40 s recording cut
+    into 5 s chunks; the GPU lost in the second, 7.8 s in)."""
+    from memtop.analysis import colscan, roofline
+
+    gs = _run(_log([_baseline()] * 20, [[]] * 20, lost_after=78), 40.0)
+    rec = _write(tmp_path, gs)
+    spans = colscan.scan_columns(rec, None, rec.t0, rec.t1, workers=8, chunk_s=4.0)[2].rows
+    assert len(spans) == 8 and spans[1][0] < min(g.t for g in gs if g.mode == "lost") <= spans[1][1]
+    assert [a for a, _, _ in spans[1:]] == [b for _, b, _ in spans[:-1]]
+    got, one = (
+        rec.spans_read(spans, rec.t0, rec.t1, roofline.READS),
+        rec.gpu_reads(rec.t0, rec.t1, roofline.READS),
+    )
+    assert got.lost == one.lost == {0: min(g.t for g in gs if g.mode == "lost")}
+    assert got.busy == one.busy
+    assert got.energy.keys() == one.energy.keys() == {0}
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(got.energy[0], one.energy[0], strict=True))

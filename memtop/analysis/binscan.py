@@ -38,6 +38,7 @@ from memtop.analysis.phases import (
 )
 from memtop.analysis.ruleview import Cols
 from memtop.analysis.stackwin import Entries, StackCols, stack_columns
+from memtop.core.arrays import distinct
 from memtop.core.model import BY_MODE, MAIN_FIELDS, PROC_DEFAULTS
 
 _NAN = float("nan")
@@ -379,7 +380,7 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
     (the busiest), its DataLoader workers' count, mean CPU and share asleep, whether one is stopped,
     and the host's iowait, as ``Classifier._features`` takes them from the processes in order."""
     h_of = hosts.at[k]
-    hs = np.unique(h_of[h_of >= 0])
+    hs = distinct(h_of[h_of >= 0])
     fig = hosts.figures(hs.tolist())
     hb = np.searchsorted(hs, h_of)  # the bin's sample among hs; a bin without one: none of its rows
     found = h_of >= 0
@@ -389,7 +390,7 @@ def _host_procs(hosts: Any, k: np.ndarray, st: np.ndarray, pidsets: list[frozens
     # which pids are each state's GPU processes: a table over the states' pids, and a column that is
     # False for every state for the other pids (a search among a few pids, not a sort of every row's)
     flat = np.array([p for ps in pidsets for p in ps], dtype=np.int64)
-    known = np.unique(flat)
+    known = distinct(flat)
     member = np.zeros((len(pidsets), len(known) + 1), dtype=bool)
     member[np.repeat(np.arange(len(pidsets)), [len(ps) for ps in pidsets]), np.searchsorted(known, flat)] = (
         True

@@ -19,6 +19,7 @@ import contextlib
 import gc
 import json
 import math
+import mmap
 import multiprocessing
 import operator
 import os
@@ -58,8 +59,10 @@ from memtop.analysis.phases import (
     stack_info,
     track_gaps,
 )
+from memtop.analysis.roofline import READS as ROOFLINE_READS
 from memtop.analysis.scan import REPORT_READS, Aggregates, Stacks, extends, main_only
 from memtop.analysis.stackwin import Entries, window_bounds
+from memtop.core.arrays import distinct
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS
 from memtop.core.model import (
@@ -87,14 +90,14 @@ from memtop.storage.decode import (
     record_of,
 )
 from memtop.storage.parts import Blobs
-from memtop.storage.store import GPU_MODES, Recording
+from memtop.storage.store import GPU_MODES, Recording, RowsRead, before
 
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
 # the first chunk's length against each other's where this process has the report's other reads to
 # make meanwhile and the others' results to unpickle (memtop.outputs.report._Reads and the results: a
 # tenth to a quarter of a chunk's scan on the 8-hour runs, 2026-11-28)
-FIRST_SHARE = 0.8
+FIRST_SHARE = 0.95
 # the GPU columns read (scan.REPORT_READS), in the metrics table's order
 _COLS = tuple(m.name for m in METRICS if m.name in REPORT_READS)
 _NO_STATE = ("", "GPU", False, None, ())  # a GPU row before any gpu_state row (store.Recording._gpu)
@@ -234,10 +237,9 @@ def _chunk(
         rec.close()
     if out is None:
         return part
-    data = pickle.dumps(part, pickle.HIGHEST_PROTOCOL)
-    with open(out, "wb", closefd=False) as f:
-        f.write(data)
-    return len(data)
+    with open(out, "wb", closefd=False) as f:  # (pickled into the file: no copy of tens of MB made first)
+        pickle.dump(part, f, pickle.HIGHEST_PROTOCOL)
+        return f.tell()
 
 
 def _result_files(forked: bool, n: int) -> list[int | None]:
@@ -255,9 +257,9 @@ def _result(got: _Part | int | None, out: int | None) -> _Part | None:
     """A worker's result: the part, or its length in ``out``."""
     if not isinstance(got, int) or out is None:
         return cast(_Part | None, got)
-    with open(out, "rb", closefd=False) as f:
-        f.seek(0)  # (the offset is the worker's too: after what it wrote)
-        return cast(_Part, pickle.loads(f.read(got)))
+    # unpickled from the file's own pages (tens of MB: a copy of them read first took as long again)
+    with mmap.mmap(out, got, prot=mmap.PROT_READ) as pages:
+        return cast(_Part, pickle.loads(pages))
 
 
 def _parallel(
@@ -441,7 +443,12 @@ def scan_part(
         raise NoFrames("no frames in the range")
     ft = np.array(frames, dtype=np.float64)
     i_lo = bisect.bisect_left(frames, lo)  # the first Frame the aggregates (and the result) take
-    gpus = _gpus(rec, ft, plo, hi, seed)
+    # the report's other reads of the GPU rows (Recording.rows_read) from this chunk's: those after
+    # the chunk before's last Frame (the first chunk: from lo), joined in order by the report
+    after = (frames[i_lo - 1] if i_lo else None) if edge else before(lo)
+    if not aggregates:
+        after = None
+    gpus, rows = _gpus(rec, ft, plo, hi, seed, after)
     done(0.15)
     hosts = _Hosts(rec, ft, plo, hi, seed, host_blocks)
     done(0.25)
@@ -511,6 +518,7 @@ def scan_part(
     # (``aggregates`` False: the labels alone, for the export)
     agg = _aggregate(rec, frames, i_lo, gpus, hosts, stacks, plo, hi, seed) if aggregates else Aggregates()
     agg.damage = list(rec.damage)  # (what a chunk's process skipped: its own Recording's notes)
+    agg.rows = [] if rows is None or after is None else [(after, hi, rows)]
     done(1.0)
     return _Part(kept, first, gaps, open_gaps, gap_lo, warm, keys, agg)
 
@@ -661,25 +669,40 @@ class _Gpu:
         return ra[new], sa[new]
 
 
-def _gpus(rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None) -> list[_Gpu]:
+def _gpus(
+    rec: Recording, ft: np.ndarray, plo: float, hi: float, seed: float | None, after: float | None
+) -> tuple[list[_Gpu], RowsRead | None]:
+    """Each GPU's rows and states; with ``after``, the report's other reads of the rows after it
+    (``Recording.rows_read``), from the same read."""
     states: dict[int, list] = {}
     if seed is not None:  # Recording._seed: each GPU's state as it stood at the start
         for g in [r[0] for r in rec.query("SELECT DISTINCT gpu FROM gpu_state")]:
             sql = f"{_STATE_SQL} WHERE gpu=? AND t<=? ORDER BY t DESC LIMIT 1"
             _states(rec, rec.query(sql, (g, seed)).fetchall(), states)
     _states(rec, rec.query(f"{_STATE_SQL} WHERE t>? AND t<=? ORDER BY t", (plo, hi)).fetchall(), states)
-    got = reader.columns(rec, plo, hi, _COLS, seed)
-    index = np.unique(got.gpu).tolist()
+    more = () if after is None else rec.reads_columns(ROOFLINE_READS)
+    got = reader.columns(rec, plo, hi, tuple(dict.fromkeys(_COLS + more)), seed)
+    rows = None
+    if after is not None:
+        mine = got.t > after
+        rows = rec.rows_read(
+            reader.GpuCols(got.t[mine], got.gpu[mine], got.mode[mine], {c: got.cols[c][mine] for c in more}),
+            ROOFLINE_READS,
+        )
+        for c in set(more) - set(_COLS):
+            del got.cols[c]
+    index = distinct(got.gpu).tolist()
     at = [np.flatnonzero(got.gpu == g) for g in index]
     cols: list[dict] = [{} for _ in index]
     for c in _COLS:  # each GPU's part of a column, the whole one let go before the next is split
         v = got.cols.pop(c)
         for d, a in zip(cols, at, strict=True):
             d[c] = v[a]
-    return [
+    gpus = [
         _Gpu(g, got.t[a], got.mode[a], d, states.get(g, []), ft)
         for g, a, d in zip(index, at, cols, strict=True)
     ]
+    return gpus, rows
 
 
 def frame_times(rec: Recording, lo: float, hi: float) -> list[float]:
@@ -790,7 +813,7 @@ class _Hosts:
     def latest(self, i_lo: int) -> dict[int, int]:
         """Each process of the samples the Frames from i_lo on hold, in the order it first appears
         there, and the newest of those samples it is in."""
-        hs = np.unique(self.at[i_lo:])
+        hs = distinct(self.at[i_lo:])
         hs = hs[hs >= 0]
         if (i := self._held(hs)) is not None:
             rows, n = self._rows(i)
@@ -1046,7 +1069,7 @@ def _changes(times: list[float], ft: np.ndarray, i_lo: int) -> list[tuple[int, i
     """(Frame, number of rows applied by then) at Frame i_lo and each later Frame that new rows reach
     (``times``: the rows' times in order, ``ft``: the Frames')."""
     ta = np.array(times, dtype=np.float64)
-    ks = np.unique(np.append(np.searchsorted(ft, ta, "left"), i_lo))
+    ks = distinct(np.append(np.searchsorted(ft, ta, "left"), i_lo))
     ks = ks[(ks >= i_lo) & (ks < len(ft))]
     if not len(ks):
         return []

@@ -12,6 +12,7 @@ import numpy as np
 
 from memtop.analysis.phases import METRICS_READ
 from memtop.core.model import Frame, StackSample, ThreadStack
+from memtop.storage.store import RowsRead
 
 # the GPU metrics a report reads: the features' and Aggregates' (PCIe peaks, throttling)
 REPORT_READS = METRICS_READ | {"clock_events"}
@@ -84,6 +85,8 @@ class Aggregates:
     perf: dict = field(default_factory=lambda: defaultdict(list))  # pid -> [(t, rates)]
     caps: dict = field(default_factory=dict)
     damage: list[str] = field(default_factory=list)  # what the store skipped as damaged (its notes)
+    # the report's other reads of the GPU rows (Recording.rows_read) of each chunk's rows (after, upto]
+    rows: list[tuple[float, float, RowsRead]] = field(default_factory=list)
     last: Frame | None = None
 
     def add_throttle(self, gpu: int, span: list) -> None:
@@ -117,6 +120,7 @@ class Aggregates:
                 self.add_perf(pid, sample)
         self.caps.update(later.caps)
         self.damage += [n for n in later.damage if n not in self.damage]
+        self.rows += later.rows
         self.last = later.last if later.last is not None else self.last
 
     def __getstate__(self) -> dict:  # defaultdicts with lambdas do not pickle

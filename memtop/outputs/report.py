@@ -12,8 +12,9 @@ import math
 import re
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -114,37 +115,59 @@ def build_report(
 
 
 class _Reads:
-    """The report's reads that need no scan (health samples, energy, the roofline's means), made once:
-    by the column scan while this process waits for its other chunks, else when first asked for. What
-    they note as damaged is noted after the scan's notes, as when they ran after it."""
+    """The report's reads besides its scan (health samples, energy, the roofline's means, markers),
+    made while this process waits for the scan's other chunks where they need no scan: the GPU rows'
+    come from the scan's own read of them (each chunk's ``Aggregates.rows``). What a read notes as
+    damaged is noted where the report takes its result, as when it was read there."""
 
     def __init__(self, rec: Recording, lo: float, hi: float) -> None:
         self._rec, self._lo, self._hi = rec, lo, hi
-        self._got: tuple | BaseException | None = None
-        self._notes: list[str] = []
+        self._health: tuple | None = None  # (result or exception, notes) of each read
+        self._markers: tuple | None = None
 
     def __call__(self) -> None:
-        if self._got is not None:
+        if self._health is not None:
             return
         rec, lo, hi = self._rec, self._lo, self._hi
-        had = len(rec.damage)
-        try:
-            got = rec.gpu_reads(lo, hi, roofline.READS)
-            self._got = (rec.health_samples(lo, hi, got.lost), got.energy, got.busy)
-        except Exception as e:  # raised where the report asks for them, after the scan, as before
-            self._got = e
-        self._notes = rec.damage[had:]
-        del rec.damage[had:]
 
-    def result(self) -> tuple:
-        self()
-        for n in self._notes:
+        def health() -> tuple:  # (without the lost samples: a lost GPU is rare, read again then)
+            rows = rec.health_rows(hi)
+            return rows, rec.health_samples(lo, hi, {}, rows)
+
+        self._health, self._markers = self._noted(health), self._noted(rec.markers)
+
+    def _noted(self, read: Callable[[], Any]) -> tuple:
+        had = len(self._rec.damage)
+        try:
+            got = read()
+        except Exception as e:  # raised where the report asks for it, after the scan, as before
+            got = e
+        notes = self._rec.damage[had:]
+        del self._rec.damage[had:]
+        return got, notes
+
+    def _take(self, read: tuple | None) -> Any:
+        assert read is not None
+        got, notes = read
+        for n in notes:
             self._rec.note(n)
-        self._notes = []
-        if isinstance(self._got, BaseException):
-            raise self._got
-        assert self._got is not None
-        return self._got
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def result(self, spans: list) -> tuple:
+        """(health samples, energy, busy means) of the scan's ``Aggregates.rows`` ``spans``."""
+        self()
+        rec, lo, hi = self._rec, self._lo, self._hi
+        rows, health = self._take(self._health)
+        got = rec.spans_read(spans, lo, hi, roofline.READS)
+        if got.lost:
+            health = rec.health_samples(lo, hi, got.lost, rows)
+        return health, got.energy, got.busy
+
+    def markers(self) -> list:
+        self()
+        return cast(list, self._take(self._markers))
 
 
 def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: float | None) -> dict:
@@ -180,7 +203,7 @@ def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: f
 
     out_gpus = []
     sites: dict[tuple[int, int], tuple] = {}
-    health_by_gpu, energy_by_gpu, busy = reads.result()
+    health_by_gpu, energy_by_gpu, busy = reads.result(agg.rows)
     energies: dict[int, dict] = {}
     gpu_bins: dict[int, tuple] = {}  # each GPU's labelled bins (starts, labels), for energy per job
     shares = proc_shares(rec, lo, hi, {p.pid: p.name for p in procs.values()})
@@ -342,7 +365,7 @@ def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: f
                 "label": m.label,
                 "name": m.name,
             }
-            for m in rec.markers()
+            for m in reads.markers()
             if m.t1 >= lo and m.t0 <= hi
         ],
     }

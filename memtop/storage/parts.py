@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from memtop.core.arrays import distinct
 from memtop.core.errors import UserError
 from memtop.core.model import Capability, PerfSample, StackSample
 from memtop.storage.colblock import NULL, Texts
@@ -315,7 +316,7 @@ def _sample_codes(row: np.ndarray, starts: np.ndarray, n: np.ndarray) -> np.ndar
     radix = int(row.max()) + 1 if len(row) else 1
     code = np.empty(len(n), dtype=np.int64)
     base = 0
-    for size in np.unique(n).tolist():
+    for size in distinct(n).tolist():
         s = np.flatnonzero(n == size)
         at, c, top = starts[s], np.zeros(len(s), dtype=np.int64), 1  # (c < top)
         for j in range(size):

@@ -20,13 +20,14 @@ import stat
 import threading
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from memtop import __version__
 from memtop.core import stackclass
+from memtop.core.arrays import distinct
 from memtop.core.errors import UserError
 from memtop.core.metrics import BY_NAME, METRICS, Metric
 from memtop.core.model import (
@@ -795,6 +796,16 @@ def _valid_meta(meta: dict) -> tuple[dict, list[str]]:
     return meta, notes
 
 
+class RowsRead(NamedTuple):
+    """What ``GpuReads`` takes of a span of GPU rows (``Recording.rows_read``): per GPU its busy GPM
+    samples' count and each name's values of them (missing left out), in order; its energy series; the
+    time of its first lost sample."""
+
+    busy: dict[int, tuple[int, list[np.ndarray]]]
+    energy: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    lost: dict[int, float]
+
+
 class GpuReads(NamedTuple):
     """What the report reads of the GPU rows besides its scan (``Recording.gpu_reads``)."""
 
@@ -1049,13 +1060,9 @@ class Recording:
         """The gpu table's columns (an older recording lacks the newer metrics')."""
         return self._gpu_columns
 
-    def health_samples(
-        self, lo: float, hi: float, lost: dict[int, float] | None = None
-    ) -> dict[int, list[GpuSample]]:
-        """Per GPU, in time order, what its health events come from (memtop.analysis.health.HealthTracker): a
-        sample at each health row (with the link of then), at each change of its PCIe link and at the
-        first time it was lost (``lost``: ``GpuReads.lost``, where read already). Other figures are
-        left out: the events read none."""
+    def health_rows(self, hi: float) -> list[tuple[float, int, int, object]]:
+        """The health and link rows to ``hi`` that ``health_samples`` reads (read apart by the report,
+        while its scan's other chunks are scanned)."""
         rows: list[tuple[float, int, int, object]] = []
         if self._has_health:
             rows += [
@@ -1064,6 +1071,16 @@ class Recording:
         rows += [
             (t, g, 1, lk) for t, g, lk in self._rows("SELECT t, gpu, link FROM gpu_state WHERE t<=?", (hi,))
         ]
+        return rows
+
+    def health_samples(
+        self, lo: float, hi: float, lost: dict[int, float] | None = None, rows: list[tuple] | None = None
+    ) -> dict[int, list[GpuSample]]:
+        """Per GPU, in time order, what its health events come from (memtop.analysis.health.HealthTracker): a
+        sample at each health row (with the link of then), at each change of its PCIe link and at the
+        first time it was lost (``lost``: ``GpuReads.lost``, where read already). Other figures are
+        left out: the events read none. ``rows``: ``health_rows(hi)``, where read already."""
+        rows = self.health_rows(hi) if rows is None else list(rows)
         lost = self.gpu_reads(lo, hi, ()).lost if lost is None else lost
         rows += [(t, g, 2, None) for g, t in lost.items()]
         out: dict[int, list[GpuSample]] = {}
@@ -1086,34 +1103,80 @@ class Recording:
                 )
         return out
 
+    def reads_columns(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """The GPU columns ``rows_read`` reads, of a report's ``names`` (those this recording has)."""
+        busy = ("graphics", *names) if "graphics" in self._gpu_columns else ()
+        energy = ("energy_j", "power_w") if "energy_j" in self._gpu_columns else ()
+        return tuple(dict.fromkeys(busy + energy))
+
     def gpu_reads(self, lo: float, hi: float, names: tuple[str, ...]) -> GpuReads:
         """What the report reads of the GPU rows of [lo, hi] besides its scan, in one read of them (an
         hour at a time: the columns of hours of GPUs are tens of MB) (``GpuReads``)."""
-        import numpy as np
-
         from memtop.storage import reader
 
-        busy_cols = ("graphics", *names) if "graphics" in self._gpu_columns else ()
-        energy_cols = ("energy_j", "power_w") if "energy_j" in self._gpu_columns else ()
-        sums: dict[int, list] = {}  # GPU -> [samples, per name: [sum in order, count]]
-        series: dict[int, list] = {}  # GPU -> its chunks' (t, energy, power)
-        lost: dict[int, float] = {}
+        cols = self.reads_columns(names)
 
         def read(a: float, b: float) -> list:
-            got = reader.columns(self, a, b, tuple(dict.fromkeys(busy_cols + energy_cols)))
-            return [got] if len(got.t) else []
+            got = reader.columns(self, a, b, cols)
+            return [self.rows_read(got, names)] if len(got.t) else []
 
-        for (got,) in reader.chunks(self, "gpu", _before(lo), hi, read, BUSY_CHUNK_S, BUSY_CHUNK_S):
-            at = np.flatnonzero(got.mode == GPU_MODES.index("lost"))
-            for g, t in zip(got.gpu[at].tolist(), got.t[at].tolist(), strict=True):
-                lost.setdefault(g, t)
-            if busy_cols:
-                _add_busy(sums, got, names)
-            for g in sorted(set(got.gpu.tolist())) if energy_cols else ():
-                at = got.gpu == g
-                series.setdefault(g, []).append(
-                    (got.t[at], got.cols["energy_j"][at], got.cols["power_w"][at])
-                )
+        got = reader.chunks(self, "gpu", before(lo), hi, read, BUSY_CHUNK_S, BUSY_CHUNK_S)
+        return self.join_reads((r for (r,) in got), names)
+
+    def rows_read(self, got: reader.GpuCols, names: tuple[str, ...]) -> RowsRead:
+        """What ``GpuReads`` takes of some GPU rows (``reads_columns(names)`` read), to be joined in
+        time order with the rows' before and after it (``join_reads``)."""
+        import numpy as np
+
+        at = np.flatnonzero(got.mode == GPU_MODES.index("lost"))
+        lost: dict[int, float] = {}
+        for g, t in zip(got.gpu[at].tolist(), got.t[at].tolist(), strict=True):
+            lost.setdefault(g, t)
+        busy_rows = (
+            (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
+            if "graphics" in self._gpu_columns
+            else None
+        )
+        energy, busy = {}, {}
+        for g in distinct(got.gpu).tolist():  # (in order)
+            mine = got.gpu == g
+            if "energy_j" in self._gpu_columns:
+                energy[g] = (got.t[mine], got.cols["energy_j"][mine], got.cols["power_w"][mine])
+            if busy_rows is not None and (n := int(np.count_nonzero(at := busy_rows & mine))):
+                values = [got.cols[name][at] for name in names]
+                busy[g] = (n, [v[v == v] for v in values])  # (NaN: missing, as avg() leaves NULL out)
+        return RowsRead(busy, energy, lost)
+
+    def spans_read(
+        self, spans: list[tuple[float, float, RowsRead]], lo: float, hi: float, names: tuple[str, ...]
+    ) -> GpuReads:
+        """``gpu_reads(lo, hi, names)`` from a scan's reads of its chunks' rows (after, upto] (``spans``,
+        in order) where they join up to [lo, hi], else read again (a chunk whose warm-up held no
+        Frame does not know where its rows start)."""
+        ends = [before(lo)] + [upto for _, upto, _ in spans]
+        if spans and ends[-1] == hi and all(s[0] == e for s, e in zip(spans, ends, strict=False)):
+            return self.join_reads((r for _, _, r in spans), names)
+        return self.gpu_reads(lo, hi, names)
+
+    def join_reads(self, reads: Iterable[RowsRead], names: tuple[str, ...]) -> GpuReads:
+        """``GpuReads`` of the rows whose ``rows_read`` are ``reads``, in time order."""
+        import numpy as np
+
+        sums: dict[int, list] = {}  # GPU -> [samples, per name: [sum in order, count]]
+        series: dict[int, list] = {}  # GPU -> its reads' (t, energy, power)
+        lost: dict[int, float] = {}
+        for r in reads:
+            for g, first in r.lost.items():
+                lost.setdefault(g, first)
+            for g, (n, values) in r.busy.items():
+                acc = sums.setdefault(g, [0, *([None, 0] for _ in names)])
+                acc[0] += n
+                for s, v in zip(acc[1:], values, strict=True):
+                    if len(v):  # added in order, as SQLite's avg() did
+                        s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
+                        s[1] += len(v)
+            for g, arrays in r.energy.items():
+                series.setdefault(g, []).append(arrays)
         busy = {
             g: {
                 "samples": acc[0],
@@ -1300,25 +1363,9 @@ def _batches(cursor: sqlite3.Cursor) -> Iterator[list]:
         yield batch
 
 
-def _before(t: float) -> float:
+def before(t: float) -> float:
+    """The float just before ``t`` (a read of (before(t), hi] takes the rows at t)."""
     return math.nextafter(t, -math.inf)
-
-
-def _add_busy(sums: dict[int, list], got: reader.GpuCols, names: tuple[str, ...]) -> None:
-    """Adds a chunk of GPU rows' busy GPM samples to ``sums`` (``Recording.gpu_reads``)."""
-    import numpy as np
-
-    busy = (got.mode == GPU_MODES.index("gpm")) & (got.cols["graphics"] >= 5)
-    for g in set(got.gpu[busy].tolist()):
-        at = busy & (got.gpu == g)
-        acc = sums.setdefault(g, [0, *([None, 0] for _ in names)])
-        acc[0] += int(at.sum())
-        for s, n in zip(acc[1:], names, strict=True):
-            v = got.cols[n][at]
-            v = v[v == v]  # (NaN: missing, as avg() leaves NULL out)
-            if len(v):  # added in order, as SQLite's avg() did
-                s[0] = (v if s[0] is None else np.concatenate(([s[0]], v))).cumsum()[-1]
-                s[1] += len(v)
 
 
 class _Ahead:
