@@ -9,7 +9,7 @@ import sqlite3
 import zlib
 
 import pytest
-from conftest import REC
+from conftest import REC, one_build
 from fuzzing import bomb
 
 from memtop.cli import main
@@ -71,32 +71,9 @@ def damaged(tmp_path_factory):
     return out
 
 
-def _one_build(monkeypatch) -> None:
-    """`memtop report` builds a file's report once for its three formats (the CLI's path differs
-    only in `render(report, format)`: memtop.commands.local.report); a build that raised raises again."""
-    import copy
-
-    from memtop.outputs import report
-
-    build, built = report.build_report, {}
-
-    def once(rec, gpu=None, t_from=None, t_to=None):
-        key = (str(rec.path), gpu, t_from, t_to)
-        if key not in built:
-            try:
-                built[key] = build(rec, gpu=gpu, t_from=t_from, t_to=t_to)
-            except Exception as e:  # noqa: BLE001 (raised again as it was, whatever it is)
-                built[key] = e
-        if isinstance(built[key], Exception):
-            raise built[key]
-        return copy.deepcopy(built[key])
-
-    monkeypatch.setattr(report, "build_report", once)
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_damaged_recording_reads_or_is_refused_in_one_line(capsys, damaged, tmp_path, name, monkeypatch):
-    _one_build(monkeypatch)
+    one_build(monkeypatch, {})
     p = str(damaged[name])
     for argv in (
         ["replay", "--summary", p],
