@@ -138,6 +138,30 @@ def notified(app) -> list[str]:
     return said
 
 
+def one_build(monkeypatch, built: dict) -> None:
+    """`memtop report` builds a file's report once for its formats, kept in ``built`` (a test's, or a
+    module's for files no test changes): the CLI's path differs only in `render(report, format)`
+    (memtop.commands.local.report). A build that raised raises again."""
+    import copy
+
+    from memtop.outputs import report
+
+    build = report.build_report
+
+    def once(rec, gpu=None, t_from=None, t_to=None):
+        key = (str(rec.path), gpu, t_from, t_to)
+        if key not in built:
+            try:
+                built[key] = build(rec, gpu=gpu, t_from=t_from, t_to=t_to)
+            except Exception as e:  # noqa: BLE001 (raised again as it was, whatever it is)
+                built[key] = e
+        if isinstance(built[key], Exception):
+            raise built[key]
+        return copy.deepcopy(built[key])
+
+    monkeypatch.setattr(report, "build_report", once)
+
+
 def cut(src: Path, dst: Path, seconds: float) -> Path:
     """A copy of the real recording ``src`` in ``dst`` holding its first ``seconds`` only (the same
     structure, a fraction of the rows: for tests that read a file many times)."""

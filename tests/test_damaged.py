@@ -9,7 +9,7 @@ import sqlite3
 import zlib
 
 import pytest
-from conftest import REC
+from conftest import REC, one_build
 from fuzzing import bomb
 
 from memtop.cli import main
@@ -72,7 +72,8 @@ def damaged(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_damaged_recording_reads_or_is_refused_in_one_line(capsys, damaged, tmp_path, name):
+def test_a_damaged_recording_reads_or_is_refused_in_one_line(capsys, damaged, tmp_path, name, monkeypatch):
+    one_build(monkeypatch, {})
     p = str(damaged[name])
     for argv in (
         ["replay", "--summary", p],

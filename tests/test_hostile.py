@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REC, cut, write_again
+from conftest import REC, cut, one_build, write_again
 from hostile import HOSTILE, hostile_recording
 
 from memtop.cli import main
@@ -42,8 +42,12 @@ def hostile_files(tmp_path_factory):
     return [hostile_recording(bases[i % 2], d / f"h{i}.memtop", s) for i, s in enumerate(HOSTILE)]
 
 
+_BUILT: dict = {}  # the hostile files' reports, built once for the three formats (no test changes a file)
+
+
 @pytest.mark.parametrize("fmt", ["text", "markdown"])
-def test_report_shows_every_hostile_string_inert(capsys, hostile_files, fmt):
+def test_report_shows_every_hostile_string_inert(capsys, hostile_files, fmt, monkeypatch):
+    one_build(monkeypatch, _BUILT)
     for path, s in zip(hostile_files, HOSTILE, strict=True):
         rc, out, err = _cli(capsys, ["report", str(path), "--format", fmt])
         assert rc == 0, err
@@ -53,7 +57,8 @@ def test_report_shows_every_hostile_string_inert(capsys, hostile_files, fmt):
             assert "\\x1b]0;PWNED-TITLE" in out
 
 
-def test_report_json_is_strict_and_keeps_the_strings(capsys, hostile_files):
+def test_report_json_is_strict_and_keeps_the_strings(capsys, hostile_files, monkeypatch):
+    one_build(monkeypatch, _BUILT)
     for path, s in zip(hostile_files, HOSTILE, strict=True):
         rc, out, _ = _cli(capsys, ["report", str(path), "--format", "json"])
         assert rc == 0

@@ -515,14 +515,15 @@ def _tmux(sock: str, *args: str) -> str:
     return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True).stdout
 
 
-def _wait(sock: str, text: str, timeout: float = 60.0, gone: bool = False) -> str:
-    """The screen once ``text`` is on it (with ``gone``: once it has left it)."""
+def _wait(sock: str, text: str, timeout: float = 60.0, gone: bool = False, target: str = "") -> str:
+    """The screen (of session ``target``, else the current one) once ``text`` is on it (with ``gone``:
+    once it has left it)."""
     import time
 
     end = time.monotonic() + timeout
     screen = ""
     while time.monotonic() < end:
-        screen = _tmux(sock, "capture-pane", "-p")
+        screen = _tmux(sock, "capture-pane", "-p", *(("-t", target) if target else ()))
         if (text in screen) != gone:
             return screen
         time.sleep(0.3)
@@ -623,39 +624,47 @@ def test_real_cli_hostile_replay_and_live_process_in_tmux(tmp_path):
             victim.wait()
 
 
+# Terminals beyond test_tmux_matrix's (xterm-256color, xterm's 16 colours, linux, NO_COLOR=1 and --ascii,
+# at 80x24 among its sizes, with the same checks): truecolor, screen's 8 colours, an empty NO_COLOR (colour,
+# per no-color.org) and --no-color. TERM is set in the pane's command: tmux gives every pane its own
+# default-terminal (tmux-256color), whatever TERM the server was started with.
+TERMINALS = {
+    "truecolor": ({"TERM": "xterm-256color", "COLORTERM": "truecolor"}, ()),
+    "screen": ({"TERM": "screen"}, ()),
+    "empty-NO_COLOR": ({"TERM": "tmux-256color", "NO_COLOR": ""}, ()),
+    "no-color-flag": ({"TERM": "xterm-256color"}, ("--no-color",)),
+}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("shutil").which("tmux") is None, reason="tmux not installed")
-@pytest.mark.parametrize(
-    ("env", "flags"),
-    [
-        # xterm (16 colours), xterm-256color, linux, NO_COLOR=1 and --ascii: test_tmux_matrix's
-        # test_every_size_and_terminal_with_a_few_keys, at 80x24 among its sizes, with the same checks
-        ({"TERM": "xterm-256color", "COLORTERM": "truecolor"}, ()),
-        ({"TERM": "screen"}, ()),
-        ({"TERM": "tmux-256color"}, ()),
-        ({"TERM": "xterm-256color", "NO_COLOR": ""}, ()),
-        ({"TERM": "xterm-256color"}, ("--no-color",)),
-    ],
-)
-def test_real_cli_renders_in_every_terminal(env, flags):
+def test_real_cli_renders_in_every_terminal():
+    """Each terminal in its own session of one tmux server, side by side: the replay paints, takes a
+    key (`g`, a repaint of everything for the selected GPU), shows the verdict's window, and q exits 0."""
     import os
+    import shlex
     import subprocess
     import sys
     import uuid
 
     sock = f"tuiview-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    full = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLORTERM")} | env
-    cmd = f"{sys.executable} -m memtop replay {REC[0]} {' '.join(flags)}; echo EXIT=$?; sleep 60"
+    full = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLORTERM")}
     try:
-        subprocess.run(
-            ["tmux", "-L", sock, "new-session", "-d", "-x", "80", "-y", "24", cmd], check=True, env=full
-        )
-        _wait(sock, "now:")
-        _tmux(sock, "send-keys", "g")  # a key, and a repaint of everything for the selected GPU
-        screen = _wait(sock, " s: ")  # "last N s:": the verdict's window beside now
-        assert "Traceback" not in screen and "GPU 0 now:" in screen
-        _tmux(sock, "send-keys", "q")
-        _wait(sock, "EXIT=0")
+        for name, (env, flags) in TERMINALS.items():
+            envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            run = shlex.join([sys.executable, "-m", "memtop", "replay", str(REC[0]), *flags])
+            cmd = f"env -u NO_COLOR -u COLORTERM {envs} {run}; echo EXIT=$?; sleep 60"
+            new = ["new-session", "-d", "-s", name, "-x", "80", "-y", "24", cmd]
+            subprocess.run(["tmux", "-L", sock, *new], check=True, env=full)
+        for name in TERMINALS:
+            _wait(sock, "now:", target=name)
+            _tmux(sock, "send-keys", "-t", name, "g")
+        for name in TERMINALS:
+            screen = _wait(sock, " s: ", target=name)  # "last N s:": the verdict's window beside now
+            assert "Traceback" not in screen and "GPU 0 now:" in screen, f"{name}:\n{screen}"
+            _tmux(sock, "send-keys", "-t", name, "q")
+        for name in TERMINALS:
+            _wait(sock, "EXIT=0", target=name)
     finally:
         _kill(sock)
 
