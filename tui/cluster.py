@@ -39,7 +39,7 @@ from memtop.fleet.wire import COMPACT_BAND
 
 from .palette import AsciiFilter, phase_colors
 from .table import GAP, Cell, RowTable
-from .tiles import TextPanel
+from .tiles import NULL, TextPanel
 
 PHASE_COLORS = phase_colors(None)  # the cluster view's dark palette
 
@@ -122,7 +122,7 @@ class BandTable(RowTable):
         lines = [header]
         for i in range(self._top, end):
             key, cells = self._rows[i]
-            base = cursor if i == self.cursor else Style()
+            base = cursor if i == self.cursor else NULL  # (one Style for every row: made once)
             got = kept.get(key)
             if got is None or got[0] != cells or got[1] != base or got[2] is not self.columns:
                 got = (cells, base, self.columns, self._strip([self._cell(c) for c in cells], base))
