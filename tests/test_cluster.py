@@ -395,6 +395,38 @@ async def test_a_fault_in_a_poll_is_shown_and_polling_goes_on(capsys):
         assert "polling failed" not in head and head.startswith("memtop cluster:"), head
 
 
+async def test_a_paint_tick_among_a_rounds_answers_is_skipped_once():
+    """While a round's polls are in flight, the paint timer's tick within one paint period of the
+    round's start paints nothing (the round is painted once, whole); a later tick paints what came
+    in, whether or not the round has ended. The round's start is set by the test: no pace."""
+    import socket
+
+    from memtop.tui.cluster import ClusterApp
+
+    from memtop.fleet.sources import HttpPoller
+
+    mute = socket.create_server(("127.0.0.1", 0))  # connections complete in its backlog: no answer
+    try:
+        node = NodeState(f"127.0.0.1:{mute.getsockname()[1]}")
+        src = HttpPoller([node], 0, timeout=60)
+        app = ClusterApp(src, interval=60.0)
+        async with app.run_test(size=(120, 30)) as pilot:
+            assert await until(pilot, lambda: src.in_flight() == 1)
+            node.bad("a change the next paint shows")
+            painted, app._round_at = app._painted, time.monotonic()
+            app._tick()
+            assert app._painted is painted and src.in_flight() == 1  # held
+            app._round_at -= 1 / app.paint_rate
+            app._tick()
+            assert app._painted != painted  # a period on: painted, the round still in flight
+            assert src.in_flight() == 1
+            node.bad("and another")
+            app.paint()  # (a resize's paint is never held)
+            assert app._painted[-1] == (node.version,)
+    finally:
+        mute.close()
+
+
 async def test_a_stale_reason_cut_in_its_row_is_whole_in_the_detail_pane():
     from memtop.tui.cluster import BandTable, ClusterApp
     from memtop.tui.tiles import TextPanel

@@ -171,7 +171,8 @@ class HttpPoller:
         self._loop_thread = threading.Thread(target=self.loop.run, name="poll_loop", daemon=True)
         self._fetchers: dict[str, Fetcher] = {}
         self._busy: set[str] = set()
-        self._done = threading.Condition()  # guards _busy; told when a poll ends
+        self._done = threading.Condition()  # guards _busy and _waiting; told when a poll ends
+        self._waiting = 0  # poll_all(wait=True) calls waiting on _done
         self._started = False  # the threads: by the first poll_all
 
     def _fetcher(self, target: str) -> Fetcher:
@@ -261,7 +262,12 @@ class HttpPoller:
     def _finished(self, node: NodeState) -> None:
         with self._done:
             self._busy.discard(node.target)
-            self._done.notify_all()
+            if self._waiting:  # (the TUI never waits: a thousand answers a round tell no one)
+                self._done.notify_all()
+
+    def in_flight(self) -> int:
+        """How many polls have not ended yet (a round's answers still coming in)."""
+        return len(self._busy)  # (one read of a set's size: no lock needed)
 
     def poll_all(self, wait: bool = True) -> None:
         """Start a poll of every node not already in flight; with `wait`, until these end (each
@@ -284,7 +290,11 @@ class HttpPoller:
         if wait:
             targets = {n.target for n in todo}
             with self._done:
-                self._done.wait_for(lambda: not targets & self._busy)
+                self._waiting += 1
+                try:
+                    self._done.wait_for(lambda: not targets & self._busy)
+                finally:
+                    self._waiting -= 1
 
     def close(self, wait: bool = False) -> None:
         """Polls not begun are dropped, those in flight end at once (their sockets shut); with
