@@ -427,6 +427,36 @@ async def test_a_paint_tick_among_a_rounds_answers_is_skipped_once():
         mute.close()
 
 
+async def test_a_node_that_never_answers_never_holds_two_ticks_in_a_row():
+    """--interval at most the paint period: every tick falls within a period of a round's start,
+    and a node that never answers keeps a poll in flight. The view still paints every other tick
+    (a held tick is followed by a painted one), so a change is shown."""
+    import socket
+
+    from memtop.tui.cluster import ClusterApp
+
+    from memtop.fleet.sources import HttpPoller
+
+    mute = socket.create_server(("127.0.0.1", 0))
+    try:
+        node = NodeState(f"127.0.0.1:{mute.getsockname()[1]}")
+        src = HttpPoller([node], 0, timeout=60)
+        app = ClusterApp(src, interval=60.0)
+        async with app.run_test(size=(120, 30)) as pilot:
+            assert await until(pilot, lambda: src.in_flight() == 1)
+            painted = []
+            for i in range(6):
+                node.bad(f"change {i}")
+                app._round_at = time.monotonic()  # a round began just now, as at every tick
+                before = app._painted
+                app._tick()
+                painted.append(app._painted != before)
+            assert src.in_flight() == 1
+            assert painted == [False, True] * 3
+    finally:
+        mute.close()
+
+
 async def test_a_stale_reason_cut_in_its_row_is_whole_in_the_detail_pane():
     from memtop.tui.cluster import BandTable, ClusterApp
     from memtop.tui.tiles import TextPanel

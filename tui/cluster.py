@@ -375,6 +375,7 @@ class ClusterApp(App):
         self._rows: dict[str, Row] = {}
         self._painted: tuple | None = None
         self._round_at = 0.0  # when the poll loop's newest round began (monotonic)
+        self._held = False  # the last tick was skipped (the next one paints)
         self._row_cells: dict[str, list] = {}  # row key -> what _made made
         # the last paint's rows, what _made gave each, and the table's (key, cells) of each: a paint
         # redoes only the positions whose Row is another object (the nodes polled since)
@@ -404,10 +405,19 @@ class ClusterApp(App):
 
     def _tick(self) -> None:
         """The paint timer. A round's answers come in over a few hundred ms after it starts: a tick
-        among them is skipped (at most one a round), so that the round is painted once, whole,
-        instead of in two paints that each cost the table's fixed work (1 024 nodes)."""
-        src, held = self.source, time.monotonic() - self._round_at < 1 / self.paint_rate
-        if not (held and isinstance(src, HttpPoller) and src.in_flight()):
+        among them is skipped, so that the round is painted once, whole, instead of in two paints
+        that each cost the table's fixed work (1 024 nodes). Never two ticks in a row: where rounds
+        start as often as ticks come (--interval at most the paint period) and a node never answers,
+        every tick would fall within a period of a round's start."""
+        src = self.source
+        held = (
+            not self._held
+            and time.monotonic() - self._round_at < 1 / self.paint_rate
+            and isinstance(src, HttpPoller)
+            and src.in_flight() > 0
+        )
+        self._held = held
+        if not held:
             self.paint()
 
     def _poll(self) -> None:
