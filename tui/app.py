@@ -772,6 +772,7 @@ class MemtopApp(App[int]):
             missing = vd.missing if vd is not None else ""
             caps = fmt.unheld(f.caps, v.stacks) if f else ()
             self._set("#caps", fmt.caps_text(caps, f.notes if f else (), lk, missing))
+            self._refresh_keys()  # a process just selected, a GPU found: at --paint-rate 0.1 the timer is 10 s
 
     def _update_gpus(self, v: View, lk: Look) -> None:
         f = v.frame

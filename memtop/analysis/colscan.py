@@ -95,8 +95,8 @@ from memtop.storage.store import GPU_MODES, Recording, RowsRead, before
 WARM_S = 30.0  # read this much before a chunk: Frames need 5 s, the stack window 6 s, labels a few bins
 CHUNK_MIN_S = 300.0  # shorter recordings are not worth the processes
 # the first chunk's length against each other's where this process has the report's other reads to
-# make meanwhile and the others' results to unpickle (memtop.outputs.report._Reads and the results: a
-# tenth to a quarter of a chunk's scan on the 8-hour runs, 2026-11-28)
+# make meanwhile and the others' results to unpickle (memtop.outputs.report._Reads: health samples and
+# markers, ~0.1 CPU-s of the 8-hour runs once the GPU rows came from the scan; and the results)
 FIRST_SHARE = 0.95
 # the GPU columns read (scan.REPORT_READS), in the metrics table's order
 _COLS = tuple(m.name for m in METRICS if m.name in REPORT_READS)
@@ -146,6 +146,7 @@ def scan_columns(
     workers: int | None = None,
     chunk_s: float | None = None,
     meanwhile: Callable[[], None] | None = None,
+    aggregates: bool = True,
 ) -> tuple[dict, list, Aggregates]:
     """(labels per GPU, gaps, aggregates) of the Frames of [lo, hi] read from ``read_from`` (those
     before lo warm the classifier up); raises Unusual where it cannot read the recording.
@@ -155,7 +156,9 @@ def scan_columns(
     of them in order (``join_parts``), as one pass would. Where a chunk's warm-up did not reach what
     the chunk before ended in (the stack window, the previous bin, a gap that began before it), the
     range is scanned serially. ``meanwhile`` is called in this process once its own chunk is scanned,
-    while it would wait for the others (its chunk is the shorter for it: ``FIRST_SHARE``), or not at all."""
+    while it would wait for the others (its chunk is the shorter for it: ``FIRST_SHARE``), or not at all.
+    Without ``aggregates`` (a replay's phase runs: labels only) a serial scan gathers none, nor the GPU
+    rows' reads the report joins (``Aggregates.rows``)."""
     workers = workers or min(8, os.cpu_count() or 1)
     n = 1 if workers < 2 else max(1, min(workers, int((hi - lo) // (chunk_s or CHUNK_MIN_S))))
     with no_gc():
@@ -165,10 +168,12 @@ def scan_columns(
                 return got
         try:
             try:
-                return join_parts([scan_part(rec, read_from, lo, hi, tick)])
+                return join_parts([scan_part(rec, read_from, lo, hi, tick, aggregates=aggregates)])
             except DECODE_ERRORS:  # a host sample the blocks hold whose JSON is damaged: the rows,
                 # each checked as it is read (memtop.storage.parts skips it)
-                return join_parts([scan_part(rec, read_from, lo, hi, tick, host_blocks=False)])
+                return join_parts(
+                    [scan_part(rec, read_from, lo, hi, tick, aggregates=aggregates, host_blocks=False)]
+                )
         except (*DECODE_ERRORS, sqlite3.DatabaseError) as e:
             raise Unusual(f"{type(e).__name__}: {e}") from None
 
@@ -247,10 +252,15 @@ def _result_files(forked: bool, n: int) -> list[int | None]:
     fork): a result of tens of MB written and read at once, not through the executor's pipe 64 KB
     at a time (each a switch between the two processes: on a loaded machine half a second of the
     report's wall, its end waiting on it). None (the pipe) where spawned or not on Linux."""
+    files: list[int | None] = []
     try:
-        return [os.memfd_create("memtop-chunk") for _ in range(n)] if forked else [None] * n
-    except (AttributeError, OSError):
-        return [None] * n
+        while forked and len(files) < n:
+            files.append(os.memfd_create("memtop-chunk"))
+    except (AttributeError, OSError):  # (EMFILE at the k-th: the ones made are closed, not leaked)
+        for fd in files:
+            os.close(cast(int, fd))
+        files = []
+    return files or [None] * n
 
 
 def _result(got: _Part | int | None, out: int | None) -> _Part | None:
@@ -1164,7 +1174,7 @@ def phase_runs(rec: Recording) -> dict[int, tuple[tuple[float, str], ...]] | Non
     Frame closes, has none. Serial: it runs in a thread of the TUI (whose cyclic garbage collector the
     scan turns off for its second or so, ``no_gc``: the UI makes no cycles that cannot wait)."""
     try:
-        labels, _, _ = scan_columns(rec, None, rec.t0, rec.t1, workers=1)
+        labels, _, _ = scan_columns(rec, None, rec.t0, rec.t1, workers=1, aggregates=False)
     except Unusual:
         return None
     ft = np.asarray(frame_times(rec, rec.t0, rec.t1), dtype=np.float64)

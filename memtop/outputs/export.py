@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from memtop.analysis.phases import TITLES, Classifier, Label
+from memtop.core.arrays import distinct
 from memtop.core.errors import UserError
 from memtop.core.metrics import METRICS, Metric
 from memtop.core.model import ThreadStack
@@ -890,7 +891,7 @@ def _held(times: np.ndarray, ft: np.ndarray, last: float, cut: float) -> np.ndar
     (the newest already out) and not before ``cut``."""
     import numpy as np
 
-    r = np.unique(np.searchsorted(times, ft, "right") - 1)
+    r = distinct(np.searchsorted(times, ft, "right") - 1)
     r = r[r >= 0]
     t = times[r]
     return r[(t > last) & (t >= cut)]
@@ -953,7 +954,7 @@ def _gpu_window(rec: Recording, out: Sink, st: _Carry, ft: np.ndarray, after: fl
 
     got = columns(rec, after, b, _GPU_COLS)
     ta, gi, cols = got.t, got.gpu, got.cols
-    for g in np.unique(gi).tolist():
+    for g in distinct(gi).tolist():
         if st.only is not None and g != st.only:
             continue
         at = np.flatnonzero(gi == g)

@@ -20,6 +20,8 @@ import struct
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, BinaryIO
 
+from memtop.core.arrays import distinct
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -232,7 +234,7 @@ class TraceWriter:
         ns = _ns(t)
         size = _varint_sizes(ns)
         out = [b""] * len(ns)
-        for n in np.unique(size).tolist():
+        for n in distinct(size).tolist():
             at = np.flatnonzero(size == n)
             rows = np.empty((len(at), 1 + n), dtype=np.uint8)
             rows[:, 0] = 0x40  # TracePacket.timestamp's key, then its varint
@@ -283,7 +285,7 @@ class TraceWriter:
         width = 3 + size + len(tail) + 8
         out = np.empty(int(width.sum()), dtype=np.uint8)
         start = np.cumsum(width) - width
-        for n in np.unique(size).tolist():
+        for n in distinct(size).tolist():
             at = np.flatnonzero(size == n)
             rows = np.empty((len(at), 3 + n + len(tail) + 8), dtype=np.uint8)
             rows[:, 0] = 0x0A  # Trace.packet, then its size (< 128: one byte), the timestamp's key
