@@ -57,8 +57,8 @@ def rows(labels: Sequence[Label]) -> tuple[list[float], list[str], list[str], li
 def counts(values: np.ndarray) -> Counter[str]:
     """Counter(values), its keys in the order they first occur (as Counter counts a sequence, so
     most_common breaks ties alike): counted as a list (np.unique sorts str objects by comparing
-    them, a tenth of a long report's verdict and timeline)."""
-    return Counter(map(str, values.tolist()))
+    them, a tenth of a long report's verdict and timeline; a str() of each, 2 ms a GPU's 57,600)."""
+    return Counter(values.tolist())
 
 
 def codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
