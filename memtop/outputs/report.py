@@ -444,18 +444,10 @@ def _timeline(t: np.ndarray, labels: np.ndarray, lo: float, hi: float, bin_s: fl
     cell = np.floor((t - lo) / step)
     # (the bins in time order: each cell's are a slice, found by a search, not a mask per cell)
     edges = np.searchsorted(cell, np.arange(n + 1), "left").tolist()
-    code, names = label_codes(labels)  # (a Counter of each cell's labels: a Python step per bin)
     out = []
     for k in range(n):
-        got = code[edges[k] : edges[k + 1]]
-        if not len(got):
-            out.append(" ")
-            continue
-        count = np.bincount(got, minlength=len(names))
-        top = np.flatnonzero(count == count.max()).tolist()
-        # a tie goes to the label met first in the cell, as Counter.most_common breaks it
-        best = min(top, key=lambda c: int(np.argmax(got == c))) if len(top) > 1 else top[0]
-        out.append(CHARS.get(names[best], "?"))
+        c = label_counts(labels[edges[k] : edges[k + 1]])
+        out.append(CHARS.get(c.most_common(1)[0][0], "?") if c else " ")
     return "".join(out)
 
 
