@@ -188,14 +188,14 @@ class Rules:
     stopped: np.ndarray
     subs: dict[int, np.ndarray]  # rule id -> its sub-tag per bin (rules with a sub-tag function)
 
-    def take(self, i: int) -> Rules:
-        """The rules of the bins from the i-th on."""
+    def take(self, i: int, j: int | None = None) -> Rules:
+        """The rules of the bins from the i-th on (to the j-th)."""
         return Rules(
-            self.rid[i:],
-            {k: v[i:] for k, v in self.keeps.items()},
-            self.quiet[i:],
-            self.stopped[i:],
-            {k: v[i:] for k, v in self.subs.items()},
+            self.rid[i:j],
+            {k: v[i:j] for k, v in self.keeps.items()},
+            self.quiet[i:j],
+            self.stopped[i:j],
+            {k: v[i:j] for k, v in self.subs.items()},
         )
 
     @staticmethod
@@ -309,10 +309,13 @@ def settle_from(
     if guess is None or at[1] < warmup_bins:
         return settle_more(rules, warmup_bins, confirm, bin_s, at)
     g_rid, g_stable, (g_state, _), trail = guess
-    rid, stable, (state, n) = settle_more(rules, warmup_bins, confirm, bin_s, at, meet=trail)
+    # (over the bins the trail covers: the lists settle_more makes of the rest are not needed)
+    rid, stable, (state, _) = settle_more(
+        rules.take(0, len(trail)), warmup_bins, confirm, bin_s, at, meet=trail
+    )
     m = len(rid)
-    if m == len(g_rid):  # (never met: the true run over every bin)
-        return rid, stable, (state, n)
+    if not m or state != trail[m - 1]:  # never met: the true run over every bin
+        return settle_more(rules, warmup_bins, confirm, bin_s, at)
     return np.concatenate([rid, g_rid[m:]]), stable + g_stable[m:], (g_state, at[1] + len(g_rid))
 
 
