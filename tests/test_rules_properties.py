@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memtop.analysis import binscan
+from memtop.analysis.binscan import Rules, settle_from, settle_guess, settle_more
 from memtop.analysis.phases import RULE_LABEL, STICKY, Features, One, first_rule, settle
 
 CLASSES = ("sync", "copy", "data", "comm", "other", "idle")
@@ -127,3 +131,35 @@ def test_the_hysteresis_shows_only_labels_a_rule_gave(fs, confirm):
         seen.add(RULE_LABEL[first_rule(v)])
         assert state[0] in seen | {""}
         assert RULE_LABEL[rid] in seen | set(STICKY)
+
+
+@st.composite
+def rules(draw: st.DrawFn, n: int) -> Rules:
+    """``n`` bins' rules: rule ids (few distinct, so labels repeat and the hysteresis holds and
+    changes), exit thresholds, quiet and stopped flags."""
+    ids = draw(st.lists(st.sampled_from(range(len(RULE_LABEL))), min_size=1, max_size=4))
+    rid = np.array(draw(st.lists(st.sampled_from(ids), min_size=n, max_size=n)), dtype=np.int64)
+    flags = st.lists(st.booleans(), min_size=n, max_size=n)
+    keeps = {lab: np.array(draw(flags), dtype=bool) for lab in STICKY}
+    return Rules(rid, keeps, np.array(draw(flags), dtype=bool), np.array(draw(flags), dtype=bool), {})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.integers(1, 80), st.integers(0, 80), st.integers(1, 3), st.sampled_from([2, 3, 8]))
+def test_a_later_chunks_guess_gives_the_labels_of_one_pass(data, a, b, confirm, guess_bins):
+    """A later chunk's hysteresis guessed from a fresh state in its own process (settle_guess), taken
+    from where the true run meets it (settle_from), gives the labels and state of one pass over both
+    chunks, whether the runs meet or not, inside the warm-up or after it."""
+    whole = data.draw(rules(a + b))
+    head = Rules(
+        whole.rid[:a], {k: v[:a] for k, v in whole.keeps.items()}, whole.quiet[:a], whole.stopped[:a], {}
+    )
+    rest = whole.take(a)
+    one = settle_more(whole, 2, confirm, 0.5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(binscan, "GUESS_BINS", guess_bins)
+        rid, stable, at = settle_more(head, 2, confirm, 0.5)
+        more = settle_from(rest, 2, confirm, 0.5, at, settle_guess(rest, 2, confirm, 0.5))
+    assert np.concatenate([rid, more[0]]).tolist() == one[0].tolist()
+    assert stable + more[1] == one[1]
+    assert more[2] == one[2]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, overload
 
 import numpy as np
@@ -118,11 +119,11 @@ class GpuBins:
             out[k] = (
                 None
                 if all(x is None for x in got)
-                else [
-                    y
-                    for p, x in zip(parts, got, strict=True)
-                    for y in (x if x is not None else [()] * len(p))
-                ]
+                else list(
+                    chain.from_iterable(
+                        x if x is not None else [()] * len(p) for p, x in zip(parts, got, strict=True)
+                    )
+                )
             )
         for k in ("t", "k", "graphics"):
             out[k] = np.concatenate([getattr(p, k) for p in parts])
@@ -187,14 +188,14 @@ class Rules:
     stopped: np.ndarray
     subs: dict[int, np.ndarray]  # rule id -> its sub-tag per bin (rules with a sub-tag function)
 
-    def take(self, i: int) -> Rules:
-        """The rules of the bins from the i-th on."""
+    def take(self, i: int, j: int | None = None) -> Rules:
+        """The rules of the bins from the i-th on (to the j-th)."""
         return Rules(
-            self.rid[i:],
-            {k: v[i:] for k, v in self.keeps.items()},
-            self.quiet[i:],
-            self.stopped[i:],
-            {k: v[i:] for k, v in self.subs.items()},
+            self.rid[i:j],
+            {k: v[i:j] for k, v in self.keeps.items()},
+            self.quiet[i:j],
+            self.stopped[i:j],
+            {k: v[i:j] for k, v in self.subs.items()},
         )
 
     @staticmethod
@@ -233,26 +234,31 @@ class Rules:
         return cls(rid, keeps, np.broadcast_to(quiet_view(v), (n,)), stopped, subs)
 
 
-def settle_all(rules: Rules, warmup_bins: int, confirm: int, bin_s: float) -> tuple[np.ndarray, list[str]]:
-    """The hysteresis over a GPU's bins from the start: (the rule id that stands per bin, the stable
-    label per bin ("" in the warm-up))."""
-    return settle_more(rules, warmup_bins, confirm, bin_s)[:2]
-
-
 Settled = tuple[tuple[str, str, int], int]  # the hysteresis' state after a GPU's first bins, and their count
 
 
 def settle_more(
-    rules: Rules, warmup_bins: int, confirm: int, bin_s: float, at: Settled = (("", "", 0), 0)
+    rules: Rules,
+    warmup_bins: int,
+    confirm: int,
+    bin_s: float,
+    at: Settled = (("", "", 0), 0),
+    trail: list[tuple[str, str, int]] | None = None,
+    meet: Sequence[tuple[str, str, int]] = (),
 ) -> tuple[np.ndarray, list[str], Settled]:
-    """``settle_all`` over a GPU's next bins (``rules``) from where the bins before left it (``at``),
-    and where these leave it: the same labels, a range of bins at a time (the export's windows)."""
+    """The hysteresis over a GPU's bins (``rules``) from where the bins before left it (``at``; by
+    default the start): (the rule id that stands per bin, the stable label per bin ("" in the
+    warm-up), where these leave it), a range of bins at a time (the export's windows, the chunks).
+    ``trail``: given the state after each of the first GUESS_BINS bins (``settle_guess``); ``meet``:
+    such states, the loop stopping after the first bin whose state is its own (the bins it settled
+    are the result's length)."""
     state, before = at
     rids = rules.rid.tolist()
     keeps = {lab: k.tolist() for lab, k in rules.keeps.items()}
     quiet, stopped = rules.quiet.tolist(), rules.stopped.tolist()
     out = [0] * len(rids)
     stable_of: list[str] = [""] * len(rids)
+    watch = GUESS_BINS if trail is not None else len(meet)
     i = 0
 
     def held(lab: str) -> bool:  # that label's exit threshold at bin i (the loop's)
@@ -270,7 +276,47 @@ def settle_more(
             bin_s,
         )
         stable_of[i] = state[0]
+        if i < watch:
+            if trail is not None:
+                trail.append(state)
+            elif meet[i] == state:
+                del out[i + 1 :], stable_of[i + 1 :]
+                return np.array(out, dtype=np.int64), stable_of, (state, before + i + 1)
     return np.array(out, dtype=np.int64), stable_of, (state, before + len(rids))
+
+
+# a later chunk's hysteresis is run in its own process from a fresh state (``settle_guess``); the join
+# runs the true one from the chunk before's state until the two meet, within this many bins (a state
+# repeats at each change of the rules' label: a few bins), and takes the guess's from there
+GUESS_BINS = 4096
+Guess = tuple[np.ndarray, list[str], Settled, list[tuple[str, str, int]]]
+
+
+def settle_guess(rules: Rules, warmup_bins: int, confirm: int, bin_s: float) -> Guess:
+    """A later chunk's hysteresis as if its bins came after the warm-up, from a fresh state: its
+    labels from the bin where the true run, from the state the chunks before leave, meets it
+    (``settle_from``), with the state after each of its first GUESS_BINS bins to meet it at."""
+    trail: list[tuple[str, str, int]] = []
+    return (*settle_more(rules, warmup_bins, confirm, bin_s, (("", "", 0), warmup_bins), trail), trail)
+
+
+def settle_from(
+    rules: Rules, warmup_bins: int, confirm: int, bin_s: float, at: Settled, guess: Guess | None
+) -> tuple[np.ndarray, list[str], Settled]:
+    """``settle_more(rules, ..., at)``, the same labels and state: where the chunk's ``guess`` holds
+    and every bin is past the warm-up, the true run goes on only until its state is the guess's
+    (from there each bin's inputs and state are the same, so its labels are)."""
+    if guess is None or at[1] < warmup_bins:
+        return settle_more(rules, warmup_bins, confirm, bin_s, at)
+    g_rid, g_stable, (g_state, _), trail = guess
+    # (over the bins the trail covers: the lists settle_more makes of the rest are not needed)
+    rid, stable, (state, _) = settle_more(
+        rules.take(0, len(trail)), warmup_bins, confirm, bin_s, at, meet=trail
+    )
+    m = len(rid)
+    if not m or state != trail[m - 1]:  # never met: the true run over every bin
+        return settle_more(rules, warmup_bins, confirm, bin_s, at)
+    return np.concatenate([rid, g_rid[m:]]), stable + g_stable[m:], (g_state, at[1] + len(g_rid))
 
 
 class LabelSeq(Sequence[Label]):

@@ -42,7 +42,8 @@ from memtop.analysis.binscan import (
     Settled,
     distinct_rows,
     gpu_bins,
-    settle_all,
+    settle_from,
+    settle_guess,
     settle_more,
     with_peers,
 )
@@ -208,9 +209,11 @@ class _Part(NamedTuple):
     warm: dict[int, tuple[float, float]]  # each GPU's last warm-up bin: (start, graphics)
     window: tuple[tuple, tuple]  # the stack window's samples after the warm-up and at the end
     agg: Aggregates
-    # the first chunk's hysteresis, run while the other chunks are still scanned (``settle_first``):
-    # each GPU's (rule ids, stable labels, state after them), which the join goes on from
-    settled: dict[int, tuple[np.ndarray, list[str], Settled]] | None = None
+    # the hysteresis run in the chunk's own process (``settle_first``): the first chunk's while the
+    # others are still scanned, each GPU's (rule ids, stable labels, state after them), which the join
+    # goes on from; another chunk's as a guess from a fresh state (binscan.settle_guess), which the join
+    # takes from where the true run meets it
+    settled: dict[int, tuple] | None = None
 
 
 _DONE = None  # seconds scanned per chunk, shared with the worker processes (for the progress bar)
@@ -235,7 +238,7 @@ def _chunk(
     rec = Recording(path)
     try:
         with no_gc():  # (a spawned worker does not inherit it)
-            part = scan_part(rec, read_from, lo, hi, tick, edge=True)
+            part = settle_first(scan_part(rec, read_from, lo, hi, tick, edge=True), later=True)
     except (Unusual, *DECODE_ERRORS, sqlite3.DatabaseError):
         return None
     finally:
@@ -397,19 +400,22 @@ def join_parts(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
             if len(bins):
                 last[g] = (float(bins.t[-1]), float(bins.graphics[-1]))
     labels: dict[int, LabelSeq] = {}
-    head = parts[0].settled or {}
+    wb, confirm, bin_s = clf.warmup_bins, clf.confirm, clf.bin_s
     for g in sorted({g for p in parts for g in p.bins}):
-        got = [p.bins[g] for p in parts if g in p.bins]
-        bins = GpuBins.concat([x[0] for x in got])
+        got = [(k, p.bins[g][1], (p.settled or {}).get(g)) for k, p in enumerate(parts) if g in p.bins]
+        rids: list[np.ndarray] = []
+        stable: list[str] = []
+        at: Settled = (("", "", 0), 0)
+        for k, rules, mine in got:
+            if not rids:  # the GPU's first bins, from the start (the first chunk's settled already)
+                r, s, at = mine if k == 0 and mine is not None else settle_more(rules, wb, confirm, bin_s)
+            else:  # on from the chunk before's state (the chunk's guess taken where they meet)
+                r, s, at = settle_from(rules, wb, confirm, bin_s, at, mine)
+            rids.append(r)
+            stable += s
+        bins = GpuBins.concat([p.bins[g][0] for p in parts if g in p.bins])
         rules = Rules.concat([x[1] for x in got])
-        if g in head:  # the first chunk's settled already: the hysteresis goes on from its state
-            rest = Rules.concat([x[1] for x in got[1:]]) if len(got) > 1 else None
-            rid, stable, at = head[g]
-            if rest is not None:
-                more = settle_more(rest, clf.warmup_bins, clf.confirm, clf.bin_s, at)
-                rid, stable = np.concatenate([rid, more[0]]), stable + more[1]
-        else:
-            rid, stable = settle_all(rules, clf.warmup_bins, clf.confirm, clf.bin_s)
+        rid = rids[0] if len(rids) == 1 else np.concatenate(rids)
         labels[g] = LabelSeq(bins, rules, rid, stable, parts[0].first.get(g, 0) if g in parts[0].bins else 0)
     agg = parts[0].agg
     for p in parts[1:]:
@@ -417,13 +423,13 @@ def join_parts(parts: list[_Part]) -> tuple[dict, list, Aggregates]:
     return labels, gaps, agg
 
 
-def settle_first(part: _Part) -> _Part:
-    """The first chunk with its GPUs' hysteresis run (``_Part.settled``): what this process can do
-    of the join while the other chunks are still scanned."""
+def settle_first(part: _Part, later: bool = False) -> _Part:
+    """The chunk with its GPUs' hysteresis run (``_Part.settled``): what its process can do of the
+    join while the other chunks are still scanned; ``later``: a chunk after the first, as a guess
+    from a fresh state (binscan.settle_guess)."""
     clf = Classifier()
-    settled = {
-        g: settle_more(rules, clf.warmup_bins, clf.confirm, clf.bin_s) for g, (_, rules) in part.bins.items()
-    }
+    run = settle_guess if later else settle_more
+    settled = {g: run(rules, clf.warmup_bins, clf.confirm, clf.bin_s) for g, (_, rules) in part.bins.items()}
     return part._replace(settled=settled)
 
 

@@ -57,5 +57,15 @@ def rows(labels: Sequence[Label]) -> tuple[list[float], list[str], list[str], li
 def counts(values: np.ndarray) -> Counter[str]:
     """Counter(values), its keys in the order they first occur (as Counter counts a sequence, so
     most_common breaks ties alike): counted as a list (np.unique sorts str objects by comparing
-    them, a tenth of a long report's verdict and timeline)."""
-    return Counter(map(str, values.tolist()))
+    them, a tenth of a long report's verdict and timeline; a str() of each, 2 ms a GPU's 57,600)."""
+    return Counter(values.tolist())
+
+
+def codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Each value's code (int64) and the distinct values in the order they first occur, in two passes
+    of C over the list (np.unique sorts str objects by comparing them; a comparison of the array with
+    each distinct value is a pass each)."""
+    vs = values.tolist()
+    names = list(dict.fromkeys(vs))
+    index = {v: j for j, v in enumerate(names)}
+    return np.fromiter(map(index.__getitem__, vs), dtype=np.int64, count=len(vs)), names

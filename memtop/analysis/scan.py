@@ -115,9 +115,10 @@ class Aggregates:
             self.add_peak(gpu, pk["rx"], pk["tx"])
         self.links.update(later.links)
         self.procs.update(later.procs)
-        for pid, samples in later.perf.items():
-            for sample in samples:
-                self.add_perf(pid, sample)
+        for pid, samples in later.perf.items():  # (add_perf kept no two of one time in a row there)
+            if samples:
+                self.add_perf(pid, samples[0])
+                self.perf[pid] += samples[1:]
         self.caps.update(later.caps)
         self.damage += [n for n in later.damage if n not in self.damage]
         self.rows += later.rows

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memtop.analysis.jobs import peers
-from memtop.analysis.labelcols import LabelCols, columns
+from memtop.analysis.labelcols import LabelCols, codes, columns
 from memtop.analysis.phases import LABELS
 from memtop.analysis.ruleview import Num
 from memtop.core.timefmt import length
@@ -169,8 +169,9 @@ class _Window:
         lo = np.searchsorted(t, at - window_s, side="right")
         counts: dict[str, np.ndarray] = {}
         first: dict[str, float] = {}
-        for name in set(label.tolist()):
-            seen = label == name
+        code, names = codes(label)
+        for j, name in enumerate(names):
+            seen = code == j
             first[name] = float(t[np.argmax(seen)])
             cum = np.concatenate(([0], np.cumsum(seen)))
             counts[name] = cum[hi] - cum[lo]

@@ -13,7 +13,9 @@ import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from itertools import repeat
 from json.encoder import encode_basestring_ascii
+from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
@@ -23,6 +25,7 @@ from memtop.analysis.colscan import no_gc, report_scan
 from memtop.analysis.jobs import jobs_of, jobs_on_gpus
 from memtop.analysis.jobshare import READ_SKIP as JOB_READ_SKIP
 from memtop.analysis.jobshare import SharedReport, entry_key, report_jobs, shared_verdict
+from memtop.analysis.labelcols import codes as label_codes
 from memtop.analysis.labelcols import columns as label_columns
 from memtop.analysis.labelcols import counts as label_counts
 from memtop.analysis.phases import CHARS, TITLES, Classifier, bin_start
@@ -91,9 +94,7 @@ def _phase_stacks(
     i = np.minimum(np.searchsorted(bins, n), len(bins) - 1)
     hit = bins[i] == n
     # each (label, key) counted; labels and their keys in the order met (as a Counter of the samples)
-    label_id: dict[str, int] = {}  # (a few labels: numpy sorts strings slowly)
-    lab = np.array([label_id.setdefault(x, len(label_id)) for x in labels.tolist()], dtype=np.int64)
-    names = list(label_id)
+    lab, names = label_codes(labels)
     code = lab[i[hit]] * len(key_id) + kid[hit]
     got, at, count = np.unique(code, return_index=True, return_counts=True)
     keys, order = list(key_id), np.argsort(at)
@@ -326,9 +327,10 @@ def _build_report(rec: Recording, gpu: int | None, t_from: float | None, t_to: f
     ]
     perf_summary = {}
     for pid, ps in perf.items():
-        rates = [r for _, r in ps]
-        perf_summary[str(pid)] = {  # (sum of a list: the same floats added in the same order)
-            k: round(sum([r.get(k, 0.0) for r in rates]) / len(ps), 3) for k in sorted(set().union(*rates))
+        rates = list(map(itemgetter(1), ps))
+        perf_summary[str(pid)] = {  # (each sum the samples' values added in order, by map: no step each)
+            k: round(sum(map(dict.get, rates, repeat(k), repeat(0.0))) / len(ps), 3)
+            for k in sorted(set().union(*rates))
         }
     read = {
         f"pid {pid}" for pid in set(stacks.pid.tolist())
