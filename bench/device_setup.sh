@@ -2,6 +2,7 @@
 # with, default the device copy's root) set, installs this tree, the old tree apart in /tmp/oldsite
 # (run it as $OLDM) and textual, py-spy, nvidia-ml-py and nvitop from the carried wheels; writes
 # the card, driver and Python to $R/machine.txt.
+mkdir -p "$R"  # (a folder that is not there: the load generator would wait on its ready file until the call ends)
 python3 -m pip install -q --no-index --find-links "$OLD/.whl" textual py-spy nvidia-ml-py nvitop >/dev/null 2>&1
 python3 -m pip install -q --no-index --no-deps --no-build-isolation . >/dev/null 2>&1
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/oldsite "$OLD" >/dev/null 2>&1
