@@ -214,6 +214,32 @@ async def test_x_captures_the_selected_process_and_says_where_the_file_went(tmp_
         assert str(out) in done and "clocks aligned" in done, said
 
 
+async def test_a_capture_stage_is_replaced_though_the_next_came_before_it_was_shown(tmp_path):
+    """The tracer's thread posts its stages faster than the app shows them (a loaded machine): every
+    note is queued before the first is handled, so a stage's notice is still on its way when the next
+    stage replaces it. Only the outcome and the warnings stay (a 'capturing' notice once stayed beside
+    the 'wrote' one: the full suite's loaded run 2, 2026-11-28)."""
+    import argparse
+
+    from memtop.tui.app import TraceNote
+
+    p = _pipeline(40)
+    args = argparse.Namespace(trace_seconds=0.5, trace_dir=str(tmp_path))
+    app = MemtopApp(p, LiveController(args, p, _NoSampler()), hangup_guard=False)
+    async with app.run_test(size=(160, 45)) as pilot:
+        for stage, line in (
+            ("progress", "trace: asking the agent"),
+            ("progress", "trace: capturing 0.5 s"),
+            ("warning", "trace: warning: no CUDA"),
+            ("progress", "trace: merging"),
+            ("done", "trace: wrote F"),
+        ):
+            app.post_message(TraceNote(stage, line))
+        assert await until(pilot, lambda: any(n.message == "trace: wrote F" for n in app._notifications))
+        await pilot.pause()
+        assert sorted(n.message for n in app._notifications) == ["trace: warning: no CUDA", "trace: wrote F"]
+
+
 def test_the_report_lists_the_recordings_captures_and_skips_damaged_entries(tmp_path):
     rec = Recording(demo_path())
     path = tmp_path / "r.memtop"

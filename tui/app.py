@@ -1017,8 +1017,8 @@ class MemtopApp(App[int]):
         """One notice for a capture's stages: each replaces the stage shown before it (a process with
         no agent showed "asking the agent" and the failure together); an outcome or a warning stays."""
         old, self._trace_step = self._trace_step, None
-        if old is not None and old in self._notifications:
-            self._unnotify(old)
+        if old is not None:  # after its own Notify, which may still be queued behind this note (stages
+            self.call_later(self._drop_notice, old)  # come fast from the tracer's thread): it then stayed
         if note.stage == "progress":
             shown = self._trace_step = Notification(note.line, "", "information", 8, markup=False)
         elif note.stage == "done":
@@ -1026,6 +1026,10 @@ class MemtopApp(App[int]):
         else:  # failed, or a warning on the way
             shown = Notification(note.line, "", "warning", 20, markup=False)
         self.post_message(Notify(shown))
+
+    def _drop_notice(self, notice: Notification) -> None:
+        if notice in self._notifications:
+            self._unnotify(notice)
 
     def action_letters(self) -> None:
         self._letters = not self._letters
