@@ -4,6 +4,7 @@ straggler flags on real snapshots, stale reasons, host lists, and hostile node s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -395,21 +396,27 @@ async def test_a_fault_in_a_poll_is_shown_and_polling_goes_on(capsys):
         assert "polling failed" not in head and head.startswith("memtop cluster:"), head
 
 
-async def test_a_paint_tick_among_a_rounds_answers_is_skipped_once():
-    """While a round's polls are in flight, the paint timer's tick within one paint period of the
-    round's start paints nothing (the round is painted once, whole); a later tick paints what came
-    in, whether or not the round has ended. The round's start is set by the test: no pace."""
+@contextlib.contextmanager
+def _mute_node():
+    """A cluster view of one node whose listener completes connections in its backlog and never
+    answers (a poll stays in flight), at an interval no round ends in: (node, poller, app)."""
     import socket
 
     from memtop.tui.cluster import ClusterApp
 
     from memtop.fleet.sources import HttpPoller
 
-    mute = socket.create_server(("127.0.0.1", 0))  # connections complete in its backlog: no answer
-    try:
+    with socket.create_server(("127.0.0.1", 0)) as mute:
         node = NodeState(f"127.0.0.1:{mute.getsockname()[1]}")
         src = HttpPoller([node], 0, timeout=60)
-        app = ClusterApp(src, interval=60.0)
+        yield node, src, ClusterApp(src, interval=60.0)
+
+
+async def test_a_paint_tick_among_a_rounds_answers_is_skipped_once():
+    """While a round's polls are in flight, the paint timer's tick within one paint period of the
+    round's start paints nothing (the round is painted once, whole); a later tick paints what came
+    in, whether or not the round has ended. The round's start is set by the test: no pace."""
+    with _mute_node() as (node, src, app):
         async with app.run_test(size=(120, 30)) as pilot:
             assert await until(pilot, lambda: src.in_flight() == 1)
             node.bad("a change the next paint shows")
@@ -423,25 +430,13 @@ async def test_a_paint_tick_among_a_rounds_answers_is_skipped_once():
             node.bad("and another")
             app.paint()  # (a resize's paint is never held)
             assert app._painted[-1] == (node.version,)
-    finally:
-        mute.close()
 
 
 async def test_a_node_that_never_answers_never_holds_two_ticks_in_a_row():
     """--interval at most the paint period: every tick falls within a period of a round's start,
     and a node that never answers keeps a poll in flight. The view still paints every other tick
     (a held tick is followed by a painted one), so a change is shown."""
-    import socket
-
-    from memtop.tui.cluster import ClusterApp
-
-    from memtop.fleet.sources import HttpPoller
-
-    mute = socket.create_server(("127.0.0.1", 0))
-    try:
-        node = NodeState(f"127.0.0.1:{mute.getsockname()[1]}")
-        src = HttpPoller([node], 0, timeout=60)
-        app = ClusterApp(src, interval=60.0)
+    with _mute_node() as (node, src, app):
         async with app.run_test(size=(120, 30)) as pilot:
             assert await until(pilot, lambda: src.in_flight() == 1)
             painted = []
@@ -453,8 +448,6 @@ async def test_a_node_that_never_answers_never_holds_two_ticks_in_a_row():
                 painted.append(app._painted != before)
             assert src.in_flight() == 1
             assert painted == [False, True] * 3
-    finally:
-        mute.close()
 
 
 async def test_a_stale_reason_cut_in_its_row_is_whole_in_the_detail_pane():
